@@ -1,0 +1,451 @@
+package log
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"fmt"
+	"slices"
+
+	"github.com/cockroachdb/pebble/v2"
+)
+
+// Append is a request to add an entry to a conversation log: a message, a read receipt, a recall,
+// or a group creation or membership change. It is carried inside a Raft command.
+type Append struct {
+	Conv        string
+	Sender      string
+	ClientMsgID string // chosen by the client; the dedup key is (Sender, ClientMsgID, Kind)
+	Kind        Kind
+	Body        []byte   // KindMessage
+	ReadUpTo    Position // KindReceipt
+	Target      MsgID    // KindRecall
+	// Members: for KindGroupCreate the initial members (the sender is always added), for
+	// KindMemberAdd/Remove the users concerned, and for a message to a direct conversation
+	// that does not exist yet exactly the two users, which creates it.
+	Members []string
+
+	// DedupWindow is how long (ns) the dedup record of this request is kept. Zero means the
+	// default. It travels in the command so every replica uses the proposer's setting.
+	DedupWindow int64
+	// RecallWindow is how long (ns) after sending a message may be recalled (KindRecall only).
+	// Zero means the default.
+	RecallWindow int64
+}
+
+// Defaults for the windows of an [Append].
+const (
+	DefaultDedupWindow  = int64(24 * 3600 * 1e9) // mobile apps retry after being killed for hours
+	DefaultRecallWindow = int64(2 * 60 * 1e9)
+	// MaxMembersPerRequest caps the users one membership request names.
+	MaxMembersPerRequest = 1000
+	// receiptScanLimit bounds the entries a group receipt inspects to find the senders it
+	// concerns; beyond it the receipt goes to every member.
+	receiptScanLimit = 512
+	// dedupGCPerAppend is how many expired dedup records each append deletes.
+	dedupGCPerAppend = 8
+)
+
+// AppendResult is the outcome of an [Append]. A resend of the same request returns the original
+// result with Duplicate set.
+type AppendResult struct {
+	MsgID     MsgID
+	ConvSeq   Position
+	Time      int64 // the original command's proposer time
+	Epoch     Epoch // the conversation log's epoch
+	Duplicate bool  // this request was a resend; nothing was written
+	NoOp      bool  // a receipt that did not move the read mark: accepted, no entry written
+}
+
+// Append applies req, stamped st. See [Append] for the request and the sentinel errors in
+// errors.go for the refusals.
+func (t *Tx) Append(st Stamp, req *Append) (AppendResult, error) {
+	if err := req.validate(); err != nil {
+		return AppendResult{}, err
+	}
+	k := t.s.k
+	suffix := dedupSuffix(req.Sender, req.ClientMsgID, req.Kind)
+	hash := req.hash()
+
+	// 1. Dedup: a live record with the same payload is the answer; another payload is a conflict.
+	if v, ok, err := getValue(t.b, k.dedup(suffix)); err != nil {
+		return AppendResult{}, err
+	} else if ok {
+		rec, err := decodeDedupRecord(v)
+		if err != nil {
+			return AppendResult{}, err
+		}
+		if rec.Expires > st.Time {
+			if rec.Hash != hash {
+				return AppendResult{}, ErrConflict
+			}
+			res := rec.Result
+			res.Duplicate = true
+			return res, nil
+		}
+	}
+
+	// 2. Checks against the conversation, all before the first write.
+	meta, exists, err := getLogMeta(t.b, k.conv(req.Conv))
+	if err != nil {
+		return AppendResult{}, err
+	}
+	plan := appendPlan{meta: meta}
+	if err := t.planAppend(st, req, exists, &plan); err != nil {
+		return AppendResult{}, err
+	}
+
+	// 3. Writes.
+	res := AppendResult{Time: st.Time, Epoch: plan.meta.Epoch}
+	if plan.noop {
+		res.NoOp = true
+	} else {
+		res.MsgID = MsgID{Shard: t.s.id, Index: st.Index}
+		res.ConvSeq = plan.meta.Head + 1
+		plan.meta.Head = res.ConvSeq
+		if err := t.writeConvEntry(st, req, &plan, res); err != nil {
+			return AppendResult{}, err
+		}
+	}
+	if err := t.writeDedup(st, req, suffix, hash, res); err != nil {
+		return AppendResult{}, err
+	}
+	return res, t.gcDedup(st)
+}
+
+// appendPlan is what planAppend decided: the conversation meta to write, membership changes,
+// the recipients of the outbox record, and whether the request writes an entry at all.
+type appendPlan struct {
+	meta       logMeta
+	create     bool     // write a new conversation
+	add        []string // members to add
+	remove     []string // members to remove
+	readMark   bool     // update the sender's read mark
+	recall     *msgRef  // the target's ref, to mark recalled
+	recipients []string
+	noop       bool
+}
+
+func (t *Tx) planAppend(st Stamp, req *Append, exists bool, p *appendPlan) error {
+	if req.Kind == KindGroupCreate {
+		if exists {
+			return ErrConversationExists
+		}
+		p.create = true
+		p.meta = logMeta{Kind: ConvGroup, Epoch: newEpoch(st), First: 1}
+		p.add = sortedUnique(append([]string{req.Sender}, req.Members...))
+		p.recipients = p.add
+		return nil
+	}
+	if !exists {
+		if len(req.Members) != 2 || req.Kind != KindMessage {
+			return ErrNoConversation
+		}
+		p.create = true
+		p.meta = logMeta{Kind: ConvDirect, Epoch: newEpoch(st), First: 1}
+		p.add = sortedUnique(slices.Clone(req.Members)) // never modify the caller's request
+		if len(p.add) != 2 || !slices.Contains(p.add, req.Sender) {
+			return invalidf("a direct conversation needs the sender and one other user")
+		}
+	}
+	members, err := t.members(req.Conv, p.add)
+	if err != nil {
+		return err
+	}
+	if !slices.Contains(members, req.Sender) {
+		return ErrNotMember
+	}
+
+	switch req.Kind {
+	case KindMessage:
+		p.recipients = members
+	case KindReceipt:
+		return t.planReceipt(req, members, p)
+	case KindRecall:
+		ref, err := t.planRecall(st, req)
+		if err != nil {
+			return err
+		}
+		p.recall = &ref
+		p.recipients = members
+	case KindMemberAdd, KindMemberRemove:
+		if p.meta.Kind != ConvGroup {
+			return ErrNotGroup
+		}
+		for _, m := range sortedUnique(slices.Clone(req.Members)) {
+			in := slices.Contains(members, m)
+			if req.Kind == KindMemberAdd && !in {
+				p.add = append(p.add, m)
+			} else if req.Kind == KindMemberRemove && in {
+				p.remove = append(p.remove, m)
+			}
+		}
+		if len(p.add) == 0 && len(p.remove) == 0 {
+			p.noop = true // nothing changes; the request is still deduped and acked
+			return nil
+		}
+		// Removed members learn of their removal; added members see the add.
+		p.recipients = sortedUnique(append(slices.Clone(members), p.add...))
+	}
+	return nil
+}
+
+func (t *Tx) planReceipt(req *Append, members []string, p *appendPlan) error {
+	head := p.meta.Head
+	if req.ReadUpTo == 0 || req.ReadUpTo > head {
+		return invalidf("receipt reads up to %d, conversation head is %d", req.ReadUpTo, head)
+	}
+	m, err := t.member(req.Conv, req.Sender)
+	if err != nil {
+		return err
+	}
+	if req.ReadUpTo <= m.ReadMark {
+		p.noop = true
+		return nil
+	}
+	p.readMark = true
+	if p.meta.Kind == ConvDirect || req.ReadUpTo-m.ReadMark > receiptScanLimit {
+		p.recipients = members
+		return nil
+	}
+	// Group: the reader's own devices and the senders whose messages were just read.
+	from := max(m.ReadMark+1, p.meta.First)
+	concerned := []string{req.Sender}
+	if from <= req.ReadUpTo {
+		entries, err := scanEntries(t.b, t.s.k.convEntryPrefix(req.Conv), from, req.ReadUpTo, receiptScanLimit, 1<<62)
+		if err != nil {
+			return err
+		}
+		for _, e := range entries {
+			if e.Kind == KindMessage && slices.Contains(members, e.Sender) {
+				concerned = append(concerned, e.Sender)
+			}
+		}
+	}
+	p.recipients = sortedUnique(concerned)
+	return nil
+}
+
+func (t *Tx) planRecall(st Stamp, req *Append) (msgRef, error) {
+	v, ok, err := getValue(t.b, t.s.k.msgIndex(req.Target))
+	if err != nil {
+		return msgRef{}, err
+	}
+	if !ok {
+		return msgRef{}, ErrNoMessage
+	}
+	ref, err := decodeMsgRef(v)
+	if err != nil {
+		return msgRef{}, err
+	}
+	if ref.Conv != req.Conv {
+		return msgRef{}, ErrNoMessage
+	}
+	ev, ok, err := getValue(t.b, t.s.k.convEntry(ref.Conv, ref.ConvSeq))
+	if err != nil {
+		return msgRef{}, err
+	}
+	if !ok {
+		return msgRef{}, ErrNoMessage // trimmed from the history
+	}
+	target, err := decodeEntry(ev, ref.ConvSeq)
+	if err != nil {
+		return msgRef{}, err
+	}
+	window := req.RecallWindow
+	if window == 0 {
+		window = DefaultRecallWindow
+	}
+	switch {
+	case target.Kind != KindMessage:
+		return msgRef{}, ErrNoMessage
+	case target.Sender != req.Sender:
+		return msgRef{}, ErrNotSender
+	case ref.Recalled:
+		return msgRef{}, ErrAlreadyRecalled
+	case st.Time-target.Time > window:
+		return msgRef{}, ErrRecallWindow
+	}
+	return ref, nil
+}
+
+func (t *Tx) writeConvEntry(st Stamp, req *Append, p *appendPlan, res AppendResult) error {
+	k := t.s.k
+	e := Entry{
+		Kind: req.Kind, MsgID: res.MsgID, Conv: req.Conv, ConvSeq: res.ConvSeq,
+		Sender: req.Sender, Time: st.Time, Body: req.Body, ReadUpTo: req.ReadUpTo, Target: req.Target,
+	}
+	switch req.Kind {
+	case KindGroupCreate, KindMemberAdd:
+		e.Members = p.add
+	case KindMemberRemove:
+		e.Members = p.remove
+	}
+	for _, m := range p.add {
+		if err := t.set(k.member(req.Conv, m), member{}.encode()); err != nil {
+			return err
+		}
+	}
+	for _, m := range p.remove {
+		if err := t.del(k.member(req.Conv, m)); err != nil {
+			return err
+		}
+	}
+	if p.readMark {
+		if err := t.set(k.member(req.Conv, req.Sender), member{ReadMark: req.ReadUpTo}.encode()); err != nil {
+			return err
+		}
+	}
+	if p.recall != nil {
+		r := *p.recall
+		r.Recalled = true
+		if err := t.set(k.msgIndex(req.Target), r.encode()); err != nil {
+			return err
+		}
+	}
+	if err := t.set(k.convEntry(req.Conv, res.ConvSeq), encodeEntry(&e)); err != nil {
+		return err
+	}
+	if err := t.set(k.msgIndex(res.MsgID), msgRef{Conv: req.Conv, ConvSeq: res.ConvSeq}.encode()); err != nil {
+		return err
+	}
+	if err := t.set(k.conv(req.Conv), p.meta.encode()); err != nil {
+		return err
+	}
+	return t.appendOutbox(outboxRecord{Conv: req.Conv, ConvSeq: res.ConvSeq, Recipients: p.recipients})
+}
+
+func (t *Tx) writeDedup(st Stamp, req *Append, suffix []byte, hash [16]byte, res AppendResult) error {
+	window := req.DedupWindow
+	if window == 0 {
+		window = DefaultDedupWindow
+	}
+	k := t.s.k
+	// An expired record for the same key may still be stored: drop its expiry index entry.
+	if v, ok, err := getValue(t.b, k.dedup(suffix)); err != nil {
+		return err
+	} else if ok {
+		old, err := decodeDedupRecord(v)
+		if err != nil {
+			return err
+		}
+		if err := t.del(k.dedupByExp(old.Expires, suffix)); err != nil {
+			return err
+		}
+	}
+	rec := dedupRecord{Hash: hash, Expires: st.Time + window, Result: res}
+	if err := t.set(k.dedup(suffix), rec.encode()); err != nil {
+		return err
+	}
+	return t.set(k.dedupByExp(rec.Expires, suffix), nil)
+}
+
+// gcDedup deletes a few dedup records that expired before st.Time. Lookups ignore expired records
+// anyway; this only reclaims space, a little per append so no command does unbounded work.
+func (t *Tx) gcDedup(st Stamp) error {
+	k := t.s.k
+	lower := k.dedupByExpPrefix()
+	upper := binary.BigEndian.AppendUint64(k.dedupByExpPrefix(), uint64(max(st.Time, 0)))
+	it, err := t.b.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
+	if err != nil {
+		return fmt.Errorf("log: read: %w", err)
+	}
+	var expired [][]byte
+	for ok := it.First(); ok && len(expired) < dedupGCPerAppend; ok = it.Next() {
+		expired = append(expired, slices.Clone(it.Key()))
+	}
+	if err := it.Close(); err != nil {
+		return fmt.Errorf("log: read: %w", err)
+	}
+	for _, key := range expired {
+		if len(key) <= len(lower)+8 { // a well-formed key carries the dedup key: a damaged store
+			return corruptf("dedup expiry key %x is too short", key)
+		}
+		suffix := key[len(lower)+8:]
+		if err := t.del(key); err != nil {
+			return err
+		}
+		if err := t.del(k.dedup(suffix)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// members returns the sorted members of conv, plus extra (members being created in this Tx).
+func (t *Tx) members(conv string, extra []string) ([]string, error) {
+	prefix := t.s.k.memberPrefix(conv)
+	it, err := t.b.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: prefixEnd(prefix)})
+	if err != nil {
+		return nil, fmt.Errorf("log: read: %w", err)
+	}
+	var out []string
+	for ok := it.First(); ok; ok = it.Next() {
+		key := it.Key()
+		if len(key) <= len(prefix) { // a well-formed key names a member: a damaged store
+			_ = it.Close()
+			return nil, corruptf("member key %x names no user", key)
+		}
+		out = append(out, string(key[len(prefix):len(key)-1]))
+	}
+	if err := it.Close(); err != nil {
+		return nil, fmt.Errorf("log: read: %w", err)
+	}
+	return sortedUnique(append(out, extra...)), nil
+}
+
+func (t *Tx) member(conv, uid string) (member, error) {
+	v, ok, err := getValue(t.b, t.s.k.member(conv, uid))
+	if err != nil || !ok {
+		return member{}, err
+	}
+	return decodeMember(v)
+}
+
+func (req *Append) validate() error {
+	switch {
+	case !ValidID(req.Conv):
+		return invalidf("bad conversation id %q", req.Conv)
+	case !ValidID(req.Sender):
+		return invalidf("bad sender id %q", req.Sender)
+	case !ValidID(req.ClientMsgID):
+		return invalidf("bad client_msg_id %q", req.ClientMsgID)
+	case !req.Kind.Valid():
+		return invalidf("unknown entry kind %d", req.Kind)
+	case len(req.Members) > MaxMembersPerRequest:
+		return invalidf("%d members in one request, at most %d", len(req.Members), MaxMembersPerRequest)
+	case req.DedupWindow < 0 || req.RecallWindow < 0:
+		return invalidf("negative window")
+	case req.Kind == KindRecall && req.Target.IsZero():
+		return invalidf("recall without a target msg_id")
+	case (req.Kind == KindMemberAdd || req.Kind == KindMemberRemove) && len(req.Members) == 0:
+		return invalidf("%s names no members", req.Kind)
+	}
+	for _, m := range req.Members {
+		if !ValidID(m) {
+			return invalidf("bad member id %q", m)
+		}
+	}
+	return nil
+}
+
+// hash is the payload hash stored with the dedup record: everything about the request that a
+// faithful resend repeats. The windows are server settings, not payload.
+func (req *Append) hash() [16]byte {
+	h := sha256.New()
+	var e encoder
+	e.str(req.Conv)
+	e.u8(uint8(req.Kind))
+	e.bytes(req.Body)
+	e.uvarint(uint64(req.ReadUpTo))
+	e.msgID(req.Target)
+	e.strs(sortedUnique(slices.Clone(req.Members)))
+	h.Write(e.b)
+	var out [16]byte
+	copy(out[:], h.Sum(nil))
+	return out
+}
+
+func sortedUnique(s []string) []string {
+	slices.Sort(s)
+	return slices.Compact(s)
+}

@@ -1,0 +1,127 @@
+package log
+
+import (
+	"slices"
+)
+
+// Delivery is one conversation entry to append to the logs of some users of this shard.
+type Delivery struct {
+	Pos   uint64   // the entry's outbox position in the source shard
+	Users []string // recipients whose logs live in this shard
+	Entry Entry    // the conversation entry; Seq is ignored
+}
+
+// DeliveryBatch carries the entries of one source shard's outbox destined to this shard, for the
+// source positions (Prev, Last]. Items lists every entry in that range that has recipients here,
+// in ascending Pos; positions in the range without an item had no recipient here.
+//
+// The (Prev, Last] framing is what makes the per-(source, destination) stream ordered and
+// idempotent: the destination remembers the highest Last applied per source (its high-water
+// mark), ignores what it has seen and refuses a batch that starts past the mark.
+type DeliveryBatch struct {
+	Source ShardID
+	Prev   uint64
+	Last   uint64
+	Items  []Delivery
+}
+
+// DeliverResult is the outcome of [Tx.Deliver].
+type DeliverResult struct {
+	Mark     uint64 // the high-water mark for the source after the batch
+	Appended int    // user-log entries written (0 for a redelivered batch)
+}
+
+// Deliver appends the batch's entries to the users' logs. A batch at or below the source's mark
+// changes nothing; a batch overlapping the mark applies only the new part; a batch whose Prev is
+// past the mark returns an [*OutOfOrderError] carrying the mark to resume from.
+func (t *Tx) Deliver(st Stamp, b *DeliveryBatch) (DeliverResult, error) {
+	if err := b.validate(); err != nil {
+		return DeliverResult{}, err
+	}
+	k := t.s.k
+	mark, _, err := getUint(t.b, k.sourceMark(b.Source))
+	if err != nil {
+		return DeliverResult{}, err
+	}
+	if b.Last <= mark {
+		return DeliverResult{Mark: mark}, nil
+	}
+	if b.Prev > mark {
+		return DeliverResult{}, &OutOfOrderError{Source: b.Source, Mark: mark, Prev: b.Prev}
+	}
+
+	// Load the metas of every user touched, append, then write each meta once.
+	metas := map[string]*logMeta{}
+	var users []string
+	appended := 0
+	for i := range b.Items {
+		it := &b.Items[i]
+		if it.Pos <= mark {
+			continue
+		}
+		for _, uid := range it.Users {
+			m := metas[uid]
+			if m == nil {
+				meta, ok, err := getLogMeta(t.b, k.user(uid))
+				if err != nil {
+					return DeliverResult{}, err
+				}
+				if !ok {
+					meta = logMeta{Epoch: newEpoch(st), First: 1}
+				}
+				m = &meta
+				metas[uid] = m
+				users = append(users, uid)
+			}
+			m.Head++
+			e := it.Entry
+			e.Seq = m.Head
+			if err := t.set(k.userEntry(uid, m.Head), encodeEntry(&e)); err != nil {
+				return DeliverResult{}, err
+			}
+			appended++
+		}
+	}
+	slices.Sort(users)
+	for _, uid := range users {
+		if err := t.set(k.user(uid), metas[uid].encode()); err != nil {
+			return DeliverResult{}, err
+		}
+	}
+	if err := t.set(k.sourceMark(b.Source), encodeUint(b.Last)); err != nil {
+		return DeliverResult{}, err
+	}
+	return DeliverResult{Mark: b.Last, Appended: appended}, nil
+}
+
+// SourceMark returns the highest outbox position of source applied to this shard.
+func (s *Shard) SourceMark(source ShardID) (uint64, error) {
+	v, _, err := getUint(s.db, s.k.sourceMark(source))
+	return v, err
+}
+
+func (b *DeliveryBatch) validate() error {
+	if b.Prev >= b.Last {
+		return invalidf("delivery batch range (%d, %d] is empty", b.Prev, b.Last)
+	}
+	prev := b.Prev
+	for i := range b.Items {
+		it := &b.Items[i]
+		if it.Pos <= prev || it.Pos > b.Last {
+			return invalidf("delivery item at %d outside or out of order in (%d, %d]", it.Pos, prev, b.Last)
+		}
+		prev = it.Pos
+		if len(it.Users) == 0 {
+			return invalidf("delivery item at %d has no users", it.Pos)
+		}
+		for j, uid := range it.Users {
+			if !ValidID(uid) || (j > 0 && it.Users[j-1] >= uid) {
+				return invalidf("delivery item at %d: users must be valid, sorted and unique", it.Pos)
+			}
+		}
+		if !it.Entry.Kind.Valid() || it.Entry.MsgID.IsZero() || it.Entry.ConvSeq == 0 {
+			return invalidf("delivery item at %d: incomplete entry", it.Pos)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,80 @@
+package log
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Sentinel errors returned by [Tx] operations. A command that fails with one of them changes
+// nothing in the shard (every check runs before the first write) and replicas agree on the
+// failure, because the checks are deterministic.
+var (
+	// ErrInvalid reports a malformed request: a bad id, an unknown kind, a missing field.
+	ErrInvalid = errors.New("log: invalid request")
+	// ErrConflict reports a resend of (sender, client_msg_id, kind) whose payload differs from the
+	// original: the client reused an id for a different message.
+	ErrConflict = errors.New("log: client_msg_id reused with a different payload")
+	// ErrNoConversation reports a conversation that does not exist.
+	ErrNoConversation = errors.New("log: no such conversation")
+	// ErrConversationExists reports an attempt to create a conversation that exists.
+	ErrConversationExists = errors.New("log: conversation already exists")
+	// ErrNotMember reports a sender that is not a member of the conversation.
+	ErrNotMember = errors.New("log: sender is not a member of the conversation")
+	// ErrNotGroup reports a membership change on a direct conversation.
+	ErrNotGroup = errors.New("log: conversation is not a group")
+	// ErrNoMessage reports a recall of a message that is not in the conversation.
+	ErrNoMessage = errors.New("log: no such message in the conversation")
+	// ErrNotSender reports a recall by someone other than the message's sender.
+	ErrNotSender = errors.New("log: only the sender may recall a message")
+	// ErrRecallWindow reports a recall after the recall window has passed.
+	ErrRecallWindow = errors.New("log: recall window has passed")
+	// ErrAlreadyRecalled reports a second recall of the same message.
+	ErrAlreadyRecalled = errors.New("log: message already recalled")
+	// ErrOutOfOrder reports a delivery batch that would skip source entries; see [OutOfOrderError].
+	ErrOutOfOrder = errors.New("log: delivery batch out of order")
+	// ErrCorrupt reports a stored value that does not decode. It means disk corruption or a bug,
+	// never bad client input.
+	ErrCorrupt = errors.New("log: corrupt value")
+)
+
+// OutOfOrderError is returned by [Tx.Deliver] when a batch starts after the destination's
+// high-water mark for its source, so applying it would skip source entries. The sender resumes
+// from Mark.
+type OutOfOrderError struct {
+	Source ShardID
+	Mark   uint64 // highest source outbox position applied so far
+	Prev   uint64 // the batch's claimed predecessor
+}
+
+func (e *OutOfOrderError) Error() string {
+	return fmt.Sprintf("log: delivery from shard %d out of order: batch follows %d, applied up to %d",
+		e.Source, e.Prev, e.Mark)
+}
+
+// Is makes errors.Is(err, ErrOutOfOrder) true.
+func (e *OutOfOrderError) Is(target error) bool { return target == ErrOutOfOrder }
+
+func invalidf(format string, args ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{ErrInvalid}, args...)...)
+}
+
+func corruptf(format string, args ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{ErrCorrupt}, args...)...)
+}
+
+// Rejected reports whether err is a refusal of the request: the command was deterministically
+// refused and nothing changed. Any other error from a [Tx] operation (an I/O failure, ErrCorrupt)
+// means the state machine cannot safely go on.
+func Rejected(err error) bool {
+	for _, s := range rejections {
+		if errors.Is(err, s) {
+			return true
+		}
+	}
+	return false
+}
+
+var rejections = []error{
+	ErrInvalid, ErrConflict, ErrNoConversation, ErrConversationExists, ErrNotMember, ErrNotGroup,
+	ErrNoMessage, ErrNotSender, ErrRecallWindow, ErrAlreadyRecalled, ErrOutOfOrder,
+}

@@ -1,0 +1,118 @@
+package log
+
+import (
+	"encoding/binary"
+	"fmt"
+
+	"github.com/cockroachdb/pebble/v2"
+)
+
+// The outbox is the transactional-outbox half of fan-out: every conversation entry is written in
+// the same batch as an outbox record naming its recipients, at the next outbox position of the
+// shard (1, 2, 3…). Fan-out workers read the outbox in order and deliver to user logs; once every
+// destination has applied a prefix, the leader trims it.
+
+// OutboxItem is one outbox record joined with its conversation entry.
+type OutboxItem struct {
+	Pos        uint64   // outbox position in the source shard
+	Recipients []string // sorted, unique user ids
+	Entry      Entry    // the conversation entry (Seq = ConvSeq)
+}
+
+// OutboxInfo is the retained range [First, Head] of the outbox.
+type OutboxInfo struct {
+	First uint64
+	Head  uint64
+}
+
+func (t *Tx) appendOutbox(rec outboxRecord) error {
+	k := t.s.k
+	head, _, err := getUint(t.b, k.meta(metaOutboxHead))
+	if err != nil {
+		return err
+	}
+	head++
+	if err := t.set(k.outbox(head), rec.encode()); err != nil {
+		return err
+	}
+	return t.set(k.meta(metaOutboxHead), encodeUint(head))
+}
+
+// Outbox returns the retained range of the outbox.
+func (s *Shard) Outbox() (OutboxInfo, error) {
+	return outboxInfo(s.db, s.k)
+}
+
+func outboxInfo(r pebble.Reader, k keys) (OutboxInfo, error) {
+	head, _, err := getUint(r, k.meta(metaOutboxHead))
+	if err != nil {
+		return OutboxInfo{}, err
+	}
+	first, ok, err := getUint(r, k.meta(metaOutboxFirst))
+	if !ok {
+		first = 1
+	}
+	return OutboxInfo{First: first, Head: head}, err
+}
+
+// ReadOutbox returns up to limit outbox items at positions from and after, in order. Positions
+// before the retained range return ErrInvalid: the caller's fan-out cursor is behind a trim.
+func (s *Shard) ReadOutbox(from uint64, limit int) ([]OutboxItem, error) {
+	snap := s.db.NewSnapshot() // range, outbox and conversation entries read at one point in time
+	defer snap.Close()
+	info, err := outboxInfo(snap, s.k)
+	if err != nil {
+		return nil, err
+	}
+	if from < info.First {
+		return nil, invalidf("outbox position %d was trimmed (first retained %d)", from, info.First)
+	}
+	if limit <= 0 {
+		limit = DefaultReadCount
+	}
+	it, err := snap.NewIter(&pebble.IterOptions{LowerBound: s.k.outbox(from), UpperBound: s.k.outbox(info.Head + 1)})
+	if err != nil {
+		return nil, fmt.Errorf("log: read: %w", err)
+	}
+	defer it.Close()
+	var out []OutboxItem
+	for ok := it.First(); ok && len(out) < limit; ok = it.Next() {
+		key := it.Key()
+		pos := binary.BigEndian.Uint64(key[len(key)-8:])
+		rec, err := decodeOutboxRecord(it.Value())
+		if err != nil {
+			return nil, fmt.Errorf("outbox %d: %w", pos, err)
+		}
+		v, ok, err := getValue(snap, s.k.convEntry(rec.Conv, rec.ConvSeq))
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			return nil, corruptf("outbox %d names %s/%d, which is not stored", pos, rec.Conv, rec.ConvSeq)
+		}
+		e, err := decodeEntry(v, rec.ConvSeq)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, OutboxItem{Pos: pos, Recipients: rec.Recipients, Entry: e})
+	}
+	return out, it.Error()
+}
+
+// TrimOutbox deletes outbox records at positions up to and including upTo, once every
+// destination has applied them. Trimming past the head is clamped to the head.
+func (t *Tx) TrimOutbox(upTo uint64) error {
+	k := t.s.k
+	info, err := outboxInfo(t.b, k)
+	if err != nil {
+		return err
+	}
+	upTo = min(upTo, info.Head)
+	if upTo < info.First {
+		return nil
+	}
+	if err := t.b.DeleteRange(k.outbox(info.First), k.outbox(upTo+1), nil); err != nil {
+		return fmt.Errorf("log: write: %w", err)
+	}
+	return t.set(k.meta(metaOutboxFirst), encodeUint(upTo+1))
+}

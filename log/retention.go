@@ -1,0 +1,68 @@
+package log
+
+import (
+	"fmt"
+)
+
+// Retention bounds how much of a user log is kept. Zero fields mean "no bound".
+type Retention struct {
+	MaxCount uint64 // keep at most this many newest entries
+	MaxAge   int64  // drop entries older than this (ns), measured on the command's proposer clock
+}
+
+// TrimUser applies r to the log of uid and returns its first retained position afterwards.
+// Trimming only moves First forward; positions are never reused, and a reader asking for a
+// trimmed position is told "too old" ([ReadTooOld]) rather than moved silently.
+func (t *Tx) TrimUser(st Stamp, uid string, r Retention) (Position, error) {
+	if !ValidID(uid) {
+		return 0, invalidf("bad user id %q", uid)
+	}
+	return t.trim(t.s.k.user(uid), t.s.k.userEntryPrefix(uid), st, r)
+}
+
+// TrimConv applies r to the conversation log of conv, like [Tx.TrimUser].
+func (t *Tx) TrimConv(st Stamp, conv string, r Retention) (Position, error) {
+	if !ValidID(conv) {
+		return 0, invalidf("bad conversation id %q", conv)
+	}
+	return t.trim(t.s.k.conv(conv), t.s.k.convEntryPrefix(conv), st, r)
+}
+
+func (t *Tx) trim(metaKey, prefix []byte, st Stamp, r Retention) (Position, error) {
+	m, ok, err := getLogMeta(t.b, metaKey)
+	if err != nil || !ok {
+		return m.First, err
+	}
+	newFirst := m.First
+	if r.MaxCount > 0 && uint64(m.Head-m.First+1) > r.MaxCount {
+		newFirst = m.Head - Position(r.MaxCount) + 1
+	}
+	if r.MaxAge > 0 {
+		// Entries are in time order, so walk from the oldest kept entry while it is too old.
+		cutoff := st.Time - r.MaxAge
+		for newFirst <= m.Head {
+			entries, err := scanEntries(t.b, prefix, newFirst, m.Head, 64, 1<<62)
+			if err != nil {
+				return 0, err
+			}
+			n := 0
+			for n < len(entries) && entries[n].Time < cutoff {
+				n++
+			}
+			newFirst += Position(n)
+			if n < len(entries) {
+				break
+			}
+		}
+	}
+	if newFirst == m.First {
+		return m.First, nil
+	}
+	lo := entryKey(prefix, m.First)
+	hi := entryKey(prefix, newFirst)
+	if err := t.b.DeleteRange(lo, hi, nil); err != nil {
+		return 0, fmt.Errorf("log: write: %w", err)
+	}
+	m.First = newFirst
+	return newFirst, t.set(metaKey, m.encode())
+}

@@ -1,0 +1,94 @@
+package log
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/cockroachdb/pebble/v2"
+)
+
+// Shard is one shard's state inside a node's Pebble database.
+//
+// Reads (the Read… methods, Applied, Cursors, checksums, snapshots) are safe for concurrent use
+// with each other and with one writer. Writes go through [Shard.Begin], and at most one [Tx] per
+// shard may be open at a time: the shard's state machine is the only writer.
+type Shard struct {
+	id ShardID
+	db *pebble.DB
+	k  keys
+}
+
+// Metadata names under tagMeta.
+const (
+	metaFormat      = "format"       // key layout version (formatVersion)
+	metaApplied     = "applied"      // last Raft index applied to this state
+	metaOutboxHead  = "outbox_head"  // last outbox position written
+	metaOutboxFirst = "outbox_first" // first outbox position not yet trimmed
+	metaRestoring   = "restoring"    // present while a snapshot restore is incomplete
+)
+
+// OpenShard returns the shard id inside db. It writes the format version of an empty shard and
+// refuses a shard written in a format this code does not know.
+func OpenShard(db *pebble.DB, id ShardID) (*Shard, error) {
+	s := &Shard{id: id, db: db, k: newKeys(id)}
+	v, ok, err := getUint(db, s.k.meta(metaFormat))
+	switch {
+	case err != nil:
+		return nil, err
+	case !ok:
+		if err := db.Set(s.k.meta(metaFormat), encodeUint(formatVersion), pebble.Sync); err != nil {
+			return nil, fmt.Errorf("log: write format version of shard %d: %w", id, err)
+		}
+	case v != formatVersion:
+		return nil, fmt.Errorf("log: shard %d has key format %d, this build reads %d: run a newer syncd",
+			id, v, formatVersion)
+	}
+	return s, nil
+}
+
+// ID returns the shard's id.
+func (s *Shard) ID() ShardID { return s.id }
+
+// Applied returns the last Raft index applied to this shard's state (0 if none).
+func (s *Shard) Applied() (uint64, error) {
+	v, _, err := getUint(s.db, s.k.meta(metaApplied))
+	return v, err
+}
+
+// NeedsRestore reports whether a snapshot restore was interrupted (by a crash) and the shard's
+// state is incomplete. The caller must restore a snapshot again before serving the shard.
+func (s *Shard) NeedsRestore() (bool, error) {
+	_, ok, err := getUint(s.db, s.k.meta(metaRestoring))
+	return ok, err
+}
+
+// getValue returns a copy of the value at key, or ok=false if there is none.
+func getValue(r pebble.Reader, key []byte) (val []byte, ok bool, err error) {
+	v, closer, err := r.Get(key)
+	if errors.Is(err, pebble.ErrNotFound) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("log: read: %w", err)
+	}
+	val = append([]byte(nil), v...)
+	return val, true, closer.Close()
+}
+
+func getUint(r pebble.Reader, key []byte) (uint64, bool, error) {
+	v, ok, err := getValue(r, key)
+	if err != nil || !ok {
+		return 0, ok, err
+	}
+	n, err := decodeUint(v)
+	return n, true, err
+}
+
+func getLogMeta(r pebble.Reader, key []byte) (logMeta, bool, error) {
+	v, ok, err := getValue(r, key)
+	if err != nil || !ok {
+		return logMeta{First: 1}, ok, err
+	}
+	m, err := decodeLogMeta(v)
+	return m, true, err
+}

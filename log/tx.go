@@ -1,0 +1,82 @@
+package log
+
+import (
+	"fmt"
+
+	"github.com/cockroachdb/pebble/v2"
+)
+
+// Tx collects the writes of one or more commands into one atomic Pebble batch. The state machine
+// opens a Tx, applies each committed command with the operation methods, records the Raft index
+// with SetApplied, and commits; so the applied index always moves in the same batch as the data.
+//
+// Operations read their own earlier writes in the same Tx. Every operation runs all of its checks
+// before its first write, so a rejected command (an error return) leaves the Tx as it was.
+//
+// A Tx is not safe for concurrent use, and at most one may be open per shard.
+type Tx struct {
+	s *Shard
+	b *pebble.Batch
+}
+
+// Begin opens a Tx on the shard. The caller must Commit or Close it.
+func (s *Shard) Begin() *Tx {
+	return &Tx{s: s, b: s.db.NewIndexedBatch()}
+}
+
+// SetApplied records index as the last Raft index applied.
+func (t *Tx) SetApplied(index uint64) error {
+	return t.set(t.s.k.meta(metaApplied), encodeUint(index))
+}
+
+// Applied returns the last Raft index applied, including this Tx's writes.
+func (t *Tx) Applied() (uint64, error) {
+	v, _, err := getUint(t.b, t.s.k.meta(metaApplied))
+	return v, err
+}
+
+// Commit writes the batch. With sync it is fsynced before Commit returns. Commit closes the Tx.
+func (t *Tx) Commit(sync bool) error {
+	opts := pebble.NoSync
+	if sync {
+		opts = pebble.Sync
+	}
+	err := t.b.Commit(opts)
+	t.Close()
+	if err != nil {
+		return fmt.Errorf("log: commit shard %d: %w", t.s.id, err)
+	}
+	return nil
+}
+
+// Close discards uncommitted writes. It is safe to call after Commit.
+func (t *Tx) Close() {
+	if t.b != nil {
+		_ = t.b.Close()
+		t.b = nil
+	}
+}
+
+func (t *Tx) set(key, val []byte) error {
+	if err := t.b.Set(key, val, nil); err != nil {
+		return fmt.Errorf("log: write: %w", err)
+	}
+	return nil
+}
+
+func (t *Tx) del(key []byte) error {
+	if err := t.b.Delete(key, nil); err != nil {
+		return fmt.Errorf("log: write: %w", err)
+	}
+	return nil
+}
+
+// newEpoch picks the epoch of a log created by the command st: the proposer's clock, which moves
+// forward across re-creations (a restore from backup happens later than the original creation),
+// or the Raft index if the command carries no time.
+func newEpoch(st Stamp) Epoch {
+	if st.Time > 0 {
+		return Epoch(st.Time)
+	}
+	return Epoch(st.Index)
+}

@@ -1,0 +1,158 @@
+package log
+
+import (
+	"encoding/binary"
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// ShardID names one shard (one Raft group). Shard IDs are never reused, which is what makes
+// [MsgID]s derived from them unique forever.
+type ShardID uint32
+
+// Position is a place in a log: the first entry is at 1, the next at 2, and so on without holes.
+// Zero means "before the first entry".
+type Position uint64
+
+// Epoch identifies one incarnation of a log. It is fixed when the log is created and changes only
+// if the log is re-created (for example restored from a backup), so a cursor taken from another
+// incarnation can be told apart. Zero means "unknown" in a [Cursor] and "no log yet" in a read.
+type Epoch uint64
+
+// Cursor is a device's place in a log: the last position it has stored, and the epoch that
+// position belongs to.
+type Cursor struct {
+	Epoch Epoch
+	Pos   Position
+}
+
+// Stamp identifies the command being applied: its Raft index and the proposer's clock (Unix
+// nanoseconds) carried inside the command. Every time-dependent decision (dedup expiry, recall
+// window, retention by age) uses Time, never the local clock, so replicas agree.
+type Stamp struct {
+	Index uint64
+	Time  int64
+}
+
+// MsgID is the server-assigned, globally unique id of a conversation entry. It is derived from the
+// shard that assigned it and the Raft index of the command, so every replica computes the same id
+// and no id is ever reused (shard IDs are never reused and Raft indexes only grow). Sub numbers
+// entries created by the same command and is zero today.
+type MsgID struct {
+	Shard ShardID
+	Index uint64
+	Sub   uint32
+}
+
+// IsZero reports whether id is the zero MsgID, which no entry ever has.
+func (id MsgID) IsZero() bool { return id == MsgID{} }
+
+// String formats id as "shard.index.sub", the form syncctl prints and ParseMsgID reads.
+func (id MsgID) String() string {
+	return fmt.Sprintf("%d.%d.%d", id.Shard, id.Index, id.Sub)
+}
+
+// ParseMsgID parses the form produced by [MsgID.String].
+func ParseMsgID(s string) (MsgID, error) {
+	parts := strings.Split(s, ".")
+	if len(parts) != 3 {
+		return MsgID{}, fmt.Errorf("log: bad msg id %q: want shard.index.sub", s)
+	}
+	shard, err1 := strconv.ParseUint(parts[0], 10, 32)
+	index, err2 := strconv.ParseUint(parts[1], 10, 64)
+	sub, err3 := strconv.ParseUint(parts[2], 10, 32)
+	if err1 != nil || err2 != nil || err3 != nil || index == 0 {
+		return MsgID{}, fmt.Errorf("log: bad msg id %q: want shard.index.sub", s)
+	}
+	return MsgID{Shard: ShardID(shard), Index: index, Sub: uint32(sub)}, nil
+}
+
+// appendMsgID appends the 16-byte fixed-width big-endian form of id.
+func appendMsgID(b []byte, id MsgID) []byte {
+	b = binary.BigEndian.AppendUint32(b, uint32(id.Shard))
+	b = binary.BigEndian.AppendUint64(b, id.Index)
+	return binary.BigEndian.AppendUint32(b, id.Sub)
+}
+
+// Kind says what a log entry means.
+type Kind uint8
+
+// Entry kinds. Values are persisted: never renumber them.
+const (
+	KindMessage      Kind = 1 // a message with a body
+	KindReceipt      Kind = 2 // the sender has read the conversation up to ReadUpTo
+	KindRecall       Kind = 3 // the sender recalls its message Target
+	KindGroupCreate  Kind = 4 // a group was created with Members
+	KindMemberAdd    Kind = 5 // Members joined the group
+	KindMemberRemove Kind = 6 // Members left or were removed from the group
+)
+
+var kindNames = [...]string{"", "message", "receipt", "recall", "group_create", "member_add", "member_remove"}
+
+// String returns the lower-case name of k ("message", "receipt", …).
+func (k Kind) String() string {
+	if int(k) < len(kindNames) && k != 0 {
+		return kindNames[k]
+	}
+	return "kind(" + strconv.Itoa(int(k)) + ")"
+}
+
+// Valid reports whether k is a known kind.
+func (k Kind) Valid() bool { return k >= KindMessage && k <= KindMemberRemove }
+
+// ConvKind says whether a conversation is between two users or a group.
+type ConvKind uint8
+
+// Conversation kinds. Values are persisted.
+const (
+	ConvDirect ConvKind = 1
+	ConvGroup  ConvKind = 2
+)
+
+// Entry is one entry of a conversation log or of a user log. The fields common to both describe
+// the conversation entry; Seq is the position in the log the entry was read from (the conversation
+// log's ConvSeq for conversation reads, the user log's seq for user reads).
+//
+// Entries returned by reads are owned by the caller.
+type Entry struct {
+	Seq      Position // position in the log this entry was read from
+	Kind     Kind
+	MsgID    MsgID
+	Conv     string
+	ConvSeq  Position // position in the conversation log
+	Sender   string
+	Time     int64    // proposer's clock when the conversation entry was appended (Unix ns)
+	Body     []byte   // message body (KindMessage)
+	ReadUpTo Position // KindReceipt: read up to this ConvSeq
+	Target   MsgID    // KindRecall: the recalled message
+	Members  []string // KindGroupCreate, KindMemberAdd, KindMemberRemove
+}
+
+// Size is the approximate number of bytes the entry occupies, used for read byte limits.
+func (e *Entry) Size() int {
+	n := 64 + len(e.Conv) + len(e.Sender) + len(e.Body)
+	for _, m := range e.Members {
+		n += len(m) + 1
+	}
+	return n
+}
+
+// MaxIDLen is the longest user, device, conversation or client message id accepted.
+const MaxIDLen = 128
+
+// ValidID reports whether s may be used as a user, device, conversation or client message id:
+// 1 to MaxIDLen bytes of printable ASCII except space. Keys embed ids followed by a 0x00
+// separator, so ids must never contain 0x00; the narrower charset also keeps logs and metrics
+// readable.
+func ValidID(s string) bool {
+	if len(s) == 0 || len(s) > MaxIDLen {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] <= ' ' || s[i] > '~' {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,209 @@
+package log
+
+// Encodings of stored values. Each starts with a format version byte so that a later release can
+// read what an earlier one wrote; decoders reject versions they do not know with ErrCorrupt.
+
+const valueV1 = 1
+
+// logMeta describes one log (a conversation log or a user log).
+type logMeta struct {
+	Kind  ConvKind // conversations only; zero for user logs
+	Epoch Epoch
+	First Position // first retained position; Head+1 when everything is trimmed
+	Head  Position // last position appended; 0 for an empty log
+}
+
+func (m logMeta) encode() []byte {
+	e := encoder{b: make([]byte, 0, 32)}
+	e.u8(valueV1)
+	e.u8(uint8(m.Kind))
+	e.uvarint(uint64(m.Epoch))
+	e.uvarint(uint64(m.First))
+	e.uvarint(uint64(m.Head))
+	return e.b
+}
+
+func decodeLogMeta(b []byte) (logMeta, error) {
+	d := decoder{b: b}
+	d.version("log meta", valueV1)
+	m := logMeta{
+		Kind:  ConvKind(d.u8()),
+		Epoch: Epoch(d.uvarint()),
+		First: Position(d.uvarint()),
+		Head:  Position(d.uvarint()),
+	}
+	return m, d.done("log meta")
+}
+
+// member is one member of a conversation.
+type member struct {
+	ReadMark Position // highest conv_seq this member has reported read
+}
+
+func (m member) encode() []byte {
+	e := encoder{b: make([]byte, 0, 8)}
+	e.u8(valueV1)
+	e.uvarint(uint64(m.ReadMark))
+	return e.b
+}
+
+func decodeMember(b []byte) (member, error) {
+	d := decoder{b: b}
+	d.version("member", valueV1)
+	m := member{ReadMark: Position(d.uvarint())}
+	return m, d.done("member")
+}
+
+// encodeEntry encodes everything but Seq, which is part of the key.
+func encodeEntry(x *Entry) []byte {
+	e := encoder{b: make([]byte, 0, 48+len(x.Conv)+len(x.Sender)+len(x.Body))}
+	e.u8(valueV1)
+	e.u8(uint8(x.Kind))
+	e.msgID(x.MsgID)
+	e.str(x.Conv)
+	e.uvarint(uint64(x.ConvSeq))
+	e.str(x.Sender)
+	e.varint(x.Time)
+	e.bytes(x.Body)
+	e.uvarint(uint64(x.ReadUpTo))
+	e.msgID(x.Target)
+	e.strs(x.Members)
+	return e.b
+}
+
+func decodeEntry(b []byte, seq Position) (Entry, error) {
+	d := decoder{b: b}
+	d.version("entry", valueV1)
+	x := Entry{
+		Seq:      seq,
+		Kind:     Kind(d.u8()),
+		MsgID:    d.msgID(),
+		Conv:     d.str(),
+		ConvSeq:  Position(d.uvarint()),
+		Sender:   d.str(),
+		Time:     d.varint(),
+		Body:     d.bytes(),
+		ReadUpTo: Position(d.uvarint()),
+		Target:   d.msgID(),
+		Members:  d.strs(),
+	}
+	return x, d.done("entry")
+}
+
+// msgRef locates a message by msg_id, for recalls and traces.
+type msgRef struct {
+	Conv     string
+	ConvSeq  Position
+	Recalled bool
+}
+
+func (r msgRef) encode() []byte {
+	e := encoder{b: make([]byte, 0, 16+len(r.Conv))}
+	e.u8(valueV1)
+	e.str(r.Conv)
+	e.uvarint(uint64(r.ConvSeq))
+	if r.Recalled {
+		e.u8(1)
+	} else {
+		e.u8(0)
+	}
+	return e.b
+}
+
+func decodeMsgRef(b []byte) (msgRef, error) {
+	d := decoder{b: b}
+	d.version("msg ref", valueV1)
+	r := msgRef{Conv: d.str(), ConvSeq: Position(d.uvarint()), Recalled: d.u8() == 1}
+	return r, d.done("msg ref")
+}
+
+// dedupRecord remembers the outcome of one (sender, client_msg_id, kind) until Expires.
+type dedupRecord struct {
+	Hash    [16]byte // payload hash; a resend with another hash is a conflict
+	Expires int64    // proposer time after which the record no longer counts
+	Result  AppendResult
+}
+
+func (r dedupRecord) encode() []byte {
+	e := encoder{b: make([]byte, 0, 64)}
+	e.u8(valueV1)
+	e.b = append(e.b, r.Hash[:]...)
+	e.varint(r.Expires)
+	e.msgID(r.Result.MsgID)
+	e.uvarint(uint64(r.Result.ConvSeq))
+	e.varint(r.Result.Time)
+	e.uvarint(uint64(r.Result.Epoch))
+	if r.Result.NoOp {
+		e.u8(1)
+	} else {
+		e.u8(0)
+	}
+	return e.b
+}
+
+func decodeDedupRecord(b []byte) (dedupRecord, error) {
+	d := decoder{b: b}
+	d.version("dedup record", valueV1)
+	var r dedupRecord
+	copy(r.Hash[:], d.raw(16, "hash"))
+	r.Expires = d.varint()
+	r.Result.MsgID = d.msgID()
+	r.Result.ConvSeq = Position(d.uvarint())
+	r.Result.Time = d.varint()
+	r.Result.Epoch = Epoch(d.uvarint())
+	r.Result.NoOp = d.u8() == 1
+	return r, d.done("dedup record")
+}
+
+// outboxRecord says which users must receive a conversation entry. The entry itself stays in the
+// conversation log; [Shard.ReadOutbox] joins the two.
+type outboxRecord struct {
+	Conv       string
+	ConvSeq    Position
+	Recipients []string // sorted, unique
+}
+
+func (r outboxRecord) encode() []byte {
+	e := encoder{b: make([]byte, 0, 16+len(r.Conv)+16*len(r.Recipients))}
+	e.u8(valueV1)
+	e.str(r.Conv)
+	e.uvarint(uint64(r.ConvSeq))
+	e.strs(r.Recipients)
+	return e.b
+}
+
+func decodeOutboxRecord(b []byte) (outboxRecord, error) {
+	d := decoder{b: b}
+	d.version("outbox record", valueV1)
+	r := outboxRecord{Conv: d.str(), ConvSeq: Position(d.uvarint()), Recipients: d.strs()}
+	return r, d.done("outbox record")
+}
+
+func encodeCursor(c Cursor) []byte {
+	e := encoder{b: make([]byte, 0, 20)}
+	e.u8(valueV1)
+	e.uvarint(uint64(c.Epoch))
+	e.uvarint(uint64(c.Pos))
+	return e.b
+}
+
+func decodeCursor(b []byte) (Cursor, error) {
+	d := decoder{b: b}
+	d.version("cursor", valueV1)
+	c := Cursor{Epoch: Epoch(d.uvarint()), Pos: Position(d.uvarint())}
+	return c, d.done("cursor")
+}
+
+func encodeUint(v uint64) []byte {
+	e := encoder{b: make([]byte, 0, 10)}
+	e.u8(valueV1)
+	e.uvarint(v)
+	return e.b
+}
+
+func decodeUint(b []byte) (uint64, error) {
+	d := decoder{b: b}
+	d.version("counter", valueV1)
+	v := d.uvarint()
+	return v, d.done("counter")
+}

@@ -1,0 +1,130 @@
+package raftstore
+
+import (
+	"encoding"
+	"encoding/binary"
+	"fmt"
+
+	"github.com/syncd-dev/syncd/log"
+)
+
+// Command is one replicated operation on a shard. Build it with the constructors below; Propose
+// stamps it with the proposer's clock and replicates it.
+//
+// Raft command format (version 1), as stored in the Raft log:
+//
+//	version u8 (1) | op u8 | proposer time varint (Unix ns) | payload (the log request's encoding)
+//
+// Decoders for every version that may still sit in a Raft log must be kept.
+type Command struct {
+	op      op
+	payload encoding.BinaryMarshaler
+	// Time is the proposer's clock in Unix nanoseconds. Zero means Propose fills in its own
+	// clock; tests set it to replay exact timelines.
+	Time int64
+}
+
+type op uint8
+
+// Operation codes. Values are persisted in Raft logs: never renumber them.
+const (
+	opAppend  op = 1
+	opDeliver op = 2
+	opCursor  op = 3
+	opTrim    op = 4
+)
+
+const commandV1 = 1
+
+// AppendCommand appends to a conversation log ([log.Tx.Append]).
+func AppendCommand(req *log.Append) Command { return Command{op: opAppend, payload: req} }
+
+// DeliverCommand appends a fan-out batch to user logs ([log.Tx.Deliver]).
+func DeliverCommand(b *log.DeliveryBatch) Command { return Command{op: opDeliver, payload: b} }
+
+// CursorCommand stores a device cursor ([log.Tx.SetCursor]).
+func CursorCommand(u *log.CursorUpdate) Command { return Command{op: opCursor, payload: u} }
+
+// TrimCommand applies retention to one log or the outbox ([log.Tx.Trim]).
+func TrimCommand(r *log.Trim) Command { return Command{op: opTrim, payload: r} }
+
+// Result is what a command produced once committed and applied. Only the field for the
+// command's kind is set.
+type Result struct {
+	Append  log.AppendResult  // AppendCommand
+	Deliver log.DeliverResult // DeliverCommand
+	First   uint64            // TrimCommand: first retained position afterwards
+}
+
+func (c Command) encode() ([]byte, error) {
+	if c.payload == nil {
+		return nil, fmt.Errorf("raftstore: empty command")
+	}
+	p, err := c.payload.MarshalBinary()
+	if err != nil {
+		return nil, err
+	}
+	b := make([]byte, 0, 12+len(p))
+	b = append(b, commandV1, byte(c.op))
+	b = binary.AppendVarint(b, c.Time)
+	return append(b, p...), nil
+}
+
+// decodedCommand is a command read back from the Raft log.
+type decodedCommand struct {
+	op   op
+	time int64
+	body []byte
+}
+
+func decodeCommand(b []byte) (decodedCommand, error) {
+	if len(b) < 3 || b[0] != commandV1 {
+		return decodedCommand{}, fmt.Errorf("%w: raft command with unknown version or too short", log.ErrCorrupt)
+	}
+	t, n := binary.Varint(b[2:])
+	if n <= 0 {
+		return decodedCommand{}, fmt.Errorf("%w: raft command time", log.ErrCorrupt)
+	}
+	return decodedCommand{op: op(b[1]), time: t, body: b[2+n:]}, nil
+}
+
+// apply runs the command inside tx. Errors are either rejections (log.Rejected) or failures of
+// the state machine itself.
+func (c decodedCommand) apply(tx *log.Tx, st log.Stamp) (Result, error) {
+	switch c.op {
+	case opAppend:
+		var req log.Append
+		if err := req.UnmarshalBinary(c.body); err != nil {
+			return Result{}, rejectDecode(err)
+		}
+		r, err := tx.Append(st, &req)
+		return Result{Append: r}, err
+	case opDeliver:
+		var b log.DeliveryBatch
+		if err := b.UnmarshalBinary(c.body); err != nil {
+			return Result{}, rejectDecode(err)
+		}
+		r, err := tx.Deliver(st, &b)
+		return Result{Deliver: r}, err
+	case opCursor:
+		var u log.CursorUpdate
+		if err := u.UnmarshalBinary(c.body); err != nil {
+			return Result{}, rejectDecode(err)
+		}
+		return Result{}, tx.SetCursor(u.UID, u.Device, u.Cursor)
+	case opTrim:
+		var r log.Trim
+		if err := r.UnmarshalBinary(c.body); err != nil {
+			return Result{}, rejectDecode(err)
+		}
+		first, err := tx.Trim(st, &r)
+		return Result{First: first}, err
+	}
+	return Result{}, fmt.Errorf("%w: unknown raft command op %d", log.ErrInvalid, c.op)
+}
+
+// rejectDecode turns a command that does not decode into a rejection: every replica fails it the
+// same way and nothing is written, so the state machine can go on.
+func rejectDecode(err error) error {
+	return fmt.Errorf("%w: undecodable command: %v", log.ErrInvalid, err)
+}

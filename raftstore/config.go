@@ -1,0 +1,161 @@
+package raftstore
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/syncd-dev/syncd/log"
+)
+
+// Peer is one voter of a static cluster.
+type Peer struct {
+	ID   string // node id, unique in the cluster
+	Addr string // raft address other nodes dial (host:port)
+}
+
+// Config configures a Node. Zero fields take the documented defaults; Validate reports every
+// problem at once.
+type Config struct {
+	// NodeID identifies this node in Raft configurations. Required.
+	NodeID string
+	// Dir is the node's data directory: Pebble in Dir/db, Raft snapshots in Dir/snapshots.
+	// Required.
+	Dir string
+	// RaftAddr is the TCP address the node's shared Raft listener binds. Default "127.0.0.1:0"
+	// (a free loopback port), which only suits a single node.
+	RaftAddr string
+	// AdvertiseAddr is the address other nodes dial to reach RaftAddr. Default: the bound
+	// listener address.
+	AdvertiseAddr string
+	// Shards lists the shards this node hosts. Default: one shard, 1.
+	Shards []ShardID
+	// Peers lists the voters of a static cluster, this node included, identical on every node.
+	// Empty means a single node that is the only voter of every shard (the embedded default).
+	Peers []Peer
+	// PeerAddr, if set, overrides the address used to dial a peer by id (for NAT and for the
+	// fault-injecting relays of tests). It must return "" to use the configured address.
+	PeerAddr func(id string) string
+
+	// Timing tunes Raft; zero fields take the LAN defaults of DefaultTiming.
+	Timing Timing
+
+	// SnapshotThreshold is how many applied entries trigger a snapshot. Default 16384.
+	SnapshotThreshold uint64
+	// SnapshotInterval is how often the threshold is checked. Default 30s.
+	SnapshotInterval time.Duration
+	// TrailingLogs is how many entries stay in the Raft log after a snapshot, so a follower a
+	// little behind catches up from the log rather than by snapshot. Default 10240.
+	TrailingLogs uint64
+
+	// CacheSize is Pebble's block cache size in bytes. Default 128 MiB.
+	CacheSize int64
+
+	// OnApply, if set, is called after each applied batch of a shard with its new applied index,
+	// on the shard's apply goroutine: it must not block.
+	OnApply func(shard ShardID, index uint64)
+
+	// Logger receives structured logs, Raft's included. Default slog.Default().
+	Logger *slog.Logger
+}
+
+// Timing holds the Raft timeouts. The defaults suit a LAN or one machine: a follower that hears
+// nothing for HeartbeatTimeout starts an election; the leader steps down when it cannot reach a
+// quorum for LeaderLeaseTimeout; CommitTimeout bounds how long followers wait to learn a new
+// commit index when the leader is idle.
+type Timing struct {
+	HeartbeatTimeout   time.Duration // default 500ms (hashicorp default 1s, tuned for WANs)
+	ElectionTimeout    time.Duration // default 500ms
+	LeaderLeaseTimeout time.Duration // default 250ms
+	CommitTimeout      time.Duration // default 20ms (hashicorp default 50ms)
+}
+
+// DefaultTiming returns the LAN defaults described on Timing.
+func DefaultTiming() Timing {
+	return Timing{
+		HeartbeatTimeout:   500 * time.Millisecond,
+		ElectionTimeout:    500 * time.Millisecond,
+		LeaderLeaseTimeout: 250 * time.Millisecond,
+		CommitTimeout:      20 * time.Millisecond,
+	}
+}
+
+// withDefaults returns a copy of c with defaults filled in.
+func (c Config) withDefaults() Config {
+	if c.RaftAddr == "" {
+		c.RaftAddr = "127.0.0.1:0"
+	}
+	if len(c.Shards) == 0 {
+		c.Shards = []ShardID{1}
+	}
+	d := DefaultTiming()
+	if c.Timing.HeartbeatTimeout == 0 {
+		c.Timing.HeartbeatTimeout = d.HeartbeatTimeout
+	}
+	if c.Timing.ElectionTimeout == 0 {
+		c.Timing.ElectionTimeout = d.ElectionTimeout
+	}
+	if c.Timing.LeaderLeaseTimeout == 0 {
+		c.Timing.LeaderLeaseTimeout = d.LeaderLeaseTimeout
+	}
+	if c.Timing.CommitTimeout == 0 {
+		c.Timing.CommitTimeout = d.CommitTimeout
+	}
+	if c.SnapshotThreshold == 0 {
+		c.SnapshotThreshold = 16384
+	}
+	if c.SnapshotInterval == 0 {
+		c.SnapshotInterval = 30 * time.Second
+	}
+	if c.TrailingLogs == 0 {
+		c.TrailingLogs = 10240
+	}
+	if c.CacheSize == 0 {
+		c.CacheSize = 128 << 20
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}
+
+// Validate reports every problem with the configuration (after defaults), joined.
+func (c Config) Validate() error {
+	c = c.withDefaults()
+	var errs []error
+	if !log.ValidID(c.NodeID) {
+		errs = append(errs, fmt.Errorf("raftstore: NodeID %q must be 1-%d printable ASCII characters", c.NodeID, log.MaxIDLen))
+	}
+	if c.Dir == "" {
+		errs = append(errs, errors.New("raftstore: Dir is required"))
+	}
+	seen := map[ShardID]bool{}
+	for _, s := range c.Shards {
+		if s == 0 || seen[s] {
+			errs = append(errs, fmt.Errorf("raftstore: shard id %d is zero or repeated", s))
+		}
+		seen[s] = true
+	}
+	if len(c.Peers) > 0 {
+		ids, self := map[string]bool{}, false
+		for _, p := range c.Peers {
+			if p.ID == "" || p.Addr == "" || ids[p.ID] {
+				errs = append(errs, fmt.Errorf("raftstore: peer %q/%q: id and address required, ids unique", p.ID, p.Addr))
+			}
+			ids[p.ID] = true
+			self = self || p.ID == c.NodeID
+		}
+		if !self {
+			errs = append(errs, fmt.Errorf("raftstore: Peers must include this node (%q)", c.NodeID))
+		}
+	}
+	t := c.Timing
+	if t.LeaderLeaseTimeout > t.HeartbeatTimeout {
+		errs = append(errs, errors.New("raftstore: Timing.LeaderLeaseTimeout must not exceed HeartbeatTimeout"))
+	}
+	if t.ElectionTimeout < t.HeartbeatTimeout {
+		errs = append(errs, errors.New("raftstore: Timing.ElectionTimeout must be at least HeartbeatTimeout"))
+	}
+	return errors.Join(errs...)
+}

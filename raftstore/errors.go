@@ -1,0 +1,41 @@
+package raftstore
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Sentinel errors of Propose and the other Node methods. hashicorp/raft's errors never leave this
+// package: they are mapped to these.
+var (
+	// ErrNotLeader: this node is not the shard's leader. The error is a *NotLeaderError naming the
+	// leader when one is known; retry there.
+	ErrNotLeader = errors.New("raftstore: not the shard leader")
+	// ErrTimeout: the command could not be handed to Raft before the context's deadline. It was
+	// not replicated; retrying is safe.
+	ErrTimeout = errors.New("raftstore: timed out")
+	// ErrLeadershipLost: leadership was lost after the command was handed to Raft, so it may or
+	// may not commit. Retry with the same client_msg_id: dedup makes the retry safe.
+	ErrLeadershipLost = errors.New("raftstore: leadership lost, outcome unknown")
+	// ErrShutdown: the node is shutting down.
+	ErrShutdown = errors.New("raftstore: shutting down")
+	// ErrNoShard: this node does not host the shard.
+	ErrNoShard = errors.New("raftstore: shard not hosted on this node")
+)
+
+// NotLeaderError is ErrNotLeader with the leader's identity, when known (empty otherwise).
+type NotLeaderError struct {
+	Shard      ShardID
+	LeaderID   string
+	LeaderAddr string
+}
+
+func (e *NotLeaderError) Error() string {
+	if e.LeaderID == "" {
+		return fmt.Sprintf("raftstore: shard %d: not the leader, leader unknown", e.Shard)
+	}
+	return fmt.Sprintf("raftstore: shard %d: not the leader, leader is %s at %s", e.Shard, e.LeaderID, e.LeaderAddr)
+}
+
+// Is makes errors.Is(err, ErrNotLeader) true.
+func (e *NotLeaderError) Is(target error) bool { return target == ErrNotLeader }

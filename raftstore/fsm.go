@@ -1,0 +1,145 @@
+package raftstore
+
+import (
+	"fmt"
+	"io"
+	"sync/atomic"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/hashicorp/raft"
+
+	"github.com/syncd-dev/syncd/log"
+)
+
+// fsm applies committed commands of one shard to its log.Shard.
+//
+// It is persistent: the applied index is written in the same Pebble batch as the data, so after a
+// restart raft (configured with NoSnapshotRestoreOnStart) re-delivers committed entries and the
+// fsm skips every one at or below the stored applied index instead of rebuilding state. Writes
+// are not fsynced here: the entries are already durable in the Raft log, which shares this
+// Pebble WAL, so the next synced Raft append makes them durable too, and anything lost in a crash
+// is re-applied from the Raft log.
+//
+// raft calls ApplyBatch, Snapshot and Restore from one goroutine; the atomics are read by others.
+type fsm struct {
+	shard *log.Shard
+	db    *pebble.DB
+
+	applied atomic.Uint64 // last index applied (or skipped as already applied)
+	// applies counts commands actually applied; skips counts entries skipped because the stored
+	// state already had them (the restart path).
+	applies atomic.Uint64
+	skips   atomic.Uint64
+	// restores counts snapshots installed since start.
+	restores atomic.Uint64
+	// onApply, if set, is called after each batch commits with the new applied index.
+	onApply func(index uint64)
+}
+
+// applyResult is what ApplyFuture.Response returns for a command.
+type applyResult struct {
+	res Result
+	err error
+}
+
+func newFSM(shard *log.Shard, db *pebble.DB) (*fsm, error) {
+	f := &fsm{shard: shard, db: db}
+	applied, err := shard.Applied()
+	if err != nil {
+		return nil, err
+	}
+	f.applied.Store(applied)
+	return f, nil
+}
+
+// Apply implements raft.FSM.
+func (f *fsm) Apply(l *raft.Log) any { return f.ApplyBatch([]*raft.Log{l})[0] }
+
+// ApplyBatch implements raft.BatchingFSM: the whole batch becomes one Pebble batch.
+func (f *fsm) ApplyBatch(logs []*raft.Log) []any {
+	out := make([]any, len(logs))
+	applied := f.applied.Load()
+	tx := f.shard.Begin()
+	defer tx.Close()
+	last := applied
+	for i, l := range logs {
+		if l.Index <= applied {
+			f.skips.Add(1)
+			continue
+		}
+		last = l.Index
+		if l.Type != raft.LogCommand {
+			continue
+		}
+		out[i] = f.applyOne(tx, l)
+	}
+	if last == applied {
+		return out
+	}
+	if err := tx.SetApplied(last); err != nil {
+		panic(fmt.Sprintf("raftstore: shard %d: record applied index: %v", f.shard.ID(), err))
+	}
+	if err := tx.Commit(false); err != nil {
+		// The state machine cannot go on with a write it could not make: crash and let restart
+		// re-apply from the durable Raft log.
+		panic(fmt.Sprintf("raftstore: shard %d: commit applied batch: %v", f.shard.ID(), err))
+	}
+	f.applied.Store(last)
+	if f.onApply != nil {
+		f.onApply(last)
+	}
+	return out
+}
+
+func (f *fsm) applyOne(tx *log.Tx, l *raft.Log) applyResult {
+	cmd, err := decodeCommand(l.Data)
+	if err != nil {
+		return applyResult{err: rejectDecode(err)}
+	}
+	f.applies.Add(1)
+	res, err := cmd.apply(tx, log.Stamp{Index: l.Index, Time: cmd.time})
+	if err != nil && !log.Rejected(err) {
+		panic(fmt.Sprintf("raftstore: shard %d: apply index %d: %v", f.shard.ID(), l.Index, err))
+	}
+	return applyResult{res: res, err: err}
+}
+
+// Snapshot implements raft.FSM. It first makes the applied state durable (a synced write of the
+// shared WAL), because raft may compact the log entries the snapshot covers as soon as the
+// snapshot is stored.
+func (f *fsm) Snapshot() (raft.FSMSnapshot, error) {
+	if err := f.db.LogData([]byte("snapshot"), pebble.Sync); err != nil {
+		return nil, fmt.Errorf("raftstore: sync before snapshot: %w", err)
+	}
+	return &fsmSnapshot{snap: f.shard.NewSnapshot()}, nil
+}
+
+// Restore implements raft.FSM: it replaces the shard's state with a snapshot from the leader.
+func (f *fsm) Restore(rc io.ReadCloser) error {
+	defer rc.Close()
+	if err := f.shard.Restore(rc); err != nil {
+		return err
+	}
+	applied, err := f.shard.Applied()
+	if err != nil {
+		return err
+	}
+	f.applied.Store(applied)
+	f.restores.Add(1)
+	if f.onApply != nil {
+		f.onApply(applied)
+	}
+	return nil
+}
+
+type fsmSnapshot struct{ snap *log.Snapshot }
+
+func (s *fsmSnapshot) Persist(sink raft.SnapshotSink) error {
+	if _, err := s.snap.WriteTo(sink); err != nil {
+		sink.Cancel()
+		return err
+	}
+	return sink.Close()
+}
+
+func (s *fsmSnapshot) Release() { s.snap.Close() }

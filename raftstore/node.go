@@ -1,0 +1,332 @@
+package raftstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/hashicorp/raft"
+
+	"github.com/syncd-dev/syncd/log"
+)
+
+// Node hosts a node's shards: one Pebble store, one Raft listener, and one hashicorp/raft
+// instance per shard. It is safe for concurrent use.
+type Node struct {
+	cfg    Config
+	logger *slog.Logger
+	db     *pebble.DB
+	mux    *Mux
+	addr   string // advertised raft address
+
+	shards map[ShardID]*replica // fixed after New
+
+	closed    atomic.Bool
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// replica is this node's member of one shard's Raft group.
+type replica struct {
+	id    ShardID
+	raft  *raft.Raft
+	fsm   *fsm
+	trans *raft.NetworkTransport
+	logs  *raftLog
+	state *log.Shard
+}
+
+// New opens (or creates) the node's store, starts every configured shard and, on first start,
+// bootstraps their Raft groups with Config.Peers (or this node alone). It returns once the shards
+// are running; leaders may not be elected yet (see WaitLeader).
+func New(cfg Config) (*Node, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	n := &Node{cfg: cfg, logger: cfg.Logger.With("node", cfg.NodeID), shards: map[ShardID]*replica{}}
+	if err := os.MkdirAll(cfg.Dir, 0o750); err != nil {
+		return nil, fmt.Errorf("raftstore: create data dir: %w", err)
+	}
+	cache := pebble.NewCache(cfg.CacheSize)
+	defer cache.Unref()
+	db, err := pebble.Open(filepath.Join(cfg.Dir, "db"), &pebble.Options{
+		Cache:        cache,
+		MemTableSize: 64 << 20,
+		Logger:       pebbleLogger{n.logger},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("raftstore: open store in %s (is another syncd using it?): %w", cfg.Dir, err)
+	}
+	n.db = db
+	ln, err := net.Listen("tcp", cfg.RaftAddr)
+	if err != nil {
+		db.Close()
+		return nil, fmt.Errorf("raftstore: listen for raft on %s: %w", cfg.RaftAddr, err)
+	}
+	n.mux = newMux(ln, n.logger)
+	n.addr = cfg.AdvertiseAddr
+	if n.addr == "" {
+		n.addr = ln.Addr().String()
+	}
+	for _, id := range cfg.Shards {
+		r, err := n.startReplica(id)
+		if err != nil {
+			n.Close()
+			return nil, fmt.Errorf("raftstore: start shard %d: %w", id, err)
+		}
+		n.shards[id] = r
+	}
+	return n, nil
+}
+
+func (n *Node) startReplica(id ShardID) (*replica, error) {
+	cfg := n.cfg
+	logger := n.logger.With("shard", uint32(id))
+	state, err := log.OpenShard(n.db, log.ShardID(id))
+	if err != nil {
+		return nil, err
+	}
+	logs, err := newRaftLog(n.db, id)
+	if err != nil {
+		return nil, err
+	}
+	snaps, err := raft.NewFileSnapshotStoreWithLogger(
+		filepath.Join(cfg.Dir, "snapshots", fmt.Sprintf("shard-%d", id)), 2, newRaftLogger(n.logger, id))
+	if err != nil {
+		return nil, err
+	}
+	if err := restoreIfInterrupted(state, snaps, logger); err != nil {
+		return nil, err
+	}
+	f, err := newFSM(state, n.db)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.OnApply != nil {
+		f.onApply = func(index uint64) { cfg.OnApply(id, index) }
+	}
+	layer, err := n.mux.Layer(id)
+	if err != nil {
+		return nil, err
+	}
+	trans := newShardTransport(layer, n.logger, n.addressProvider())
+
+	rc := raft.DefaultConfig()
+	rc.LocalID = raft.ServerID(cfg.NodeID)
+	rc.Logger = newRaftLogger(n.logger, id)
+	rc.HeartbeatTimeout = cfg.Timing.HeartbeatTimeout
+	rc.ElectionTimeout = cfg.Timing.ElectionTimeout
+	rc.LeaderLeaseTimeout = cfg.Timing.LeaderLeaseTimeout
+	rc.CommitTimeout = cfg.Timing.CommitTimeout
+	rc.SnapshotThreshold = cfg.SnapshotThreshold
+	rc.SnapshotInterval = cfg.SnapshotInterval
+	rc.TrailingLogs = cfg.TrailingLogs
+	rc.NoSnapshotRestoreOnStart = true // the fsm is persistent; see fsm.go
+	rc.MaxAppendEntries = 256          // larger batches: one Pebble sync and one fsm batch each
+	// BatchApplyCh stays off: with a buffered apply channel, Apply after Shutdown enqueues a
+	// future nobody resolves. The leader still groups every proposal waiting to be received.
+	rc.BatchApplyCh = false
+
+	cached, err := raft.NewLogCache(1024, logs)
+	if err != nil {
+		trans.Close()
+		return nil, err
+	}
+	has, err := raft.HasExistingState(cached, logs, snaps)
+	if err != nil {
+		trans.Close()
+		return nil, err
+	}
+	if !has {
+		servers := []raft.Server{{ID: rc.LocalID, Address: raft.ServerAddress(n.addr)}}
+		if len(cfg.Peers) > 0 {
+			servers = servers[:0]
+			for _, p := range cfg.Peers {
+				servers = append(servers, raft.Server{ID: raft.ServerID(p.ID), Address: raft.ServerAddress(p.Addr)})
+			}
+		}
+		if err := raft.BootstrapCluster(rc, cached, logs, snaps, trans, raft.Configuration{Servers: servers}); err != nil {
+			trans.Close()
+			return nil, fmt.Errorf("bootstrap: %w", err)
+		}
+		logger.Info("bootstrapped shard", "voters", len(servers))
+	}
+	r, err := raft.NewRaft(rc, f, cached, logs, snaps, trans)
+	if err != nil {
+		trans.Close()
+		return nil, err
+	}
+	return &replica{id: id, raft: r, fsm: f, trans: trans, logs: logs, state: state}, nil
+}
+
+// restoreIfInterrupted finishes a snapshot restore that a crash cut short, from the newest
+// snapshot in the store, before Raft starts.
+func restoreIfInterrupted(state *log.Shard, snaps raft.SnapshotStore, logger *slog.Logger) error {
+	need, err := state.NeedsRestore()
+	if err != nil || !need {
+		return err
+	}
+	list, err := snaps.List()
+	if err != nil {
+		return err
+	}
+	if len(list) == 0 {
+		return errors.New("an interrupted snapshot restore left the shard incomplete and no snapshot is stored: " +
+			"remove this replica's data and re-add the node to the shard")
+	}
+	_, rc, err := snaps.Open(list[0].ID)
+	if err != nil {
+		return err
+	}
+	defer rc.Close()
+	logger.Warn("finishing interrupted snapshot restore", "snapshot", list[0].ID, "index", list[0].Index)
+	return state.Restore(rc)
+}
+
+// addressProvider resolves peer ids through Config.PeerAddr, when set.
+func (n *Node) addressProvider() raft.ServerAddressProvider {
+	if n.cfg.PeerAddr == nil {
+		return nil
+	}
+	return addrFunc(n.cfg.PeerAddr)
+}
+
+type addrFunc func(id string) string
+
+func (f addrFunc) ServerAddr(id raft.ServerID) (raft.ServerAddress, error) {
+	if a := f(string(id)); a != "" {
+		return raft.ServerAddress(a), nil
+	}
+	return "", fmt.Errorf("raftstore: no address override for %s", id)
+}
+
+// Addr returns the node's advertised Raft address.
+func (n *Node) Addr() string { return n.addr }
+
+// ID returns the node's id.
+func (n *Node) ID() string { return n.cfg.NodeID }
+
+// Shards returns the ids of the shards this node hosts, ascending.
+func (n *Node) Shards() []ShardID {
+	ids := make([]ShardID, 0, len(n.shards))
+	for id := range n.shards {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+// State returns the local replica's state of shard, for reads. Reads are prefix-consistent: they
+// see the shard as of this replica's applied index.
+func (n *Node) State(shard ShardID) (*log.Shard, error) {
+	r, ok := n.shards[shard]
+	if !ok {
+		return nil, ErrNoShard
+	}
+	return r.state, nil
+}
+
+// Propose replicates cmd in shard and returns its result once a quorum has stored it durably
+// and this node has applied it. A refused command returns the log package's sentinel (for
+// example log.ErrConflict) with a zero Result. The context's deadline bounds the hand-off to Raft
+// (ErrTimeout); once handed off, Propose waits for the outcome, which Raft always delivers
+// (commit, ErrLeadershipLost or ErrShutdown).
+func (n *Node) Propose(ctx context.Context, shard ShardID, cmd Command) (Result, error) {
+	r, ok := n.shards[shard]
+	if !ok {
+		return Result{}, ErrNoShard
+	}
+	if n.closed.Load() {
+		return Result{}, ErrShutdown
+	}
+	if cmd.Time == 0 {
+		cmd.Time = time.Now().UnixNano()
+	}
+	data, err := cmd.encode()
+	if err != nil {
+		return Result{}, err
+	}
+	var timeout time.Duration
+	if dl, ok := ctx.Deadline(); ok {
+		timeout = time.Until(dl)
+		if timeout <= 0 {
+			return Result{}, ErrTimeout
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return Result{}, fmt.Errorf("%w: %v", ErrTimeout, err)
+	}
+	f := r.raft.Apply(data, timeout)
+	if err := f.Error(); err != nil {
+		return Result{}, n.mapRaftError(r, err)
+	}
+	res, ok := f.Response().(applyResult)
+	if !ok {
+		return Result{}, fmt.Errorf("raftstore: shard %d: unexpected apply response %T", shard, f.Response())
+	}
+	return res.res, res.err
+}
+
+func (n *Node) mapRaftError(r *replica, err error) error {
+	switch {
+	case errors.Is(err, raft.ErrNotLeader):
+		addr, id := r.raft.LeaderWithID()
+		return &NotLeaderError{Shard: r.id, LeaderID: string(id), LeaderAddr: string(addr)}
+	case errors.Is(err, raft.ErrLeadershipLost), errors.Is(err, raft.ErrLeadershipTransferInProgress),
+		errors.Is(err, raft.ErrAbortedByRestore):
+		return fmt.Errorf("%w (shard %d): %v", ErrLeadershipLost, r.id, err)
+	case errors.Is(err, raft.ErrEnqueueTimeout):
+		return ErrTimeout
+	case errors.Is(err, raft.ErrRaftShutdown):
+		return ErrShutdown
+	}
+	return fmt.Errorf("raftstore: shard %d: %w", r.id, err)
+}
+
+// Close shuts down every shard, the Raft listener and the store, waiting for their goroutines.
+// It is safe to call more than once.
+func (n *Node) Close() error {
+	n.closeOnce.Do(func() {
+		n.closed.Store(true)
+		var errs []error
+		for _, id := range n.Shards() {
+			r := n.shards[id]
+			errs = append(errs, r.raft.Shutdown().Error())
+			r.logs.closed.Store(true)
+			r.trans.CloseStreams()
+			errs = append(errs, r.trans.Close())
+		}
+		if n.mux != nil {
+			errs = append(errs, n.mux.Close())
+		}
+		if n.db != nil {
+			errs = append(errs, n.db.Close())
+		}
+		n.closeErr = errors.Join(errs...)
+	})
+	return n.closeErr
+}
+
+// pebbleLogger forwards Pebble's logs to slog.
+type pebbleLogger struct{ l *slog.Logger }
+
+func (p pebbleLogger) Infof(format string, args ...any) {
+	p.l.Debug(fmt.Sprintf(format, args...), "component", "pebble")
+}
+func (p pebbleLogger) Errorf(format string, args ...any) {
+	p.l.Error(fmt.Sprintf(format, args...), "component", "pebble")
+}
+func (p pebbleLogger) Fatalf(format string, args ...any) {
+	p.l.Error(fmt.Sprintf(format, args...), "component", "pebble")
+	os.Exit(1)
+}

@@ -1,0 +1,264 @@
+package raftstoretest
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/syncd-dev/syncd/log"
+	"github.com/syncd-dev/syncd/raftstore"
+)
+
+// Cluster is a static cluster of in-process nodes. Node i dials node j through Relay(i, j).
+// Methods must be called from the test goroutine unless noted.
+type Cluster struct {
+	t      testing.TB
+	cfgs   []raftstore.Config
+	nodes  []*raftstore.Node // nil while stopped
+	relays [][]*Relay        // relays[i][j] carries i's connections to j
+}
+
+// NewCluster starts n nodes hosting shards, each shard bootstrapped with all n nodes as voters.
+// tweak, if not nil, adjusts each node's config before start. Everything is stopped at test end.
+func NewCluster(t testing.TB, n int, shards []raftstore.ShardID, tweak func(*raftstore.Config)) *Cluster {
+	t.Helper()
+	c := &Cluster{t: t, nodes: make([]*raftstore.Node, n), relays: make([][]*Relay, n)}
+	dir := t.TempDir()
+	peers := make([]raftstore.Peer, n)
+	for i := range n {
+		peers[i] = raftstore.Peer{ID: fmt.Sprintf("n%d", i+1), Addr: freeAddr(t)}
+	}
+	for i := range n {
+		c.relays[i] = make([]*Relay, n)
+		for j := range n {
+			if i == j {
+				continue
+			}
+			r, err := NewRelay()
+			if err != nil {
+				t.Fatal(err)
+			}
+			r.SetTarget(peers[j].Addr)
+			c.relays[i][j] = r
+		}
+	}
+	for i := range n {
+		i := i
+		cfg := raftstore.Config{
+			NodeID:   peers[i].ID,
+			Dir:      filepath.Join(dir, peers[i].ID),
+			RaftAddr: peers[i].Addr,
+			Shards:   shards,
+			Peers:    peers,
+			PeerAddr: func(id string) string {
+				for j, p := range peers {
+					if p.ID == id && j != i {
+						return c.relays[i][j].Addr()
+					}
+				}
+				return ""
+			},
+			Logger: slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		}
+		if n == 1 {
+			cfg.Peers = nil
+		}
+		if tweak != nil {
+			tweak(&cfg)
+		}
+		c.cfgs = append(c.cfgs, cfg)
+	}
+	for i := range n {
+		c.Start(i)
+	}
+	t.Cleanup(c.Close)
+	return c
+}
+
+// freeAddr picks a free loopback port. Another process could take it before the node binds it;
+// on loopback in a test that is rare enough.
+func freeAddr(t testing.TB) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// Size returns the number of nodes.
+func (c *Cluster) Size() int { return len(c.nodes) }
+
+// Node returns node i, or nil if it is stopped.
+func (c *Cluster) Node(i int) *raftstore.Node { return c.nodes[i] }
+
+// Config returns node i's configuration.
+func (c *Cluster) Config(i int) raftstore.Config { return c.cfgs[i] }
+
+// Start starts (or restarts) node i on its existing data.
+func (c *Cluster) Start(i int) {
+	c.t.Helper()
+	if c.nodes[i] != nil {
+		return
+	}
+	n, err := raftstore.New(c.cfgs[i])
+	if err != nil {
+		c.t.Fatalf("start node %d: %v", i, err)
+	}
+	c.nodes[i] = n
+}
+
+// Stop shuts node i down (gracefully; crash tests use real processes).
+func (c *Cluster) Stop(i int) {
+	c.t.Helper()
+	if c.nodes[i] == nil {
+		return
+	}
+	if err := c.nodes[i].Close(); err != nil {
+		c.t.Errorf("stop node %d: %v", i, err)
+	}
+	c.nodes[i] = nil
+}
+
+// Partition cuts node i off from every other node (both directions); Heal restores it.
+func (c *Cluster) Partition(i int) { c.setLinks(i, true) }
+
+// Heal reconnects node i.
+func (c *Cluster) Heal(i int) { c.setLinks(i, false) }
+
+func (c *Cluster) setLinks(i int, blocked bool) {
+	for j := range c.nodes {
+		if j != i {
+			c.relays[i][j].SetBlocked(blocked)
+			c.relays[j][i].SetBlocked(blocked)
+		}
+	}
+}
+
+// Close stops every node and relay.
+func (c *Cluster) Close() {
+	for i := range c.nodes {
+		c.Stop(i)
+	}
+	for _, row := range c.relays {
+		for _, r := range row {
+			if r != nil {
+				r.Close()
+			}
+		}
+	}
+}
+
+// Leader waits for a running node that leads shard and returns its index.
+func (c *Cluster) Leader(shard raftstore.ShardID) int {
+	c.t.Helper()
+	var leader int
+	Eventually(c.t, 10*time.Second, fmt.Sprintf("a leader for shard %d", shard), func() bool {
+		for i, n := range c.nodes {
+			if n == nil {
+				continue
+			}
+			st, err := n.ShardStatus(shard)
+			if err == nil && st.State == "leader" {
+				leader = i
+				return true
+			}
+		}
+		return false
+	})
+	return leader
+}
+
+// Propose sends cmd to whichever running node leads shard, retrying while leadership moves,
+// until ctx ends. A command whose outcome is unknown (leadership lost) is retried too: callers
+// rely on dedup for idempotence, exactly as clients do.
+func (c *Cluster) Propose(ctx context.Context, shard raftstore.ShardID, cmd raftstore.Command) (raftstore.Result, error) {
+	for {
+		for _, n := range c.nodes {
+			if n == nil {
+				continue
+			}
+			st, err := n.ShardStatus(shard)
+			if err != nil || st.State != "leader" {
+				continue
+			}
+			res, err := n.Propose(ctx, shard, cmd)
+			if err == nil || log.Rejected(err) {
+				return res, err
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return raftstore.Result{}, ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// WaitConverged waits until every running node has applied the same index of shard, then checks
+// their state checksums are equal and returns the applied index.
+func (c *Cluster) WaitConverged(shard raftstore.ShardID) uint64 {
+	c.t.Helper()
+	var index uint64
+	Eventually(c.t, 20*time.Second, fmt.Sprintf("replicas of shard %d to converge", shard), func() bool {
+		index = 0
+		for _, n := range c.nodes {
+			if n == nil {
+				continue
+			}
+			st, err := n.ShardStatus(shard)
+			if err != nil || st.AppliedIndex != st.CommitIndex || st.CommitIndex != st.LastIndex {
+				return false
+			}
+			if index != 0 && st.StateIndex != index {
+				return false
+			}
+			index = st.StateIndex
+		}
+		return index > 0
+	})
+	var want uint64
+	for i, n := range c.nodes {
+		if n == nil {
+			continue
+		}
+		state, err := n.State(shard)
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		sum, _, err := state.StateChecksum()
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		if want == 0 {
+			want = sum
+		} else if sum != want {
+			c.t.Fatalf("shard %d: node %d state checksum %x differs from %x at applied index %d", shard, i, sum, want, index)
+		}
+	}
+	return index
+}
+
+// Eventually polls cond every 10ms until it holds or timeout passes, then fails the test.
+func Eventually(t testing.TB, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", timeout, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// testWriter sends log output to t.Log, so it shows only for failing tests.
+type testWriter struct{ t testing.TB }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(string(p))
+	return len(p), nil
+}

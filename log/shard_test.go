@@ -1,0 +1,300 @@
+// Unit tests of contracts the scripts cannot express well: requests are never modified by the
+// shard (determinism when a request object is applied twice), group receipts beyond the scan limit,
+// bounded dedup garbage collection, key-format versioning on open, reads that stay consistent
+// while the one writer trims and appends (G3: never a spurious hole), msg id parsing and isolation
+// between shards sharing one Pebble database.
+package log
+
+import (
+	"errors"
+	"fmt"
+	"reflect"
+	"slices"
+	"sync"
+	"testing"
+
+	"github.com/cockroachdb/pebble/v2"
+)
+
+func TestAppendDoesNotModifyRequest(t *testing.T) {
+	s := newMemShard(t, testShardID)
+	reqs := []Append{
+		{Conv: "d1", Sender: "b", ClientMsgID: "1", Kind: KindMessage, Body: []byte("x"), Members: []string{"b", "a"}},
+		{Conv: "g1", Sender: "a", ClientMsgID: "2", Kind: KindGroupCreate, Members: []string{"c", "b", "c"}},
+		{Conv: "g1", Sender: "a", ClientMsgID: "3", Kind: KindMemberAdd, Members: []string{"e", "d", "e"}},
+		{Conv: "g1", Sender: "a", ClientMsgID: "4", Kind: KindMemberRemove, Members: []string{"e", "d", "e"}},
+	}
+	for i, req := range reqs {
+		orig := req
+		orig.Members = slices.Clone(req.Members)
+		appendOK(t, s, Stamp{Index: uint64(i + 1), Time: 100}, req)
+		if !reflect.DeepEqual(req, orig) {
+			t.Errorf("Append modified its request: %+v, was %+v", req, orig)
+		}
+	}
+}
+
+// A group receipt that covers more than receiptScanLimit new entries goes to every member
+// instead of scanning for the senders concerned.
+func TestGroupReceiptBeyondScanLimit(t *testing.T) {
+	s := newMemShard(t, testShardID)
+	idx := uint64(0)
+	next := func() Stamp { idx++; return Stamp{Index: idx, Time: int64(idx)} }
+	appendOK(t, s, next(), Append{Conv: "g", Sender: "a", ClientMsgID: "c", Kind: KindGroupCreate, Members: []string{"b", "c"}})
+	for i := 0; i < receiptScanLimit+1; i++ {
+		appendOK(t, s, next(), Append{Conv: "g", Sender: "a", ClientMsgID: fmt.Sprint("m", i), Kind: KindMessage, Body: []byte("x")})
+	}
+	recipients := func(upTo Position) []string {
+		res := appendOK(t, s, next(), Append{Conv: "g", Sender: "c", ClientMsgID: fmt.Sprint("r", upTo), Kind: KindReceipt, ReadUpTo: upTo})
+		info, err := s.Outbox()
+		if err != nil || res.NoOp {
+			t.Fatalf("outbox: %v, result %+v", err, res)
+		}
+		items, err := s.ReadOutbox(info.Head, 1)
+		if err != nil || len(items) != 1 {
+			t.Fatalf("read outbox: %v %v", items, err)
+		}
+		return items[0].Recipients
+	}
+	if got := recipients(receiptScanLimit); !slices.Equal(got, []string{"a", "c"}) {
+		t.Errorf("receipt within the scan limit went to %v, want the reader and the sender", got)
+	}
+	// Move on by more than the limit: c's mark is receiptScanLimit, head is now past 2*limit.
+	for i := 0; i < receiptScanLimit; i++ {
+		appendOK(t, s, next(), Append{Conv: "g", Sender: "a", ClientMsgID: fmt.Sprint("n", i), Kind: KindMessage, Body: []byte("x")})
+	}
+	info, err := s.ConvInfo("g")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := recipients(info.Head); !slices.Equal(got, []string{"a", "b", "c"}) {
+		t.Errorf("receipt beyond the scan limit went to %v, want every member", got)
+	}
+}
+
+// Expired dedup records are reclaimed at most dedupGCPerAppend per append, so no command does
+// unbounded work, and all of them eventually.
+func TestDedupGCIsBounded(t *testing.T) {
+	s := newMemShard(t, testShardID)
+	idx := uint64(0)
+	send := func(time int64, cmid string, window int64) {
+		idx++
+		appendOK(t, s, Stamp{Index: idx, Time: time}, Append{Conv: "d", Sender: "a", ClientMsgID: cmid,
+			Kind: KindMessage, Body: []byte("x"), Members: []string{"a", "b"}, DedupWindow: window})
+	}
+	const n = 3*dedupGCPerAppend + 2
+	for i := 0; i < n; i++ {
+		send(100, fmt.Sprint("short", i), 10) // expire at 110
+	}
+	if got := countTable(t, s, tagDedup); got != n {
+		t.Fatalf("%d dedup records, want %d", got, n)
+	}
+	// Each later append (default window: its record stays) reclaims up to dedupGCPerAppend.
+	for k := 1; k <= n/dedupGCPerAppend+1; k++ {
+		send(1000, fmt.Sprint("long", k), 0)
+		want := k + max(0, n-k*dedupGCPerAppend)
+		if got := countTable(t, s, tagDedup); got != want {
+			t.Fatalf("after %d appends: %d dedup records, want %d", k, got, want)
+		}
+		if got := countTable(t, s, tagDedupByExp); got != want {
+			t.Fatalf("after %d appends: %d expiry index entries, want %d", k, got, want)
+		}
+	}
+}
+
+func TestOpenShardChecksFormat(t *testing.T) {
+	db := newMemDB(t)
+	s, err := OpenShard(db, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := OpenShard(db, 3); err != nil {
+		t.Fatalf("reopen: %v", err)
+	}
+	if err := db.Set(s.k.meta(metaFormat), encodeUint(formatVersion+1), pebble.Sync); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := OpenShard(db, 3); err == nil {
+		t.Fatal("opened a shard of an unknown key format")
+	}
+	// Other shards of the same database are unaffected.
+	if _, err := OpenShard(db, 4); err != nil {
+		t.Fatalf("open another shard: %v", err)
+	}
+}
+
+// Shards in one database are isolated: the same commands on two shard ids give the same
+// StateChecksum (keys are compared without the shard prefix) except for the msg ids, which carry
+// the shard id, and work on one leaves the other untouched.
+func TestShardsShareDatabaseIsolated(t *testing.T) {
+	db := newMemDB(t)
+	a, err := OpenShard(db, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := OpenShard(db, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	emptyB := stateSum(t, b)
+	res := appendOK(t, a, Stamp{Index: 1, Time: 5}, Append{Conv: "d", Sender: "x", ClientMsgID: "1",
+		Kind: KindMessage, Body: []byte("hi"), Members: []string{"x", "y"}})
+	if res.MsgID != (MsgID{Shard: 1, Index: 1}) {
+		t.Fatalf("msg id %s", res.MsgID)
+	}
+	if stateSum(t, b) != emptyB {
+		t.Fatal("writing shard 1 changed shard 2")
+	}
+	if _, err := b.ConvInfo("d"); !errors.Is(err, ErrNoConversation) {
+		t.Fatalf("shard 2 sees shard 1's conversation: %v", err)
+	}
+}
+
+// Readers run concurrently with the one writer (the documented contract). A read must never
+// report a hole (ErrCorrupt) because the writer trimmed or appended between the read's steps.
+func TestReadsConsistentWithConcurrentWriter(t *testing.T) {
+	s := newMemShard(t, testShardID)
+	const rounds = 300
+	var wg sync.WaitGroup
+	done := make(chan struct{})
+	errc := make(chan error, 16)
+	report := func(err error) {
+		select {
+		case errc <- err:
+		default:
+		}
+	}
+	reader := func(read func() error) {
+		defer wg.Done()
+		for {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			if err := read(); err != nil {
+				report(err)
+				return
+			}
+		}
+	}
+	wg.Add(4)
+	go reader(func() error {
+		info, err := s.UserInfo("u")
+		if err != nil {
+			return err
+		}
+		r, err := s.ReadUser("u", 0, max(info.First, 1), Limit{})
+		if err != nil {
+			return fmt.Errorf("read user: %w", err)
+		}
+		for i, e := range r.Entries {
+			if e.Seq != max(info.First, 1)+Position(i) {
+				return fmt.Errorf("read user: hole at %d", e.Seq)
+			}
+		}
+		return nil
+	})
+	go reader(func() error {
+		info, err := s.UserInfo("u")
+		if err != nil || info.Head < info.First {
+			return err
+		}
+		_, err = s.Checksum("u", info.First, info.Head)
+		if errors.Is(err, ErrCorrupt) {
+			return fmt.Errorf("checksum: %w", err)
+		}
+		return nil // ErrInvalid is fine: the range moved since UserInfo
+	})
+	go reader(func() error {
+		info, err := s.ConvInfo("d")
+		if errors.Is(err, ErrNoConversation) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if _, err := s.ReadConvBefore("d", info.Head+1, Limit{Count: 4}); err != nil {
+			return fmt.Errorf("read conv before: %w", err)
+		}
+		return nil
+	})
+	go reader(func() error {
+		info, err := s.Outbox()
+		if err != nil {
+			return err
+		}
+		items, err := s.ReadOutbox(info.First, 8)
+		if errors.Is(err, ErrInvalid) {
+			return nil // trimmed since Outbox: reported, not skipped
+		}
+		if err != nil {
+			return fmt.Errorf("read outbox: %w", err)
+		}
+		if len(items) > 0 && items[0].Pos != info.First {
+			return fmt.Errorf("read outbox from %d returned %d first", info.First, items[0].Pos)
+		}
+		return nil
+	})
+
+	idx := uint64(0)
+	for i := 0; i < rounds; i++ {
+		idx++
+		st := Stamp{Index: idx, Time: int64(idx)}
+		appendOK(t, s, st, Append{Conv: "d", Sender: "u", ClientMsgID: fmt.Sprint(i), Kind: KindMessage,
+			Body: []byte("x"), Members: []string{"u", "v"}})
+		out, err := s.Outbox()
+		if err != nil {
+			t.Fatal(err)
+		}
+		idx++
+		mustApply(t, s, Stamp{Index: idx, Time: int64(idx)}, func(tx *Tx) error {
+			if _, err := tx.Deliver(st, outboxBatch(t, s, out.Head-1, out.Head)); err != nil {
+				return err
+			}
+			if err := tx.TrimOutbox(out.Head - 1); err != nil {
+				return err
+			}
+			if _, err := tx.TrimConv(st, "d", Retention{MaxCount: 3}); err != nil {
+				return err
+			}
+			_, err := tx.TrimUser(st, "u", Retention{MaxCount: 3})
+			return err
+		})
+	}
+	close(done)
+	wg.Wait()
+	select {
+	case err := <-errc:
+		t.Fatal(err)
+	default:
+	}
+}
+
+func TestParseMsgID(t *testing.T) {
+	for _, id := range []MsgID{{1, 1, 0}, {1<<32 - 1, 1<<64 - 1, 1<<32 - 1}} {
+		got, err := ParseMsgID(id.String())
+		if err != nil || got != id {
+			t.Errorf("ParseMsgID(%q) = %v, %v", id.String(), got, err)
+		}
+	}
+	for _, s := range []string{"", "1.2", "1.2.3.4", "a.1.0", "1.0.0", "4294967296.1.0", "1.-1.0", "1.1.x"} {
+		if _, err := ParseMsgID(s); err == nil {
+			t.Errorf("ParseMsgID(%q) accepted", s)
+		}
+	}
+}
+
+func TestNames(t *testing.T) {
+	for k, want := range map[Kind]string{KindMessage: "message", KindMemberRemove: "member_remove", 0: "kind(0)", 7: "kind(7)"} {
+		if k.String() != want || k.Valid() != (want[0] != 'k') {
+			t.Errorf("Kind(%d) = %q valid=%v", k, k.String(), k.Valid())
+		}
+	}
+	if ReadTooOld.String() != "too_old" || ReadStatus(9).String() != "read_status(9)" {
+		t.Error("ReadStatus names")
+	}
+	if !ValidID("a~!") || ValidID("") || ValidID("a b") || ValidID(string(make([]byte, MaxIDLen+1))) {
+		t.Error("ValidID")
+	}
+}

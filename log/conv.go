@@ -41,8 +41,10 @@ const (
 	// receiptScanLimit bounds the entries a group receipt inspects to find the senders it
 	// concerns; beyond it the receipt goes to every member.
 	receiptScanLimit = 512
-	// dedupGCPerAppend is how many expired dedup records each append deletes.
-	dedupGCPerAppend = 8
+	// Dedup records are reclaimed dedupGCBatch at a time on every dedupGCEvery-th Raft index:
+	// four per index on average, well above the one record each append creates.
+	dedupGCEvery = 64
+	dedupGCBatch = 256
 )
 
 // AppendResult is the outcome of an [Append]. A resend of the same request returns the original
@@ -67,6 +69,8 @@ func (t *Tx) Append(st Stamp, req *Append) (AppendResult, error) {
 	hash := req.hash()
 
 	// 1. Dedup: a live record with the same payload is the answer; another payload is a conflict.
+	// An expired record is replaced below; remember it to drop its expiry index entry.
+	var expired *dedupRecord
 	if v, ok, err := getValue(t.b, k.dedup(suffix)); err != nil {
 		return AppendResult{}, err
 	} else if ok {
@@ -82,6 +86,7 @@ func (t *Tx) Append(st Stamp, req *Append) (AppendResult, error) {
 			res.Duplicate = true
 			return res, nil
 		}
+		expired = &rec
 	}
 
 	// 2. Checks against the conversation, all before the first write.
@@ -106,10 +111,13 @@ func (t *Tx) Append(st Stamp, req *Append) (AppendResult, error) {
 			return AppendResult{}, err
 		}
 	}
-	if err := t.writeDedup(st, req, suffix, hash, res); err != nil {
+	if err := t.writeDedup(st, req, suffix, hash, res, expired); err != nil {
 		return AppendResult{}, err
 	}
-	return res, t.gcDedup(st)
+	if st.Index%dedupGCEvery == 0 {
+		return res, t.gcDedup(st)
+	}
+	return res, nil
 }
 
 // appendPlan is what planAppend decided: the conversation meta to write, membership changes,
@@ -146,10 +154,14 @@ func (t *Tx) planAppend(st Stamp, req *Append, exists bool, p *appendPlan) error
 		if len(p.add) != 2 || !slices.Contains(p.add, req.Sender) {
 			return invalidf("a direct conversation needs the sender and one other user")
 		}
+		p.meta.Members = p.add
 	}
-	members, err := t.members(req.Conv, p.add)
-	if err != nil {
-		return err
+	members := p.meta.Members // a direct conversation keeps its two members in its meta
+	if p.meta.Kind == ConvGroup {
+		var err error
+		if members, err = t.members(req.Conv); err != nil {
+			return err
+		}
 	}
 	if !slices.Contains(members, req.Sender) {
 		return ErrNotMember
@@ -311,24 +323,17 @@ func (t *Tx) writeConvEntry(st Stamp, req *Append, p *appendPlan, res AppendResu
 	if err := t.set(k.conv(req.Conv), p.meta.encode()); err != nil {
 		return err
 	}
-	return t.appendOutbox(outboxRecord{Conv: req.Conv, ConvSeq: res.ConvSeq, Recipients: p.recipients})
+	return t.appendOutbox(outboxRecord{Recipients: p.recipients, Entry: e})
 }
 
-func (t *Tx) writeDedup(st Stamp, req *Append, suffix []byte, hash [16]byte, res AppendResult) error {
+func (t *Tx) writeDedup(st Stamp, req *Append, suffix []byte, hash [16]byte, res AppendResult, expired *dedupRecord) error {
 	window := req.DedupWindow
 	if window == 0 {
 		window = DefaultDedupWindow
 	}
 	k := t.s.k
-	// An expired record for the same key may still be stored: drop its expiry index entry.
-	if v, ok, err := getValue(t.b, k.dedup(suffix)); err != nil {
-		return err
-	} else if ok {
-		old, err := decodeDedupRecord(v)
-		if err != nil {
-			return err
-		}
-		if err := t.del(k.dedupByExp(old.Expires, suffix)); err != nil {
+	if expired != nil {
+		if err := t.del(k.dedupByExp(expired.Expires, suffix)); err != nil {
 			return err
 		}
 	}
@@ -339,8 +344,10 @@ func (t *Tx) writeDedup(st Stamp, req *Append, suffix []byte, hash [16]byte, res
 	return t.set(k.dedupByExp(rec.Expires, suffix), nil)
 }
 
-// gcDedup deletes a few dedup records that expired before st.Time. Lookups ignore expired records
-// anyway; this only reclaims space, a little per append so no command does unbounded work.
+// gcDedup deletes up to dedupGCBatch dedup records that expired before st.Time. Lookups ignore
+// expired records anyway; this only reclaims space. It runs on appends whose Raft index is a
+// multiple of dedupGCEvery: a rule every replica applies identically (unlike, say, "once per
+// apply batch", whose boundaries differ between replicas), and no command does unbounded work.
 func (t *Tx) gcDedup(st Stamp) error {
 	k := t.s.k
 	lower := k.dedupByExpPrefix()
@@ -350,7 +357,7 @@ func (t *Tx) gcDedup(st Stamp) error {
 		return fmt.Errorf("log: read: %w", err)
 	}
 	var expired [][]byte
-	for ok := it.First(); ok && len(expired) < dedupGCPerAppend; ok = it.Next() {
+	for ok := it.First(); ok && len(expired) < dedupGCBatch; ok = it.Next() {
 		expired = append(expired, slices.Clone(it.Key()))
 	}
 	if err := it.Close(); err != nil {
@@ -371,8 +378,8 @@ func (t *Tx) gcDedup(st Stamp) error {
 	return nil
 }
 
-// members returns the sorted members of conv, plus extra (members being created in this Tx).
-func (t *Tx) members(conv string, extra []string) ([]string, error) {
+// members returns the sorted members of group conv.
+func (t *Tx) members(conv string) ([]string, error) {
 	prefix := t.s.k.memberPrefix(conv)
 	it, err := t.b.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: prefixEnd(prefix)})
 	if err != nil {
@@ -390,7 +397,7 @@ func (t *Tx) members(conv string, extra []string) ([]string, error) {
 	if err := it.Close(); err != nil {
 		return nil, fmt.Errorf("log: read: %w", err)
 	}
-	return sortedUnique(append(out, extra...)), nil
+	return out, nil
 }
 
 func (t *Tx) member(conv, uid string) (member, error) {

@@ -38,7 +38,7 @@ var (
 		{Pos: 6, Users: []string{"a", "b"}, Entry: goldenEntry},
 		{Pos: 9, Users: []string{"c"}, Entry: Entry{Kind: KindReceipt, MsgID: MsgID{Shard: 3, Index: 120}, Conv: "g", ConvSeq: 13, ReadUpTo: 12}},
 	}}
-	goldenLogMeta = logMeta{Kind: ConvGroup, Epoch: 1_700_000_000_000_000_000, First: 4, Head: 1000}
+	goldenLogMeta = logMeta{Kind: ConvDirect, Epoch: 1_700_000_000_000_000_000, First: 4, Head: 1000, Members: []string{"a", "b"}}
 	goldenMember  = member{ReadMark: 77}
 	goldenMsgRef  = msgRef{Conv: "g", ConvSeq: 12, Recalled: true}
 	goldenDedup   = dedupRecord{
@@ -46,7 +46,7 @@ var (
 		Expires: 1_700_086_400_000_000_000,
 		Result:  AppendResult{MsgID: MsgID{Shard: 3, Index: 99}, ConvSeq: 12, Time: 1_700_000_000_000_000_000, Epoch: 5, NoOp: true},
 	}
-	goldenOutbox = outboxRecord{Conv: "g", ConvSeq: 12, Recipients: []string{"a", "b", "c"}}
+	goldenOutbox = outboxRecord{Recipients: []string{"a", "b", "c"}, Entry: goldenEntry}
 	goldenCursor = Cursor{Epoch: 1_700_000_000_000_000_000, Pos: 41}
 )
 

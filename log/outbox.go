@@ -8,15 +8,15 @@ import (
 )
 
 // The outbox is the transactional-outbox half of fan-out: every conversation entry is written in
-// the same batch as an outbox record naming its recipients, at the next outbox position of the
-// shard (1, 2, 3…). Fan-out workers read the outbox in order and deliver to user logs; once every
+// the same batch as an outbox record holding a copy of it and naming its recipients, at the next
+// outbox position of the shard (1, 2, 3…). Fan-out workers read the outbox in order and deliver to user logs; once every
 // destination has applied a prefix, the leader trims it.
 
-// OutboxItem is one outbox record joined with its conversation entry.
+// OutboxItem is one outbox record: a conversation entry and who must receive it.
 type OutboxItem struct {
 	Pos        uint64   // outbox position in the source shard
 	Recipients []string // sorted, unique user ids
-	Entry      Entry    // the conversation entry (Seq = ConvSeq)
+	Entry      Entry    // the conversation entry; Seq is unused
 }
 
 // OutboxInfo is the retained range [First, Head] of the outbox.
@@ -27,15 +27,18 @@ type OutboxInfo struct {
 
 func (t *Tx) appendOutbox(rec outboxRecord) error {
 	k := t.s.k
-	head, _, err := getUint(t.b, k.meta(metaOutboxHead))
-	if err != nil {
+	if !t.outboxHeadLoaded { // read once per Tx; this Tx is the only writer
+		head, _, err := getUint(t.b, k.meta(metaOutboxHead))
+		if err != nil {
+			return err
+		}
+		t.outboxHead, t.outboxHeadLoaded = head, true
+	}
+	t.outboxHead++
+	if err := t.set(k.outbox(t.outboxHead), rec.encode()); err != nil {
 		return err
 	}
-	head++
-	if err := t.set(k.outbox(head), rec.encode()); err != nil {
-		return err
-	}
-	return t.set(k.meta(metaOutboxHead), encodeUint(head))
+	return t.set(k.meta(metaOutboxHead), encodeUint(t.outboxHead))
 }
 
 // Outbox returns the retained range of the outbox.
@@ -58,7 +61,7 @@ func outboxInfo(r pebble.Reader, k keys) (OutboxInfo, error) {
 // ReadOutbox returns up to limit outbox items at positions from and after, in order. Positions
 // before the retained range return ErrInvalid: the caller's fan-out cursor is behind a trim.
 func (s *Shard) ReadOutbox(from uint64, limit int) ([]OutboxItem, error) {
-	snap := s.db.NewSnapshot() // range, outbox and conversation entries read at one point in time
+	snap := s.db.NewSnapshot() // range and records read at one point in time
 	defer snap.Close()
 	info, err := outboxInfo(snap, s.k)
 	if err != nil {
@@ -83,18 +86,7 @@ func (s *Shard) ReadOutbox(from uint64, limit int) ([]OutboxItem, error) {
 		if err != nil {
 			return nil, fmt.Errorf("outbox %d: %w", pos, err)
 		}
-		v, ok, err := getValue(snap, s.k.convEntry(rec.Conv, rec.ConvSeq))
-		if err != nil {
-			return nil, err
-		}
-		if !ok {
-			return nil, corruptf("outbox %d names %s/%d, which is not stored", pos, rec.Conv, rec.ConvSeq)
-		}
-		e, err := decodeEntry(v, rec.ConvSeq)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, OutboxItem{Pos: pos, Recipients: rec.Recipients, Entry: e})
+		out = append(out, OutboxItem{Pos: pos, Recipients: rec.Recipients, Entry: rec.Entry})
 	}
 	return out, it.Error()
 }

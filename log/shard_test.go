@@ -72,33 +72,38 @@ func TestGroupReceiptBeyondScanLimit(t *testing.T) {
 	}
 }
 
-// Expired dedup records are reclaimed at most dedupGCPerAppend per append, so no command does
-// unbounded work, and all of them eventually.
+// Expired dedup records are reclaimed dedupGCBatch at a time, only on appends whose Raft index is
+// a multiple of dedupGCEvery (a rule every replica applies identically), so no command does
+// unbounded work and all of them are reclaimed eventually.
 func TestDedupGCIsBounded(t *testing.T) {
 	s := newMemShard(t, testShardID)
-	idx := uint64(0)
-	send := func(time int64, cmid string, window int64) {
-		idx++
+	send := func(idx uint64, time int64, cmid string, window int64) {
 		appendOK(t, s, Stamp{Index: idx, Time: time}, Append{Conv: "d", Sender: "a", ClientMsgID: cmid,
 			Kind: KindMessage, Body: []byte("x"), Members: []string{"a", "b"}, DedupWindow: window})
 	}
-	const n = 3*dedupGCPerAppend + 2
-	for i := 0; i < n; i++ {
-		send(100, fmt.Sprint("short", i), 10) // expire at 110
+	const n = 2*dedupGCBatch + 5
+	for i := 1; i <= n; i++ {
+		send(uint64(i), 100, fmt.Sprint("short", i), 10) // expire at 110
 	}
-	if got := countTable(t, s, tagDedup); got != n {
-		t.Fatalf("%d dedup records, want %d", got, n)
-	}
-	// Each later append (default window: its record stays) reclaims up to dedupGCPerAppend.
-	for k := 1; k <= n/dedupGCPerAppend+1; k++ {
-		send(1000, fmt.Sprint("long", k), 0)
-		want := k + max(0, n-k*dedupGCPerAppend)
+	check := func(when string, want int) {
+		t.Helper()
 		if got := countTable(t, s, tagDedup); got != want {
-			t.Fatalf("after %d appends: %d dedup records, want %d", k, got, want)
+			t.Fatalf("%s: %d dedup records, want %d", when, got, want)
 		}
 		if got := countTable(t, s, tagDedupByExp); got != want {
-			t.Fatalf("after %d appends: %d expiry index entries, want %d", k, got, want)
+			t.Fatalf("%s: %d expiry index entries, want %d", when, got, want)
 		}
+	}
+	check("before expiry", n)
+	// An append at an index that is not a GC point reclaims nothing.
+	idx := uint64(n/dedupGCEvery+1)*dedupGCEvery + 1
+	send(idx, 1000, "long0", 0)
+	check("append off a GC point", n+1)
+	// Each GC point reclaims up to dedupGCBatch expired records.
+	for k := 1; k <= 3; k++ {
+		idx = (idx/dedupGCEvery + 1) * dedupGCEvery
+		send(idx, 1000, fmt.Sprint("long", k), 0)
+		check(fmt.Sprintf("GC point %d", k), 1+k+max(0, n-k*dedupGCBatch))
 	}
 }
 

@@ -17,6 +17,9 @@ import (
 type Tx struct {
 	s *Shard
 	b *pebble.Batch
+
+	outboxHead       uint64 // cached by appendOutbox
+	outboxHeadLoaded bool
 }
 
 // Begin opens a Tx on the shard. The caller must Commit or Close it.

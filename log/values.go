@@ -11,6 +11,9 @@ type logMeta struct {
 	Epoch Epoch
 	First Position // first retained position; Head+1 when everything is trimmed
 	Head  Position // last position appended; 0 for an empty log
+	// Members holds the two members of a direct conversation, so a send needs no member scan.
+	// Group members live under their own keys (tagMember); read marks do for both kinds.
+	Members []string
 }
 
 func (m logMeta) encode() []byte {
@@ -20,6 +23,7 @@ func (m logMeta) encode() []byte {
 	e.uvarint(uint64(m.Epoch))
 	e.uvarint(uint64(m.First))
 	e.uvarint(uint64(m.Head))
+	e.strs(m.Members)
 	return e.b
 }
 
@@ -32,6 +36,7 @@ func decodeLogMeta(b []byte) (logMeta, error) {
 		First: Position(d.uvarint()),
 		Head:  Position(d.uvarint()),
 	}
+	m.Members = d.strs()
 	return m, d.done("log meta")
 }
 
@@ -155,28 +160,37 @@ func decodeDedupRecord(b []byte) (dedupRecord, error) {
 	return r, d.done("dedup record")
 }
 
-// outboxRecord says which users must receive a conversation entry. The entry itself stays in the
-// conversation log; [Shard.ReadOutbox] joins the two.
+// outboxRecord is a conversation entry waiting for fan-out, with the users who must receive it.
+// It holds its own copy of the entry (the transactional outbox), so fan-out never depends on the
+// conversation log still holding the entry: history retention and delivery stay independent.
 type outboxRecord struct {
-	Conv       string
-	ConvSeq    Position
 	Recipients []string // sorted, unique
+	Entry      Entry    // Seq unused
 }
 
 func (r outboxRecord) encode() []byte {
-	e := encoder{b: make([]byte, 0, 16+len(r.Conv)+16*len(r.Recipients))}
+	entry := encodeEntry(&r.Entry)
+	e := encoder{b: make([]byte, 0, 8+len(entry)+16*len(r.Recipients))}
 	e.u8(valueV1)
-	e.str(r.Conv)
-	e.uvarint(uint64(r.ConvSeq))
 	e.strs(r.Recipients)
+	e.bytes(entry)
 	return e.b
 }
 
 func decodeOutboxRecord(b []byte) (outboxRecord, error) {
 	d := decoder{b: b}
 	d.version("outbox record", valueV1)
-	r := outboxRecord{Conv: d.str(), ConvSeq: Position(d.uvarint()), Recipients: d.strs()}
-	return r, d.done("outbox record")
+	r := outboxRecord{Recipients: d.strs()}
+	raw := d.raw(d.uvarint(), "outbox entry")
+	if err := d.done("outbox record"); err != nil {
+		return outboxRecord{}, err
+	}
+	e, err := decodeEntry(raw, 0)
+	if err != nil {
+		return outboxRecord{}, err
+	}
+	r.Entry = e
+	return r, nil
 }
 
 func encodeCursor(c Cursor) []byte {

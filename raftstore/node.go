@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/bloom"
 	"github.com/hashicorp/raft"
 
 	"github.com/syncd-dev/syncd/log"
@@ -59,11 +60,7 @@ func New(cfg Config) (*Node, error) {
 	}
 	cache := pebble.NewCache(cfg.CacheSize)
 	defer cache.Unref()
-	db, err := pebble.Open(filepath.Join(cfg.Dir, "db"), &pebble.Options{
-		Cache:        cache,
-		MemTableSize: 64 << 20,
-		Logger:       pebbleLogger{n.logger},
-	})
+	db, err := pebble.Open(filepath.Join(cfg.Dir, "db"), pebbleOptions(cache, n.logger))
 	if err != nil {
 		return nil, fmt.Errorf("raftstore: open store in %s (is another syncd using it?): %w", cfg.Dir, err)
 	}
@@ -315,6 +312,20 @@ func (n *Node) Close() error {
 		n.closeErr = errors.Join(errs...)
 	})
 	return n.closeErr
+}
+
+// pebbleOptions tunes the node's store for its workload: many point reads that miss (every new
+// message's dedup key), so every level gets a bloom filter; Pebble's default is none.
+func pebbleOptions(cache *pebble.Cache, logger *slog.Logger) *pebble.Options {
+	opts := &pebble.Options{
+		Cache:        cache,
+		MemTableSize: 16 << 20,
+		Logger:       pebbleLogger{logger},
+	}
+	for i := range opts.Levels {
+		opts.Levels[i].FilterPolicy = bloom.FilterPolicy(10)
+	}
+	return opts
 }
 
 // pebbleLogger forwards Pebble's logs to slog.

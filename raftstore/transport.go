@@ -408,6 +408,7 @@ func newShardTransport(layer raft.StreamLayer, logger *slog.Logger, addrs raft.S
 		ServerAddressProvider: addrs,
 		Stream:                layer,
 		MaxPool:               3,
+		MaxRPCsInFlight:       16,
 		Timeout:               10 * time.Second,
 		Logger:                hl,
 	})

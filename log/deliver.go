@@ -108,7 +108,7 @@ func (b *DeliveryBatch) validate() error {
 	for i := range b.Items {
 		it := &b.Items[i]
 		if it.Pos <= prev || it.Pos > b.Last {
-			return invalidf("delivery item at %d outside or out of order in (%d, %d]", it.Pos, prev, b.Last)
+			return invalidf("delivery item at %d is out of order or outside the batch range (%d, %d]", it.Pos, b.Prev, b.Last)
 		}
 		prev = it.Pos
 		if len(it.Users) == 0 {

@@ -82,13 +82,20 @@ func (s *Shard) ReadUser(uid string, epoch Epoch, from Position, lim Limit) (Rea
 	return readForward(snap, s.k.user(uid), s.k.userEntryPrefix(uid), epoch, from, lim)
 }
 
-// ReadConv reads the conversation log of conv forwards, like [Shard.ReadUser].
+// ReadConv reads the conversation log of conv forwards, like [Shard.ReadUser]. It returns
+// ErrNoConversation if the conversation does not exist.
 func (s *Shard) ReadConv(conv string, epoch Epoch, from Position, lim Limit) (Read, error) {
 	if !ValidID(conv) {
 		return Read{}, invalidf("bad conversation id %q", conv)
 	}
 	snap := s.db.NewSnapshot()
 	defer snap.Close()
+	if _, ok, err := getValue(snap, s.k.conv(conv)); err != nil || !ok {
+		if err == nil {
+			err = ErrNoConversation
+		}
+		return Read{}, err
+	}
 	return readForward(snap, s.k.conv(conv), s.k.convEntryPrefix(conv), epoch, from, lim)
 }
 

@@ -33,6 +33,9 @@ func (t *Tx) trim(metaKey, prefix []byte, st Stamp, r Retention) (Position, erro
 	if err != nil || !ok {
 		return m.First, err
 	}
+	if m.First == 0 || m.First > m.Head+1 {
+		return 0, corruptf("log meta has first %d past head %d", m.First, m.Head)
+	}
 	newFirst := m.First
 	if r.MaxCount > 0 && uint64(m.Head-m.First+1) > r.MaxCount {
 		newFirst = m.Head - Position(r.MaxCount) + 1

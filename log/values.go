@@ -118,7 +118,14 @@ func (r msgRef) encode() []byte {
 func decodeMsgRef(b []byte) (msgRef, error) {
 	d := decoder{b: b}
 	d.version("msg ref", valueV1)
-	r := msgRef{Conv: d.str(), ConvSeq: Position(d.uvarint()), Recalled: d.u8() == 1}
+	r := msgRef{Conv: d.str(), ConvSeq: Position(d.uvarint())}
+	switch d.u8() {
+	case 0:
+	case 1:
+		r.Recalled = true
+	default:
+		d.fail("recalled flag")
+	}
 	return r, d.done("msg ref")
 }
 

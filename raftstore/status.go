@@ -19,10 +19,13 @@ type ShardStatus struct {
 	LastIndex    uint64 // last index in this replica's Raft log
 	CommitIndex  uint64
 	AppliedIndex uint64 // last index Raft has handed to the state machine (applied or skipped)
-	StateIndex   uint64 // last index reflected in the stored state (persisted with it)
-	Applies      uint64 // commands applied since start
-	Skips        uint64 // entries skipped since start because the state already had them
-	Restores     uint64 // snapshots installed since start (a follower that fell far behind)
+	// StateIndex is the last index reflected in the stored state (persisted with it). It can stay
+	// below AppliedIndex on an idle shard: raft counts its leader no-op entries as applied but
+	// never hands them to the state machine.
+	StateIndex uint64
+	Applies    uint64 // commands applied since start
+	Skips      uint64 // entries skipped since start because the state already had them
+	Restores   uint64 // snapshots installed since start (a follower that fell far behind)
 }
 
 // Status returns the status of every shard this node hosts, by shard id.

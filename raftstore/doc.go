@@ -1,0 +1,13 @@
+// Package raftstore runs a node's shards: each shard is a hashicorp/raft group whose state machine
+// applies versioned commands to a log.Shard, all shards of a node share one Pebble store (the Raft
+// log, stable store and state, under per-shard key prefixes) and one TCP listener for Raft.
+//
+// Use [New] to open a node, [Node.Propose] to replicate a [Command] and get its [Result] after a
+// durable quorum commit, and [Node.State] to read a shard's state on this replica. Errors from
+// hashicorp/raft are mapped to this package's sentinels ([ErrNotLeader], [ErrTimeout],
+// [ErrLeadershipLost], [ErrShutdown], [ErrNoShard]); refusals of a command are the log package's
+// sentinels (see log.Rejected).
+//
+// See DESIGN.md in this folder and docs/ARCHITECTURE.md for the formats and the restart and
+// catch-up paths.
+package raftstore

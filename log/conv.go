@@ -90,7 +90,7 @@ func (t *Tx) Append(st Stamp, req *Append) (AppendResult, error) {
 	}
 
 	// 2. Checks against the conversation, all before the first write.
-	meta, exists, err := getLogMeta(t.b, k.conv(req.Conv))
+	meta, exists, err := t.logMeta(k.conv(req.Conv))
 	if err != nil {
 		return AppendResult{}, err
 	}
@@ -320,7 +320,7 @@ func (t *Tx) writeConvEntry(st Stamp, req *Append, p *appendPlan, res AppendResu
 	if err := t.set(k.msgIndex(res.MsgID), msgRef{Conv: req.Conv, ConvSeq: res.ConvSeq}.encode()); err != nil {
 		return err
 	}
-	if err := t.set(k.conv(req.Conv), p.meta.encode()); err != nil {
+	if err := t.putLogMeta(k.conv(req.Conv), p.meta); err != nil {
 		return err
 	}
 	return t.appendOutbox(outboxRecord{Recipients: p.recipients, Entry: e})

@@ -22,7 +22,7 @@ func (t *Tx) SetCursor(uid, device string, c Cursor) error {
 		return invalidf("bad user or device id %q/%q", uid, device)
 	}
 	k := t.s.k
-	m, _, err := getLogMeta(t.b, k.user(uid))
+	m, _, err := t.logMeta(k.user(uid))
 	if err != nil {
 		return err
 	}

@@ -62,7 +62,7 @@ func (t *Tx) Deliver(st Stamp, b *DeliveryBatch) (DeliverResult, error) {
 		for _, uid := range it.Users {
 			m := metas[uid]
 			if m == nil {
-				meta, ok, err := getLogMeta(t.b, k.user(uid))
+				meta, ok, err := t.logMeta(k.user(uid))
 				if err != nil {
 					return DeliverResult{}, err
 				}
@@ -84,7 +84,7 @@ func (t *Tx) Deliver(st Stamp, b *DeliveryBatch) (DeliverResult, error) {
 	}
 	slices.Sort(users)
 	for _, uid := range users {
-		if err := t.set(k.user(uid), metas[uid].encode()); err != nil {
+		if err := t.putLogMeta(k.user(uid), *metas[uid]); err != nil {
 			return DeliverResult{}, err
 		}
 	}

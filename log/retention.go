@@ -29,7 +29,7 @@ func (t *Tx) TrimConv(st Stamp, conv string, r Retention) (Position, error) {
 }
 
 func (t *Tx) trim(metaKey, prefix []byte, st Stamp, r Retention) (Position, error) {
-	m, ok, err := getLogMeta(t.b, metaKey)
+	m, ok, err := t.logMeta(metaKey)
 	if err != nil || !ok {
 		return m.First, err
 	}
@@ -67,5 +67,5 @@ func (t *Tx) trim(metaKey, prefix []byte, st Stamp, r Retention) (Position, erro
 		return 0, fmt.Errorf("log: write: %w", err)
 	}
 	m.First = newFirst
-	return newFirst, t.set(metaKey, m.encode())
+	return newFirst, t.putLogMeta(metaKey, m)
 }

@@ -16,6 +16,11 @@ type Shard struct {
 	id ShardID
 	db *pebble.DB
 	k  keys
+
+	// metas caches committed log metas (conversation and user) by key for the writer, so a send
+	// does not search Pebble for the conversation's head. Only the writer (a Tx, Restore) touches
+	// it; readers go to Pebble.
+	metas map[string]logMeta
 }
 
 // Metadata names under tagMeta.
@@ -30,7 +35,7 @@ const (
 // OpenShard returns the shard id inside db. It writes the format version of an empty shard and
 // refuses a shard written in a format this code does not know.
 func OpenShard(db *pebble.DB, id ShardID) (*Shard, error) {
-	s := &Shard{id: id, db: db, k: newKeys(id)}
+	s := &Shard{id: id, db: db, k: newKeys(id), metas: map[string]logMeta{}}
 	v, ok, err := getUint(db, s.k.meta(metaFormat))
 	switch {
 	case err != nil:

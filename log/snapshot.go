@@ -109,6 +109,7 @@ func (c *countWriter) Write(p []byte) (int, error) {
 // it on the next start and the caller restores again; if the stream is damaged, Restore returns
 // an error wrapping ErrCorrupt and the marker stays.
 func (s *Shard) Restore(r io.Reader) error {
+	clear(s.metas) // every cached meta is about to be replaced
 	lower, upper := s.k.shardBounds()
 	start := s.db.NewBatch()
 	start.DeleteRange(lower, upper, nil)

@@ -374,3 +374,27 @@ func TestSnapshotEmptyShard(t *testing.T) {
 		t.Fatal("empty snapshot not reproduced")
 	}
 }
+
+// The writer caches log metas; a restore must drop them, or the next append would continue from
+// the pre-restore head and break contiguity.
+func TestRestoreDropsCachedMetas(t *testing.T) {
+	s := newMemShard(t, testShardID)
+	msg := func(i uint64) Append {
+		return Append{Conv: "d", Sender: "a", ClientMsgID: fmt.Sprint("m", i), Kind: KindMessage,
+			Body: []byte("x"), Members: []string{"a", "b"}}
+	}
+	for i := uint64(1); i <= 2; i++ {
+		appendOK(t, s, Stamp{Index: i, Time: 100}, msg(i))
+	}
+	data, _, _ := takeSnapshot(t, s)
+	for i := uint64(3); i <= 5; i++ { // the cache now says head 5
+		appendOK(t, s, Stamp{Index: i, Time: 100}, msg(i))
+	}
+	if err := restore(t, s, data); err != nil {
+		t.Fatal(err)
+	}
+	res := appendOK(t, s, Stamp{Index: 3, Time: 100}, msg(30))
+	if res.ConvSeq != 3 {
+		t.Fatalf("append after restore got conv_seq %d, want 3", res.ConvSeq)
+	}
+}

@@ -20,6 +20,10 @@ type Tx struct {
 
 	outboxHead       uint64 // cached by appendOutbox
 	outboxHeadLoaded bool
+
+	// pending holds the log metas written by this Tx, by key; Commit moves them into the
+	// shard's cache of committed metas.
+	pending map[string]logMeta
 }
 
 // Begin opens a Tx on the shard. The caller must Commit or Close it.
@@ -49,7 +53,42 @@ func (t *Tx) Commit(sync bool) error {
 	if err != nil {
 		return fmt.Errorf("log: commit shard %d: %w", t.s.id, err)
 	}
+	if len(t.s.metas)+len(t.pending) > metaCacheMax {
+		clear(t.s.metas) // crude bound; the hot set refills within a few batches
+	}
+	for k, m := range t.pending {
+		t.s.metas[k] = m
+	}
 	return nil
+}
+
+// metaCacheMax bounds the shard's cache of log metas.
+const metaCacheMax = 100_000
+
+// logMeta returns the meta of the log at key (a conversation or user meta key), from this Tx's
+// writes, the shard's cache of committed metas, or Pebble, in that order. Every write of a log
+// meta goes through putLogMeta, so the cache never holds a stale value.
+func (t *Tx) logMeta(key []byte) (logMeta, bool, error) {
+	if m, ok := t.pending[string(key)]; ok {
+		return m, true, nil
+	}
+	if m, ok := t.s.metas[string(key)]; ok {
+		return m, true, nil
+	}
+	m, ok, err := getLogMeta(t.b, key)
+	if err == nil && ok && len(t.s.metas) < metaCacheMax {
+		t.s.metas[string(key)] = m // not in pending, so this is committed state
+	}
+	return m, ok, err
+}
+
+// putLogMeta writes the meta of the log at key.
+func (t *Tx) putLogMeta(key []byte, m logMeta) error {
+	if t.pending == nil {
+		t.pending = map[string]logMeta{}
+	}
+	t.pending[string(key)] = m
+	return t.set(key, m.encode())
 }
 
 // Close discards uncommitted writes. It is safe to call after Commit.

@@ -124,7 +124,6 @@ func (t *Tx) Append(st Stamp, req *Append) (AppendResult, error) {
 // the recipients of the outbox record, and whether the request writes an entry at all.
 type appendPlan struct {
 	meta       logMeta
-	create     bool     // write a new conversation
 	add        []string // members to add
 	remove     []string // members to remove
 	readMark   bool     // update the sender's read mark
@@ -138,7 +137,6 @@ func (t *Tx) planAppend(st Stamp, req *Append, exists bool, p *appendPlan) error
 		if exists {
 			return ErrConversationExists
 		}
-		p.create = true
 		p.meta = logMeta{Kind: ConvGroup, Epoch: newEpoch(st), First: 1}
 		p.add = sortedUnique(append([]string{req.Sender}, req.Members...))
 		p.recipients = p.add
@@ -148,7 +146,6 @@ func (t *Tx) planAppend(st Stamp, req *Append, exists bool, p *appendPlan) error
 		if len(req.Members) != 2 || req.Kind != KindMessage {
 			return ErrNoConversation
 		}
-		p.create = true
 		p.meta = logMeta{Kind: ConvDirect, Epoch: newEpoch(st), First: 1}
 		p.add = sortedUnique(slices.Clone(req.Members)) // never modify the caller's request
 		if len(p.add) != 2 || !slices.Contains(p.add, req.Sender) {

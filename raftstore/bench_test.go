@@ -53,6 +53,7 @@ func BenchmarkDurableAppend(b *testing.B) {
 	}{
 		{"1-node-1-shard", 1, 1},
 		{"1-node-8-shards", 1, 8},
+		{"3-nodes-1-shard", 3, 1},
 		{"3-nodes-8-shards", 3, 8},
 	} {
 		b.Run(tc.name, func(b *testing.B) {

@@ -68,7 +68,7 @@ func New(cfg Config) (*Node, error) {
 	ln, err := net.Listen("tcp", cfg.RaftAddr)
 	if err != nil {
 		db.Close()
-		return nil, fmt.Errorf("raftstore: listen for raft on %s: %w", cfg.RaftAddr, err)
+		return nil, fmt.Errorf("raftstore: listen for raft on %s (is another syncd running? pick another address): %w", cfg.RaftAddr, err)
 	}
 	n.mux = newMux(ln, n.logger)
 	n.addr = cfg.AdvertiseAddr

@@ -11,6 +11,7 @@ package raftstore_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"math/rand/v2"
@@ -61,25 +62,73 @@ func BenchmarkDurableAppend(b *testing.B) {
 			for i := 1; i <= tc.shards; i++ {
 				ids = append(ids, raftstore.ShardID(i))
 			}
-			c := raftstoretest.NewCluster(b, tc.nodes, ids, func(cfg *raftstore.Config) { cfg.Logger = quietLogger() })
-			leaders := map[raftstore.ShardID]*raftstore.Node{}
-			for _, id := range ids {
-				leaders[id] = c.Node(c.Leader(id))
-			}
+			c := raftstoretest.NewCluster(b, tc.nodes, ids, func(cfg *raftstore.Config) {
+				cfg.Logger = quietLogger()
+				cfg.PeerAddr = nil // dial peers directly: no test relay in the measured path
+			})
+			leaders := newLeaderCache(c, ids)
 			body := make([]byte, benchBody)
 			var seq atomic.Uint64
 			runDurable(b, func(r *rand.Rand) error {
 				k := r.IntN(benchLogs)
 				conv := fmt.Sprintf("d:%d", k)
 				shard := ids[shardOf(conv, len(ids))]
-				_, err := leaders[shard].Propose(context.Background(), shard, raftstore.AppendCommand(&log.Append{
+				cmd := raftstore.AppendCommand(&log.Append{
 					Conv: conv, Sender: fmt.Sprintf("a%d", k), ClientMsgID: fmt.Sprint(seq.Add(1)),
 					Kind: log.KindMessage, Body: body, Members: []string{fmt.Sprintf("a%d", k), fmt.Sprintf("b%d", k)},
-				}))
-				return err
+				})
+				// A leader change under load is retried like a client would: same client_msg_id,
+				// so dedup keeps it exactly once.
+				for {
+					_, err := leaders.get(shard).Propose(context.Background(), shard, cmd)
+					if !errors.Is(err, raftstore.ErrNotLeader) && !errors.Is(err, raftstore.ErrLeadershipLost) {
+						return err
+					}
+					if err := leaders.refresh(shard); err != nil {
+						return err
+					}
+				}
 			})
 		})
 	}
+}
+
+// leaderCache remembers each shard's leader for the benchmark's proposers.
+type leaderCache struct {
+	c  *raftstoretest.Cluster
+	mu sync.Mutex
+	m  map[raftstore.ShardID]*raftstore.Node
+}
+
+func newLeaderCache(c *raftstoretest.Cluster, ids []raftstore.ShardID) *leaderCache {
+	lc := &leaderCache{c: c, m: map[raftstore.ShardID]*raftstore.Node{}}
+	for _, id := range ids {
+		lc.m[id] = c.Node(c.Leader(id))
+	}
+	return lc
+}
+
+func (lc *leaderCache) get(shard raftstore.ShardID) *raftstore.Node {
+	lc.mu.Lock()
+	defer lc.mu.Unlock()
+	return lc.m[shard]
+}
+
+// refresh waits up to 10 s for a node that leads shard. It runs on worker goroutines, so it
+// reports failure as an error instead of failing the benchmark itself.
+func (lc *leaderCache) refresh(shard raftstore.ShardID) error {
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		for i := range lc.c.Size() {
+			n := lc.c.Node(i)
+			if st, err := n.ShardStatus(shard); err == nil && st.State == "leader" {
+				lc.mu.Lock()
+				lc.m[shard] = n
+				lc.mu.Unlock()
+				return nil
+			}
+		}
+	}
+	return fmt.Errorf("no leader for shard %d within 10s", shard)
 }
 
 func shardOf(key string, n int) int {

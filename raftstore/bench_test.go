@@ -67,6 +67,11 @@ func BenchmarkDurableAppend(b *testing.B) {
 				cfg.PeerAddr = nil // dial peers directly: no test relay in the measured path
 			})
 			leaders := newLeaderCache(c, ids)
+			termsBefore := sumTerms(c, ids)
+			defer func() {
+				// Elections during the run: leader changes under load cost retries and latency.
+				b.ReportMetric(float64(sumTerms(c, ids)-termsBefore), "elections")
+			}()
 			body := make([]byte, benchBody)
 			var seq atomic.Uint64
 			runDurable(b, func(r *rand.Rand) error {
@@ -129,6 +134,21 @@ func (lc *leaderCache) refresh(shard raftstore.ShardID) error {
 		}
 	}
 	return fmt.Errorf("no leader for shard %d within 10s", shard)
+}
+
+// sumTerms adds up the highest Raft term any node has seen for each shard.
+func sumTerms(c *raftstoretest.Cluster, ids []raftstore.ShardID) uint64 {
+	var sum uint64
+	for _, id := range ids {
+		var top uint64
+		for i := range c.Size() {
+			if st, err := c.Node(i).ShardStatus(id); err == nil {
+				top = max(top, st.Term)
+			}
+		}
+		sum += top
+	}
+	return sum
 }
 
 func shardOf(key string, n int) int {

@@ -1,0 +1,95 @@
+package proto
+
+// Hello is the first frame of a connection, on its first (control) stream. The server answers
+// with Welcome, or with an Error (CodeUnauthenticated, CodeTokenExpired, CodeForbidden,
+// CodeUnsupportedVersion, CodeOverloaded or CodeTooManyConnections with retry_after_ms) and
+// closes the connection.
+type Hello struct {
+	Token         string `msgpack:"token"`          // signed token naming user, device, expiry
+	Device        string `msgpack:"device"`         // this device's id; must match the token's
+	ClientVersion string `msgpack:"client_version"` // e.g. "syncd-go/0.1.0", for logs
+	ProtoVersion  uint32 `msgpack:"proto_version"`  // the client's revision, ProtoVersion
+}
+
+// FrameType implements Frame.
+func (*Hello) FrameType() Type { return TypeHello }
+
+// Validate checks the fields: a token (CodeUnauthenticated if empty, CodeTooLarge beyond
+// MaxTokenLen), a valid device id, a client version of at most MaxClientVersionLen printable
+// ASCII bytes (may be empty), and a proto_version of at least 1 (CodeUnsupportedVersion).
+func (h *Hello) Validate() error {
+	switch {
+	case h.Token == "":
+		return Errorf(CodeUnauthenticated, "no token")
+	case len(h.Token) > MaxTokenLen:
+		return Errorf(CodeTooLarge, "token of %d bytes, at most %d", len(h.Token), MaxTokenLen)
+	case h.ProtoVersion == 0:
+		return Errorf(CodeUnsupportedVersion, "proto_version 0: the first revision is 1")
+	case len(h.ClientVersion) > MaxClientVersionLen:
+		return Errorf(CodeTooLarge, "client_version of %d bytes, at most %d", len(h.ClientVersion), MaxClientVersionLen)
+	}
+	for i := 0; i < len(h.ClientVersion); i++ {
+		if c := h.ClientVersion[i]; c < ' ' || c > '~' {
+			return invalid("client_version %s is not printable ASCII", quote(h.ClientVersion))
+		}
+	}
+	return checkID("device id", h.Device)
+}
+
+// Welcome accepts a Hello. After it the client may open request and sync streams; the control
+// stream stays open for the life of the connection (closing it ends the session) and carries
+// only an Error before the server closes the connection (CodeTokenExpired, CodeUnavailable
+// when the node shuts down).
+type Welcome struct {
+	User         string `msgpack:"user"`          // the authenticated user
+	Device       string `msgpack:"device"`        // the device, as in Hello
+	ServerTime   int64  `msgpack:"server_time"`   // server clock, Unix nanoseconds
+	Session      string `msgpack:"session"`       // opaque id of this connection, for logs and support
+	ProtoVersion uint32 `msgpack:"proto_version"` // revision used on this connection: min(client's, server's)
+	Limits       Limits `msgpack:"limits"`        // the connection's limits
+}
+
+// FrameType implements Frame.
+func (*Welcome) FrameType() Type { return TypeWelcome }
+
+// Limits are the server's limits for one connection, announced in Welcome. A zero field means
+// the protocol default given for it.
+type Limits struct {
+	// MaxFrame is the largest frame (length field value) either side may send on this
+	// connection, between 128 KiB and MaxFrameLimit. Default DefaultMaxFrame.
+	MaxFrame uint32 `msgpack:"max_frame"`
+	// MaxBody is the largest message body. Default MaxBody; never more than MaxBody.
+	MaxBody uint32 `msgpack:"max_body"`
+	// MaxBatch caps entries per Batch and per page of History and ConvList. Default
+	// DefaultMaxBatch, at most MaxPage.
+	MaxBatch uint32 `msgpack:"max_batch"`
+	// SendRatePerS is the sustained number of mutations per second this device may send before
+	// getting CodeRateLimited. 0 means no limit announced.
+	SendRatePerS uint32 `msgpack:"send_rate_per_s"`
+	// HeartbeatMs is the interval of Heartbeat frames on an idle sync stream. Default
+	// DefaultHeartbeatMs.
+	HeartbeatMs uint32 `msgpack:"heartbeat_ms"`
+}
+
+// Defaults of the Limits fields that have one.
+const (
+	DefaultMaxBatch    = 256
+	DefaultHeartbeatMs = 15000
+)
+
+// WithDefaults returns l with every zero field set to its default and MaxFrame, MaxBody and
+// MaxBatch lowered to the protocol's caps (MaxFrameLimit, MaxBody, MaxPage). SendRatePerS stays
+// 0 (no limit announced).
+func (l Limits) WithDefaults() Limits {
+	def := func(v *uint32, d, max uint32) {
+		if *v == 0 {
+			*v = d
+		}
+		*v = min(*v, max)
+	}
+	def(&l.MaxFrame, DefaultMaxFrame, MaxFrameLimit)
+	def(&l.MaxBody, MaxBody, MaxBody)
+	def(&l.MaxBatch, DefaultMaxBatch, MaxPage)
+	def(&l.HeartbeatMs, DefaultHeartbeatMs, ^uint32(0))
+	return l
+}

@@ -1,0 +1,132 @@
+package proto
+
+// The sync stream. The client opens it with SyncStart carrying its stored cursor; the server
+// answers with Batches of contiguous entries from there, then keeps the stream open, pushing
+// new entries as they are appended and a Heartbeat while idle. TooOld, EpochChanged and Rebase
+// are final: the server closes the stream after sending one, and the client restarts with a
+// new stream. The client sends CursorAck after storing entries. Restarting a sync (after a gap,
+// for example) always means closing the stream and opening a new one.
+
+// SyncStart opens a sync stream from the client's cursor. It is the stream's first and only
+// client frame besides CursorAck. The server answers EpochChanged, TooOld or Rebase (checked in
+// that order), or else streams Batches from Pos+1; a Pos beyond the head (a lagging replica)
+// just waits for the log to get there.
+type SyncStart struct {
+	// Epoch is the user log's epoch the cursor belongs to; 0 for a device that has never
+	// stored an entry (then Pos must be 0 and the client adopts the epoch of the first Batch).
+	Epoch Epoch `msgpack:"epoch"`
+	// Pos is the last position the device stored; 0 = from the start of the log.
+	Pos Position `msgpack:"pos"`
+	// Ceiling, when non-zero, caps the catch-up: if head-Pos exceeds it, the server answers
+	// Rebase instead of replaying.
+	Ceiling uint64 `msgpack:"ceiling"`
+	// MaxBatch caps entries per Batch: 0 = the server's Limits.MaxBatch; larger values are
+	// lowered to it.
+	MaxBatch uint32 `msgpack:"max_batch"`
+}
+
+// FrameType implements Frame.
+func (*SyncStart) FrameType() Type { return TypeSyncStart }
+
+// Validate checks that a non-zero Pos comes with its Epoch (CodeInvalidArgument): a position
+// without the epoch it belongs to cannot be checked against the log.
+func (s *SyncStart) Validate() error {
+	if s.Pos != 0 && s.Epoch == 0 {
+		return invalid("cursor position %d without an epoch", s.Pos)
+	}
+	return nil
+}
+
+// Batch carries entries of the user log, contiguous: the first is at the position after the
+// cursor (SyncStart.Pos for the first Batch, the last entry of the previous Batch after that),
+// each next one at the following position. A Batch always holds at least one entry.
+type Batch struct {
+	Epoch   Epoch    `msgpack:"epoch"`   // the user log's epoch
+	Entries []Entry  `msgpack:"entries"` // contiguous user-log entries, Seq ascending by 1
+	Head    Position `msgpack:"head"`    // the log's head when the batch was read (for progress)
+}
+
+// FrameType implements Frame.
+func (*Batch) FrameType() Type { return TypeBatch }
+
+// Follows reports whether b continues a log stored up to pos: it holds at least one entry, the
+// first at pos+1 and each next one at the following position. A client that gets false must not
+// store any of it: it restarts the sync from its stored cursor.
+func (b *Batch) Follows(pos Position) bool {
+	if len(b.Entries) == 0 {
+		return false
+	}
+	for i := range b.Entries {
+		if b.Entries[i].Seq != pos+1+Position(i) {
+			return false
+		}
+	}
+	return true
+}
+
+// Heartbeat is sent on an idle sync stream every Limits.HeartbeatMs, and right after SyncStart
+// when there is nothing to replay (so the client learns the head at once). Head is the user
+// log's last position: a client whose stored position stays below Head for several heartbeats without a
+// Batch knows the stream is stalled and restarts it.
+type Heartbeat struct {
+	Epoch      Epoch    `msgpack:"epoch"`       // the user log's epoch (0 while it does not exist)
+	Head       Position `msgpack:"head"`        // the user log's last position
+	ServerTime int64    `msgpack:"server_time"` // server clock, Unix nanoseconds
+}
+
+// FrameType implements Frame.
+func (*Heartbeat) FrameType() Type { return TypeHeartbeat }
+
+// TooOld answers a SyncStart whose next position (Pos+1) was trimmed by retention: the retained
+// log is [First, Head]. The client rebases (ConvList/ConvState), then syncs from Head. The
+// server closes the stream after it.
+type TooOld struct {
+	Epoch Epoch    `msgpack:"epoch"` // the user log's epoch
+	First Position `msgpack:"first"` // first retained position
+	Head  Position `msgpack:"head"`  // last position
+}
+
+// FrameType implements Frame.
+func (*TooOld) FrameType() Type { return TypeTooOld }
+
+// EpochChanged answers a SyncStart whose Epoch is not the user log's: the log was re-created
+// and positions from the old epoch mean nothing in it. The client drops its cursor for the old
+// epoch and resyncs under the new one. The server closes the stream after it.
+type EpochChanged struct {
+	Epoch Epoch    `msgpack:"epoch"` // the log's current epoch
+	First Position `msgpack:"first"` // first retained position
+	Head  Position `msgpack:"head"`  // last position
+}
+
+// FrameType implements Frame.
+func (*EpochChanged) FrameType() Type { return TypeEpochChanged }
+
+// Rebase answers a SyncStart whose catch-up (Head-Pos) exceeds its Ceiling. The client rebases
+// as for TooOld, then syncs from Head. The server closes the stream after it.
+type Rebase struct {
+	Epoch Epoch    `msgpack:"epoch"` // the user log's epoch
+	Head  Position `msgpack:"head"`  // last position
+}
+
+// FrameType implements Frame.
+func (*Rebase) FrameType() Type { return TypeRebase }
+
+// CursorAck is the storage ack: the device has durably stored the user log up to Pos. The
+// server records it as the device's cursor (delivery status, lag, retention); acks may be
+// coalesced and only move the cursor forward. The server does not wait for them to send more.
+type CursorAck struct {
+	Epoch Epoch    `msgpack:"epoch"` // the user log's epoch
+	Pos   Position `msgpack:"pos"`   // last stored position, at least 1
+}
+
+// FrameType implements Frame.
+func (*CursorAck) FrameType() Type { return TypeCursorAck }
+
+// Validate checks that the cursor has an epoch and a position of at least 1
+// (CodeInvalidArgument).
+func (c *CursorAck) Validate() error {
+	if c.Epoch == 0 || c.Pos == 0 {
+		return invalid("cursor ack needs an epoch and a position of at least 1")
+	}
+	return nil
+}

@@ -1,0 +1,143 @@
+package proto
+
+import (
+	"strconv"
+	"strings"
+)
+
+// Position is a place in a log: the first entry is at 1, the next at 2, and so on without holes.
+// Zero means "before the first entry". User logs number entries by seq, conversation logs by
+// conv_seq; both use this type.
+type Position uint64
+
+// Epoch identifies one incarnation of a log. It changes only when the log is re-created (for
+// example restored from a backup), so positions from another incarnation are never mixed up.
+// Zero means "unknown" (a device that has never synced) or "the log does not exist yet".
+type Epoch uint64
+
+// MsgID is the server-assigned, globally unique id of a conversation entry, in the canonical
+// form "shard.index.sub" (three decimal numbers without leading zeros, index at least 1). Clients
+// treat it as an opaque string: two entries are the same entry exactly when their MsgIDs are
+// equal strings, which is why the server only ever sends the canonical form.
+type MsgID string
+
+// Valid reports whether id is in the canonical "shard.index.sub" form: shard and sub fit in 32
+// bits, index in 64 bits and is not zero, and no number has a leading zero or a sign.
+func (id MsgID) Valid() bool {
+	shard, rest, ok1 := strings.Cut(string(id), ".")
+	index, sub, ok2 := strings.Cut(rest, ".")
+	if !ok1 || !ok2 {
+		return false
+	}
+	i, ok := canonicalUint(index, 64)
+	return ok && i != 0 && validUint(shard, 32) && validUint(sub, 32)
+}
+
+func validUint(s string, bits int) bool {
+	_, ok := canonicalUint(s, bits)
+	return ok
+}
+
+// canonicalUint parses s as a decimal number of at most bits bits written without a sign or a
+// leading zero, so that each number has exactly one spelling.
+func canonicalUint(s string, bits int) (uint64, bool) {
+	if s == "" || (len(s) > 1 && s[0] == '0') || s[0] < '0' || s[0] > '9' {
+		return 0, false
+	}
+	v, err := strconv.ParseUint(s, 10, bits)
+	return v, err == nil
+}
+
+// Kind says what a log entry means. The numbers match the storage core's and are part of the
+// wire format: never renumber them.
+type Kind uint8
+
+// Entry kinds.
+const (
+	KindMessage      Kind = 1 // a message with a body
+	KindReceipt      Kind = 2 // the sender has read the conversation up to UpTo
+	KindRecall       Kind = 3 // the sender recalls its message Target
+	KindGroupCreate  Kind = 4 // a group was created with Members
+	KindMemberAdd    Kind = 5 // Members joined the group
+	KindMemberRemove Kind = 6 // Members left or were removed from the group
+)
+
+var kindNames = [...]string{"", "message", "receipt", "recall", "group_create", "member_add", "member_remove"}
+
+// String returns the lower-case name of k ("message", "receipt", …) or "kind(N)".
+func (k Kind) String() string {
+	if k.Valid() {
+		return kindNames[k]
+	}
+	return "kind(" + strconv.Itoa(int(k)) + ")"
+}
+
+// Valid reports whether k is a kind this version knows. A client that receives an entry of an
+// unknown kind stores it (its position counts) and otherwise ignores it.
+func (k Kind) Valid() bool { return k >= KindMessage && k <= KindMemberRemove }
+
+// ConvKind says whether a conversation is between two users or a group. Wire values: never
+// renumber them.
+type ConvKind uint8
+
+// Conversation kinds.
+const (
+	ConvDirect ConvKind = 1
+	ConvGroup  ConvKind = 2
+)
+
+// String returns "direct", "group" or "conv_kind(N)".
+func (k ConvKind) String() string {
+	switch k {
+	case ConvDirect:
+		return "direct"
+	case ConvGroup:
+		return "group"
+	}
+	return "conv_kind(" + strconv.Itoa(int(k)) + ")"
+}
+
+// Entry is one entry of a user log (in [Batch]) or of a conversation log (in [HistoryResult]).
+// Seq is its position in the log it was read from: the user log's seq in a Batch, the
+// conversation's conv_seq in a HistoryResult. Fields that do not apply to the entry's kind are
+// zero (and absent on the wire).
+type Entry struct {
+	Seq     Position `msgpack:"seq"`      // position in the log this entry was read from
+	Kind    Kind     `msgpack:"kind"`     // what the entry means
+	MsgID   MsgID    `msgpack:"msg_id"`   // the conversation entry's id
+	Conv    string   `msgpack:"conv"`     // conversation id
+	ConvSeq Position `msgpack:"conv_seq"` // position in the conversation log
+	Sender  string   `msgpack:"sender"`   // user who caused the entry
+	Time    int64    `msgpack:"time"`     // server time of the append, Unix nanoseconds
+	Body    []byte   `msgpack:"body"`     // KindMessage: the message body, at most MaxBody bytes
+	UpTo    Position `msgpack:"up_to"`    // KindReceipt: the sender has read up to this conv_seq
+	Target  MsgID    `msgpack:"target"`   // KindRecall: the recalled message
+	Members []string `msgpack:"members"`  // KindGroupCreate, KindMemberAdd, KindMemberRemove
+}
+
+// ConvInfo describes one conversation as the requesting user sees it: what a client needs to
+// rebase (jump to the head without replaying history) and to page history.
+type ConvInfo struct {
+	Conv     string   `msgpack:"conv"`      // conversation id
+	Kind     ConvKind `msgpack:"kind"`      // direct or group
+	Epoch    Epoch    `msgpack:"epoch"`     // the conversation log's epoch
+	First    Position `msgpack:"first"`     // first retained conv_seq
+	Head     Position `msgpack:"head"`      // last conv_seq (First-1 when nothing is retained)
+	Members  []string `msgpack:"members"`   // current members, sorted
+	ReadMark Position `msgpack:"read_mark"` // highest conv_seq the requesting user marked read
+}
+
+// ValidID reports whether s may be used as a user, device, conversation or client message id:
+// 1 to MaxIDLen bytes of printable ASCII except space (0x21 to 0x7e). It is the storage core's
+// rule, repeated here because proto imports nothing from this module.
+func ValidID(s string) bool {
+	if len(s) == 0 || len(s) > MaxIDLen {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] <= ' ' || s[i] > '~' {
+			return false
+		}
+	}
+	return true
+}

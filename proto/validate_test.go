@@ -1,0 +1,115 @@
+package proto
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+)
+
+// validator is every frame a client sends: requests plus Hello, SyncStart and CursorAck.
+type validator interface {
+	Frame
+	Validate() error
+}
+
+func TestValidFixtures(t *testing.T) {
+	for _, f := range fixtures() {
+		if v, ok := f.(validator); ok {
+			if err := v.Validate(); err != nil {
+				t.Errorf("%s fixture: %v", f.FrameType(), err)
+			}
+		}
+	}
+}
+
+func TestValidate(t *testing.T) {
+	long := strings.Repeat("a", MaxIDLen)
+	members := func(n int) []string {
+		m := make([]string, n)
+		for i := range m {
+			m[i] = fmt.Sprint("u", i)
+		}
+		return m
+	}
+	cases := []struct {
+		name string
+		f    validator
+		want Code // 0: valid
+	}{
+		{"hello ok", &Hello{Token: "t", Device: "d", ProtoVersion: 1}, 0},
+		{"hello no token", &Hello{Device: "d", ProtoVersion: 1}, CodeUnauthenticated},
+		{"hello long token", &Hello{Token: strings.Repeat("t", MaxTokenLen+1), Device: "d", ProtoVersion: 1}, CodeTooLarge},
+		{"hello no device", &Hello{Token: "t", ProtoVersion: 1}, CodeInvalidArgument},
+		{"hello proto 0", &Hello{Token: "t", Device: "d"}, CodeUnsupportedVersion},
+		{"hello version with space", &Hello{Token: "t", Device: "d", ProtoVersion: 1, ClientVersion: "app 1.0"}, 0},
+		{"hello version control char", &Hello{Token: "t", Device: "d", ProtoVersion: 1, ClientVersion: "app\n"}, CodeInvalidArgument},
+		{"hello long version", &Hello{Token: "t", Device: "d", ProtoVersion: 1, ClientVersion: strings.Repeat("v", MaxClientVersionLen+1)}, CodeTooLarge},
+
+		{"send ok", &Send{ID: 1, Conv: long, ClientMsgID: "m"}, 0},
+		{"send max body", &Send{ID: 1, Conv: "c", ClientMsgID: "m", Body: make([]byte, MaxBody)}, 0},
+		{"send body too large", &Send{ID: 1, Conv: "c", ClientMsgID: "m", Body: make([]byte, MaxBody+1)}, CodeTooLarge},
+		{"send id 0", &Send{Conv: "c", ClientMsgID: "m"}, CodeInvalidArgument},
+		{"send long conv", &Send{ID: 1, Conv: long + "a", ClientMsgID: "m"}, CodeInvalidArgument},
+		{"send conv with space", &Send{ID: 1, Conv: "a b", ClientMsgID: "m"}, CodeInvalidArgument},
+		{"send conv with nul", &Send{ID: 1, Conv: "a\x00", ClientMsgID: "m"}, CodeInvalidArgument},
+		{"send conv non-ascii", &Send{ID: 1, Conv: "café", ClientMsgID: "m"}, CodeInvalidArgument},
+		{"send no cmid", &Send{ID: 1, Conv: "c"}, CodeInvalidArgument},
+		{"send bad peer", &Send{ID: 1, Conv: "c", ClientMsgID: "m", Peer: "b b"}, CodeInvalidArgument},
+
+		{"mark read ok", &MarkRead{ID: 1, Conv: "c", ClientMsgID: "m", UpTo: 1}, 0},
+		{"mark read up_to 0", &MarkRead{ID: 1, Conv: "c", ClientMsgID: "m"}, CodeInvalidArgument},
+		{"mark read no conv", &MarkRead{ID: 1, ClientMsgID: "m", UpTo: 1}, CodeInvalidArgument},
+
+		{"recall ok", &Recall{ID: 1, Conv: "c", ClientMsgID: "m", Target: "1.2.0"}, 0},
+		{"recall no target", &Recall{ID: 1, Conv: "c", ClientMsgID: "m"}, CodeInvalidArgument},
+		{"recall bad target", &Recall{ID: 1, Conv: "c", ClientMsgID: "m", Target: "1.0.0"}, CodeInvalidArgument},
+
+		{"create group no members", &CreateGroup{ID: 1, Conv: "g", ClientMsgID: "m"}, 0},
+		{"create group max members", &CreateGroup{ID: 1, Conv: "g", ClientMsgID: "m", Members: members(MaxMembers)}, 0},
+		{"create group too many", &CreateGroup{ID: 1, Conv: "g", ClientMsgID: "m", Members: members(MaxMembers + 1)}, CodeTooLarge},
+		{"create group bad member", &CreateGroup{ID: 1, Conv: "g", ClientMsgID: "m", Members: []string{"a", ""}}, CodeInvalidArgument},
+		{"add members none", &AddMembers{ID: 1, Conv: "g", ClientMsgID: "m"}, CodeInvalidArgument},
+		{"add members too many", &AddMembers{ID: 1, Conv: "g", ClientMsgID: "m", Members: members(MaxMembers + 1)}, CodeTooLarge},
+		{"add members ok", &AddMembers{ID: 1, Conv: "g", ClientMsgID: "m", Members: []string{"a"}}, 0},
+		{"remove members none", &RemoveMembers{ID: 1, Conv: "g", ClientMsgID: "m"}, CodeInvalidArgument},
+		{"remove members bad", &RemoveMembers{ID: 1, Conv: "g", ClientMsgID: "m", Members: []string{"a b"}}, CodeInvalidArgument},
+		{"remove members ok", &RemoveMembers{ID: 1, Conv: "g", ClientMsgID: "m", Members: []string{"a"}}, 0},
+
+		{"sync from scratch", &SyncStart{}, 0},
+		{"sync pos without epoch", &SyncStart{Pos: 5}, CodeInvalidArgument},
+		{"sync epoch at 0", &SyncStart{Epoch: 3}, 0},
+		{"cursor ack ok", &CursorAck{Epoch: 1, Pos: 1}, 0},
+		{"cursor ack no epoch", &CursorAck{Pos: 1}, CodeInvalidArgument},
+		{"cursor ack pos 0", &CursorAck{Epoch: 1}, CodeInvalidArgument},
+
+		{"conv list from start", &ConvList{ID: 1}, 0},
+		{"conv list id 0", &ConvList{}, CodeInvalidArgument},
+		{"conv list bad after", &ConvList{ID: 1, After: "a b"}, CodeInvalidArgument},
+		{"conv state no conv", &ConvState{ID: 1}, CodeInvalidArgument},
+		{"history from head", &History{ID: 1, Conv: "c"}, 0},
+		{"history id 0", &History{Conv: "c"}, CodeInvalidArgument},
+		{"head check id 0", &HeadCheck{}, CodeInvalidArgument},
+	}
+	for _, c := range cases {
+		err := c.f.Validate()
+		if c.want == 0 {
+			if err != nil {
+				t.Errorf("%s: %v, want valid", c.name, err)
+			}
+			continue
+		}
+		var e *Error
+		if !errors.As(err, &e) || e.Code != c.want || e.Message == "" {
+			t.Errorf("%s: %v, want an *Error with code %s", c.name, err, c.want)
+		}
+	}
+}
+
+// TestValidateQuotesSafely: an invalid id is echoed cut short and without control bytes.
+func TestValidateQuotesSafely(t *testing.T) {
+	err := (&Send{ID: 1, Conv: strings.Repeat("\x00", 500), ClientMsgID: "m"}).Validate()
+	if msg := err.Error(); len(msg) > 200 || strings.ContainsRune(msg, 0) {
+		t.Errorf("message %q", msg)
+	}
+}

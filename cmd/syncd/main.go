@@ -1,11 +1,9 @@
-// Command syncd runs a syncd node.
+// Command syncd runs a syncd server node.
 //
-// With no flags it runs a single node on embedded defaults: data in ./syncd-data, the Raft
-// listener on 127.0.0.1:7400, eight shards, each a single-voter Raft group. With -peers it joins
-// a static cluster (every node gets the same list).
-//
-// At this stage syncd is the replicated storage core: it keeps user and conversation logs in
-// Pebble, replicated by Raft. The client protocol (QUIC) is served by a later release.
+// With no flags it runs a single node on embedded defaults: data in ./syncd-data, clients over
+// QUIC on 127.0.0.1:7300, Raft on 127.0.0.1:7400, eight single-voter shards, a token secret and a
+// self-signed certificate created in the data directory on first start. With -peers it joins a
+// static cluster (every node gets the same list).
 package main
 
 import (
@@ -18,9 +16,9 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
-	"time"
 
 	"github.com/syncd-dev/syncd/raftstore"
+	"github.com/syncd-dev/syncd/syncd"
 )
 
 func main() {
@@ -33,11 +31,14 @@ func main() {
 func run(args []string) error {
 	fs := flag.NewFlagSet("syncd", flag.ContinueOnError)
 	var (
-		dataDir  = fs.String("data-dir", "./syncd-data", "directory for the node's store and snapshots")
+		dataDir  = fs.String("data-dir", "./syncd-data", "directory for the store, snapshots, token secret and certificate")
+		listen   = fs.String("listen", "127.0.0.1:7300", "UDP address of the QUIC listener for clients")
 		nodeID   = fs.String("node-id", "n1", "this node's id, unique in the cluster")
 		raftAddr = fs.String("raft-addr", "127.0.0.1:7400", "address of the node's Raft listener (shared by all shards)")
 		shards   = fs.Int("shards", 8, "number of shards (Raft groups); must be the same on every node")
-		peers    = fs.String("peers", "", "static cluster: comma-separated id=host:port of every node, this one included")
+		peers    = fs.String("peers", "", "static cluster: comma-separated id=host:port (Raft addresses) of every node, this one included")
+		certFile = fs.String("cert", "", "TLS certificate file for clients (default: self-signed, created in -data-dir)")
+		keyFile  = fs.String("key", "", "TLS key file, with -cert")
 		logLevel = fs.String("log-level", "info", "debug, info, warn or error")
 	)
 	if err := fs.Parse(args); err != nil {
@@ -49,13 +50,8 @@ func run(args []string) error {
 	}
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 
-	cfg := raftstore.Config{NodeID: *nodeID, Dir: *dataDir, RaftAddr: *raftAddr, Logger: logger}
-	if *shards < 1 {
-		return errors.New("-shards must be at least 1")
-	}
-	for i := 1; i <= *shards; i++ {
-		cfg.Shards = append(cfg.Shards, raftstore.ShardID(i))
-	}
+	cfg := syncd.Config{Dir: *dataDir, ListenAddr: *listen, NodeID: *nodeID, RaftAddr: *raftAddr,
+		Shards: *shards, CertFile: *certFile, KeyFile: *keyFile, Logger: logger}
 	if *peers != "" {
 		for _, p := range strings.Split(*peers, ",") {
 			id, addr, ok := strings.Cut(strings.TrimSpace(p), "=")
@@ -65,28 +61,18 @@ func run(args []string) error {
 			cfg.Peers = append(cfg.Peers, raftstore.Peer{ID: id, Addr: addr})
 		}
 	}
-
-	node, err := raftstore.New(cfg)
+	srv, err := syncd.NewServer(cfg)
 	if err != nil {
 		return err
 	}
-	defer node.Close()
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-
-	wait, cancel := context.WithTimeout(ctx, 30*time.Second)
-	for _, id := range node.Shards() {
-		if _, _, err := node.WaitLeader(wait, id); err != nil {
-			logger.Warn("shard has no leader yet", "shard", id, "err", err)
-		}
+	logger.Info("syncd serving; stop with Ctrl-C or SIGTERM", "clients", srv.Addr().String(),
+		"raft", srv.Node().Addr(), "data", *dataDir, "cert_sha256", srv.Fingerprint())
+	err = srv.Run(ctx)
+	if errors.Is(err, context.Canceled) {
+		err = nil
 	}
-	cancel()
-	for _, st := range node.Status() {
-		logger.Info("shard ready", "shard", st.Shard, "state", st.State, "leader", st.LeaderID,
-			"applied", st.AppliedIndex)
-	}
-	logger.Info("syncd node running; stop with Ctrl-C or SIGTERM", "node", cfg.NodeID, "raft", node.Addr(), "data", *dataDir)
-	<-ctx.Done()
-	logger.Info("shutting down")
-	return node.Close()
+	logger.Info("stopped")
+	return err
 }

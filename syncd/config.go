@@ -1,0 +1,116 @@
+package syncd
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/syncd-dev/syncd/log"
+	"github.com/syncd-dev/syncd/proto"
+	"github.com/syncd-dev/syncd/raftstore"
+)
+
+// Config configures a Server. Zero fields take the documented defaults, which together make a
+// single node that needs no setup; Validate reports every problem at once.
+type Config struct {
+	// Dir is the data directory: the store, Raft snapshots, the token secret and the
+	// self-signed certificate. Default "./syncd-data".
+	Dir string
+	// ListenAddr is the UDP address of the QUIC listener for clients. Default "127.0.0.1:7300".
+	ListenAddr string
+	// NodeID, RaftAddr, Peers: see raftstore.Config. Defaults "n1", "127.0.0.1:7400", none.
+	NodeID   string
+	RaftAddr string
+	Peers    []raftstore.Peer
+	// Shards is the number of shards (Raft groups); the same on every node. Default 8.
+	Shards int
+	// TokenSecret signs device tokens. Default: Dir/token.key, created on first start.
+	TokenSecret []byte
+	// CertFile and KeyFile are the TLS certificate for clients. Default: a self-signed
+	// certificate in Dir, created on first start; clients pin its fingerprint.
+	CertFile, KeyFile string
+	// Limits announced to clients; zero fields take the protocol defaults.
+	Limits proto.Limits
+	// DedupWindow is how long a client_msg_id is remembered. Default 24h.
+	DedupWindow time.Duration
+	// RecallWindow is how long after sending a message its sender may recall it. Default 2m.
+	RecallWindow time.Duration
+	// MaxConnections caps concurrent client connections; more get TooManyConnections with a
+	// retry-after. Default 20000.
+	MaxConnections int
+	// MaxStreamsPerConn caps the streams a connection may have open. Default 16.
+	MaxStreamsPerConn int
+	// RequestTimeout bounds one request's replication. Default 10s.
+	RequestTimeout time.Duration
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+}
+
+func (c Config) withDefaults() Config {
+	if c.Dir == "" {
+		c.Dir = "./syncd-data"
+	}
+	if c.ListenAddr == "" {
+		c.ListenAddr = "127.0.0.1:7300"
+	}
+	if c.NodeID == "" {
+		c.NodeID = "n1"
+	}
+	if c.RaftAddr == "" {
+		c.RaftAddr = "127.0.0.1:7400"
+	}
+	if c.Shards == 0 {
+		c.Shards = 8
+	}
+	c.Limits = c.Limits.WithDefaults()
+	if c.DedupWindow == 0 {
+		c.DedupWindow = time.Duration(log.DefaultDedupWindow)
+	}
+	if c.RecallWindow == 0 {
+		c.RecallWindow = time.Duration(log.DefaultRecallWindow)
+	}
+	if c.MaxConnections == 0 {
+		c.MaxConnections = 20000
+	}
+	if c.MaxStreamsPerConn == 0 {
+		c.MaxStreamsPerConn = 16
+	}
+	if c.RequestTimeout == 0 {
+		c.RequestTimeout = 10 * time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}
+
+// Validate reports every problem with the configuration (after defaults), joined.
+func (c Config) Validate() error {
+	c = c.withDefaults()
+	var errs []error
+	if c.Shards < 1 || c.Shards > 4096 {
+		errs = append(errs, fmt.Errorf("syncd: Shards %d must be between 1 and %d", c.Shards, NumSlots))
+	}
+	if (c.CertFile == "") != (c.KeyFile == "") {
+		errs = append(errs, errors.New("syncd: CertFile and KeyFile go together: set both or neither"))
+	}
+	if c.TokenSecret != nil && len(c.TokenSecret) < 16 {
+		errs = append(errs, errors.New("syncd: TokenSecret must be at least 16 bytes"))
+	}
+	if c.DedupWindow < time.Minute {
+		errs = append(errs, errors.New("syncd: DedupWindow below a minute would let app retries duplicate messages"))
+	}
+	if c.MaxConnections < 1 || c.MaxStreamsPerConn < 2 {
+		errs = append(errs, errors.New("syncd: MaxConnections must be ≥ 1 and MaxStreamsPerConn ≥ 2"))
+	}
+	return errors.Join(errs...)
+}
+
+func (c Config) shardIDs() []raftstore.ShardID {
+	ids := make([]raftstore.ShardID, c.Shards)
+	for i := range ids {
+		ids[i] = raftstore.ShardID(i + 1)
+	}
+	return ids
+}

@@ -1,0 +1,33 @@
+package syncd
+
+import (
+	"github.com/syncd-dev/syncd/log"
+	"github.com/syncd-dev/syncd/proto"
+)
+
+// syncd translates between the stored types (log) and the wire types (proto); neither package
+// knows the other.
+
+func wireEntry(e *log.Entry) proto.Entry {
+	out := proto.Entry{
+		Seq: proto.Position(e.Seq), Kind: proto.Kind(e.Kind), MsgID: wireMsgID(e.MsgID), Conv: e.Conv,
+		ConvSeq: proto.Position(e.ConvSeq), Sender: e.Sender, Time: e.Time, Body: e.Body,
+		UpTo: proto.Position(e.ReadUpTo), Members: e.Members,
+	}
+	if !e.Target.IsZero() {
+		out.Target = wireMsgID(e.Target)
+	}
+	return out
+}
+
+func wireMsgID(id log.MsgID) proto.MsgID {
+	if id.IsZero() {
+		return ""
+	}
+	return proto.MsgID(id.String())
+}
+
+func wireAck(id uint64, conv string, r log.AppendResult) *proto.Ack {
+	return &proto.Ack{ID: id, MsgID: wireMsgID(r.MsgID), Conv: conv, ConvSeq: proto.Position(r.ConvSeq),
+		Time: r.Time, Epoch: proto.Epoch(r.Epoch), Duplicate: r.Duplicate, NoOp: r.NoOp}
+}

@@ -1,0 +1,223 @@
+package syncd
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/quic-go/quic-go"
+
+	"github.com/syncd-dev/syncd/proto"
+	"github.com/syncd-dev/syncd/raftstore"
+)
+
+// Server is a syncd node serving clients over QUIC: it owns the node's shards (raftstore), the
+// fan-out, and the client connections. Create it with NewServer, then call Run.
+type Server struct {
+	cfg         Config
+	logger      *slog.Logger
+	node        *raftstore.Node
+	slots       *SlotTable
+	fan         *Fanout
+	notes       *notifier
+	secret      []byte
+	fingerprint string
+	ln          *quic.Listener
+
+	conns atomic.Int64 // open client connections
+}
+
+// NewServer opens the node's store and shards and binds the QUIC listener. On first start with
+// default settings it creates the token secret and a self-signed certificate in Config.Dir.
+func NewServer(cfg Config) (*Server, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	s := &Server{cfg: cfg, logger: cfg.Logger, notes: newNotifier(), secret: cfg.TokenSecret}
+	var err error
+	if s.secret == nil {
+		if s.secret, err = LoadOrCreateSecret(cfg.Dir); err != nil {
+			return nil, err
+		}
+	}
+	var cert tls.Certificate
+	if cfg.CertFile != "" {
+		cert, s.fingerprint, err = LoadCert(cfg.CertFile, cfg.KeyFile)
+	} else {
+		cert, s.fingerprint, err = SelfSignedCert(cfg.Dir, nil)
+	}
+	if err != nil {
+		return nil, err
+	}
+	s.slots = NewSlotTable(cfg.shardIDs())
+	var fan atomic.Pointer[Fanout] // shards apply (and notify) before the fan-out exists
+	s.node, err = raftstore.New(raftstore.Config{
+		NodeID: cfg.NodeID, Dir: cfg.Dir, RaftAddr: cfg.RaftAddr, Peers: cfg.Peers,
+		Shards: cfg.shardIDs(), Logger: cfg.Logger,
+		OnApply: func(shard raftstore.ShardID, _ uint64) {
+			s.notes.notify(shard)
+			if f := fan.Load(); f != nil {
+				f.Notify(shard)
+			}
+		},
+	})
+	if err != nil {
+		return nil, err
+	}
+	s.fan = NewFanout(s.node, s.slots, FanoutConfig{Logger: cfg.Logger})
+	fan.Store(s.fan)
+	s.ln, err = quic.ListenAddr(cfg.ListenAddr, ServerTLSConfig(cert, proto.ALPN), &quic.Config{
+		MaxIdleTimeout:     30 * time.Second,
+		KeepAlivePeriod:    10 * time.Second,
+		MaxIncomingStreams: int64(cfg.MaxStreamsPerConn),
+	})
+	if err != nil {
+		s.node.Close()
+		return nil, fmt.Errorf("syncd: listen for clients on %s (is another syncd running? pick another -listen): %w", cfg.ListenAddr, err)
+	}
+	return s, nil
+}
+
+// Addr returns the client listener's address.
+func (s *Server) Addr() net.Addr { return s.ln.Addr() }
+
+// Fingerprint returns the SHA-256 fingerprint of the server certificate, which clients pin.
+func (s *Server) Fingerprint() string { return s.fingerprint }
+
+// MintToken signs a token for device of user uid, valid for ttl.
+func (s *Server) MintToken(uid, device string, ttl time.Duration) (string, error) {
+	now := time.Now()
+	return MintToken(s.secret, TokenClaims{User: uid, Device: device, Issued: now, Expires: now.Add(ttl)})
+}
+
+// Node returns the server's storage node (status pages, tests).
+func (s *Server) Node() *raftstore.Node { return s.node }
+
+// Run serves clients and runs the fan-out until ctx ends, then shuts down gracefully: it stops
+// accepting, closes client connections, waits for every goroutine, and closes the store.
+func (s *Server) Run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		s.fan.Run(ctx)
+	}()
+	for {
+		conn, err := s.ln.Accept(ctx)
+		if err != nil {
+			break
+		}
+		if int(s.conns.Load()) >= s.cfg.MaxConnections {
+			conn.CloseWithError(quic.ApplicationErrorCode(proto.CodeTooManyConnections), "too many connections; retry after 5s")
+			continue
+		}
+		s.conns.Add(1)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer s.conns.Add(-1)
+			s.serveConn(ctx, conn)
+		}()
+	}
+	cancel()
+	s.ln.Close()
+	wg.Wait()
+	return s.node.Close()
+}
+
+// serveConn authenticates a connection on its first stream, then serves its streams.
+func (s *Server) serveConn(ctx context.Context, conn *quic.Conn) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var streams sync.WaitGroup
+	defer streams.Wait()
+	defer conn.CloseWithError(0, "bye")
+	go func() { // a closed connection ends ctx, and the other way round
+		select {
+		case <-conn.Context().Done():
+		case <-ctx.Done():
+		}
+		cancel()
+		conn.CloseWithError(0, "server shutting down")
+	}()
+
+	sess, err := s.handshake(ctx, conn)
+	if err != nil {
+		s.logger.Debug("handshake failed", "remote", conn.RemoteAddr().String(), "err", err)
+		return
+	}
+	for {
+		st, err := conn.AcceptStream(ctx)
+		if err != nil {
+			return
+		}
+		streams.Add(1)
+		go func() {
+			defer streams.Done()
+			sess.serveStream(ctx, st)
+		}()
+	}
+}
+
+// handshake reads Hello on the connection's first stream, checks the token and answers Welcome
+// (or an Error, then closes).
+func (s *Server) handshake(ctx context.Context, conn *quic.Conn) (*session, error) {
+	hctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	st, err := conn.AcceptStream(hctx)
+	if err != nil {
+		return nil, err
+	}
+	go func() { // the handshake deadline also bounds a client that opens a stream and stalls
+		<-hctx.Done()
+		if errors.Is(hctx.Err(), context.DeadlineExceeded) {
+			st.CancelRead(quic.StreamErrorCode(proto.CodeTimeout))
+		}
+	}()
+	r := proto.NewReader(st, int(s.cfg.Limits.MaxFrame))
+	f, err := r.Next()
+	if err != nil {
+		return nil, s.refuse(conn, st, proto.Errorf(proto.CodeMalformed, "first frame: %v", err))
+	}
+	hello, ok := f.(*proto.Hello)
+	if !ok {
+		return nil, s.refuse(conn, st, proto.Errorf(proto.CodeUnexpectedFrame, "the first frame must be hello, got %v", f.FrameType()))
+	}
+	if err := hello.Validate(); err != nil {
+		return nil, s.refuse(conn, st, err)
+	}
+	claims, err := VerifyToken(s.secret, hello.Token, time.Now())
+	if err != nil {
+		return nil, s.refuse(conn, st, err)
+	}
+	if claims.Device != hello.Device {
+		return nil, s.refuse(conn, st, proto.Errorf(proto.CodeForbidden, "the token is for device %q, not %q", claims.Device, hello.Device))
+	}
+	welcome := &proto.Welcome{
+		User: claims.User, Device: claims.Device, ServerTime: time.Now().UnixNano(),
+		Session:      fmt.Sprintf("%s-%x", s.cfg.NodeID, time.Now().UnixNano()),
+		ProtoVersion: min(hello.ProtoVersion, proto.ProtoVersion), Limits: s.cfg.Limits,
+	}
+	if err := proto.WriteFrame(st, welcome); err != nil {
+		return nil, err
+	}
+	return &session{s: s, user: claims.User, device: claims.Device, control: st}, nil
+}
+
+// refuse answers the handshake with an error frame and closes the connection with its code.
+func (s *Server) refuse(conn *quic.Conn, st *quic.Stream, err error) error {
+	e := wireError(s.logger, 0, err)
+	proto.WriteFrame(st, e)
+	st.Close()
+	conn.CloseWithError(quic.ApplicationErrorCode(e.Code), e.Message)
+	return e
+}

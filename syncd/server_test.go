@@ -1,0 +1,283 @@
+package syncd
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/quic-go/quic-go"
+
+	"github.com/syncd-dev/syncd/proto"
+)
+
+// Tests of the server through its real path: QUIC on loopback, TLS with a pinned self-signed
+// certificate, real shards and fan-out.
+
+type testServer struct {
+	*Server
+	cancel context.CancelFunc
+	done   chan error
+}
+
+func startServer(t *testing.T) *testServer {
+	t.Helper()
+	srv, err := NewServer(Config{
+		Dir: t.TempDir(), ListenAddr: "127.0.0.1:0", RaftAddr: "127.0.0.1:0", Shards: 4,
+		Logger: slog.New(slog.NewTextHandler(testLog{t}, &slog.HandlerOptions{Level: slog.LevelError})),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range srv.Node().Shards() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		_, _, err := srv.Node().WaitLeader(ctx, id)
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	ts := &testServer{Server: srv, cancel: cancel, done: make(chan error, 1)}
+	go func() { ts.done <- srv.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-ts.done; err != nil {
+			t.Errorf("server shutdown: %v", err)
+		}
+	})
+	return ts
+}
+
+// testClient speaks the protocol directly (the SDK comes separately): one request stream used
+// sequentially, one sync stream.
+type testClient struct {
+	t     *testing.T
+	conn  *quic.Conn
+	req   *quic.Stream
+	reqR  *proto.Reader
+	sync  *quic.Stream
+	syncR *proto.Reader
+	epoch proto.Epoch // of the last batch received
+	next  uint64
+}
+
+func dialRaw(t *testing.T, ts *testServer) *quic.Conn {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	conn, err := quic.DialAddr(ctx, ts.Addr().String(), PinnedClientTLS(ts.Fingerprint(), proto.ALPN), &quic.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.CloseWithError(0, "") })
+	return conn
+}
+
+// hello opens the control stream and returns the server's first answer.
+func hello(t *testing.T, conn *quic.Conn, token, device string) proto.Frame {
+	t.Helper()
+	st, err := conn.OpenStreamSync(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := proto.WriteFrame(st, &proto.Hello{Token: token, Device: device, ClientVersion: "test/1", ProtoVersion: proto.ProtoVersion}); err != nil {
+		t.Fatal(err)
+	}
+	st.SetReadDeadline(time.Now().Add(5 * time.Second))
+	f, err := proto.NewReader(st, proto.DefaultMaxFrame).Next()
+	var closed *quic.ApplicationError
+	if errors.As(err, &closed) {
+		// The server closed the connection with the error's code (it may do so before the
+		// error frame arrives): as good as the frame.
+		return &proto.Error{Code: proto.Code(closed.ErrorCode), Message: closed.ErrorMessage}
+	}
+	if err != nil {
+		t.Fatalf("hello: %v", err)
+	}
+	return f
+}
+
+func connect(t *testing.T, ts *testServer, uid, device string) *testClient {
+	t.Helper()
+	token, err := ts.MintToken(uid, device, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn := dialRaw(t, ts)
+	if w, ok := hello(t, conn, token, device).(*proto.Welcome); !ok || w.User != uid {
+		t.Fatalf("expected welcome for %s, got %#v", uid, w)
+	}
+	c := &testClient{t: t, conn: conn}
+	c.req, err = conn.OpenStreamSync(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.reqR = proto.NewReader(c.req, proto.DefaultMaxFrame)
+	return c
+}
+
+// do sends one request and returns its answer.
+func (c *testClient) do(f proto.Frame) proto.Frame {
+	c.t.Helper()
+	if err := proto.WriteFrame(c.req, f); err != nil {
+		c.t.Fatal(err)
+	}
+	c.req.SetReadDeadline(time.Now().Add(10 * time.Second))
+	ans, err := c.reqR.Next()
+	if err != nil {
+		c.t.Fatalf("answer to %v: %v", f.FrameType(), err)
+	}
+	return ans
+}
+
+func (c *testClient) id() uint64 { c.next++; return c.next }
+
+func (c *testClient) ack(f proto.Frame) *proto.Ack {
+	c.t.Helper()
+	a, ok := c.do(f).(*proto.Ack)
+	if !ok {
+		c.t.Fatalf("%v: expected an ack", f.FrameType())
+	}
+	return a
+}
+
+func (c *testClient) wantCode(f proto.Frame, code proto.Code) {
+	c.t.Helper()
+	ans := c.do(f)
+	if e, ok := ans.(*proto.Error); !ok || e.Code != code {
+		c.t.Fatalf("%v: got %#v, want error %v", f.FrameType(), ans, code)
+	}
+}
+
+func (c *testClient) startSync(epoch proto.Epoch, pos proto.Position) {
+	c.t.Helper()
+	st, err := c.conn.OpenStreamSync(context.Background())
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	c.sync, c.syncR = st, proto.NewReader(st, proto.DefaultMaxFrame)
+	if err := proto.WriteFrame(st, &proto.SyncStart{Epoch: epoch, Pos: pos}); err != nil {
+		c.t.Fatal(err)
+	}
+}
+
+// entries reads the sync stream until it has n more entries, checking contiguity from pos.
+func (c *testClient) entries(pos proto.Position, n int) []proto.Entry {
+	c.t.Helper()
+	var out []proto.Entry
+	for len(out) < n {
+		c.sync.SetReadDeadline(time.Now().Add(10 * time.Second))
+		f, err := c.syncR.Next()
+		if err != nil {
+			c.t.Fatalf("sync: %v (have %d of %d entries)", err, len(out), n)
+		}
+		b, ok := f.(*proto.Batch)
+		if !ok {
+			continue // heartbeats
+		}
+		c.epoch = b.Epoch
+		for _, e := range b.Entries {
+			if e.Seq != pos+1 {
+				c.t.Fatalf("sync: entry at %d after %d: a gap", e.Seq, pos)
+			}
+			pos = e.Seq
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// TestServerMessagesReceiptsRecalls: two users, a direct conversation created by the first send,
+// a resend, a receipt and a recall, pushed live to both users' sync streams across shards.
+func TestServerMessagesReceiptsRecalls(t *testing.T) {
+	ts := startServer(t)
+	alice := connect(t, ts, "alice", "phone")
+	bob := connect(t, ts, "bob", "laptop")
+	alice.startSync(0, 0)
+	bob.startSync(0, 0)
+
+	send := &proto.Send{ID: alice.id(), Conv: "d:alice:bob", ClientMsgID: "m1", Body: []byte("hi bob"), Peer: "bob"}
+	a1 := alice.ack(send)
+	if a1.ConvSeq != 1 || a1.Duplicate || !a1.MsgID.Valid() {
+		t.Fatalf("first send: %+v", a1)
+	}
+	send.ID = alice.id()
+	if again := alice.ack(send); !again.Duplicate || again.MsgID != a1.MsgID || again.ConvSeq != 1 {
+		t.Fatalf("resend: %+v, want the original ack", again)
+	}
+	for _, c := range []*testClient{alice, bob} {
+		got := c.entries(0, 1)
+		if got[0].MsgID != a1.MsgID || string(got[0].Body) != "hi bob" || got[0].Sender != "alice" || got[0].Kind != proto.KindMessage {
+			t.Fatalf("pushed entry: %+v", got[0])
+		}
+	}
+	read := bob.ack(&proto.MarkRead{ID: bob.id(), Conv: "d:alice:bob", ClientMsgID: "r1", UpTo: 1})
+	recall := alice.ack(&proto.Recall{ID: alice.id(), Conv: "d:alice:bob", ClientMsgID: "x1", Target: a1.MsgID})
+	for _, c := range []*testClient{alice, bob} {
+		got := c.entries(1, 2)
+		if got[0].Kind != proto.KindReceipt || got[0].MsgID != read.MsgID || got[0].UpTo != 1 ||
+			got[1].Kind != proto.KindRecall || got[1].Target != a1.MsgID || got[1].MsgID != recall.MsgID {
+			t.Fatalf("receipt and recall: %+v", got)
+		}
+	}
+	if h, ok := bob.do(&proto.HeadCheck{ID: bob.id()}).(*proto.Head); !ok || h.Head != 3 {
+		t.Fatalf("head check: %#v", h)
+	}
+	// A sync resumed from a cursor starts exactly after it.
+	carol := connect(t, ts, "bob", "tablet")
+	carol.startSync(0, 0)
+	all := carol.entries(0, 3)
+	carol.sync.CancelRead(0)
+	if len(all) != 3 {
+		t.Fatalf("tablet got %d entries", len(all))
+	}
+	carol.startSync(carol.epoch, 2)
+	if got := carol.entries(2, 1); got[0].MsgID != recall.MsgID {
+		t.Fatalf("resume from 2: %+v", got[0])
+	}
+}
+
+// TestServerRefusesBadInput: each bad input gets its code and the server keeps serving.
+func TestServerRefusesBadInput(t *testing.T) {
+	ts := startServer(t)
+	conn := dialRaw(t, ts)
+	if e, ok := hello(t, conn, "v1.bad.token", "phone").(*proto.Error); !ok || e.Code != proto.CodeUnauthenticated {
+		t.Fatalf("bad token: %#v", e)
+	}
+	expired, err := MintToken(ts.secret, TokenClaims{User: "eve", Device: "phone", Issued: time.Now().Add(-2 * time.Hour), Expires: time.Now().Add(-time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e, ok := hello(t, dialRaw(t, ts), expired, "phone").(*proto.Error); !ok || e.Code != proto.CodeTokenExpired {
+		t.Fatalf("expired token: %#v", e)
+	}
+	other, _ := ts.MintToken("eve", "phone", time.Hour)
+	if e, ok := hello(t, dialRaw(t, ts), other, "laptop").(*proto.Error); !ok || e.Code != proto.CodeForbidden {
+		t.Fatalf("token of another device: %#v", e)
+	}
+
+	alice := connect(t, ts, "alice", "phone")
+	mallory := connect(t, ts, "mallory", "phone")
+	a := alice.ack(&proto.Send{ID: alice.id(), Conv: "d:alice:bob", ClientMsgID: "m1", Body: []byte("hi"), Peer: "bob"})
+	mallory.wantCode(&proto.Send{ID: mallory.id(), Conv: "d:alice:bob", ClientMsgID: "m1", Body: []byte("hi")}, proto.CodeNotMember)
+	alice.wantCode(&proto.Send{ID: alice.id(), Conv: "d:alice:bob", ClientMsgID: "m1", Body: []byte("other"), Peer: "bob"}, proto.CodeConflict)
+	alice.wantCode(&proto.Send{ID: alice.id(), Conv: "d:alice:bob", ClientMsgID: "m2", Body: make([]byte, proto.MaxBody+1)}, proto.CodeTooLarge)
+	alice.wantCode(&proto.Send{ID: alice.id(), Conv: "nope", ClientMsgID: "m3", Body: []byte("x")}, proto.CodeNoConversation)
+	mallory.wantCode(&proto.Recall{ID: mallory.id(), Conv: "d:alice:bob", ClientMsgID: "r", Target: a.MsgID}, proto.CodeNotMember)
+
+	// Garbage on a request stream: an error for that frame, and the stream goes on.
+	alice.req.Write([]byte{0, 0, 0, 3, 1, 99, 0x80}) // version 1, unknown type 99, empty map
+	alice.req.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if f, err := alice.reqR.Next(); err != nil || f.(*proto.Error).Code != proto.CodeUnknownFrame {
+		t.Fatalf("unknown frame: %#v %v", f, err)
+	}
+	alice.req.Write([]byte{0, 0, 0, 3, 1, byte(proto.TypeSend), 0xc1}) // reserved msgpack byte
+	if f, err := alice.reqR.Next(); err != nil || f.(*proto.Error).Code != proto.CodeMalformed {
+		t.Fatalf("malformed frame: %#v %v", f, err)
+	}
+	if got := alice.ack(&proto.Send{ID: alice.id(), Conv: "d:alice:bob", ClientMsgID: "m4", Body: []byte("still here")}); got.ConvSeq != 2 {
+		t.Fatalf("after bad frames: %+v", got)
+	}
+}

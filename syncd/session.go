@@ -1,0 +1,313 @@
+package syncd
+
+import (
+	"context"
+	"errors"
+	"io"
+	"sync"
+	"time"
+
+	"github.com/quic-go/quic-go"
+
+	"github.com/syncd-dev/syncd/log"
+	"github.com/syncd-dev/syncd/proto"
+	"github.com/syncd-dev/syncd/raftstore"
+)
+
+// maxInFlightPerStream bounds the requests one request stream may have being replicated at once,
+// so one pipelining client cannot occupy the server; further frames wait (QUIC flow control then
+// pushes back on the client).
+const maxInFlightPerStream = 64
+
+// session is one authenticated connection: a user's device.
+type session struct {
+	s       *Server
+	user    string
+	device  string
+	control *quic.Stream
+}
+
+// serveStream serves one client-opened stream. Its first frame decides its role: SyncStart
+// makes it the sync stream, a request makes it a request stream.
+func (ss *session) serveStream(ctx context.Context, st *quic.Stream) {
+	defer st.Close()
+	r := proto.NewReader(st, int(ss.s.cfg.Limits.MaxFrame))
+	f, err := r.Next()
+	if err != nil {
+		return
+	}
+	if start, ok := f.(*proto.SyncStart); ok {
+		ss.serveSync(ctx, st, r, start)
+		return
+	}
+	ss.serveRequests(ctx, st, r, f)
+}
+
+// serveRequests answers pipelined requests on st, each as soon as it completes (responses may
+// come out of order; the request id matches them up).
+func (ss *session) serveRequests(ctx context.Context, st *quic.Stream, r *proto.Reader, first proto.Frame) {
+	var wmu sync.Mutex
+	write := func(f proto.Frame) {
+		wmu.Lock()
+		defer wmu.Unlock()
+		proto.WriteFrame(st, f)
+	}
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	sem := make(chan struct{}, maxInFlightPerStream)
+	for f, err := first, error(nil); ; f, err = r.Next() {
+		switch {
+		case errors.Is(err, proto.ErrUnknownType), errors.Is(err, proto.ErrMalformed):
+			write(&proto.Error{Code: codeForFrameError(err), Message: err.Error()})
+			continue // the frame was consumed; the stream goes on
+		case err != nil:
+			if !errors.Is(err, io.EOF) && ctx.Err() == nil {
+				write(&proto.Error{Code: codeForFrameError(err), Message: err.Error()})
+			}
+			return
+		}
+		req, ok := f.(proto.Request)
+		if !ok {
+			write(&proto.Error{Code: proto.CodeUnexpectedFrame, Message: "a request stream carries requests only, got " + f.FrameType().String()})
+			continue
+		}
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+			return
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			write(ss.answer(ctx, req))
+		}()
+	}
+}
+
+// codeForFrameError maps a framing error to its wire code.
+func codeForFrameError(err error) proto.Code {
+	switch {
+	case errors.Is(err, proto.ErrUnknownType):
+		return proto.CodeUnknownFrame
+	case errors.Is(err, proto.ErrFrameTooLarge):
+		return proto.CodeFrameTooLarge
+	case errors.Is(err, proto.ErrBadVersion):
+		return proto.CodeUnsupportedVersion
+	}
+	return proto.CodeMalformed
+}
+
+// answer runs one request and returns its response frame.
+func (ss *session) answer(ctx context.Context, req proto.Request) proto.Frame {
+	id := req.RequestID()
+	if err := req.Validate(); err != nil {
+		return wireError(ss.s.logger, id, err)
+	}
+	if hc, ok := req.(*proto.HeadCheck); ok {
+		state, err := ss.s.node.State(ss.s.slots.UserShard(ss.user))
+		if err != nil {
+			return wireError(ss.s.logger, id, err)
+		}
+		info, err := state.UserInfo(ss.user)
+		if err != nil {
+			return wireError(ss.s.logger, id, err)
+		}
+		return &proto.Head{ID: hc.ID, Epoch: proto.Epoch(info.Epoch), Head: proto.Position(info.Head)}
+	}
+	app, err := ss.appendFor(req)
+	if err != nil {
+		return wireError(ss.s.logger, id, err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, ss.s.cfg.RequestTimeout)
+	defer cancel()
+	res, err := ss.s.node.Propose(ctx, ss.s.slots.ConvShard(app.Conv), raftstore.AppendCommand(app))
+	if err != nil {
+		return wireError(ss.s.logger, id, err)
+	}
+	return wireAck(id, app.Conv, res.Append)
+}
+
+// appendFor translates a mutation into a conversation append by this session's user: the sender
+// is always the authenticated user, never a field of the request (G7).
+func (ss *session) appendFor(req proto.Request) (*log.Append, error) {
+	cfg := ss.s.cfg
+	a := &log.Append{Sender: ss.user, DedupWindow: int64(cfg.DedupWindow), RecallWindow: int64(cfg.RecallWindow)}
+	switch f := req.(type) {
+	case *proto.Send:
+		a.Conv, a.ClientMsgID, a.Kind, a.Body = f.Conv, f.ClientMsgID, log.KindMessage, f.Body
+		if f.Peer != "" {
+			a.Members = []string{ss.user, f.Peer}
+		}
+	case *proto.MarkRead:
+		a.Conv, a.ClientMsgID, a.Kind, a.ReadUpTo = f.Conv, f.ClientMsgID, log.KindReceipt, log.Position(f.UpTo)
+	case *proto.Recall:
+		target, err := log.ParseMsgID(string(f.Target))
+		if err != nil {
+			return nil, proto.Errorf(proto.CodeInvalidArgument, "target: %v", err)
+		}
+		a.Conv, a.ClientMsgID, a.Kind, a.Target = f.Conv, f.ClientMsgID, log.KindRecall, target
+	case *proto.CreateGroup:
+		a.Conv, a.ClientMsgID, a.Kind, a.Members = f.Conv, f.ClientMsgID, log.KindGroupCreate, f.Members
+	case *proto.AddMembers:
+		a.Conv, a.ClientMsgID, a.Kind, a.Members = f.Conv, f.ClientMsgID, log.KindMemberAdd, f.Members
+	case *proto.RemoveMembers:
+		a.Conv, a.ClientMsgID, a.Kind, a.Members = f.Conv, f.ClientMsgID, log.KindMemberRemove, f.Members
+	default:
+		return nil, proto.Errorf(proto.CodeUnexpectedFrame, "%v is not served yet", req.FrameType())
+	}
+	return a, nil
+}
+
+// serveSync streams the user's log to the device from its cursor: contiguous batches, then new
+// entries as they are appended, heartbeats with the head while idle, and the explicit answers of
+// G3 (too old, epoch changed, rebase), after which the stream ends. Cursor acks from the device
+// are read concurrently and stored, coalesced.
+func (ss *session) serveSync(ctx context.Context, st *quic.Stream, r *proto.Reader, start *proto.SyncStart) {
+	if err := start.Validate(); err != nil {
+		proto.WriteFrame(st, wireError(ss.s.logger, 0, err))
+		return
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	shard := ss.s.slots.UserShard(ss.user)
+	state, err := ss.s.node.State(shard)
+	if err != nil {
+		proto.WriteFrame(st, wireError(ss.s.logger, 0, err))
+		return
+	}
+	acks := newCursorAcks()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	wg.Add(2)
+	go func() { // reader: cursor acks; the stream's end ends the sync
+		defer wg.Done()
+		defer cancel()
+		ss.readCursorAcks(r, acks)
+	}()
+	go func() {
+		defer wg.Done()
+		ss.storeCursors(ctx, shard, acks)
+	}()
+
+	maxBatch := int(ss.s.cfg.Limits.MaxBatch)
+	if start.MaxBatch > 0 && int(start.MaxBatch) < maxBatch {
+		maxBatch = int(start.MaxBatch)
+	}
+	heartbeat := time.Duration(ss.s.cfg.Limits.HeartbeatMs) * time.Millisecond
+	epoch, pos := log.Epoch(start.Epoch), log.Position(start.Pos)
+	first := true
+	for ctx.Err() == nil {
+		wake := ss.s.notes.wait(shard) // before reading, so an append after the read wakes us
+		res, err := state.ReadUser(ss.user, epoch, pos+1, log.Limit{Count: maxBatch})
+		if err != nil {
+			proto.WriteFrame(st, wireError(ss.s.logger, 0, err))
+			return
+		}
+		info := res.Info
+		if first && start.Ceiling > 0 && res.Status == log.ReadEntries && uint64(info.Head-pos) > start.Ceiling {
+			proto.WriteFrame(st, &proto.Rebase{Epoch: proto.Epoch(info.Epoch), Head: proto.Position(info.Head)})
+			return
+		}
+		first = false
+		var f proto.Frame
+		switch res.Status {
+		case log.ReadEntries:
+			epoch = info.Epoch
+			b := &proto.Batch{Epoch: proto.Epoch(epoch), Head: proto.Position(info.Head), Entries: make([]proto.Entry, len(res.Entries))}
+			for i := range res.Entries {
+				b.Entries[i] = wireEntry(&res.Entries[i])
+			}
+			pos = res.Entries[len(res.Entries)-1].Seq
+			if err := proto.WriteFrame(st, b); err != nil {
+				return
+			}
+			continue
+		case log.ReadTooOld:
+			f = &proto.TooOld{Epoch: proto.Epoch(info.Epoch), First: proto.Position(info.First), Head: proto.Position(info.Head)}
+		case log.ReadEpochChanged:
+			f = &proto.EpochChanged{Epoch: proto.Epoch(info.Epoch), First: proto.Position(info.First), Head: proto.Position(info.Head)}
+		case log.ReadCaughtUp:
+			hb := &proto.Heartbeat{Epoch: proto.Epoch(info.Epoch), Head: proto.Position(info.Head), ServerTime: time.Now().UnixNano()}
+			if err := proto.WriteFrame(st, hb); err != nil {
+				return
+			}
+			select {
+			case <-ctx.Done():
+			case <-wake:
+			case <-time.After(heartbeat):
+			}
+			continue
+		}
+		proto.WriteFrame(st, f)
+		return
+	}
+}
+
+// cursorAcks holds the newest cursor a device acknowledged, for coalesced storing.
+type cursorAcks struct {
+	mu      sync.Mutex
+	latest  log.Cursor
+	changed chan struct{} // signalled (non-blocking) on every new ack
+}
+
+func newCursorAcks() *cursorAcks { return &cursorAcks{changed: make(chan struct{}, 1)} }
+
+func (ss *session) readCursorAcks(r *proto.Reader, acks *cursorAcks) {
+	for {
+		f, err := r.Next()
+		if errors.Is(err, proto.ErrUnknownType) || errors.Is(err, proto.ErrMalformed) {
+			continue
+		}
+		if err != nil {
+			return
+		}
+		ca, ok := f.(*proto.CursorAck)
+		if !ok || ca.Validate() != nil {
+			continue // only cursor acks travel upstream on a sync stream
+		}
+		acks.mu.Lock()
+		acks.latest = log.Cursor{Epoch: log.Epoch(ca.Epoch), Pos: log.Position(ca.Pos)}
+		acks.mu.Unlock()
+		select {
+		case acks.changed <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// storeCursors replicates the device's newest cursor at most once a second, and once more when
+// the stream ends. Losing a cursor update only causes re-delivery (clients dedup by msg_id), so
+// coalescing is safe.
+func (ss *session) storeCursors(ctx context.Context, shard raftstore.ShardID, acks *cursorAcks) {
+	var stored log.Cursor
+	store := func(c context.Context) {
+		acks.mu.Lock()
+		cur := acks.latest
+		acks.mu.Unlock()
+		if cur == stored || cur.Pos == 0 {
+			return
+		}
+		_, err := ss.s.node.Propose(c, shard, raftstore.CursorCommand(&log.CursorUpdate{UID: ss.user, Device: ss.device, Cursor: cur}))
+		if err != nil {
+			ss.s.logger.Debug("cursor not stored", "user", ss.user, "device", ss.device, "err", err)
+			return
+		}
+		stored = cur
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			c, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			store(c)
+			cancel()
+			return
+		case <-acks.changed:
+			store(ctx)
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Second):
+			}
+		}
+	}
+}

@@ -1,0 +1,253 @@
+package syncd
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/hex"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"io/fs"
+	"math/big"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// TLS for the QUIC listener. Production servers load a certificate and key from files
+// (LoadCert). The embedded default generates a self-signed certificate in the data directory on
+// first start (SelfSignedCert) and prints its fingerprint; clients pin that fingerprint
+// (PinnedClientTLS) instead of trusting a CA.
+//
+// A fingerprint is the SHA-256 of the certificate's DER encoding, written as 64 lowercase hex
+// digits without separators (Fingerprint). It is part of what operators copy to clients, so the
+// spelling is stable.
+
+// Files SelfSignedCert keeps in the data directory, PEM encoded.
+const (
+	TLSCertFile = "tls.crt" // the certificate, "CERTIFICATE" block
+	TLSKeyFile  = "tls.key" // its ECDSA P-256 key, "PRIVATE KEY" (PKCS #8) block, mode 0600
+)
+
+// selfSignedValidity is how long a generated certificate is valid.
+const selfSignedValidity = 10 * 365 * 24 * time.Hour
+
+// DefaultCertHosts are the names a self-signed certificate covers when SelfSignedCert gets none.
+var DefaultCertHosts = []string{"127.0.0.1", "localhost", "::1"}
+
+// SelfSignedCert returns the certificate kept in dir (TLSCertFile, TLSKeyFile) and its
+// fingerprint. If neither file exists it creates dir (0700) if needed and generates a
+// self-signed ECDSA P-256 certificate valid for 10 years for hosts (IP addresses become IP SANs,
+// anything else a DNS SAN; nil or empty means DefaultCertHosts), writes both files atomically (key
+// 0600, certificate 0644) and returns it.
+//
+// hosts only matter at generation: an existing certificate is loaded as it is, whatever names it
+// covers (clients that pin the fingerprint do not check names). Delete both files to generate a
+// new certificate; clients pinning the old fingerprint must then be given the new one.
+//
+// The key is written before the certificate, so a key without a certificate is the trace of an
+// interrupted generation and is replaced; a certificate without its key is refused with an error
+// saying what to do. SelfSignedCert must not run concurrently on the same dir (the server holds
+// the data directory's lock); on different dirs it is safe.
+func SelfSignedCert(dir string, hosts []string) (tls.Certificate, string, error) {
+	certPath, keyPath := filepath.Join(dir, TLSCertFile), filepath.Join(dir, TLSKeyFile)
+	certExists, err := fileExists(certPath)
+	if err != nil {
+		return tls.Certificate{}, "", fmt.Errorf("syncd: TLS certificate: %w", err)
+	}
+	if certExists {
+		keyExists, err := fileExists(keyPath)
+		if err != nil {
+			return tls.Certificate{}, "", fmt.Errorf("syncd: TLS key: %w", err)
+		}
+		if !keyExists {
+			return tls.Certificate{}, "", fmt.Errorf("syncd: TLS certificate %s exists but its key %s does not; "+
+				"restore the key, or delete the certificate to generate a new pair (clients pinning the old "+
+				"fingerprint must then be given the new one)", certPath, keyPath)
+		}
+		return LoadCert(certPath, keyPath)
+	}
+
+	if len(hosts) == 0 {
+		hosts = DefaultCertHosts
+	}
+	certPEM, keyPEM, err := generateSelfSigned(hosts, time.Now())
+	if err != nil {
+		return tls.Certificate{}, "", err
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return tls.Certificate{}, "", fmt.Errorf("syncd: create TLS certificate: %w", err)
+	}
+	if _, err := writeFileAtomic(keyPath, keyPEM, 0o600, false); err != nil {
+		return tls.Certificate{}, "", fmt.Errorf("syncd: write TLS key: %w", err)
+	}
+	if _, err := writeFileAtomic(certPath, certPEM, 0o644, false); err != nil {
+		return tls.Certificate{}, "", fmt.Errorf("syncd: write TLS certificate: %w", err)
+	}
+	return keyPair(certPEM, keyPEM, certPath, keyPath)
+}
+
+// generateSelfSigned returns the PEM encodings of a new self-signed certificate for hosts and of
+// its key.
+func generateSelfSigned(hosts []string, now time.Time) (certPEM, keyPEM []byte, err error) {
+	tmpl := &x509.Certificate{
+		Subject:               pkix.Name{CommonName: "syncd self-signed"},
+		NotBefore:             now.Add(-time.Hour), // tolerate clients whose clock is a little behind
+		NotAfter:              now.Add(selfSignedValidity),
+		KeyUsage:              x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		BasicConstraintsValid: true,
+	}
+	for _, h := range hosts {
+		h = strings.TrimSuffix(strings.TrimPrefix(strings.TrimSpace(h), "["), "]")
+		if ip := net.ParseIP(h); ip != nil {
+			tmpl.IPAddresses = append(tmpl.IPAddresses, ip)
+		} else if validDNSName(h) {
+			tmpl.DNSNames = append(tmpl.DNSNames, h)
+		} else {
+			return nil, nil, fmt.Errorf("syncd: certificate host %q is neither an IP address nor a DNS name (no port, no scheme)", h)
+		}
+	}
+	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127))
+	if err != nil {
+		return nil, nil, fmt.Errorf("syncd: generate certificate serial: %w", err)
+	}
+	tmpl.SerialNumber = serial
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, nil, fmt.Errorf("syncd: generate TLS key: %w", err)
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		return nil, nil, fmt.Errorf("syncd: create certificate: %w", err)
+	}
+	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		return nil, nil, fmt.Errorf("syncd: encode TLS key: %w", err)
+	}
+	certPEM = pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+	keyPEM = pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER})
+	return certPEM, keyPEM, nil
+}
+
+// validDNSName reports whether h looks like a host name: labels of letters, digits, '-' and '_'
+// separated by dots, optionally starting with a "*." wildcard.
+func validDNSName(h string) bool {
+	h = strings.TrimPrefix(h, "*.")
+	if h == "" || len(h) > 253 {
+		return false
+	}
+	for label := range strings.SplitSeq(strings.TrimSuffix(h, "."), ".") {
+		if label == "" || len(label) > 63 {
+			return false
+		}
+		for i := 0; i < len(label); i++ {
+			c := label[i]
+			if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '_') {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// LoadCert loads a PEM certificate (chain) and its private key, as a production server does from
+// the files named in its config, and returns them with the fingerprint of the first (leaf)
+// certificate. A missing or unreadable file, or a key that does not match the certificate, is an
+// error naming the file. The returned certificate has Leaf set. Safe to call concurrently.
+func LoadCert(certFile, keyFile string) (tls.Certificate, string, error) {
+	certPEM, err := os.ReadFile(certFile)
+	if err != nil {
+		return tls.Certificate{}, "", fmt.Errorf("syncd: read TLS certificate file: %w", err)
+	}
+	keyPEM, err := os.ReadFile(keyFile)
+	if err != nil {
+		return tls.Certificate{}, "", fmt.Errorf("syncd: read TLS key file: %w", err)
+	}
+	return keyPair(certPEM, keyPEM, certFile, keyFile)
+}
+
+func keyPair(certPEM, keyPEM []byte, certFile, keyFile string) (tls.Certificate, string, error) {
+	cert, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		return tls.Certificate{}, "", fmt.Errorf("syncd: TLS certificate %s with key %s: %w", certFile, keyFile, err)
+	}
+	if cert.Leaf == nil { // set by X509KeyPair unless GODEBUG x509keypairleaf=0
+		if cert.Leaf, err = x509.ParseCertificate(cert.Certificate[0]); err != nil {
+			return tls.Certificate{}, "", fmt.Errorf("syncd: TLS certificate %s: %w", certFile, err)
+		}
+	}
+	return cert, Fingerprint(cert.Certificate[0]), nil
+}
+
+// Fingerprint returns the fingerprint of a DER-encoded certificate: its SHA-256 as 64 lowercase
+// hex digits, no separators. A pure function; safe to call concurrently.
+func Fingerprint(der []byte) string {
+	sum := sha256.Sum256(der)
+	return hex.EncodeToString(sum[:])
+}
+
+// ServerTLSConfig returns a new TLS configuration for the listener: cert, TLS 1.3 only, and the
+// single application protocol alpn (proto.ALPN), which clients must offer. The caller owns the
+// result; like any tls.Config it must not be modified once in use, and it is then safe for
+// concurrent use by any number of connections.
+func ServerTLSConfig(cert tls.Certificate, alpn string) *tls.Config {
+	return &tls.Config{
+		Certificates: []tls.Certificate{cert},
+		MinVersion:   tls.VersionTLS13,
+		NextProtos:   []string{alpn},
+	}
+}
+
+// PinnedClientTLS returns a new client TLS configuration that accepts exactly the server
+// certificate with the given fingerprint (as printed by the server; colons and upper case are
+// tolerated), whatever its names, issuer or validity dates, offering alpn over TLS 1.3. A
+// fingerprint that is not 64 hex digits matches nothing: every handshake then fails.
+//
+// It sets InsecureSkipVerify, so the pin is the only check: it is done by VerifyPeerCertificate
+// on the leaf the server presents. That callback does not run on resumed sessions; resumption is
+// still safe because a session ticket is only obtained from a handshake that passed the pin, as
+// long as a ClientSessionCache is not shared with configurations that pin something else.
+//
+// The caller owns the result; once in use it must not be modified and is safe for concurrent use.
+// (The Go client SDK cannot import this package and keeps its own copy of the idea.)
+func PinnedClientTLS(fingerprint, alpn string) *tls.Config {
+	pin := strings.ToLower(strings.ReplaceAll(strings.TrimSpace(fingerprint), ":", ""))
+	return &tls.Config{
+		MinVersion:         tls.VersionTLS13,
+		NextProtos:         []string{alpn},
+		InsecureSkipVerify: true, // replaced by the pin below
+		VerifyPeerCertificate: func(rawCerts [][]byte, _ [][]*x509.Certificate) error {
+			if len(pin) != 2*sha256.Size {
+				return fmt.Errorf("syncd: pinned fingerprint %q is not %d hex digits", fingerprint, 2*sha256.Size)
+			}
+			if len(rawCerts) == 0 {
+				return errors.New("syncd: server presented no certificate")
+			}
+			if got := Fingerprint(rawCerts[0]); got != pin {
+				return fmt.Errorf("syncd: server certificate fingerprint %s does not match the pinned %s", got, pin)
+			}
+			return nil
+		},
+	}
+}
+
+// fileExists reports whether path exists; errors other than "does not exist" are returned.
+func fileExists(path string) (bool, error) {
+	_, err := os.Stat(path)
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.Is(err, fs.ErrNotExist):
+		return false, nil
+	default:
+		return false, err
+	}
+}

@@ -43,6 +43,17 @@ type Config struct {
 	MaxStreamsPerConn int
 	// RequestTimeout bounds one request's replication. Default 10s.
 	RequestTimeout time.Duration
+	// SendRate and SendBurst bound each device's mutations: SendRate per second sustained,
+	// SendBurst at once. Excess gets RateLimited with a retry-after. Defaults 20/s and 100.
+	SendRate  float64
+	SendBurst int
+	// MaxInFlight caps the requests being replicated at once on this server. Beyond it a request
+	// is refused at once with Overloaded and a retry-after, rather than queueing into timeouts.
+	// Default 1024.
+	MaxInFlight int
+	// MaxHandshakes caps connections being authenticated at once; beyond it new connections are
+	// closed with Overloaded and a retry-after (reconnect storms). Default 256.
+	MaxHandshakes int
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 }
@@ -79,6 +90,19 @@ func (c Config) withDefaults() Config {
 	if c.RequestTimeout == 0 {
 		c.RequestTimeout = 10 * time.Second
 	}
+	if c.SendRate == 0 {
+		c.SendRate = 20
+	}
+	if c.SendBurst == 0 {
+		c.SendBurst = 100
+	}
+	if c.MaxInFlight == 0 {
+		c.MaxInFlight = 1024
+	}
+	if c.MaxHandshakes == 0 {
+		c.MaxHandshakes = 256
+	}
+	c.Limits.SendRatePerS = uint32(c.SendRate)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -103,6 +127,9 @@ func (c Config) Validate() error {
 	}
 	if c.MaxConnections < 1 || c.MaxStreamsPerConn < 2 {
 		errs = append(errs, errors.New("syncd: MaxConnections must be ≥ 1 and MaxStreamsPerConn ≥ 2"))
+	}
+	if c.SendRate < 0 || c.SendBurst < 1 || c.MaxInFlight < 1 || c.MaxHandshakes < 1 {
+		errs = append(errs, errors.New("syncd: SendRate must be ≥ 0 and SendBurst, MaxInFlight, MaxHandshakes ≥ 1"))
 	}
 	return errors.Join(errs...)
 }

@@ -30,7 +30,9 @@ type Server struct {
 	fingerprint string
 	ln          *quic.Listener
 
-	conns atomic.Int64 // open client connections
+	conns      atomic.Int64 // open client connections
+	inflight   gate         // requests being replicated (Config.MaxInFlight)
+	handshakes gate         // connections being authenticated (Config.MaxHandshakes)
 }
 
 // NewServer opens the node's store and shards and binds the QUIC listener. On first start with
@@ -40,7 +42,8 @@ func NewServer(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	s := &Server{cfg: cfg, logger: cfg.Logger, notes: newNotifier(), secret: cfg.TokenSecret}
+	s := &Server{cfg: cfg, logger: cfg.Logger, notes: newNotifier(), secret: cfg.TokenSecret,
+		inflight: make(gate, cfg.MaxInFlight), handshakes: make(gate, cfg.MaxHandshakes)}
 	var err error
 	if s.secret == nil {
 		if s.secret, err = LoadOrCreateSecret(cfg.Dir); err != nil {
@@ -150,7 +153,12 @@ func (s *Server) serveConn(ctx context.Context, conn *quic.Conn) {
 		conn.CloseWithError(0, "server shutting down")
 	}()
 
+	if !s.handshakes.enter() {
+		conn.CloseWithError(quic.ApplicationErrorCode(proto.CodeOverloaded), "server overloaded (handshakes); retry after 1s")
+		return
+	}
 	sess, err := s.handshake(ctx, conn)
+	s.handshakes.leave()
 	if err != nil {
 		s.logger.Debug("handshake failed", "remote", conn.RemoteAddr().String(), "err", err)
 		return
@@ -210,7 +218,8 @@ func (s *Server) handshake(ctx context.Context, conn *quic.Conn) (*session, erro
 	if err := proto.WriteFrame(st, welcome); err != nil {
 		return nil, err
 	}
-	return &session{s: s, user: claims.User, device: claims.Device, control: st}, nil
+	return &session{s: s, user: claims.User, device: claims.Device, control: st,
+		sends: newBucket(s.cfg.SendRate, s.cfg.SendBurst)}, nil
 }
 
 // refuse answers the handshake with an error frame and closes the connection with its code.

@@ -21,12 +21,16 @@ type testServer struct {
 	done   chan error
 }
 
-func startServer(t *testing.T) *testServer {
+func startServer(t *testing.T, tweak func(*Config)) *testServer {
 	t.Helper()
-	srv, err := NewServer(Config{
+	cfg := Config{
 		Dir: t.TempDir(), ListenAddr: "127.0.0.1:0", RaftAddr: "127.0.0.1:0", Shards: 4,
 		Logger: slog.New(slog.NewTextHandler(testLog{t}, &slog.HandlerOptions{Level: slog.LevelError})),
-	})
+	}
+	if tweak != nil {
+		tweak(&cfg)
+	}
+	srv, err := NewServer(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -192,7 +196,7 @@ func (c *testClient) entries(pos proto.Position, n int) []proto.Entry {
 // TestServerMessagesReceiptsRecalls: two users, a direct conversation created by the first send,
 // a resend, a receipt and a recall, pushed live to both users' sync streams across shards.
 func TestServerMessagesReceiptsRecalls(t *testing.T) {
-	ts := startServer(t)
+	ts := startServer(t, nil)
 	alice := connect(t, ts, "alice", "phone")
 	bob := connect(t, ts, "bob", "laptop")
 	alice.startSync(0, 0)
@@ -241,7 +245,7 @@ func TestServerMessagesReceiptsRecalls(t *testing.T) {
 
 // TestServerRefusesBadInput: each bad input gets its code and the server keeps serving.
 func TestServerRefusesBadInput(t *testing.T) {
-	ts := startServer(t)
+	ts := startServer(t, nil)
 	conn := dialRaw(t, ts)
 	if e, ok := hello(t, conn, "v1.bad.token", "phone").(*proto.Error); !ok || e.Code != proto.CodeUnauthenticated {
 		t.Fatalf("bad token: %#v", e)

@@ -25,6 +25,7 @@ type session struct {
 	user    string
 	device  string
 	control *quic.Stream
+	sends   *bucket // the device's mutation rate (Config.SendRate, SendBurst)
 }
 
 // serveStream serves one client-opened stream. Its first frame decides its role: SyncStart
@@ -119,6 +120,14 @@ func (ss *session) answer(ctx context.Context, req proto.Request) proto.Frame {
 	if err != nil {
 		return wireError(ss.s.logger, id, err)
 	}
+	if ok, wait := ss.sends.take(time.Now()); !ok {
+		return &proto.Error{ID: id, Code: proto.CodeRateLimited, Message: "send rate exceeded for this device",
+			RetryAfterMs: uint32(max(wait, time.Millisecond) / time.Millisecond)}
+	}
+	if !ss.s.inflight.enter() {
+		return overloaded(id, "requests in flight", 100*time.Millisecond)
+	}
+	defer ss.s.inflight.leave()
 	ctx, cancel := context.WithTimeout(ctx, ss.s.cfg.RequestTimeout)
 	defer cancel()
 	res, err := ss.s.node.Propose(ctx, ss.s.slots.ConvShard(app.Conv), raftstore.AppendCommand(app))

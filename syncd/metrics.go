@@ -1,0 +1,212 @@
+package syncd
+
+import (
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/syncd-dev/syncd/raftstore"
+)
+
+// Metrics (DESIGN §7). Everything registers on the server's own registry, never on
+// prometheus.DefaultRegisterer, so two servers can run in one process. Names follow
+// syncd_<subsystem>_<name>; labels are low-cardinality only (result, shard), never user, device
+// or conversation ids.
+
+// Results of a send, the values of the result label of syncd_send_ack_seconds.
+const (
+	sendOK        = "ok"        // appended and acknowledged
+	sendDuplicate = "duplicate" // a retry of a request already applied; the original ack resent
+	sendRefused   = "refused"   // refused by the log (forbidden, conflict, too large, …)
+	sendError     = "error"     // not known to be applied (timeout, leadership lost, shutdown, …)
+)
+
+var sendResults = [...]string{sendOK, sendDuplicate, sendRefused, sendError}
+
+// latencyBuckets spans 0.5 ms to 5 s exponentially: three buckets a decade (1-2-5, factor ≈ 2.15),
+// with boundaries an operator can read. For a finer P99, the histograms are also native
+// histograms (factor 1.1) for scrapers that negotiate them; the text format keeps these buckets.
+var latencyBuckets = []float64{
+	0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5,
+}
+
+// Native-histogram settings of the latency histograms: at most 160 buckets each (a few KB),
+// halving the resolution rather than growing further.
+const (
+	nativeBucketFactor = 1.1
+	nativeMaxBuckets   = 160
+)
+
+// metrics holds the server's instruments. Its methods are safe for concurrent use and do nothing
+// on a nil *metrics, so code paths under test need not build one.
+type metrics struct {
+	sendAck     [len(sendResults)]prometheus.Observer
+	delivery    prometheus.Histogram
+	syncStreams prometheus.Gauge
+	clientGaps  prometheus.Counter
+}
+
+// newMetrics registers the server's metrics on reg, which must be private to this server (a
+// fresh prometheus.NewRegistry). Values that already live elsewhere are read at scrape time:
+// conns returns the number of open client connections, fanDelivered and fanFailures the
+// fan-out's counters (user-log entries written, failed rounds), and node supplies per-shard
+// Raft state and outbox positions. It panics if reg already holds these metrics.
+func newMetrics(reg *prometheus.Registry, node *raftstore.Node, conns func() int64, fanDelivered, fanFailures func() uint64) *metrics {
+	sendAck := prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Namespace: "syncd", Subsystem: "send", Name: "ack_seconds",
+		Help:                        "Time from receiving a send request to writing its answer, by result (ok, duplicate, refused, error).",
+		Buckets:                     latencyBuckets,
+		NativeHistogramBucketFactor: nativeBucketFactor, NativeHistogramMaxBucketNumber: nativeMaxBuckets,
+	}, []string{"result"})
+	m := &metrics{
+		delivery: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: "syncd", Name: "delivery_seconds",
+			Help:                        "Time from a conversation entry's append (its entry time) to its push on a device's sync stream; the commit-to-device latency.",
+			Buckets:                     latencyBuckets,
+			NativeHistogramBucketFactor: nativeBucketFactor, NativeHistogramMaxBucketNumber: nativeMaxBuckets,
+		}),
+		syncStreams: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "syncd", Name: "sync_streams",
+			Help: "Open sync streams.",
+		}),
+		clientGaps: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "syncd", Subsystem: "client", Name: "gaps_total",
+			Help: "Gaps in their logs reported by clients.",
+		}),
+	}
+	for i, r := range sendResults { // every result exists from the start, at zero
+		m.sendAck[i] = sendAck.WithLabelValues(r)
+	}
+	reg.MustRegister(
+		sendAck, m.delivery, m.syncStreams, m.clientGaps,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: "syncd", Name: "connections",
+			Help: "Open client connections.",
+		}, func() float64 { return float64(conns()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Namespace: "syncd", Subsystem: "fanout", Name: "delivered_total",
+			Help: "User-log entries written by this node's fan-out.",
+		}, func() float64 { return float64(fanDelivered()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Namespace: "syncd", Subsystem: "fanout", Name: "failures_total",
+			Help: "Fan-out rounds that failed and were retried.",
+		}, func() float64 { return float64(fanFailures()) }),
+		newShardCollector(node),
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	)
+	return m
+}
+
+// observeSend records the send→ack latency of one request with its result (one of the send*
+// constants; anything else counts as sendError, which keeps the label set fixed).
+func (m *metrics) observeSend(d time.Duration, result string) {
+	if m == nil {
+		return
+	}
+	i := len(sendResults) - 1 // sendError
+	for j, r := range sendResults {
+		if r == result {
+			i = j
+			break
+		}
+	}
+	m.sendAck[i].Observe(d.Seconds())
+}
+
+// observeDelivery records the commit→device latency of one entry pushed on a sync stream: now
+// minus the entry's time. Clock skew between the appending node and this one can make it
+// negative; that counts as zero.
+func (m *metrics) observeDelivery(d time.Duration) {
+	if m == nil {
+		return
+	}
+	m.delivery.Observe(max(d, 0).Seconds())
+}
+
+// syncStreamOpened and syncStreamClosed track the open sync streams; call them in pairs.
+func (m *metrics) syncStreamOpened() {
+	if m != nil {
+		m.syncStreams.Inc()
+	}
+}
+
+func (m *metrics) syncStreamClosed() {
+	if m != nil {
+		m.syncStreams.Dec()
+	}
+}
+
+// clientGap counts a gap a client reported in its log.
+func (m *metrics) clientGap() {
+	if m != nil {
+		m.clientGaps.Inc()
+	}
+}
+
+// shardCollector reports per-shard state read at scrape time: this node's Raft view of every
+// shard it hosts and the fan-out lag of its outbox replica.
+type shardCollector struct {
+	node                                            *raftstore.Node
+	isLeader, term, commit, applied, last, restores *prometheus.Desc
+	lag                                             *prometheus.Desc
+}
+
+func newShardCollector(node *raftstore.Node) *shardCollector {
+	desc := func(name, help string) *prometheus.Desc {
+		return prometheus.NewDesc(name, help, []string{"shard"}, nil)
+	}
+	return &shardCollector{
+		node:     node,
+		isLeader: desc("syncd_raft_is_leader", "1 if this node leads the shard, else 0."),
+		term:     desc("syncd_raft_term", "Current Raft term of this node's replica of the shard."),
+		commit:   desc("syncd_raft_commit_index", "Raft commit index of this node's replica of the shard."),
+		applied:  desc("syncd_raft_applied_index", "Last Raft index handed to the state machine of this node's replica of the shard."),
+		last:     desc("syncd_raft_last_index", "Last index in the Raft log of this node's replica of the shard."),
+		restores: desc("syncd_raft_snapshot_restores_total", "Snapshots installed in this node's replica of the shard since start."),
+		lag: desc("syncd_fanout_lag_entries",
+			"Outbox records of the shard not yet delivered everywhere and trimmed (head − first retained + 1), as this node's replica sees them."),
+	}
+}
+
+func (c *shardCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{c.isLeader, c.term, c.commit, c.applied, c.last, c.restores, c.lag} {
+		ch <- d
+	}
+}
+
+func (c *shardCollector) Collect(ch chan<- prometheus.Metric) {
+	gauge := func(d *prometheus.Desc, v uint64, shard string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, float64(v), shard)
+	}
+	for _, st := range c.node.Status() {
+		shard := strconv.FormatUint(uint64(st.Shard), 10)
+		var leader uint64
+		if st.State == "leader" {
+			leader = 1
+		}
+		gauge(c.isLeader, leader, shard)
+		gauge(c.term, st.Term, shard)
+		gauge(c.commit, st.CommitIndex, shard)
+		gauge(c.applied, st.AppliedIndex, shard)
+		gauge(c.last, st.LastIndex, shard)
+		ch <- prometheus.MustNewConstMetric(c.restores, prometheus.CounterValue, float64(st.Restores), shard)
+		// The outbox lives in the node's store: skip it once the shard has shut down (the store
+		// is closing), and omit a series that cannot be read rather than failing the scrape.
+		// The admin server must still be closed before the node (see adminServer.close).
+		if st.State == "shutdown" {
+			continue
+		}
+		if state, err := c.node.State(st.Shard); err == nil {
+			if info, err := state.Outbox(); err == nil {
+				var lag uint64
+				if info.Head >= info.First {
+					lag = info.Head - info.First + 1
+				}
+				gauge(c.lag, lag, shard)
+			}
+		}
+	}
+}

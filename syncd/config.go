@@ -19,6 +19,9 @@ type Config struct {
 	Dir string
 	// ListenAddr is the UDP address of the QUIC listener for clients. Default "127.0.0.1:7300".
 	ListenAddr string
+	// AdminAddr is the TCP address of the admin HTTP server (/metrics, /healthz, /readyz,
+	// /debug/pprof). Default DefaultAdminAddr, on loopback: expose it deliberately.
+	AdminAddr string
 	// NodeID, RaftAddr, Peers: see raftstore.Config. Defaults "n1", "127.0.0.1:7400", none.
 	NodeID   string
 	RaftAddr string
@@ -64,6 +67,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.ListenAddr == "" {
 		c.ListenAddr = "127.0.0.1:7300"
+	}
+	if c.AdminAddr == "" {
+		c.AdminAddr = DefaultAdminAddr
 	}
 	if c.NodeID == "" {
 		c.NodeID = "n1"

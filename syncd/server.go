@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/quic-go/quic-go"
 
 	"github.com/syncd-dev/syncd/proto"
@@ -29,6 +30,8 @@ type Server struct {
 	secret      []byte
 	fingerprint string
 	ln          *quic.Listener
+	metrics     *metrics
+	admin       *adminServer
 
 	conns      atomic.Int64 // open client connections
 	inflight   gate         // requests being replicated (Config.MaxInFlight)
@@ -76,12 +79,20 @@ func NewServer(cfg Config) (*Server, error) {
 	}
 	s.fan = NewFanout(s.node, s.slots, FanoutConfig{Logger: cfg.Logger})
 	fan.Store(s.fan)
+	reg := prometheus.NewRegistry()
+	s.metrics = newMetrics(reg, s.node, s.conns.Load, s.fan.Delivered, s.fan.failures.Load)
+	s.admin, err = startAdmin(cfg.AdminAddr, newAdminHandler(reg, func() error { return leadersReady(s.node) }), s.logger)
+	if err != nil {
+		s.node.Close()
+		return nil, fmt.Errorf("syncd: admin HTTP on %s (pick another -admin): %w", cfg.AdminAddr, err)
+	}
 	s.ln, err = quic.ListenAddr(cfg.ListenAddr, ServerTLSConfig(cert, proto.ALPN), &quic.Config{
 		MaxIdleTimeout:     30 * time.Second,
 		KeepAlivePeriod:    10 * time.Second,
 		MaxIncomingStreams: int64(cfg.MaxStreamsPerConn),
 	})
 	if err != nil {
+		s.admin.close(context.Background())
 		s.node.Close()
 		return nil, fmt.Errorf("syncd: listen for clients on %s (is another syncd running? pick another -listen): %w", cfg.ListenAddr, err)
 	}
@@ -134,8 +145,13 @@ func (s *Server) Run(ctx context.Context) error {
 	cancel()
 	s.ln.Close()
 	wg.Wait()
-	return s.node.Close()
+	closeCtx, done := context.WithTimeout(context.Background(), 5*time.Second)
+	defer done()
+	return errors.Join(s.admin.close(closeCtx), s.node.Close()) // admin first: scrapes read the store
 }
+
+// AdminAddr returns the admin HTTP server's address.
+func (s *Server) AdminAddr() net.Addr { return s.admin.Addr() }
 
 // serveConn authenticates a connection on its first stream, then serves its streams.
 func (s *Server) serveConn(ctx context.Context, conn *quic.Conn) {

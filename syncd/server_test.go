@@ -3,7 +3,10 @@ package syncd
 import (
 	"context"
 	"errors"
+	"io"
 	"log/slog"
+	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -24,7 +27,7 @@ type testServer struct {
 func startServer(t *testing.T, tweak func(*Config)) *testServer {
 	t.Helper()
 	cfg := Config{
-		Dir: t.TempDir(), ListenAddr: "127.0.0.1:0", RaftAddr: "127.0.0.1:0", Shards: 4,
+		Dir: t.TempDir(), ListenAddr: "127.0.0.1:0", RaftAddr: "127.0.0.1:0", AdminAddr: "127.0.0.1:0", Shards: 4,
 		Logger: slog.New(slog.NewTextHandler(testLog{t}, &slog.HandlerOptions{Level: slog.LevelError})),
 	}
 	if tweak != nil {
@@ -241,6 +244,28 @@ func TestServerMessagesReceiptsRecalls(t *testing.T) {
 	if got := carol.entries(2, 1); got[0].MsgID != recall.MsgID {
 		t.Fatalf("resume from 2: %+v", got[0])
 	}
+	// The traffic shows in the metrics operators scrape.
+	metrics := scrape(t, "http://"+ts.AdminAddr().String()+"/metrics")
+	for _, want := range []string{`syncd_send_ack_seconds_count{result="ok"} 3`, `syncd_send_ack_seconds_count{result="duplicate"} 1`, "syncd_delivery_seconds_count"} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("metrics lack %q", want)
+		}
+	}
+}
+
+func scrape(t *testing.T, url string) string {
+	t.Helper()
+	c := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+	resp, err := c.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }
 
 // TestServerRefusesBadInput: each bad input gets its code and the server keeps serving.

@@ -130,7 +130,18 @@ func (ss *session) answer(ctx context.Context, req proto.Request) proto.Frame {
 	defer ss.s.inflight.leave()
 	ctx, cancel := context.WithTimeout(ctx, ss.s.cfg.RequestTimeout)
 	defer cancel()
+	began := time.Now()
 	res, err := ss.s.node.Propose(ctx, ss.s.slots.ConvShard(app.Conv), raftstore.AppendCommand(app))
+	switch {
+	case log.Rejected(err):
+		ss.s.metrics.observeSend(time.Since(began), sendRefused)
+	case err != nil:
+		ss.s.metrics.observeSend(time.Since(began), sendError)
+	case res.Append.Duplicate:
+		ss.s.metrics.observeSend(time.Since(began), sendDuplicate)
+	default:
+		ss.s.metrics.observeSend(time.Since(began), sendOK)
+	}
 	if err != nil {
 		return wireError(ss.s.logger, id, err)
 	}
@@ -179,6 +190,8 @@ func (ss *session) serveSync(ctx context.Context, st *quic.Stream, r *proto.Read
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	ss.s.metrics.syncStreamOpened()
+	defer ss.s.metrics.syncStreamClosed()
 	shard := ss.s.slots.UserShard(ss.user)
 	state, err := ss.s.node.State(shard)
 	if err != nil {
@@ -206,6 +219,7 @@ func (ss *session) serveSync(ctx context.Context, st *quic.Stream, r *proto.Read
 	heartbeat := time.Duration(ss.s.cfg.Limits.HeartbeatMs) * time.Millisecond
 	epoch, pos := log.Epoch(start.Epoch), log.Position(start.Pos)
 	first := true
+	live := false // caught up once: later entries are pushed as they come, so their delay counts
 	for ctx.Err() == nil {
 		wake := ss.s.notes.wait(shard) // before reading, so an append after the read wakes us
 		res, err := state.ReadUser(ss.user, epoch, pos+1, log.Limit{Count: maxBatch})
@@ -226,6 +240,9 @@ func (ss *session) serveSync(ctx context.Context, st *quic.Stream, r *proto.Read
 			b := &proto.Batch{Epoch: proto.Epoch(epoch), Head: proto.Position(info.Head), Entries: make([]proto.Entry, len(res.Entries))}
 			for i := range res.Entries {
 				b.Entries[i] = wireEntry(&res.Entries[i])
+				if live {
+					ss.s.metrics.observeDelivery(time.Since(time.Unix(0, res.Entries[i].Time)))
+				}
 			}
 			pos = res.Entries[len(res.Entries)-1].Seq
 			if err := proto.WriteFrame(st, b); err != nil {
@@ -237,6 +254,7 @@ func (ss *session) serveSync(ctx context.Context, st *quic.Stream, r *proto.Read
 		case log.ReadEpochChanged:
 			f = &proto.EpochChanged{Epoch: proto.Epoch(info.Epoch), First: proto.Position(info.First), Head: proto.Position(info.Head)}
 		case log.ReadCaughtUp:
+			live = true
 			hb := &proto.Heartbeat{Epoch: proto.Epoch(info.Epoch), Head: proto.Position(info.Head), ServerTime: time.Now().UnixNano()}
 			if err := proto.WriteFrame(st, hb); err != nil {
 				return

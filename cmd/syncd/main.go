@@ -33,6 +33,7 @@ func run(args []string) error {
 	var (
 		dataDir  = fs.String("data-dir", "./syncd-data", "directory for the store, snapshots, token secret and certificate")
 		listen   = fs.String("listen", "127.0.0.1:7300", "UDP address of the QUIC listener for clients")
+		admin    = fs.String("admin", syncd.DefaultAdminAddr, "TCP address of the admin HTTP server: /metrics, /healthz, /readyz, /debug/pprof")
 		nodeID   = fs.String("node-id", "n1", "this node's id, unique in the cluster")
 		raftAddr = fs.String("raft-addr", "127.0.0.1:7400", "address of the node's Raft listener (shared by all shards)")
 		shards   = fs.Int("shards", 8, "number of shards (Raft groups); must be the same on every node")
@@ -50,7 +51,7 @@ func run(args []string) error {
 	}
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 
-	cfg := syncd.Config{Dir: *dataDir, ListenAddr: *listen, NodeID: *nodeID, RaftAddr: *raftAddr,
+	cfg := syncd.Config{Dir: *dataDir, ListenAddr: *listen, AdminAddr: *admin, NodeID: *nodeID, RaftAddr: *raftAddr,
 		Shards: *shards, CertFile: *certFile, KeyFile: *keyFile, Logger: logger}
 	if *peers != "" {
 		for _, p := range strings.Split(*peers, ",") {
@@ -68,7 +69,7 @@ func run(args []string) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	logger.Info("syncd serving; stop with Ctrl-C or SIGTERM", "clients", srv.Addr().String(),
-		"raft", srv.Node().Addr(), "data", *dataDir, "cert_sha256", srv.Fingerprint())
+		"admin", srv.AdminAddr().String(), "raft", srv.Node().Addr(), "data", *dataDir, "cert_sha256", srv.Fingerprint())
 	err = srv.Run(ctx)
 	if errors.Is(err, context.Canceled) {
 		err = nil

@@ -1,0 +1,251 @@
+package client
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/syncd-dev/syncd/proto"
+)
+
+// Config configures a Client. Zero fields take the documented defaults.
+type Config struct {
+	// Addr is the server's QUIC address (host:port). Required.
+	Addr string
+	// Token is the device's signed token; Device must be the device it names. Required.
+	Token  string
+	Device string
+	// Fingerprint pins the server certificate (SHA-256, hex, as syncd logs it). Leave empty
+	// and set TLS for a certificate verified by a CA.
+	Fingerprint string
+	// TLS, if set, replaces the default TLS configuration (its NextProtos is overridden).
+	TLS *tls.Config
+	// StoreDir is the directory of the device's local store (outbox, entries, cursor).
+	// Required.
+	StoreDir string
+	// Retry is the wait before each retry of a queued mutation; each wait gets +0–50% jitter.
+	// After the last one the mutation is Failed. Default 1s, 3s, 7s, 15s, 30s.
+	Retry []time.Duration
+	// RequestTimeout bounds one attempt. Default 10s.
+	RequestTimeout time.Duration
+	// HeadCheck is how often the SDK asks the server for the head of the user's log to catch a
+	// stalled sync stream. Default 2m.
+	HeadCheck time.Duration
+	// KeepAlive is the QUIC keep-alive period. Default 10s.
+	KeepAlive time.Duration
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+}
+
+func (cfg *Config) setDefaults() error {
+	if cfg.Addr == "" || cfg.Token == "" || cfg.Device == "" || cfg.StoreDir == "" {
+		return errors.New("client: Config needs Addr, Token, Device and StoreDir")
+	}
+	if cfg.Retry == nil {
+		cfg.Retry = []time.Duration{time.Second, 3 * time.Second, 7 * time.Second, 15 * time.Second, 30 * time.Second}
+	}
+	if cfg.RequestTimeout == 0 {
+		cfg.RequestTimeout = 10 * time.Second
+	}
+	if cfg.HeadCheck == 0 {
+		cfg.HeadCheck = 2 * time.Minute
+	}
+	if cfg.KeepAlive == 0 {
+		cfg.KeepAlive = 10 * time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	return nil
+}
+
+// Client is a device's connection to syncd: it keeps a durable outbox that it sends in order with
+// bounded retries, and a sync loop that stores the user's log locally, gap-free, and acks the
+// cursor. It reconnects by itself with jittered backoff. Safe for concurrent use.
+type Client struct {
+	cfg    Config
+	st     *store
+	events chan Event
+	kick   chan struct{} // the outbox has new work
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	user string // from the first Welcome
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// Dial opens the local store, connects and authenticates, and starts the background work. A
+// refused token fails Dial; after that, network trouble only delays (the SDK reconnects), and
+// mutations queued meanwhile are sent when the connection is back — including those left in
+// the outbox by an earlier run of the app.
+func Dial(ctx context.Context, cfg Config) (*Client, error) {
+	if err := cfg.setDefaults(); err != nil {
+		return nil, err
+	}
+	st, err := openStore(cfg.StoreDir)
+	if err != nil {
+		return nil, err
+	}
+	first, err := dial(ctx, &cfg)
+	if err != nil {
+		st.close()
+		return nil, err
+	}
+	c := &Client{cfg: cfg, st: st, events: make(chan Event, 1024), kick: make(chan struct{}, 1), user: first.welcome.User}
+	c.ctx, c.cancel = context.WithCancel(context.Background())
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		c.run(first)
+	}()
+	return c, nil
+}
+
+// User returns the authenticated user.
+func (c *Client) User() string { return c.user }
+
+// Events delivers what happened, in order, and is closed by Close. The app must keep reading
+// it: when the buffer is full the SDK waits (it never drops an event).
+func (c *Client) Events() <-chan Event { return c.events }
+
+// Close stops the background work, closes the Events channel and the local store. Queued
+// mutations stay queued for the next Dial.
+func (c *Client) Close() error {
+	c.closeOnce.Do(func() {
+		c.cancel()
+		c.wg.Wait()
+		close(c.events)
+		c.closeErr = c.st.close()
+	})
+	return c.closeErr
+}
+
+// Send queues a message to conv and returns its client_msg_id at once; the message is stored
+// (status Sending) before Send returns, so it survives an app kill. peer names the other user
+// when conv is a direct conversation that may not exist yet.
+func (c *Client) Send(conv, peer string, body []byte) (string, error) {
+	return c.queue(outboxItem{Kind: proto.KindMessage, Conv: conv, Peer: peer, Body: body})
+}
+
+// MarkRead queues a read receipt: this user has read conv up to convSeq.
+func (c *Client) MarkRead(conv string, convSeq proto.Position) (string, error) {
+	return c.queue(outboxItem{Kind: proto.KindReceipt, Conv: conv, UpTo: convSeq})
+}
+
+// Recall queues the recall of this user's message target in conv.
+func (c *Client) Recall(conv string, target proto.MsgID) (string, error) {
+	return c.queue(outboxItem{Kind: proto.KindRecall, Conv: conv, Target: target})
+}
+
+// CreateGroup queues the creation of group conv with members (this user is always a member).
+func (c *Client) CreateGroup(conv string, members []string) (string, error) {
+	return c.queue(outboxItem{Kind: proto.KindGroupCreate, Conv: conv, Members: members})
+}
+
+// AddMembers queues adding members to group conv.
+func (c *Client) AddMembers(conv string, members []string) (string, error) {
+	return c.queue(outboxItem{Kind: proto.KindMemberAdd, Conv: conv, Members: members})
+}
+
+// RemoveMembers queues removing members from group conv.
+func (c *Client) RemoveMembers(conv string, members []string) (string, error) {
+	return c.queue(outboxItem{Kind: proto.KindMemberRemove, Conv: conv, Members: members})
+}
+
+func (c *Client) queue(it outboxItem) (string, error) {
+	it.Status = StatusSending
+	it.Created = time.Now().UnixNano()
+	it, err := c.st.addOutbox(it)
+	if err != nil {
+		return "", err
+	}
+	select {
+	case c.kick <- struct{}{}:
+	default:
+	}
+	return it.ClientMsgID, nil
+}
+
+// Messages returns the conversation's messages stored on this device, in conversation order.
+func (c *Client) Messages(conv string) ([]Message, error) { return c.st.messages(conv) }
+
+// emit delivers an event, waiting while the app catches up.
+func (c *Client) emit(e Event) {
+	select {
+	case c.events <- e:
+	case <-c.ctx.Done():
+	}
+}
+
+// run keeps a connection up: it serves the current one until it dies, then reconnects with
+// jittered exponential backoff (honoring a server's retry-after).
+func (c *Client) run(cn *conn) {
+	backoff := time.Duration(0)
+	for c.ctx.Err() == nil {
+		if cn == nil {
+			ctx, cancel := context.WithTimeout(c.ctx, c.cfg.RequestTimeout)
+			var err error
+			cn, err = dial(ctx, &c.cfg)
+			cancel()
+			if err != nil {
+				backoff = min(max(2*backoff, 500*time.Millisecond), 30*time.Second)
+				var pe *proto.Error
+				if errors.As(err, &pe) && pe.RetryAfter() > backoff {
+					backoff = pe.RetryAfter()
+				}
+				c.cfg.Logger.Debug("reconnect failed", "err", err, "backoff", backoff)
+				sleep(c.ctx, backoff+rand.N(backoff/2+1))
+				continue
+			}
+		}
+		backoff = 0
+		c.serve(cn)
+		cn.close()
+		cn = nil
+	}
+	if cn != nil {
+		cn.close()
+	}
+}
+
+// serve runs the outbox and the sync loop on cn until either fails or the client closes.
+func (c *Client) serve(cn *conn) {
+	ctx, cancel := context.WithCancel(c.ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		defer cancel()
+		c.sendOutbox(ctx, cn)
+	}()
+	go func() {
+		defer wg.Done()
+		defer cancel()
+		c.syncLoop(ctx, cn)
+	}()
+	select {
+	case <-ctx.Done():
+	case <-cn.dead:
+	}
+	cancel()
+	cn.close()
+	wg.Wait()
+}
+
+// sleep waits d or until ctx ends.
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}

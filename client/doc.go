@@ -1,0 +1,37 @@
+// Package client is the Go SDK of syncd: it connects a device to a syncd cluster over QUIC
+// (ALPN "syncd/1"), sends the user's actions and keeps a local copy of the user's conversations
+// in sync, following the client state machine of docs/PROTOCOL.md §8.
+//
+// # Durable outbox with bounded retries
+//
+// Every action of the app (a message, a read receipt, a recall, a group change) is first
+// written to a durable outbox with a fresh client_msg_id and status "sending"; the call returns
+// once it is on disk, so a message survives an app kill. While connected, the client sends each
+// item with the same client_msg_id and payload until the server acknowledges it ("sent", with
+// the server's msg_id and conv_seq) or gives up: retryable errors and timeouts are retried on a
+// bounded schedule with jitter (about 1 s, 3 s, 7 s, 15 s, 30 s, never sooner than the server's
+// retry-after), after which the item is "failed" and the user may resend it by hand with the
+// same id. Items still sending are resumed after a restart. The server deduplicates by
+// client_msg_id, so a resend never posts twice.
+//
+// # Cursor sync with gap detection
+//
+// The device follows its user log from a stored cursor (epoch, position). Batches must continue
+// the cursor exactly; one that does not (a gap, another epoch) is not stored at all and the sync
+// restarts from the stored cursor, so an entry is never skipped. Entries and the new cursor are
+// written in one transaction before the cursor is acknowledged to the server. A device far
+// behind is told to rebase (jump to the head and load conversation state instead of replaying),
+// and an epoch change (a re-created log) resets the cursor while keeping the local history.
+//
+// # Local store
+//
+// One Pebble database per device holds the outbox, the cursor, the received entries and a
+// per-conversation view for the app: messages in conv_seq order (recalls marked), read marks per
+// member and member lists. Entries are deduplicated by msg_id, so an entry that arrives twice
+// (through the sync stream and an ack, or replayed after an epoch change) appears once.
+//
+// # Events
+//
+// The client reports what happens — new entries, outbox status changes, gaps, rebases, epoch
+// changes — on an event channel, so an app can update its UI without polling.
+package client

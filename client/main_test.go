@@ -1,0 +1,11 @@
+package client
+
+import (
+	"testing"
+
+	"go.uber.org/goleak"
+)
+
+// TestMain fails the package's tests if any goroutine outlives them (a connection, a sync loop
+// or a Pebble store left open).
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

@@ -1,0 +1,125 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/syncd-dev/syncd/proto"
+)
+
+// sendOutbox sends queued mutations one at a time, oldest first, so a sender's messages reach
+// each conversation in the order they were queued (G6). A mutation that fails with a retryable
+// answer, a timeout or a lost connection is retried after the next wait of Config.Retry (+0–50%
+// jitter, or the server's retry-after if longer), with the same client_msg_id so the server
+// dedups it; after the last wait, or on a definitive refusal, it is Failed.
+//
+// It returns when the connection fails (the caller reconnects) or ctx ends.
+func (c *Client) sendOutbox(ctx context.Context, cn *conn) {
+	for ctx.Err() == nil {
+		items, err := c.st.pendingOutbox()
+		if err != nil {
+			c.cfg.Logger.Error("read outbox", "err", err)
+			return
+		}
+		now := time.Now()
+		var next time.Time
+		for _, it := range items {
+			if due := time.Unix(0, it.NextAttempt); due.After(now) {
+				if next.IsZero() || due.Before(next) {
+					next = due
+				}
+				break // keep order: nothing after a waiting item goes first
+			}
+			if lost := c.attempt(ctx, cn, it); lost {
+				return
+			}
+			now = time.Now()
+		}
+		wait := time.Minute
+		if !next.IsZero() {
+			wait = time.Until(next)
+		}
+		if len(items) > 0 && next.IsZero() {
+			continue // everything due was handled; look again
+		}
+		select {
+		case <-ctx.Done():
+		case <-c.kick:
+		case <-time.After(wait):
+		}
+	}
+}
+
+// attempt sends one mutation and records the outcome. It reports whether the connection is lost.
+func (c *Client) attempt(ctx context.Context, cn *conn, it outboxItem) (lost bool) {
+	rctx, cancel := context.WithTimeout(ctx, c.cfg.RequestTimeout)
+	defer cancel()
+	ans, err := cn.do(rctx, func(id uint64) proto.Frame { return it.frame(id) })
+	var retryAfter time.Duration
+	switch a := ans.(type) {
+	case *proto.Ack:
+		it.Status, it.Ack, it.Attempts = StatusSent, a, it.Attempts+1
+		if err := c.st.updateOutbox(it); err != nil {
+			c.cfg.Logger.Error("update outbox", "err", err)
+			return true
+		}
+		c.emit(StatusEvent{ClientMsgID: it.ClientMsgID, Status: StatusSent, Ack: a})
+		return false
+	case *proto.Error:
+		if !a.Code.Retryable() {
+			c.fail(it, a)
+			return false
+		}
+		err, retryAfter = a, a.RetryAfter()
+	}
+	if ctx.Err() != nil && !errors.Is(err, context.DeadlineExceeded) {
+		return true // closing or reconnecting: not an attempt
+	}
+	it.Attempts++
+	if it.Attempts > len(c.cfg.Retry) {
+		c.fail(it, fmt.Errorf("client: gave up after %d attempts: %w", it.Attempts, err))
+		return false
+	}
+	wait := c.cfg.Retry[it.Attempts-1]
+	wait += rand.N(wait/2 + 1)
+	it.NextAttempt = time.Now().Add(max(wait, retryAfter)).UnixNano()
+	it.LastError = fmt.Sprint(err)
+	if err := c.st.updateOutbox(it); err != nil {
+		c.cfg.Logger.Error("update outbox", "err", err)
+		return true
+	}
+	select {
+	case <-cn.dead:
+		return true
+	default:
+		return false
+	}
+}
+
+func (c *Client) fail(it outboxItem, err error) {
+	it.Status, it.LastError = StatusFailed, err.Error()
+	if uerr := c.st.updateOutbox(it); uerr != nil {
+		c.cfg.Logger.Error("update outbox", "err", uerr)
+	}
+	c.emit(StatusEvent{ClientMsgID: it.ClientMsgID, Status: StatusFailed, Err: err})
+}
+
+// frame builds the request for a queued mutation.
+func (it *outboxItem) frame(id uint64) proto.Frame {
+	switch it.Kind {
+	case proto.KindReceipt:
+		return &proto.MarkRead{ID: id, Conv: it.Conv, ClientMsgID: it.ClientMsgID, UpTo: it.UpTo}
+	case proto.KindRecall:
+		return &proto.Recall{ID: id, Conv: it.Conv, ClientMsgID: it.ClientMsgID, Target: it.Target}
+	case proto.KindGroupCreate:
+		return &proto.CreateGroup{ID: id, Conv: it.Conv, ClientMsgID: it.ClientMsgID, Members: it.Members}
+	case proto.KindMemberAdd:
+		return &proto.AddMembers{ID: id, Conv: it.Conv, ClientMsgID: it.ClientMsgID, Members: it.Members}
+	case proto.KindMemberRemove:
+		return &proto.RemoveMembers{ID: id, Conv: it.Conv, ClientMsgID: it.ClientMsgID, Members: it.Members}
+	}
+	return &proto.Send{ID: id, Conv: it.Conv, ClientMsgID: it.ClientMsgID, Body: it.Body, Peer: it.Peer}
+}

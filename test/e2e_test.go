@@ -60,13 +60,19 @@ type device struct {
 
 func dialDevice(t *testing.T, srv *syncd.Server, user, dev, dir string) *device {
 	t.Helper()
+	return dialDeviceAt(t, srv, srv.Addr().String(), user, dev, dir)
+}
+
+// dialDeviceAt connects a device to srv through addr (the server itself, or a relay).
+func dialDeviceAt(t *testing.T, srv *syncd.Server, addr, user, dev, dir string) *device {
+	t.Helper()
 	token, err := srv.MintToken(user, dev, time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	c, err := client.Dial(ctx, client.Config{Addr: srv.Addr().String(), Token: token, Device: dev,
+	c, err := client.Dial(ctx, client.Config{Addr: addr, Token: token, Device: dev,
 		Fingerprint: srv.Fingerprint(), StoreDir: dir, Logger: quiet(t)})
 	if err != nil {
 		t.Fatal(err)

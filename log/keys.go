@@ -59,6 +59,12 @@ func (k keys) shardBounds() (lower, upper []byte) {
 	return lower, upper
 }
 
+// tableBounds returns [lower, upper) covering every key of one table of the shard.
+func (k keys) tableBounds(tag byte) (lower, upper []byte) {
+	lower = k.table(tag, 0)
+	return lower, prefixEnd(lower)
+}
+
 func (k keys) table(tag byte, extra int) []byte {
 	b := make([]byte, 0, len(k.prefix)+1+extra)
 	b = append(b, k.prefix[:]...)

@@ -216,3 +216,35 @@ func scanEntries(r pebble.Reader, prefix []byte, from, to Position, count, maxBy
 	}
 	return out, nil
 }
+
+// Users returns up to limit user ids of this shard whose logs exist, in id order, starting after
+// the id after ("" for the beginning), with each log's info. It pages through the shard for
+// background work such as retention.
+func (s *Shard) Users(after string, limit int) ([]string, []LogInfo, error) {
+	lower := s.k.table(tagUser, len(after)+2)
+	if after != "" {
+		lower = append(appendID(lower, after), 0) // just past after's key
+	}
+	_, upper := s.k.tableBounds(tagUser)
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
+	if err != nil {
+		return nil, nil, fmt.Errorf("log: read: %w", err)
+	}
+	defer it.Close()
+	var ids []string
+	var infos []LogInfo
+	for ok := it.First(); ok && len(ids) < limit; ok = it.Next() {
+		key := it.Key()
+		prefixLen := len(s.k.prefix) + 1
+		if len(key) <= prefixLen+1 {
+			return nil, nil, corruptf("user key %x names no user", key)
+		}
+		m, err := decodeLogMeta(it.Value())
+		if err != nil {
+			return nil, nil, err
+		}
+		ids = append(ids, string(key[prefixLen:len(key)-1]))
+		infos = append(infos, LogInfo{Epoch: m.Epoch, First: m.First, Head: m.Head})
+	}
+	return ids, infos, it.Error()
+}

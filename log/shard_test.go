@@ -303,3 +303,34 @@ func TestNames(t *testing.T) {
 		t.Error("ValidID")
 	}
 }
+
+// Users pages through the shard's user logs in id order.
+func TestUsersPages(t *testing.T) {
+	s := newMemShard(t, testShardID)
+	appendOK(t, s, Stamp{Index: 1, Time: 100}, Append{Conv: "g", Sender: "a", ClientMsgID: "c", Kind: KindGroupCreate,
+		Members: []string{"b", "bb", "c"}})
+	mustApply(t, s, Stamp{Index: 2, Time: 100}, func(tx *Tx) error {
+		_, err := tx.Deliver(Stamp{Index: 2, Time: 100}, outboxBatch(t, s, 0, 1))
+		return err
+	})
+	var got []string
+	for after := ""; ; {
+		ids, infos, err := s.Users(after, 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ids) == 0 {
+			break
+		}
+		for i, id := range ids {
+			if infos[i].Head != 1 {
+				t.Fatalf("%s: %+v", id, infos[i])
+			}
+		}
+		got = append(got, ids...)
+		after = ids[len(ids)-1]
+	}
+	if fmt.Sprint(got) != "[a b bb c]" {
+		t.Fatalf("users %v", got)
+	}
+}

@@ -44,6 +44,11 @@ type Config struct {
 	MaxConnections int
 	// MaxStreamsPerConn caps the streams a connection may have open. Default 16.
 	MaxStreamsPerConn int
+	// Retention bounds every user log; trimmed positions are answered "too old" and devices
+	// rebase. Zero fields mean no bound; the default keeps 30 days.
+	Retention log.Retention
+	// RetentionInterval is how often each shard leader applies Retention. Default 10m.
+	RetentionInterval time.Duration
 	// RequestTimeout bounds one request's replication. Default 10s.
 	RequestTimeout time.Duration
 	// SendRate and SendBurst bound each device's mutations: SendRate per second sustained,
@@ -95,6 +100,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.RequestTimeout == 0 {
 		c.RequestTimeout = 10 * time.Second
+	}
+	if c.Retention == (log.Retention{}) {
+		c.Retention.MaxAge = int64(30 * 24 * time.Hour)
+	}
+	if c.RetentionInterval == 0 {
+		c.RetentionInterval = 10 * time.Minute
 	}
 	if c.SendRate == 0 {
 		c.SendRate = 20

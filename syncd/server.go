@@ -120,10 +120,14 @@ func (s *Server) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
-	wg.Add(1)
+	wg.Add(2)
 	go func() {
 		defer wg.Done()
 		s.fan.Run(ctx)
+	}()
+	go func() {
+		defer wg.Done()
+		s.retainLoop(ctx)
 	}()
 	for {
 		conn, err := s.ln.Accept(ctx)

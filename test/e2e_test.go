@@ -25,10 +25,16 @@ func quiet(t *testing.T) *slog.Logger {
 	return slog.New(slog.NewTextHandler(testLog{t}, &slog.HandlerOptions{Level: slog.LevelError}))
 }
 
-func startServer(t *testing.T) *syncd.Server {
+func startServer(t *testing.T) *syncd.Server { return startServerWith(t, nil) }
+
+func startServerWith(t *testing.T, tweak func(*syncd.Config)) *syncd.Server {
 	t.Helper()
-	srv, err := syncd.NewServer(syncd.Config{Dir: t.TempDir(), ListenAddr: "127.0.0.1:0", RaftAddr: "127.0.0.1:0",
-		AdminAddr: "127.0.0.1:0", Shards: 4, Logger: quiet(t)})
+	cfg := syncd.Config{Dir: t.TempDir(), ListenAddr: "127.0.0.1:0", RaftAddr: "127.0.0.1:0",
+		AdminAddr: "127.0.0.1:0", Shards: 4, Logger: quiet(t)}
+	if tweak != nil {
+		tweak(&cfg)
+	}
+	srv, err := syncd.NewServer(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,6 +62,7 @@ func startServer(t *testing.T) *syncd.Server {
 type device struct {
 	*client.Client
 	statuses chan client.StatusEvent
+	rebases  chan client.RebaseEvent
 }
 
 func dialDevice(t *testing.T, srv *syncd.Server, user, dev, dir string) *device {
@@ -77,11 +84,14 @@ func dialDeviceAt(t *testing.T, srv *syncd.Server, addr, user, dev, dir string) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := &device{Client: c, statuses: make(chan client.StatusEvent, 1024)}
+	d := &device{Client: c, statuses: make(chan client.StatusEvent, 1024), rebases: make(chan client.RebaseEvent, 16)}
 	go func() {
 		for e := range c.Events() {
-			if s, ok := e.(client.StatusEvent); ok {
-				d.statuses <- s
+			switch e := e.(type) {
+			case client.StatusEvent:
+				d.statuses <- e
+			case client.RebaseEvent:
+				d.rebases <- e
 			}
 		}
 	}()

@@ -1,0 +1,77 @@
+package syncd
+
+import (
+	"context"
+	"time"
+
+	"github.com/syncd-dev/syncd/log"
+	"github.com/syncd-dev/syncd/raftstore"
+)
+
+// retainLoop applies Config.Retention to the user logs of every shard this node leads, every
+// RetentionInterval, until ctx ends. Trimming only moves a log's first retained position; devices
+// behind it get "too old" and rebase (G3). Failures are logged and retried next interval.
+func (s *Server) retainLoop(ctx context.Context) {
+	t := time.NewTicker(s.cfg.RetentionInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		for _, id := range s.node.Shards() {
+			if st, err := s.node.ShardStatus(id); err == nil && st.State == "leader" {
+				if err := s.retainShard(ctx, id); err != nil && ctx.Err() == nil {
+					s.logger.Warn("retention pass failed; retrying next interval", "shard", id, "err", err)
+				}
+			}
+		}
+	}
+}
+
+// retainShard proposes a trim for each user log of shard that holds more than the retention
+// allows: over MaxCount entries, or an oldest entry older than MaxAge.
+func (s *Server) retainShard(ctx context.Context, shard raftstore.ShardID) error {
+	state, err := s.node.State(shard)
+	if err != nil {
+		return err
+	}
+	r := s.cfg.Retention
+	for after := ""; ; {
+		ids, infos, err := state.Users(after, 256)
+		if err != nil || len(ids) == 0 {
+			return err
+		}
+		for i, uid := range ids {
+			if due, err := retentionDue(state, uid, infos[i], r); err != nil || !due {
+				if err != nil {
+					return err
+				}
+				continue
+			}
+			cmd := raftstore.TrimCommand(&log.Trim{Target: log.TrimUserLog, ID: uid, Retention: r})
+			if _, err := s.node.Propose(ctx, shard, cmd); err != nil {
+				return err
+			}
+		}
+		after = ids[len(ids)-1]
+	}
+}
+
+func retentionDue(state *log.Shard, uid string, info log.LogInfo, r log.Retention) (bool, error) {
+	if info.Head < info.First {
+		return false, nil // empty
+	}
+	if r.MaxCount > 0 && uint64(info.Head-info.First+1) > r.MaxCount {
+		return true, nil
+	}
+	if r.MaxAge <= 0 {
+		return false, nil
+	}
+	oldest, err := state.ReadUser(uid, info.Epoch, info.First, log.Limit{Count: 1})
+	if err != nil || oldest.Status != log.ReadEntries {
+		return false, err
+	}
+	return time.Since(time.Unix(0, oldest.Entries[0].Time)) > time.Duration(r.MaxAge), nil
+}

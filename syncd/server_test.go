@@ -309,4 +309,30 @@ func TestServerRefusesBadInput(t *testing.T) {
 	if got := alice.ack(&proto.Send{ID: alice.id(), Conv: "d:alice:bob", ClientMsgID: "m4", Body: []byte("still here")}); got.ConvSeq != 2 {
 		t.Fatalf("after bad frames: %+v", got)
 	}
+
+	// A frame cut short by the end of its stream, and a frame declaring more than the limit:
+	// each stream gets its error and ends; the connection and the server go on.
+	for _, tc := range []struct {
+		name  string
+		bytes []byte
+		code  proto.Code
+	}{
+		{"truncated frame", []byte{0, 0, 0, 40, 1, byte(proto.TypeSend), 0x85}, proto.CodeMalformed},
+		{"oversized frame", []byte{0x7f, 0xff, 0xff, 0xff, 1, byte(proto.TypeSend)}, proto.CodeFrameTooLarge},
+	} {
+		st, err := alice.conn.OpenStreamSync(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		st.Write(tc.bytes)
+		st.Close() // end of our side: the server sees the frame end early (or not care)
+		st.SetReadDeadline(time.Now().Add(5 * time.Second))
+		f, err := proto.NewReader(st, proto.DefaultMaxFrame).Next()
+		if e, ok := f.(*proto.Error); err != nil || !ok || e.Code != tc.code {
+			t.Fatalf("%s: got %#v, %v; want error %v", tc.name, f, err, tc.code)
+		}
+	}
+	if got := alice.ack(&proto.Send{ID: alice.id(), Conv: "d:alice:bob", ClientMsgID: "m5", Body: []byte("and still")}); got.ConvSeq != 3 {
+		t.Fatalf("after bad streams: %+v", got)
+	}
 }

@@ -34,19 +34,16 @@ func (ss *session) serveStream(ctx context.Context, st *quic.Stream) {
 	defer st.Close()
 	r := proto.NewReader(st, int(ss.s.cfg.Limits.MaxFrame))
 	f, err := r.Next()
-	if err != nil {
-		return
-	}
-	if start, ok := f.(*proto.SyncStart); ok {
+	if start, ok := f.(*proto.SyncStart); ok && err == nil {
 		ss.serveSync(ctx, st, r, start)
 		return
 	}
-	ss.serveRequests(ctx, st, r, f)
+	ss.serveRequests(ctx, st, r, f, err) // a bad first frame is answered like any bad request
 }
 
 // serveRequests answers pipelined requests on st, each as soon as it completes (responses may
 // come out of order; the request id matches them up).
-func (ss *session) serveRequests(ctx context.Context, st *quic.Stream, r *proto.Reader, first proto.Frame) {
+func (ss *session) serveRequests(ctx context.Context, st *quic.Stream, r *proto.Reader, first proto.Frame, firstErr error) {
 	var wmu sync.Mutex
 	write := func(f proto.Frame) {
 		wmu.Lock()
@@ -56,7 +53,7 @@ func (ss *session) serveRequests(ctx context.Context, st *quic.Stream, r *proto.
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	sem := make(chan struct{}, maxInFlightPerStream)
-	for f, err := first, error(nil); ; f, err = r.Next() {
+	for f, err := first, firstErr; ; f, err = r.Next() {
 		switch {
 		case errors.Is(err, proto.ErrUnknownType), errors.Is(err, proto.ErrMalformed):
 			write(&proto.Error{Code: codeForFrameError(err), Message: err.Error()})

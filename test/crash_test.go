@@ -130,10 +130,13 @@ func TestServerKill9UnderTraffic(t *testing.T) {
 	const perSender = 60
 	var wg sync.WaitGroup
 	want := map[string][]string{}
-	for sender, peer := range map[string]string{"alice": "bob", "bob": "alice"} {
+	peers := map[string]string{"alice": "bob", "bob": "alice"}
+	for sender := range peers {
 		for i := range perSender {
 			want[sender] = append(want[sender], fmt.Sprintf("%s-%d", sender, i))
 		}
+	}
+	for sender, peer := range peers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

@@ -1,0 +1,255 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/syncd-dev/syncd/client"
+	"github.com/syncd-dev/syncd/proto"
+)
+
+// The mutation commands (send, read, recall, group) queue one action in the device's outbox
+// through the SDK, wait for its outcome and print it as one JSON line.
+
+const timeoutHelp = "how long to wait for the server's acknowledgement (the SDK retries meanwhile); an action still unacknowledged stays queued in -store; 0 waits forever"
+
+const storeNote = "\n\n" + `The action is first written to the device's outbox in -store, then sent (retried with the same
+client_msg_id, so the server applies it once). If it is not acknowledged within -timeout it stays
+queued and is sent the next time any syncctl command runs with the same -store.
+
+While connected the SDK also syncs the user's log into -store: entries that arrive meanwhile
+count as seen, so a later pull with the same -store does not print them.`
+
+// sentJSON is the output of an acknowledged action.
+type sentJSON struct {
+	ClientMsgID string `json:"client_msg_id"`
+	Status      string `json:"status"` // "sent"
+	MsgID       string `json:"msg_id"`
+	ConvSeq     uint64 `json:"conv_seq"`
+	Duplicate   bool   `json:"duplicate"`
+	NoOp        bool   `json:"noop,omitempty"` // accepted without writing an entry
+}
+
+// failedJSON is the output of a refused action.
+type failedJSON struct {
+	ClientMsgID string `json:"client_msg_id"`
+	Status      string `json:"status"` // "failed"
+	Code        string `json:"code,omitempty"`
+	Error       string `json:"error"`
+}
+
+func runSend(ctx context.Context, e *env, args []string) int {
+	const cmd = "send"
+	f := newFlagSet(e, cmd, "-conv C [-peer U] -body TEXT [connection flags]", `
+Sends a message to conversation -conv and prints the server's acknowledgement as JSON:
+{"client_msg_id":…,"status":"sent","msg_id":…,"conv_seq":…,"duplicate":false}.
+The first message of a direct conversation names the other user with -peer. On a refusal it
+prints {"status":"failed","code":…} and exits 1.`+storeNote, `
+syncctl send -data-dir ./syncd-data -token "$TOKEN" -conv d:alice:bob -peer bob -body "hi bob"`)
+	var c connFlags
+	c.register(f, timeoutHelp)
+	conv := f.String("conv", "", "conversation id (required)")
+	peer := f.String("peer", "", "the other user of a direct conversation (needed when it does not exist yet)")
+	body := f.String("body", "", "the message text (required)")
+	if code, ok := parse(e, f, args); !ok {
+		return code
+	}
+	if *conv == "" || *body == "" {
+		e.errorf(cmd, "-conv and -body are required (see -h)")
+		return exitUsage
+	}
+	return mutate(ctx, e, cmd, &c, func(cl *client.Client) (string, error) {
+		return cl.Send(*conv, *peer, []byte(*body))
+	})
+}
+
+func runRead(ctx context.Context, e *env, args []string) int {
+	const cmd = "read"
+	f := newFlagSet(e, cmd, "-conv C -up-to N [connection flags]", `
+Marks conversation -conv read up to conv_seq -up-to (a read receipt, delivered to every member)
+and prints the acknowledgement as JSON. Marking at or below the current read mark changes
+nothing ("noop":true).`+storeNote, `
+syncctl read -data-dir ./syncd-data -token "$TOKEN" -conv d:alice:bob -up-to 3`)
+	var c connFlags
+	c.register(f, timeoutHelp)
+	conv := f.String("conv", "", "conversation id (required)")
+	upTo := f.Uint64("up-to", 0, "read up to this conv_seq (required)")
+	if code, ok := parse(e, f, args); !ok {
+		return code
+	}
+	if *conv == "" || *upTo == 0 {
+		e.errorf(cmd, "-conv and -up-to (a conv_seq, from 1) are required (see -h)")
+		return exitUsage
+	}
+	return mutate(ctx, e, cmd, &c, func(cl *client.Client) (string, error) {
+		return cl.MarkRead(*conv, proto.Position(*upTo))
+	})
+}
+
+func runRecall(ctx context.Context, e *env, args []string) int {
+	const cmd = "recall"
+	f := newFlagSet(e, cmd, "-conv C -msg-id ID [connection flags]", `
+Recalls this user's message -msg-id (the msg_id printed by send or pull) in conversation -conv,
+within the server's recall window, and prints the acknowledgement as JSON.`+storeNote, `
+syncctl recall -data-dir ./syncd-data -token "$TOKEN" -conv d:alice:bob -msg-id 1.42.0`)
+	var c connFlags
+	c.register(f, timeoutHelp)
+	conv := f.String("conv", "", "conversation id (required)")
+	msgID := f.String("msg-id", "", "the message's msg_id, shard.index.sub (required)")
+	if code, ok := parse(e, f, args); !ok {
+		return code
+	}
+	if *conv == "" || *msgID == "" {
+		e.errorf(cmd, "-conv and -msg-id are required (see -h)")
+		return exitUsage
+	}
+	if !proto.MsgID(*msgID).Valid() {
+		e.errorf(cmd, "-msg-id %q is not a msg_id (shard.index.sub, as printed by send or pull)", *msgID)
+		return exitUsage
+	}
+	return mutate(ctx, e, cmd, &c, func(cl *client.Client) (string, error) {
+		return cl.Recall(*conv, proto.MsgID(*msgID))
+	})
+}
+
+func runGroup(ctx context.Context, e *env, args []string) int {
+	const cmd = "group"
+	if len(args) == 0 || (args[0] != "create" && args[0] != "add" && args[0] != "remove") {
+		if len(args) > 0 && (args[0] == "-h" || args[0] == "-help" || args[0] == "--help" || args[0] == "help") {
+			fmt.Fprint(e.stderr, groupUsage)
+			return exitOK
+		}
+		fmt.Fprint(e.stderr, groupUsage)
+		return exitUsage
+	}
+	op := args[0]
+	sub := cmd + " " + op
+	about := map[string]string{
+		"create": "Creates group -conv with -members (this user is always a member) and prints the acknowledgement as JSON.",
+		"add":    "Adds -members to group -conv and prints the acknowledgement as JSON (\"noop\":true if they all were members).",
+		"remove": "Removes -members from group -conv and prints the acknowledgement as JSON (\"noop\":true if none was a member).",
+	}[op]
+	example := map[string]string{
+		"create": `syncctl group create -data-dir ./syncd-data -token "$TOKEN" -conv g:team -members bob,carol`,
+		"add":    `syncctl group add -data-dir ./syncd-data -token "$TOKEN" -conv g:team -members dave`,
+		"remove": `syncctl group remove -data-dir ./syncd-data -token "$TOKEN" -conv g:team -members dave`,
+	}[op]
+	f := newFlagSet(e, sub, "-conv C -members a,b,c [connection flags]", about+storeNote, example)
+	var c connFlags
+	c.register(f, timeoutHelp)
+	conv := f.String("conv", "", "group conversation id (required)")
+	membersFlag := f.String("members", "", "comma-separated user ids")
+	if code, ok := parse(e, f, args[1:]); !ok {
+		return code
+	}
+	var members []string
+	for m := range strings.SplitSeq(*membersFlag, ",") {
+		if m = strings.TrimSpace(m); m != "" {
+			members = append(members, m)
+		}
+	}
+	if *conv == "" || (op != "create" && len(members) == 0) {
+		e.errorf(sub, "-conv and -members are required (see -h)")
+		return exitUsage
+	}
+	return mutate(ctx, e, sub, &c, func(cl *client.Client) (string, error) {
+		switch op {
+		case "create":
+			return cl.CreateGroup(*conv, members)
+		case "add":
+			return cl.AddMembers(*conv, members)
+		}
+		return cl.RemoveMembers(*conv, members)
+	})
+}
+
+const groupUsage = `Usage: syncctl group create|add|remove -conv C -members a,b,c [connection flags]
+
+Creates a group conversation, or adds or removes members. Run "syncctl group create -h" (or
+add, remove) for the flags.
+
+Example:
+  syncctl group create -data-dir ./syncd-data -token "$TOKEN" -conv g:team -members bob,carol
+`
+
+// mutate connects, queues one action with queue, waits for its StatusEvent and prints the
+// outcome.
+func mutate(ctx context.Context, e *env, cmd string, c *connFlags, queue func(*client.Client) (string, error)) int {
+	if err := c.resolve(); err != nil {
+		e.errorf(cmd, "%v", err)
+		return exitUsage
+	}
+	ctx, cancel := withTimeout(ctx, c.timeout)
+	defer cancel()
+	cl, err := c.dial(ctx, e)
+	if err != nil {
+		e.report(cmd, "connect", c, err)
+		return exitFail
+	}
+	defer cl.Close()
+	cmid, err := queue(cl)
+	if err != nil {
+		e.report(cmd, "queue", c, err)
+		return exitFail
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			why := "not acknowledged within -timeout " + c.timeout.String()
+			if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				why = "interrupted before the acknowledgement"
+			}
+			e.errorf(cmd, "%s; client_msg_id %s stays queued in %s and is sent the next time syncctl runs with this -store", why, cmid, c.store)
+			fmt.Fprintf(e.stderr, "  what to do: check the server (syncctl status) and -addr, then run e.g. syncctl pull with the same flags\n")
+			return exitFail
+		case ev, ok := <-cl.Events():
+			if !ok {
+				e.errorf(cmd, "the SDK stopped before the acknowledgement")
+				return exitFail
+			}
+			st, isStatus := ev.(client.StatusEvent)
+			if !isStatus || st.ClientMsgID != cmid {
+				continue // entries synced meanwhile, an older queued action's outcome
+			}
+			switch st.Status {
+			case client.StatusSent:
+				out := sentJSON{ClientMsgID: cmid, Status: "sent"}
+				if a := st.Ack; a != nil {
+					out.MsgID, out.ConvSeq, out.Duplicate, out.NoOp = string(a.MsgID), uint64(a.ConvSeq), a.Duplicate, a.NoOp
+				}
+				writeJSON(e, out)
+				return exitOK
+			case client.StatusFailed:
+				out := failedJSON{ClientMsgID: cmid, Status: "failed", Error: fmt.Sprint(st.Err)}
+				var pe *proto.Error
+				if errors.As(st.Err, &pe) {
+					out.Code = pe.Code.String()
+				}
+				writeJSON(e, out)
+				e.report(cmd, "refused", c, st.Err)
+				return exitFail
+			}
+		}
+	}
+}
+
+func writeJSON(e *env, v any) {
+	b, err := json.Marshal(v)
+	if err != nil { // cannot happen with the types written here
+		e.errorf("json", "%v", err)
+		return
+	}
+	fmt.Fprintf(e.stdout, "%s\n", b)
+}
+
+// withTimeout bounds ctx by d; d <= 0 means no bound.
+func withTimeout(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	if d <= 0 {
+		return context.WithCancel(ctx)
+	}
+	return context.WithTimeout(ctx, d)
+}

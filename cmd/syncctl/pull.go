@@ -1,0 +1,147 @@
+package main
+
+import (
+	"context"
+	"encoding/base64"
+	"time"
+	"unicode/utf8"
+
+	"github.com/syncd-dev/syncd/client"
+	"github.com/syncd-dev/syncd/proto"
+)
+
+// entryJSON is one entry of the user's log as pull and tail print it. Only seq and kind are
+// always present.
+type entryJSON struct {
+	Seq        uint64   `json:"seq"`
+	Kind       string   `json:"kind"`
+	MsgID      string   `json:"msg_id,omitempty"`
+	Conv       string   `json:"conv,omitempty"`
+	ConvSeq    uint64   `json:"conv_seq,omitempty"`
+	From       string   `json:"from,omitempty"`
+	TS         string   `json:"ts,omitempty"`
+	Body       string   `json:"body,omitempty"`
+	BodyBase64 string   `json:"body_base64,omitempty"` // instead of body when it is not UTF-8
+	UpTo       uint64   `json:"up_to,omitempty"`
+	Target     string   `json:"target,omitempty"`
+	Members    []string `json:"members,omitempty"`
+}
+
+func toEntryJSON(en proto.Entry) entryJSON {
+	out := entryJSON{
+		Seq: uint64(en.Seq), Kind: en.Kind.String(), MsgID: string(en.MsgID), Conv: en.Conv,
+		ConvSeq: uint64(en.ConvSeq), From: en.Sender, UpTo: uint64(en.UpTo), Target: string(en.Target),
+		Members: en.Members,
+	}
+	if en.Time != 0 {
+		out.TS = time.Unix(0, en.Time).UTC().Format(time.RFC3339Nano)
+	}
+	if utf8.Valid(en.Body) {
+		out.Body = string(en.Body)
+	} else {
+		out.BodyBase64 = base64.StdEncoding.EncodeToString(en.Body)
+	}
+	return out
+}
+
+const followNote = "\n\n" + `Each entry is one JSON line: seq, kind, msg_id, conv, conv_seq, from, ts, body, up_to, target,
+members (empty fields omitted).
+
+The SDK stores what it syncs in -store and keeps the cursor there, like a real device: a second
+run with the same -store prints only entries that are new since the last one. Use one -store per
+device (the default, ./syncctl-store/<user>/<device>, is one per user and device); entries that
+arrived while another command (send, read, ...) ran with the same -store are not printed again.
+A fresh -store prints the whole retained log. Actions left queued in -store are sent meanwhile.`
+
+func runPull(ctx context.Context, e *env, args []string) int {
+	const cmd = "pull"
+	f := newFlagSet(e, cmd, "[-wait 2s] [connection flags]", `
+Connects as the device, prints every new entry of the user's log, and exits once no entry has
+arrived for -wait (the device has caught up).`+followNote, `
+syncctl pull -data-dir ./syncd-data -token "$(syncctl token -user bob -device laptop)"`)
+	var c connFlags
+	c.register(f, "how long to wait for the connection; 0 waits forever")
+	wait := f.Duration("wait", 2*time.Second, "exit after this long without a new entry")
+	if code, ok := parse(e, f, args); !ok {
+		return code
+	}
+	if *wait <= 0 {
+		e.errorf(cmd, "-wait must be positive")
+		return exitUsage
+	}
+	return follow(ctx, e, cmd, &c, *wait)
+}
+
+func runTail(ctx context.Context, e *env, args []string) int {
+	const cmd = "tail"
+	f := newFlagSet(e, cmd, "[connection flags]", `
+Connects as the device and prints every new entry of the user's log as it arrives, until Ctrl-C.
+The SDK reconnects by itself if the connection drops.`+followNote, `
+syncctl tail -data-dir ./syncd-data -token "$(syncctl token -user bob -device laptop)"`)
+	var c connFlags
+	c.register(f, "how long to wait for the first connection; 0 waits forever")
+	if code, ok := parse(e, f, args); !ok {
+		return code
+	}
+	return follow(ctx, e, cmd, &c, 0)
+}
+
+// follow prints entries until ctx ends or, with quiet > 0, until none arrived for quiet.
+func follow(ctx context.Context, e *env, cmd string, c *connFlags, quiet time.Duration) int {
+	if err := c.resolve(); err != nil {
+		e.errorf(cmd, "%v", err)
+		return exitUsage
+	}
+	dctx, cancel := withTimeout(ctx, c.timeout)
+	cl, err := c.dial(dctx, e)
+	cancel()
+	if err != nil {
+		e.report(cmd, "connect", c, err)
+		return exitFail
+	}
+	defer cl.Close()
+
+	var idle <-chan time.Time
+	var timer *time.Timer
+	if quiet > 0 {
+		timer = time.NewTimer(quiet)
+		defer timer.Stop()
+		idle = timer.C
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			if quiet > 0 { // pull: Ctrl-C before caught up
+				e.errorf(cmd, "interrupted; the entries printed are stored in %s and will not be printed again", c.store)
+				return exitFail
+			}
+			return exitOK
+		case <-idle:
+			return exitOK
+		case ev, ok := <-cl.Events():
+			if !ok {
+				e.errorf(cmd, "the SDK stopped")
+				return exitFail
+			}
+			switch ev := ev.(type) {
+			case client.EntryEvent:
+				writeJSON(e, toEntryJSON(ev.Entry))
+			case client.RebaseEvent:
+				e.errorf(cmd, "note: the stored cursor was too old or too far behind; jumped to the head (epoch %d, seq %d): entries before it were not printed", ev.Epoch, ev.Head)
+			case client.EpochEvent:
+				e.errorf(cmd, "note: the user's log was re-created (epoch %d); printing it from its start", ev.Epoch)
+			case client.StatusEvent:
+				if ev.Status == client.StatusFailed {
+					e.errorf(cmd, "note: a previously queued action %s failed: %v", ev.ClientMsgID, ev.Err)
+				} else {
+					e.errorf(cmd, "note: a previously queued action %s was %s", ev.ClientMsgID, ev.Status)
+				}
+			case client.GapEvent:
+				// refetched by the SDK; nothing skipped
+			}
+			if timer != nil {
+				timer.Reset(quiet)
+			}
+		}
+	}
+}

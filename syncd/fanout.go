@@ -27,8 +27,9 @@ import (
 type FanoutConfig struct {
 	// Batch is how many outbox records one round reads. Default 256.
 	Batch int
-	// IdleLag is how far a destination that receives nothing may trail the outbox before it is
-	// sent an empty batch to move its mark on (so the outbox can be trimmed). Default 1024.
+	// IdleLag is how far a destination that receives nothing may trail the outbox, while others
+	// are receiving, before it is sent an empty batch to move its mark on (so the outbox can be
+	// trimmed). When the outbox goes quiet every trailing mark is moved at once. Default 1024.
 	IdleLag uint64
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
@@ -154,27 +155,46 @@ func (f *Fanout) round(ctx context.Context, src raftstore.ShardID) (bool, error)
 		return false, err
 	}
 	last := items[len(items)-1].Pos
-	for i, d := range dests {
+	proposed := false
+	deliver := func(i int, b *log.DeliveryBatch) error {
+		res, err := f.node.Propose(ctx, dests[i], raftstore.DeliverCommand(b))
+		if err != nil {
+			return fmt.Errorf("deliver %d→%d (%d, %d]: %w", src, dests[i], b.Prev, b.Last, err)
+		}
+		marks[i], proposed = res.Deliver.Mark, true
+		f.delivered.Add(uint64(res.Deliver.Appended))
+		return nil
+	}
+	for i := range dests {
 		if marks[i] >= last {
 			continue
 		}
-		b := f.batchFor(src, d, marks[i], last, items)
+		b := f.batchFor(src, dests[i], marks[i], last, items)
 		if len(b.Items) == 0 && last-marks[i] < f.cfg.IdleLag {
-			continue // nothing for d yet; move its mark later, in one go
+			continue // nothing for this destination yet; move its mark later, in one go
 		}
-		res, err := f.node.Propose(ctx, d, raftstore.DeliverCommand(b))
-		if err != nil {
-			return false, fmt.Errorf("deliver %d→%d (%d, %d]: %w", src, d, b.Prev, b.Last, err)
+		if err := deliver(i, b); err != nil {
+			return false, err
 		}
-		marks[i] = res.Deliver.Mark
-		f.delivered.Add(uint64(res.Deliver.Appended))
+	}
+	if !proposed {
+		// Nothing to deliver anywhere: the outbox is quiet, so move every trailing mark to last
+		// now (empty batches), which lets the outbox be trimmed and the loop go idle.
+		for i := range dests {
+			if marks[i] < last {
+				if err := deliver(i, &log.DeliveryBatch{Source: src, Prev: marks[i], Last: last}); err != nil {
+					return false, err
+				}
+			}
+		}
 	}
 	if low := minOf(marks); low >= info.First {
 		if _, err := f.node.Propose(ctx, src, raftstore.TrimCommand(&log.Trim{Target: log.TrimOutboxLog, UpTo: low})); err != nil {
 			return true, fmt.Errorf("trim outbox of %d up to %d: %w", src, low, err)
 		}
+		proposed = true
 	}
-	return true, nil
+	return proposed, nil
 }
 
 // mark returns the highest outbox position of src that destination d has applied, as d's local

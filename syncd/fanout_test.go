@@ -39,7 +39,7 @@ func startFanoutNode(t *testing.T, dir string) *fanoutNode {
 		t.Fatal(err)
 	}
 	slots := NewSlotTable(shards)
-	fan := NewFanout(node, slots, FanoutConfig{IdleLag: 1, Batch: 64, Logger: logger})
+	fan := NewFanout(node, slots, FanoutConfig{Batch: 64, Logger: logger}) // default IdleLag
 	notify.Store(fan)
 	for _, s := range shards {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

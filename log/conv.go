@@ -377,17 +377,30 @@ func (t *Tx) gcDedup(st Stamp) error {
 
 // members returns the sorted members of group conv.
 func (t *Tx) members(conv string) ([]string, error) {
-	prefix := t.s.k.memberPrefix(conv)
-	it, err := t.b.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: prefixEnd(prefix)})
+	return readIDs(t.b, t.s.k.memberPrefix(conv))
+}
+
+// readIDs returns the ids that follow prefix in keys of the form prefix | id 0x00, in key order.
+func readIDs(r pebble.Reader, prefix []byte) ([]string, error) {
+	return readIDsAfter(r, prefix, "", -1)
+}
+
+// readIDsAfter is readIDs for at most limit ids (all if negative) greater than after.
+func readIDsAfter(r pebble.Reader, prefix []byte, after string, limit int) ([]string, error) {
+	lower := prefix
+	if after != "" {
+		lower = append(appendID(append([]byte(nil), prefix...), after), 0) // just past after's key
+	}
+	it, err := r.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: prefixEnd(prefix)})
 	if err != nil {
 		return nil, fmt.Errorf("log: read: %w", err)
 	}
 	var out []string
-	for ok := it.First(); ok; ok = it.Next() {
+	for ok := it.First(); ok && (limit < 0 || len(out) < limit); ok = it.Next() {
 		key := it.Key()
-		if len(key) <= len(prefix) { // a well-formed key names a member: a damaged store
+		if len(key) <= len(prefix)+1 { // a well-formed key names an id: a damaged store
 			_ = it.Close()
-			return nil, corruptf("member key %x names no user", key)
+			return nil, corruptf("key %x names no id", key)
 		}
 		out = append(out, string(key[len(prefix):len(key)-1]))
 	}

@@ -79,6 +79,10 @@ func (t *Tx) Deliver(st Stamp, b *DeliveryBatch) (DeliverResult, error) {
 			if err := t.set(k.userEntry(uid, m.Head), encodeEntry(&e)); err != nil {
 				return DeliverResult{}, err
 			}
+			// Index the conversation under the user, for listing a user's conversations.
+			if err := t.set(k.userConv(uid, e.Conv), encodeUint(uint64(e.ConvSeq))); err != nil {
+				return DeliverResult{}, err
+			}
 			appended++
 		}
 	}

@@ -14,6 +14,7 @@ import "encoding/binary"
 //	0x01 | shard u32 | 0x20 | uid 0x00                      user log meta
 //	0x01 | shard u32 | 0x21 | uid 0x00 | seq u64            user log entry
 //	0x01 | shard u32 | 0x22 | uid 0x00 | device 0x00        device cursor
+//	0x01 | shard u32 | 0x23 | uid 0x00 | conv 0x00          a conversation the user's log has entries of
 //	0x01 | shard u32 | 0x30 | sender 0x00 | cmid 0x00 | kind u8    dedup record
 //	0x01 | shard u32 | 0x31 | expires i64 | dedup key suffix       dedup expiry index
 //	0x01 | shard u32 | 0x40 | outbox_pos u64                outbox record
@@ -32,6 +33,7 @@ const (
 	tagUser       byte = 0x20
 	tagUserEntry  byte = 0x21
 	tagCursor     byte = 0x22
+	tagUserConv   byte = 0x23
 	tagDedup      byte = 0x30
 	tagDedupByExp byte = 0x31
 	tagOutbox     byte = 0x40
@@ -116,6 +118,12 @@ func (k keys) cursorPrefix(uid string) []byte {
 }
 
 func (k keys) cursor(uid, device string) []byte { return appendID(k.cursorPrefix(uid), device) }
+
+func (k keys) userConvPrefix(uid string) []byte {
+	return appendID(k.table(tagUserConv, len(uid)+1+MaxIDLen), uid)
+}
+
+func (k keys) userConv(uid, conv string) []byte { return appendID(k.userConvPrefix(uid), conv) }
 
 // dedupSuffix is the part of a dedup key after the table tag; the expiry index reuses it.
 func dedupSuffix(sender, clientMsgID string, kind Kind) []byte {

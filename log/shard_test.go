@@ -334,3 +334,42 @@ func TestUsersPages(t *testing.T) {
 		t.Fatalf("users %v", got)
 	}
 }
+
+// Conversation shows a conversation to its members only; UserConvs lists, per user, the
+// conversations whose entries reached the user's log, in pages.
+func TestConversationAndUserConvs(t *testing.T) {
+	s := newMemShard(t, testShardID)
+	appendOK(t, s, Stamp{Index: 1, Time: 100}, Append{Conv: "g1", Sender: "a", ClientMsgID: "c", Kind: KindGroupCreate, Members: []string{"b"}})
+	appendOK(t, s, Stamp{Index: 2, Time: 100}, Append{Conv: "d1", Sender: "a", ClientMsgID: "m", Kind: KindMessage, Members: []string{"a", "c"}})
+	appendOK(t, s, Stamp{Index: 3, Time: 100}, Append{Conv: "g1", Sender: "b", ClientMsgID: "r", Kind: KindMessage, Body: []byte("x")})
+	appendOK(t, s, Stamp{Index: 4, Time: 100}, Append{Conv: "g1", Sender: "a", ClientMsgID: "rd", Kind: KindReceipt, ReadUpTo: 2})
+	mustApply(t, s, Stamp{Index: 5, Time: 100}, func(tx *Tx) error {
+		_, err := tx.Deliver(Stamp{Index: 5, Time: 100}, outboxBatch(t, s, 0, 4))
+		return err
+	})
+	g, err := s.Conversation("g1", "a")
+	if err != nil || g.Kind != ConvGroup || g.Info.Head != 3 || fmt.Sprint(g.Members) != "[a b]" || g.ReadMark != 2 {
+		t.Fatalf("group as a: %+v %v", g, err)
+	}
+	d, err := s.Conversation("d1", "c")
+	if err != nil || d.Kind != ConvDirect || fmt.Sprint(d.Members) != "[a c]" || d.ReadMark != 0 {
+		t.Fatalf("direct as c: %+v %v", d, err)
+	}
+	if _, err := s.Conversation("g1", "c"); !errors.Is(err, ErrNotMember) {
+		t.Fatalf("non-member: %v", err)
+	}
+	if _, err := s.Conversation("nope", "a"); !errors.Is(err, ErrNoConversation) {
+		t.Fatalf("missing: %v", err)
+	}
+	page1, err := s.UserConvs("a", "", 1)
+	if err != nil || fmt.Sprint(page1) != "[d1]" {
+		t.Fatalf("a's first page: %v %v", page1, err)
+	}
+	page2, err := s.UserConvs("a", page1[0], 10)
+	if err != nil || fmt.Sprint(page2) != "[g1]" {
+		t.Fatalf("a's second page: %v %v", page2, err)
+	}
+	if c, _ := s.UserConvs("c", "", 10); fmt.Sprint(c) != "[d1]" {
+		t.Fatalf("c's conversations: %v", c)
+	}
+}

@@ -102,16 +102,8 @@ func (ss *session) answer(ctx context.Context, req proto.Request) proto.Frame {
 	if err := req.Validate(); err != nil {
 		return wireError(ss.s.logger, id, err)
 	}
-	if hc, ok := req.(*proto.HeadCheck); ok {
-		state, err := ss.s.node.State(ss.s.slots.UserShard(ss.user))
-		if err != nil {
-			return wireError(ss.s.logger, id, err)
-		}
-		info, err := state.UserInfo(ss.user)
-		if err != nil {
-			return wireError(ss.s.logger, id, err)
-		}
-		return &proto.Head{ID: hc.ID, Epoch: proto.Epoch(info.Epoch), Head: proto.Position(info.Head)}
+	if f, ok := ss.query(req); ok {
+		return f
 	}
 	app, err := ss.appendFor(req)
 	if err != nil {

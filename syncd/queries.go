@@ -1,0 +1,135 @@
+package syncd
+
+import (
+	"errors"
+
+	"github.com/syncd-dev/syncd/log"
+	"github.com/syncd-dev/syncd/proto"
+)
+
+// Queries read the local replicas (prefix-consistent, like sync streams) and show a user only
+// conversations it is a member of (G7).
+
+// query answers ConvList, ConvState, History and HeadCheck; ok is false for other requests.
+func (ss *session) query(req proto.Request) (f proto.Frame, ok bool) {
+	id := req.RequestID()
+	var err error
+	switch q := req.(type) {
+	case *proto.HeadCheck:
+		f, err = ss.headCheck(q)
+	case *proto.ConvList:
+		f, err = ss.convList(q)
+	case *proto.ConvState:
+		var c proto.ConvInfo
+		if c, err = ss.convInfo(q.Conv); err == nil {
+			f = &proto.ConvStateResult{ID: q.ID, Conv: c}
+		}
+	case *proto.History:
+		f, err = ss.history(q)
+	default:
+		return nil, false
+	}
+	if err != nil {
+		return wireError(ss.s.logger, id, err), true
+	}
+	return f, true
+}
+
+func (ss *session) headCheck(q *proto.HeadCheck) (proto.Frame, error) {
+	state, err := ss.s.node.State(ss.s.slots.UserShard(ss.user))
+	if err != nil {
+		return nil, err
+	}
+	info, err := state.UserInfo(ss.user)
+	if err != nil {
+		return nil, err
+	}
+	return &proto.Head{ID: q.ID, Epoch: proto.Epoch(info.Epoch), Head: proto.Position(info.Head)}, nil
+}
+
+// convInfo returns conv as this session's user sees it, from the conversation's home shard.
+func (ss *session) convInfo(conv string) (proto.ConvInfo, error) {
+	state, err := ss.s.node.State(ss.s.slots.ConvShard(conv))
+	if err != nil {
+		return proto.ConvInfo{}, err
+	}
+	c, err := state.Conversation(conv, ss.user)
+	if err != nil {
+		return proto.ConvInfo{}, err
+	}
+	return proto.ConvInfo{Conv: conv, Kind: proto.ConvKind(c.Kind), Epoch: proto.Epoch(c.Info.Epoch),
+		First: proto.Position(c.Info.First), Head: proto.Position(c.Info.Head), Members: c.Members,
+		ReadMark: proto.Position(c.ReadMark)}, nil
+}
+
+// convList pages through the conversations whose entries reached the user's log, skipping those
+// the user has left.
+func (ss *session) convList(q *proto.ConvList) (proto.Frame, error) {
+	limit := ss.pageLimit(q.Limit)
+	state, err := ss.s.node.State(ss.s.slots.UserShard(ss.user))
+	if err != nil {
+		return nil, err
+	}
+	res := &proto.ConvListResult{ID: q.ID}
+	for after := q.After; len(res.Convs) < limit; {
+		ids, err := state.UserConvs(ss.user, after, limit+1)
+		if err != nil {
+			return nil, err
+		}
+		for i, conv := range ids {
+			if len(res.Convs) == limit {
+				res.More = true
+				return res, nil
+			}
+			c, err := ss.convInfo(conv)
+			switch {
+			case err == nil:
+				res.Convs = append(res.Convs, c)
+			case errors.Is(err, log.ErrNotMember):
+				// left or removed: not listed
+			default:
+				return nil, err
+			}
+			after = ids[i]
+		}
+		if len(ids) <= limit {
+			return res, nil
+		}
+	}
+	return res, nil
+}
+
+// history pages a conversation backwards from before (0 = the head).
+func (ss *session) history(q *proto.History) (proto.Frame, error) {
+	c, err := ss.convInfo(q.Conv) // also checks membership
+	if err != nil {
+		return nil, err
+	}
+	before := log.Position(q.Before)
+	if before == 0 {
+		before = log.Position(c.Head) + 1
+	}
+	state, err := ss.s.node.State(ss.s.slots.ConvShard(q.Conv))
+	if err != nil {
+		return nil, err
+	}
+	r, err := state.ReadConvBefore(q.Conv, before, log.Limit{Count: ss.pageLimit(q.Limit)})
+	if err != nil {
+		return nil, err
+	}
+	res := &proto.HistoryResult{ID: q.ID, Epoch: proto.Epoch(r.Info.Epoch), First: proto.Position(r.Info.First),
+		Head: proto.Position(r.Info.Head)}
+	for i := range r.Entries {
+		res.Entries = append(res.Entries, wireEntry(&r.Entries[i]))
+	}
+	return res, nil
+}
+
+// pageLimit applies the server's page cap to a requested size (0 = the cap).
+func (ss *session) pageLimit(n uint32) int {
+	limit := int(ss.s.cfg.Limits.MaxBatch)
+	if n > 0 && int(n) < limit {
+		limit = int(n)
+	}
+	return limit
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"sync"
@@ -76,6 +77,9 @@ type Client struct {
 	wg     sync.WaitGroup
 
 	user string // from the first Welcome
+
+	curMu sync.Mutex
+	cur   *conn // the live connection, nil while reconnecting
 
 	closeOnce sync.Once
 	closeErr  error
@@ -219,6 +223,8 @@ func (c *Client) run(cn *conn) {
 func (c *Client) serve(cn *conn) {
 	ctx, cancel := context.WithCancel(c.ctx)
 	defer cancel()
+	c.setConn(cn)
+	defer c.setConn(nil)
 	var wg sync.WaitGroup
 	wg.Add(2)
 	go func() {
@@ -248,4 +254,61 @@ func sleep(ctx context.Context, d time.Duration) {
 	case <-ctx.Done():
 	case <-t.C:
 	}
+}
+
+func (c *Client) setConn(cn *conn) {
+	c.curMu.Lock()
+	c.cur = cn
+	c.curMu.Unlock()
+}
+
+// ErrOffline is returned by queries while the client is reconnecting.
+var ErrOffline = errors.New("client: not connected; retry when the connection is back")
+
+// query sends one request on the live connection.
+func (c *Client) query(ctx context.Context, build func(id uint64) proto.Frame) (proto.Frame, error) {
+	c.curMu.Lock()
+	cn := c.cur
+	c.curMu.Unlock()
+	if cn == nil {
+		return nil, ErrOffline
+	}
+	f, err := cn.do(ctx, build)
+	if e, ok := f.(*proto.Error); ok {
+		return nil, e
+	}
+	return f, err
+}
+
+// Conversations returns, from the server, up to limit conversations of this user with ids after
+// after (a page), and whether more follow. After a RebaseEvent this is how an app refreshes its
+// conversation list.
+func (c *Client) Conversations(ctx context.Context, after string, limit int) ([]proto.ConvInfo, bool, error) {
+	f, err := c.query(ctx, func(id uint64) proto.Frame {
+		return &proto.ConvList{ID: id, After: after, Limit: uint32(max(limit, 0))}
+	})
+	if err != nil {
+		return nil, false, err
+	}
+	r, ok := f.(*proto.ConvListResult)
+	if !ok {
+		return nil, false, fmt.Errorf("client: unexpected answer %v", f.FrameType())
+	}
+	return r.Convs, r.More, nil
+}
+
+// History returns, from the server, up to limit entries of conv before conv_seq before (0 = the
+// latest), ascending: "load earlier messages".
+func (c *Client) History(ctx context.Context, conv string, before proto.Position, limit int) (*proto.HistoryResult, error) {
+	f, err := c.query(ctx, func(id uint64) proto.Frame {
+		return &proto.History{ID: id, Conv: conv, Before: before, Limit: uint32(max(limit, 0))}
+	})
+	if err != nil {
+		return nil, err
+	}
+	r, ok := f.(*proto.HistoryResult)
+	if !ok {
+		return nil, fmt.Errorf("client: unexpected answer %v", f.FrameType())
+	}
+	return r, nil
 }

@@ -1,6 +1,7 @@
 package test
 
 import (
+	"context"
 	"fmt"
 	"testing"
 	"time"
@@ -43,6 +44,17 @@ func TestTooOldCursorRebases(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("a device behind retention was not told to rebase")
+	}
+	// After a rebase the app refreshes its conversations and pages history from the server.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	convs, more, err := bob.Conversations(ctx, "", 10)
+	if err != nil || more || len(convs) != 1 || convs[0].Conv != "d:alice:bob" || convs[0].Head != 20 {
+		t.Fatalf("conversations after rebase: %+v %v %v", convs, more, err)
+	}
+	page, err := bob.History(ctx, "d:alice:bob", 0, 3)
+	if err != nil || len(page.Entries) != 3 || string(page.Entries[2].Body) != "old19" {
+		t.Fatalf("latest history: %+v %v", page, err)
 	}
 	if _, err := alice.Send("d:alice:bob", "bob", []byte("new")); err != nil {
 		t.Fatal(err)

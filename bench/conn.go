@@ -1,0 +1,342 @@
+package bench
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/quic-go/quic-go"
+
+	"github.com/syncd-dev/syncd/proto"
+)
+
+// Target is a syncd server to load: its client address, the SHA-256 fingerprint of its
+// certificate (pinned), and a way to get a token for any user's device.
+type Target struct {
+	Addr, Fingerprint string
+	Token             func(user, device string) (string, error)
+}
+
+// device is the bench's name for every device it connects.
+const device = "bench"
+
+// dialer spreads client connections over a few UDP sockets (quic.Transports), so thousands of
+// connections need neither thousands of file descriptors nor one socket for all the load.
+type dialer struct {
+	t      Target
+	addr   *net.UDPAddr
+	tls    *tls.Config
+	trs    []*quic.Transport
+	next   atomic.Uint64
+	closed sync.Once
+}
+
+func newDialer(t Target, sockets int) (*dialer, error) {
+	addr, err := net.ResolveUDPAddr("udp", t.Addr)
+	if err != nil {
+		return nil, fmt.Errorf("bench: target address: %w", err)
+	}
+	d := &dialer{t: t, addr: addr, tls: pinnedTLS(t.Fingerprint)}
+	for range max(sockets, 1) {
+		uc, err := net.ListenUDP("udp", &net.UDPAddr{IP: addr.IP, Port: 0})
+		if err != nil {
+			d.close()
+			return nil, err
+		}
+		d.trs = append(d.trs, &quic.Transport{Conn: uc})
+	}
+	return d, nil
+}
+
+func (d *dialer) close() {
+	d.closed.Do(func() {
+		for _, tr := range d.trs {
+			tr.Close()
+			tr.Conn.Close()
+		}
+	})
+}
+
+// pinnedTLS accepts exactly the certificate with the given SHA-256 fingerprint (the server's
+// self-signed certificate), offering the protocol's ALPN.
+func pinnedTLS(fingerprint string) *tls.Config {
+	pin := strings.ToLower(strings.ReplaceAll(strings.TrimSpace(fingerprint), ":", ""))
+	return &tls.Config{
+		MinVersion:         tls.VersionTLS13,
+		NextProtos:         []string{proto.ALPN},
+		InsecureSkipVerify: true, // replaced by the pin
+		VerifyPeerCertificate: func(raw [][]byte, _ [][]*x509.Certificate) error {
+			if len(raw) == 0 {
+				return errors.New("bench: server presented no certificate")
+			}
+			sum := sha256.Sum256(raw[0])
+			if got := hex.EncodeToString(sum[:]); got != pin {
+				return fmt.Errorf("bench: server certificate fingerprint %s, want %s", got, pin)
+			}
+			return nil
+		},
+	}
+}
+
+// client is one authenticated connection of user's device.
+type client struct {
+	user    string
+	conn    *quic.Conn
+	control *quic.Stream
+	limits  proto.Limits
+}
+
+func (c *client) close() { c.conn.CloseWithError(0, "") }
+
+// connect dials and authenticates user's device, retrying a handshake refused as overloaded or
+// with too many connections after the server's retry-after (a few times).
+func (d *dialer) connect(ctx context.Context, user string) (*client, error) {
+	token, err := d.t.Token(user, device)
+	if err != nil {
+		return nil, err
+	}
+	for attempt := 0; ; attempt++ {
+		c, err := d.connectOnce(ctx, user, token)
+		var pe *proto.Error
+		if err == nil || attempt >= 5 || !errors.As(err, &pe) ||
+			(pe.Code != proto.CodeOverloaded && pe.Code != proto.CodeTooManyConnections) {
+			return c, err
+		}
+		wait := max(pe.RetryAfter(), 200*time.Millisecond) << attempt
+		select {
+		case <-time.After(wait):
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+func (d *dialer) connectOnce(ctx context.Context, user, token string) (*client, error) {
+	tr := d.trs[d.next.Add(1)%uint64(len(d.trs))]
+	dctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	conn, err := tr.Dial(dctx, d.addr, d.tls, &quic.Config{
+		HandshakeIdleTimeout: 10 * time.Second,
+		MaxIdleTimeout:       60 * time.Second,
+		KeepAlivePeriod:      15 * time.Second,
+	})
+	if err != nil {
+		return nil, asProtoError(err)
+	}
+	st, err := conn.OpenStreamSync(dctx)
+	if err != nil {
+		conn.CloseWithError(0, "")
+		return nil, asProtoError(err)
+	}
+	if err := proto.WriteFrame(st, &proto.Hello{Token: token, Device: device, ClientVersion: "syncbench/1",
+		ProtoVersion: proto.ProtoVersion}); err != nil {
+		conn.CloseWithError(0, "")
+		return nil, asProtoError(err)
+	}
+	st.SetReadDeadline(time.Now().Add(15 * time.Second))
+	f, err := proto.NewReader(st, proto.DefaultMaxFrame).Next()
+	st.SetReadDeadline(time.Time{})
+	if err != nil {
+		conn.CloseWithError(0, "")
+		return nil, asProtoError(err)
+	}
+	switch f := f.(type) {
+	case *proto.Welcome:
+		return &client{user: user, conn: conn, control: st, limits: f.Limits.WithDefaults()}, nil
+	case *proto.Error:
+		conn.CloseWithError(0, "")
+		return nil, f
+	default:
+		conn.CloseWithError(0, "")
+		return nil, fmt.Errorf("bench: hello answered by %v", f.FrameType())
+	}
+}
+
+// asProtoError turns a connection closed by the server with an application code into the
+// matching *proto.Error (the server may close before its Error frame arrives).
+func asProtoError(err error) error {
+	var ae *quic.ApplicationError
+	if errors.As(err, &ae) && ae.Remote {
+		return &proto.Error{Code: proto.Code(ae.ErrorCode), Message: ae.ErrorMessage, RetryAfterMs: 1000}
+	}
+	return err
+}
+
+// connectMany connects users[i] for every i, at most parallel at once.
+func (d *dialer) connectMany(ctx context.Context, users []string, parallel int) ([]*client, error) {
+	out := make([]*client, len(users))
+	sem := make(chan struct{}, parallel)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var first error
+	for i, u := range users {
+		sem <- struct{}{}
+		mu.Lock()
+		failed := first != nil
+		mu.Unlock()
+		if failed {
+			<-sem
+			break
+		}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			c, err := d.connect(ctx, u)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil && first == nil {
+				first = fmt.Errorf("bench: connect %s: %w", u, err)
+			}
+			out[i] = c
+		})
+	}
+	wg.Wait()
+	if first != nil {
+		for _, c := range out {
+			if c != nil {
+				c.close()
+			}
+		}
+		return nil, first
+	}
+	return out, nil
+}
+
+// reqStream is a request stream with pipelined requests, answers matched by request id.
+type reqStream struct {
+	st      *quic.Stream
+	wmu     sync.Mutex
+	mu      sync.Mutex
+	pending map[uint64]chan proto.Frame
+	next    atomic.Uint64
+	dead    chan struct{}
+	err     error // why the stream died, set before dead is closed
+}
+
+func (c *client) openRequests(ctx context.Context) (*reqStream, error) {
+	st, err := c.conn.OpenStreamSync(ctx)
+	if err != nil {
+		return nil, err
+	}
+	rs := &reqStream{st: st, pending: make(map[uint64]chan proto.Frame), dead: make(chan struct{})}
+	go rs.read(proto.NewReader(st, int(c.limits.MaxFrame)))
+	return rs, nil
+}
+
+func (rs *reqStream) read(r *proto.Reader) {
+	for {
+		f, err := r.Next()
+		if err != nil {
+			if errors.Is(err, proto.ErrMalformed) || errors.Is(err, proto.ErrUnknownType) {
+				continue
+			}
+			rs.mu.Lock()
+			rs.err = asProtoError(err)
+			rs.mu.Unlock()
+			close(rs.dead)
+			return
+		}
+		resp, ok := f.(proto.Response)
+		if !ok || resp.RequestID() == 0 {
+			continue // an error not tied to a request: nothing waits for it
+		}
+		rs.mu.Lock()
+		ch := rs.pending[resp.RequestID()]
+		delete(rs.pending, resp.RequestID())
+		rs.mu.Unlock()
+		if ch != nil {
+			ch <- f
+		}
+	}
+}
+
+// do sends the request mk(id) and returns its answer (an Ack, a query result or an *proto.Error
+// frame); err is for a dead stream, a write failure or ctx.
+func (rs *reqStream) do(ctx context.Context, mk func(id uint64) proto.Frame) (proto.Frame, error) {
+	id := rs.next.Add(1)
+	ch := make(chan proto.Frame, 1)
+	rs.mu.Lock()
+	rs.pending[id] = ch
+	rs.mu.Unlock()
+	rs.wmu.Lock()
+	err := proto.WriteFrame(rs.st, mk(id))
+	rs.wmu.Unlock()
+	if err == nil {
+		select {
+		case f := <-ch:
+			return f, nil
+		case <-rs.dead:
+			rs.mu.Lock()
+			err = rs.err
+			rs.mu.Unlock()
+		case <-ctx.Done():
+			err = ctx.Err()
+		}
+	}
+	rs.mu.Lock()
+	delete(rs.pending, id)
+	rs.mu.Unlock()
+	return nil, err
+}
+
+// head asks for the user log's head.
+func (rs *reqStream) head(ctx context.Context) (proto.Position, error) {
+	f, err := rs.do(ctx, func(id uint64) proto.Frame { return &proto.HeadCheck{ID: id} })
+	if err != nil {
+		return 0, err
+	}
+	switch f := f.(type) {
+	case *proto.Head:
+		return f.Head, nil
+	case *proto.Error:
+		return 0, f
+	}
+	return 0, fmt.Errorf("bench: head check answered by %v", f.FrameType())
+}
+
+// syncStream opens the sync stream with start.
+func (c *client) syncStream(ctx context.Context, start *proto.SyncStart) (*quic.Stream, *proto.Reader, error) {
+	st, err := c.conn.OpenStreamSync(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := proto.WriteFrame(st, start); err != nil {
+		return nil, nil, err
+	}
+	return st, proto.NewReader(st, int(c.limits.MaxFrame)), nil
+}
+
+// directConv is the id of the direct conversation of a and b.
+func directConv(a, b string) string {
+	if b < a {
+		a, b = b, a
+	}
+	return "d:" + a + ":" + b
+}
+
+// shedCode reports whether an error frame is the server shedding load (nothing applied; retry
+// after its hint).
+func shedCode(c proto.Code) bool { return c == proto.CodeOverloaded || c == proto.CodeRateLimited }
+
+// retryableCode: timeouts and unavailability, to resend with the same cmid.
+func retryableCode(c proto.Code) bool {
+	return c == proto.CodeTimeout || c == proto.CodeUnavailable
+}
+
+// sleepCtx sleeps for d or until ctx ends.
+func sleepCtx(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}

@@ -1,0 +1,525 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/syncd-dev/syncd/proto"
+)
+
+// dialParallel bounds the handshakes in progress at once (the server's default admission is
+// 256).
+const dialParallel = 64
+
+// requestTimeout bounds one request's answer.
+const requestTimeout = 15 * time.Second
+
+// runID makes user names and client message ids unique per run, so runs against the same data
+// directory never collide with an earlier run's dedup entries.
+func runID() string { return strconv.FormatInt(time.Now().UnixNano(), 36) }
+
+// percentile returns the q-quantile (0..1) of sorted s, or 0 for none.
+func percentile(s []time.Duration, q float64) time.Duration {
+	if len(s) == 0 {
+		return 0
+	}
+	return s[int(q*float64(len(s)-1)+0.5)]
+}
+
+// SendResult is the outcome of Sends.
+type SendResult struct {
+	Acked  int           // sends acked within the run
+	Shed   int           // answers Overloaded or RateLimited (each retried after its hint)
+	Errors int           // other errors: error frames, timeouts, dead streams
+	PerSec float64       // acked sends per second
+	P50    time.Duration // send→ack latency of the acked attempt
+	P99    time.Duration
+}
+
+// sendOutcome is the result of one attempt.
+type sendOutcome int
+
+const (
+	outAcked sendOutcome = iota
+	outShed
+	outRetry // retryable error: resend the same cmid
+	outError
+)
+
+// attempt sends one Send and classifies the answer; wait is the server's retry hint.
+func attempt(ctx context.Context, rs *reqStream, s proto.Send) (out sendOutcome, wait time.Duration, err error) {
+	rctx, cancel := context.WithTimeout(ctx, requestTimeout)
+	defer cancel()
+	f, err := rs.do(rctx, func(id uint64) proto.Frame { s.ID = id; return &s })
+	if err != nil {
+		return outError, 0, err
+	}
+	switch f := f.(type) {
+	case *proto.Ack:
+		return outAcked, 0, nil
+	case *proto.Error:
+		switch {
+		case shedCode(f.Code):
+			return outShed, f.RetryAfter(), f
+		case retryableCode(f.Code):
+			return outRetry, max(f.RetryAfter(), 100*time.Millisecond), f
+		}
+		return outError, 0, f
+	}
+	return outError, 0, fmt.Errorf("bench: send answered by %v", f.FrameType())
+}
+
+// Sends opens devices connections (users u0…u{devices-1}), each with one pipelined request
+// stream, and runs senders goroutines for d: sender i sends body-byte 1:1 messages from
+// u{i mod devices} to the next user, one at a time (send, wait for the Ack, repeat). Shed
+// answers are retried with the same cmid after the server's retry-after.
+func Sends(ctx context.Context, t Target, devices, senders int, d time.Duration, body int) (SendResult, error) {
+	if devices < 2 || senders < 1 {
+		return SendResult{}, errors.New("bench: sends needs at least 2 devices and 1 sender")
+	}
+	dl, err := newDialer(t, min(devices, 8))
+	if err != nil {
+		return SendResult{}, err
+	}
+	defer dl.close()
+	users := make([]string, devices)
+	for i := range users {
+		users[i] = "u" + strconv.Itoa(i)
+	}
+	clients, err := dl.connectMany(ctx, users, dialParallel)
+	if err != nil {
+		return SendResult{}, err
+	}
+	defer func() {
+		for _, c := range clients {
+			c.close()
+		}
+	}()
+	streams := make([]*reqStream, devices)
+	for i, c := range clients {
+		if streams[i], err = c.openRequests(ctx); err != nil {
+			return SendResult{}, fmt.Errorf("bench: request stream of %s: %w", c.user, err)
+		}
+	}
+
+	run := runID()
+	payload := make([]byte, body)
+	for i := range payload {
+		payload[i] = byte('a' + i%26)
+	}
+	var acked, shed, errs atomic.Int64
+	lat := make([][]time.Duration, senders)
+	start := time.Now()
+	deadline := start.Add(d)
+	sctx, cancel := context.WithDeadline(ctx, deadline.Add(requestTimeout))
+	defer cancel()
+	var wg sync.WaitGroup
+	var firstErr atomic.Value
+	for i := range senders {
+		wg.Go(func() {
+			from := i % devices
+			to := (from + 1) % devices
+			rs := streams[from]
+			msg := proto.Send{Conv: directConv(users[from], users[to]), Peer: users[to], Body: payload}
+			for n := 0; time.Now().Before(deadline); n++ {
+				msg.ClientMsgID = run + "-" + strconv.Itoa(i) + "-" + strconv.Itoa(n)
+				for time.Now().Before(deadline) { // attempts of one message, same cmid
+					t0 := time.Now()
+					out, wait, err := attempt(sctx, rs, msg)
+					t1 := time.Now()
+					if out == outAcked {
+						if t1.Before(deadline) {
+							acked.Add(1)
+							lat[i] = append(lat[i], t1.Sub(t0))
+						}
+						break
+					}
+					if out == outShed {
+						shed.Add(1)
+					} else {
+						errs.Add(1)
+						firstErr.CompareAndSwap(nil, fmt.Sprint(err))
+					}
+					if out == outError {
+						sleepCtx(sctx, 10*time.Millisecond) // no tight loop on a broken path
+						break
+					}
+					sleepCtx(sctx, wait)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	var all []time.Duration
+	for _, l := range lat {
+		all = append(all, l...)
+	}
+	slices.Sort(all)
+	res := SendResult{Acked: int(acked.Load()), Shed: int(shed.Load()), Errors: int(errs.Load()),
+		PerSec: float64(acked.Load()) / d.Seconds(), P50: percentile(all, 0.5), P99: percentile(all, 0.99)}
+	if res.Acked == 0 {
+		return res, fmt.Errorf("bench: no send was acked (first error: %v)", firstErr.Load())
+	}
+	return res, nil
+}
+
+// DeliveryResult is the outcome of Delivery.
+type DeliveryResult struct {
+	Count    int           // entries delivered to the receiver's sync stream
+	Sent     int           // sends acked
+	Errors   int           // sends not acked (error answers, shed, timeouts)
+	P50, P99 time.Duration // append (entry time, server clock) → arrival on the receiver's sync stream
+}
+
+// Delivery paces one sender device at rate sends/s for d to a fresh receiver whose sync stream
+// is open from the start of its log, and measures, for every entry, its arrival on the sync
+// stream minus its server append time (client and server on the same host clock).
+func Delivery(ctx context.Context, t Target, rate int, d time.Duration) (DeliveryResult, error) {
+	if rate < 1 {
+		return DeliveryResult{}, errors.New("bench: delivery needs a rate ≥ 1")
+	}
+	dl, err := newDialer(t, 2)
+	if err != nil {
+		return DeliveryResult{}, err
+	}
+	defer dl.close()
+	run := runID()
+	clients, err := dl.connectMany(ctx, []string{"dsnd-" + run, "drcv-" + run}, 2)
+	if err != nil {
+		return DeliveryResult{}, err
+	}
+	snd, rcv := clients[0], clients[1]
+	defer snd.close()
+	defer rcv.close()
+	rs, err := snd.openRequests(ctx)
+	if err != nil {
+		return DeliveryResult{}, err
+	}
+	st, r, err := rcv.syncStream(ctx, &proto.SyncStart{MaxBatch: proto.MaxPage})
+	if err != nil {
+		return DeliveryResult{}, err
+	}
+	// Wait for the stream to be live (a heartbeat comes at once when there is nothing to replay).
+	st.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if f, err := r.Next(); err != nil {
+		return DeliveryResult{}, fmt.Errorf("bench: receiver sync stream: %w", err)
+	} else if e, ok := f.(*proto.Error); ok {
+		return DeliveryResult{}, fmt.Errorf("bench: receiver sync stream: %w", e)
+	}
+	st.SetReadDeadline(time.Time{})
+
+	var mu sync.Mutex
+	var lat []time.Duration
+	got := make(chan int, 1) // entry count, after each batch
+	readErr := make(chan error, 1)
+	go func() {
+		var pos proto.Position
+		for {
+			f, err := r.Next()
+			now := time.Now().UnixNano()
+			if err != nil {
+				readErr <- err
+				return
+			}
+			b, ok := f.(*proto.Batch)
+			if !ok {
+				continue
+			}
+			mu.Lock()
+			for _, e := range b.Entries {
+				if e.Seq != pos+1 {
+					mu.Unlock()
+					readErr <- fmt.Errorf("bench: delivery: entry %d after %d", e.Seq, pos)
+					return
+				}
+				pos = e.Seq
+				lat = append(lat, time.Duration(now-e.Time))
+			}
+			n := len(lat)
+			mu.Unlock()
+			select {
+			case <-got:
+			default:
+			}
+			got <- n
+		}
+	}()
+
+	conv := directConv(snd.user, rcv.user)
+	payload := make([]byte, 256)
+	var sent, failed atomic.Int64
+	var wg sync.WaitGroup
+	sctx, cancel := context.WithTimeout(ctx, d+requestTimeout)
+	defer cancel()
+	// The first send creates the conversation; send it alone so the paced ones do not race it.
+	if out, _, err := attempt(sctx, rs, proto.Send{Conv: conv, Peer: rcv.user, ClientMsgID: run + "-0", Body: payload}); out != outAcked {
+		return DeliveryResult{}, fmt.Errorf("bench: delivery: first send: %v", err)
+	}
+	sent.Add(1)
+	total := int(float64(rate) * d.Seconds())
+	start := time.Now()
+	interval := time.Second / time.Duration(rate)
+	for i := 1; i <= total; i++ {
+		if wait := time.Until(start.Add(time.Duration(i) * interval)); wait > 0 {
+			time.Sleep(wait)
+		}
+		wg.Go(func() {
+			out, _, _ := attempt(sctx, rs, proto.Send{Conv: conv, Peer: rcv.user, ClientMsgID: run + "-" + strconv.Itoa(i), Body: payload})
+			if out == outAcked {
+				sent.Add(1)
+			} else {
+				failed.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	want := int(sent.Load())
+	timeout := time.After(10 * time.Second)
+wait:
+	for {
+		mu.Lock()
+		n := len(lat)
+		mu.Unlock()
+		if n >= want {
+			break
+		}
+		select {
+		case <-got:
+		case err := <-readErr:
+			return DeliveryResult{}, fmt.Errorf("bench: delivery: sync stream: %w", err)
+		case <-timeout:
+			break wait
+		}
+	}
+	mu.Lock()
+	all := slices.Clone(lat)
+	mu.Unlock()
+	slices.Sort(all)
+	res := DeliveryResult{Count: len(all), Sent: want, Errors: int(failed.Load()),
+		P50: percentile(all, 0.5), P99: percentile(all, 0.99)}
+	if res.Count < want {
+		return res, fmt.Errorf("bench: delivery: %d of %d acked entries arrived within 10s", res.Count, want)
+	}
+	return res, nil
+}
+
+// CatchUpResult is the outcome of CatchUp.
+type CatchUpResult struct {
+	Entries    int           // entries replayed
+	Duration   time.Duration // from SyncStart to the last entry
+	PerSec     float64
+	Batch      int     // entries per Batch in use (the server's max_batch)
+	FillPerSec float64 // rate at which the backlog was written (acked sends/s)
+}
+
+// catchUpSenders and catchUpWindow: the backlog is written by this many sender devices with
+// this many sends in flight each.
+const (
+	catchUpSenders = 8
+	catchUpWindow  = 32
+)
+
+// CatchUp fills a fresh user's log with entries messages from several pipelined sender
+// devices, waits until a HeadCheck shows them all, then opens a sync stream from 0 (asking for
+// the largest batches) and times the replay of the whole backlog.
+func CatchUp(ctx context.Context, t Target, entries int) (CatchUpResult, error) {
+	if entries < 1 {
+		return CatchUpResult{}, errors.New("bench: catch-up needs entries ≥ 1")
+	}
+	dl, err := newDialer(t, 4)
+	if err != nil {
+		return CatchUpResult{}, err
+	}
+	defer dl.close()
+	run := runID()
+	rcvUser := "cu-" + run
+	users := []string{rcvUser}
+	for k := range catchUpSenders {
+		users = append(users, "cus"+strconv.Itoa(k)+"-"+run)
+	}
+	clients, err := dl.connectMany(ctx, users, len(users))
+	if err != nil {
+		return CatchUpResult{}, err
+	}
+	defer func() {
+		for _, c := range clients {
+			c.close()
+		}
+	}()
+	rcv := clients[0]
+
+	// Fill: message n goes from sender n mod catchUpSenders; each sender keeps catchUpWindow
+	// sends in flight.
+	payload := make([]byte, 256)
+	var next atomic.Int64
+	var failed atomic.Value
+	var wg sync.WaitGroup
+	fillStart := time.Now()
+	for k, c := range clients[1:] {
+		rs, err := c.openRequests(ctx)
+		if err != nil {
+			return CatchUpResult{}, err
+		}
+		conv := directConv(c.user, rcvUser)
+		// Create the conversation first, alone.
+		if out, _, err := attempt(ctx, rs, proto.Send{Conv: conv, Peer: rcvUser, ClientMsgID: run + "-c" + strconv.Itoa(k), Body: payload}); out != outAcked {
+			return CatchUpResult{}, fmt.Errorf("bench: catch-up: first send of %s: %v", c.user, err)
+		}
+		next.Add(1)
+		for range catchUpWindow {
+			wg.Go(func() {
+				for {
+					n := next.Add(1)
+					if n > int64(entries) {
+						return
+					}
+					msg := proto.Send{Conv: conv, Peer: rcvUser, ClientMsgID: run + "-" + strconv.FormatInt(n, 10), Body: payload}
+					for tries := 0; ; tries++ {
+						out, wait, err := attempt(ctx, rs, msg)
+						if out == outAcked {
+							break
+						}
+						if out == outError || tries > 50 || ctx.Err() != nil {
+							failed.CompareAndSwap(nil, fmt.Sprint(err))
+							return
+						}
+						sleepCtx(ctx, max(wait, 10*time.Millisecond))
+					}
+				}
+			})
+		}
+	}
+	wg.Wait()
+	if f := failed.Load(); f != nil {
+		return CatchUpResult{}, fmt.Errorf("bench: catch-up: filling the backlog: %v", f)
+	}
+	fillRate := float64(entries) / time.Since(fillStart).Seconds()
+
+	rrs, err := rcv.openRequests(ctx)
+	if err != nil {
+		return CatchUpResult{}, err
+	}
+	var head proto.Position
+	for wait := time.Now().Add(30 * time.Second); ; {
+		if head, err = rrs.head(ctx); err != nil {
+			return CatchUpResult{}, fmt.Errorf("bench: catch-up: head check: %w", err)
+		}
+		if int(head) >= entries {
+			break
+		}
+		if time.Now().After(wait) {
+			return CatchUpResult{}, fmt.Errorf("bench: catch-up: receiver head %d, want %d", head, entries)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+
+	start := time.Now()
+	st, r, err := rcv.syncStream(ctx, &proto.SyncStart{MaxBatch: proto.MaxPage})
+	if err != nil {
+		return CatchUpResult{}, err
+	}
+	st.SetReadDeadline(start.Add(2 * time.Minute))
+	var pos proto.Position
+	batch := 0
+	for pos < head {
+		f, err := r.Next()
+		if err != nil {
+			return CatchUpResult{}, fmt.Errorf("bench: catch-up: sync stream at %d of %d: %w", pos, head, err)
+		}
+		switch f := f.(type) {
+		case *proto.Batch:
+			batch = max(batch, len(f.Entries))
+			for _, e := range f.Entries {
+				if e.Seq != pos+1 {
+					return CatchUpResult{}, fmt.Errorf("bench: catch-up: entry %d after %d", e.Seq, pos)
+				}
+				pos = e.Seq
+			}
+		case *proto.Error:
+			return CatchUpResult{}, fmt.Errorf("bench: catch-up: sync stream: %w", f)
+		case *proto.TooOld, *proto.Rebase, *proto.EpochChanged:
+			return CatchUpResult{}, fmt.Errorf("bench: catch-up: sync stream answered %v", f.FrameType())
+		}
+	}
+	el := time.Since(start)
+	return CatchUpResult{Entries: int(head), Duration: el, PerSec: float64(head) / el.Seconds(),
+		Batch: batch, FillPerSec: fillRate}, nil
+}
+
+// IdleResult is the outcome of Idle: conns connections are open until Close is called.
+type IdleResult struct {
+	Conns int
+	Close func()
+}
+
+// Idle opens conns authenticated connections (users i0…, each with its sync stream open and
+// live), dialling at most dialParallel at once, and leaves them open until Close.
+func Idle(ctx context.Context, t Target, conns int) (IdleResult, error) {
+	dl, err := newDialer(t, 8)
+	if err != nil {
+		return IdleResult{}, err
+	}
+	users := make([]string, conns)
+	for i := range users {
+		users[i] = "i" + strconv.Itoa(i)
+	}
+	clients := make([]*client, conns)
+	closeAll := func() {
+		for _, c := range clients {
+			if c != nil {
+				c.close()
+			}
+		}
+		dl.close()
+	}
+	sem := make(chan struct{}, dialParallel)
+	var wg sync.WaitGroup
+	var first atomic.Value
+	for i, u := range users {
+		if first.Load() != nil {
+			break
+		}
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			c, err := dl.connect(ctx, u)
+			if err == nil {
+				clients[i] = c
+				err = openIdleSync(ctx, c)
+			}
+			if err != nil {
+				first.CompareAndSwap(nil, fmt.Errorf("bench: idle connection %s: %w", u, err))
+			}
+		})
+	}
+	wg.Wait()
+	if err, _ := first.Load().(error); err != nil {
+		closeAll()
+		return IdleResult{}, err
+	}
+	return IdleResult{Conns: conns, Close: closeAll}, nil
+}
+
+// openIdleSync opens c's sync stream and waits for its first frame (the stream is live).
+func openIdleSync(ctx context.Context, c *client) error {
+	st, r, err := c.syncStream(ctx, &proto.SyncStart{})
+	if err != nil {
+		return err
+	}
+	st.SetReadDeadline(time.Now().Add(15 * time.Second))
+	f, err := r.Next()
+	st.SetReadDeadline(time.Time{})
+	if err != nil {
+		return asProtoError(err)
+	}
+	if e, ok := f.(*proto.Error); ok {
+		return e
+	}
+	return nil
+}

@@ -1,0 +1,398 @@
+// Command syncbench is syncd's load generator. It runs the performance scenarios of issue #3
+// against an in-process syncd server on a temporary data directory (or against an external one
+// with -addr and -data-dir), after the bare-QUIC reference measured in the same run, and prints
+// each result with its ratio to that reference.
+//
+//	go run ./cmd/syncbench                        # every scenario, default sizes
+//	go run ./cmd/syncbench -scenario sends -duration 20s
+//	go run ./cmd/syncbench -addr 127.0.0.1:7300 -data-dir ./syncd-data -scenario delivery
+//
+// For the idle scenario against the in-process server the idle clients run in a child process
+// (this binary, re-executed), so the heap measured is the server's alone.
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/syncd-dev/syncd/bench"
+	"github.com/syncd-dev/syncd/syncd"
+)
+
+func main() {
+	if err := run(os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "syncbench:", err)
+		os.Exit(1)
+	}
+}
+
+type options struct {
+	scenario        string
+	duration        time.Duration
+	devices         int
+	senders         int
+	overloadSenders int
+	body            int
+	rate            int
+	catchup         int
+	idle            int
+	addr, dataDir   string
+	fingerprint     string // idle-client mode only
+	shards          int
+}
+
+func run(args []string) error {
+	fs := flag.NewFlagSet("syncbench", flag.ContinueOnError)
+	var o options
+	fs.StringVar(&o.scenario, "scenario", "all", "all, bare, sends, overload, delivery, catchup or idle")
+	fs.DurationVar(&o.duration, "duration", 10*time.Second, "duration of each timed scenario")
+	fs.IntVar(&o.devices, "devices", 1000, "connected devices in sends and overload")
+	fs.IntVar(&o.senders, "senders", 64, "concurrent senders in sends")
+	fs.IntVar(&o.overloadSenders, "overload-senders", 512, "concurrent senders in overload")
+	fs.IntVar(&o.body, "body", 256, "message body bytes in sends and overload")
+	fs.IntVar(&o.rate, "rate", 1000, "sends per second in delivery")
+	fs.IntVar(&o.catchup, "catchup", 100000, "backlog entries in catchup")
+	fs.IntVar(&o.idle, "idle", 10000, "idle connections in idle")
+	fs.StringVar(&o.addr, "addr", "", "client address of an external server (with -data-dir); default: run one in-process")
+	fs.StringVar(&o.dataDir, "data-dir", "", "the external server's data directory (token secret, tls.crt/tls.key)")
+	fs.IntVar(&o.shards, "shards", 8, "shards of the in-process server")
+	fs.StringVar(&o.fingerprint, "fingerprint", "", "internal: certificate fingerprint for -scenario idle-client")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	if o.scenario == "idle-client" {
+		return idleClient(ctx, o)
+	}
+	want := map[string]bool{}
+	for _, s := range []string{"bare", "sends", "overload", "delivery", "catchup", "idle"} {
+		want[s] = o.scenario == "all" || o.scenario == s
+	}
+	if !want["bare"] && !want["sends"] && !want["overload"] && !want["delivery"] && !want["catchup"] && !want["idle"] {
+		return fmt.Errorf("unknown -scenario %q", o.scenario)
+	}
+	fmt.Printf("# syncbench: scenario %s, duration %v, devices %d, senders %d/%d, rate %d/s, catch-up %d, idle %d; %d CPUs, GOMAXPROCS %d\n",
+		o.scenario, o.duration, o.devices, o.senders, o.overloadSenders, o.rate, o.catchup, o.idle, runtime.NumCPU(), runtime.GOMAXPROCS(0))
+
+	var rows []row
+	var bare bench.BareResult
+	if want["bare"] {
+		progress("bare QUIC reference: %v request/reply, then %v bulk", o.duration, o.duration/2)
+		var err error
+		if bare, err = bench.BareQUIC(ctx, o.duration); err != nil {
+			return fmt.Errorf("bare: %w", err)
+		}
+		rows = append(rows,
+			row{name: "bare QUIC req/reply", value: fmt.Sprintf("%.0f req/s", bare.ReqPerSec), note: "8 conns, 64 in flight, 300 B → 48 B"},
+			row{name: "bare QUIC bulk", value: fmt.Sprintf("%.1f MB/s", bare.BulkMBPerSec), note: fmt.Sprintf("%.0f frames/s of 300 B, one stream", bare.BulkFramesPerSec)})
+		progress("bare: %.0f req/s, bulk %.1f MB/s (%.0f frames/s)", bare.ReqPerSec, bare.BulkMBPerSec, bare.BulkFramesPerSec)
+	}
+	ratio := func(perSec float64) string {
+		if bare.ReqPerSec == 0 {
+			return "-"
+		}
+		return fmt.Sprintf("%.1f%%", 100*perSec/bare.ReqPerSec)
+	}
+
+	if want["sends"] || want["overload"] || want["delivery"] || want["catchup"] || want["idle"] {
+		target, inproc, cleanup, err := setupTarget(ctx, o)
+		if err != nil {
+			return err
+		}
+		defer cleanup()
+		var peak float64
+		if want["sends"] {
+			progress("sends: %d devices, %d senders, %d-byte bodies, %v", o.devices, o.senders, o.body, o.duration)
+			r, err := bench.Sends(ctx, target, o.devices, o.senders, o.duration, o.body)
+			if err != nil {
+				progress("sends: %v", err)
+				rows = append(rows, row{name: "sends", value: "FAILED", note: err.Error()})
+			} else {
+				peak = r.PerSec
+				rows = append(rows, row{name: fmt.Sprintf("sends (%d senders)", o.senders), value: fmt.Sprintf("%.0f acked/s", r.PerSec),
+					p50: r.P50, p99: r.P99, ratio: ratio(r.PerSec), note: fmt.Sprintf("acked %d, shed %d, errors %d", r.Acked, r.Shed, r.Errors)})
+				progress("sends: %.0f acked/s, p50 %v, p99 %v, shed %d, errors %d", r.PerSec, r.P50, r.P99, r.Shed, r.Errors)
+			}
+		}
+		if want["overload"] {
+			progress("overload: %d devices, %d senders, %v", o.devices, o.overloadSenders, o.duration)
+			r, err := bench.Sends(ctx, target, o.devices, o.overloadSenders, o.duration, o.body)
+			if err != nil {
+				progress("overload: %v", err)
+				rows = append(rows, row{name: "overload", value: "FAILED", note: err.Error()})
+			} else {
+				note := fmt.Sprintf("acked %d, shed %d, errors %d", r.Acked, r.Shed, r.Errors)
+				if peak > 0 {
+					note += fmt.Sprintf("; %.0f%% of the %d-sender peak", 100*r.PerSec/peak, o.senders)
+				}
+				rows = append(rows, row{name: fmt.Sprintf("overload (%d senders)", o.overloadSenders), value: fmt.Sprintf("%.0f acked/s", r.PerSec),
+					p50: r.P50, p99: r.P99, ratio: ratio(r.PerSec), note: note})
+				progress("overload: %.0f acked/s, p50 %v, p99 %v, shed %d, errors %d", r.PerSec, r.P50, r.P99, r.Shed, r.Errors)
+			}
+		}
+		if want["delivery"] {
+			progress("delivery: %d sends/s for %v to a live sync stream", o.rate, o.duration)
+			r, err := bench.Delivery(ctx, target, o.rate, o.duration)
+			if err != nil {
+				progress("delivery: %v", err)
+				rows = append(rows, row{name: "delivery", value: "FAILED", note: err.Error()})
+			} else {
+				rows = append(rows, row{name: fmt.Sprintf("delivery (%d/s)", o.rate), value: fmt.Sprintf("%d entries", r.Count),
+					p50: r.P50, p99: r.P99, ratio: "-", note: fmt.Sprintf("append→delivery; sends acked %d, failed %d", r.Sent, r.Errors)})
+				progress("delivery: %d entries, p50 %v, p99 %v", r.Count, r.P50, r.P99)
+			}
+		}
+		if want["catchup"] {
+			progress("catchup: filling a %d-entry backlog", o.catchup)
+			r, err := bench.CatchUp(ctx, target, o.catchup)
+			if err != nil {
+				progress("catchup: %v", err)
+				rows = append(rows, row{name: "catch-up", value: "FAILED", note: err.Error()})
+			} else {
+				note := fmt.Sprintf("%d entries in %v, batches of %d; backlog written at %.0f sends/s", r.Entries, r.Duration.Round(time.Millisecond), r.Batch, r.FillPerSec)
+				if bare.BulkFramesPerSec > 0 {
+					note += fmt.Sprintf("; %.1f%% of bare bulk frames/s", 100*r.PerSec/bare.BulkFramesPerSec)
+				}
+				rows = append(rows, row{name: "catch-up", value: fmt.Sprintf("%.0f entries/s", r.PerSec), ratio: ratio(r.PerSec), note: note})
+				progress("catchup: %.0f entries/s (%d in %v)", r.PerSec, r.Entries, r.Duration)
+			}
+		}
+		if want["idle"] {
+			progress("idle: opening %d connections, each with a live sync stream", o.idle)
+			r, err := idleScenario(ctx, o, target, inproc)
+			if err != nil {
+				progress("idle: %v", err)
+				rows = append(rows, row{name: "idle", value: "FAILED", note: err.Error()})
+			} else {
+				rows = append(rows, r)
+			}
+		}
+	}
+
+	fmt.Println()
+	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "scenario\tresult\tp50\tp99\tvs bare req/s\tnotes")
+	for _, r := range rows {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", r.name, r.value, dur(r.p50), dur(r.p99), orDash(r.ratio), r.note)
+	}
+	return tw.Flush()
+}
+
+type row struct {
+	name, value string
+	p50, p99    time.Duration
+	ratio, note string
+}
+
+func dur(d time.Duration) string {
+	if d == 0 {
+		return "-"
+	}
+	return d.Round(10 * time.Microsecond).String()
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func progress(format string, args ...any) {
+	fmt.Printf("# %s "+format+"\n", append([]any{time.Now().Format("15:04:05")}, args...)...)
+}
+
+// inProcess is the in-process server, when there is one.
+type inProcess struct {
+	srv *syncd.Server
+	dir string
+}
+
+// setupTarget starts the in-process server, or describes the external one.
+func setupTarget(ctx context.Context, o options) (bench.Target, *inProcess, func(), error) {
+	if o.addr != "" {
+		if o.dataDir == "" {
+			return bench.Target{}, nil, nil, errors.New("-addr needs -data-dir (for the token secret and the certificate)")
+		}
+		t, err := externalTarget(o.addr, o.dataDir)
+		return t, nil, func() {}, err
+	}
+	dir, err := os.MkdirTemp("", "syncbench-")
+	if err != nil {
+		return bench.Target{}, nil, nil, err
+	}
+	progress("starting an in-process server (%d shards) in %s", o.shards, dir)
+	srv, err := syncd.NewServer(syncd.Config{
+		Dir: dir, ListenAddr: "127.0.0.1:0", RaftAddr: "127.0.0.1:0", AdminAddr: "127.0.0.1:0", Shards: o.shards,
+		SendRate: 1e6, SendBurst: 1e6, // the bench measures the server, not the per-device limit
+		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError})),
+	})
+	if err != nil {
+		os.RemoveAll(dir)
+		return bench.Target{}, nil, nil, err
+	}
+	for _, id := range srv.Node().Shards() {
+		wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		_, _, err := srv.Node().WaitLeader(wctx, id)
+		cancel()
+		if err != nil {
+			return bench.Target{}, nil, nil, fmt.Errorf("waiting for shard %v's leader: %w", id, err)
+		}
+	}
+	sctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Run(sctx) }()
+	progress("server on %s (admin/pprof on http://%s)", srv.Addr(), srv.AdminAddr())
+	t := bench.Target{Addr: srv.Addr().String(), Fingerprint: srv.Fingerprint(),
+		Token: func(user, device string) (string, error) { return srv.MintToken(user, device, time.Hour) }}
+	cleanup := func() {
+		cancel()
+		if err := <-done; err != nil {
+			fmt.Fprintln(os.Stderr, "syncbench: server shutdown:", err)
+		}
+		os.RemoveAll(dir)
+	}
+	return t, &inProcess{srv: srv, dir: dir}, cleanup, nil
+}
+
+// externalTarget mints tokens with the data directory's secret and pins its certificate.
+func externalTarget(addr, dataDir string) (bench.Target, error) {
+	secret, err := syncd.LoadOrCreateSecret(dataDir)
+	if err != nil {
+		return bench.Target{}, err
+	}
+	_, fp, err := syncd.LoadCert(filepath.Join(dataDir, syncd.TLSCertFile), filepath.Join(dataDir, syncd.TLSKeyFile))
+	if err != nil {
+		return bench.Target{}, err
+	}
+	return bench.Target{Addr: addr, Fingerprint: fp, Token: func(user, device string) (string, error) {
+		now := time.Now()
+		return syncd.MintToken(secret, syncd.TokenClaims{User: user, Device: device, Issued: now, Expires: now.Add(time.Hour)})
+	}}, nil
+}
+
+// idleScenario opens the idle connections and measures the server's memory. In-process, the
+// clients run in a child process so that the heap measured is the server's alone.
+func idleScenario(ctx context.Context, o options, t bench.Target, inproc *inProcess) (row, error) {
+	if inproc == nil { // external server: its memory is measured by whoever runs it
+		start := time.Now()
+		r, err := bench.Idle(ctx, t, o.idle)
+		if err != nil {
+			return row{}, err
+		}
+		el := time.Since(start)
+		progress("idle: %d connections open in %v; measure the server's RSS now (holding 5s)", r.Conns, el.Round(time.Millisecond))
+		time.Sleep(5 * time.Second)
+		r.Close()
+		return row{name: fmt.Sprintf("idle (%d conns)", r.Conns), value: "opened", ratio: "-",
+			note: fmt.Sprintf("opened in %v; external server: measure its memory yourself", el.Round(time.Millisecond))}, nil
+	}
+	before := serverMem()
+	exe, err := os.Executable()
+	if err != nil {
+		return row{}, err
+	}
+	cmd := exec.CommandContext(ctx, exe, "-scenario", "idle-client", "-addr", t.Addr, "-data-dir", inproc.dir,
+		"-fingerprint", t.Fingerprint, "-idle", strconv.Itoa(o.idle))
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return row{}, err
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return row{}, err
+	}
+	start := time.Now()
+	if err := cmd.Start(); err != nil {
+		return row{}, err
+	}
+	defer func() {
+		stdin.Close() // the child closes its connections and exits
+		cmd.Wait()
+	}()
+	sc := bufio.NewScanner(stdout)
+	ready := false
+	for sc.Scan() {
+		line := sc.Text()
+		if strings.HasPrefix(line, "READY") {
+			ready = true
+			break
+		}
+		if strings.HasPrefix(line, "ERROR") {
+			return row{}, errors.New(strings.TrimSpace(strings.TrimPrefix(line, "ERROR")))
+		}
+	}
+	if !ready {
+		return row{}, errors.New("the idle client process ended before opening its connections")
+	}
+	go io.Copy(io.Discard, stdout)
+	el := time.Since(start)
+	time.Sleep(time.Second) // let the server settle (handshake buffers, first heartbeats)
+	after := serverMem()
+	per := float64(after.heap-before.heap) / float64(o.idle)
+	progress("idle: %d connections open in %v; server heap+stacks %s → %s (%.1f KiB/conn), RSS %s → %s",
+		o.idle, el.Round(time.Millisecond), mib(before.heap), mib(after.heap), per/1024, mib(before.rss), mib(after.rss))
+	return row{name: fmt.Sprintf("idle (%d conns)", o.idle), value: "heap+stack " + mib(after.heap), ratio: "-",
+		note: fmt.Sprintf("before %s (%.1f KiB/conn); process RSS %s → %s; opened in %v; clients in a child process",
+			mib(before.heap), per/1024, mib(before.rss), mib(after.rss), el.Round(time.Millisecond))}, nil
+}
+
+type mem struct{ heap, rss uint64 }
+
+// serverMem is this process's HeapInuse+StackInuse after a GC, and its VmRSS.
+func serverMem() mem {
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	m := mem{heap: ms.HeapInuse + ms.StackInuse}
+	if b, err := os.ReadFile("/proc/self/status"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if f := strings.Fields(line); len(f) >= 2 && f[0] == "VmRSS:" {
+				kb, _ := strconv.ParseUint(f[1], 10, 64)
+				m.rss = kb << 10
+			}
+		}
+	}
+	return m
+}
+
+func mib(b uint64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }
+
+// idleClient is the child process of the idle scenario: it opens the connections, says READY,
+// and keeps them open until its stdin closes.
+func idleClient(ctx context.Context, o options) error {
+	secret, err := syncd.LoadOrCreateSecret(o.dataDir)
+	if err != nil {
+		fmt.Println("ERROR", err)
+		return err
+	}
+	t := bench.Target{Addr: o.addr, Fingerprint: o.fingerprint, Token: func(user, device string) (string, error) {
+		now := time.Now()
+		return syncd.MintToken(secret, syncd.TokenClaims{User: user, Device: device, Issued: now, Expires: now.Add(time.Hour)})
+	}}
+	r, err := bench.Idle(ctx, t, o.idle)
+	if err != nil {
+		fmt.Println("ERROR", err)
+		return err
+	}
+	defer r.Close()
+	fmt.Println("READY", r.Conns)
+	io.Copy(io.Discard, os.Stdin)
+	return nil
+}

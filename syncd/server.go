@@ -164,14 +164,10 @@ func (s *Server) serveConn(ctx context.Context, conn *quic.Conn) {
 	var streams sync.WaitGroup
 	defer streams.Wait()
 	defer conn.CloseWithError(0, "bye")
-	go func() { // a closed connection ends ctx, and the other way round
-		select {
-		case <-conn.Context().Done():
-		case <-ctx.Done():
-		}
-		cancel()
-		conn.CloseWithError(0, "server shutting down")
-	}()
+	// A closed connection ends ctx, and the other way round; AfterFunc costs no goroutine
+	// while the connection lives (10,000 idle devices per node are the target).
+	defer context.AfterFunc(conn.Context(), cancel)()
+	defer context.AfterFunc(ctx, func() { conn.CloseWithError(0, "server shutting down") })()
 
 	if !s.handshakes.enter() {
 		conn.CloseWithError(quic.ApplicationErrorCode(proto.CodeOverloaded), "server overloaded (handshakes); retry after 1s")

@@ -13,6 +13,7 @@ import (
 	"github.com/quic-go/quic-go"
 
 	"github.com/syncd-dev/syncd/proto"
+	"github.com/syncd-dev/syncd/raftstore/raftstoretest"
 )
 
 // Tests of the server through its real path: QUIC on loopback, TLS with a pinned self-signed
@@ -244,6 +245,15 @@ func TestServerMessagesReceiptsRecalls(t *testing.T) {
 	if got := carol.entries(2, 1); got[0].MsgID != recall.MsgID {
 		t.Fatalf("resume from 2: %+v", got[0])
 	}
+	// A cursor ack is stored (coalesced) as the device's delivery status.
+	if err := proto.WriteFrame(carol.sync, &proto.CursorAck{Epoch: carol.epoch, Pos: 3}); err != nil {
+		t.Fatal(err)
+	}
+	state, _ := ts.Node().State(ts.slots.UserShard("bob"))
+	raftstoretest.Eventually(t, 5*time.Second, "the tablet's cursor to be stored", func() bool {
+		cs, err := state.Cursors("bob")
+		return err == nil && len(cs) == 1 && cs[0].Device == "tablet" && cs[0].Cursor.Pos == 3
+	})
 	// The traffic shows in the metrics operators scrape.
 	metrics := scrape(t, "http://"+ts.AdminAddr().String()+"/metrics")
 	for _, want := range []string{`syncd_send_ack_seconds_count{result="ok"} 3`, `syncd_send_ack_seconds_count{result="duplicate"} 1`, "syncd_delivery_seconds_count"} {

@@ -187,18 +187,16 @@ func (ss *session) serveSync(ctx context.Context, st *quic.Stream, r *proto.Read
 		proto.WriteFrame(st, wireError(ss.s.logger, 0, err))
 		return
 	}
-	acks := newCursorAcks()
+	cursors := &cursorStore{ss: ss, shard: shard}
+	defer cursors.close()
 	var wg sync.WaitGroup
 	defer wg.Wait()
-	wg.Add(2)
+	defer st.CancelRead(0) // ends the reader below
+	wg.Add(1)
 	go func() { // reader: cursor acks; the stream's end ends the sync
 		defer wg.Done()
 		defer cancel()
-		ss.readCursorAcks(r, acks)
-	}()
-	go func() {
-		defer wg.Done()
-		ss.storeCursors(ctx, shard, acks)
+		ss.readCursorAcks(r, cursors)
 	}()
 
 	maxBatch := int(ss.s.cfg.Limits.MaxBatch)
@@ -260,16 +258,71 @@ func (ss *session) serveSync(ctx context.Context, st *quic.Stream, r *proto.Read
 	}
 }
 
-// cursorAcks holds the newest cursor a device acknowledged, for coalesced storing.
-type cursorAcks struct {
+// cursorStore replicates a device's newest acknowledged cursor, at most once a second, and once
+// more when the sync stream ends. Losing a cursor update only causes re-delivery (clients dedup by
+// msg_id), so coalescing is safe. It keeps no goroutine while idle: a timer fires the next store.
+type cursorStore struct {
+	ss    *session
+	shard raftstore.ShardID
+
 	mu      sync.Mutex
 	latest  log.Cursor
-	changed chan struct{} // signalled (non-blocking) on every new ack
+	stored  log.Cursor
+	last    time.Time   // when the last store began
+	timer   *time.Timer // pending store, if any
+	closed  bool
+	flushes sync.WaitGroup // stores in progress
 }
 
-func newCursorAcks() *cursorAcks { return &cursorAcks{changed: make(chan struct{}, 1)} }
+// ack records a cursor the device acknowledged and schedules its store.
+func (c *cursorStore) ack(cur log.Cursor) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.latest = cur
+	if c.closed || c.timer != nil {
+		return
+	}
+	c.flushes.Add(1)
+	c.timer = time.AfterFunc(max(0, time.Second-time.Since(c.last)), func() {
+		defer c.flushes.Done()
+		c.flush(2 * time.Second)
+	})
+}
 
-func (ss *session) readCursorAcks(r *proto.Reader, acks *cursorAcks) {
+func (c *cursorStore) flush(timeout time.Duration) {
+	c.mu.Lock()
+	cur, stored := c.latest, c.stored
+	c.timer, c.last = nil, time.Now()
+	c.mu.Unlock()
+	if cur == stored || cur.Pos == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	cmd := raftstore.CursorCommand(&log.CursorUpdate{UID: c.ss.user, Device: c.ss.device, Cursor: cur})
+	if _, err := c.ss.s.node.Propose(ctx, c.shard, cmd); err != nil {
+		c.ss.s.logger.Debug("cursor not stored", "user", c.ss.user, "device", c.ss.device, "err", err)
+		return
+	}
+	c.mu.Lock()
+	c.stored = cur
+	c.mu.Unlock()
+}
+
+// close stores the newest cursor one last time and waits for stores in progress.
+func (c *cursorStore) close() {
+	c.mu.Lock()
+	c.closed = true
+	if c.timer != nil && c.timer.Stop() {
+		c.timer = nil
+		c.flushes.Done()
+	}
+	c.mu.Unlock()
+	c.flushes.Wait()
+	c.flush(2 * time.Second)
+}
+
+func (ss *session) readCursorAcks(r *proto.Reader, cursors *cursorStore) {
 	for {
 		f, err := r.Next()
 		if errors.Is(err, proto.ErrUnknownType) || errors.Is(err, proto.ErrMalformed) {
@@ -282,48 +335,6 @@ func (ss *session) readCursorAcks(r *proto.Reader, acks *cursorAcks) {
 		if !ok || ca.Validate() != nil {
 			continue // only cursor acks travel upstream on a sync stream
 		}
-		acks.mu.Lock()
-		acks.latest = log.Cursor{Epoch: log.Epoch(ca.Epoch), Pos: log.Position(ca.Pos)}
-		acks.mu.Unlock()
-		select {
-		case acks.changed <- struct{}{}:
-		default:
-		}
-	}
-}
-
-// storeCursors replicates the device's newest cursor at most once a second, and once more when
-// the stream ends. Losing a cursor update only causes re-delivery (clients dedup by msg_id), so
-// coalescing is safe.
-func (ss *session) storeCursors(ctx context.Context, shard raftstore.ShardID, acks *cursorAcks) {
-	var stored log.Cursor
-	store := func(c context.Context) {
-		acks.mu.Lock()
-		cur := acks.latest
-		acks.mu.Unlock()
-		if cur == stored || cur.Pos == 0 {
-			return
-		}
-		_, err := ss.s.node.Propose(c, shard, raftstore.CursorCommand(&log.CursorUpdate{UID: ss.user, Device: ss.device, Cursor: cur}))
-		if err != nil {
-			ss.s.logger.Debug("cursor not stored", "user", ss.user, "device", ss.device, "err", err)
-			return
-		}
-		stored = cur
-	}
-	for {
-		select {
-		case <-ctx.Done():
-			c, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-			store(c)
-			cancel()
-			return
-		case <-acks.changed:
-			store(ctx)
-			select {
-			case <-ctx.Done():
-			case <-time.After(time.Second):
-			}
-		}
+		cursors.ack(log.Cursor{Epoch: log.Epoch(ca.Epoch), Pos: log.Position(ca.Pos)})
 	}
 }

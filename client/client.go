@@ -312,3 +312,51 @@ func (c *Client) History(ctx context.Context, conv string, before proto.Position
 	}
 	return r, nil
 }
+
+// ReadMark returns how far user has read conv, as this device has stored it.
+func (c *Client) ReadMark(conv, user string) (proto.Position, error) {
+	return c.st.readMark(conv, user)
+}
+
+// Members returns the members of group conv as this device has stored them (direct
+// conversations carry no membership entries: their members are the two users of the id).
+func (c *Client) Members(conv string) ([]string, error) { return c.st.members(conv) }
+
+// LocalConversations returns the ids of the conversations stored on this device.
+func (c *Client) LocalConversations() ([]string, error) { return c.st.conversations() }
+
+// Queued is a mutation in the device's outbox, with its status.
+type Queued struct {
+	ClientMsgID string
+	Kind        proto.Kind
+	Conv        string
+	Status      Status
+	Attempts    int
+	Ack         *proto.Ack // when Sent
+	LastError   string     // the last failure, if any
+}
+
+func queued(it outboxItem) Queued {
+	return Queued{ClientMsgID: it.ClientMsgID, Kind: it.Kind, Conv: it.Conv, Status: it.Status,
+		Attempts: it.Attempts, Ack: it.Ack, LastError: it.LastError}
+}
+
+// Outbox returns every mutation this device queued, oldest first, with its status: what an app
+// shows as sending, sent or failed after a restart.
+func (c *Client) Outbox() ([]Queued, error) {
+	items, err := c.st.listOutbox()
+	out := make([]Queued, 0, len(items))
+	for _, it := range items {
+		out = append(out, queued(it))
+	}
+	return out, err
+}
+
+// Lookup returns the queued mutation with the given client_msg_id.
+func (c *Client) Lookup(clientMsgID string) (Queued, bool, error) {
+	it, ok, err := c.st.outboxByCMID(clientMsgID)
+	if err != nil || !ok {
+		return Queued{}, ok, err
+	}
+	return queued(it), true, nil
+}

@@ -15,47 +15,15 @@ import (
 	"github.com/syncd-dev/syncd/proto"
 	"github.com/syncd-dev/syncd/raftstore/raftstoretest"
 	"github.com/syncd-dev/syncd/syncd"
+	"github.com/syncd-dev/syncd/syncd/syncdtest"
 )
 
-type testLog struct{ t *testing.T }
+func quiet(t *testing.T) *slog.Logger { return syncdtest.Logger(t) }
 
-func (w testLog) Write(p []byte) (int, error) { w.t.Log(string(p)); return len(p), nil }
-
-func quiet(t *testing.T) *slog.Logger {
-	return slog.New(slog.NewTextHandler(testLog{t}, &slog.HandlerOptions{Level: slog.LevelError}))
-}
-
-func startServer(t *testing.T) *syncd.Server { return startServerWith(t, nil) }
+func startServer(t *testing.T) *syncd.Server { return syncdtest.Start(t, nil) }
 
 func startServerWith(t *testing.T, tweak func(*syncd.Config)) *syncd.Server {
-	t.Helper()
-	cfg := syncd.Config{Dir: t.TempDir(), ListenAddr: "127.0.0.1:0", RaftAddr: "127.0.0.1:0",
-		AdminAddr: "127.0.0.1:0", Shards: 4, Logger: quiet(t)}
-	if tweak != nil {
-		tweak(&cfg)
-	}
-	srv, err := syncd.NewServer(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, id := range srv.Node().Shards() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		_, _, err := srv.Node().WaitLeader(ctx, id)
-		cancel()
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("server: %v", err)
-		}
-	})
-	return srv
+	return syncdtest.Start(t, tweak)
 }
 
 // device is a client with its events drained into a log the test can poll.
@@ -164,6 +132,17 @@ func TestDevicesExchangeMessagesReceiptsRecalls(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitBodies(t, conv, []string{"hi bob (recalled)", "hi alice"}, alice, bobPhone, bobLaptop)
+	raftstoretest.Eventually(t, 10*time.Second, "alice's phone to store bob's receipt", func() bool {
+		m, err := alice.ReadMark(conv, "bob")
+		return err == nil && m == 1
+	})
+	queue, err := alice.Outbox() // what an app shows after a restart: each mutation's status
+	if err != nil || len(queue) != 2 || queue[1].Kind != proto.KindRecall {
+		t.Fatalf("alice's outbox: %+v %v", queue, err)
+	}
+	if q, ok, err := alice.Lookup(queue[0].ClientMsgID); err != nil || !ok || q.Status != client.StatusSent || q.Ack.MsgID != first.MsgID {
+		t.Fatalf("alice's first message: %+v %v %v", q, ok, err)
+	}
 }
 
 // TestOutboxSurvivesAppRestart: an app queues messages and is closed before they are all sent;

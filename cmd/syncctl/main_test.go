@@ -3,10 +3,8 @@ package main
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"crypto/rand"
 	"encoding/json"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -18,43 +16,18 @@ import (
 
 	"github.com/syncd-dev/syncd/proto"
 	"github.com/syncd-dev/syncd/syncd"
+	"github.com/syncd-dev/syncd/syncd/syncdtest"
 )
 
 // TestMain fails the tests if a goroutine outlives them (a client, a server or a store left open).
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-type testLog struct{ t *testing.T }
-
-func (w testLog) Write(p []byte) (int, error) { w.t.Log(string(p)); return len(p), nil }
-
 // startServer runs a real two-shard syncd on loopback until the test ends, and returns it with
 // its data directory.
 func startServer(t *testing.T) (*syncd.Server, string) {
 	t.Helper()
-	dir := t.TempDir()
-	srv, err := syncd.NewServer(syncd.Config{Dir: dir, ListenAddr: "127.0.0.1:0", RaftAddr: "127.0.0.1:0",
-		AdminAddr: "127.0.0.1:0", Shards: 2,
-		Logger: slog.New(slog.NewTextHandler(testLog{t}, &slog.HandlerOptions{Level: slog.LevelError}))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, id := range srv.Node().Shards() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		_, _, err := srv.Node().WaitLeader(ctx, id)
-		cancel()
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("server: %v", err)
-		}
-	})
+	var dir string
+	srv := syncdtest.Start(t, func(c *syncd.Config) { c.Shards = 2; dir = c.Dir })
 	return srv, dir
 }
 

@@ -1,0 +1,55 @@
+// Package syncdtest runs real syncd servers inside a test process: QUIC, Raft and Pebble on
+// loopback and temp dirs, stopped (gracefully, checked) when the test ends.
+package syncdtest
+
+import (
+	"context"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/syncd-dev/syncd/syncd"
+)
+
+// Start runs a server on free loopback ports with its data in a temp dir (Config.Dir) and
+// returns once every shard has a leader. tweak, if not nil, adjusts the config first. Logs go to
+// the test log at Error level.
+func Start(t testing.TB, tweak func(*syncd.Config)) *syncd.Server {
+	t.Helper()
+	cfg := syncd.Config{Dir: t.TempDir(), ListenAddr: "127.0.0.1:0", RaftAddr: "127.0.0.1:0",
+		AdminAddr: "127.0.0.1:0", Shards: 4, Logger: Logger(t)}
+	if tweak != nil {
+		tweak(&cfg)
+	}
+	srv, err := syncd.NewServer(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range srv.Node().Shards() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		_, _, err := srv.Node().WaitLeader(ctx, id)
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("server shutdown: %v", err)
+		}
+	})
+	return srv
+}
+
+// Logger returns a logger writing Error-level records to the test log.
+func Logger(t testing.TB) *slog.Logger {
+	return slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelError}))
+}
+
+type testWriter struct{ t testing.TB }
+
+func (w testWriter) Write(p []byte) (int, error) { w.t.Log(string(p)); return len(p), nil }

@@ -346,3 +346,44 @@ func TestServerRefusesBadInput(t *testing.T) {
 		t.Fatalf("after bad streams: %+v", got)
 	}
 }
+
+// An idle sync stream gets a heartbeat with the head right away and then once per interval, so a
+// device can prove it has missed nothing; a pushed batch is not followed by a heartbeat at once.
+func TestServerHeartbeats(t *testing.T) {
+	ts := startServer(t, func(c *Config) { c.Limits.HeartbeatMs = 200 })
+	alice := connect(t, ts, "alice", "phone")
+	bob := connect(t, ts, "bob", "phone")
+	bob.startSync(0, 0)
+	next := func() proto.Frame {
+		t.Helper()
+		bob.sync.SetReadDeadline(time.Now().Add(5 * time.Second))
+		f, err := bob.syncR.Next()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+	for i := range 2 {
+		if hb, ok := next().(*proto.Heartbeat); !ok || hb.Head != 0 {
+			t.Fatalf("idle frame %d: %#v, want a heartbeat at head 0", i, hb)
+		}
+	}
+	alice.ack(&proto.Send{ID: alice.id(), Conv: "d:alice:bob", ClientMsgID: "m", Body: []byte("x"), Peer: "bob"})
+	for {
+		f := next()
+		if b, ok := f.(*proto.Batch); ok {
+			if len(b.Entries) != 1 || b.Head != 1 {
+				t.Fatalf("batch: %#v", b)
+			}
+			break
+		}
+	}
+	sent := time.Now()
+	hb, ok := next().(*proto.Heartbeat)
+	if !ok || hb.Head != 1 {
+		t.Fatalf("after the batch: %#v, want a heartbeat at head 1", hb)
+	}
+	if time.Since(sent) < 100*time.Millisecond {
+		t.Fatal("a heartbeat followed the batch at once")
+	}
+}

@@ -206,7 +206,8 @@ func (ss *session) serveSync(ctx context.Context, st *quic.Stream, r *proto.Read
 	heartbeat := time.Duration(ss.s.cfg.Limits.HeartbeatMs) * time.Millisecond
 	epoch, pos := log.Epoch(start.Epoch), log.Position(start.Pos)
 	first := true
-	live := false // caught up once: later entries are pushed as they come, so their delay counts
+	live := false          // caught up once: later entries are pushed as they come, so their delay counts
+	var lastSent time.Time // of the last batch or heartbeat
 	for ctx.Err() == nil {
 		wake := ss.s.notes.wait(shard) // before reading, so an append after the read wakes us
 		res, err := state.ReadUser(ss.user, epoch, pos+1, log.Limit{Count: maxBatch})
@@ -235,21 +236,28 @@ func (ss *session) serveSync(ctx context.Context, st *quic.Stream, r *proto.Read
 			if err := proto.WriteFrame(st, b); err != nil {
 				return
 			}
+			lastSent = time.Now()
 			continue
 		case log.ReadTooOld:
 			f = &proto.TooOld{Epoch: proto.Epoch(info.Epoch), First: proto.Position(info.First), Head: proto.Position(info.Head)}
 		case log.ReadEpochChanged:
 			f = &proto.EpochChanged{Epoch: proto.Epoch(info.Epoch), First: proto.Position(info.First), Head: proto.Position(info.Head)}
 		case log.ReadCaughtUp:
-			live = true
-			hb := &proto.Heartbeat{Epoch: proto.Epoch(info.Epoch), Head: proto.Position(info.Head), ServerTime: time.Now().UnixNano()}
-			if err := proto.WriteFrame(st, hb); err != nil {
-				return
+			// A heartbeat when the stream first catches up and then once per idle interval, not
+			// after every pushed batch: it tells an idle device the head, so it can prove it has
+			// missed nothing.
+			if !live || time.Since(lastSent) >= heartbeat {
+				hb := &proto.Heartbeat{Epoch: proto.Epoch(info.Epoch), Head: proto.Position(info.Head), ServerTime: time.Now().UnixNano()}
+				if err := proto.WriteFrame(st, hb); err != nil {
+					return
+				}
+				lastSent = time.Now()
 			}
+			live = true
 			select {
 			case <-ctx.Done():
 			case <-wake:
-			case <-time.After(heartbeat):
+			case <-time.After(heartbeat - time.Since(lastSent)):
 			}
 			continue
 		}

@@ -84,6 +84,10 @@ func (t *Tx) Deliver(st Stamp, b *DeliveryBatch) (DeliverResult, error) {
 				return DeliverResult{}, err
 			}
 			appended++
+			if t.touched == nil {
+				t.touched = map[string]struct{}{}
+			}
+			t.touched[uid] = struct{}{}
 		}
 	}
 	slices.Sort(users)

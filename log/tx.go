@@ -24,6 +24,19 @@ type Tx struct {
 	// pending holds the log metas written by this Tx, by key; Commit moves them into the
 	// shard's cache of committed metas.
 	pending map[string]logMeta
+
+	// touched holds the users whose logs this Tx appended to (see TouchedUsers).
+	touched map[string]struct{}
+}
+
+// TouchedUsers returns the users whose logs this Tx appended to, in no particular order, so the
+// caller can wake exactly their readers after the commit.
+func (t *Tx) TouchedUsers() []string {
+	out := make([]string, 0, len(t.touched))
+	for uid := range t.touched {
+		out = append(out, uid)
+	}
+	return out
 }
 
 // Begin opens a Tx on the shard. The caller must Commit or Close it.

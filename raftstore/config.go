@@ -55,6 +55,11 @@ type Config struct {
 	// OnApply, if set, is called after each applied batch of a shard with its new applied index,
 	// on the shard's apply goroutine: it must not block.
 	OnApply func(shard ShardID, index uint64)
+	// OnUserLogs, if set, is called after an applied batch of a shard appended to user logs, with
+	// those users (nil after a snapshot restore: any user of the shard may have changed), on the
+	// shard's apply goroutine: it must not block. Readers of user logs use it to wake exactly the
+	// streams that have something new.
+	OnUserLogs func(shard ShardID, users []string)
 
 	// Logger receives structured logs, Raft's included. Default slog.Default().
 	Logger *slog.Logger

@@ -34,6 +34,9 @@ type fsm struct {
 	restores atomic.Uint64
 	// onApply, if set, is called after each batch commits with the new applied index.
 	onApply func(index uint64)
+	// onUserLogs, if set, is called after a batch that appended to user logs, with those users;
+	// after a snapshot restore it is called with nil (every user of the shard may have changed).
+	onUserLogs func(users []string)
 }
 
 // applyResult is what ApplyFuture.Response returns for a command.
@@ -88,6 +91,9 @@ func (f *fsm) ApplyBatch(logs []*raft.Log) []any {
 	if f.onApply != nil {
 		f.onApply(last)
 	}
+	if users := tx.TouchedUsers(); f.onUserLogs != nil && len(users) > 0 {
+		f.onUserLogs(users)
+	}
 	return out
 }
 
@@ -128,6 +134,9 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 	f.restores.Add(1)
 	if f.onApply != nil {
 		f.onApply(applied)
+	}
+	if f.onUserLogs != nil {
+		f.onUserLogs(nil)
 	}
 	return nil
 }

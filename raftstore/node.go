@@ -112,6 +112,9 @@ func (n *Node) startReplica(id ShardID) (*replica, error) {
 	if cfg.OnApply != nil {
 		f.onApply = func(index uint64) { cfg.OnApply(id, index) }
 	}
+	if cfg.OnUserLogs != nil {
+		f.onUserLogs = func(users []string) { cfg.OnUserLogs(id, users) }
+	}
 	layer, err := n.mux.Layer(id)
 	if err != nil {
 		return nil, err

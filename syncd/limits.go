@@ -27,8 +27,8 @@ func (b *bucket) take(now time.Time) (ok bool, wait time.Duration) {
 	defer b.mu.Unlock()
 	b.tokens = min(b.burst, b.tokens+now.Sub(b.last).Seconds()*b.rate)
 	b.last = now
-	if b.tokens >= 1 {
-		b.tokens--
+	if b.tokens >= 1-1e-9 { // a caller that waited exactly the advised time must get its token
+		b.tokens = max(b.tokens-1, 0)
 		return true, 0
 	}
 	return false, time.Duration((1 - b.tokens) / b.rate * float64(time.Second))

@@ -68,11 +68,11 @@ func NewServer(cfg Config) (*Server, error) {
 		NodeID: cfg.NodeID, Dir: cfg.Dir, RaftAddr: cfg.RaftAddr, Peers: cfg.Peers,
 		Shards: cfg.shardIDs(), Logger: cfg.Logger,
 		OnApply: func(shard raftstore.ShardID, _ uint64) {
-			s.notes.notify(shard)
 			if f := fan.Load(); f != nil {
 				f.Notify(shard)
 			}
 		},
+		OnUserLogs: s.notes.notify,
 	})
 	if err != nil {
 		return nil, err

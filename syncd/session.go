@@ -209,7 +209,7 @@ func (ss *session) serveSync(ctx context.Context, st *quic.Stream, r *proto.Read
 	live := false          // caught up once: later entries are pushed as they come, so their delay counts
 	var lastSent time.Time // of the last batch or heartbeat
 	for ctx.Err() == nil {
-		wake := ss.s.notes.wait(shard) // before reading, so an append after the read wakes us
+		wake := ss.s.notes.wait(shard, ss.user) // before reading, so an append after the read wakes us
 		res, err := state.ReadUser(ss.user, epoch, pos+1, log.Limit{Count: maxBatch})
 		if err != nil {
 			proto.WriteFrame(st, wireError(ss.s.logger, 0, err))

@@ -79,7 +79,7 @@ func (s *Shard) ReadUser(uid string, epoch Epoch, from Position, lim Limit) (Rea
 	}
 	snap := s.db.NewSnapshot() // meta and entries from one point in time, despite the writer
 	defer snap.Close()
-	return readForward(snap, s.k.user(uid), s.k.userEntryPrefix(uid), epoch, from, lim)
+	return readForward(snap, s.k.user(uid), s.k.userEntryPrefix(uid), epoch, from, lim, nil)
 }
 
 // ReadConv reads the conversation log of conv forwards, like [Shard.ReadUser]. It returns
@@ -90,13 +90,7 @@ func (s *Shard) ReadConv(conv string, epoch Epoch, from Position, lim Limit) (Re
 	}
 	snap := s.db.NewSnapshot()
 	defer snap.Close()
-	if _, ok, err := getValue(snap, s.k.conv(conv)); err != nil || !ok {
-		if err == nil {
-			err = ErrNoConversation
-		}
-		return Read{}, err
-	}
-	return readForward(snap, s.k.conv(conv), s.k.convEntryPrefix(conv), epoch, from, lim)
+	return readForward(snap, s.k.conv(conv), s.k.convEntryPrefix(conv), epoch, from, lim, ErrNoConversation)
 }
 
 // UserInfo returns the epoch and retained range of user uid's log.
@@ -157,12 +151,17 @@ func (s *Shard) ReadConvBefore(conv string, before Position, lim Limit) (Read, e
 	return Read{Status: ReadEntries, Info: info, Entries: entries[start:]}, nil
 }
 
-func readForward(r pebble.Reader, metaKey, prefix []byte, epoch Epoch, from Position, lim Limit) (Read, error) {
+// readForward reads a log from position from. A log that does not exist reads as empty, or
+// returns missing if that is not nil.
+func readForward(r pebble.Reader, metaKey, prefix []byte, epoch Epoch, from Position, lim Limit, missing error) (Read, error) {
+	m, ok, err := getLogMeta(r, metaKey)
+	if err == nil && !ok && missing != nil {
+		return Read{}, missing
+	}
 	if from == 0 {
 		return Read{}, invalidf("read position must be 1 or more")
 	}
 	lim = lim.withDefaults()
-	m, _, err := getLogMeta(r, metaKey)
 	if err != nil {
 		return Read{}, err
 	}

@@ -3,7 +3,6 @@ package syncd
 import (
 	"context"
 	"errors"
-	"io"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -265,17 +264,8 @@ func TestServerMessagesReceiptsRecalls(t *testing.T) {
 
 func scrape(t *testing.T, url string) string {
 	t.Helper()
-	c := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
-	resp, err := c.Get(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(b)
+	_, body := httpGet(t, &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}, url)
+	return body
 }
 
 // TestServerRefusesBadInput: each bad input gets its code and the server keeps serving.

@@ -28,8 +28,9 @@ const DefaultAdminAddr = "127.0.0.1:7380"
 //	/debug/pprof/   the net/http/pprof handlers
 //
 // Everything is registered on a mux of its own; http.DefaultServeMux is never served (importing
-// net/http/pprof still registers its handlers there, which nothing here exposes).
-func newAdminHandler(reg *prometheus.Registry, ready func() error) http.Handler {
+// net/http/pprof still registers its handlers there, which nothing here exposes). The server adds
+// its operator endpoints (see ops routes) to the returned mux.
+func newAdminHandler(reg *prometheus.Registry, ready func() error) *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{
 		Registry:            reg, // counts its own errors as promhttp_metric_handler_errors_total

@@ -81,7 +81,9 @@ func NewServer(cfg Config) (*Server, error) {
 	fan.Store(s.fan)
 	reg := prometheus.NewRegistry()
 	s.metrics = newMetrics(reg, s.node, s.conns.Load, s.fan.Delivered, s.fan.failures.Load)
-	s.admin, err = startAdmin(cfg.AdminAddr, newAdminHandler(reg, func() error { return leadersReady(s.node) }), s.logger)
+	mux := newAdminHandler(reg, func() error { return leadersReady(s.node) })
+	s.opsRoutes(mux)
+	s.admin, err = startAdmin(cfg.AdminAddr, mux, s.logger)
 	if err != nil {
 		s.node.Close()
 		return nil, fmt.Errorf("syncd: admin HTTP on %s (pick another -admin): %w", cfg.AdminAddr, err)

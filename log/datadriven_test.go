@@ -33,6 +33,9 @@
 //	trim-user [index] [time] uid [max-count] [max-age] | trim-conv … conv …
 //	set-cursor [index] uid dev epoch pos | cursors uid
 //	checksum uid from to
+//	dead-letter [index] [time] dest pos users reason | drop-dead-letter dest pos
+//	dead-letters [dest pos] [limit]                list after (dest, pos), and the count
+//	redeliver [index] [time] source + one item line  replay one dead-lettered item
 //	state                                        applied index, key count and keys per table
 package log
 
@@ -198,6 +201,50 @@ func (r *ddRunner) run(t *testing.T, d *datadriven.TestData) string {
 			return fmtErr(err)
 		}
 		return fmt.Sprintf("%016x", sum)
+	case "dead-letter":
+		req := DeadLetterAdd{}
+		var users string
+		d.ScanArgs(t, "dest", &req.Dest)
+		d.ScanArgs(t, "pos", &req.Pos)
+		d.ScanArgs(t, "users", &users)
+		d.ScanArgs(t, "reason", &req.Reason)
+		req.Users = strings.Split(users, ",")
+		req.Reason = unquote(t, req.Reason)
+		return r.tx(t, d, func(tx *Tx, st Stamp) (string, error) { return "ok", tx.AddDeadLetter(st, &req) }, false)
+	case "drop-dead-letter":
+		req := DeadLetterDrop{}
+		d.ScanArgs(t, "dest", &req.Dest)
+		d.ScanArgs(t, "pos", &req.Pos)
+		return r.tx(t, d, func(tx *Tx, _ Stamp) (string, error) { return "ok", tx.DropDeadLetter(&req) }, false)
+	case "dead-letters":
+		var dest ShardID
+		var pos uint64
+		limit := 0
+		d.MaybeScanArgs(t, "dest", &dest)
+		d.MaybeScanArgs(t, "pos", &pos)
+		d.MaybeScanArgs(t, "limit", &limit)
+		dls, err := r.s.DeadLetters(dest, pos, limit)
+		if err != nil {
+			return fmtErr(err)
+		}
+		n, err := r.s.DeadLetterCount()
+		if err != nil {
+			return fmtErr(err)
+		}
+		lines := []string{fmt.Sprintf("count=%d", n)}
+		for _, dl := range dls {
+			lines = append(lines, fmt.Sprintf("%d/%d to %s at %d: %s %s/%d %q (%s)", dl.Dest, dl.Pos,
+				strings.Join(dl.Users, ","), dl.FailedAt, dl.Entry.MsgID, dl.Entry.Conv, dl.Entry.ConvSeq, dl.Entry.Body, dl.Reason))
+		}
+		return strings.Join(lines, "\n")
+	case "redeliver":
+		req := Redelivery{}
+		d.ScanArgs(t, "source", &req.Source)
+		req.Item = parseDelivery(t, strings.TrimSpace(d.Input))
+		return r.tx(t, d, func(tx *Tx, st Stamp) (string, error) {
+			n, err := tx.Redeliver(st, &req)
+			return fmt.Sprintf("appended=%d", n), err
+		}, false)
 	case "state":
 		applied, err := r.s.Applied()
 		if err != nil {

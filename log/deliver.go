@@ -50,56 +50,83 @@ func (t *Tx) Deliver(st Stamp, b *DeliveryBatch) (DeliverResult, error) {
 		return DeliverResult{}, &OutOfOrderError{Source: b.Source, Mark: mark, Prev: b.Prev}
 	}
 
-	// Load the metas of every user touched, append, then write each meta once.
-	metas := map[string]*logMeta{}
-	var users []string
-	appended := 0
+	app := t.userAppender(st)
 	for i := range b.Items {
 		it := &b.Items[i]
 		if it.Pos <= mark {
 			continue
 		}
 		for _, uid := range it.Users {
-			m := metas[uid]
-			if m == nil {
-				meta, ok, err := t.logMeta(k.user(uid))
-				if err != nil {
-					return DeliverResult{}, err
-				}
-				if !ok {
-					meta = logMeta{Epoch: newEpoch(st), First: 1}
-				}
-				m = &meta
-				metas[uid] = m
-				users = append(users, uid)
-			}
-			m.Head++
-			e := it.Entry
-			e.Seq = m.Head
-			if err := t.set(k.userEntry(uid, m.Head), encodeEntry(&e)); err != nil {
+			if err := app.add(uid, it.Entry); err != nil {
 				return DeliverResult{}, err
 			}
-			// Index the conversation under the user, for listing a user's conversations.
-			if err := t.set(k.userConv(uid, e.Conv), encodeUint(uint64(e.ConvSeq))); err != nil {
-				return DeliverResult{}, err
-			}
-			appended++
-			if t.touched == nil {
-				t.touched = map[string]struct{}{}
-			}
-			t.touched[uid] = struct{}{}
 		}
 	}
-	slices.Sort(users)
-	for _, uid := range users {
-		if err := t.putLogMeta(k.user(uid), *metas[uid]); err != nil {
-			return DeliverResult{}, err
-		}
+	if err := app.finish(); err != nil {
+		return DeliverResult{}, err
 	}
 	if err := t.set(k.sourceMark(b.Source), encodeUint(b.Last)); err != nil {
 		return DeliverResult{}, err
 	}
-	return DeliverResult{Mark: b.Last, Appended: appended}, nil
+	return DeliverResult{Mark: b.Last, Appended: app.appended}, nil
+}
+
+// userAppender appends entries to user logs inside one Tx. It loads each user's log meta once and
+// writes each once, in finish, however many entries the user gets.
+type userAppender struct {
+	t        *Tx
+	st       Stamp
+	metas    map[string]*logMeta
+	users    []string
+	appended int
+}
+
+func (t *Tx) userAppender(st Stamp) *userAppender {
+	return &userAppender{t: t, st: st, metas: map[string]*logMeta{}}
+}
+
+// add appends e (its Seq is ignored) to uid's log, creating the log if it has none.
+func (a *userAppender) add(uid string, e Entry) error {
+	t, k := a.t, a.t.s.k
+	m := a.metas[uid]
+	if m == nil {
+		meta, ok, err := t.logMeta(k.user(uid))
+		if err != nil {
+			return err
+		}
+		if !ok {
+			meta = logMeta{Epoch: newEpoch(a.st), First: 1}
+		}
+		m = &meta
+		a.metas[uid] = m
+		a.users = append(a.users, uid)
+	}
+	m.Head++
+	e.Seq = m.Head
+	if err := t.set(k.userEntry(uid, m.Head), encodeEntry(&e)); err != nil {
+		return err
+	}
+	// Index the conversation under the user, for listing a user's conversations.
+	if err := t.set(k.userConv(uid, e.Conv), encodeUint(uint64(e.ConvSeq))); err != nil {
+		return err
+	}
+	a.appended++
+	if t.touched == nil {
+		t.touched = map[string]struct{}{}
+	}
+	t.touched[uid] = struct{}{}
+	return nil
+}
+
+// finish writes the metas of every log appended to, in a deterministic order.
+func (a *userAppender) finish() error {
+	slices.Sort(a.users)
+	for _, uid := range a.users {
+		if err := a.t.putLogMeta(a.t.s.k.user(uid), *a.metas[uid]); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // SourceMark returns the highest outbox position of source applied to this shard.

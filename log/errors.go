@@ -32,6 +32,8 @@ var (
 	ErrAlreadyRecalled = errors.New("log: message already recalled")
 	// ErrOutOfOrder reports a delivery batch that would skip source entries; see [OutOfOrderError].
 	ErrOutOfOrder = errors.New("log: delivery batch out of order")
+	// ErrNoDeadLetter reports a dead letter that does not exist (dropped or replayed already).
+	ErrNoDeadLetter = errors.New("log: no such dead letter")
 	// ErrCorrupt reports a stored value that does not decode. It means disk corruption or a bug,
 	// never bad client input.
 	ErrCorrupt = errors.New("log: corrupt value")
@@ -76,5 +78,5 @@ func Rejected(err error) bool {
 
 var rejections = []error{
 	ErrInvalid, ErrConflict, ErrNoConversation, ErrConversationExists, ErrNotMember, ErrNotGroup,
-	ErrNoMessage, ErrNotSender, ErrRecallWindow, ErrAlreadyRecalled, ErrOutOfOrder,
+	ErrNoMessage, ErrNotSender, ErrRecallWindow, ErrAlreadyRecalled, ErrOutOfOrder, ErrNoDeadLetter,
 }

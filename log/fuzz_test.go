@@ -123,6 +123,32 @@ func FuzzDecodeMember(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) { roundTrip(t, data, decodeMember, member.encode) })
 }
 
+func FuzzDecodeDeadLetter(f *testing.F) {
+	addSeeds(f, encodeDeadLetter(&goldenDeadLetter), encodeDeadLetter(&DeadLetter{}))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		roundTrip(t, data, decodeDeadLetter, func(dl DeadLetter) []byte { return encodeDeadLetter(&dl) })
+	})
+}
+
+// FuzzDeadLetterRequests feeds each input to the decoders of the three dead-letter commands.
+func FuzzDeadLetterRequests(f *testing.F) {
+	for _, r := range []interface{ MarshalBinary() ([]byte, error) }{&goldenDeadLetterAdd, &goldenDeadLetterDrop, &goldenRedelivery, &Redelivery{}} {
+		b, _ := r.MarshalBinary()
+		addSeeds(f, b)
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		roundTrip(t, data,
+			func(b []byte) (DeadLetterAdd, error) { var r DeadLetterAdd; err := r.UnmarshalBinary(b); return r, err },
+			func(r DeadLetterAdd) []byte { b, _ := r.MarshalBinary(); return b })
+		roundTrip(t, data,
+			func(b []byte) (DeadLetterDrop, error) { var r DeadLetterDrop; err := r.UnmarshalBinary(b); return r, err },
+			func(r DeadLetterDrop) []byte { b, _ := r.MarshalBinary(); return b })
+		roundTrip(t, data,
+			func(b []byte) (Redelivery, error) { var r Redelivery; err := r.UnmarshalBinary(b); return r, err },
+			func(r Redelivery) []byte { b, _ := r.MarshalBinary(); return b })
+	})
+}
+
 func FuzzDecodeCounter(f *testing.F) {
 	addSeeds(f, encodeUint(0), encodeUint(1<<63))
 	f.Fuzz(func(t *testing.T, data []byte) { roundTrip(t, data, decodeUint, encodeUint) })

@@ -46,8 +46,12 @@ var (
 		Expires: 1_700_086_400_000_000_000,
 		Result:  AppendResult{MsgID: MsgID{Shard: 3, Index: 99}, ConvSeq: 12, Time: 1_700_000_000_000_000_000, Epoch: 5, NoOp: true},
 	}
-	goldenOutbox = outboxRecord{Recipients: []string{"a", "b", "c"}, Entry: goldenEntry}
-	goldenCursor = Cursor{Epoch: 1_700_000_000_000_000_000, Pos: 41}
+	goldenOutbox         = outboxRecord{Recipients: []string{"a", "b", "c"}, Entry: goldenEntry}
+	goldenCursor         = Cursor{Epoch: 1_700_000_000_000_000_000, Pos: 41}
+	goldenDeadLetter     = DeadLetter{Users: []string{"b", "c"}, Reason: "refused", FailedAt: 1_700_000_000_000_000_000, Entry: goldenEntry}
+	goldenDeadLetterAdd  = DeadLetterAdd{Dest: 7, Pos: 258, Users: []string{"b", "c"}, Reason: "refused"}
+	goldenDeadLetterDrop = DeadLetterDrop{Dest: 7, Pos: 258}
+	goldenRedelivery     = Redelivery{Source: 3, Item: Delivery{Pos: 258, Users: []string{"b", "c"}, Entry: goldenEntry}}
 )
 
 type goldenCase struct {
@@ -83,6 +87,14 @@ func goldenCases() []goldenCase {
 			func(b []byte) (any, error) { return decodeOutboxRecord(b) }, goldenOutbox},
 		{"cursor.v1", func() []byte { return encodeCursor(goldenCursor) },
 			func(b []byte) (any, error) { return decodeCursor(b) }, goldenCursor},
+		{"dead_letter.v1", func() []byte { return encodeDeadLetter(&goldenDeadLetter) },
+			func(b []byte) (any, error) { return decodeDeadLetter(b) }, goldenDeadLetter},
+		{"dead_letter_add.v1", func() []byte { return must(goldenDeadLetterAdd.MarshalBinary()) },
+			func(b []byte) (any, error) { var r DeadLetterAdd; err := r.UnmarshalBinary(b); return r, err }, goldenDeadLetterAdd},
+		{"dead_letter_drop.v1", func() []byte { return must(goldenDeadLetterDrop.MarshalBinary()) },
+			func(b []byte) (any, error) { var r DeadLetterDrop; err := r.UnmarshalBinary(b); return r, err }, goldenDeadLetterDrop},
+		{"redelivery.v1", func() []byte { return must(goldenRedelivery.MarshalBinary()) },
+			func(b []byte) (any, error) { var r Redelivery; err := r.UnmarshalBinary(b); return r, err }, goldenRedelivery},
 		{"counter.v1", func() []byte { return encodeUint(1 << 40) },
 			func(b []byte) (any, error) { return decodeUint(b) }, uint64(1 << 40)},
 	}
@@ -130,6 +142,8 @@ func TestGoldenKeys(t *testing.T) {
 		{"dedup_by_exp", k.dedupByExp(1_700_000_000_000_000_000, dedupSuffix("alice", "cm", KindMessage))},
 		{"outbox", k.outbox(258)},
 		{"source_mark", k.sourceMark(9)},
+		{"dead_letter", k.deadLetter(9, 258)},
+		{"redelivered", k.redelivered(9, 258)},
 	}
 	var b strings.Builder
 	b.WriteString("# Key layout (keys.go) for shard 0x01020304: table, key in hex.\n")

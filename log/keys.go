@@ -19,6 +19,8 @@ import "encoding/binary"
 //	0x01 | shard u32 | 0x31 | expires i64 | dedup key suffix       dedup expiry index
 //	0x01 | shard u32 | 0x40 | outbox_pos u64                outbox record
 //	0x01 | shard u32 | 0x41 | source shard u32              delivery high-water mark per source
+//	0x01 | shard u32 | 0x50 | dest shard u32 | pos u64      dead letter (in the source shard)
+//	0x01 | shard u32 | 0x51 | source shard u32 | pos u64    replayed dead letter (in the destination)
 //
 // The version of this layout is stored under the metadata name "format" (see formatVersion) and
 // checked when a shard is opened; every value also starts with its own version byte.
@@ -38,6 +40,8 @@ const (
 	tagDedupByExp byte = 0x31
 	tagOutbox     byte = 0x40
 	tagSourceMark byte = 0x41
+	tagDeadLetter byte = 0x50
+	tagRedeliver  byte = 0x51
 )
 
 // formatVersion is the version of the key layout and value encodings written by this code.
@@ -149,6 +153,14 @@ func (k keys) outbox(pos uint64) []byte {
 
 func (k keys) sourceMark(src ShardID) []byte {
 	return binary.BigEndian.AppendUint32(k.table(tagSourceMark, 4), uint32(src))
+}
+
+func (k keys) deadLetter(dest ShardID, pos uint64) []byte {
+	return binary.BigEndian.AppendUint64(binary.BigEndian.AppendUint32(k.table(tagDeadLetter, 12), uint32(dest)), pos)
+}
+
+func (k keys) redelivered(src ShardID, pos uint64) []byte {
+	return binary.BigEndian.AppendUint64(binary.BigEndian.AppendUint32(k.table(tagRedeliver, 12), uint32(src)), pos)
 }
 
 // incPrefix turns p into the smallest key greater than every key with prefix p, in place.

@@ -84,3 +84,64 @@ func (t *Tx) Trim(st Stamp, r *Trim) (uint64, error) {
 	}
 	return 0, invalidf("unknown trim target %d", r.Target)
 }
+
+// MarshalBinary encodes the request.
+func (r *DeadLetterAdd) MarshalBinary() ([]byte, error) {
+	e := encoder{b: make([]byte, 0, 32+len(r.Reason))}
+	e.u8(requestV1)
+	e.uvarint(uint64(r.Dest))
+	e.uvarint(r.Pos)
+	e.strs(r.Users)
+	e.str(r.Reason)
+	return e.b, nil
+}
+
+// UnmarshalBinary decodes a request encoded by MarshalBinary. Errors wrap ErrCorrupt.
+func (r *DeadLetterAdd) UnmarshalBinary(b []byte) error {
+	d := decoder{b: b}
+	d.version("dead letter", requestV1)
+	*r = DeadLetterAdd{Dest: ShardID(d.uvarint()), Pos: d.uvarint(), Users: d.strs(), Reason: d.str()}
+	return d.done("dead letter")
+}
+
+// MarshalBinary encodes the request.
+func (r *DeadLetterDrop) MarshalBinary() ([]byte, error) {
+	e := encoder{b: make([]byte, 0, 16)}
+	e.u8(requestV1)
+	e.uvarint(uint64(r.Dest))
+	e.uvarint(r.Pos)
+	return e.b, nil
+}
+
+// UnmarshalBinary decodes a request encoded by MarshalBinary. Errors wrap ErrCorrupt.
+func (r *DeadLetterDrop) UnmarshalBinary(b []byte) error {
+	d := decoder{b: b}
+	d.version("dead letter drop", requestV1)
+	*r = DeadLetterDrop{Dest: ShardID(d.uvarint()), Pos: d.uvarint()}
+	return d.done("dead letter drop")
+}
+
+// MarshalBinary encodes the request.
+func (r *Redelivery) MarshalBinary() ([]byte, error) {
+	e := encoder{b: make([]byte, 0, 64+len(r.Item.Entry.Body))}
+	e.u8(requestV1)
+	e.uvarint(uint64(r.Source))
+	e.uvarint(r.Item.Pos)
+	e.strs(r.Item.Users)
+	e.bytes(encodeEntry(&r.Item.Entry))
+	return e.b, nil
+}
+
+// UnmarshalBinary decodes a request encoded by MarshalBinary. Errors wrap ErrCorrupt.
+func (r *Redelivery) UnmarshalBinary(b []byte) error {
+	d := decoder{b: b}
+	d.version("redelivery", requestV1)
+	*r = Redelivery{Source: ShardID(d.uvarint()), Item: Delivery{Pos: d.uvarint(), Users: d.strs()}}
+	raw := d.bytes()
+	if err := d.done("redelivery"); err != nil {
+		return err
+	}
+	e, err := decodeEntry(raw, 0)
+	r.Item.Entry = e
+	return err
+}

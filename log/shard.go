@@ -29,6 +29,7 @@ const (
 	metaApplied     = "applied"      // last Raft index applied to this state
 	metaOutboxHead  = "outbox_head"  // last outbox position written
 	metaOutboxFirst = "outbox_first" // first outbox position not yet trimmed
+	metaDeadLetters = "dead_letters" // number of dead letters held
 	metaRestoring   = "restoring"    // present while a snapshot restore is incomplete
 )
 

@@ -32,6 +32,10 @@ const (
 	opDeliver op = 2
 	opCursor  op = 3
 	opTrim    op = 4
+	// Dead letters (log/deadletter.go).
+	opDeadLetter     op = 5
+	opDropDeadLetter op = 6
+	opRedeliver      op = 7
 )
 
 const commandV1 = 1
@@ -48,11 +52,25 @@ func CursorCommand(u *log.CursorUpdate) Command { return Command{op: opCursor, p
 // TrimCommand applies retention to one log or the outbox ([log.Tx.Trim]).
 func TrimCommand(r *log.Trim) Command { return Command{op: opTrim, payload: r} }
 
+// DeadLetterCommand records a delivery the destination refused ([log.Tx.AddDeadLetter]); propose
+// it to the source shard.
+func DeadLetterCommand(r *log.DeadLetterAdd) Command { return Command{op: opDeadLetter, payload: r} }
+
+// DropDeadLetterCommand deletes a dead letter ([log.Tx.DropDeadLetter]); propose it to the source
+// shard.
+func DropDeadLetterCommand(r *log.DeadLetterDrop) Command {
+	return Command{op: opDropDeadLetter, payload: r}
+}
+
+// RedeliverCommand replays a dead letter into user logs ([log.Tx.Redeliver]); propose it to the
+// destination shard. Result.Deliver.Appended says how many entries it wrote.
+func RedeliverCommand(r *log.Redelivery) Command { return Command{op: opRedeliver, payload: r} }
+
 // Result is what a command produced once committed and applied. Only the field for the
 // command's kind is set.
 type Result struct {
 	Append  log.AppendResult  // AppendCommand
-	Deliver log.DeliverResult // DeliverCommand
+	Deliver log.DeliverResult // DeliverCommand; RedeliverCommand sets Appended only
 	First   uint64            // TrimCommand: first retained position afterwards
 }
 
@@ -119,6 +137,25 @@ func (c decodedCommand) apply(tx *log.Tx, st log.Stamp) (Result, error) {
 		}
 		first, err := tx.Trim(st, &r)
 		return Result{First: first}, err
+	case opDeadLetter:
+		var r log.DeadLetterAdd
+		if err := r.UnmarshalBinary(c.body); err != nil {
+			return Result{}, rejectDecode(err)
+		}
+		return Result{}, tx.AddDeadLetter(st, &r)
+	case opDropDeadLetter:
+		var r log.DeadLetterDrop
+		if err := r.UnmarshalBinary(c.body); err != nil {
+			return Result{}, rejectDecode(err)
+		}
+		return Result{}, tx.DropDeadLetter(&r)
+	case opRedeliver:
+		var r log.Redelivery
+		if err := r.UnmarshalBinary(c.body); err != nil {
+			return Result{}, rejectDecode(err)
+		}
+		n, err := tx.Redeliver(st, &r)
+		return Result{Deliver: log.DeliverResult{Appended: n}}, err
 	}
 	return Result{}, fmt.Errorf("%w: unknown raft command op %d", log.ErrInvalid, c.op)
 }

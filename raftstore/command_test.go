@@ -16,6 +16,10 @@ func sampleCommands() []Command {
 			Entry: log.Entry{Kind: log.KindMessage, MsgID: log.MsgID{Shard: 2, Index: 9}, Conv: "c", ConvSeq: 1, Sender: "b"}}}}),
 		CursorCommand(&log.CursorUpdate{UID: "a", Device: "phone", Cursor: log.Cursor{Epoch: 5, Pos: 3}}),
 		TrimCommand(&log.Trim{Target: log.TrimUserLog, ID: "a", Retention: log.Retention{MaxCount: 10}}),
+		DeadLetterCommand(&log.DeadLetterAdd{Dest: 3, Pos: 1, Users: []string{"a"}, Reason: "refused"}),
+		DropDeadLetterCommand(&log.DeadLetterDrop{Dest: 3, Pos: 1}),
+		RedeliverCommand(&log.Redelivery{Source: 2, Item: log.Delivery{Pos: 1, Users: []string{"a"},
+			Entry: log.Entry{Kind: log.KindMessage, MsgID: log.MsgID{Shard: 2, Index: 9}, Conv: "c", ConvSeq: 1, Sender: "b"}}}),
 	}
 }
 

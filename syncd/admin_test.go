@@ -73,7 +73,7 @@ func TestAdminServesMetricsHealthReadinessAndPprof(t *testing.T) {
 	var conns atomic.Int64
 	conns.Store(3)
 	reg := prometheus.NewRegistry()
-	m := newMetrics(reg, node, conns.Load, func() uint64 { return 7 }, func() uint64 { return 2 })
+	m := newMetrics(reg, node, conns.Load, stubFanout{delivered: 7, failures: 2, deadLettered: 1})
 	m.observeSend(3*time.Millisecond, sendOK)
 	m.observeSend(time.Millisecond, sendDuplicate)
 	m.observeSend(time.Second, "bogus") // counted as error: the label set stays fixed
@@ -121,6 +121,8 @@ func TestAdminServesMetricsHealthReadinessAndPprof(t *testing.T) {
 		`syncd_delivery_seconds_bucket{le="5"} 2`,
 		`syncd_fanout_delivered_total 7`,
 		`syncd_fanout_failures_total 2`,
+		`syncd_fanout_dead_lettered_total 1`,
+		`syncd_dead_letters{shard="1"} 0`,
 		`syncd_fanout_lag_entries{shard="1"} 1`,
 		`syncd_fanout_lag_entries{shard="2"} 0`,
 		`syncd_connections 3`,
@@ -189,10 +191,9 @@ func TestAdminServesMetricsHealthReadinessAndPprof(t *testing.T) {
 // over the same node register without conflict and are gathered independently.
 func TestMetricsTwoServersInOneProcess(t *testing.T) {
 	node := startMetricsNode(t)
-	zero := func() uint64 { return 0 }
 	regA, regB := prometheus.NewRegistry(), prometheus.NewRegistry()
-	a := newMetrics(regA, node, func() int64 { return 0 }, zero, zero)
-	b := newMetrics(regB, node, func() int64 { return 0 }, zero, zero)
+	a := newMetrics(regA, node, func() int64 { return 0 }, stubFanout{})
+	b := newMetrics(regB, node, func() int64 { return 0 }, stubFanout{})
 	a.clientGap()
 	a.clientGap()
 	b.clientGap()
@@ -233,8 +234,7 @@ func TestAdminLeadersReady(t *testing.T) {
 		t.Fatalf("leadersReady with leaders: %v", err)
 	}
 	reg := prometheus.NewRegistry()
-	zero := func() uint64 { return 0 }
-	newMetrics(reg, node, func() int64 { return 0 }, zero, zero)
+	newMetrics(reg, node, func() int64 { return 0 }, stubFanout{})
 	if err := node.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -245,3 +245,10 @@ func TestAdminLeadersReady(t *testing.T) {
 		t.Errorf("gather after node.Close: %v", err)
 	}
 }
+
+// stubFanout reports fixed fan-out counters.
+type stubFanout struct{ delivered, failures, deadLettered uint64 }
+
+func (s stubFanout) Delivered() uint64    { return s.delivered }
+func (s stubFanout) Failures() uint64     { return s.failures }
+func (s stubFanout) DeadLettered() uint64 { return s.deadLettered }

@@ -2,6 +2,7 @@ package syncd
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
@@ -22,6 +23,14 @@ import (
 // timeout, a leader change or a restart — without duplicating or reordering anything, and marks
 // read from a lagging replica are merely conservative. Once every destination's mark has passed
 // an outbox position, the source trims its outbox up to it.
+//
+// Failures come in two kinds. A transient one (no leader, timeout, shutdown) is retried with
+// backoff for as long as it lasts: the stream cannot skip ahead without breaking order for every
+// user behind it, and the fan-out lag metric shows the wait. A refusal (the destination's state
+// machine deterministically rejected the batch, log.Rejected) can never succeed on retry, so the
+// batch is resent one entry at a time to find the entries refused, each of those is recorded as a
+// dead letter in the source shard with the reason, and the destination's mark is moved past it
+// (G5: it is set aside for an operator, never lost). See log/deadletter.go.
 
 // FanoutConfig tunes the fan-out. Zero fields take the defaults.
 type FanoutConfig struct {
@@ -43,8 +52,14 @@ type Fanout struct {
 	logger *slog.Logger
 	wake   map[raftstore.ShardID]chan struct{} // fixed after NewFanout
 
-	delivered atomic.Uint64 // user-log entries written by this node's fan-out
-	failures  atomic.Uint64 // rounds that failed and were retried
+	delivered    atomic.Uint64 // user-log entries written by this node's fan-out
+	failures     atomic.Uint64 // rounds that failed and were retried
+	deadLettered atomic.Uint64 // deliveries this node moved to dead letters
+
+	// fault, when set, may alter a batch's items just before they are proposed to a destination,
+	// as a corrupted or misrouted delivery would arrive. It is the fault injector of the tests
+	// that make a destination refuse a delivery; production code never sets it.
+	fault atomic.Pointer[func(dest raftstore.ShardID, items []log.Delivery)]
 }
 
 // NewFanout prepares fan-out for the shards node hosts, routing users with slots.
@@ -79,6 +94,12 @@ func (f *Fanout) Notify(shard raftstore.ShardID) {
 
 // Delivered returns the number of user-log entries this fan-out has written.
 func (f *Fanout) Delivered() uint64 { return f.delivered.Load() }
+
+// Failures returns the number of fan-out rounds that failed and were retried.
+func (f *Fanout) Failures() uint64 { return f.failures.Load() }
+
+// DeadLettered returns the number of deliveries this fan-out moved to dead letters.
+func (f *Fanout) DeadLettered() uint64 { return f.deadLettered.Load() }
 
 // Run drains every hosted shard's outbox while this node leads it, until ctx ends. It returns
 // once all of its goroutines have stopped.
@@ -157,12 +178,14 @@ func (f *Fanout) round(ctx context.Context, src raftstore.ShardID) (bool, error)
 	last := items[len(items)-1].Pos
 	proposed := false
 	deliver := func(i int, b *log.DeliveryBatch) error {
-		res, err := f.node.Propose(ctx, dests[i], raftstore.DeliverCommand(b))
-		if err != nil {
-			return fmt.Errorf("deliver %d→%d (%d, %d]: %w", src, dests[i], b.Prev, b.Last, err)
+		mark, err := f.deliver(ctx, src, dests[i], b)
+		if refused(err) && len(b.Items) > 0 {
+			mark, err = f.isolate(ctx, src, dests[i], b)
 		}
-		marks[i], proposed = res.Deliver.Mark, true
-		f.delivered.Add(uint64(res.Deliver.Appended))
+		if err != nil {
+			return err
+		}
+		marks[i], proposed = mark, true
 		return nil
 	}
 	for i := range dests {
@@ -195,6 +218,70 @@ func (f *Fanout) round(ctx context.Context, src raftstore.ShardID) (bool, error)
 		proposed = true
 	}
 	return proposed, nil
+}
+
+// deliver proposes b to dest and returns the destination's mark afterwards.
+func (f *Fanout) deliver(ctx context.Context, src, dest raftstore.ShardID, b *log.DeliveryBatch) (uint64, error) {
+	if inject := f.fault.Load(); inject != nil && len(b.Items) > 0 {
+		b = &log.DeliveryBatch{Source: b.Source, Prev: b.Prev, Last: b.Last, Items: cloneItems(b.Items)}
+		(*inject)(dest, b.Items)
+	}
+	res, err := f.node.Propose(ctx, dest, raftstore.DeliverCommand(b))
+	if err != nil {
+		return 0, fmt.Errorf("deliver %d→%d (%d, %d]: %w", src, dest, b.Prev, b.Last, err)
+	}
+	f.delivered.Add(uint64(res.Deliver.Appended))
+	return res.Deliver.Mark, nil
+}
+
+// isolate handles a batch dest refused: it resends the batch one item at a time, dead-letters
+// each item refused on its own, and moves dest's mark past it, so one bad entry does not hold
+// back the rest of the stream. It returns the mark after b.Last.
+func (f *Fanout) isolate(ctx context.Context, src, dest raftstore.ShardID, b *log.DeliveryBatch) (uint64, error) {
+	mark := b.Prev
+	for _, it := range b.Items {
+		if it.Pos <= mark {
+			continue // a redelivery found the mark already past it
+		}
+		m, err := f.deliver(ctx, src, dest, &log.DeliveryBatch{Source: src, Prev: mark, Last: it.Pos, Items: []log.Delivery{it}})
+		if err == nil {
+			mark = m
+			continue
+		}
+		if !refused(err) {
+			return 0, err
+		}
+		dl := &log.DeadLetterAdd{Dest: dest, Pos: it.Pos, Users: it.Users, Reason: err.Error()}
+		if _, perr := f.node.Propose(ctx, src, raftstore.DeadLetterCommand(dl)); perr != nil {
+			return 0, fmt.Errorf("record dead letter %s: %w", deadLetterID(src, dest, it.Pos), perr)
+		}
+		f.deadLettered.Add(1)
+		f.logger.Error("delivery refused; moved to dead letters (list with syncctl dlq list, replay once fixed)",
+			"id", deadLetterID(src, dest, it.Pos), "msg_id", it.Entry.MsgID.String(), "users", it.Users, "reason", err)
+		if mark, err = f.deliver(ctx, src, dest, &log.DeliveryBatch{Source: src, Prev: mark, Last: it.Pos}); err != nil {
+			return 0, err
+		}
+	}
+	if mark < b.Last {
+		return f.deliver(ctx, src, dest, &log.DeliveryBatch{Source: src, Prev: mark, Last: b.Last})
+	}
+	return mark, nil
+}
+
+// refused reports whether err is a deterministic refusal by the destination, which no retry of
+// the same batch can overcome. An out-of-order answer is not one: it means the mark read was
+// stale, and the next round starts from the right one.
+func refused(err error) bool {
+	return err != nil && log.Rejected(err) && !errors.Is(err, log.ErrOutOfOrder)
+}
+
+func cloneItems(items []log.Delivery) []log.Delivery {
+	out := make([]log.Delivery, len(items))
+	for i, it := range items {
+		it.Users = append([]string(nil), it.Users...)
+		out[i] = it
+	}
+	return out
 }
 
 // mark returns the highest outbox position of src that destination d has applied, as d's local

@@ -50,10 +50,10 @@ type metrics struct {
 
 // newMetrics registers the server's metrics on reg, which must be private to this server (a
 // fresh prometheus.NewRegistry). Values that already live elsewhere are read at scrape time:
-// conns returns the number of open client connections, fanDelivered and fanFailures the
-// fan-out's counters (user-log entries written, failed rounds), and node supplies per-shard
-// Raft state and outbox positions. It panics if reg already holds these metrics.
-func newMetrics(reg *prometheus.Registry, node *raftstore.Node, conns func() int64, fanDelivered, fanFailures func() uint64) *metrics {
+// conns returns the number of open client connections, fan supplies the fan-out's counters, and
+// node supplies per-shard Raft state, outbox positions and dead-letter counts. It panics if reg
+// already holds these metrics.
+func newMetrics(reg *prometheus.Registry, node *raftstore.Node, conns func() int64, fan fanoutStats) *metrics {
 	sendAck := prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Namespace: "syncd", Subsystem: "send", Name: "ack_seconds",
 		Help:                        "Time from receiving a send request to writing its answer, by result (ok, duplicate, refused, error).",
@@ -88,16 +88,27 @@ func newMetrics(reg *prometheus.Registry, node *raftstore.Node, conns func() int
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Namespace: "syncd", Subsystem: "fanout", Name: "delivered_total",
 			Help: "User-log entries written by this node's fan-out.",
-		}, func() float64 { return float64(fanDelivered()) }),
+		}, func() float64 { return float64(fan.Delivered()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Namespace: "syncd", Subsystem: "fanout", Name: "failures_total",
 			Help: "Fan-out rounds that failed and were retried.",
-		}, func() float64 { return float64(fanFailures()) }),
+		}, func() float64 { return float64(fan.Failures()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Namespace: "syncd", Subsystem: "fanout", Name: "dead_lettered_total",
+			Help: "Deliveries this node's fan-out moved to dead letters because the destination refused them.",
+		}, func() float64 { return float64(fan.DeadLettered()) }),
 		newShardCollector(node),
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
 	return m
+}
+
+// fanoutStats are the fan-out counters the metrics read at scrape time (*Fanout).
+type fanoutStats interface {
+	Delivered() uint64    // user-log entries written
+	Failures() uint64     // rounds that failed and were retried
+	DeadLettered() uint64 // deliveries moved to dead letters
 }
 
 // observeSend records the send→ack latency of one request with its result (one of the send*
@@ -151,7 +162,7 @@ func (m *metrics) clientGap() {
 type shardCollector struct {
 	node                                            *raftstore.Node
 	isLeader, term, commit, applied, last, restores *prometheus.Desc
-	lag                                             *prometheus.Desc
+	lag, deadLetters                                *prometheus.Desc
 }
 
 func newShardCollector(node *raftstore.Node) *shardCollector {
@@ -168,11 +179,13 @@ func newShardCollector(node *raftstore.Node) *shardCollector {
 		restores: desc("syncd_raft_snapshot_restores_total", "Snapshots installed in this node's replica of the shard since start."),
 		lag: desc("syncd_fanout_lag_entries",
 			"Outbox records of the shard not yet delivered everywhere and trimmed (head − first retained + 1), as this node's replica sees them."),
+		deadLetters: desc("syncd_dead_letters",
+			"Dead letters held by the shard (deliveries its fan-out could not complete), as this node's replica sees them; list them with syncctl dlq list."),
 	}
 }
 
 func (c *shardCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.isLeader, c.term, c.commit, c.applied, c.last, c.restores, c.lag} {
+	for _, d := range []*prometheus.Desc{c.isLeader, c.term, c.commit, c.applied, c.last, c.restores, c.lag, c.deadLetters} {
 		ch <- d
 	}
 }
@@ -206,6 +219,9 @@ func (c *shardCollector) Collect(ch chan<- prometheus.Metric) {
 					lag = info.Head - info.First + 1
 				}
 				gauge(c.lag, lag, shard)
+			}
+			if n, err := state.DeadLetterCount(); err == nil {
+				gauge(c.deadLetters, n, shard)
 			}
 		}
 	}

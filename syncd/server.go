@@ -80,7 +80,7 @@ func NewServer(cfg Config) (*Server, error) {
 	s.fan = NewFanout(s.node, s.slots, FanoutConfig{Logger: cfg.Logger})
 	fan.Store(s.fan)
 	reg := prometheus.NewRegistry()
-	s.metrics = newMetrics(reg, s.node, s.conns.Load, s.fan.Delivered, s.fan.failures.Load)
+	s.metrics = newMetrics(reg, s.node, s.conns.Load, s.fan)
 	mux := newAdminHandler(reg, func() error { return leadersReady(s.node) })
 	s.opsRoutes(mux)
 	s.admin, err = startAdmin(cfg.AdminAddr, mux, s.logger)

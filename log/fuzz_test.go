@@ -141,7 +141,11 @@ func FuzzDeadLetterRequests(f *testing.F) {
 			func(b []byte) (DeadLetterAdd, error) { var r DeadLetterAdd; err := r.UnmarshalBinary(b); return r, err },
 			func(r DeadLetterAdd) []byte { b, _ := r.MarshalBinary(); return b })
 		roundTrip(t, data,
-			func(b []byte) (DeadLetterDrop, error) { var r DeadLetterDrop; err := r.UnmarshalBinary(b); return r, err },
+			func(b []byte) (DeadLetterDrop, error) {
+				var r DeadLetterDrop
+				err := r.UnmarshalBinary(b)
+				return r, err
+			},
 			func(r DeadLetterDrop) []byte { b, _ := r.MarshalBinary(); return b })
 		roundTrip(t, data,
 			func(b []byte) (Redelivery, error) { var r Redelivery; err := r.UnmarshalBinary(b); return r, err },

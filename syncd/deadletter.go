@@ -40,6 +40,20 @@ func parseDeadLetterID(id string) (src, dest raftstore.ShardID, pos uint64, err 
 	return raftstore.ShardID(n[0]), raftstore.ShardID(n[1]), n[2], nil
 }
 
+// DeliveryFault alters the items of a delivery batch (or a replay) just before the fan-out
+// proposes them to dest, as a corrupted or misrouted delivery would arrive.
+type DeliveryFault func(dest raftstore.ShardID, items []log.Delivery)
+
+// SetDeliveryFault installs fault, or removes it when nil. It is a fault injector for tests that
+// need a destination to refuse deliveries (dead letters); production code never calls it.
+func (s *Server) SetDeliveryFault(fault DeliveryFault) {
+	if fault == nil {
+		s.fan.fault.Store(nil)
+		return
+	}
+	s.fan.fault.Store(&fault)
+}
+
 // Replay appends the dead letter (src, dest, pos) to its users' logs on dest, then drops it. It
 // returns the number of entries appended: 0 when dest had replayed it already (a repeated replay,
 // say after a crash between the two steps, never duplicates). If dest refuses again, the dead

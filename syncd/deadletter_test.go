@@ -56,7 +56,7 @@ func TestDeadLettersListReplayDrop(t *testing.T) {
 			}
 		}
 	}
-	ts.fan.fault.Store(&poison)
+	ts.SetDeliveryFault(poison)
 
 	alice := connect(t, ts, "alice", "phone")
 	bobDev := connect(t, ts, bob, "laptop")
@@ -103,7 +103,7 @@ func TestDeadLettersListReplayDrop(t *testing.T) {
 	if code, body := httpDo(t, "POST", admin+"/v1/deadletters/"+first+"/replay"); code != http.StatusConflict || !strings.Contains(body, `"refused"`) {
 		t.Fatalf("replay while refused: %d %s", code, body)
 	}
-	ts.fan.fault.Store(nil) // the cause is fixed
+	ts.SetDeliveryFault(nil) // the cause is fixed
 	if code, body := httpDo(t, "POST", admin+"/v1/deadletters/"+first+"/replay"); code != 200 || !strings.Contains(body, `"appended": 1`) {
 		t.Fatalf("replay: %d %s", code, body)
 	}

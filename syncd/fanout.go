@@ -59,7 +59,7 @@ type Fanout struct {
 	// fault, when set, may alter a batch's items just before they are proposed to a destination,
 	// as a corrupted or misrouted delivery would arrive. It is the fault injector of the tests
 	// that make a destination refuse a delivery; production code never sets it.
-	fault atomic.Pointer[func(dest raftstore.ShardID, items []log.Delivery)]
+	fault atomic.Pointer[DeliveryFault]
 }
 
 // NewFanout prepares fan-out for the shards node hosts, routing users with slots.

@@ -1,0 +1,142 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net/http"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/syncd-dev/syncd/syncd"
+)
+
+func runDLQ(ctx context.Context, e *env, args []string) int {
+	const cmd = "dlq"
+	f := newFlagSet(e, cmd, "list|replay|drop [-admin host:port] [-all | id...]", `
+Dead letters are deliveries a destination shard refused, set aside so that the rest of the
+stream goes on (they never vanish). They are held by the node's shards; this talks to its admin
+HTTP server.
+
+  list            print them: id, message, users who did not get it, when and why
+  replay id...    deliver them now (after fixing the cause); a repeated replay never duplicates
+  drop id...      forget them without delivering
+  -all            with replay or drop: every dead letter the node lists
+
+A replayed entry arrives after the entries that followed it in the conversation; clients order a
+conversation by conv_seq.`, `
+syncctl dlq list
+syncctl dlq replay 1-2-17
+syncctl dlq drop -all`)
+	var admin adminFlags
+	admin.register(f)
+	limit := f.Int("limit", 1000, "list: at most this many")
+	asJSON := f.Bool("json", false, "list: print the server's JSON answer")
+	all := f.Bool("all", false, "replay or drop: every dead letter listed")
+	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
+		if len(args) > 0 && (args[0] == "-h" || args[0] == "-help" || args[0] == "--help") {
+			f.Usage()
+			return exitOK
+		}
+		fmt.Fprintln(e.stderr, "syncctl dlq: want a subcommand: list, replay or drop (see -h)")
+		return exitUsage
+	}
+	sub := args[0]
+	var ids []string // flags and ids may come in any order
+	for rest := args[1:]; ; {
+		if err := f.Parse(rest); errors.Is(err, flag.ErrHelp) {
+			return exitOK
+		} else if err != nil {
+			return exitUsage
+		}
+		if f.NArg() == 0 {
+			break
+		}
+		ids, rest = append(ids, f.Arg(0)), f.Args()[1:]
+	}
+	list := func() (syncd.DeadLetterList, error) {
+		var l syncd.DeadLetterList
+		err := admin.call(ctx, http.MethodGet, fmt.Sprintf("/v1/deadletters?limit=%d", *limit), &l)
+		return l, err
+	}
+	switch sub {
+	case "list":
+		if len(ids) > 0 || *all {
+			fmt.Fprintln(e.stderr, "syncctl dlq list: takes no ids and no -all")
+			return exitUsage
+		}
+		l, err := list()
+		if err != nil {
+			e.reportAdmin(cmd, err)
+			return exitFail
+		}
+		if *asJSON {
+			writeJSON(e, l)
+			return exitOK
+		}
+		printDeadLetters(e, l)
+		return exitOK
+	case "replay", "drop":
+	default:
+		fmt.Fprintf(e.stderr, "syncctl dlq: unknown subcommand %q: want list, replay or drop\n", sub)
+		return exitUsage
+	}
+	if *all == (len(ids) > 0) {
+		fmt.Fprintf(e.stderr, "syncctl dlq %s: give dead letter ids (as dlq list prints them) or -all\n", sub)
+		return exitUsage
+	}
+	if *all {
+		l, err := list()
+		if err != nil {
+			e.reportAdmin(cmd, err)
+			return exitFail
+		}
+		for _, dl := range l.Items {
+			ids = append(ids, dl.ID)
+		}
+	}
+	failed := 0
+	for _, id := range ids {
+		var res struct {
+			Appended int `json:"appended"`
+		}
+		var err error
+		if sub == "replay" {
+			err = admin.call(ctx, http.MethodPost, "/v1/deadletters/"+id+"/replay", &res)
+		} else {
+			err = admin.call(ctx, http.MethodDelete, "/v1/deadletters/"+id, nil)
+		}
+		switch {
+		case err != nil:
+			failed++
+			e.reportAdmin(cmd+" "+sub+" "+id, err)
+		case sub == "replay":
+			fmt.Fprintf(e.stdout, "%s replayed: %d entries appended\n", id, res.Appended)
+		default:
+			fmt.Fprintf(e.stdout, "%s dropped\n", id)
+		}
+	}
+	if failed > 0 {
+		return exitFail
+	}
+	return exitOK
+}
+
+func printDeadLetters(e *env, l syncd.DeadLetterList) {
+	if l.Total == 0 {
+		fmt.Fprintln(e.stdout, "no dead letters")
+		return
+	}
+	tw := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tMSG_ID\tCONV\tCONV_SEQ\tKIND\tUSERS\tFAILED_AT\tREASON")
+	for _, dl := range l.Items {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", dl.ID, dl.MsgID, dl.Conv, dl.ConvSeq, dl.Kind,
+			strings.Join(dl.Users, ","), dl.FailedAt.Format(time.RFC3339), dl.Reason)
+	}
+	tw.Flush()
+	if uint64(len(l.Items)) < l.Total {
+		fmt.Fprintf(e.stdout, "(%d of %d shown; raise -limit)\n", len(l.Items), l.Total)
+	}
+}

@@ -1,0 +1,240 @@
+package syncd
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/syncd-dev/syncd/log"
+	"github.com/syncd-dev/syncd/proto"
+	"github.com/syncd-dev/syncd/raftstore"
+	"github.com/syncd-dev/syncd/raftstore/raftstoretest"
+)
+
+// getJSON GETs url and decodes its JSON body (also when the status is not 200) into a fresh T.
+func getJSON[T any](t *testing.T, url string) (T, int) {
+	t.Helper()
+	var v T
+	code, body := httpGet(t, &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 10 * time.Second}, url)
+	if err := json.Unmarshal([]byte(body), &v); err != nil {
+		t.Fatalf("GET %s: HTTP %d, body %q is not JSON: %v", url, code, body, err)
+	}
+	return v, code
+}
+
+// wantOpsError GETs url and checks the status and the error's code, and that it says what to do.
+func wantOpsError(t *testing.T, url string, status int, code string) OpsError {
+	t.Helper()
+	e, got := getJSON[OpsError](t, url)
+	if got != status || e.Code != code || e.Message == "" || e.Hint == "" {
+		t.Errorf("GET %s: HTTP %d %+v; want %d with code %q, a message and a hint", url, got, e, status, code)
+	}
+	return e
+}
+
+// TestInspectCursorsAndTrace: a group of three users whose logs live on different shards; one
+// user's devices stored cursors past the message, before it, or none at all. /v1/cursors and
+// /v1/trace, over real HTTP, show each log, each cursor and where the message went.
+func TestInspectCursorsAndTrace(t *testing.T) {
+	ts := startServer(t, nil)
+	base := "http://" + ts.AdminAddr().String()
+	users := []string{"alice", "erin", "dave"}
+	shards := map[raftstore.ShardID]bool{}
+	for _, u := range users {
+		shards[ts.slots.UserShard(u)] = true
+	}
+	if len(shards) < 2 {
+		t.Fatalf("the users' logs share one shard (%v): pick users on different shards", shards)
+	}
+
+	alice := connect(t, ts, "alice", "phone")
+	alice.ack(&proto.CreateGroup{ID: alice.id(), Conv: "team", ClientMsgID: "g", Members: []string{"erin", "dave"}})
+	msg := alice.ack(&proto.Send{ID: alice.id(), Conv: "team", ClientMsgID: "m1", Body: []byte("hello")})
+
+	// erin's phone stores both entries, her laptop only the first, her tablet acks nothing.
+	var epoch proto.Epoch
+	for _, d := range []struct {
+		device string
+		ack    proto.Position
+	}{{"phone", 2}, {"laptop", 1}, {"tablet", 0}} {
+		c := connect(t, ts, "erin", d.device)
+		c.startSync(0, 0)
+		if got := c.entries(0, 2); got[1].MsgID != msg.MsgID {
+			t.Fatalf("erin's %s got %+v", d.device, got)
+		}
+		epoch = c.epoch
+		if d.ack > 0 {
+			if err := proto.WriteFrame(c.sync, &proto.CursorAck{Epoch: c.epoch, Pos: d.ack}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+
+	// /v1/cursors: erin's log and the two stored cursors (acks are written asynchronously).
+	var cur CursorReport
+	raftstoretest.Eventually(t, 10*time.Second, "erin's two cursors to be stored", func() bool {
+		var code int
+		cur, code = getJSON[CursorReport](t, base+"/v1/cursors?user=erin")
+		return code == http.StatusOK && len(cur.Devices) == 2
+	})
+	if cur.User != "erin" || cur.Shard != uint32(ts.slots.UserShard("erin")) || !cur.Exists ||
+		cur.Epoch != uint64(epoch) || cur.First != 1 || cur.Head != 2 || cur.Node == "" {
+		t.Errorf("cursors of erin: %+v", cur)
+	}
+	laptop, phone := cur.Devices[0], cur.Devices[1]
+	if laptop.Device != "laptop" || laptop.Pos != 1 || laptop.Epoch != uint64(epoch) || laptop.Behind == nil || *laptop.Behind != 1 || laptop.EpochChanged {
+		t.Errorf("laptop: %+v", laptop)
+	}
+	if phone.Device != "phone" || phone.Pos != 2 || phone.Behind == nil || *phone.Behind != 0 {
+		t.Errorf("phone: %+v", phone)
+	}
+	// The wire names, as syncctl -json and scripts see them.
+	raw, _ := getJSON[map[string]any](t, base+"/v1/cursors?user=erin")
+	for _, key := range []string{"user", "shard", "epoch", "first", "head", "devices"} {
+		if _, ok := raw[key]; !ok {
+			t.Errorf("cursors JSON lacks %q: %v", key, raw)
+		}
+	}
+	if d := raw["devices"].([]any)[0].(map[string]any); d["device"] != "laptop" || d["pos"] != 1.0 || d["behind"] != 1.0 {
+		t.Errorf("cursors JSON device: %v", d)
+	}
+	// A user nothing was delivered to has no log yet.
+	if nobody, code := getJSON[CursorReport](t, base+"/v1/cursors?user=nobody"); code != http.StatusOK || nobody.Exists ||
+		nobody.Epoch != 0 || nobody.Devices == nil || len(nobody.Devices) != 0 {
+		t.Errorf("cursors of nobody: HTTP %d %+v", code, nobody)
+	}
+
+	// /v1/trace once fan-out has delivered everywhere and trimmed the outbox.
+	var tr TraceReport
+	url := base + "/v1/trace?msg_id=" + string(msg.MsgID)
+	raftstoretest.Eventually(t, 10*time.Second, "the message in every log and out of the outbox", func() bool {
+		var code int
+		if tr, code = getJSON[TraceReport](t, url); code != http.StatusOK || tr.Outbox.Retained || len(tr.Users) != 3 {
+			return false
+		}
+		for _, u := range tr.Users {
+			if u.Status != TraceDelivered {
+				return false
+			}
+		}
+		return true
+	})
+	if tr.MsgID != string(msg.MsgID) || tr.HomeShard != uint32(ts.slots.ConvShard("team")) || tr.Conv != "team" ||
+		tr.ConvKind != "group" || tr.ConvSeq != 2 || tr.Recalled || tr.Scan != DefaultTraceScan {
+		t.Errorf("trace: %+v", tr)
+	}
+	if e := tr.Entry; e == nil || e.Source != "history" || e.Kind != "message" || e.Sender != "alice" || e.BodyBytes != 5 || e.Time != msg.Time {
+		t.Errorf("trace entry: %+v", tr.Entry)
+	}
+	for i, u := range tr.Users { // sorted: alice, dave, erin
+		if u.User != []string{"alice", "dave", "erin"}[i] || u.Shard != uint32(ts.slots.UserShard(u.User)) ||
+			!u.Member || u.Recipient != nil || u.Pos != 2 || u.Scanned != 1 || u.Head != 2 || u.SourceMark == 0 {
+			t.Errorf("trace of %s: %+v", u.User, u)
+		}
+	}
+	erin := tr.Users[2]
+	var past []string
+	for _, d := range erin.Devices {
+		past = append(past, fmt.Sprintf("%s:%d:%v", d.Device, d.Pos, d.Past))
+	}
+	if got := strings.Join(past, " "); got != "laptop:1:false phone:2:true" {
+		t.Errorf("erin's devices past the message: %s", got)
+	}
+	if len(tr.Users[1].Devices) != 0 {
+		t.Errorf("dave has no device cursor: %+v", tr.Users[1].Devices)
+	}
+
+	// A recall marks the message recalled; the recall's own entry (whose target is the message)
+	// is not mistaken for it.
+	recall := alice.ack(&proto.Recall{ID: alice.id(), Conv: "team", ClientMsgID: "x1", Target: msg.MsgID})
+	raftstoretest.Eventually(t, 10*time.Second, "the recall in erin's log", func() bool {
+		c, code := getJSON[CursorReport](t, base+"/v1/cursors?user=erin")
+		return code == http.StatusOK && c.Head == 3
+	})
+	tr, _ = getJSON[TraceReport](t, url+"&user=erin")
+	if !tr.Recalled || len(tr.Users) != 1 || tr.Users[0].User != "erin" || tr.Users[0].Pos != 2 || tr.Users[0].Scanned != 2 {
+		t.Errorf("trace after the recall, for erin: %+v", tr)
+	}
+	rt, _ := getJSON[TraceReport](t, base+"/v1/trace?msg_id="+string(recall.MsgID)+"&user=erin")
+	if rt.Entry == nil || rt.Entry.Kind != "recall" || rt.Entry.Target != string(msg.MsgID) || len(rt.Users) != 1 || rt.Users[0].Pos != 3 {
+		t.Errorf("trace of the recall: %+v", rt)
+	}
+	// A scan that stops short of the message says so.
+	tr, _ = getJSON[TraceReport](t, url+"&user=erin&scan=1")
+	if len(tr.Users) != 1 || len(tr.Users[0].Devices) != 2 {
+		t.Fatalf("trace with scan=1: %+v", tr)
+	}
+	if u := tr.Users[0]; u.Status != TraceNotFound || u.Pos != 0 || u.Scanned != 1 || !strings.Contains(u.Note, "raise ?scan") || u.Devices[1].Past {
+		t.Errorf("trace with scan=1: %+v", u)
+	}
+
+	// Bad requests and unknown messages.
+	wantOpsError(t, base+"/v1/trace", http.StatusBadRequest, "bad_request")
+	wantOpsError(t, base+"/v1/trace?msg_id=hello", http.StatusBadRequest, "bad_request")
+	wantOpsError(t, url+"&scan=0", http.StatusBadRequest, "bad_request")
+	wantOpsError(t, url+"&scan=lots", http.StatusBadRequest, "bad_request")
+	wantOpsError(t, base+"/v1/cursors", http.StatusBadRequest, "bad_request")
+	wantOpsError(t, base+"/v1/trace?msg_id=2.999999.0", http.StatusNotFound, "not_found")
+	wantOpsError(t, base+"/v1/trace?msg_id=99.1.0", http.StatusNotFound, "not_found")
+}
+
+// TestInspectShardNotHosted: a node that hosts shards 1 and 2 of a three-shard table answers 503
+// (and says where to ask) for what lives on shard 3, traces a message of shard 1 to a user on
+// shard 2 (pending: no fan-out runs here) and reports the user on shard 3 as unavailable.
+func TestInspectShardNotHosted(t *testing.T) {
+	node := startMetricsNode(t)
+	s := &Server{cfg: Config{NodeID: "n1"}, logger: slog.New(slog.NewTextHandler(testLog{t}, &slog.HandlerOptions{Level: slog.LevelError})), node: node, slots: NewSlotTable([]raftstore.ShardID{1, 2, 3})}
+	// Users and a conversation on the shards this test needs.
+	pick := func(want raftstore.ShardID, of func(string) raftstore.ShardID) string {
+		for i := range 1000 {
+			if id := fmt.Sprint("x", i); of(id) == want {
+				return id
+			}
+		}
+		t.Fatalf("no id on shard %d", want)
+		return ""
+	}
+	here, away, conv := pick(2, s.slots.UserShard), pick(3, s.slots.UserShard), pick(1, s.slots.ConvShard)
+	mux := http.NewServeMux()
+	s.inspectRoutes(mux)
+	hs := httptest.NewServer(mux)
+	defer hs.Close()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	res, err := node.Propose(ctx, 1, raftstore.AppendCommand(&log.Append{Conv: conv, Sender: here,
+		ClientMsgID: "c1", Kind: log.KindGroupCreate, Members: []string{away}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr, code := getJSON[TraceReport](t, hs.URL+"/v1/trace?msg_id="+res.Append.MsgID.String())
+	if code != http.StatusOK {
+		t.Fatalf("trace: HTTP %d", code)
+	}
+	if !tr.Outbox.Retained || tr.Outbox.Pos != 1 || !slices.Equal(tr.Outbox.Recipients, []string{here, away}) ||
+		tr.Entry == nil || tr.Entry.Kind != "group_create" || len(tr.Users) != 2 {
+		t.Fatalf("trace: %+v", tr)
+	}
+	byUser := map[string]TraceUser{}
+	for _, u := range tr.Users {
+		byUser[u.User] = u
+	}
+	if u := byUser[here]; u.Status != TracePending || u.SourceMark != 0 || u.Recipient == nil || !*u.Recipient || u.Scanned != 0 {
+		t.Errorf("user on a hosted shard, before fan-out: %+v", u)
+	}
+	if u := byUser[away]; u.Status != TraceUnavailable || !strings.Contains(u.Note, "not hosted") {
+		t.Errorf("user on shard 3: %+v", u)
+	}
+	e := wantOpsError(t, hs.URL+"/v1/cursors?user="+away, http.StatusServiceUnavailable, "no_shard")
+	if !strings.Contains(e.Hint, "node that hosts") {
+		t.Errorf("hint %q does not say where to ask", e.Hint)
+	}
+	wantOpsError(t, hs.URL+"/v1/trace?msg_id=3.1.0", http.StatusServiceUnavailable, "no_shard")
+}

@@ -31,6 +31,7 @@
 //	user-info uid | conv-info conv | source-mark source
 //	outbox from [limit] | trim-outbox [index] upto
 //	trim-user [index] [time] uid [max-count] [max-age] | trim-conv … conv …
+//	reset-user [index] [time] uid
 //	set-cursor [index] uid dev epoch pos | cursors uid
 //	checksum uid from to
 //	dead-letter [index] [time] dest pos users reason | drop-dead-letter dest pos
@@ -165,6 +166,13 @@ func (r *ddRunner) run(t *testing.T, d *datadriven.TestData) string {
 		return r.tx(t, d, func(tx *Tx, st Stamp) (string, error) {
 			first, err := trim(tx, st, id, ret)
 			return fmt.Sprintf("first=%d", first), err
+		}, false)
+	case "reset-user":
+		var uid string
+		d.ScanArgs(t, "uid", &uid)
+		return r.tx(t, d, func(tx *Tx, st Stamp) (string, error) {
+			epoch, err := tx.ResetUser(st, uid)
+			return fmt.Sprintf("epoch=%d", epoch), err
 		}, false)
 	case "set-cursor":
 		var uid, dev string

@@ -34,6 +34,7 @@ const (
 	TrimUserLog   TrimTarget = 1 // ID is a user id ([Tx.TrimUser])
 	TrimConvLog   TrimTarget = 2 // ID is a conversation id ([Tx.TrimConv])
 	TrimOutboxLog TrimTarget = 3 // the shard's outbox up to UpTo ([Tx.TrimOutbox]); ID unused
+	ResetUserLog  TrimTarget = 4 // ID is a user id: drop the whole log, new epoch ([Tx.ResetUser])
 )
 
 // Trim is a retention request for one log.
@@ -75,6 +76,9 @@ func (t *Tx) Trim(st Stamp, r *Trim) (uint64, error) {
 	case TrimConvLog:
 		p, err := t.TrimConv(st, r.ID, r.Retention)
 		return uint64(p), err
+	case ResetUserLog:
+		_, err := t.ResetUser(st, r.ID)
+		return 1, err
 	case TrimOutboxLog:
 		if err := t.TrimOutbox(r.UpTo); err != nil {
 			return 0, err

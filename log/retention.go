@@ -20,6 +20,41 @@ func (t *Tx) TrimUser(st Stamp, uid string, r Retention) (Position, error) {
 	return t.trim(t.s.k.user(uid), t.s.k.userEntryPrefix(uid), st, r)
 }
 
+// ResetUser drops the whole log of uid and its device cursors, and restarts the log empty under
+// a new epoch (positions start again at 1). It is the operator's last resort for a user log that
+// must be rebuilt or erased; conversations are untouched, and so is the index of the user's
+// conversations, which devices need to rebase. Every device then gets an explicit "epoch
+// changed" answer (G3) and resyncs; none is moved silently. It returns the new epoch, which is
+// always greater than the old one. A user without a log is refused.
+func (t *Tx) ResetUser(st Stamp, uid string) (Epoch, error) {
+	if !ValidID(uid) {
+		return 0, invalidf("bad user id %q", uid)
+	}
+	k := t.s.k
+	m, ok, err := t.logMeta(k.user(uid))
+	if err != nil {
+		return 0, err
+	}
+	if !ok {
+		return 0, invalidf("user %q has no log to reset", uid)
+	}
+	epoch := max(newEpoch(st), m.Epoch+1)
+	if err := t.b.DeleteRange(k.userEntryPrefix(uid), prefixEnd(k.userEntryPrefix(uid)), nil); err != nil {
+		return 0, fmt.Errorf("log: write: %w", err)
+	}
+	if err := t.b.DeleteRange(k.cursorPrefix(uid), prefixEnd(k.cursorPrefix(uid)), nil); err != nil {
+		return 0, fmt.Errorf("log: write: %w", err)
+	}
+	if err := t.putLogMeta(k.user(uid), logMeta{Epoch: epoch, First: 1}); err != nil {
+		return 0, err
+	}
+	if t.touched == nil {
+		t.touched = map[string]struct{}{}
+	}
+	t.touched[uid] = struct{}{} // wake its sync streams, which answer "epoch changed"
+	return epoch, nil
+}
+
 // TrimConv applies r to the conversation log of conv, like [Tx.TrimUser].
 func (t *Tx) TrimConv(st Stamp, conv string, r Retention) (Position, error) {
 	if !ValidID(conv) {

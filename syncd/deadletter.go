@@ -173,7 +173,7 @@ func (s *Server) deadLetterRoutes(mux *http.ServeMux) {
 		}
 		list, err := s.fan.ListDeadLetters(limit)
 		if err != nil {
-			writeProposeError(w, err)
+			writeProposeError(w, err, "")
 			return
 		}
 		writeJSON(w, http.StatusOK, list)
@@ -190,7 +190,7 @@ func (s *Server) deadLetterRoutes(mux *http.ServeMux) {
 			defer cancel()
 			res, err := op(ctx, src, dest, pos)
 			if err != nil {
-				writeProposeError(w, err)
+				writeProposeError(w, err, "the destination still refuses it: fix the cause, or drop it")
 				return
 			}
 			writeJSON(w, http.StatusOK, res)
@@ -216,14 +216,15 @@ func writeOpsError(w http.ResponseWriter, status int, code, msg, hint string) {
 	writeJSON(w, status, OpsError{Code: code, Message: msg, Hint: hint})
 }
 
-// writeProposeError answers an error of a read or a proposal with a status and a hint.
-func writeProposeError(w http.ResponseWriter, err error) {
+// writeProposeError answers an error of a read or a proposal with a status and a hint;
+// refusedHint is the hint for a refusal by the state machine (409).
+func writeProposeError(w http.ResponseWriter, err error, refusedHint string) {
 	var nl *raftstore.NotLeaderError
 	switch {
 	case errors.Is(err, log.ErrNoDeadLetter):
 		writeOpsError(w, http.StatusNotFound, "not_found", err.Error(), "list the current ones with syncctl dlq list")
 	case log.Rejected(err):
-		writeOpsError(w, http.StatusConflict, "refused", err.Error(), "the destination still refuses it: fix the cause, or drop it")
+		writeOpsError(w, http.StatusConflict, "refused", err.Error(), refusedHint)
 	case errors.Is(err, raftstore.ErrNoShard):
 		writeOpsError(w, http.StatusServiceUnavailable, "no_shard", err.Error(), "ask a node that hosts the shard")
 	case errors.As(err, &nl):

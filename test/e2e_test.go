@@ -31,6 +31,7 @@ type device struct {
 	*client.Client
 	statuses chan client.StatusEvent
 	rebases  chan client.RebaseEvent
+	epochs   chan client.EpochEvent
 }
 
 func dialDevice(t *testing.T, srv *syncd.Server, user, dev, dir string) *device {
@@ -52,7 +53,8 @@ func dialDeviceAt(t *testing.T, srv *syncd.Server, addr, user, dev, dir string) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := &device{Client: c, statuses: make(chan client.StatusEvent, 1024), rebases: make(chan client.RebaseEvent, 16)}
+	d := &device{Client: c, statuses: make(chan client.StatusEvent, 1024), rebases: make(chan client.RebaseEvent, 16),
+		epochs: make(chan client.EpochEvent, 16)}
 	go func() {
 		for e := range c.Events() {
 			switch e := e.(type) {
@@ -60,6 +62,8 @@ func dialDeviceAt(t *testing.T, srv *syncd.Server, addr, user, dev, dir string) 
 				d.statuses <- e
 			case client.RebaseEvent:
 				d.rebases <- e
+			case client.EpochEvent:
+				d.epochs <- e
 			}
 		}
 	}()

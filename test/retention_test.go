@@ -2,7 +2,9 @@ package test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"net/http"
 	"testing"
 	"time"
 
@@ -60,4 +62,68 @@ func TestTooOldCursorRebases(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitBodies(t, "d:alice:bob", []string{"new"}, bob)
+}
+
+// TestEpochChangeResyncs: an operator resets bob's user log (admin HTTP, as syncctl reset-user
+// does). His connected device is told "epoch changed" at once, resyncs the new epoch from its
+// start and keeps its local history; what comes next arrives exactly once; a new device sees only
+// the new epoch; the device's stored cursor moves to the new epoch.
+func TestEpochChangeResyncs(t *testing.T) {
+	srv := startServer(t)
+	alice := dialDevice(t, srv, "alice", "phone", t.TempDir())
+	defer alice.Close()
+	bob := dialDevice(t, srv, "bob", "laptop", t.TempDir())
+	defer bob.Close()
+	for i := range 3 {
+		if _, err := alice.Send("d:alice:bob", "bob", []byte(fmt.Sprint("m", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitBodies(t, "d:alice:bob", []string{"m0", "m1", "m2"}, bob)
+	state, err := srv.Node().State(syncd.NewSlotTable(srv.Node().Shards()).UserShard("bob"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	before, err := state.UserInfo("bob")
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	resp, err := http.Post("http://"+srv.AdminAddr().String()+"/v1/users/bob/reset", "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var reset struct {
+		Epoch uint64 `json:"epoch"`
+	}
+	err = json.NewDecoder(resp.Body).Decode(&reset)
+	resp.Body.Close()
+	if err != nil || resp.StatusCode != http.StatusOK || reset.Epoch <= uint64(before.Epoch) {
+		t.Fatalf("reset: HTTP %d, %+v, %v (old epoch %d)", resp.StatusCode, reset, err, before.Epoch)
+	}
+	select {
+	case e := <-bob.epochs:
+		if uint64(e.Epoch) != reset.Epoch {
+			t.Fatalf("epoch event %d, want %d", e.Epoch, reset.Epoch)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the connected device was not told that the epoch changed")
+	}
+
+	if _, err := alice.Send("d:alice:bob", "bob", []byte("after")); err != nil {
+		t.Fatal(err)
+	}
+	waitBodies(t, "d:alice:bob", []string{"m0", "m1", "m2", "after"}, bob)
+	tablet := dialDevice(t, srv, "bob", "tablet", t.TempDir())
+	defer tablet.Close()
+	waitBodies(t, "d:alice:bob", []string{"after"}, tablet)
+	raftstoretest.Eventually(t, 10*time.Second, "bob's laptop cursor in the new epoch", func() bool {
+		cs, err := state.Cursors("bob")
+		for _, c := range cs {
+			if c.Device == "laptop" {
+				return err == nil && uint64(c.Cursor.Epoch) == reset.Epoch && c.Cursor.Pos == 1
+			}
+		}
+		return false
+	})
 }

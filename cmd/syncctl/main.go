@@ -48,6 +48,7 @@ var commands = []command{
 	{"tail", "print the user's new log entries until Ctrl-C", runTail},
 	{"status", "show a node's readiness and per-shard Raft state (admin HTTP)", runStatus},
 	{"dlq", "list, replay or drop dead letters: deliveries a shard refused (admin HTTP)", runDLQ},
+	{"reset-user", "drop a user's log and restart it under a new epoch (admin HTTP)", runResetUser},
 }
 
 // env is what a command writes to. stderr is safe for concurrent use (the SDK logs to it from its

@@ -372,15 +372,14 @@ func (s *Server) traceUser(id log.MsgID, uid string, scan int, member bool, ob T
 }
 
 func notFoundNote(scanned, scan int, retained bool) string {
-	where := "the retained log does not hold it"
 	if scanned >= scan {
-		where = fmt.Sprintf("not in the newest %d entries (raise ?scan)", scanned)
+		return fmt.Sprintf("fan-out has passed the message, but the newest %d entries of the log do not hold it (raise the scan limit to look further back)", scanned)
 	}
 	why := "trimmed by retention, refused by the user's shard (a dead letter), or not addressed to this user"
 	if retained {
 		why = "trimmed by retention or refused by the user's shard (a dead letter)"
 	}
-	return "fan-out has passed the message, but " + where + ": " + why
+	return "fan-out has passed the message, but the retained log does not hold it: " + why
 }
 
 func traceEntry(source string, e *log.Entry) *TraceEntry {

@@ -171,7 +171,7 @@ func TestInspectCursorsAndTrace(t *testing.T) {
 	if len(tr.Users) != 1 || len(tr.Users[0].Devices) != 2 {
 		t.Fatalf("trace with scan=1: %+v", tr)
 	}
-	if u := tr.Users[0]; u.Status != TraceNotFound || u.Pos != 0 || u.Scanned != 1 || !strings.Contains(u.Note, "raise ?scan") || u.Devices[1].Past {
+	if u := tr.Users[0]; u.Status != TraceNotFound || u.Pos != 0 || u.Scanned != 1 || !strings.Contains(u.Note, "raise the scan limit") || u.Devices[1].Past {
 		t.Errorf("trace with scan=1: %+v", u)
 	}
 

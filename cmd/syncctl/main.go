@@ -47,6 +47,8 @@ var commands = []command{
 	{"pull", "print the user's new log entries, then exit", runPull},
 	{"tail", "print the user's new log entries until Ctrl-C", runTail},
 	{"status", "show a node's readiness and per-shard Raft state (admin HTTP)", runStatus},
+	{"cursor", "show a user's log and where each device's cursor stands in it (admin HTTP)", runCursor},
+	{"trace", "show where a message went: its entry, fan-out, each member's log and devices (admin HTTP)", runTrace},
 	{"dlq", "list, replay or drop dead letters: deliveries a shard refused (admin HTTP)", runDLQ},
 	{"reset-user", "drop a user's log and restart it under a new epoch (admin HTTP)", runResetUser},
 }

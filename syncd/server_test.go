@@ -270,7 +270,8 @@ func scrape(t *testing.T, url string) string {
 
 // TestServerRefusesBadInput: each bad input gets its code and the server keeps serving.
 func TestServerRefusesBadInput(t *testing.T) {
-	ts := startServer(t, nil)
+	const recallWindow = 2 * time.Second
+	ts := startServer(t, func(c *Config) { c.RecallWindow = recallWindow })
 	conn := dialRaw(t, ts)
 	if e, ok := hello(t, conn, "v1.bad.token", "phone").(*proto.Error); !ok || e.Code != proto.CodeUnauthenticated {
 		t.Fatalf("bad token: %#v", e)
@@ -295,6 +296,10 @@ func TestServerRefusesBadInput(t *testing.T) {
 	alice.wantCode(&proto.Send{ID: alice.id(), Conv: "d:alice:bob", ClientMsgID: "m2", Body: make([]byte, proto.MaxBody+1)}, proto.CodeTooLarge)
 	alice.wantCode(&proto.Send{ID: alice.id(), Conv: "nope", ClientMsgID: "m3", Body: []byte("x")}, proto.CodeNoConversation)
 	mallory.wantCode(&proto.Recall{ID: mallory.id(), Conv: "d:alice:bob", ClientMsgID: "r", Target: a.MsgID}, proto.CodeNotMember)
+	bob := connect(t, ts, "bob", "laptop")
+	bob.wantCode(&proto.Recall{ID: bob.id(), Conv: "d:alice:bob", ClientMsgID: "r", Target: a.MsgID}, proto.CodeNotSender)
+	time.Sleep(time.Until(time.Unix(0, a.Time).Add(recallWindow + 10*time.Millisecond)))
+	alice.wantCode(&proto.Recall{ID: alice.id(), Conv: "d:alice:bob", ClientMsgID: "r", Target: a.MsgID}, proto.CodeRecallWindow)
 
 	// Garbage on a request stream: an error for that frame, and the stream goes on.
 	alice.req.Write([]byte{0, 0, 0, 3, 1, 99, 0x80}) // version 1, unknown type 99, empty map

@@ -76,7 +76,39 @@ func Rejected(err error) bool {
 	return false
 }
 
+// rejections lists the refusals. Their positions are RejectionCode's numbers, which nodes of
+// different versions exchange: only append to this list, never reorder it.
 var rejections = []error{
 	ErrInvalid, ErrConflict, ErrNoConversation, ErrConversationExists, ErrNotMember, ErrNotGroup,
 	ErrNoMessage, ErrNotSender, ErrRecallWindow, ErrAlreadyRecalled, ErrOutOfOrder, ErrNoDeadLetter,
 }
+
+// RejectionCode returns a stable number for the refusal err wraps, for carrying it between nodes
+// (raftstore forwards proposals to shard leaders); ok is false if err is not a refusal. An
+// *OutOfOrderError is a refusal but carries fields: callers send those separately.
+func RejectionCode(err error) (code uint8, ok bool) {
+	for i, s := range rejections {
+		if errors.Is(err, s) {
+			return uint8(i + 1), true
+		}
+	}
+	return 0, false
+}
+
+// RejectionFromCode rebuilds a refusal from RejectionCode's number and the original error's
+// message: errors.Is matches the same sentinel and Error returns msg. An unknown code yields nil.
+func RejectionFromCode(code uint8, msg string) error {
+	if code == 0 || int(code) > len(rejections) {
+		return nil
+	}
+	return &rejection{sentinel: rejections[code-1], msg: msg}
+}
+
+// rejection is a refusal rebuilt from another node's answer.
+type rejection struct {
+	sentinel error
+	msg      string
+}
+
+func (r *rejection) Error() string { return r.msg }
+func (r *rejection) Unwrap() error { return r.sentinel }

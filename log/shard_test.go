@@ -373,3 +373,24 @@ func TestConversationAndUserConvs(t *testing.T) {
 		t.Fatalf("c's conversations: %v", c)
 	}
 }
+
+// TestRejectionCodes checks that every refusal survives the trip through its code.
+func TestRejectionCodes(t *testing.T) {
+	for _, s := range rejections {
+		err := fmt.Errorf("%w: detail", s)
+		code, ok := RejectionCode(err)
+		if !ok {
+			t.Fatalf("%v: no code", s)
+		}
+		back := RejectionFromCode(code, err.Error())
+		if !errors.Is(back, s) || !Rejected(back) || back.Error() != err.Error() {
+			t.Fatalf("%v: came back as %v", s, back)
+		}
+	}
+	if _, ok := RejectionCode(ErrCorrupt); ok {
+		t.Fatal("ErrCorrupt has a rejection code")
+	}
+	if RejectionFromCode(0, "x") != nil || RejectionFromCode(200, "x") != nil {
+		t.Fatal("an unknown code rebuilt an error")
+	}
+}

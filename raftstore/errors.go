@@ -17,6 +17,10 @@ var (
 	// ErrLeadershipLost: leadership was lost after the command was handed to Raft, so it may or
 	// may not commit. Retry with the same client_msg_id: dedup makes the retry safe.
 	ErrLeadershipLost = errors.New("raftstore: leadership lost, outcome unknown")
+	// ErrUnreachable: the proposal was forwarded to the shard's leader on another node, and the
+	// leader could not be reached or did not answer in time, so it may or may not have been
+	// applied. Retry: every command is idempotent (dedup by client_msg_id, delivery marks).
+	ErrUnreachable = errors.New("raftstore: shard leader unreachable, outcome unknown")
 	// ErrShutdown: the node is shutting down.
 	ErrShutdown = errors.New("raftstore: shutting down")
 	// ErrNoShard: this node does not host the shard.

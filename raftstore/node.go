@@ -30,6 +30,8 @@ type Node struct {
 	addr   string // advertised raft address
 
 	shards map[ShardID]*replica // fixed after New
+	fwd    *forwarder           // proposals this node forwards to leaders elsewhere
+	fwdSrv *fwdServer           // proposals other nodes forward to this one
 
 	closed    atomic.Bool
 	closeOnce sync.Once
@@ -71,6 +73,9 @@ func New(cfg Config) (*Node, error) {
 		return nil, fmt.Errorf("raftstore: listen for raft on %s (is another syncd running? pick another address): %w", cfg.RaftAddr, err)
 	}
 	n.mux = newMux(ln, n.logger)
+	n.fwd = newForwarder(n.logger)
+	n.fwdSrv = &fwdServer{node: n, conns: map[net.Conn]struct{}{}}
+	n.mux.handleForward(n.fwdSrv.serve)
 	n.addr = cfg.AdvertiseAddr
 	if n.addr == "" {
 		n.addr = ln.Addr().String()
@@ -237,15 +242,102 @@ func (n *Node) State(shard ShardID) (*log.Shard, error) {
 }
 
 // Propose replicates cmd in shard and returns its result once a quorum has stored it durably
-// and this node has applied it. A refused command returns the log package's sentinel (for
-// example log.ErrConflict) with a zero Result. The context's deadline bounds the hand-off to Raft
-// (ErrTimeout); once handed off, Propose waits for the outcome, which Raft always delivers
-// (commit, ErrLeadershipLost or ErrShutdown).
+// and the leader has applied it. A refused command returns the log package's sentinel (for
+// example log.ErrConflict) with a zero Result.
+//
+// If this node does not lead the shard, Propose forwards cmd to the node that does (waiting for an
+// election if there is no leader yet, within ctx) and returns that node's answer; a forwarded
+// proposal whose outcome is unknown returns ErrUnreachable. The context's deadline bounds the
+// hand-off to Raft (ErrTimeout); once handed off, Propose waits for the outcome, which Raft
+// always delivers (commit, ErrLeadershipLost or ErrShutdown).
 func (n *Node) Propose(ctx context.Context, shard ShardID, cmd Command) (Result, error) {
 	r, ok := n.shards[shard]
 	if !ok {
 		return Result{}, ErrNoShard
 	}
+	var err error
+	for hop := 0; ; hop++ {
+		var res Result
+		res, err = n.proposeLocal(ctx, r, cmd)
+		var nl *NotLeaderError
+		if !errors.As(err, &nl) || hop >= fwdMaxHops {
+			return res, err
+		}
+		addr, local, lerr := n.leaderAddr(ctx, r)
+		if lerr != nil {
+			return Result{}, lerr
+		}
+		if local {
+			continue // this node was elected meanwhile
+		}
+		data, eerr := cmd.encode() // unstamped: the leader stamps its own clock
+		if eerr != nil {
+			return Result{}, eerr
+		}
+		res, err = n.fwd.propose(ctx, addr, shard, data)
+		if !errors.As(err, &nl) {
+			return res, err
+		}
+		// The leader moved between our look and its answer: look again.
+	}
+}
+
+// proposeForwarded proposes a command another node forwarded, as this node only: a node that is
+// not the leader answers NotLeaderError naming the leader, and never forwards again.
+func (n *Node) proposeForwarded(req fwdRequest) (Result, error) {
+	r, ok := n.shards[req.shard]
+	if !ok {
+		return Result{}, ErrNoShard
+	}
+	d, err := decodeCommand(req.command)
+	if err != nil {
+		return Result{}, err
+	}
+	ctx := context.Background()
+	if req.timeoutMS > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, time.Duration(req.timeoutMS)*time.Millisecond)
+		defer cancel()
+	}
+	return n.proposeLocal(ctx, r, Command{op: d.op, payload: rawPayload(d.body), Time: d.time})
+}
+
+// rawPayload is a command payload that is already encoded.
+type rawPayload []byte
+
+func (p rawPayload) MarshalBinary() ([]byte, error) { return p, nil }
+
+// leaderAddr returns the address to forward shard r's proposals to, waiting within ctx for an
+// election if no leader is known. local reports that this node is the leader.
+func (n *Node) leaderAddr(ctx context.Context, r *replica) (addr string, local bool, err error) {
+	t := time.NewTicker(10 * time.Millisecond)
+	defer t.Stop()
+	for {
+		a, id := r.raft.LeaderWithID()
+		switch {
+		case id == raft.ServerID(n.cfg.NodeID):
+			return "", true, nil
+		case id != "":
+			if n.cfg.PeerAddr != nil {
+				if o := n.cfg.PeerAddr(string(id)); o != "" {
+					return o, false, nil
+				}
+			}
+			return string(a), false, nil
+		}
+		select {
+		case <-ctx.Done():
+			return "", false, fmt.Errorf("%w: no leader for shard %d: %v", ErrTimeout, r.id, ctx.Err())
+		case <-t.C:
+		}
+		if n.closed.Load() {
+			return "", false, ErrShutdown
+		}
+	}
+}
+
+// proposeLocal proposes cmd to r's Raft instance on this node.
+func (n *Node) proposeLocal(ctx context.Context, r *replica, cmd Command) (Result, error) {
 	if n.closed.Load() {
 		return Result{}, ErrShutdown
 	}
@@ -272,7 +364,7 @@ func (n *Node) Propose(ctx context.Context, shard ShardID, cmd Command) (Result,
 	}
 	res, ok := f.Response().(applyResult)
 	if !ok {
-		return Result{}, fmt.Errorf("raftstore: shard %d: unexpected apply response %T", shard, f.Response())
+		return Result{}, fmt.Errorf("raftstore: shard %d: unexpected apply response %T", r.id, f.Response())
 	}
 	return res.res, res.err
 }
@@ -305,6 +397,10 @@ func (n *Node) Close() error {
 			r.logs.closed.Store(true)
 			r.trans.CloseStreams()
 			errs = append(errs, r.trans.Close())
+		}
+		if n.fwd != nil {
+			n.fwd.close()
+			n.fwdSrv.close()
 		}
 		if n.mux != nil {
 			errs = append(errs, n.mux.Close())

@@ -30,6 +30,9 @@ import (
 //	+-----+-----+-----+-----+-----------------------+
 //	  magic; '1' is the header version   4 bytes
 //
+// A connection whose magic is "SYF1" (shard field 0) instead carries proposals forwarded to
+// this node as a shard leader (see forward.go); the mux hands it to the forward handler.
+//
 // Only the listener is shared. Every shard still runs its own
 // raft.NetworkTransport with its own connection pool, so shards dial
 // separate TCP connections to their peers and a slow shard (e.g. sending a
@@ -75,6 +78,9 @@ type Mux struct {
 	mu     sync.Mutex
 	closed bool
 	layers map[ShardID]*shardLayer
+	// forward takes over forwarding connections; nil until set, and then such connections are
+	// closed.
+	forward func(net.Conn)
 	// handshaking holds connections still sending their header, so Close
 	// can unblock their reads instead of waiting for the deadline.
 	handshaking map[net.Conn]struct{}
@@ -127,6 +133,13 @@ func (m *Mux) Layer(shard ShardID) (raft.StreamLayer, error) {
 	}
 	m.layers[shard] = l
 	return l, nil
+}
+
+// handleForward makes h take over every forwarding connection from now on. h must not block.
+func (m *Mux) handleForward(h func(net.Conn)) {
+	m.mu.Lock()
+	m.forward = h
+	m.mu.Unlock()
 }
 
 // Close stops the mux: it closes the listener and every registered layer
@@ -207,13 +220,14 @@ func (m *Mux) acceptLoop() {
 // handshake reads conn's header under a deadline and routes it.
 func (m *Mux) handshake(conn net.Conn) {
 	defer m.wg.Done()
-	shard, err := m.readHeader(conn)
+	forward, shard, err := m.readHeader(conn)
 
 	m.mu.Lock()
 	delete(m.handshaking, conn)
 	closed := m.closed
 	var l *shardLayer
-	if err == nil && !closed {
+	fwd := m.forward
+	if err == nil && !closed && !forward {
 		l = m.layers[shard]
 		if l != nil {
 			// Registered under mu, so the layer's Close (which
@@ -235,6 +249,11 @@ func (m *Mux) handshake(conn net.Conn) {
 	case err != nil:
 		m.logger.Warn("mux rejected connection", "remote", remote, "err", err)
 		conn.Close()
+	case forward && fwd == nil:
+		m.logger.Warn("mux forwarding connection before the node is ready", "remote", remote)
+		conn.Close()
+	case forward:
+		fwd(conn)
 	case l == nil:
 		m.logger.Warn("mux connection for unregistered shard", "remote", remote, "shard", uint32(shard))
 		conn.Close()
@@ -245,22 +264,27 @@ func (m *Mux) handshake(conn net.Conn) {
 }
 
 // readHeader reads and validates the 8-byte header, then clears the
-// deadline so the stream is handed over clean.
-func (m *Mux) readHeader(conn net.Conn) (ShardID, error) {
+// deadline so the stream is handed over clean. forward reports a
+// forwarding connection.
+func (m *Mux) readHeader(conn net.Conn) (forward bool, shard ShardID, err error) {
 	if err := conn.SetReadDeadline(time.Now().Add(m.headerTimeout)); err != nil {
-		return 0, fmt.Errorf("raftstore: set header deadline: %w", err)
+		return false, 0, fmt.Errorf("raftstore: set header deadline: %w", err)
 	}
 	var hdr [muxHeaderLen]byte
 	if _, err := io.ReadFull(conn, hdr[:]); err != nil {
-		return 0, err
+		return false, 0, err
 	}
-	if string(hdr[:4]) != muxMagic {
-		return 0, fmt.Errorf("raftstore: bad mux header magic %q", hdr[:4])
+	switch string(hdr[:4]) {
+	case muxMagic:
+	case fwdMagic:
+		forward = true
+	default:
+		return false, 0, fmt.Errorf("raftstore: bad mux header magic %q", hdr[:4])
 	}
 	if err := conn.SetReadDeadline(time.Time{}); err != nil {
-		return 0, fmt.Errorf("raftstore: clear header deadline: %w", err)
+		return false, 0, fmt.Errorf("raftstore: clear header deadline: %w", err)
 	}
-	return ShardID(binary.BigEndian.Uint32(hdr[4:])), nil
+	return forward, ShardID(binary.BigEndian.Uint32(hdr[4:])), nil
 }
 
 // route queues conn for l's Accept, dropping it if the backlog stays full

@@ -32,6 +32,7 @@ var errorCodes = []struct {
 	{raftstore.ErrShutdown, proto.CodeUnavailable},
 	{raftstore.ErrTimeout, proto.CodeTimeout},
 	{raftstore.ErrLeadershipLost, proto.CodeTimeout},
+	{raftstore.ErrUnreachable, proto.CodeTimeout}, // forwarded, outcome unknown: retry, dedup decides
 }
 
 // wireError turns err into the Error frame for request id, logging what clients do not see.

@@ -130,6 +130,10 @@ func (c *Cluster) Partition(i int) { c.setLinks(i, true) }
 // Heal reconnects node i.
 func (c *Cluster) Heal(i int) { c.setLinks(i, false) }
 
+// Cut blocks (or, with blocked false, restores) only the connections node i dials to node j:
+// j's connections to i keep working, an asymmetric fault.
+func (c *Cluster) Cut(i, j int, blocked bool) { c.relays[i][j].SetBlocked(blocked) }
+
 func (c *Cluster) setLinks(i int, blocked bool) {
 	for j := range c.nodes {
 		if j != i {

@@ -1,0 +1,251 @@
+package raftstore
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+
+	"github.com/syncd-dev/syncd/log"
+)
+
+// Wire format of forwarded proposals (see forward.go). Each message is a frame:
+//
+//	length u32 big-endian | body
+//
+// Request body:  version u8 (1) | id uvarint | shard uvarint | timeout_ms uvarint (0: none) |
+//                command (the Raft command encoding, proposer time 0: the leader stamps it)
+// Response body: version u8 (1) | id uvarint | error kind u8 | result or error fields
+//
+// A response with kind fwdOK carries the Result; any other kind carries the error's fields, so
+// that errors.Is and errors.As work on the forwarding node as if it had proposed locally.
+
+const fwdVersion = 1
+
+// maxForwardFrame bounds a frame: a command is at most a delivery batch of entries, and anything
+// larger is refused rather than allocated.
+const maxForwardFrame = 64 << 20
+
+// Error kinds of a response.
+const (
+	fwdOK             uint8 = 0
+	fwdRejected       uint8 = 1 // code u8 | message
+	fwdOutOfOrder     uint8 = 2 // source | mark | prev
+	fwdNotLeader      uint8 = 3 // leader id | leader addr
+	fwdTimeout        uint8 = 4 // message
+	fwdLeadershipLost uint8 = 5 // message
+	fwdShutdown       uint8 = 6
+	fwdNoShard        uint8 = 7
+	fwdOther          uint8 = 8 // message
+)
+
+type fwdRequest struct {
+	id        uint64
+	shard     ShardID
+	timeoutMS uint64
+	command   []byte
+}
+
+func (r *fwdRequest) encode() []byte {
+	b := make([]byte, 4, 4+1+30+len(r.command))
+	b = append(b, fwdVersion)
+	b = binary.AppendUvarint(b, r.id)
+	b = binary.AppendUvarint(b, uint64(r.shard))
+	b = binary.AppendUvarint(b, r.timeoutMS)
+	b = append(b, r.command...)
+	binary.BigEndian.PutUint32(b, uint32(len(b)-4))
+	return b
+}
+
+func decodeFwdRequest(body []byte) (fwdRequest, error) {
+	d := fwdDecoder{b: body}
+	if v := d.u8(); v != fwdVersion {
+		return fwdRequest{}, fmt.Errorf("raftstore: forwarded request version %d", v)
+	}
+	r := fwdRequest{id: d.uvarint()}
+	shard := d.uvarint()
+	r.timeoutMS = d.uvarint()
+	if d.err == nil && shard > 1<<32-1 {
+		d.err = errors.New("raftstore: forwarded request: shard out of range")
+	}
+	r.shard, r.command = ShardID(shard), d.b
+	return r, d.err
+}
+
+type fwdResponse struct {
+	id  uint64
+	res Result
+	err error
+}
+
+func (r *fwdResponse) encode() []byte {
+	b := make([]byte, 4, 64)
+	b = append(b, fwdVersion)
+	b = binary.AppendUvarint(b, r.id)
+	var (
+		nl  *NotLeaderError
+		ooo *log.OutOfOrderError
+	)
+	switch err := r.err; {
+	case err == nil:
+		b = append(b, fwdOK)
+		a := r.res.Append
+		b = binary.BigEndian.AppendUint32(b, uint32(a.MsgID.Shard))
+		b = binary.AppendUvarint(b, a.MsgID.Index)
+		b = binary.AppendUvarint(b, uint64(a.MsgID.Sub))
+		b = binary.AppendUvarint(b, uint64(a.ConvSeq))
+		b = binary.AppendVarint(b, a.Time)
+		b = binary.AppendUvarint(b, uint64(a.Epoch))
+		b = append(b, boolByte(a.Duplicate)|boolByte(a.NoOp)<<1)
+		b = binary.AppendUvarint(b, r.res.Deliver.Mark)
+		b = binary.AppendUvarint(b, uint64(r.res.Deliver.Appended))
+		b = binary.AppendUvarint(b, r.res.First)
+	case errors.As(err, &ooo):
+		b = append(b, fwdOutOfOrder)
+		b = binary.AppendUvarint(b, uint64(ooo.Source))
+		b = binary.AppendUvarint(b, ooo.Mark)
+		b = binary.AppendUvarint(b, ooo.Prev)
+	case log.Rejected(err):
+		code, _ := log.RejectionCode(err)
+		b = appendStr(append(b, fwdRejected, code), err.Error())
+	case errors.As(err, &nl):
+		b = appendStr(appendStr(append(b, fwdNotLeader), nl.LeaderID), nl.LeaderAddr)
+	case errors.Is(err, ErrTimeout):
+		b = appendStr(append(b, fwdTimeout), err.Error())
+	case errors.Is(err, ErrLeadershipLost):
+		b = appendStr(append(b, fwdLeadershipLost), err.Error())
+	case errors.Is(err, ErrShutdown):
+		b = append(b, fwdShutdown)
+	case errors.Is(err, ErrNoShard):
+		b = append(b, fwdNoShard)
+	default:
+		b = appendStr(append(b, fwdOther), err.Error())
+	}
+	binary.BigEndian.PutUint32(b, uint32(len(b)-4))
+	return b
+}
+
+// decodeFwdResponse decodes a response body. Errors of the response itself (the remote's
+// refusal, say) are in the returned fwdResponse; the error return is for a malformed body.
+func decodeFwdResponse(body []byte) (fwdResponse, error) {
+	d := fwdDecoder{b: body}
+	if v := d.u8(); v != fwdVersion {
+		return fwdResponse{}, fmt.Errorf("raftstore: forwarded response version %d", v)
+	}
+	r := fwdResponse{id: d.uvarint()}
+	switch kind := d.u8(); kind {
+	case fwdOK:
+		a := &r.res.Append
+		a.MsgID.Shard = log.ShardID(d.u32())
+		a.MsgID.Index = d.uvarint()
+		a.MsgID.Sub = uint32(d.uvarint())
+		a.ConvSeq = log.Position(d.uvarint())
+		a.Time = d.varint()
+		a.Epoch = log.Epoch(d.uvarint())
+		flags := d.u8()
+		a.Duplicate, a.NoOp = flags&1 != 0, flags&2 != 0
+		r.res.Deliver.Mark = d.uvarint()
+		r.res.Deliver.Appended = int(d.uvarint())
+		r.res.First = d.uvarint()
+	case fwdRejected:
+		code, msg := d.u8(), d.str()
+		if r.err = log.RejectionFromCode(code, msg); r.err == nil && d.err == nil {
+			d.err = fmt.Errorf("raftstore: forwarded response: unknown refusal %d (%s)", code, msg)
+		}
+	case fwdOutOfOrder:
+		r.err = &log.OutOfOrderError{Source: log.ShardID(d.uvarint()), Mark: d.uvarint(), Prev: d.uvarint()}
+	case fwdNotLeader:
+		r.err = &NotLeaderError{LeaderID: d.str(), LeaderAddr: d.str()} // Shard: set by the caller
+	case fwdTimeout:
+		r.err = fmt.Errorf("%w (at the leader): %s", ErrTimeout, d.str())
+	case fwdLeadershipLost:
+		r.err = fmt.Errorf("%w (at the leader): %s", ErrLeadershipLost, d.str())
+	case fwdShutdown:
+		r.err = fmt.Errorf("%w (the leader is shutting down)", ErrShutdown)
+	case fwdNoShard:
+		r.err = fmt.Errorf("%w (at the leader)", ErrNoShard)
+	case fwdOther:
+		r.err = fmt.Errorf("raftstore: at the leader: %s", d.str())
+	default:
+		return fwdResponse{}, fmt.Errorf("raftstore: forwarded response: unknown kind %d", kind)
+	}
+	if d.err == nil && len(d.b) > 0 {
+		d.err = errors.New("raftstore: forwarded response: trailing bytes")
+	}
+	return r, d.err
+}
+
+func boolByte(v bool) byte {
+	if v {
+		return 1
+	}
+	return 0
+}
+
+func appendStr(b []byte, s string) []byte {
+	return append(binary.AppendUvarint(b, uint64(len(s))), s...)
+}
+
+// fwdDecoder reads the fields of a forwarded message; the first error sticks and later reads
+// return zero values.
+type fwdDecoder struct {
+	b   []byte
+	err error
+}
+
+func (d *fwdDecoder) fail() {
+	if d.err == nil {
+		d.err = errors.New("raftstore: forwarded message truncated or malformed")
+	}
+	d.b = nil
+}
+
+func (d *fwdDecoder) u8() uint8 {
+	if len(d.b) < 1 {
+		d.fail()
+		return 0
+	}
+	v := d.b[0]
+	d.b = d.b[1:]
+	return v
+}
+
+func (d *fwdDecoder) u32() uint32 {
+	if len(d.b) < 4 {
+		d.fail()
+		return 0
+	}
+	v := binary.BigEndian.Uint32(d.b)
+	d.b = d.b[4:]
+	return v
+}
+
+func (d *fwdDecoder) uvarint() uint64 {
+	v, n := binary.Uvarint(d.b)
+	if n <= 0 {
+		d.fail()
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *fwdDecoder) varint() int64 {
+	v, n := binary.Varint(d.b)
+	if n <= 0 {
+		d.fail()
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *fwdDecoder) str() string {
+	n := d.uvarint()
+	if n > uint64(len(d.b)) {
+		d.fail()
+		return ""
+	}
+	s := string(d.b[:n])
+	d.b = d.b[n:]
+	return s
+}

@@ -1,0 +1,124 @@
+package raftstore_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/syncd-dev/syncd/log"
+	"github.com/syncd-dev/syncd/raftstore"
+	"github.com/syncd-dev/syncd/raftstore/raftstoretest"
+)
+
+// TestProposeOnFollowerForwards: a follower forwards proposals to the leader and returns the
+// leader's answers as if it had proposed itself — results, refusals with their sentinels, an
+// out-of-order answer with its fields — and the leader's clock stamps them.
+func TestProposeOnFollowerForwards(t *testing.T) {
+	const shard = raftstore.ShardID(1)
+	c := raftstoretest.NewCluster(t, 3, []raftstore.ShardID{shard}, nil)
+	leader := c.Leader(shard)
+	follower := c.Node((leader + 1) % 3)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+
+	before := time.Now().UnixNano()
+	res, err := follower.Propose(ctx, shard, send("d:alice:bob", "alice", "m1", "hi", "alice", "bob"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a := res.Append; a.ConvSeq != 1 || a.MsgID.Shard != log.ShardID(shard) || a.Time < before || a.Duplicate {
+		t.Fatalf("forwarded append: %+v", a)
+	}
+	again, err := follower.Propose(ctx, shard, send("d:alice:bob", "alice", "m1", "hi", "alice", "bob"))
+	if err != nil || !again.Append.Duplicate || again.Append.MsgID != res.Append.MsgID {
+		t.Fatalf("forwarded resend: %+v %v", again, err)
+	}
+	_, err = follower.Propose(ctx, shard, send("d:alice:bob", "alice", "m1", "other", "alice", "bob"))
+	if !errors.Is(err, log.ErrConflict) || !log.Rejected(err) {
+		t.Fatalf("forwarded conflict: %v", err)
+	}
+	_, err = follower.Propose(ctx, shard, raftstore.DeliverCommand(&log.DeliveryBatch{Source: 9, Prev: 5, Last: 6}))
+	var ooo *log.OutOfOrderError
+	if !errors.As(err, &ooo) || ooo.Source != 9 || ooo.Mark != 0 || ooo.Prev != 5 {
+		t.Fatalf("forwarded out-of-order: %v", err)
+	}
+	d, err := follower.Propose(ctx, shard, raftstore.DeliverCommand(&log.DeliveryBatch{Source: 9, Prev: 0, Last: 6}))
+	if err != nil || d.Deliver.Mark != 6 {
+		t.Fatalf("forwarded delivery: %+v %v", d, err)
+	}
+	c.WaitConverged(shard)
+	checkConv(t, c, shard, "d:alice:bob", 1)
+}
+
+// TestForwardFollowsLeaderChange: proposals keep being accepted through a follower while the
+// leader is stopped and another is elected; none is lost or applied twice.
+func TestForwardFollowsLeaderChange(t *testing.T) {
+	const shard = raftstore.ShardID(1)
+	c := raftstoretest.NewCluster(t, 3, []raftstore.ShardID{shard}, nil)
+	leader := c.Leader(shard)
+	via := (leader + 1) % 3
+	propose := func(cmid string) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		for {
+			_, err := c.Node(via).Propose(ctx, shard, send("d:alice:bob", "alice", cmid, "x", "alice", "bob"))
+			if err == nil {
+				return
+			}
+			if log.Rejected(err) || ctx.Err() != nil {
+				t.Fatalf("propose %s through node %d: %v", cmid, via, err)
+			}
+			time.Sleep(20 * time.Millisecond) // unknown outcome or no leader yet: retry, dedup decides
+		}
+	}
+	for i := range 5 {
+		propose(fmt.Sprint("a", i))
+	}
+	c.Stop(leader)
+	for i := range 5 {
+		propose(fmt.Sprint("b", i))
+	}
+	c.Start(leader)
+	c.WaitConverged(shard)
+	checkConv(t, c, shard, "d:alice:bob", 10)
+}
+
+// TestForwardUnreachableLeader: when a follower cannot reach the leader (its own connections
+// to it are cut, while the leader's to it work, so it still knows the leader), a forwarded
+// proposal fails at once with ErrUnreachable — never a silent success — and once the path is
+// back a retry with the same client_msg_id lands exactly once.
+func TestForwardUnreachableLeader(t *testing.T) {
+	const shard = raftstore.ShardID(1)
+	c := raftstoretest.NewCluster(t, 3, []raftstore.ShardID{shard}, nil)
+	leader := c.Leader(shard)
+	via := (leader + 1) % 3
+	cmd := send("d:alice:bob", "alice", "m", "x", "alice", "bob")
+	c.Cut(via, leader, true)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	_, err := c.Node(via).Propose(ctx, shard, cmd)
+	cancel()
+	if !errors.Is(err, raftstore.ErrUnreachable) {
+		t.Fatalf("forward to an unreachable leader: %v, want ErrUnreachable", err)
+	}
+	c.Cut(via, leader, false)
+	ctx, cancel = context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for {
+		res, err := c.Node(via).Propose(ctx, shard, cmd)
+		if err == nil {
+			if res.Append.ConvSeq != 1 {
+				t.Fatalf("retry landed at conv_seq %d", res.Append.ConvSeq)
+			}
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("retry after the path is back: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	c.WaitConverged(shard)
+	checkConv(t, c, shard, "d:alice:bob", 1)
+}

@@ -1,0 +1,145 @@
+package syncdtest
+
+import (
+	"context"
+	"crypto/rand"
+	"fmt"
+	"net"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/syncd-dev/syncd/raftstore"
+	"github.com/syncd-dev/syncd/syncd"
+)
+
+// Cluster is a static cluster of in-process servers on loopback, each with its own data
+// directory, Raft, QUIC and admin ports; every node hosts a replica of every shard. They share
+// one token secret, so a token is valid on any node; each has its own certificate (a device
+// pins the fingerprint of the node it dials). Methods must be called from the test goroutine.
+type Cluster struct {
+	t       testing.TB
+	cfgs    []syncd.Config
+	servers []*syncd.Server
+	stops   []func()
+}
+
+// StartCluster runs n servers and returns once every shard has a leader. tweak, if not nil,
+// adjusts each node's config (index i) first. Everything is stopped when the test ends.
+func StartCluster(t testing.TB, n int, tweak func(i int, c *syncd.Config)) *Cluster {
+	t.Helper()
+	secret := make([]byte, 32)
+	rand.Read(secret)
+	dir := t.TempDir()
+	peers := make([]raftstore.Peer, n)
+	for i := range peers {
+		peers[i] = raftstore.Peer{ID: fmt.Sprintf("n%d", i+1), Addr: freeTCP(t)}
+	}
+	c := &Cluster{t: t, servers: make([]*syncd.Server, n), stops: make([]func(), n)}
+	for i := range n {
+		cfg := syncd.Config{Dir: filepath.Join(dir, peers[i].ID), NodeID: peers[i].ID, RaftAddr: peers[i].Addr, Peers: peers,
+			ListenAddr: "127.0.0.1:0", AdminAddr: "127.0.0.1:0", Shards: 4, TokenSecret: secret, Logger: Logger(t)}
+		if tweak != nil {
+			tweak(i, &cfg)
+		}
+		c.cfgs = append(c.cfgs, cfg)
+	}
+	t.Cleanup(func() {
+		for i := range c.servers {
+			c.Stop(i)
+		}
+	})
+	for i := range n {
+		c.create(i)
+	}
+	for i := range n {
+		c.run(i)
+	}
+	c.WaitLeaders()
+	return c
+}
+
+// freeTCP picks a free loopback port for a Raft listener, which must be known before any node
+// starts (it is in every node's peer list).
+func freeTCP(t testing.TB) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// Server returns node i, or nil while it is stopped.
+func (c *Cluster) Server(i int) *syncd.Server { return c.servers[i] }
+
+// Size returns the number of nodes.
+func (c *Cluster) Size() int { return len(c.servers) }
+
+func (c *Cluster) create(i int) {
+	srv, err := syncd.NewServer(c.cfgs[i])
+	if err != nil {
+		c.t.Fatalf("node %d: %v", i, err)
+	}
+	c.servers[i] = srv
+	// Later starts keep the ports the first one bound, so peers and devices find the node again.
+	c.cfgs[i].ListenAddr, c.cfgs[i].AdminAddr = srv.Addr().String(), srv.AdminAddr().String()
+}
+
+func (c *Cluster) run(i int) {
+	srv := c.servers[i]
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Run(ctx) }()
+	c.stops[i] = func() {
+		cancel()
+		if err := <-done; err != nil {
+			c.t.Errorf("node %d shutdown: %v", i, err)
+		}
+	}
+}
+
+// Stop shuts node i down gracefully (crash tests use real processes).
+func (c *Cluster) Stop(i int) {
+	if c.stops[i] != nil {
+		c.stops[i]()
+		c.stops[i], c.servers[i] = nil, nil
+	}
+}
+
+// Start restarts a stopped node i on its data, on the same ports.
+func (c *Cluster) Start(i int) {
+	c.create(i)
+	c.run(i)
+}
+
+// WaitLeaders waits until every running node knows a leader for every shard.
+func (c *Cluster) WaitLeaders() {
+	c.t.Helper()
+	for i, srv := range c.servers {
+		if srv == nil {
+			continue
+		}
+		for _, id := range srv.Node().Shards() {
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			_, _, err := srv.Node().WaitLeader(ctx, id)
+			cancel()
+			if err != nil {
+				c.t.Fatalf("node %d, shard %d: %v", i, id, err)
+			}
+		}
+	}
+}
+
+// LeaderOf returns the index of the running node that leads shard, or -1.
+func (c *Cluster) LeaderOf(shard raftstore.ShardID) int {
+	for i, srv := range c.servers {
+		if srv == nil {
+			continue
+		}
+		if st, err := srv.Node().ShardStatus(shard); err == nil && st.State == "leader" {
+			return i
+		}
+	}
+	return -1
+}

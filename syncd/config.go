@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/syncd-dev/syncd/log"
@@ -26,6 +27,10 @@ type Config struct {
 	NodeID   string
 	RaftAddr string
 	Peers    []raftstore.Peer
+	// PeerDial overrides the address used to dial a peer by node id, e.g. through a NAT or a
+	// fault-injecting relay in tests; the Raft configuration keeps the Peers addresses. Every id
+	// must be in Peers. Default none: peers are dialled at their Peers address.
+	PeerDial map[string]string
 	// Shards is the number of shards (Raft groups); the same on every node. Default 8.
 	Shards int
 	// TokenSecret signs device tokens. Default: Dir/token.key, created on first start.
@@ -133,6 +138,14 @@ func (c Config) Validate() error {
 	if c.Shards < 1 || c.Shards > 4096 {
 		errs = append(errs, fmt.Errorf("syncd: Shards %d must be between 1 and %d", c.Shards, NumSlots))
 	}
+	for id, addr := range c.PeerDial {
+		if !slices.ContainsFunc(c.Peers, func(p raftstore.Peer) bool { return p.ID == id }) {
+			errs = append(errs, fmt.Errorf("syncd: PeerDial overrides %q, which is not in Peers", id))
+		}
+		if addr == "" {
+			errs = append(errs, fmt.Errorf("syncd: PeerDial gives %q an empty address", id))
+		}
+	}
 	if (c.CertFile == "") != (c.KeyFile == "") {
 		errs = append(errs, errors.New("syncd: CertFile and KeyFile go together: set both or neither"))
 	}
@@ -149,6 +162,23 @@ func (c Config) Validate() error {
 		errs = append(errs, errors.New("syncd: SendRate must be ≥ 0 and SendBurst, MaxInFlight, MaxHandshakes ≥ 1"))
 	}
 	return errors.Join(errs...)
+}
+
+// peerAddr returns the raftstore.Config.PeerAddr for PeerDial, nil without overrides. Peers
+// without an override resolve to their Peers address rather than to "": raft would dial the
+// same address for "", but log a warning on every RPC.
+func (c Config) peerAddr() func(id string) string {
+	if len(c.PeerDial) == 0 {
+		return nil
+	}
+	addrs := make(map[string]string, len(c.Peers))
+	for _, p := range c.Peers {
+		addrs[p.ID] = p.Addr
+	}
+	for id, addr := range c.PeerDial {
+		addrs[id] = addr
+	}
+	return func(id string) string { return addrs[id] } // "" for an unknown id: the configured address
 }
 
 func (c Config) shardIDs() []raftstore.ShardID {

@@ -66,7 +66,7 @@ func NewServer(cfg Config) (*Server, error) {
 	var fan atomic.Pointer[Fanout] // shards apply (and notify) before the fan-out exists
 	s.node, err = raftstore.New(raftstore.Config{
 		NodeID: cfg.NodeID, Dir: cfg.Dir, RaftAddr: cfg.RaftAddr, Peers: cfg.Peers,
-		Shards: cfg.shardIDs(), Logger: cfg.Logger,
+		PeerAddr: cfg.peerAddr(), Shards: cfg.shardIDs(), Logger: cfg.Logger,
 		OnApply: func(shard raftstore.ShardID, _ uint64) {
 			if f := fan.Load(); f != nil {
 				f.Notify(shard)

@@ -1,0 +1,466 @@
+package main
+
+import (
+	"encoding/hex"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/BurntSushi/toml"
+
+	"github.com/syncd-dev/syncd/log"
+	"github.com/syncd-dev/syncd/proto"
+	"github.com/syncd-dev/syncd/raftstore"
+	"github.com/syncd-dev/syncd/syncd"
+)
+
+// fileConfig is everything an operator sets, as the config file spells it. Each key has a flag
+// of the same name in kebab-case (data_dir, -data-dir). It stays in cmd/syncd so that package
+// syncd does not depend on TOML; toConfig turns it into a syncd.Config.
+type fileConfig struct {
+	DataDir           string   `toml:"data_dir"`
+	Listen            string   `toml:"listen"`
+	Admin             string   `toml:"admin"`
+	NodeID            string   `toml:"node_id"`
+	RaftAddr          string   `toml:"raft_addr"`
+	Shards            int      `toml:"shards"`
+	Peers             []string `toml:"peers"`     // id=host:port
+	PeerDial          []string `toml:"peer_dial"` // id=host:port
+	Cert              string   `toml:"cert"`
+	Key               string   `toml:"key"`
+	TokenSecretFile   string   `toml:"token_secret_file"`
+	MaxFrame          int      `toml:"max_frame"`
+	MaxBody           int      `toml:"max_body"`
+	MaxBatch          int      `toml:"max_batch"`
+	HeartbeatInterval duration `toml:"heartbeat_interval"`
+	DedupWindow       duration `toml:"dedup_window"`
+	RecallWindow      duration `toml:"recall_window"`
+	MaxConnections    int      `toml:"max_connections"`
+	MaxStreamsPerConn int      `toml:"max_streams_per_conn"`
+	RetentionMaxCount uint64   `toml:"retention_max_count"`
+	RetentionMaxAge   duration `toml:"retention_max_age"`
+	RetentionInterval duration `toml:"retention_interval"`
+	RequestTimeout    duration `toml:"request_timeout"`
+	SendRate          float64  `toml:"send_rate"`
+	SendBurst         int      `toml:"send_burst"`
+	MaxInFlight       int      `toml:"max_in_flight"`
+	MaxHandshakes     int      `toml:"max_handshakes"`
+	LogLevel          string   `toml:"log_level"`
+	LogFormat         string   `toml:"log_format"`
+}
+
+// defaults returns the settings of a node started with no flags and no file: the defaults of
+// syncd.Config spelled out, so that -print-config and -h show real values.
+func defaults() fileConfig {
+	return fileConfig{
+		DataDir:           "./syncd-data",
+		Listen:            "127.0.0.1:7300",
+		Admin:             syncd.DefaultAdminAddr,
+		NodeID:            "n1",
+		RaftAddr:          "127.0.0.1:7400",
+		Shards:            8,
+		Peers:             []string{},
+		PeerDial:          []string{},
+		MaxFrame:          proto.DefaultMaxFrame,
+		MaxBody:           proto.MaxBody,
+		MaxBatch:          proto.DefaultMaxBatch,
+		HeartbeatInterval: duration(proto.DefaultHeartbeatMs * time.Millisecond),
+		DedupWindow:       duration(log.DefaultDedupWindow),
+		RecallWindow:      duration(log.DefaultRecallWindow),
+		MaxConnections:    20000,
+		MaxStreamsPerConn: 16,
+		RetentionMaxAge:   duration(30 * 24 * time.Hour),
+		RetentionInterval: duration(10 * time.Minute),
+		RequestTimeout:    duration(10 * time.Second),
+		SendRate:          20,
+		SendBurst:         100,
+		MaxInFlight:       1024,
+		MaxHandshakes:     256,
+		LogLevel:          "info",
+		LogFormat:         "text",
+	}
+}
+
+// bindFlags defines a flag for every setting of c, each defaulting to its current value in c, so
+// that parsing sets only the fields named on the command line.
+func bindFlags(fs *flag.FlagSet, c *fileConfig) {
+	fs.StringVar(&c.DataDir, "data-dir", c.DataDir, "directory for the store, snapshots, token secret and certificate")
+	fs.StringVar(&c.Listen, "listen", c.Listen, "UDP `host:port` of the QUIC listener for clients")
+	fs.StringVar(&c.Admin, "admin", c.Admin, "TCP `host:port` of the admin HTTP server: /metrics, /healthz, /readyz, /debug/pprof")
+	fs.StringVar(&c.NodeID, "node-id", c.NodeID, "this node's `id`, unique in the cluster")
+	fs.StringVar(&c.RaftAddr, "raft-addr", c.RaftAddr, "`host:port` of the node's Raft listener (shared by all shards)")
+	fs.IntVar(&c.Shards, "shards", c.Shards, "number of shards (Raft groups); must be the same on every node")
+	fs.Var((*list)(&c.Peers), "peers", "static cluster: comma-separated `id=host:port` (Raft addresses) of every node, this one included")
+	fs.Var((*list)(&c.PeerDial), "peer-dial", "comma-separated `id=host:port`: dial these peers there instead of their -peers address (NAT, test relays)")
+	fs.StringVar(&c.Cert, "cert", c.Cert, "TLS certificate `file` for clients (default: self-signed, created in -data-dir)")
+	fs.StringVar(&c.Key, "key", c.Key, "TLS key `file`, with -cert")
+	fs.StringVar(&c.TokenSecretFile, "token-secret-file", c.TokenSecretFile, "`file` holding the token-signing secret, shared by the cluster (default: token.key in -data-dir, created on first start)")
+	fs.IntVar(&c.MaxFrame, "max-frame", c.MaxFrame, "largest protocol frame in `bytes`, 131072 to 16777216")
+	fs.IntVar(&c.MaxBody, "max-body", c.MaxBody, "largest message body in `bytes`, at most 65536")
+	fs.IntVar(&c.MaxBatch, "max-batch", c.MaxBatch, "most entries per sync batch or history page, at most 1000")
+	fs.Var(&c.HeartbeatInterval, "heartbeat-interval", "`interval` of heartbeats on idle sync streams")
+	fs.Var(&c.DedupWindow, "dedup-window", "`duration` a client_msg_id is remembered, at least 1m")
+	fs.Var(&c.RecallWindow, "recall-window", "`duration` after sending a message during which its sender may recall it")
+	fs.IntVar(&c.MaxConnections, "max-connections", c.MaxConnections, "most concurrent client connections")
+	fs.IntVar(&c.MaxStreamsPerConn, "max-streams-per-conn", c.MaxStreamsPerConn, "most open streams per connection, at least 2")
+	fs.Uint64Var(&c.RetentionMaxCount, "retention-max-count", c.RetentionMaxCount, "keep at most this many newest entries per user log (0: no bound by count)")
+	fs.Var(&c.RetentionMaxAge, "retention-max-age", "drop user log entries older than this `age` (0: no bound by age)")
+	fs.Var(&c.RetentionInterval, "retention-interval", "`interval` at which each shard leader applies the retention bounds")
+	fs.Var(&c.RequestTimeout, "request-timeout", "`timeout` of one request's replication")
+	fs.Float64Var(&c.SendRate, "send-rate", c.SendRate, "mutations per second each device may sustain")
+	fs.IntVar(&c.SendBurst, "send-burst", c.SendBurst, "mutations each device may send at once")
+	fs.IntVar(&c.MaxInFlight, "max-in-flight", c.MaxInFlight, "most requests being replicated at once; beyond it requests get Overloaded")
+	fs.IntVar(&c.MaxHandshakes, "max-handshakes", c.MaxHandshakes, "most connections being authenticated at once")
+	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "debug, info, warn or error")
+	fs.StringVar(&c.LogFormat, "log-format", c.LogFormat, "text, or json for log shippers")
+}
+
+// options is what a command line asks for.
+type options struct {
+	settings    fileConfig // defaults < config file < flags on the command line
+	printConfig bool
+	// source names where each setting came from, for error messages.
+	source func(flagName string) string
+}
+
+const usageHead = `Usage: syncd [-config file] [flags]
+
+Runs a syncd server node. With no flags: a single node on embedded defaults, data in
+./syncd-data, clients over QUIC on 127.0.0.1, admin HTTP on 127.0.0.1. Settings come from the
+defaults, then the -config file (TOML, see docs/syncd.example.toml), then the flags given here.
+
+Flags:
+`
+
+// parseArgs parses the command line and the config file it names. For -h it writes the usage to
+// usage and returns flag.ErrHelp; every other error is a usage or configuration error.
+func parseArgs(args []string, usage io.Writer) (options, error) {
+	// First pass: find -config and -print-config, and reject bad flags before reading anything.
+	fs := flag.NewFlagSet("syncd", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	first := defaults()
+	bindFlags(fs, &first)
+	configFile := fs.String("config", "", "TOML `file` with settings; flags given on the command line override it")
+	printConfig := fs.Bool("print-config", false, "print the effective configuration as TOML and exit")
+	fs.Usage = func() {}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprint(usage, usageHead)
+			fs.SetOutput(usage)
+			fs.PrintDefaults()
+			return options{}, err
+		}
+		return options{}, fmt.Errorf("%w (syncd -h lists the flags)", err)
+	}
+	if fs.NArg() > 0 {
+		return options{}, fmt.Errorf("unexpected argument %q: syncd takes only flags (syncd -h lists them)", fs.Arg(0))
+	}
+
+	o := options{settings: defaults(), printConfig: *printConfig}
+	var md toml.MetaData
+	if *configFile != "" {
+		var err error
+		if md, err = decodeFile(*configFile, &o.settings); err != nil {
+			return options{}, err
+		}
+	}
+	// Second pass onto the merged settings: only the flags on the command line are set again,
+	// so they override the file and nothing else does. Visit tells which those were.
+	fs2 := flag.NewFlagSet("syncd", flag.ContinueOnError)
+	fs2.SetOutput(io.Discard)
+	bindFlags(fs2, &o.settings)
+	fs2.String("config", "", "")
+	fs2.Bool("print-config", false, "")
+	if err := fs2.Parse(args); err != nil {
+		return options{}, err // cannot happen: the first pass accepted the same arguments
+	}
+	set := map[string]bool{}
+	fs2.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	o.source = func(name string) string {
+		key := strings.ReplaceAll(name, "-", "_")
+		if !set[name] && md.IsDefined(key) {
+			return fmt.Sprintf("%s: %s", *configFile, key)
+		}
+		return "-" + name
+	}
+	return o, nil
+}
+
+// decodeFile reads the TOML file at path over c: keys it has replace fields of c, keys it lacks
+// leave them. A key fileConfig does not know is an error.
+func decodeFile(path string, c *fileConfig) (toml.MetaData, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return toml.MetaData{}, fmt.Errorf("-config: %w; check the path and its permissions", err)
+	}
+	md, err := toml.Decode(string(data), c)
+	if err != nil {
+		return md, fmt.Errorf("%s: %w", path, err)
+	}
+	var errs []error
+	undecoded := map[string]bool{}
+	for _, k := range md.Undecoded() {
+		undecoded[k.String()] = true
+		if len(k) > 1 && undecoded[k[:len(k)-1].String()] {
+			continue // inside a table already reported
+		}
+		errs = append(errs, fmt.Errorf("%s: unknown key %q; docs/syncd.example.toml lists the keys", path, k.String()))
+	}
+	return md, errors.Join(errs...)
+}
+
+// toConfig validates the settings and turns them into a syncd.Config whose Logger writes to
+// logOut. It reads the token secret file, if one is named. Every problem is reported, each naming
+// the flag or the file key it came from.
+func (o options) toConfig(logOut io.Writer) (syncd.Config, error) {
+	s, name := o.settings, o.source
+	if name == nil {
+		name = func(n string) string { return "-" + n }
+	}
+	var errs []error
+	bad := func(flagName, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%s "+format, append([]any{name(flagName)}, args...)...))
+	}
+	for _, a := range []struct {
+		flag, value string
+	}{{"listen", s.Listen}, {"admin", s.Admin}, {"raft-addr", s.RaftAddr}} {
+		if _, _, err := net.SplitHostPort(a.value); err != nil {
+			bad(a.flag, "%q is not host:port", a.value)
+		}
+	}
+	if s.DataDir == "" {
+		bad("data-dir", "must not be empty")
+	}
+	if !log.ValidID(s.NodeID) || strings.ContainsAny(s.NodeID, "=,") {
+		bad("node-id", "%q must be 1-%d printable ASCII characters, no space, '=' or ','", s.NodeID, log.MaxIDLen)
+	}
+	if s.Shards < 1 || s.Shards > syncd.NumSlots {
+		bad("shards", "must be between 1 and %d", syncd.NumSlots)
+	}
+	cfg := syncd.Config{
+		Dir: s.DataDir, ListenAddr: s.Listen, AdminAddr: s.Admin, NodeID: s.NodeID, RaftAddr: s.RaftAddr,
+		Shards: s.Shards, CertFile: s.Cert, KeyFile: s.Key,
+		Limits: proto.Limits{MaxFrame: uint32(s.MaxFrame), MaxBody: uint32(s.MaxBody), MaxBatch: uint32(s.MaxBatch),
+			HeartbeatMs: uint32(time.Duration(s.HeartbeatInterval) / time.Millisecond)},
+		DedupWindow: time.Duration(s.DedupWindow), RecallWindow: time.Duration(s.RecallWindow),
+		MaxConnections: s.MaxConnections, MaxStreamsPerConn: s.MaxStreamsPerConn,
+		Retention:         log.Retention{MaxCount: s.RetentionMaxCount, MaxAge: int64(s.RetentionMaxAge)},
+		RetentionInterval: time.Duration(s.RetentionInterval), RequestTimeout: time.Duration(s.RequestTimeout),
+		SendRate: s.SendRate, SendBurst: s.SendBurst, MaxInFlight: s.MaxInFlight, MaxHandshakes: s.MaxHandshakes,
+	}
+
+	ids := map[string]bool{}
+	for _, p := range s.Peers {
+		id, addr, err := splitPeer(p)
+		if err != nil {
+			bad("peers", "%v", err)
+			continue
+		}
+		if ids[id] {
+			bad("peers", "names %q twice", id)
+		}
+		ids[id] = true
+		cfg.Peers = append(cfg.Peers, raftstore.Peer{ID: id, Addr: addr})
+	}
+	if len(s.Peers) > 0 && !ids[s.NodeID] {
+		bad("peers", "must include this node (-node-id %q)", s.NodeID)
+	}
+	for _, p := range s.PeerDial {
+		id, addr, err := splitPeer(p)
+		if err != nil {
+			bad("peer-dial", "%v", err)
+			continue
+		}
+		if !ids[id] {
+			bad("peer-dial", "overrides %q, which is not in -peers", id)
+		}
+		if _, dup := cfg.PeerDial[id]; dup {
+			bad("peer-dial", "names %q twice", id)
+		}
+		if cfg.PeerDial == nil {
+			cfg.PeerDial = map[string]string{}
+		}
+		cfg.PeerDial[id] = addr
+	}
+	if (s.Cert == "") != (s.Key == "") {
+		errs = append(errs, fmt.Errorf("%s and %s go together: set both or neither", name("cert"), name("key")))
+	}
+	if s.TokenSecretFile != "" {
+		secret, err := readSecretFile(s.TokenSecretFile)
+		if err != nil {
+			bad("token-secret-file", "%v", err)
+		}
+		cfg.TokenSecret = secret
+	}
+
+	if s.MaxFrame < 128<<10 || s.MaxFrame > proto.MaxFrameLimit {
+		bad("max-frame", "must be between %d (128 KiB) and %d (16 MiB)", 128<<10, proto.MaxFrameLimit)
+	}
+	if s.MaxBody < 1 || s.MaxBody > proto.MaxBody {
+		bad("max-body", "must be between 1 and %d", proto.MaxBody)
+	}
+	if s.MaxBatch < 1 || s.MaxBatch > proto.MaxPage {
+		bad("max-batch", "must be between 1 and %d", proto.MaxPage)
+	}
+	if hb := time.Duration(s.HeartbeatInterval); hb < time.Millisecond || hb%time.Millisecond != 0 ||
+		hb/time.Millisecond > 1<<32-1 {
+		bad("heartbeat-interval", "%v must be a positive whole number of milliseconds", hb)
+	}
+	if s.DedupWindow < duration(time.Minute) {
+		bad("dedup-window", "%v must be at least 1m: a shorter window lets app retries duplicate messages", s.DedupWindow)
+	}
+	for _, d := range []struct {
+		flag  string
+		value duration
+	}{{"recall-window", s.RecallWindow}, {"retention-interval", s.RetentionInterval}, {"request-timeout", s.RequestTimeout}} {
+		if d.value <= 0 {
+			bad(d.flag, "%v must be positive", d.value)
+		}
+	}
+	if s.RetentionMaxAge < 0 {
+		bad("retention-max-age", "%v must not be negative", s.RetentionMaxAge)
+	}
+	if s.RetentionMaxAge == 0 && s.RetentionMaxCount == 0 {
+		errs = append(errs, fmt.Errorf("%s and %s are both 0, which means the default (720h), not unbounded: "+
+			"set at least one bound", name("retention-max-age"), name("retention-max-count")))
+	}
+	for _, n := range []struct {
+		flag         string
+		value, least int
+	}{{"max-connections", s.MaxConnections, 1}, {"max-streams-per-conn", s.MaxStreamsPerConn, 2},
+		{"send-burst", s.SendBurst, 1}, {"max-in-flight", s.MaxInFlight, 1}, {"max-handshakes", s.MaxHandshakes, 1}} {
+		if n.value < n.least {
+			bad(n.flag, "must be at least %d", n.least)
+		}
+	}
+	if !(s.SendRate > 0) { // also NaN
+		bad("send-rate", "must be a positive number of mutations per second")
+	}
+
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(s.LogLevel)); err != nil {
+		bad("log-level", "%q must be debug, info, warn or error", s.LogLevel)
+	}
+	opts := &slog.HandlerOptions{Level: level}
+	switch s.LogFormat {
+	case "text":
+		cfg.Logger = slog.New(slog.NewTextHandler(logOut, opts))
+	case "json":
+		cfg.Logger = slog.New(slog.NewJSONHandler(logOut, opts))
+	default:
+		bad("log-format", "%q must be text or json", s.LogFormat)
+	}
+
+	if len(errs) == 0 {
+		// What is left for syncd to catch (NodeID characters, ...), in its own terms.
+		errs = append(errs, cfg.Validate())
+	}
+	if err := errors.Join(errs...); err != nil {
+		return syncd.Config{}, err
+	}
+	return cfg, nil
+}
+
+// splitPeer parses id=host:port.
+func splitPeer(s string) (id, addr string, err error) {
+	id, addr, ok := strings.Cut(s, "=")
+	if !ok || !log.ValidID(id) {
+		return "", "", fmt.Errorf("%q is not id=host:port", s)
+	}
+	if _, _, err := net.SplitHostPort(addr); err != nil {
+		return "", "", fmt.Errorf("%q is not id=host:port", s)
+	}
+	return id, addr, nil
+}
+
+// readSecretFile reads a token secret in the format of token.key in the data directory: hex
+// digits, at least 16 bytes' worth.
+func readSecretFile(path string) ([]byte, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("%w; copy token.key from the data directory of a node of the cluster", err)
+	}
+	secret, err := hex.DecodeString(strings.TrimSpace(string(data)))
+	if err != nil || len(secret) < 16 {
+		return nil, fmt.Errorf("%s is not a token secret (hex digits, as in token.key in a data directory); "+
+			"copy token.key from a node of the cluster", path)
+	}
+	return secret, nil
+}
+
+// loadConfig turns a command line (without the program name) into the server's configuration:
+// defaults, then the -config file, then the flags set on the command line.
+func loadConfig(args []string) (syncd.Config, error) {
+	o, err := parseArgs(args, io.Discard)
+	if err != nil {
+		return syncd.Config{}, err
+	}
+	return o.toConfig(os.Stderr)
+}
+
+// writeTOML writes the settings as a config file.
+func writeTOML(w io.Writer, c fileConfig) error {
+	if _, err := fmt.Fprintln(w, "# syncd effective configuration (syncd -print-config)"); err != nil {
+		return err
+	}
+	return toml.NewEncoder(w).Encode(c)
+}
+
+// duration is a time.Duration spelled as in Go ("10m", "720h") in files and flags.
+type duration time.Duration
+
+// String formats d without trailing zero units: "10m", not "10m0s".
+func (d duration) String() string {
+	s := time.Duration(d).String()
+	if strings.HasSuffix(s, "m0s") {
+		s = s[:len(s)-2]
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = s[:len(s)-2]
+	}
+	return s
+}
+
+// Set implements flag.Value.
+func (d *duration) Set(s string) error { return d.UnmarshalText([]byte(s)) }
+
+// MarshalText implements encoding.TextMarshaler.
+func (d duration) MarshalText() ([]byte, error) { return []byte(d.String()), nil }
+
+// UnmarshalText implements encoding.TextUnmarshaler.
+func (d *duration) UnmarshalText(b []byte) error {
+	v, err := time.ParseDuration(string(b))
+	if err != nil {
+		return fmt.Errorf("%q is not a duration such as \"90s\", \"10m\" or \"720h\"", b)
+	}
+	*d = duration(v)
+	return nil
+}
+
+// list is a comma-separated flag value; each use of the flag replaces the list.
+type list []string
+
+// String implements flag.Value.
+func (l *list) String() string {
+	if l == nil {
+		return ""
+	}
+	return strings.Join(*l, ",")
+}
+
+// Set implements flag.Value.
+func (l *list) Set(s string) error {
+	*l = []string{}
+	for p := range strings.SplitSeq(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			*l = append(*l, p)
+		}
+	}
+	return nil
+}

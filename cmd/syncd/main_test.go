@@ -1,0 +1,355 @@
+package main
+
+import (
+	"bytes"
+	"flag"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/BurntSushi/toml"
+	"go.uber.org/goleak"
+
+	"github.com/syncd-dev/syncd/log"
+	"github.com/syncd-dev/syncd/proto"
+	"github.com/syncd-dev/syncd/raftstore"
+	"github.com/syncd-dev/syncd/syncd"
+)
+
+// TestMain fails the package if a goroutine outlives the tests.
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+const exampleFile = "../../docs/syncd.example.toml"
+
+// writeFile writes a config file into a fresh temporary directory and returns its path.
+func writeFile(t *testing.T, text string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "syncd.toml")
+	if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// mustLoad is loadConfig without the Logger, which no two calls share.
+func mustLoad(t *testing.T, args ...string) syncd.Config {
+	t.Helper()
+	cfg, err := loadConfig(args)
+	if err != nil {
+		t.Fatalf("loadConfig(%q): %v", args, err)
+	}
+	cfg.Logger = nil
+	return cfg
+}
+
+// loadErr returns the error of loadConfig(args), failing the test if there is none.
+func loadErr(t *testing.T, args ...string) string {
+	t.Helper()
+	_, err := loadConfig(args)
+	if err == nil {
+		t.Fatalf("loadConfig(%q) succeeded, want an error", args)
+	}
+	return err.Error()
+}
+
+// tomlKeys returns the toml tags of fileConfig, in order.
+func tomlKeys() []string {
+	var keys []string
+	ty := reflect.TypeFor[fileConfig]()
+	for i := range ty.NumField() {
+		keys = append(keys, ty.Field(i).Tag.Get("toml"))
+	}
+	return keys
+}
+
+// The example file documents every key with its true default: loading it changes nothing.
+func TestExampleFileHoldsTheDefaults(t *testing.T) {
+	o, err := parseArgs([]string{"-config", exampleFile}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(o.settings, defaults()) {
+		t.Errorf("example file settings\n%+v\ndiffer from the defaults\n%+v", o.settings, defaults())
+	}
+	if got, want := mustLoad(t, "-config", exampleFile), mustLoad(t); !reflect.DeepEqual(got, want) {
+		t.Errorf("example file config\n%+v\ndiffers from the no-flag config\n%+v", got, want)
+	}
+
+	var c fileConfig
+	md, err := toml.DecodeFile(exampleFile, &c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range tomlKeys() {
+		if !md.IsDefined(k) {
+			t.Errorf("example file lacks key %q", k)
+		}
+	}
+}
+
+// With no flags and no file the Config holds the defaults syncd.Config documents for its zero
+// fields, spelled out (so that -print-config shows them).
+func TestNoFlagConfig(t *testing.T) {
+	want := syncd.Config{Dir: "./syncd-data", ListenAddr: "127.0.0.1:7300", AdminAddr: syncd.DefaultAdminAddr,
+		NodeID: "n1", RaftAddr: "127.0.0.1:7400", Shards: 8, Limits: proto.Limits{}.WithDefaults(),
+		DedupWindow: 24 * time.Hour, RecallWindow: 2 * time.Minute, MaxConnections: 20000, MaxStreamsPerConn: 16,
+		Retention: log.Retention{MaxAge: int64(30 * 24 * time.Hour)}, RetentionInterval: 10 * time.Minute,
+		RequestTimeout: 10 * time.Second, SendRate: 20, SendBurst: 100, MaxInFlight: 1024, MaxHandshakes: 256}
+	if got := mustLoad(t); !reflect.DeepEqual(got, want) {
+		t.Errorf("no-flag config\n%+v\nwant\n%+v", got, want)
+	}
+}
+
+// Every file key has a flag of the same name in kebab-case, and every flag but -config and
+// -print-config has a key.
+func TestEveryKeyHasAFlag(t *testing.T) {
+	fs := flag.NewFlagSet("syncd", flag.ContinueOnError)
+	var c fileConfig
+	bindFlags(fs, &c)
+	keys := map[string]bool{}
+	for _, k := range tomlKeys() {
+		keys[k] = true
+		if fs.Lookup(strings.ReplaceAll(k, "_", "-")) == nil {
+			t.Errorf("key %q has no flag", k)
+		}
+	}
+	fs.VisitAll(func(f *flag.Flag) {
+		if !keys[strings.ReplaceAll(f.Name, "-", "_")] {
+			t.Errorf("flag -%s has no key", f.Name)
+		}
+	})
+}
+
+func TestPrecedence(t *testing.T) {
+	file := writeFile(t, `
+shards = 4
+listen = "0.0.0.0:9300"
+dedup_window = "48h"
+send_rate = 5
+`)
+	cfg := mustLoad(t, "-config", file, "-shards", "16")
+	if cfg.Shards != 16 {
+		t.Errorf("Shards %d: a flag must override the file", cfg.Shards)
+	}
+	if cfg.ListenAddr != "0.0.0.0:9300" || cfg.DedupWindow != 48*time.Hour || cfg.SendRate != 5 {
+		t.Errorf("file settings not applied: %+v", cfg)
+	}
+	if cfg.NodeID != "n1" || cfg.MaxConnections != 20000 {
+		t.Errorf("settings in neither file nor flags must keep their defaults: %+v", cfg)
+	}
+	// A flag set to the default value still overrides the file: set means given, not changed.
+	if cfg := mustLoad(t, "-shards", "8", "-config", file); cfg.Shards != 8 {
+		t.Errorf("Shards %d: -shards 8 given on the command line must override the file's 4", cfg.Shards)
+	}
+	// Without the file, the flag alone.
+	if cfg := mustLoad(t, "-shards", "2"); cfg.Shards != 2 || cfg.ListenAddr != "127.0.0.1:7300" {
+		t.Errorf("flags alone: %+v", cfg)
+	}
+}
+
+func TestUnknownKey(t *testing.T) {
+	file := writeFile(t, "shards = 4\nshard = 5\n[tls]\ncert = \"x\"\n")
+	msg := loadErr(t, "-config", file)
+	for _, want := range []string{`unknown key "shard"`, `unknown key "tls"`} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("error %q does not contain %q", msg, want)
+		}
+	}
+	if strings.Contains(msg, "tls.cert") {
+		t.Errorf("error %q reports a key inside an unknown table as well as the table", msg)
+	}
+}
+
+func TestBadDuration(t *testing.T) {
+	file := writeFile(t, "\nretention_max_age = \"30d\"\n")
+	msg := loadErr(t, "-config", file)
+	for _, want := range []string{"line 2", "retention_max_age", `"30d" is not a duration`} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("error %q does not contain %q", msg, want)
+		}
+	}
+	msg = loadErr(t, "-request-timeout", "10")
+	if !strings.Contains(msg, "-request-timeout") || !strings.Contains(msg, "not a duration") {
+		t.Errorf("error %q does not name the flag and the problem", msg)
+	}
+}
+
+func TestUnreadableFile(t *testing.T) {
+	msg := loadErr(t, "-config", filepath.Join(t.TempDir(), "missing.toml"))
+	if !strings.Contains(msg, "-config") || !strings.Contains(msg, "missing.toml") {
+		t.Errorf("error %q does not name the flag and the file", msg)
+	}
+	msg = loadErr(t, "-config", writeFile(t, "shards = \n"))
+	if !strings.Contains(msg, "syncd.toml") || !strings.Contains(msg, "line 1") {
+		t.Errorf("error %q does not name the file and the line", msg)
+	}
+}
+
+func TestValidation(t *testing.T) {
+	file := writeFile(t, "shards = 5000\n")
+	for _, tc := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"-shards", "0"}, []string{"-shards must be between 1 and 4096"}},
+		{[]string{"-config", file}, []string{"syncd.toml: shards must be between 1 and 4096"}},
+		{[]string{"-peers", "x"}, []string{`-peers "x" is not id=host:port`}},
+		{[]string{"-peers", "n2=h:1"}, []string{`-peers must include this node (-node-id "n1")`}},
+		{[]string{"-peers", "n1=h:1,n1=h:2"}, []string{`-peers names "n1" twice`}},
+		{[]string{"-listen", "7300"}, []string{`-listen "7300" is not host:port`}},
+		{[]string{"-node-id", "a b"}, []string{"-node-id"}},
+		{[]string{"-cert", "c.pem"}, []string{"-cert and -key go together"}},
+		{[]string{"-dedup-window", "30s"}, []string{"-dedup-window 30s must be at least 1m"}},
+		{[]string{"-retention-max-age", "0"}, []string{"-retention-max-age and -retention-max-count are both 0"}},
+		{[]string{"-heartbeat-interval", "1500us"}, []string{"-heartbeat-interval 1.5ms must be a positive whole number of milliseconds"}},
+		{[]string{"-max-frame", "1000"}, []string{"-max-frame must be between 131072"}},
+		{[]string{"-max-streams-per-conn", "1"}, []string{"-max-streams-per-conn must be at least 2"}},
+		{[]string{"-send-rate", "0"}, []string{"-send-rate must be a positive number"}},
+		{[]string{"-log-level", "loud"}, []string{`-log-level "loud" must be debug, info, warn or error`}},
+		{[]string{"-log-format", "xml"}, []string{`-log-format "xml" must be text or json`}},
+		{[]string{"-token-secret-file", filepath.Join(t.TempDir(), "none")}, []string{"-token-secret-file", "copy token.key"}},
+		// Every problem at once.
+		{[]string{"-shards", "0", "-log-format", "xml"}, []string{"-shards", "-log-format"}},
+		{[]string{"extra"}, []string{`unexpected argument "extra"`}},
+		{[]string{"-bogus"}, []string{"-bogus", "syncd -h"}},
+	} {
+		msg := loadErr(t, tc.args...)
+		for _, want := range tc.want {
+			if !strings.Contains(msg, want) {
+				t.Errorf("%q: error %q does not contain %q", tc.args, msg, want)
+			}
+		}
+	}
+}
+
+func TestTokenSecretFile(t *testing.T) {
+	secret := bytes.Repeat([]byte{0xab}, 32)
+	path := filepath.Join(t.TempDir(), "token.key")
+	if err := os.WriteFile(path, []byte(strings.Repeat("ab", 32)+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if cfg := mustLoad(t, "-token-secret-file", path); !bytes.Equal(cfg.TokenSecret, secret) {
+		t.Errorf("TokenSecret %x, want %x", cfg.TokenSecret, secret)
+	}
+	if err := os.WriteFile(path, []byte("not hex"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if msg := loadErr(t, "-token-secret-file", path); !strings.Contains(msg, "is not a token secret") {
+		t.Errorf("error %q", msg)
+	}
+}
+
+func TestPeerDial(t *testing.T) {
+	peers := "n1=10.0.0.1:7400, n2=10.0.0.2:7400,n3=10.0.0.3:7400"
+	cfg := mustLoad(t, "-peers", peers, "-peer-dial", "n2=127.0.0.1:17402,n3=relay.test:9")
+	wantPeers := []raftstore.Peer{{ID: "n1", Addr: "10.0.0.1:7400"}, {ID: "n2", Addr: "10.0.0.2:7400"}, {ID: "n3", Addr: "10.0.0.3:7400"}}
+	if !reflect.DeepEqual(cfg.Peers, wantPeers) {
+		t.Errorf("Peers %v, want %v", cfg.Peers, wantPeers)
+	}
+	wantDial := map[string]string{"n2": "127.0.0.1:17402", "n3": "relay.test:9"}
+	if !reflect.DeepEqual(cfg.PeerDial, wantDial) {
+		t.Errorf("PeerDial %v, want %v", cfg.PeerDial, wantDial)
+	}
+	if cfg := mustLoad(t, "-peers", peers); cfg.PeerDial != nil {
+		t.Errorf("PeerDial %v without -peer-dial, want nil", cfg.PeerDial)
+	}
+	// The file spells it as a list of the same strings; a flag replaces the file's list.
+	file := writeFile(t, `peers = ["n1=10.0.0.1:7400", "n2=10.0.0.2:7400"]`+"\n"+`peer_dial = ["n2=nat:1"]`+"\n")
+	if cfg := mustLoad(t, "-config", file); !reflect.DeepEqual(cfg.PeerDial, map[string]string{"n2": "nat:1"}) {
+		t.Errorf("PeerDial from the file: %v", cfg.PeerDial)
+	}
+	if cfg := mustLoad(t, "-config", file, "-peer-dial", ""); cfg.PeerDial != nil {
+		t.Errorf("-peer-dial \"\" must clear the file's overrides, got %v", cfg.PeerDial)
+	}
+
+	for _, tc := range []struct {
+		dial, want string
+	}{
+		{"n2", `-peer-dial "n2" is not id=host:port`},
+		{"n2=nohost", `-peer-dial "n2=nohost" is not id=host:port`},
+		{"n9=h:1", `-peer-dial overrides "n9", which is not in -peers`},
+		{"n2=h:1,n2=h:2", `-peer-dial names "n2" twice`},
+	} {
+		if msg := loadErr(t, "-peers", peers, "-peer-dial", tc.dial); !strings.Contains(msg, tc.want) {
+			t.Errorf("-peer-dial %s: error %q does not contain %q", tc.dial, msg, tc.want)
+		}
+	}
+	if msg := loadErr(t, "-peer-dial", "n2=h:1"); !strings.Contains(msg, "not in -peers") {
+		t.Errorf("-peer-dial without -peers: error %q", msg)
+	}
+}
+
+// -print-config prints TOML that, loaded as a config file, gives the same configuration.
+func TestPrintConfigRoundTrip(t *testing.T) {
+	secret := filepath.Join(t.TempDir(), "token.key")
+	if err := os.WriteFile(secret, []byte(strings.Repeat("0f", 32)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	file := writeFile(t, "shards = 3\nretention_max_count = 1000\nretention_max_age = \"0s\"\nlog_format = \"json\"\n")
+	for _, args := range [][]string{
+		nil,
+		{"-config", exampleFile},
+		{"-config", file, "-node-id", "n2", "-peers", "n1=a:1,n2=b:2,n3=c:3", "-peer-dial", "n3=relay:3,n1=relay:1",
+			"-cert", "tls.crt", "-key", "tls.key", "-token-secret-file", secret, "-heartbeat-interval", "2500ms",
+			"-send-rate", "0.5", "-recall-window", "90s", "-max-frame", "4194304", "-log-level", "debug"},
+	} {
+		var out, errOut bytes.Buffer
+		if rc := run(append(args, "-print-config"), &out, &errOut); rc != 0 {
+			t.Fatalf("%q -print-config: exit %d: %s", args, rc, errOut.String())
+		}
+		printed := writeFile(t, out.String())
+		if got, want := mustLoad(t, "-config", printed), mustLoad(t, args...); !reflect.DeepEqual(got, want) {
+			t.Errorf("%q: the printed config\n%s\nloads as\n%+v\nwant\n%+v", args, out.String(), got, want)
+		}
+		// Printing the printed file prints it again, byte for byte.
+		var again bytes.Buffer
+		if rc := run([]string{"-config", printed, "-print-config"}, &again, &errOut); rc != 0 || again.String() != out.String() {
+			t.Errorf("%q: printing the printed config (exit %d) gave\n%s\nwant\n%s", args, rc, again.String(), out.String())
+		}
+	}
+}
+
+func TestExitCodes(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want int
+	}{
+		{[]string{"-h"}, 0},
+		{[]string{"-print-config"}, 0},
+		{[]string{"-bogus"}, 2},
+		{[]string{"-shards", "0"}, 2},
+		{[]string{"-config", "/nonexistent/syncd.toml"}, 2},
+		{[]string{"-shards", "0", "-print-config"}, 2},
+	} {
+		var out, errOut bytes.Buffer
+		if rc := run(tc.args, &out, &errOut); rc != tc.want {
+			t.Errorf("%q: exit %d, want %d (stderr %q)", tc.args, rc, tc.want, errOut.String())
+		}
+		if tc.want == 2 && !strings.HasPrefix(errOut.String(), "syncd: ") {
+			t.Errorf("%q: stderr %q does not start with \"syncd: \"", tc.args, errOut.String())
+		}
+	}
+	var errOut bytes.Buffer
+	run([]string{"-h"}, &bytes.Buffer{}, &errOut)
+	if !strings.Contains(errOut.String(), "-config file") || !strings.Contains(errOut.String(), "-peer-dial") {
+		t.Errorf("-h output lacks the flags:\n%s", errOut.String())
+	}
+}
+
+func TestDurationFormat(t *testing.T) {
+	for d, want := range map[time.Duration]string{
+		10 * time.Minute: "10m", 720 * time.Hour: "720h", 90 * time.Second: "1m30s", 0: "0s",
+		time.Hour + time.Second: "1h0m1s", 2500 * time.Millisecond: "2.5s", 3 * time.Hour: "3h",
+	} {
+		if got := duration(d).String(); got != want {
+			t.Errorf("duration(%v) = %q, want %q", d, got, want)
+		}
+		var back duration
+		if err := back.UnmarshalText([]byte(duration(d).String())); err != nil || time.Duration(back) != d {
+			t.Errorf("%q parses back as %v, %v", duration(d).String(), time.Duration(back), err)
+		}
+	}
+}

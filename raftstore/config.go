@@ -11,8 +11,8 @@ import (
 
 // Peer is one voter of a static cluster.
 type Peer struct {
-	ID   string // node id, unique in the cluster
-	Addr string // raft address other nodes dial (host:port)
+	ID   string `json:"id"`   // node id, unique in the cluster
+	Addr string `json:"addr"` // raft address other nodes dial (host:port)
 }
 
 // Config configures a Node. Zero fields take the documented defaults; Validate reports every
@@ -37,6 +37,9 @@ type Config struct {
 	// PeerAddr, if set, overrides the address used to dial a peer by id (for NAT and for the
 	// fault-injecting relays of tests). It must return "" to use the configured address.
 	PeerAddr func(id string) string
+	// Attrs are facts about this node that other nodes and operators learn from its status
+	// (NodeStatus.Attrs): syncd puts its client and admin addresses there.
+	Attrs map[string]string
 
 	// Timing tunes Raft; zero fields take the LAN defaults of DefaultTiming.
 	Timing Timing

@@ -3,6 +3,7 @@ package raftstore
 import (
 	"context"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -73,31 +74,60 @@ type fwdConn struct {
 
 // propose forwards cmd for shard to the node at addr and waits for its answer.
 func (f *forwarder) propose(ctx context.Context, addr string, shard ShardID, cmd []byte) (Result, error) {
-	c, err := f.conn(ctx, addr)
+	r, err := f.roundTrip(ctx, addr, &fwdRequest{kind: fwdPropose, shard: shard, command: cmd})
 	if err != nil {
 		return Result{}, err
 	}
+	var nl *NotLeaderError
+	if errors.As(r.err, &nl) {
+		nl.Shard = shard
+	}
+	return r.res, r.err
+}
+
+// status asks the node at addr for its NodeStatus.
+func (f *forwarder) status(ctx context.Context, addr string) (NodeStatus, error) {
+	r, err := f.roundTrip(ctx, addr, &fwdRequest{kind: fwdStatusReq})
+	if err == nil {
+		err = r.err
+	}
+	if err != nil {
+		return NodeStatus{}, err
+	}
+	var st NodeStatus
+	if err := json.Unmarshal(r.status, &st); err != nil {
+		return NodeStatus{}, fmt.Errorf("raftstore: status of %s: %w", addr, err)
+	}
+	return st, nil
+}
+
+// roundTrip sends req (its id and timeout filled in here) to the node at addr and waits for the
+// answer. The error return is for the trip itself; the answer's own error is in the response.
+func (f *forwarder) roundTrip(ctx context.Context, addr string, req *fwdRequest) (fwdResponse, error) {
+	c, err := f.conn(ctx, addr)
+	if err != nil {
+		return fwdResponse{}, err
+	}
 	wait := fwdDefaultWait
-	var timeoutMS uint64
 	if dl, ok := ctx.Deadline(); ok {
 		wait = time.Until(dl)
 		if wait <= 0 {
-			return Result{}, ErrTimeout
+			return fwdResponse{}, ErrTimeout
 		}
-		timeoutMS = uint64(max(wait.Milliseconds(), 1))
+		req.timeoutMS = uint64(max(wait.Milliseconds(), 1))
 	}
 	ch := make(chan fwdResponse, 1)
 	c.mu.Lock()
 	if c.err != nil {
 		c.mu.Unlock()
-		return Result{}, fmt.Errorf("%w: %v", ErrUnreachable, c.err)
+		return fwdResponse{}, fmt.Errorf("%w: %v", ErrUnreachable, c.err)
 	}
 	c.nextID++
-	id := c.nextID
-	c.pending[id] = ch
+	req.id = c.nextID
+	c.pending[req.id] = ch
 	c.mu.Unlock()
 
-	frame := (&fwdRequest{id: id, shard: shard, timeoutMS: timeoutMS, command: cmd}).encode()
+	frame := req.encode()
 	c.wmu.Lock()
 	c.c.SetWriteDeadline(time.Now().Add(min(wait, fwdDefaultWait)))
 	_, werr := c.c.Write(frame)
@@ -109,18 +139,14 @@ func (f *forwarder) propose(ctx context.Context, addr string, shard ShardID, cmd
 	defer timer.Stop()
 	select {
 	case r := <-ch:
-		var nl *NotLeaderError
-		if errors.As(r.err, &nl) {
-			nl.Shard = shard
-		}
-		return r.res, r.err
+		return r, nil
 	case <-ctx.Done():
 	case <-timer.C:
 	}
 	c.mu.Lock()
-	delete(c.pending, id)
+	delete(c.pending, req.id)
 	c.mu.Unlock()
-	return Result{}, fmt.Errorf("%w: no answer from %s for shard %d in time", ErrUnreachable, addr, shard)
+	return fwdResponse{}, fmt.Errorf("%w: no answer from %s in time", ErrUnreachable, addr)
 }
 
 // conn returns the connection to addr, dialling it if there is none.
@@ -299,8 +325,13 @@ func (s *fwdServer) serve(conn net.Conn) {
 			s.wg.Add(1)
 			go func() {
 				defer s.wg.Done()
-				res, err := s.node.proposeForwarded(req)
-				frame := (&fwdResponse{id: req.id, res: res, err: err}).encode()
+				resp := fwdResponse{id: req.id}
+				if req.kind == fwdStatusReq {
+					resp.status, resp.err = json.Marshal(s.node.NodeStatus())
+				} else {
+					resp.res, resp.err = s.node.proposeForwarded(req)
+				}
+				frame := resp.encode()
 				wmu.Lock()
 				conn.SetWriteDeadline(time.Now().Add(10 * time.Second))
 				_, werr := conn.Write(frame)

@@ -12,12 +12,15 @@ import (
 //
 //	length u32 big-endian | body
 //
-// Request body:  version u8 (1) | id uvarint | shard uvarint | timeout_ms uvarint (0: none) |
-//                command (the Raft command encoding, proposer time 0: the leader stamps it)
-// Response body: version u8 (1) | id uvarint | error kind u8 | result or error fields
+// Request body:  version u8 (1) | id uvarint | kind u8 | fields of the kind
+//   kind 1, propose: shard uvarint | timeout_ms uvarint (0: none) |
+//                    command (the Raft command encoding, proposer time 0: the leader stamps it)
+//   kind 2, status:  nothing (the node answers its NodeStatus)
+// Response body: version u8 (1) | id uvarint | answer kind u8 | result, status or error fields
 //
-// A response with kind fwdOK carries the Result; any other kind carries the error's fields, so
-// that errors.Is and errors.As work on the forwarding node as if it had proposed locally.
+// A response with kind fwdOK carries the Result, fwdStatus a NodeStatus as JSON (an operator
+// view, free to grow); any other kind carries an error's fields, so that errors.Is and errors.As
+// work on the forwarding node as if it had proposed locally.
 
 const fwdVersion = 1
 
@@ -25,7 +28,13 @@ const fwdVersion = 1
 // larger is refused rather than allocated.
 const maxForwardFrame = 64 << 20
 
-// Error kinds of a response.
+// Request kinds.
+const (
+	fwdPropose   uint8 = 1
+	fwdStatusReq uint8 = 2
+)
+
+// Answer kinds of a response.
 const (
 	fwdOK             uint8 = 0
 	fwdRejected       uint8 = 1 // code u8 | message
@@ -36,10 +45,12 @@ const (
 	fwdShutdown       uint8 = 6
 	fwdNoShard        uint8 = 7
 	fwdOther          uint8 = 8 // message
+	fwdStatus         uint8 = 9 // NodeStatus as JSON
 )
 
 type fwdRequest struct {
 	id        uint64
+	kind      uint8
 	shard     ShardID
 	timeoutMS uint64
 	command   []byte
@@ -49,9 +60,12 @@ func (r *fwdRequest) encode() []byte {
 	b := make([]byte, 4, 4+1+30+len(r.command))
 	b = append(b, fwdVersion)
 	b = binary.AppendUvarint(b, r.id)
-	b = binary.AppendUvarint(b, uint64(r.shard))
-	b = binary.AppendUvarint(b, r.timeoutMS)
-	b = append(b, r.command...)
+	b = append(b, r.kind)
+	if r.kind == fwdPropose {
+		b = binary.AppendUvarint(b, uint64(r.shard))
+		b = binary.AppendUvarint(b, r.timeoutMS)
+		b = append(b, r.command...)
+	}
 	binary.BigEndian.PutUint32(b, uint32(len(b)-4))
 	return b
 }
@@ -61,20 +75,31 @@ func decodeFwdRequest(body []byte) (fwdRequest, error) {
 	if v := d.u8(); v != fwdVersion {
 		return fwdRequest{}, fmt.Errorf("raftstore: forwarded request version %d", v)
 	}
-	r := fwdRequest{id: d.uvarint()}
-	shard := d.uvarint()
-	r.timeoutMS = d.uvarint()
-	if d.err == nil && shard > 1<<32-1 {
-		d.err = errors.New("raftstore: forwarded request: shard out of range")
+	r := fwdRequest{id: d.uvarint(), kind: d.u8()}
+	switch {
+	case d.err != nil:
+	case r.kind == fwdStatusReq:
+		if len(d.b) > 0 {
+			d.err = errors.New("raftstore: forwarded status request: trailing bytes")
+		}
+	case r.kind == fwdPropose:
+		shard := d.uvarint()
+		r.timeoutMS = d.uvarint()
+		if d.err == nil && shard > 1<<32-1 {
+			d.err = errors.New("raftstore: forwarded request: shard out of range")
+		}
+		r.shard, r.command = ShardID(shard), d.b
+	default:
+		d.err = fmt.Errorf("raftstore: forwarded request of unknown kind %d", r.kind)
 	}
-	r.shard, r.command = ShardID(shard), d.b
 	return r, d.err
 }
 
 type fwdResponse struct {
-	id  uint64
-	res Result
-	err error
+	id     uint64
+	res    Result
+	status []byte // NodeStatus JSON of a status answer
+	err    error
 }
 
 func (r *fwdResponse) encode() []byte {
@@ -86,6 +111,8 @@ func (r *fwdResponse) encode() []byte {
 		ooo *log.OutOfOrderError
 	)
 	switch err := r.err; {
+	case err == nil && r.status != nil:
+		b = appendStr(append(b, fwdStatus), string(r.status))
 	case err == nil:
 		b = append(b, fwdOK)
 		a := r.res.Append
@@ -165,6 +192,8 @@ func decodeFwdResponse(body []byte) (fwdResponse, error) {
 		r.err = fmt.Errorf("%w (at the leader)", ErrNoShard)
 	case fwdOther:
 		r.err = fmt.Errorf("raftstore: at the leader: %s", d.str())
+	case fwdStatus:
+		r.status = []byte(d.str())
 	default:
 		return fwdResponse{}, fmt.Errorf("raftstore: forwarded response: unknown kind %d", kind)
 	}

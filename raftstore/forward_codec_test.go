@@ -56,10 +56,18 @@ func TestForwardCodec(t *testing.T) {
 			}
 		}
 	}
-	req := fwdRequest{id: 77, shard: 1<<32 - 1, timeoutMS: 1500, command: []byte{1, 2, 3}}
-	got, err := decodeFwdRequest(req.encode()[4:])
-	if err != nil || !reflect.DeepEqual(got, req) {
-		t.Fatalf("request: %+v %v", got, err)
+	for _, req := range []fwdRequest{
+		{id: 77, kind: fwdPropose, shard: 1<<32 - 1, timeoutMS: 1500, command: []byte{1, 2, 3}},
+		{id: 78, kind: fwdStatusReq},
+	} {
+		got, err := decodeFwdRequest(req.encode()[4:])
+		if err != nil || !reflect.DeepEqual(got, req) {
+			t.Fatalf("request: %+v %v", got, err)
+		}
+	}
+	status := fwdResponse{id: 10, status: []byte(`{"id":"n1"}`)}
+	if got, err := decodeFwdResponse(status.encode()[4:]); err != nil || string(got.status) != `{"id":"n1"}` || got.err != nil {
+		t.Fatalf("status response: %+v %v", got, err)
 	}
 }
 
@@ -69,7 +77,9 @@ func FuzzForwardFrames(f *testing.F) {
 	for _, r := range fwdResponses() {
 		f.Add(r.encode()[4:])
 	}
-	f.Add((&fwdRequest{id: 1, shard: 2, command: []byte{1, 1, 0}}).encode()[4:])
+	f.Add((&fwdRequest{id: 1, kind: fwdPropose, shard: 2, command: []byte{1, 1, 0}}).encode()[4:])
+	f.Add((&fwdRequest{id: 2, kind: fwdStatusReq}).encode()[4:])
+	f.Add((&fwdResponse{id: 3, status: []byte("{}")}).encode()[4:])
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, data []byte) {
 		if req, err := decodeFwdRequest(data); err == nil {
@@ -80,7 +90,8 @@ func FuzzForwardFrames(f *testing.F) {
 		}
 		if resp, err := decodeFwdResponse(data); err == nil {
 			again, err := decodeFwdResponse(resp.encode()[4:])
-			if err != nil || again.id != resp.id || !reflect.DeepEqual(again.res, resp.res) || (again.err == nil) != (resp.err == nil) {
+			if err != nil || again.id != resp.id || !reflect.DeepEqual(again.res, resp.res) ||
+				(again.err == nil) != (resp.err == nil) || string(again.status) != string(resp.status) {
 				t.Fatalf("response re-encoding: %+v %v", again, err)
 			}
 		}

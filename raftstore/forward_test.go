@@ -122,3 +122,36 @@ func TestForwardUnreachableLeader(t *testing.T) {
 	c.WaitConverged(shard)
 	checkConv(t, c, shard, "d:alice:bob", 1)
 }
+
+// TestClusterStatus: any node gathers every node's status over the forwarding connections,
+// attributes included, and names a node it cannot reach instead of failing.
+func TestClusterStatus(t *testing.T) {
+	const shard = raftstore.ShardID(1)
+	c := raftstoretest.NewCluster(t, 3, []raftstore.ShardID{shard}, func(cfg *raftstore.Config) {
+		cfg.Attrs = map[string]string{"client": "quic://" + cfg.NodeID}
+	})
+	leader := c.Leader(shard)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	all := c.Node(0).ClusterStatus(ctx)
+	if len(all) != 3 {
+		t.Fatalf("cluster status: %+v", all)
+	}
+	for i, p := range all {
+		if p.Err != "" || p.Status == nil || p.Status.ID != p.ID || p.Status.Attrs["client"] != "quic://"+p.ID ||
+			len(p.Status.Shards) != 1 || len(p.Status.Shards[0].Voters) != 3 {
+			t.Fatalf("node %d: %+v", i, p)
+		}
+		if st := p.Status.Shards[0]; (st.State == "leader") != (p.ID == c.Config(leader).NodeID) {
+			t.Fatalf("node %s: state %s, leader is n%d", p.ID, st.State, leader+1)
+		}
+	}
+	down := (leader + 1) % 3
+	asker := (leader + 2) % 3
+	c.Stop(down)
+	for _, p := range c.Node(asker).ClusterStatus(ctx) {
+		if (p.ID == c.Config(down).NodeID) != (p.Err != "") {
+			t.Fatalf("with node %d stopped: %+v", down, p)
+		}
+	}
+}

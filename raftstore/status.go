@@ -3,6 +3,9 @@ package raftstore
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -11,21 +14,91 @@ import (
 // ShardStatus is a point-in-time view of this node's replica of one shard, for status pages,
 // metrics and tests.
 type ShardStatus struct {
-	Shard        ShardID
-	State        string // "leader", "follower", "candidate" or "shutdown"
-	LeaderID     string // "" when no leader is known
-	LeaderAddr   string
-	Term         uint64
-	LastIndex    uint64 // last index in this replica's Raft log
-	CommitIndex  uint64
-	AppliedIndex uint64 // last index Raft has handed to the state machine (applied or skipped)
+	Shard        ShardID `json:"shard"`
+	State        string  `json:"state"`     // "leader", "follower", "candidate" or "shutdown"
+	LeaderID     string  `json:"leader_id"` // "" when no leader is known
+	LeaderAddr   string  `json:"leader_addr"`
+	Voters       []Peer  `json:"voters"` // the shard's Raft configuration as this replica knows it
+	Term         uint64  `json:"term"`
+	LastIndex    uint64  `json:"last_index"` // last index in this replica's Raft log
+	CommitIndex  uint64  `json:"commit_index"`
+	AppliedIndex uint64  `json:"applied_index"` // last index Raft has handed to the state machine (applied or skipped)
 	// StateIndex is the last index reflected in the stored state (persisted with it). It can stay
 	// below AppliedIndex on an idle shard: raft counts its leader no-op entries as applied but
 	// never hands them to the state machine.
-	StateIndex uint64
-	Applies    uint64 // commands applied since start
-	Skips      uint64 // entries skipped since start because the state already had them
-	Restores   uint64 // snapshots installed since start (a follower that fell far behind)
+	StateIndex uint64 `json:"state_index"`
+	Applies    uint64 `json:"applies"`  // commands applied since start
+	Skips      uint64 `json:"skips"`    // entries skipped since start because the state already had them
+	Restores   uint64 `json:"restores"` // snapshots installed since start (a follower that fell far behind)
+}
+
+// NodeStatus is a node's view of itself: its identity, the attributes the application gave it
+// (Config.Attrs, such as its client and admin addresses) and the status of every replica it
+// hosts. Any node can ask any other for it (see Node.ClusterStatus).
+type NodeStatus struct {
+	ID       string            `json:"id"`
+	RaftAddr string            `json:"raft_addr"`
+	Attrs    map[string]string `json:"attrs,omitempty"`
+	Shards   []ShardStatus     `json:"shards"`
+}
+
+// NodeStatus returns this node's status.
+func (n *Node) NodeStatus() NodeStatus {
+	return NodeStatus{ID: n.cfg.NodeID, RaftAddr: n.addr, Attrs: n.cfg.Attrs, Shards: n.Status()}
+}
+
+// PeerStatus is one node's answer to Node.ClusterStatus: its status, or why it could not be had.
+type PeerStatus struct {
+	ID     string      `json:"id"`
+	Addr   string      `json:"addr"` // the Raft address it was asked at
+	Status *NodeStatus `json:"status,omitempty"`
+	Err    string      `json:"error,omitempty"`
+}
+
+// ClusterStatus asks every node named in the Raft configuration of a shard this node hosts for
+// its status (this node answers for itself), in parallel within ctx, and returns the answers by
+// node id.
+func (n *Node) ClusterStatus(ctx context.Context) []PeerStatus {
+	peers := map[string]string{n.cfg.NodeID: n.addr}
+	for _, st := range n.Status() {
+		for _, v := range st.Voters {
+			if _, ok := peers[v.ID]; !ok {
+				peers[v.ID] = v.Addr
+			}
+		}
+	}
+	out := make([]PeerStatus, 0, len(peers))
+	for id, addr := range peers {
+		out = append(out, PeerStatus{ID: id, Addr: addr})
+	}
+	slices.SortFunc(out, func(a, b PeerStatus) int { return strings.Compare(a.ID, b.ID) })
+	var wg sync.WaitGroup
+	for i := range out {
+		p := &out[i]
+		if p.ID == n.cfg.NodeID {
+			st := n.NodeStatus()
+			p.Status = &st
+			continue
+		}
+		dial := p.Addr
+		if n.cfg.PeerAddr != nil {
+			if o := n.cfg.PeerAddr(p.ID); o != "" {
+				dial = o
+			}
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			st, err := n.fwd.status(ctx, dial)
+			if err != nil {
+				p.Err = err.Error()
+				return
+			}
+			p.Status = &st
+		}()
+	}
+	wg.Wait()
+	return out
 }
 
 // Status returns the status of every shard this node hosts, by shard id.
@@ -54,6 +127,7 @@ func (r *replica) status() ShardStatus {
 		State:        stateName(state),
 		LeaderID:     string(id),
 		LeaderAddr:   string(addr),
+		Voters:       r.voters(),
 		Term:         r.raft.CurrentTerm(),
 		LastIndex:    r.raft.LastIndex(),
 		CommitIndex:  r.raft.CommitIndex(),
@@ -63,6 +137,19 @@ func (r *replica) status() ShardStatus {
 		Skips:        r.fsm.skips.Load(),
 		Restores:     r.fsm.restores.Load(),
 	}
+}
+
+// voters returns the shard's latest Raft configuration as this replica knows it.
+func (r *replica) voters() []Peer {
+	f := r.raft.GetConfiguration()
+	if f.Error() != nil {
+		return nil
+	}
+	var out []Peer
+	for _, s := range f.Configuration().Servers {
+		out = append(out, Peer{ID: string(s.ID), Addr: string(s.Address)})
+	}
+	return out
 }
 
 func stateName(s raft.RaftState) string {

@@ -37,9 +37,10 @@ type Config struct {
 	// PeerAddr, if set, overrides the address used to dial a peer by id (for NAT and for the
 	// fault-injecting relays of tests). It must return "" to use the configured address.
 	PeerAddr func(id string) string
-	// Attrs are facts about this node that other nodes and operators learn from its status
-	// (NodeStatus.Attrs): syncd puts its client and admin addresses there.
-	Attrs map[string]string
+	// Attrs, if set, returns facts about this node that other nodes and operators learn from its
+	// status (NodeStatus.Attrs): syncd returns its client and admin addresses. It is called for
+	// every status request, concurrently.
+	Attrs func() map[string]string
 
 	// Timing tunes Raft; zero fields take the LAN defaults of DefaultTiming.
 	Timing Timing

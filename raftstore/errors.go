@@ -20,7 +20,7 @@ var (
 	// ErrUnreachable: the proposal was forwarded to the shard's leader on another node, and the
 	// leader could not be reached or did not answer in time, so it may or may not have been
 	// applied. Retry: every command is idempotent (dedup by client_msg_id, delivery marks).
-	ErrUnreachable = errors.New("raftstore: shard leader unreachable, outcome unknown")
+	ErrUnreachable = errors.New("raftstore: peer unreachable (a proposal's outcome is unknown)")
 	// ErrShutdown: the node is shutting down.
 	ErrShutdown = errors.New("raftstore: shutting down")
 	// ErrNoShard: this node does not host the shard.

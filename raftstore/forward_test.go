@@ -128,7 +128,8 @@ func TestForwardUnreachableLeader(t *testing.T) {
 func TestClusterStatus(t *testing.T) {
 	const shard = raftstore.ShardID(1)
 	c := raftstoretest.NewCluster(t, 3, []raftstore.ShardID{shard}, func(cfg *raftstore.Config) {
-		cfg.Attrs = map[string]string{"client": "quic://" + cfg.NodeID}
+		id := cfg.NodeID
+		cfg.Attrs = func() map[string]string { return map[string]string{"client": "quic://" + id} }
 	})
 	leader := c.Leader(shard)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

@@ -44,7 +44,11 @@ type NodeStatus struct {
 
 // NodeStatus returns this node's status.
 func (n *Node) NodeStatus() NodeStatus {
-	return NodeStatus{ID: n.cfg.NodeID, RaftAddr: n.addr, Attrs: n.cfg.Attrs, Shards: n.Status()}
+	st := NodeStatus{ID: n.cfg.NodeID, RaftAddr: n.addr, Shards: n.Status()}
+	if n.cfg.Attrs != nil {
+		st.Attrs = n.cfg.Attrs()
+	}
+	return st
 }
 
 // PeerStatus is one node's answer to Node.ClusterStatus: its status, or why it could not be had.

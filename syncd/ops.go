@@ -7,5 +7,6 @@ import "net/http"
 func (s *Server) opsRoutes(mux *http.ServeMux) {
 	s.deadLetterRoutes(mux)
 	s.userRoutes(mux)
+	s.clusterRoutes(mux)
 	s.inspectRoutes(mux)
 }

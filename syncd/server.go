@@ -33,9 +33,10 @@ type Server struct {
 	metrics     *metrics
 	admin       *adminServer
 
-	conns      atomic.Int64 // open client connections
-	inflight   gate         // requests being replicated (Config.MaxInFlight)
-	handshakes gate         // connections being authenticated (Config.MaxHandshakes)
+	attrs      atomic.Pointer[map[string]string] // client and admin addresses, once bound
+	conns      atomic.Int64                      // open client connections
+	inflight   gate                              // requests being replicated (Config.MaxInFlight)
+	handshakes gate                              // connections being authenticated (Config.MaxHandshakes)
 }
 
 // NewServer opens the node's store and shards and binds the QUIC listener. On first start with
@@ -73,6 +74,12 @@ func NewServer(cfg Config) (*Server, error) {
 			}
 		},
 		OnUserLogs: s.notes.notify,
+		Attrs: func() map[string]string {
+			if a := s.attrs.Load(); a != nil {
+				return *a
+			}
+			return nil
+		},
 	})
 	if err != nil {
 		return nil, err
@@ -98,6 +105,7 @@ func NewServer(cfg Config) (*Server, error) {
 		s.node.Close()
 		return nil, fmt.Errorf("syncd: listen for clients on %s (is another syncd running? pick another -listen): %w", cfg.ListenAddr, err)
 	}
+	s.attrs.Store(&map[string]string{attrClient: s.ln.Addr().String(), attrAdmin: s.admin.Addr().String()})
 	return s, nil
 }
 

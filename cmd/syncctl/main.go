@@ -47,6 +47,7 @@ var commands = []command{
 	{"pull", "print the user's new log entries, then exit", runPull},
 	{"tail", "print the user's new log entries until Ctrl-C", runTail},
 	{"status", "show a node's readiness and per-shard Raft state (admin HTTP)", runStatus},
+	{"cluster", "show every node and shard of the cluster: leaders, replicas, lag (admin HTTP)", runCluster},
 	{"cursor", "show a user's log and where each device's cursor stands in it (admin HTTP)", runCursor},
 	{"trace", "show where a message went: its entry, fan-out, each member's log and devices (admin HTTP)", runTrace},
 	{"dlq", "list, replay or drop dead letters: deliveries a shard refused (admin HTTP)", runDLQ},
@@ -99,7 +100,7 @@ Usage: syncctl <command> [flags]
 Commands:
 `)
 	for _, c := range commands {
-		fmt.Fprintf(w, "  %-7s %s\n", c.name, c.summary)
+		fmt.Fprintf(w, "  %-10s %s\n", c.name, c.summary)
 	}
 	fmt.Fprint(w, `
 Quick start (with "go run ./cmd/syncd" running on its defaults):

@@ -1,0 +1,96 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/syncd-dev/syncd/syncd"
+)
+
+func runCluster(ctx context.Context, e *env, args []string) int {
+	const cmd = "cluster"
+	f := newFlagSet(e, cmd, "status [-admin host:port] [-json]", `
+Shows the cluster as one node sees it: every node (its Raft, client and admin addresses, whether
+it answered, how many shards it leads) and every shard (its leader, term and voters, and each
+replica's commit and applied indexes and its lag behind the leader's log). Ask any node; a node
+that cannot be reached is listed with the reason. Exits 1 if a node is unreachable or a shard has
+no leader.`, `
+syncctl cluster status -admin 127.0.0.1:7381`)
+	var admin adminFlags
+	admin.register(f)
+	asJSON := f.Bool("json", false, "print the server's JSON answer")
+	if len(args) == 0 || args[0] != "status" {
+		if len(args) > 0 && (args[0] == "-h" || args[0] == "-help" || args[0] == "--help") {
+			f.Usage()
+			return exitOK
+		}
+		fmt.Fprintln(e.stderr, "syncctl cluster: want a subcommand: status (see -h)")
+		return exitUsage
+	}
+	if code, ok := parse(e, f, args[1:]); !ok {
+		return code
+	}
+	var view syncd.ClusterView
+	if err := admin.call(ctx, http.MethodGet, "/v1/cluster", &view); err != nil {
+		e.reportAdmin(cmd, err)
+		return exitFail
+	}
+	if *asJSON {
+		writeJSON(e, view)
+	} else {
+		printCluster(e, view)
+	}
+	healthy := true
+	for _, n := range view.Nodes {
+		healthy = healthy && n.Reachable
+	}
+	for _, s := range view.Shards {
+		healthy = healthy && s.Leader != ""
+	}
+	if !healthy {
+		return exitFail
+	}
+	return exitOK
+}
+
+func printCluster(e *env, view syncd.ClusterView) {
+	fmt.Fprintf(e.stdout, "as seen by node %s\n\n", view.Node)
+	tw := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "NODE\tRAFT\tCLIENTS\tADMIN\tLEADS\tSTATUS")
+	for _, n := range view.Nodes {
+		status := "up"
+		if !n.Reachable {
+			status = "UNREACHABLE: " + n.Error
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\n", n.ID, n.RaftAddr, dash(n.ClientAddr), dash(n.AdminAddr), n.Leads, status)
+	}
+	tw.Flush()
+	fmt.Fprintln(e.stdout)
+	tw = tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "SHARD\tLEADER\tTERM\tVOTERS\tREPLICA\tSTATE\tCOMMIT\tAPPLIED\tLAG")
+	for _, s := range view.Shards {
+		leader := s.Leader
+		if leader == "" {
+			leader = "NONE"
+		}
+		for i, r := range s.Replicas {
+			if i == 0 {
+				fmt.Fprintf(tw, "%d\t%s\t%d\t%s", s.Shard, leader, s.Term, strings.Join(s.Voters, ","))
+			} else {
+				fmt.Fprint(tw, "\t\t\t")
+			}
+			fmt.Fprintf(tw, "\t%s\t%s\t%d\t%d\t%d\n", r.Node, r.State, r.Commit, r.Applied, r.Lag)
+		}
+	}
+	tw.Flush()
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}

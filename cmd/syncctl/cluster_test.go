@@ -1,0 +1,58 @@
+package main
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/syncd-dev/syncd/raftstore/raftstoretest"
+	"github.com/syncd-dev/syncd/syncd"
+	"github.com/syncd-dev/syncd/syncd/syncdtest"
+)
+
+// TestSyncctlClusterStatus asks one node of a real three-node cluster for the whole cluster, then
+// stops another node and sees it reported unreachable (exit 1) while every shard keeps a leader.
+func TestSyncctlClusterStatus(t *testing.T) {
+	c := syncdtest.StartCluster(t, 3, nil)
+	admin := []string{"-admin", c.Server(0).AdminAddr().String()}
+	code, out, _ := syncctl(t, append([]string{"cluster", "status", "-json"}, admin...)...)
+	if code != 0 {
+		t.Fatalf("cluster status: exit %d", code)
+	}
+	view := decodeJSON[syncd.ClusterView](t, out)
+	leads := 0
+	for i, n := range view.Nodes {
+		srv := c.Server(i)
+		if !n.Reachable || n.ClientAddr != srv.Addr().String() || n.AdminAddr != srv.AdminAddr().String() {
+			t.Fatalf("node %d: %+v", i, n)
+		}
+		leads += n.Leads
+	}
+	if len(view.Nodes) != 3 || len(view.Shards) != 4 || leads != 4 {
+		t.Fatalf("view: %+v", view)
+	}
+	for _, s := range view.Shards {
+		if s.Leader == "" || len(s.Voters) != 3 || len(s.Replicas) != 3 {
+			t.Fatalf("shard %d: %+v", s.Shard, s)
+		}
+	}
+	code, out, _ = syncctl(t, append([]string{"cluster", "status"}, admin...)...)
+	if code != 0 || !strings.Contains(out, "SHARD") || strings.Count(out, " up") != 3 {
+		t.Fatalf("cluster status table: exit %d\n%s", code, out)
+	}
+
+	c.Stop(2)
+	raftstoretest.Eventually(t, 20*time.Second, "every shard to have a leader without n3", func() bool {
+		code, out, _ = syncctl(t, append([]string{"cluster", "status", "-json"}, admin...)...)
+		view = decodeJSON[syncd.ClusterView](t, out)
+		for _, s := range view.Shards {
+			if s.Leader == "" || len(s.Replicas) != 2 {
+				return false
+			}
+		}
+		return true
+	})
+	if code != exitFail || view.Nodes[2].Reachable || !strings.Contains(view.Nodes[2].Error, "unreachable") {
+		t.Fatalf("with n3 stopped: exit %d, %+v", code, view.Nodes)
+	}
+}

@@ -419,9 +419,10 @@ type shardStat struct {
 	term                  uint64
 	commit, applied, last uint64
 	deadLetters           uint64
+	lag                   uint64 // outbox records not yet delivered everywhere and trimmed
 }
 
-// scrape reads node n's per-shard Raft metrics (syncd_raft_*, syncd_dead_letters).
+// scrape reads node n's per-shard metrics (syncd_raft_*, syncd_dead_letters, fan-out lag).
 func (c *testCluster) scrape(n *clusterNode) (map[int]*shardStat, error) {
 	code, body, err := c.get(n, "/metrics")
 	if err != nil {
@@ -475,6 +476,8 @@ func parseShardMetrics(body string) (map[int]*shardStat, error) {
 			st.last = uint64(v)
 		case "syncd_dead_letters":
 			st.deadLetters = uint64(v)
+		case "syncd_fanout_lag_entries":
+			st.lag = uint64(v)
 		}
 	}
 	return out, sc.Err()
@@ -535,6 +538,21 @@ func (c *testCluster) mostLeader(l map[int]*clusterNode) *clusterNode {
 	var best *clusterNode
 	for _, n := range c.nodes {
 		if count[n] > 0 && (best == nil || count[n] > count[best]) {
+			best = n
+		}
+	}
+	return best
+}
+
+// leastLeader returns the serving node that leads the fewest shards (ties: the lowest id).
+func (c *testCluster) leastLeader(l map[int]*clusterNode) *clusterNode {
+	count := map[*clusterNode]int{}
+	for _, n := range l {
+		count[n]++
+	}
+	var best *clusterNode
+	for _, n := range c.nodes {
+		if n.serving() && (best == nil || count[n] < count[best]) {
 			best = n
 		}
 	}

@@ -1,0 +1,574 @@
+package test
+
+// The checker of the fault suite. After the faults are healed and the traffic stopped it waits
+// for the cluster and the devices to converge, then checks the guarantees of DESIGN.md on what
+// the devices stored and, once every node is stopped, on every node's store:
+//
+//   - every acked message is in every member device's store exactly once, at its acked conv_seq
+//     with its acked msg_id (G1, G4, G5);
+//   - every member's store shows each conversation in the same order, the conversation's order,
+//     and each sender's messages in the order it queued them (G6);
+//   - nothing appears that no device queued;
+//   - every device stored its user's log contiguously from position 1 (a GapEvent the SDK
+//     repaired is fine; a rebase or an epoch change would mean entries were skipped);
+//   - on every node, every user log and conversation log is contiguous from 1 and holds exactly
+//     what the devices stored (G2), each shard's state checksum is the same on every replica,
+//     and no shard holds a dead letter.
+
+import (
+	"bytes"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"hash/crc64"
+	"log/slog"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/syncd-dev/syncd/client"
+	"github.com/syncd-dev/syncd/log"
+	"github.com/syncd-dev/syncd/proto"
+	"github.com/syncd-dev/syncd/raftstore"
+	"github.com/syncd-dev/syncd/syncd"
+)
+
+// checkAll runs the whole check after a fault schedule: stop the traffic, wait until every
+// mutation is acked or failed and every device has converged, check the devices, close them,
+// wait for the replicas to apply the same index, stop every node with SIGTERM and check their
+// stores. settle bounds each wait; it is generous because a device may be in a reconnect backoff
+// when the last fault heals.
+func checkAll(w *workload, settle time.Duration) {
+	w.t.Helper()
+	c := w.c
+	w.Stop()
+	for _, n := range c.nodes { // a schedule may end with a node down: bring it back first
+		if !n.running() {
+			if err := n.Restart(); err != nil {
+				w.t.Fatal(err)
+			}
+			w.tl.add("%s restarted for the check", n.id)
+		}
+	}
+	c.waitReady(settle)
+	waitFor(w.t, settle, "every queued mutation to be acked or failed", func() (bool, string) {
+		u := w.unsettled()
+		return len(u) == 0, fmt.Sprintf("%d unsettled: %v", len(u), u[:min(len(u), 10)])
+	})
+	w.waitConverged(settle)
+	w.checkDevices()
+	w.Close()
+	c.waitReplicasCaughtUp(settle)
+	c.terminateAll()
+	c.checkLogs()
+	w.checkStores()
+	if c.mesh != nil {
+		w.t.Logf("relays: %s", c.mesh.Summary())
+	}
+}
+
+// convView is one device's stored messages of one conversation: (conv_seq, msg_id, body).
+type convView []string
+
+// view returns device d's stored messages of conv, one "conv_seq msg_id body" line each.
+func (w *workload) view(d *wlDevice, conv string) (convView, []client.Message, error) {
+	msgs, err := d.cl.Messages(conv)
+	if err != nil {
+		return nil, nil, err
+	}
+	out := make(convView, 0, len(msgs))
+	for _, m := range msgs {
+		out = append(out, fmt.Sprintf("%d %s %s", m.ConvSeq, m.MsgID, m.Body))
+	}
+	return out, msgs, nil
+}
+
+// waitConverged waits until every device has stored its user's whole log (up to the head every
+// node reports), every shard's outbox is delivered (fan-out lag 0 on its leader), every acked
+// message is in every member's store, and the members of each conversation store the same
+// messages.
+func (w *workload) waitConverged(timeout time.Duration) {
+	w.t.Helper()
+	start := time.Now()
+	waitFor(w.t, timeout, "the devices to converge", func() (bool, string) {
+		for shard, leader := range w.c.leaders() {
+			stats, err := w.c.scrape(leader)
+			if err != nil {
+				return false, err.Error()
+			}
+			if st := stats[shard]; st == nil || st.lag != 0 {
+				return false, fmt.Sprintf("shard %d: fan-out lag on its leader %s: %+v", shard, leader.id, st)
+			}
+		}
+		for _, d := range w.devs {
+			head, err := w.serverHead(d.user)
+			if err != nil {
+				return false, err.Error()
+			}
+			d.mu.Lock()
+			stored := len(d.entries)
+			d.mu.Unlock()
+			if uint64(stored) != head {
+				return false, fmt.Sprintf("%s stored %d entries, its log's head is %d", d.user, stored, head)
+			}
+		}
+		for _, cv := range w.convs {
+			var ref convView
+			for i, u := range cv.members {
+				v, _, err := w.view(w.device(u), cv.id)
+				if err != nil {
+					return false, err.Error()
+				}
+				if missing := w.missingAcks(cv.id, v); len(missing) > 0 {
+					return false, fmt.Sprintf("%s lacks %d acked messages of %s, first %s", u, len(missing), cv.id, missing[0])
+				}
+				if i == 0 {
+					ref = v
+				} else if !slices.Equal(v, ref) {
+					return false, fmt.Sprintf("%s: %s stores %d messages, %s %d", cv.id, cv.members[0], len(ref), u, len(v))
+				}
+			}
+		}
+		return true, ""
+	})
+	w.tl.add("devices converged in %v", time.Since(start).Round(10*time.Millisecond))
+}
+
+// serverHead returns the highest head of user's log among the serving nodes' replicas (from the
+// admin endpoint /v1/cursors).
+func (w *workload) serverHead(user string) (uint64, error) {
+	var head uint64
+	answered := false
+	for _, n := range w.c.nodes {
+		if !n.serving() {
+			continue
+		}
+		code, body, err := w.c.get(n, "/v1/cursors?user="+user)
+		if err != nil || code != 200 {
+			continue
+		}
+		var ans struct {
+			Head uint64 `json:"head"`
+		}
+		if err := json.Unmarshal([]byte(body), &ans); err != nil {
+			return 0, fmt.Errorf("%s /v1/cursors: %v: %s", n.id, err, body)
+		}
+		head, answered = max(head, ans.Head), true
+	}
+	if !answered {
+		return 0, fmt.Errorf("no node answered /v1/cursors for %s", user)
+	}
+	return head, nil
+}
+
+// missingAcks returns the acked messages of conv that view lacks (at their acked conv_seq with
+// their msg_id and body).
+func (w *workload) missingAcks(conv string, view convView) []string {
+	have := map[string]bool{}
+	for _, line := range view {
+		have[line] = true
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var out []string
+	for _, m := range w.msgs {
+		if m.conv == conv && m.kind == proto.KindMessage && m.ack != nil {
+			if line := fmt.Sprintf("%d %s %s", m.ack.ConvSeq, m.ack.MsgID, m.body); !have[line] {
+				out = append(out, line)
+			}
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// checkDevices checks what the devices stored against what was queued and acked.
+func (w *workload) checkDevices() {
+	t := w.t
+	t.Helper()
+	w.mu.Lock()
+	bad := slices.Clone(w.bad)
+	w.mu.Unlock()
+	for _, b := range bad {
+		t.Errorf("recording: %s", b)
+	}
+	var acked, failed, storedUnacked, checkedMsgs, entries, gaps int
+	w.mu.Lock()
+	for _, m := range w.msgs {
+		switch {
+		case m.ack != nil:
+			acked++
+		case m.failed != "":
+			failed++
+		}
+	}
+	w.mu.Unlock()
+
+	w.final = map[string]convView{}
+	for _, cv := range w.convs {
+		for i, u := range cv.members {
+			d := w.device(u)
+			v, msgs, err := w.view(d, cv.id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkedMsgs += len(msgs)
+			unacked, problems := w.checkView(d, cv, msgs)
+			for _, p := range problems {
+				t.Error(p)
+			}
+			if i == 0 {
+				w.final[cv.id] = v
+				storedUnacked += unacked
+			}
+		}
+	}
+	for _, d := range w.devs {
+		d.mu.Lock()
+		entries += len(d.entries)
+		gaps += len(d.gaps)
+		for _, p := range w.checkEntries(d) {
+			t.Error(p)
+		}
+		if len(d.gaps) > 0 {
+			w.tl.add("%s: %d gaps, repaired by the SDK, at %v", d.user, len(d.gaps), d.gaps)
+		}
+		d.mu.Unlock()
+	}
+	w.tl.add("devices checked: %d mutations acked, %d failed; %d stored messages checked (%d of them from sends "+
+		"whose ack was lost); %d log entries stored by the devices, %d gaps repaired by the SDK",
+		acked, failed, checkedMsgs, storedUnacked, entries, gaps)
+	if failed > 0 {
+		t.Errorf("%d mutations failed (retries exhausted or refused): a healed cluster should take them all", failed)
+	}
+}
+
+// checkView checks one member device's stored messages of one conversation: each once, each
+// queued by a device for this conversation and with this sender, acked ones at their ack and
+// none missing, each sender's in queue order. It returns how many stored messages were never
+// acked, and every problem found.
+func (w *workload) checkView(d *wlDevice, cv *wlConv, msgs []client.Message) (unacked int, problems []string) {
+	bad := func(format string, args ...any) {
+		problems = append(problems, fmt.Sprintf("%s's store of %s: ", d.user, cv.id)+fmt.Sprintf(format, args...))
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	seen := map[string]proto.Position{} // body → conv_seq
+	lastOf := map[string]*wlMsg{}       // sender → its latest stored message so far
+	for i, m := range msgs {
+		if i > 0 && m.ConvSeq <= msgs[i-1].ConvSeq {
+			bad("conv_seq %d after %d", m.ConvSeq, msgs[i-1].ConvSeq)
+		}
+		body := string(m.Body)
+		if prev, dup := seen[body]; dup {
+			bad("%q twice, at conv_seq %d and %d (G4)", body, prev, m.ConvSeq)
+		}
+		seen[body] = m.ConvSeq
+		q := w.byBody[body]
+		if q == nil || q.conv != cv.id || q.sender != m.Sender {
+			bad("conv_seq %d %s from %s %q was never queued there by that sender", m.ConvSeq, m.MsgID, m.Sender, body)
+			continue
+		}
+		if q.ack == nil {
+			unacked++
+		} else if q.ack.MsgID != m.MsgID || q.ack.ConvSeq != m.ConvSeq {
+			bad("%q at conv_seq %d as %s, acked at %d as %s (G1)", body, m.ConvSeq, m.MsgID, q.ack.ConvSeq, q.ack.MsgID)
+		}
+		if p := lastOf[q.sender]; p != nil && p.n > q.n {
+			bad("%q stored after %q, which its sender queued later (G6)", body, p.body)
+		}
+		lastOf[q.sender] = q
+	}
+	var missing []string
+	for _, q := range w.msgs {
+		if q.conv == cv.id && q.kind == proto.KindMessage && q.ack != nil {
+			if _, ok := seen[q.body]; !ok {
+				missing = append(missing, fmt.Sprintf("%q (conv_seq %d, %s)", q.body, q.ack.ConvSeq, q.ack.MsgID))
+			}
+		}
+	}
+	slices.Sort(missing)
+	for _, m := range missing {
+		bad("lacks acked %s (G1/G5)", m)
+	}
+	return unacked, problems
+}
+
+// checkEntries checks the entries device d stored, in the order it stored them: positions 1, 2,
+// 3… with no rebase or epoch change, each msg_id once, only entries of its conversations, and
+// within each conversation conv_seq 1, 2, 3… (every member gets every entry of its
+// conversations, in their order). It returns every problem found.
+// REQUIRES: d.mu.
+func (w *workload) checkEntries(d *wlDevice) (problems []string) {
+	bad := func(format string, args ...any) {
+		problems = append(problems, d.user+": "+fmt.Sprintf(format, args...))
+	}
+	for _, r := range d.rebases {
+		bad("rebase to %+v: entries were skipped", r)
+	}
+	for _, e := range d.epochs {
+		bad("epoch changed to %d", e.Epoch)
+	}
+	ids := map[proto.MsgID]proto.Position{}
+	next := map[string]proto.Position{} // conv → last conv_seq stored
+	for i, e := range d.entries {
+		if e.Seq != proto.Position(i+1) {
+			bad("entry %d stored at position %d (G2/G3)", i+1, e.Seq)
+			return problems
+		}
+		if prev, dup := ids[e.MsgID]; dup {
+			bad("msg_id %s stored twice, at %d and %d (G4/G5)", e.MsgID, prev, e.Seq)
+		}
+		ids[e.MsgID] = e.Seq
+		if cv := w.conv(e.Conv); cv == nil || !slices.Contains(cv.members, d.user) {
+			bad("entry %d of conversation %q it is not a member of (G7)", e.Seq, e.Conv)
+			continue
+		}
+		if want := next[e.Conv] + 1; e.ConvSeq != want {
+			bad("entry %d is %s/%d, want conv_seq %d next (G5/G6)", e.Seq, e.Conv, e.ConvSeq, want)
+		}
+		next[e.Conv] = e.ConvSeq
+	}
+	return problems
+}
+
+// shardReplica is what one node's store holds for one shard.
+type shardReplica struct {
+	applied           uint64
+	sum, keys         uint64 // StateChecksum
+	sumWithoutApplied uint64 // the same without the applied-index metadata
+	deadLetters       uint64
+	outbox            log.OutboxInfo
+}
+
+// checkStores opens every (stopped) node's store and checks the logs and the replicas.
+func (w *workload) checkStores() {
+	t := w.t
+	t.Helper()
+	shards := make([]raftstore.ShardID, clusterShards)
+	for i := range shards {
+		shards[i] = raftstore.ShardID(i + 1)
+	}
+	slots := syncd.NewSlotTable(shards) // the servers' routing: shards 1..N in order
+	replicas := map[raftstore.ShardID]map[string]shardReplica{}
+	userEntries, convEntries := 0, 0
+	for _, n := range w.c.nodes {
+		db, err := pebble.Open(filepath.Join(n.dir, "db"), &pebble.Options{ReadOnly: true,
+			Logger: pebbleQuiet{}})
+		if err != nil {
+			t.Fatalf("open %s's store: %v", n.id, err)
+		}
+		states := map[raftstore.ShardID]*log.Shard{}
+		for _, id := range shards {
+			s, err := log.OpenShard(db, id)
+			if err != nil {
+				db.Close()
+				t.Fatalf("%s shard %d: %v", n.id, id, err)
+			}
+			states[id] = s
+			r, err := readReplica(db, s)
+			if err != nil {
+				db.Close()
+				t.Fatalf("%s shard %d: %v", n.id, id, err)
+			}
+			if replicas[id] == nil {
+				replicas[id] = map[string]shardReplica{}
+			}
+			replicas[id][n.id] = r
+			if r.deadLetters != 0 {
+				t.Errorf("%s shard %d holds %d dead letters (G5)", n.id, id, r.deadLetters)
+			}
+		}
+		for _, d := range w.devs {
+			userEntries += w.checkUserLog(n.id, states[slots.UserShard(d.user)], d)
+		}
+		for _, cv := range w.convs {
+			convEntries += w.checkConvLog(n.id, states[slots.ConvShard(cv.id)], cv)
+		}
+		if err := db.Close(); err != nil {
+			t.Error(err)
+		}
+	}
+	var summary []string
+	for _, id := range shards {
+		var ref shardReplica
+		var refNode string
+		for _, n := range w.c.nodes {
+			r := replicas[id][n.id]
+			if refNode == "" {
+				ref, refNode = r, n.id
+				continue
+			}
+			switch {
+			case r.applied == ref.applied && (r.sum != ref.sum || r.keys != ref.keys):
+				t.Errorf("shard %d: %s and %s applied index %d but their state differs: checksum %x (%d keys) vs %x (%d keys) (G2)",
+					id, refNode, n.id, r.applied, ref.sum, ref.keys, r.sum, r.keys)
+			case r.applied != ref.applied && r.sumWithoutApplied != ref.sumWithoutApplied:
+				t.Errorf("shard %d: %s applied %d, %s applied %d, and their states differ beyond that (G2)",
+					id, refNode, ref.applied, n.id, r.applied)
+			case r.applied != ref.applied:
+				w.tl.add("shard %d: %s applied %d, %s %d (entries without effect on the state); states otherwise identical",
+					id, refNode, ref.applied, n.id, r.applied)
+			}
+		}
+		summary = append(summary, fmt.Sprintf("shard %d: applied %d, %d keys, checksum %x, outbox %d..%d",
+			id, ref.applied, ref.keys, ref.sum, ref.outbox.First, ref.outbox.Head))
+	}
+	w.tl.add("stores checked on %d nodes: %d user-log and %d conversation-log entries; %s",
+		len(w.c.nodes), userEntries, convEntries, strings.Join(summary, "; "))
+}
+
+// pebbleQuiet discards Pebble's informational logs while the checker reads a store.
+type pebbleQuiet struct{}
+
+func (pebbleQuiet) Infof(string, ...any) {}
+func (pebbleQuiet) Errorf(f string, args ...any) {
+	slog.Error(fmt.Sprintf(f, args...), "component", "pebble")
+}
+func (pebbleQuiet) Fatalf(f string, args ...any) { panic(fmt.Sprintf(f, args...)) }
+
+// readReplica reads a shard's applied index, state checksums, dead-letter count and outbox.
+func readReplica(db *pebble.DB, s *log.Shard) (shardReplica, error) {
+	var r shardReplica
+	var err error
+	if r.applied, err = s.Applied(); err != nil {
+		return r, err
+	}
+	if r.sum, r.keys, err = s.StateChecksum(); err != nil {
+		return r, err
+	}
+	if r.sumWithoutApplied, err = checksumWithoutApplied(db, s.ID()); err != nil {
+		return r, err
+	}
+	if r.deadLetters, err = s.DeadLetterCount(); err != nil {
+		return r, err
+	}
+	r.outbox, err = s.Outbox()
+	return r, err
+}
+
+// checksumWithoutApplied chains every key and value of the shard's state except the metadata
+// key holding the applied index (0x01 | shard u32 | 0x01 | "applied", see log/keys.go), so two
+// replicas that applied different numbers of entries without effect on the state (Raft
+// configuration entries) still compare equal.
+func checksumWithoutApplied(db *pebble.DB, shard raftstore.ShardID) (uint64, error) {
+	lower := binary.BigEndian.AppendUint32([]byte{0x01}, uint32(shard))
+	upper := binary.BigEndian.AppendUint32([]byte{0x01}, uint32(shard)+1)
+	applied := append(slices.Clone(lower), append([]byte{0x01}, "applied"...)...)
+	it, err := db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
+	if err != nil {
+		return 0, err
+	}
+	defer it.Close()
+	table := crc64.MakeTable(crc64.ECMA)
+	var sum uint64
+	for ok := it.First(); ok; ok = it.Next() {
+		if bytes.Equal(it.Key(), applied) {
+			continue
+		}
+		sum = crc64.Update(sum, table, binary.BigEndian.AppendUint64(nil, uint64(len(it.Key()))))
+		sum = crc64.Update(sum, table, it.Key())
+		sum = crc64.Update(sum, table, binary.BigEndian.AppendUint64(nil, uint64(len(it.Value()))))
+		sum = crc64.Update(sum, table, it.Value())
+	}
+	return sum, it.Error()
+}
+
+// readWhole pages a log from position 1 to its head, checking that it starts at 1 and every page
+// continues the previous one (G2, G3).
+func readWhole(read func(from log.Position) (log.Read, error)) ([]log.Entry, error) {
+	var out []log.Entry
+	from := log.Position(1)
+	for {
+		r, err := read(from)
+		if err != nil {
+			return out, fmt.Errorf("read from %d: %w", from, err)
+		}
+		switch r.Status {
+		case log.ReadCaughtUp:
+			if r.Info.Head != from-1 || r.Info.First > 1 {
+				return out, fmt.Errorf("caught up at %d, but the log's info is %+v", from, r.Info)
+			}
+			return out, nil
+		case log.ReadEntries:
+			if len(r.Entries) == 0 {
+				return out, fmt.Errorf("read from %d: no entries", from)
+			}
+			for _, e := range r.Entries {
+				if e.Seq != from {
+					return out, fmt.Errorf("position %d where %d was expected", e.Seq, from)
+				}
+				out = append(out, e)
+				from++
+			}
+		default:
+			return out, fmt.Errorf("read from %d: status %v, info %+v", from, r.Status, r.Info)
+		}
+	}
+}
+
+// checkUserLog checks node's replica of device d's user log: contiguous from 1 and holding
+// exactly the entries the device stored, in the same order. It returns the log's length.
+func (w *workload) checkUserLog(node string, s *log.Shard, d *wlDevice) int {
+	t := w.t
+	t.Helper()
+	got, err := readWhole(func(from log.Position) (log.Read, error) { return s.ReadUser(d.user, 0, from, log.Limit{}) })
+	if err != nil {
+		t.Errorf("%s: %s's log on shard %d: %v (G2)", node, d.user, s.ID(), err)
+		return len(got)
+	}
+	if len(got) != len(d.entries) {
+		t.Errorf("%s: %s's log holds %d entries, the device stored %d", node, d.user, len(got), len(d.entries))
+	}
+	for i := range min(len(got), len(d.entries)) {
+		e, de := got[i], d.entries[i]
+		if e.MsgID.String() != string(de.MsgID) || e.Conv != de.Conv || proto.Position(e.ConvSeq) != de.ConvSeq ||
+			!bytes.Equal(e.Body, de.Body) || e.Sender != de.Sender {
+			t.Errorf("%s: %s's log at %d holds %s %s/%d %q, the device stored %s %s/%d %q", node, d.user, e.Seq,
+				e.MsgID, e.Conv, e.ConvSeq, e.Body, de.MsgID, de.Conv, de.ConvSeq, de.Body)
+			break
+		}
+	}
+	return len(got)
+}
+
+// checkConvLog checks node's replica of a conversation log: contiguous from 1, its messages
+// exactly the ones every member device stored (same conv_seq, msg_id, body; checkDevices kept
+// them), every acked message at its ack. It returns the log's length.
+func (w *workload) checkConvLog(node string, s *log.Shard, cv *wlConv) int {
+	t := w.t
+	t.Helper()
+	got, err := readWhole(func(from log.Position) (log.Read, error) { return s.ReadConv(cv.id, 0, from, log.Limit{}) })
+	if err != nil {
+		t.Errorf("%s: log of %s on shard %d: %v (G2)", node, cv.id, s.ID(), err)
+		return len(got)
+	}
+	var logView convView
+	for _, e := range got {
+		if e.Kind == log.KindMessage {
+			logView = append(logView, fmt.Sprintf("%d %s %s", e.ConvSeq, e.MsgID, e.Body))
+		}
+	}
+	if missing := w.missingAcks(cv.id, logView); len(missing) > 0 {
+		t.Errorf("%s: log of %s lacks %d acked messages (G1), first %s", node, cv.id, len(missing), missing[0])
+	}
+	devView := w.final[cv.id]
+	if !slices.Equal(logView, devView) {
+		t.Errorf("%s: log of %s holds %d messages, %s's device stored %d; first difference at %d",
+			node, cv.id, len(logView), cv.members[0], len(devView), firstDiff(logView, devView))
+	}
+	return len(got)
+}
+
+// firstDiff returns the first index where a and b differ.
+func firstDiff(a, b []string) int {
+	for i := range min(len(a), len(b)) {
+		if a[i] != b[i] {
+			return i
+		}
+	}
+	return min(len(a), len(b))
+}

@@ -1,0 +1,100 @@
+package test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/syncd-dev/syncd/client"
+	"github.com/syncd-dev/syncd/proto"
+)
+
+// TestClusterCheckerCatches feeds the checker's device checks histories with known defects and
+// expects each to be reported: a checker that passes everything proves nothing.
+func TestClusterCheckerCatches(t *testing.T) {
+	cv := &wlConv{id: "d:u1:u2", members: []string{"u1", "u2"}}
+	ack := func(seq proto.Position, id string) *proto.Ack {
+		return &proto.Ack{Conv: cv.id, ConvSeq: seq, MsgID: proto.MsgID(id)}
+	}
+	w := &workload{t: t, convs: []*wlConv{cv}, msgs: map[string]*wlMsg{}, byBody: map[string]*wlMsg{}}
+	for _, m := range []*wlMsg{
+		{cmid: "a", conv: cv.id, sender: "u1", kind: proto.KindMessage, body: "u1#0", n: 0, ack: ack(1, "1.5.0")},
+		{cmid: "b", conv: cv.id, sender: "u1", kind: proto.KindMessage, body: "u1#1", n: 1, ack: ack(2, "1.6.0")},
+		{cmid: "c", conv: cv.id, sender: "u2", kind: proto.KindMessage, body: "u2#0", n: 0}, // ack lost
+	} {
+		w.msgs[m.cmid], w.byBody[m.body] = m, m
+	}
+	d := &wlDevice{user: "u2"}
+	msg := func(seq proto.Position, id, sender, body string) client.Message {
+		return client.Message{Conv: cv.id, ConvSeq: seq, MsgID: proto.MsgID(id), Sender: sender, Body: []byte(body)}
+	}
+	good := []client.Message{msg(1, "1.5.0", "u1", "u1#0"), msg(2, "1.6.0", "u1", "u1#1"), msg(3, "1.7.0", "u2", "u2#0")}
+	if unacked, problems := w.checkView(d, cv, good); unacked != 1 || len(problems) != 0 {
+		t.Fatalf("a good view: %d unacked, problems %v", unacked, problems)
+	}
+	for name, tc := range map[string]struct {
+		view []client.Message
+		want string
+	}{
+		"lost":       {[]client.Message{msg(1, "1.5.0", "u1", "u1#0")}, "lacks acked \"u1#1\""},
+		"duplicate":  {append(good, msg(4, "1.8.0", "u1", "u1#1")), "twice"},
+		"never sent": {append(good, msg(4, "1.8.0", "u2", "u2#7")), "never queued"},
+		"moved":      {[]client.Message{msg(1, "1.5.0", "u1", "u1#0"), msg(3, "1.6.0", "u1", "u1#1")}, "acked at 2"},
+		"reordered":  {[]client.Message{msg(1, "1.5.0", "u1", "u1#1"), msg(2, "1.6.0", "u1", "u1#0")}, "queued later"},
+	} {
+		_, problems := w.checkView(d, cv, tc.view)
+		if !strings.Contains(strings.Join(problems, "\n"), tc.want) {
+			t.Errorf("%s: problems %q, want one with %q", name, problems, tc.want)
+		}
+	}
+
+	entry := func(seq, convSeq proto.Position, id string) proto.Entry {
+		return proto.Entry{Seq: seq, Kind: proto.KindMessage, MsgID: proto.MsgID(id), Conv: cv.id, ConvSeq: convSeq}
+	}
+	d.entries = []proto.Entry{entry(1, 1, "1.5.0"), entry(2, 2, "1.6.0")}
+	if problems := w.checkEntries(d); len(problems) != 0 {
+		t.Fatalf("good entries: %v", problems)
+	}
+	for name, tc := range map[string]struct {
+		entries []proto.Entry
+		want    string
+	}{
+		"hole":        {[]proto.Entry{entry(1, 1, "1.5.0"), entry(3, 2, "1.6.0")}, "stored at position 3"},
+		"twice":       {[]proto.Entry{entry(1, 1, "1.5.0"), entry(2, 1, "1.5.0")}, "stored twice"},
+		"skipped":     {[]proto.Entry{entry(1, 1, "1.5.0"), entry(2, 3, "1.7.0")}, "want conv_seq 2"},
+		"not member":  {[]proto.Entry{{Seq: 1, MsgID: "2.1.0", Conv: "d:u3:u4", ConvSeq: 1}}, "not a member"},
+		"out of turn": {[]proto.Entry{entry(1, 2, "1.6.0"), entry(2, 1, "1.5.0")}, "want conv_seq 1"},
+	} {
+		d.entries = tc.entries
+		if problems := w.checkEntries(d); !strings.Contains(strings.Join(problems, "\n"), tc.want) {
+			t.Errorf("%s: problems %q, want one with %q", name, problems, tc.want)
+		}
+	}
+	d.entries, d.rebases = nil, []client.RebaseEvent{{Epoch: 1, Head: 9}}
+	if problems := w.checkEntries(d); len(problems) != 1 {
+		t.Errorf("a rebase: problems %q", problems)
+	}
+
+	if missing := w.missingAcks(cv.id, convView{"1 1.5.0 u1#0"}); len(missing) != 1 || missing[0] != "2 1.6.0 u1#1" {
+		t.Errorf("missingAcks: %v", missing)
+	}
+	if got := parseMetricsForTest(t); !got[3].leader || got[3].term != 7 || got[3].lag != 2 || got[1].leader {
+		t.Errorf("parsed metrics: %+v %+v", *got[1], *got[3])
+	}
+}
+
+// parseMetricsForTest parses a small exposition the way leader discovery does.
+func parseMetricsForTest(t *testing.T) map[int]*shardStat {
+	t.Helper()
+	got, err := parseShardMetrics(`# HELP syncd_raft_is_leader 1 if this node leads the shard, else 0.
+# TYPE syncd_raft_is_leader gauge
+syncd_raft_is_leader{shard="1"} 0
+syncd_raft_is_leader{shard="3"} 1
+syncd_raft_term{shard="3"} 7
+syncd_fanout_lag_entries{shard="3"} 2
+syncd_send_ack_seconds_bucket{result="ok",le="0.005"} 3
+`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return got
+}

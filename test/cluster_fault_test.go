@@ -1,0 +1,231 @@
+package test
+
+// The fault suite: each scenario starts a 3-node cluster of real syncd processes, runs the
+// workload (cluster_workload_test.go) through a fault schedule, heals everything and lets the
+// checker (cluster_checker_test.go) verify G1–G6 on what the devices stored and on every node's
+// store. The test log holds the timeline: faults, leaders, acks, what was checked.
+//
+// Short mode (the default, CI) runs a few rounds per scenario, 20–40 s each. SYNCD_FAULT_LONG=1
+// runs more and longer rounds:
+//
+//	SYNCD_FAULT_LONG=1 go test -run 'ClusterFault' -v -timeout 60m ./test/
+//
+// SYNCD_FAULT_SEED fixes the workload's random choices (the seed is logged).
+
+import (
+	"os"
+	"runtime"
+	"strconv"
+	"testing"
+	"time"
+)
+
+// faultRun is one scenario's context: the cluster, the workload and the schedule's scale.
+type faultRun struct {
+	t    *testing.T
+	c    *testCluster
+	w    *workload
+	tl   *timeline
+	long bool
+}
+
+// rounds returns short in short mode, long with SYNCD_FAULT_LONG=1.
+func (f *faultRun) rounds(short, long int) int {
+	if f.long {
+		return long
+	}
+	return short
+}
+
+// pause returns short in short mode, long with SYNCD_FAULT_LONG=1: how long a fault lasts.
+func (f *faultRun) pause(short, long time.Duration) time.Duration {
+	if f.long {
+		return long
+	}
+	return short
+}
+
+// hold keeps a fault in place for d while the traffic goes on. It is part of the schedule, not
+// an assertion: what must hold during the fault is polled for separately.
+func (f *faultRun) hold(d time.Duration) { time.Sleep(d) }
+
+// runFault runs one scenario: start the cluster and the workload, warm up, run schedule, heal
+// every relay, check that writes flow again, then run every check.
+func runFault(t *testing.T, needsRelays bool, schedule func(f *faultRun)) {
+	if runtime.GOOS != "linux" {
+		t.Skip("the cluster fault suite needs Linux (SIGKILL, SIGSTOP, parent-death signal)")
+	}
+	seed := uint64(time.Now().UnixNano())
+	if s := os.Getenv("SYNCD_FAULT_SEED"); s != "" {
+		v, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			t.Fatalf("SYNCD_FAULT_SEED: %v", err)
+		}
+		seed = v
+	}
+	long := os.Getenv("SYNCD_FAULT_LONG") == "1"
+	tl := newTimeline(t)
+	tl.add("workload seed %d (rerun with SYNCD_FAULT_SEED=%d); long mode %v", seed, seed, long)
+	c := startCluster(t, 3, tl)
+	if needsRelays && c.mesh == nil {
+		t.Skip("this syncd has no -peer-dial: no relays to partition with")
+	}
+	w := newWorkload(t, c, seed)
+	f := &faultRun{t: t, c: c, w: w, tl: tl, long: long}
+	w.Start()
+	w.waitProgress(20, 60*time.Second, "warm-up")
+	tl.add("leaders %s", describeLeaders(c.waitLeaders(30*time.Second)))
+
+	schedule(f)
+
+	if c.mesh != nil {
+		c.mesh.Heal()
+	}
+	for _, n := range c.nodes {
+		if !n.running() {
+			if err := n.Restart(); err != nil {
+				t.Fatal(err)
+			}
+			tl.add("%s restarted at the end of the schedule", n.id)
+		}
+	}
+	tl.add("healed; leaders %s", describeLeaders(c.waitLeaders(60*time.Second)))
+	w.waitProgress(10, 90*time.Second, "after healing")
+	checkAll(w, 3*time.Minute)
+}
+
+// killNode kills n with SIGKILL and records it.
+func (f *faultRun) killNode(n *clusterNode, why string) {
+	f.t.Helper()
+	if err := n.Kill(); err != nil {
+		f.t.Fatal(err)
+	}
+	f.tl.add("kill -9 %s (%s)", n.id, why)
+}
+
+// restartNode restarts n and waits until every serving node is ready.
+func (f *faultRun) restartNode(n *clusterNode) {
+	f.t.Helper()
+	if err := n.Restart(); err != nil {
+		f.t.Fatal(err)
+	}
+	f.c.waitReady(60 * time.Second)
+	f.tl.add("%s restarted and ready", n.id)
+}
+
+// TestClusterFaultLeaderKills: the leader of a shard (a different shard each round) is killed
+// with SIGKILL; the others elect a new leader and keep taking writes; the killed node is
+// restarted a few seconds later on its data and catches up. Nothing acked may be lost or
+// duplicated.
+func TestClusterFaultLeaderKills(t *testing.T) {
+	runFault(t, false, func(f *faultRun) {
+		for round := range f.rounds(3, 10) {
+			shard := round%clusterShards + 1
+			leaders := f.c.waitLeaders(30 * time.Second)
+			victim := leaders[shard]
+			f.killNode(victim, "leader of shard "+strconv.Itoa(shard)+"; leaders "+describeLeaders(leaders))
+			f.w.waitProgress(5, 60*time.Second, "round "+strconv.Itoa(round+1)+", leader down")
+			f.hold(f.pause(2*time.Second, 5*time.Second))
+			f.restartNode(victim)
+			f.w.waitProgress(5, 60*time.Second, "after the restart")
+		}
+	})
+}
+
+// TestClusterFaultFollowerKill: a node leading the fewest shards (a follower of the others) is
+// killed, stays down while the others take writes, and is restarted on its data; it must catch
+// up from the leaders' logs.
+func TestClusterFaultFollowerKill(t *testing.T) {
+	runFault(t, false, func(f *faultRun) {
+		for round := range f.rounds(2, 5) {
+			leaders := f.c.waitLeaders(30 * time.Second)
+			victim := f.c.leastLeader(leaders)
+			f.killNode(victim, "leads the fewest shards; leaders "+describeLeaders(leaders))
+			f.w.waitProgress(5, 60*time.Second, "round "+strconv.Itoa(round+1)+", follower down")
+			f.hold(f.pause(5*time.Second, 15*time.Second))
+			f.restartNode(victim)
+			f.w.waitProgress(5, 60*time.Second, "after the restart")
+		}
+	})
+}
+
+// TestClusterFaultMinorityPartition: one node (a different one each round) is cut off from both
+// others, in both directions, for several seconds while every device keeps sending (those
+// connected to the cut-off node cannot reach any leader: their sends wait and retry), then the
+// partition heals.
+func TestClusterFaultMinorityPartition(t *testing.T) {
+	runFault(t, true, func(f *faultRun) {
+		for round := range f.rounds(2, 6) {
+			n := f.c.nodes[round%len(f.c.nodes)]
+			f.c.mesh.Partition(n.id)
+			f.tl.add("partition %s from the others", n.id)
+			f.w.waitProgress(5, 60*time.Second, "round "+strconv.Itoa(round+1)+", "+n.id+" cut off")
+			f.hold(f.pause(5*time.Second, 15*time.Second))
+			f.c.mesh.Heal()
+			f.tl.add("healed")
+			f.c.waitReady(60 * time.Second)
+			f.w.waitProgress(5, 60*time.Second, "after healing")
+		}
+	})
+}
+
+// TestClusterFaultLeaderIsolated: the node leading the most shards is cut off from its
+// followers. It must step down from every shard (its lease runs out) while the other two elect
+// leaders and keep taking writes; after the heal it rejoins as a follower. No write it had
+// acknowledged may be lost.
+func TestClusterFaultLeaderIsolated(t *testing.T) {
+	runFault(t, true, func(f *faultRun) {
+		for round := range f.rounds(2, 5) {
+			leaders := f.c.waitLeaders(30 * time.Second)
+			n := f.c.mostLeader(leaders)
+			f.c.mesh.Partition(n.id)
+			f.tl.add("partition %s, leader of the most shards (leaders %s)", n.id, describeLeaders(leaders))
+			waitFor(f.t, 30*time.Second, n.id+" to step down and the others to lead every shard", func() (bool, string) {
+				stats, err := f.c.scrape(n)
+				if err != nil {
+					return false, err.Error()
+				}
+				for shard, st := range stats {
+					if st.leader {
+						return false, n.id + " still leads shard " + strconv.Itoa(shard)
+					}
+				}
+				l := f.c.leaders()
+				for _, ln := range l {
+					if ln == n {
+						return false, describeLeaders(l)
+					}
+				}
+				return len(l) == clusterShards, describeLeaders(l)
+			})
+			f.tl.add("%s stepped down; leaders %s", n.id, describeLeaders(f.c.leaders()))
+			f.w.waitProgress(5, 60*time.Second, "round "+strconv.Itoa(round+1)+", old leader isolated")
+			f.hold(f.pause(3*time.Second, 10*time.Second))
+			f.c.mesh.Heal()
+			f.tl.add("healed")
+			f.c.waitReady(60 * time.Second)
+			f.w.waitProgress(5, 60*time.Second, "after healing")
+		}
+	})
+}
+
+// TestClusterFaultFullKill: all three nodes are killed with SIGKILL at once and restarted on
+// their data: everything acked before the kill survives (G1), and the traffic resumes.
+func TestClusterFaultFullKill(t *testing.T) {
+	runFault(t, false, func(f *faultRun) {
+		for round := range f.rounds(2, 5) {
+			for _, n := range f.c.nodes {
+				f.killNode(n, "whole cluster, round "+strconv.Itoa(round+1))
+			}
+			f.hold(f.pause(time.Second, 3*time.Second))
+			for _, n := range f.c.nodes {
+				if err := n.Restart(); err != nil {
+					f.t.Fatal(err)
+				}
+			}
+			f.c.waitReady(60 * time.Second)
+			f.tl.add("all nodes restarted and ready; leaders %s", describeLeaders(f.c.waitLeaders(30*time.Second)))
+			f.w.waitProgress(10, 90*time.Second, "after the restart")
+		}
+	})
+}

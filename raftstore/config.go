@@ -53,6 +53,10 @@ type Config struct {
 	// little behind catches up from the log rather than by snapshot. Default 10240.
 	TrailingLogs uint64
 
+	// BalanceInterval is how often the node checks whether it leads more than its share of the
+	// shards and hands one over (see balance.go). Default 5s; negative disables balancing.
+	BalanceInterval time.Duration
+
 	// CacheSize is Pebble's block cache size in bytes. Default 128 MiB.
 	CacheSize int64
 
@@ -110,6 +114,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Timing.CommitTimeout == 0 {
 		c.Timing.CommitTimeout = d.CommitTimeout
+	}
+	if c.BalanceInterval == 0 {
+		c.BalanceInterval = 5 * time.Second
 	}
 	if c.SnapshotThreshold == 0 {
 		c.SnapshotThreshold = 16384

@@ -33,6 +33,8 @@ type Node struct {
 	fwd    *forwarder           // proposals this node forwards to leaders elsewhere
 	fwdSrv *fwdServer           // proposals other nodes forward to this one
 
+	stop      chan struct{}  // closed by Close: stops the node's own goroutines
+	wg        sync.WaitGroup // the node's own goroutines (leader balancing)
 	closed    atomic.Bool
 	closeOnce sync.Once
 	closeErr  error
@@ -56,7 +58,7 @@ func New(cfg Config) (*Node, error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	n := &Node{cfg: cfg, logger: cfg.Logger.With("node", cfg.NodeID), shards: map[ShardID]*replica{}}
+	n := &Node{cfg: cfg, logger: cfg.Logger.With("node", cfg.NodeID), shards: map[ShardID]*replica{}, stop: make(chan struct{})}
 	if err := os.MkdirAll(cfg.Dir, 0o750); err != nil {
 		return nil, fmt.Errorf("raftstore: create data dir: %w", err)
 	}
@@ -75,7 +77,6 @@ func New(cfg Config) (*Node, error) {
 	n.mux = newMux(ln, n.logger)
 	n.fwd = newForwarder(n.logger)
 	n.fwdSrv = &fwdServer{node: n, conns: map[net.Conn]struct{}{}}
-	n.mux.handleForward(n.fwdSrv.serve)
 	n.addr = cfg.AdvertiseAddr
 	if n.addr == "" {
 		n.addr = ln.Addr().String()
@@ -87,6 +88,11 @@ func New(cfg Config) (*Node, error) {
 			return nil, fmt.Errorf("raftstore: start shard %d: %w", id, err)
 		}
 		n.shards[id] = r
+	}
+	n.mux.handleForward(n.fwdSrv.serve) // only now: it reads n.shards, fixed from here on
+	if cfg.BalanceInterval > 0 && len(cfg.Peers) > 1 {
+		n.wg.Add(1)
+		go n.balanceLoop(cfg.BalanceInterval, n.stop)
 	}
 	return n, nil
 }
@@ -206,6 +212,17 @@ func (n *Node) addressProvider() raft.ServerAddressProvider {
 	return addrFunc(n.cfg.PeerAddr)
 }
 
+// dialAddr returns the address to dial peer id at: Config.PeerAddr's override, else addr (its
+// address in the Raft configuration).
+func (n *Node) dialAddr(id, addr string) string {
+	if n.cfg.PeerAddr != nil {
+		if o := n.cfg.PeerAddr(id); o != "" {
+			return o
+		}
+	}
+	return addr
+}
+
 type addrFunc func(id string) string
 
 func (f addrFunc) ServerAddr(id raft.ServerID) (raft.ServerAddress, error) {
@@ -318,12 +335,7 @@ func (n *Node) leaderAddr(ctx context.Context, r *replica) (addr string, local b
 		case id == raft.ServerID(n.cfg.NodeID):
 			return "", true, nil
 		case id != "":
-			if n.cfg.PeerAddr != nil {
-				if o := n.cfg.PeerAddr(string(id)); o != "" {
-					return o, false, nil
-				}
-			}
-			return string(a), false, nil
+			return n.dialAddr(string(id), string(a)), false, nil
 		}
 		select {
 		case <-ctx.Done():
@@ -390,6 +402,8 @@ func (n *Node) mapRaftError(r *replica, err error) error {
 func (n *Node) Close() error {
 	n.closeOnce.Do(func() {
 		n.closed.Store(true)
+		close(n.stop)
+		n.wg.Wait()
 		var errs []error
 		for _, id := range n.Shards() {
 			r := n.shards[id]

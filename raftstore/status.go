@@ -84,12 +84,7 @@ func (n *Node) ClusterStatus(ctx context.Context) []PeerStatus {
 			p.Status = &st
 			continue
 		}
-		dial := p.Addr
-		if n.cfg.PeerAddr != nil {
-			if o := n.cfg.PeerAddr(p.ID); o != "" {
-				dial = o
-			}
-		}
+		dial := n.dialAddr(p.ID, p.Addr)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

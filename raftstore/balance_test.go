@@ -1,0 +1,55 @@
+package raftstore_test
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/syncd-dev/syncd/raftstore"
+	"github.com/syncd-dev/syncd/raftstore/raftstoretest"
+)
+
+// leaderCounts returns how many of shards each running node leads, and whether every shard has a
+// leader.
+func leaderCounts(c *raftstoretest.Cluster, shards []raftstore.ShardID) ([]int, bool) {
+	counts := make([]int, c.Size())
+	led := 0
+	for i := range c.Size() {
+		n := c.Node(i)
+		if n == nil {
+			continue
+		}
+		for _, id := range shards {
+			if st, err := n.ShardStatus(id); err == nil && st.State == "leader" {
+				counts[i]++
+				led++
+			}
+		}
+	}
+	return counts, led == len(shards)
+}
+
+// TestLeadersSpreadEvenly: six shards on three nodes end with two leaders per node, and again
+// after a node that was stopped (its shards moving to the others) comes back.
+func TestLeadersSpreadEvenly(t *testing.T) {
+	shards := []raftstore.ShardID{1, 2, 3, 4, 5, 6}
+	c := raftstoretest.NewCluster(t, 3, shards, func(cfg *raftstore.Config) { cfg.BalanceInterval = 100 * time.Millisecond })
+	even := func(what string) {
+		t.Helper()
+		var counts []int
+		raftstoretest.Eventually(t, 30*time.Second, what, func() bool {
+			var all bool
+			counts, all = leaderCounts(c, shards)
+			return all && counts[0] == 2 && counts[1] == 2 && counts[2] == 2
+		})
+		t.Logf("%s: leaders per node %v", what, counts)
+	}
+	even("two leaders per node")
+	c.Stop(0)
+	raftstoretest.Eventually(t, 30*time.Second, "every shard led by the two others", func() bool {
+		counts, all := leaderCounts(c, shards)
+		return all && counts[1] == 3 && counts[2] == 3
+	})
+	c.Start(0)
+	even(fmt.Sprint("two leaders per node after node 0 is back"))
+}

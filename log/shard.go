@@ -98,3 +98,13 @@ func getLogMeta(r pebble.Reader, key []byte) (logMeta, bool, error) {
 	m, err := decodeLogMeta(v)
 	return m, true, err
 }
+
+// DeleteShard deletes every key of shard id's state from db, durably: the node no longer hosts a
+// replica of it. No Shard of id may be in use.
+func DeleteShard(db *pebble.DB, id ShardID) error {
+	lower, upper := newKeys(id).shardBounds()
+	if err := db.DeleteRange(lower, upper, pebble.Sync); err != nil {
+		return fmt.Errorf("log: delete shard %d: %w", id, err)
+	}
+	return nil
+}

@@ -2,7 +2,9 @@ package raftstore
 
 import (
 	"context"
+	"maps"
 	"math/rand/v2"
+	"slices"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -39,8 +41,9 @@ func (n *Node) balanceOnce() bool {
 	counts := map[raft.ServerID]int{}
 	nodes := map[raft.ServerID]Peer{}
 	var mine []*replica
-	for _, id := range n.Shards() {
-		r := n.shards[id]
+	reps := *n.shards.Load()
+	for _, id := range slices.Sorted(maps.Keys(reps)) {
+		r := reps[id]
 		_, leader := r.raft.LeaderWithID()
 		if leader == "" {
 			return false // an election is under way: look again later
@@ -53,7 +56,7 @@ func (n *Node) balanceOnce() bool {
 			nodes[raft.ServerID(v.ID)] = v
 		}
 	}
-	if len(nodes) < 2 || len(mine) <= ceilDiv(len(n.shards), len(nodes)) {
+	if len(nodes) < 2 || len(mine) <= ceilDiv(len(reps), len(nodes)) {
 		return false
 	}
 	alive := map[raft.ServerID]bool{self: true}
@@ -68,7 +71,7 @@ func (n *Node) balanceOnce() bool {
 			live++
 		}
 	}
-	share := ceilDiv(len(n.shards), live)
+	share := ceilDiv(len(reps), live)
 	if len(mine) <= share {
 		return false
 	}

@@ -29,7 +29,8 @@ type Config struct {
 	// AdvertiseAddr is the address other nodes dial to reach RaftAddr. Default: the bound
 	// listener address.
 	AdvertiseAddr string
-	// Shards lists the shards this node hosts. Default: one shard, 1.
+	// Shards lists the shards this node hosts from the start. Nil means one shard, 1; an empty
+	// list means none (a node that will be given replicas later, see AddReplica).
 	Shards []ShardID
 	// Peers lists the voters of a static cluster, this node included, identical on every node.
 	// Empty means a single node that is the only voter of every shard (the embedded default).
@@ -99,7 +100,7 @@ func (c Config) withDefaults() Config {
 	if c.RaftAddr == "" {
 		c.RaftAddr = "127.0.0.1:0"
 	}
-	if len(c.Shards) == 0 {
+	if c.Shards == nil {
 		c.Shards = []ShardID{1}
 	}
 	d := DefaultTiming()
@@ -162,7 +163,9 @@ func (c Config) Validate() error {
 			ids[p.ID] = true
 			self = self || p.ID == c.NodeID
 		}
-		if !self {
+		if !self && (c.Shards == nil || len(c.Shards) > 0) {
+			// Peers are the voters of the shards bootstrapped here; a node that starts with no
+			// shards (it joins later) is not among them.
 			errs = append(errs, fmt.Errorf("raftstore: Peers must include this node (%q)", c.NodeID))
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"os"
 	"path/filepath"
@@ -29,7 +30,10 @@ type Node struct {
 	mux    *Mux
 	addr   string // advertised raft address
 
-	shards map[ShardID]*replica // fixed after New
+	// shards maps the shards this node hosts to their replicas. The map is copied on write
+	// (under shardsMu) and read without a lock.
+	shards   atomic.Pointer[map[ShardID]*replica]
+	shardsMu sync.Mutex
 	fwd    *forwarder           // proposals this node forwards to leaders elsewhere
 	fwdSrv *fwdServer           // proposals other nodes forward to this one
 
@@ -58,7 +62,8 @@ func New(cfg Config) (*Node, error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	n := &Node{cfg: cfg, logger: cfg.Logger.With("node", cfg.NodeID), shards: map[ShardID]*replica{}, stop: make(chan struct{})}
+	n := &Node{cfg: cfg, logger: cfg.Logger.With("node", cfg.NodeID), stop: make(chan struct{})}
+	n.shards.Store(&map[ShardID]*replica{})
 	if err := os.MkdirAll(cfg.Dir, 0o750); err != nil {
 		return nil, fmt.Errorf("raftstore: create data dir: %w", err)
 	}
@@ -81,15 +86,17 @@ func New(cfg Config) (*Node, error) {
 	if n.addr == "" {
 		n.addr = ln.Addr().String()
 	}
-	for _, id := range cfg.Shards {
-		r, err := n.startReplica(id)
-		if err != nil {
-			n.Close()
-			return nil, fmt.Errorf("raftstore: start shard %d: %w", id, err)
-		}
-		n.shards[id] = r
+	peers := cfg.Peers
+	if peers == nil {
+		peers = []Peer{} // bootstrap this node alone
 	}
-	n.mux.handleForward(n.fwdSrv.serve) // only now: it reads n.shards, fixed from here on
+	for _, id := range cfg.Shards {
+		if err := n.addReplica(id, peers); err != nil {
+			n.Close()
+			return nil, err
+		}
+	}
+	n.mux.handleForward(n.fwdSrv.serve)
 	if cfg.BalanceInterval > 0 && len(cfg.Peers) > 1 {
 		n.wg.Add(1)
 		go n.balanceLoop(cfg.BalanceInterval, n.stop)
@@ -97,7 +104,33 @@ func New(cfg Config) (*Node, error) {
 	return n, nil
 }
 
-func (n *Node) startReplica(id ShardID) (*replica, error) {
+// replica returns this node's replica of shard, if it hosts one.
+func (n *Node) replica(shard ShardID) (*replica, bool) {
+	r, ok := (*n.shards.Load())[shard]
+	return r, ok
+}
+
+// addReplica starts a replica of shard and adds it to the hosted shards. A replica without state
+// bootstraps the shard's Raft group with peers as voters (every node given the same peers does
+// the same; an empty list means this node alone); with nil peers it bootstraps nothing and waits
+// for the shard's leader to add it (joining an existing group).
+func (n *Node) addReplica(id ShardID, peers []Peer) error {
+	n.shardsMu.Lock()
+	defer n.shardsMu.Unlock()
+	if _, ok := n.replica(id); ok {
+		return nil
+	}
+	r, err := n.startReplica(id, peers)
+	if err != nil {
+		return fmt.Errorf("raftstore: start shard %d: %w", id, err)
+	}
+	m := maps.Clone(*n.shards.Load())
+	m[id] = r
+	n.shards.Store(&m)
+	return nil
+}
+
+func (n *Node) startReplica(id ShardID, peers []Peer) (*replica, error) {
 	cfg := n.cfg
 	logger := n.logger.With("shard", uint32(id))
 	state, err := log.OpenShard(n.db, log.ShardID(id))
@@ -108,8 +141,7 @@ func (n *Node) startReplica(id ShardID) (*replica, error) {
 	if err != nil {
 		return nil, err
 	}
-	snaps, err := raft.NewFileSnapshotStoreWithLogger(
-		filepath.Join(cfg.Dir, "snapshots", fmt.Sprintf("shard-%d", id)), 2, newRaftLogger(n.logger, id))
+	snaps, err := raft.NewFileSnapshotStoreWithLogger(n.snapshotDir(id), 2, newRaftLogger(n.logger, id))
 	if err != nil {
 		return nil, err
 	}
@@ -158,11 +190,11 @@ func (n *Node) startReplica(id ShardID) (*replica, error) {
 		trans.Close()
 		return nil, err
 	}
-	if !has {
+	if !has && peers != nil {
 		servers := []raft.Server{{ID: rc.LocalID, Address: raft.ServerAddress(n.addr)}}
-		if len(cfg.Peers) > 0 {
+		if len(peers) > 0 {
 			servers = servers[:0]
-			for _, p := range cfg.Peers {
+			for _, p := range peers {
 				servers = append(servers, raft.Server{ID: raft.ServerID(p.ID), Address: raft.ServerAddress(p.Addr)})
 			}
 		}
@@ -240,18 +272,13 @@ func (n *Node) ID() string { return n.cfg.NodeID }
 
 // Shards returns the ids of the shards this node hosts, ascending.
 func (n *Node) Shards() []ShardID {
-	ids := make([]ShardID, 0, len(n.shards))
-	for id := range n.shards {
-		ids = append(ids, id)
-	}
-	slices.Sort(ids)
-	return ids
+	return slices.Sorted(maps.Keys(*n.shards.Load()))
 }
 
 // State returns the local replica's state of shard, for reads. Reads are prefix-consistent: they
 // see the shard as of this replica's applied index.
 func (n *Node) State(shard ShardID) (*log.Shard, error) {
-	r, ok := n.shards[shard]
+	r, ok := n.replica(shard)
 	if !ok {
 		return nil, ErrNoShard
 	}
@@ -268,7 +295,7 @@ func (n *Node) State(shard ShardID) (*log.Shard, error) {
 // hand-off to Raft (ErrTimeout); once handed off, Propose waits for the outcome, which Raft
 // always delivers (commit, ErrLeadershipLost or ErrShutdown).
 func (n *Node) Propose(ctx context.Context, shard ShardID, cmd Command) (Result, error) {
-	r, ok := n.shards[shard]
+	r, ok := n.replica(shard)
 	if !ok {
 		return Result{}, ErrNoShard
 	}
@@ -302,7 +329,7 @@ func (n *Node) Propose(ctx context.Context, shard ShardID, cmd Command) (Result,
 // proposeForwarded proposes a command another node forwarded, as this node only: a node that is
 // not the leader answers NotLeaderError naming the leader, and never forwards again.
 func (n *Node) proposeForwarded(req fwdRequest) (Result, error) {
-	r, ok := n.shards[req.shard]
+	r, ok := n.replica(req.shard)
 	if !ok {
 		return Result{}, ErrNoShard
 	}
@@ -405,8 +432,9 @@ func (n *Node) Close() error {
 		close(n.stop)
 		n.wg.Wait()
 		var errs []error
-		for _, id := range n.Shards() {
-			r := n.shards[id]
+		n.shardsMu.Lock() // no replica is added or removed from here on
+		defer n.shardsMu.Unlock()
+		for _, r := range *n.shards.Load() {
 			errs = append(errs, r.raft.Shutdown().Error())
 			r.logs.closed.Store(true)
 			r.trans.CloseStreams()

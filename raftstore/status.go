@@ -3,6 +3,7 @@ package raftstore
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -102,16 +103,17 @@ func (n *Node) ClusterStatus(ctx context.Context) []PeerStatus {
 
 // Status returns the status of every shard this node hosts, by shard id.
 func (n *Node) Status() []ShardStatus {
-	out := make([]ShardStatus, 0, len(n.shards))
-	for _, id := range n.Shards() {
-		out = append(out, n.shards[id].status())
+	reps := *n.shards.Load()
+	out := make([]ShardStatus, 0, len(reps))
+	for _, id := range slices.Sorted(maps.Keys(reps)) {
+		out = append(out, reps[id].status())
 	}
 	return out
 }
 
 // ShardStatus returns the status of one shard.
 func (n *Node) ShardStatus(shard ShardID) (ShardStatus, error) {
-	r, ok := n.shards[shard]
+	r, ok := n.replica(shard)
 	if !ok {
 		return ShardStatus{}, ErrNoShard
 	}
@@ -165,7 +167,7 @@ func stateName(s raft.RaftState) string {
 
 // WaitLeader waits until shard has a known leader and returns its id and address.
 func (n *Node) WaitLeader(ctx context.Context, shard ShardID) (id, addr string, err error) {
-	r, ok := n.shards[shard]
+	r, ok := n.replica(shard)
 	if !ok {
 		return "", "", ErrNoShard
 	}
@@ -186,7 +188,7 @@ func (n *Node) WaitLeader(ctx context.Context, shard ShardID) (id, addr string, 
 // Snapshot makes shard take a Raft snapshot now (normally it does on its own after
 // SnapshotThreshold entries), letting Raft trim its log.
 func (n *Node) Snapshot(shard ShardID) error {
-	r, ok := n.shards[shard]
+	r, ok := n.replica(shard)
 	if !ok {
 		return ErrNoShard
 	}

@@ -2,6 +2,7 @@ package raftstoretest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -203,8 +204,8 @@ func (c *Cluster) Propose(ctx context.Context, shard raftstore.ShardID, cmd raft
 	}
 }
 
-// WaitConverged waits until every running node has applied the same index of shard, then checks
-// their state checksums are equal and returns the applied index.
+// WaitConverged waits until every running node that hosts shard has applied the same index of
+// it, then checks their state checksums are equal and returns the applied index.
 func (c *Cluster) WaitConverged(shard raftstore.ShardID) uint64 {
 	c.t.Helper()
 	var index uint64
@@ -215,6 +216,9 @@ func (c *Cluster) WaitConverged(shard raftstore.ShardID) uint64 {
 				continue
 			}
 			st, err := n.ShardStatus(shard)
+			if errors.Is(err, raftstore.ErrNoShard) {
+				continue
+			}
 			if err != nil || st.AppliedIndex != st.CommitIndex || st.CommitIndex != st.LastIndex {
 				return false
 			}
@@ -231,6 +235,9 @@ func (c *Cluster) WaitConverged(shard raftstore.ShardID) uint64 {
 			continue
 		}
 		state, err := n.State(shard)
+		if errors.Is(err, raftstore.ErrNoShard) {
+			continue
+		}
 		if err != nil {
 			c.t.Fatal(err)
 		}

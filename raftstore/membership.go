@@ -1,0 +1,136 @@
+package raftstore
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/syncd-dev/syncd/log"
+)
+
+// Shard membership: which nodes hold a replica of a shard. A replica is added in two steps — the
+// new node starts an empty replica that joins (AddReplica), then the shard's leader adds it to
+// the group (AddNonvoter, and AddVoter once it has caught up) — and removed in two: the leader
+// removes it from the group (RemoveServer), then the node drops its copy (RemoveReplica).
+
+// AddReplica starts hosting shard as a new member joining the shard's existing Raft group: it
+// bootstraps nothing and waits for the shard's leader to add it, then catches up from the
+// leader's log or a snapshot. If this node already hosts shard, nothing happens.
+func (n *Node) AddReplica(shard ShardID) error {
+	if n.closed.Load() {
+		return ErrShutdown
+	}
+	return n.addReplica(shard, nil)
+}
+
+// RemoveReplica stops hosting shard and deletes this node's copy of it: state, Raft log and
+// snapshots. Call it once the shard's group no longer counts this node as a member; removing a
+// voter's replica behind the group's back costs the group a member until it is re-added.
+func (n *Node) RemoveReplica(shard ShardID) error {
+	n.shardsMu.Lock()
+	defer n.shardsMu.Unlock()
+	if n.closed.Load() {
+		return ErrShutdown
+	}
+	r, ok := n.replica(shard)
+	if !ok {
+		return nil
+	}
+	m := maps.Clone(*n.shards.Load())
+	delete(m, shard)
+	n.shards.Store(&m) // from here on the shard is not hosted: callers get ErrNoShard
+	err := r.raft.Shutdown().Error()
+	r.logs.closed.Store(true)
+	r.trans.CloseStreams()
+	if cerr := r.trans.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("raftstore: stop shard %d: %w", shard, err)
+	}
+	if err := log.DeleteShard(n.db, log.ShardID(shard)); err != nil {
+		return err
+	}
+	if err := r.logs.dropAll(); err != nil {
+		return err
+	}
+	if err := os.RemoveAll(n.snapshotDir(shard)); err != nil {
+		return fmt.Errorf("raftstore: delete snapshots of shard %d: %w", shard, err)
+	}
+	n.logger.Info("removed replica", "shard", uint32(shard))
+	return nil
+}
+
+func (n *Node) snapshotDir(shard ShardID) string {
+	return filepath.Join(n.cfg.Dir, "snapshots", fmt.Sprintf("shard-%d", shard))
+}
+
+// AddNonvoter adds node id (Raft address addr) to shard's group as a non-voter: it receives the
+// log but does not count for quorum, so a new replica catches up without weakening the group.
+// This node must lead the shard.
+func (n *Node) AddNonvoter(ctx context.Context, shard ShardID, id, addr string) error {
+	return n.changeMembership(ctx, shard, func(r *raft.Raft, timeout time.Duration) raft.IndexFuture {
+		return r.AddNonvoter(raft.ServerID(id), raft.ServerAddress(addr), 0, timeout)
+	})
+}
+
+// AddVoter adds node id (Raft address addr) to shard's voters, or promotes it if it is a
+// non-voter. This node must lead the shard.
+func (n *Node) AddVoter(ctx context.Context, shard ShardID, id, addr string) error {
+	return n.changeMembership(ctx, shard, func(r *raft.Raft, timeout time.Duration) raft.IndexFuture {
+		return r.AddVoter(raft.ServerID(id), raft.ServerAddress(addr), 0, timeout)
+	})
+}
+
+// RemoveMember removes node id from shard's group. This node must lead the shard; to remove
+// itself it should first hand leadership over, or the group elects a new leader after the change.
+func (n *Node) RemoveMember(ctx context.Context, shard ShardID, id string) error {
+	return n.changeMembership(ctx, shard, func(r *raft.Raft, timeout time.Duration) raft.IndexFuture {
+		return r.RemoveServer(raft.ServerID(id), 0, timeout)
+	})
+}
+
+func (n *Node) changeMembership(ctx context.Context, shard ShardID, change func(*raft.Raft, time.Duration) raft.IndexFuture) error {
+	r, ok := n.replica(shard)
+	if !ok {
+		return ErrNoShard
+	}
+	var timeout time.Duration
+	if dl, ok := ctx.Deadline(); ok {
+		if timeout = time.Until(dl); timeout <= 0 {
+			return ErrTimeout
+		}
+	}
+	if err := change(r.raft, timeout).Error(); err != nil {
+		return n.mapRaftError(r, err)
+	}
+	return nil
+}
+
+// Members returns shard's group as this node's replica knows it: voters and non-voters.
+func (n *Node) Members(shard ShardID) ([]Member, error) {
+	r, ok := n.replica(shard)
+	if !ok {
+		return nil, ErrNoShard
+	}
+	f := r.raft.GetConfiguration()
+	if err := f.Error(); err != nil {
+		return nil, n.mapRaftError(r, err)
+	}
+	var out []Member
+	for _, s := range f.Configuration().Servers {
+		out = append(out, Member{Peer: Peer{ID: string(s.ID), Addr: string(s.Address)}, Voter: s.Suffrage == raft.Voter})
+	}
+	return out, nil
+}
+
+// Member is one member of a shard's Raft group.
+type Member struct {
+	Peer
+	Voter bool `json:"voter"` // false: a non-voter catching up
+}

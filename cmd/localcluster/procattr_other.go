@@ -1,0 +1,8 @@
+//go:build !unix
+
+package main
+
+import "syscall"
+
+// childProcAttr: nothing special outside Unix.
+func childProcAttr() *syscall.SysProcAttr { return nil }

@@ -278,7 +278,16 @@ func (w *workload) checkView(d *wlDevice, cv *wlConv, msgs []client.Message) (un
 			bad("%q at conv_seq %d as %s, acked at %d as %s (G1)", body, m.ConvSeq, m.MsgID, q.ack.ConvSeq, q.ack.MsgID)
 		}
 		if p := lastOf[q.sender]; p != nil && p.n > q.n {
-			bad("%q stored after %q, which its sender queued later (G6)", body, p.body)
+			if q.ack != nil && p.queued.After(q.acked) {
+				bad("%q (conv_seq %d) was acked at %s, before its sender queued %q (at %s), yet it comes after it (G6)",
+					body, m.ConvSeq, w.since(q.acked), p.body, w.since(p.queued))
+			} else {
+				// The server's G6 only orders a message acked before the later send. The SDK
+				// promises more: its outbox sends one mutation at a time, in queue order.
+				bad("%q (queued %s, acked %s; %s) is stored after %q (queued %s, acked %s; %s), which its sender "+
+					"queued later: the SDK's outbox sent the later message before the earlier one was acked",
+					body, w.since(q.queued), w.since(q.acked), w.attempts(q), p.body, w.since(p.queued), w.since(p.acked), w.attempts(p))
+			}
 		}
 		lastOf[q.sender] = q
 	}
@@ -295,6 +304,29 @@ func (w *workload) checkView(d *wlDevice, cv *wlConv, msgs []client.Message) (un
 		bad("lacks acked %s (G1/G5)", m)
 	}
 	return unacked, problems
+}
+
+// since formats t as the time since the test started ("-" for the zero time).
+func (w *workload) since(t time.Time) string {
+	if t.IsZero() || w.tl == nil {
+		return "-"
+	}
+	return fmt.Sprintf("%.2fs", t.Sub(w.tl.start).Seconds())
+}
+
+// attempts describes what the sender's SDK recorded about m: attempts and the last error.
+// REQUIRES: w.mu (only reads the device list, fixed after newWorkload).
+func (w *workload) attempts(m *wlMsg) string {
+	for _, d := range w.devs {
+		if d.user == m.sender && d.cl != nil {
+			q, ok, err := d.cl.Lookup(m.cmid)
+			if err != nil || !ok {
+				return fmt.Sprintf("lookup: %v %v", ok, err)
+			}
+			return fmt.Sprintf("%d attempts, last error %q", q.Attempts, q.LastError)
+		}
+	}
+	return "no device"
 }
 
 // checkEntries checks the entries device d stored, in the order it stored them: positions 1, 2,
@@ -424,10 +456,15 @@ func (w *workload) checkStores() {
 // pebbleQuiet discards Pebble's informational logs while the checker reads a store.
 type pebbleQuiet struct{}
 
+// Infof drops an informational message.
 func (pebbleQuiet) Infof(string, ...any) {}
+
+// Errorf reports an error through the default slog logger.
 func (pebbleQuiet) Errorf(f string, args ...any) {
 	slog.Error(fmt.Sprintf(f, args...), "component", "pebble")
 }
+
+// Fatalf panics: the checker cannot go on without the store.
 func (pebbleQuiet) Fatalf(f string, args ...any) { panic(fmt.Sprintf(f, args...)) }
 
 // readReplica reads a shard's applied index, state checksums, dead-letter count and outbox.

@@ -3,6 +3,7 @@ package test
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/syncd-dev/syncd/client"
 	"github.com/syncd-dev/syncd/proto"
@@ -15,11 +16,14 @@ func TestClusterCheckerCatches(t *testing.T) {
 	ack := func(seq proto.Position, id string) *proto.Ack {
 		return &proto.Ack{Conv: cv.id, ConvSeq: seq, MsgID: proto.MsgID(id)}
 	}
-	w := &workload{t: t, convs: []*wlConv{cv}, msgs: map[string]*wlMsg{}, byBody: map[string]*wlMsg{}}
+	tl := newTimeline(t)
+	at := func(s float64) time.Time { return tl.start.Add(time.Duration(s * float64(time.Second))) }
+	w := &workload{t: t, tl: tl, convs: []*wlConv{cv}, msgs: map[string]*wlMsg{}, byBody: map[string]*wlMsg{}}
 	for _, m := range []*wlMsg{
-		{cmid: "a", conv: cv.id, sender: "u1", kind: proto.KindMessage, body: "u1#0", n: 0, ack: ack(1, "1.5.0")},
-		{cmid: "b", conv: cv.id, sender: "u1", kind: proto.KindMessage, body: "u1#1", n: 1, ack: ack(2, "1.6.0")},
-		{cmid: "c", conv: cv.id, sender: "u2", kind: proto.KindMessage, body: "u2#0", n: 0}, // ack lost
+		{cmid: "a", conv: cv.id, sender: "u1", kind: proto.KindMessage, body: "u1#0", n: 0, ack: ack(1, "1.5.0"), queued: at(0), acked: at(1)},
+		{cmid: "b", conv: cv.id, sender: "u1", kind: proto.KindMessage, body: "u1#1", n: 1, ack: ack(2, "1.6.0"), queued: at(2), acked: at(3)},
+		{cmid: "c", conv: cv.id, sender: "u2", kind: proto.KindMessage, body: "u2#0", n: 0, queued: at(0)}, // ack lost
+		{cmid: "d", conv: cv.id, sender: "u2", kind: proto.KindMessage, body: "u2#1", n: 1, ack: ack(4, "1.8.0"), queued: at(1), acked: at(2)},
 	} {
 		w.msgs[m.cmid], w.byBody[m.body] = m, m
 	}
@@ -27,7 +31,8 @@ func TestClusterCheckerCatches(t *testing.T) {
 	msg := func(seq proto.Position, id, sender, body string) client.Message {
 		return client.Message{Conv: cv.id, ConvSeq: seq, MsgID: proto.MsgID(id), Sender: sender, Body: []byte(body)}
 	}
-	good := []client.Message{msg(1, "1.5.0", "u1", "u1#0"), msg(2, "1.6.0", "u1", "u1#1"), msg(3, "1.7.0", "u2", "u2#0")}
+	good := []client.Message{msg(1, "1.5.0", "u1", "u1#0"), msg(2, "1.6.0", "u1", "u1#1"), msg(3, "1.7.0", "u2", "u2#0"),
+		msg(4, "1.8.0", "u2", "u2#1")}
 	if unacked, problems := w.checkView(d, cv, good); unacked != 1 || len(problems) != 0 {
 		t.Fatalf("a good view: %d unacked, problems %v", unacked, problems)
 	}
@@ -35,11 +40,12 @@ func TestClusterCheckerCatches(t *testing.T) {
 		view []client.Message
 		want string
 	}{
-		"lost":       {[]client.Message{msg(1, "1.5.0", "u1", "u1#0")}, "lacks acked \"u1#1\""},
-		"duplicate":  {append(good, msg(4, "1.8.0", "u1", "u1#1")), "twice"},
-		"never sent": {append(good, msg(4, "1.8.0", "u2", "u2#7")), "never queued"},
+		"lost":       {good[:1], "lacks acked \"u1#1\""},
+		"duplicate":  {append(good, msg(5, "1.9.0", "u1", "u1#1")), "twice"},
+		"never sent": {append(good, msg(5, "1.9.0", "u2", "u2#7")), "never queued"},
 		"moved":      {[]client.Message{msg(1, "1.5.0", "u1", "u1#0"), msg(3, "1.6.0", "u1", "u1#1")}, "acked at 2"},
-		"reordered":  {[]client.Message{msg(1, "1.5.0", "u1", "u1#1"), msg(2, "1.6.0", "u1", "u1#0")}, "queued later"},
+		"reordered":  {[]client.Message{msg(1, "1.6.0", "u1", "u1#1"), msg(2, "1.5.0", "u1", "u1#0")}, "yet it comes after it (G6)"},
+		"sdk order":  {[]client.Message{msg(3, "1.8.0", "u2", "u2#1"), msg(4, "1.7.0", "u2", "u2#0")}, "the SDK's outbox sent"},
 	} {
 		_, problems := w.checkView(d, cv, tc.view)
 		if !strings.Contains(strings.Join(problems, "\n"), tc.want) {
@@ -74,7 +80,7 @@ func TestClusterCheckerCatches(t *testing.T) {
 		t.Errorf("a rebase: problems %q", problems)
 	}
 
-	if missing := w.missingAcks(cv.id, convView{"1 1.5.0 u1#0"}); len(missing) != 1 || missing[0] != "2 1.6.0 u1#1" {
+	if missing := w.missingAcks(cv.id, convView{"1 1.5.0 u1#0", "4 1.8.0 u2#1"}); len(missing) != 1 || missing[0] != "2 1.6.0 u1#1" {
 		t.Errorf("missingAcks: %v", missing)
 	}
 	if got := parseMetricsForTest(t); !got[3].leader || got[3].term != 7 || got[3].lag != 2 || got[1].leader {

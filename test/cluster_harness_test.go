@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -266,7 +267,7 @@ func startCluster(t *testing.T, n int, tl *timeline) *testCluster {
 	var peers []string
 	for i := range n {
 		id := fmt.Sprintf("n%d", i+1)
-		node := &clusterNode{id: id, dir: filepath.Join(base, id), listen: freeUDP(t), raft: freeTCP(t), admin: freeTCP(t),
+		node := &clusterNode{id: id, dir: filepath.Join(base, id), listen: clusterAddr(t), raft: clusterAddr(t), admin: clusterAddr(t),
 			logPath: filepath.Join(base, id+".log"), bin: bin, tl: tl}
 		c.nodes = append(c.nodes, node)
 		raftAddrs[id] = node.raft
@@ -322,6 +323,60 @@ func startCluster(t *testing.T, n int, tl *timeline) *testCluster {
 	c.waitReady(60 * time.Second)
 	tl.add("cluster of %d nodes ready (%s)", n, c.describeNodes())
 	return c
+}
+
+// clusterPorts remembers the ports clusterAddr handed out in this process, so no two nodes of
+// any test get the same one.
+var clusterPorts struct {
+	sync.Mutex
+	used map[int]bool
+}
+
+// clusterAddr returns a loopback address whose port is free for both TCP and UDP and lies below
+// the kernel's ephemeral range. freeTCP's ports come from that range, and a port released by the
+// test can be taken again (an outgoing connection of another node, a relay's listener) before
+// the node binds it, or while a killed node is down: the long suite hit exactly that ("address
+// already in use" at start). Ports below the range are only ever taken by an explicit bind. Where
+// the range cannot be read it falls back to freeTCP.
+func clusterAddr(t *testing.T) string {
+	t.Helper()
+	lo := 0
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			lo, _ = strconv.Atoi(f[0])
+		}
+	}
+	const floor = 10000
+	if lo < floor+1000 {
+		return freeTCP(t)
+	}
+	clusterPorts.Lock()
+	defer clusterPorts.Unlock()
+	if clusterPorts.used == nil {
+		clusterPorts.used = map[int]bool{}
+	}
+	start := floor + int(time.Now().UnixNano()%int64(lo-floor))
+	for i := range lo - floor {
+		port := floor + (start-floor+i)%(lo-floor)
+		if clusterPorts.used[port] {
+			continue
+		}
+		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+		l, err := net.Listen("tcp", addr)
+		if err != nil {
+			continue
+		}
+		pc, err := net.ListenPacket("udp", addr)
+		l.Close()
+		if err != nil {
+			continue
+		}
+		pc.Close()
+		clusterPorts.used[port] = true
+		return addr
+	}
+	t.Fatal("no free port below the ephemeral range")
+	return ""
 }
 
 // binaryHasFlag reports whether the syncd binary lists -name in its usage.

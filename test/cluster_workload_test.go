@@ -56,7 +56,7 @@ type wlMsg struct {
 	kind               proto.Kind
 	body               string // messages: "<sender>#<n>", unique
 	n                  int    // messages: the sender's count, its queue order
-	queued             time.Time
+	queued, acked      time.Time
 	ack                *proto.Ack // once Sent
 	failed             string     // once Failed
 }
@@ -273,7 +273,7 @@ func (w *workload) recordStatus(d *wlDevice, e client.StatusEvent) {
 		if m.failed != "" {
 			w.bad = append(w.bad, fmt.Sprintf("%s: %s acked after it failed (%s)", d.user, m.cmid, m.failed))
 		}
-		m.ack = e.Ack
+		m.ack, m.acked = e.Ack, time.Now()
 	case e.Status == client.StatusFailed:
 		m.failed = fmt.Sprint(e.Err)
 		w.tl.add("%s: message %q (%s) FAILED: %v", d.user, m.body, m.cmid, e.Err)

@@ -34,52 +34,50 @@ func (n *Node) balanceLoop(interval time.Duration, stop <-chan struct{}) {
 }
 
 // balanceOnce transfers the leadership of one shard away from this node if it leads more than
-// its share and a live voter leading fewer can take it. It reports whether it did. The share
-// counts only the nodes that answer: with one node of three down, the two others lead half each.
+// its share and a live voter leading fewer can take it. It reports whether it did. Counts are
+// cluster-wide, from every node's status (a node hosts only some shards in a managed cluster),
+// and the share counts only the nodes that answer: with one node of three down, the two others
+// lead half each.
 func (n *Node) balanceOnce() bool {
-	self := raft.ServerID(n.cfg.NodeID)
-	counts := map[raft.ServerID]int{}
-	nodes := map[raft.ServerID]Peer{}
-	var mine []*replica
-	reps := *n.shards.Load()
-	for _, id := range slices.Sorted(maps.Keys(reps)) {
-		r := reps[id]
-		_, leader := r.raft.LeaderWithID()
-		if leader == "" {
-			return false // an election is under way: look again later
-		}
-		counts[leader]++
-		if leader == self {
-			mine = append(mine, r)
-		}
-		for _, v := range r.voters() {
-			nodes[raft.ServerID(v.ID)] = v
+	self := n.cfg.NodeID
+	mine := map[ShardID]*replica{}
+	for id, r := range *n.shards.Load() {
+		if r.raft.State() == raft.Leader {
+			mine[id] = r
 		}
 	}
-	if len(nodes) < 2 || len(mine) <= ceilDiv(len(reps), len(nodes)) {
+	if len(mine) < 2 {
+		return false // leading one shard or none is never more than a share
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), n.cfg.Timing.ElectionTimeout)
+	defer cancel()
+	counts := map[string]int{}
+	shards := map[ShardID]bool{}
+	alive := map[string]bool{}
+	for _, p := range n.ClusterStatus(ctx) {
+		if p.Status == nil {
+			continue
+		}
+		alive[p.ID] = true
+		for _, st := range p.Status.Shards {
+			shards[st.Shard] = true
+			if st.State == "leader" {
+				counts[p.ID]++
+			}
+		}
+	}
+	if len(alive) < 2 {
 		return false
 	}
-	alive := map[raft.ServerID]bool{self: true}
-	for id, p := range nodes {
-		if id != self {
-			alive[id] = n.answers(p)
-		}
-	}
-	live := 0
-	for _, ok := range alive {
-		if ok {
-			live++
-		}
-	}
-	share := ceilDiv(len(reps), live)
-	if len(mine) <= share {
+	share := ceilDiv(len(shards), len(alive))
+	if counts[self] <= share {
 		return false
 	}
-	for _, r := range mine {
+	for _, id := range slices.Sorted(maps.Keys(mine)) {
+		r := mine[id]
 		var target *Peer
 		for _, v := range r.voters() {
-			id := raft.ServerID(v.ID)
-			if id != self && alive[id] && counts[id] < share && (target == nil || counts[id] < counts[raft.ServerID(target.ID)]) {
+			if v.ID != self && alive[v.ID] && counts[v.ID] < share && (target == nil || counts[v.ID] < counts[target.ID]) {
 				target = &v
 			}
 		}
@@ -88,19 +86,10 @@ func (n *Node) balanceOnce() bool {
 		}
 		err := r.raft.LeadershipTransferToServer(raft.ServerID(target.ID), raft.ServerAddress(target.Addr)).Error()
 		n.logger.Info("balancing leaders: handing over a shard", "shard", uint32(r.id), "to", target.ID,
-			"leads", len(mine), "share", share, "err", err)
+			"leads", counts[self], "share", share, "err", err)
 		return err == nil
 	}
 	return false
 }
 
 func ceilDiv(a, b int) int { return (a + b - 1) / b }
-
-// answers reports whether peer p answers a status request: a transfer to a node that is down
-// would stall the shard's proposals until it times out.
-func (n *Node) answers(p Peer) bool {
-	ctx, cancel := context.WithTimeout(context.Background(), n.cfg.Timing.ElectionTimeout)
-	defer cancel()
-	_, err := n.fwd.status(ctx, n.dialAddr(p.ID, p.Addr))
-	return err == nil
-}

@@ -54,6 +54,26 @@ type Config struct {
 	// little behind catches up from the log rather than by snapshot. Default 10240.
 	TrailingLogs uint64
 
+	// Managed makes the node a member of a managed cluster: a meta shard holds the cluster map,
+	// and the nodes place ShardCount data shards (numbered 1..ShardCount) themselves, with
+	// ReplicationFactor replicas each, moving replicas as nodes join, leave or die (see
+	// managed.go). Shards must then be nil. On a new cluster's first start, Peers are its first
+	// nodes (nil: this node alone); a node joining an existing cluster sets Join instead.
+	Managed bool
+	// ShardCount is the number of data shards of a managed cluster; the same on every node.
+	ShardCount int
+	// ReplicationFactor is the replicas per data shard of a managed cluster (capped by the number
+	// of nodes). Default 3.
+	ReplicationFactor int
+	// Join is the Raft address of any member of the managed cluster this new node joins.
+	Join string
+	// DeadAfter is how long a node may go unheard before its replicas are placed elsewhere.
+	// Default 30s.
+	DeadAfter time.Duration
+	// ReconcileInterval is how often a managed node compares the cluster map with what it hosts
+	// and what its groups are. Default 500ms.
+	ReconcileInterval time.Duration
+
 	// BalanceInterval is how often the node checks whether it leads more than its share of the
 	// shards and hands one over (see balance.go). Default 5s; negative disables balancing.
 	BalanceInterval time.Duration
@@ -100,7 +120,7 @@ func (c Config) withDefaults() Config {
 	if c.RaftAddr == "" {
 		c.RaftAddr = "127.0.0.1:0"
 	}
-	if c.Shards == nil {
+	if c.Shards == nil && !c.Managed {
 		c.Shards = []ShardID{1}
 	}
 	d := DefaultTiming()
@@ -115,6 +135,15 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Timing.CommitTimeout == 0 {
 		c.Timing.CommitTimeout = d.CommitTimeout
+	}
+	if c.ReplicationFactor == 0 {
+		c.ReplicationFactor = 3
+	}
+	if c.DeadAfter == 0 {
+		c.DeadAfter = 30 * time.Second
+	}
+	if c.ReconcileInterval == 0 {
+		c.ReconcileInterval = 500 * time.Millisecond
 	}
 	if c.BalanceInterval == 0 {
 		c.BalanceInterval = 5 * time.Second
@@ -147,6 +176,12 @@ func (c Config) Validate() error {
 	if c.Dir == "" {
 		errs = append(errs, errors.New("raftstore: Dir is required"))
 	}
+	if c.Managed && (c.Shards != nil || c.ShardCount < 1) {
+		errs = append(errs, errors.New("raftstore: a managed node needs ShardCount ≥ 1 and no Shards list"))
+	}
+	if c.Join != "" && c.Peers != nil {
+		errs = append(errs, errors.New("raftstore: Join and Peers exclude each other: join an existing cluster, or start a new one"))
+	}
 	seen := map[ShardID]bool{}
 	for _, s := range c.Shards {
 		if s == 0 || seen[s] {
@@ -163,7 +198,7 @@ func (c Config) Validate() error {
 			ids[p.ID] = true
 			self = self || p.ID == c.NodeID
 		}
-		if !self && (c.Shards == nil || len(c.Shards) > 0) {
+		if !self && (c.Managed || len(c.Shards) > 0) {
 			// Peers are the voters of the shards bootstrapped here; a node that starts with no
 			// shards (it joins later) is not among them.
 			errs = append(errs, fmt.Errorf("raftstore: Peers must include this node (%q)", c.NodeID))

@@ -44,8 +44,9 @@ const (
 	fwdLeadershipLost uint8 = 5 // message
 	fwdShutdown       uint8 = 6
 	fwdNoShard        uint8 = 7
-	fwdOther          uint8 = 8 // message
-	fwdStatus         uint8 = 9 // NodeStatus as JSON
+	fwdOther          uint8 = 8  // message
+	fwdStatus         uint8 = 9  // NodeStatus as JSON
+	fwdMetaRefused    uint8 = 10 // message
 )
 
 type fwdRequest struct {
@@ -136,6 +137,8 @@ func (r *fwdResponse) encode() []byte {
 		b = appendStr(append(b, fwdRejected, code), err.Error())
 	case errors.As(err, &nl):
 		b = appendStr(appendStr(append(b, fwdNotLeader), nl.LeaderID), nl.LeaderAddr)
+	case errors.Is(err, ErrMetaRefused):
+		b = appendStr(append(b, fwdMetaRefused), err.Error())
 	case errors.Is(err, ErrTimeout):
 		b = appendStr(append(b, fwdTimeout), err.Error())
 	case errors.Is(err, ErrLeadershipLost):
@@ -194,6 +197,8 @@ func decodeFwdResponse(body []byte) (fwdResponse, error) {
 		r.err = fmt.Errorf("raftstore: at the leader: %s", d.str())
 	case fwdStatus:
 		r.status = []byte(d.str())
+	case fwdMetaRefused:
+		r.err = fmt.Errorf("%w (at the meta leader): %s", ErrMetaRefused, d.str())
 	default:
 		return fwdResponse{}, fmt.Errorf("raftstore: forwarded response: unknown kind %d", kind)
 	}

@@ -2,6 +2,7 @@ package raftstore
 
 import (
 	"errors"
+	"fmt"
 	"reflect"
 	"testing"
 
@@ -21,6 +22,7 @@ func fwdResponses() []fwdResponse {
 		{id: 7, err: ErrShutdown},
 		{id: 8, err: ErrNoShard},
 		{id: 9, err: errors.New("disk on fire")},
+		{id: 10, err: fmt.Errorf("%w: no node \"n9\"", ErrMetaRefused)},
 	}
 }
 
@@ -49,7 +51,7 @@ func TestForwardCodec(t *testing.T) {
 				t.Fatalf("response %d: %#v, want %#v", want.id, got.err, want.err)
 			}
 		default:
-			for _, s := range []error{ErrNotLeader, ErrTimeout, ErrLeadershipLost, ErrShutdown, ErrNoShard} {
+			for _, s := range []error{ErrNotLeader, ErrTimeout, ErrLeadershipLost, ErrShutdown, ErrNoShard, ErrMetaRefused} {
 				if errors.Is(want.err, s) != errors.Is(got.err, s) {
 					t.Fatalf("response %d: %v came back as %v", want.id, want.err, got.err)
 				}

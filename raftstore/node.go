@@ -32,10 +32,12 @@ type Node struct {
 
 	// shards maps the shards this node hosts to their replicas. The map is copied on write
 	// (under shardsMu) and read without a lock.
-	shards   atomic.Pointer[map[ShardID]*replica]
-	shardsMu sync.Mutex
-	fwd    *forwarder           // proposals this node forwards to leaders elsewhere
-	fwdSrv *fwdServer           // proposals other nodes forward to this one
+	shards     atomic.Pointer[map[ShardID]*replica]
+	shardsMu   sync.Mutex
+	meta       *metaReplica  // the meta shard's replica, in a managed cluster
+	manageKick chan struct{} // wakes the management loop (managed.go)
+	fwd        *forwarder    // proposals this node forwards to leaders elsewhere
+	fwdSrv     *fwdServer    // proposals other nodes forward to this one
 
 	stop      chan struct{}  // closed by Close: stops the node's own goroutines
 	wg        sync.WaitGroup // the node's own goroutines (leader balancing)
@@ -62,7 +64,7 @@ func New(cfg Config) (*Node, error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	n := &Node{cfg: cfg, logger: cfg.Logger.With("node", cfg.NodeID), stop: make(chan struct{})}
+	n := &Node{cfg: cfg, logger: cfg.Logger.With("node", cfg.NodeID), stop: make(chan struct{}), manageKick: make(chan struct{}, 1)}
 	n.shards.Store(&map[ShardID]*replica{})
 	if err := os.MkdirAll(cfg.Dir, 0o750); err != nil {
 		return nil, fmt.Errorf("raftstore: create data dir: %w", err)
@@ -85,6 +87,12 @@ func New(cfg Config) (*Node, error) {
 	n.addr = cfg.AdvertiseAddr
 	if n.addr == "" {
 		n.addr = ln.Addr().String()
+	}
+	if cfg.Managed {
+		if err := n.startManaged(); err != nil {
+			n.Close()
+			return nil, err
+		}
 	}
 	peers := cfg.Peers
 	if peers == nil {
@@ -158,6 +166,25 @@ func (n *Node) startReplica(id ShardID, peers []Peer) (*replica, error) {
 	if cfg.OnUserLogs != nil {
 		f.onUserLogs = func(users []string) { cfg.OnUserLogs(id, users) }
 	}
+	rg, err := n.startRaft(id, f, true, snaps, logs, peers)
+	if err != nil {
+		return nil, err
+	}
+	return &replica{id: id, raft: rg.raft, fsm: f, trans: rg.trans, logs: logs, state: state}, nil
+}
+
+// raftGroup is this node's member of one Raft group: its raft instance and transport.
+type raftGroup struct {
+	raft  *raft.Raft
+	trans *raft.NetworkTransport
+}
+
+// startRaft starts this node's member of shard id's Raft group over logs and snaps, applying to
+// f. persistent says f keeps its own state across restarts (the data shards): raft then does not
+// restore the latest snapshot at start. Without existing state, the group is bootstrapped with
+// peers as voters (empty: this node alone), or not at all with nil peers (joining a group).
+func (n *Node) startRaft(id ShardID, f raft.FSM, persistent bool, snaps raft.SnapshotStore, logs *raftLog, peers []Peer) (*raftGroup, error) {
+	cfg := n.cfg
 	layer, err := n.mux.Layer(id)
 	if err != nil {
 		return nil, err
@@ -174,8 +201,8 @@ func (n *Node) startReplica(id ShardID, peers []Peer) (*replica, error) {
 	rc.SnapshotThreshold = cfg.SnapshotThreshold
 	rc.SnapshotInterval = cfg.SnapshotInterval
 	rc.TrailingLogs = cfg.TrailingLogs
-	rc.NoSnapshotRestoreOnStart = true // the fsm is persistent; see fsm.go
-	rc.MaxAppendEntries = 256          // larger batches: one Pebble sync and one fsm batch each
+	rc.NoSnapshotRestoreOnStart = persistent // a persistent fsm skips what it has; see fsm.go
+	rc.MaxAppendEntries = 256                // larger batches: one Pebble sync and one fsm batch each
 	// BatchApplyCh stays off: with a buffered apply channel, Apply after Shutdown enqueues a
 	// future nobody resolves. The leader still groups every proposal waiting to be received.
 	rc.BatchApplyCh = false
@@ -202,14 +229,14 @@ func (n *Node) startReplica(id ShardID, peers []Peer) (*replica, error) {
 			trans.Close()
 			return nil, fmt.Errorf("bootstrap: %w", err)
 		}
-		logger.Info("bootstrapped shard", "voters", len(servers))
+		n.logger.Info("bootstrapped shard", "shard", uint32(id), "voters", len(servers))
 	}
 	r, err := raft.NewRaft(rc, f, cached, logs, snaps, trans)
 	if err != nil {
 		trans.Close()
 		return nil, err
 	}
-	return &replica{id: id, raft: r, fsm: f, trans: trans, logs: logs, state: state}, nil
+	return &raftGroup{raft: r, trans: trans}, nil
 }
 
 // restoreIfInterrupted finishes a snapshot restore that a crash cut short, from the newest
@@ -236,12 +263,32 @@ func restoreIfInterrupted(state *log.Shard, snaps raft.SnapshotStore, logger *sl
 	return state.Restore(rc)
 }
 
-// addressProvider resolves peer ids through Config.PeerAddr, when set.
+// addressProvider resolves peer ids through Config.PeerAddr, when set, falling back to the
+// address the node knows for the id (raft would fall back too, but logs a warning each time).
 func (n *Node) addressProvider() raft.ServerAddressProvider {
 	if n.cfg.PeerAddr == nil {
 		return nil
 	}
-	return addrFunc(n.cfg.PeerAddr)
+	return addrFunc(func(id string) string { return n.dialAddr(id, n.knownAddr(id)) })
+}
+
+// knownAddr returns the Raft address of node id from the configured peers or the cluster map,
+// or "" if neither names it.
+func (n *Node) knownAddr(id string) string {
+	if id == n.cfg.NodeID {
+		return n.addr
+	}
+	for _, p := range n.cfg.Peers {
+		if p.ID == id {
+			return p.Addr
+		}
+	}
+	if n.meta != nil {
+		if node, ok := n.meta.fsm.snapshot().Nodes[id]; ok {
+			return node.RaftAddr
+		}
+	}
+	return ""
 }
 
 // dialAddr returns the address to dial peer id at: Config.PeerAddr's override, else addr (its
@@ -329,6 +376,15 @@ func (n *Node) Propose(ctx context.Context, shard ShardID, cmd Command) (Result,
 // proposeForwarded proposes a command another node forwarded, as this node only: a node that is
 // not the leader answers NotLeaderError naming the leader, and never forwards again.
 func (n *Node) proposeForwarded(req fwdRequest) (Result, error) {
+	ctx := context.Background()
+	if req.timeoutMS > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, time.Duration(req.timeoutMS)*time.Millisecond)
+		defer cancel()
+	}
+	if req.shard == MetaShard {
+		return Result{}, n.proposeMetaLocal(ctx, req.command)
+	}
 	r, ok := n.replica(req.shard)
 	if !ok {
 		return Result{}, ErrNoShard
@@ -336,12 +392,6 @@ func (n *Node) proposeForwarded(req fwdRequest) (Result, error) {
 	d, err := decodeCommand(req.command)
 	if err != nil {
 		return Result{}, err
-	}
-	ctx := context.Background()
-	if req.timeoutMS > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, time.Duration(req.timeoutMS)*time.Millisecond)
-		defer cancel()
 	}
 	return n.proposeLocal(ctx, r, Command{op: d.op, payload: rawPayload(d.body), Time: d.time})
 }
@@ -439,6 +489,12 @@ func (n *Node) Close() error {
 			r.logs.closed.Store(true)
 			r.trans.CloseStreams()
 			errs = append(errs, r.trans.Close())
+		}
+		if n.meta != nil {
+			errs = append(errs, n.meta.raft.Shutdown().Error())
+			n.meta.logs.closed.Store(true)
+			n.meta.trans.CloseStreams()
+			errs = append(errs, n.meta.trans.Close())
 		}
 		if n.fwd != nil {
 			n.fwd.close()

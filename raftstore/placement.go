@@ -120,3 +120,12 @@ func normalize(m map[ShardID][]string) map[ShardID][]string {
 	}
 	return m
 }
+
+// shardRange returns the data shard ids 1..n.
+func shardRange(n int) []ShardID {
+	out := make([]ShardID, n)
+	for i := range out {
+		out[i] = ShardID(i + 1)
+	}
+	return out
+}

@@ -9,14 +9,6 @@ import (
 	"pgregory.net/rapid"
 )
 
-func shardRange(n int) []ShardID {
-	out := make([]ShardID, n)
-	for i := range out {
-		out[i] = ShardID(i + 1)
-	}
-	return out
-}
-
 func loads(m map[ShardID][]string) map[string]int {
 	l := map[string]int{}
 	for _, members := range m {
@@ -121,8 +113,8 @@ func TestPlaceProperties(t *testing.T) {
 					eligibleBefore++
 				}
 			}
-			if eligibleBefore != want {
-				repairs = true
+			if eligibleBefore != want || eligibleBefore != len(current[s]) {
+				repairs = true // short, long, or holding an ineligible member
 			}
 			// A member that was eligible is dropped only to get down to rf, or by the one move.
 			if kept < min(eligibleBefore, want)-1 {

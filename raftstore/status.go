@@ -19,7 +19,8 @@ type ShardStatus struct {
 	State        string  `json:"state"`     // "leader", "follower", "candidate" or "shutdown"
 	LeaderID     string  `json:"leader_id"` // "" when no leader is known
 	LeaderAddr   string  `json:"leader_addr"`
-	Voters       []Peer  `json:"voters"` // the shard's Raft configuration as this replica knows it
+	Voters       []Peer  `json:"voters"`              // the shard's voters as this replica knows them
+	Nonvoters    []Peer  `json:"nonvoters,omitempty"` // members still catching up
 	Term         uint64  `json:"term"`
 	LastIndex    uint64  `json:"last_index"` // last index in this replica's Raft log
 	CommitIndex  uint64  `json:"commit_index"`
@@ -60,18 +61,26 @@ type PeerStatus struct {
 	Err    string      `json:"error,omitempty"`
 }
 
-// ClusterStatus asks every node named in the Raft configuration of a shard this node hosts for
-// its status (this node answers for itself), in parallel within ctx, and returns the answers by
-// node id.
+// ClusterStatus asks every node named in the Raft configuration of a shard this node hosts (or,
+// in a managed cluster, in the cluster map) for its status (this node answers for itself), in
+// parallel within ctx, and returns the answers by node id.
 func (n *Node) ClusterStatus(ctx context.Context) []PeerStatus {
+	if m, ok := n.ClusterMap(); ok && len(m.Nodes) > 0 {
+		return n.ClusterStatusOf(ctx, m)
+	}
 	peers := map[string]string{n.cfg.NodeID: n.addr}
 	for _, st := range n.Status() {
-		for _, v := range st.Voters {
+		for _, v := range slices.Concat(st.Voters, st.Nonvoters) {
 			if _, ok := peers[v.ID]; !ok {
 				peers[v.ID] = v.Addr
 			}
 		}
 	}
+	return n.statusOf(ctx, peers)
+}
+
+// statusOf asks the nodes of peers (id → Raft address) for their status, in parallel.
+func (n *Node) statusOf(ctx context.Context, peers map[string]string) []PeerStatus {
 	out := make([]PeerStatus, 0, len(peers))
 	for id, addr := range peers {
 		out = append(out, PeerStatus{ID: id, Addr: addr})
@@ -128,7 +137,8 @@ func (r *replica) status() ShardStatus {
 		State:        stateName(state),
 		LeaderID:     string(id),
 		LeaderAddr:   string(addr),
-		Voters:       r.voters(),
+		Voters:       r.members(true),
+		Nonvoters:    r.members(false),
 		Term:         r.raft.CurrentTerm(),
 		LastIndex:    r.raft.LastIndex(),
 		CommitIndex:  r.raft.CommitIndex(),
@@ -140,15 +150,23 @@ func (r *replica) status() ShardStatus {
 	}
 }
 
-// voters returns the shard's latest Raft configuration as this replica knows it.
-func (r *replica) voters() []Peer {
-	f := r.raft.GetConfiguration()
+// voters returns the shard's voters as this replica knows them.
+func (r *replica) voters() []Peer { return r.members(true) }
+
+// members returns the voters (voters true) or the non-voters of r's group as this replica knows
+// them.
+func (r *replica) members(voters bool) []Peer { return groupMembers(r.raft, voters) }
+
+func groupMembers(rf *raft.Raft, voters bool) []Peer {
+	f := rf.GetConfiguration()
 	if f.Error() != nil {
 		return nil
 	}
 	var out []Peer
 	for _, s := range f.Configuration().Servers {
-		out = append(out, Peer{ID: string(s.ID), Addr: string(s.Address)})
+		if (s.Suffrage == raft.Voter) == voters {
+			out = append(out, Peer{ID: string(s.ID), Addr: string(s.Address)})
+		}
 	}
 	return out
 }

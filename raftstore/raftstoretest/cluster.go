@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"path/filepath"
 	"testing"
 	"time"
@@ -31,7 +30,7 @@ func NewCluster(t testing.TB, n int, shards []raftstore.ShardID, tweak func(*raf
 	dir := t.TempDir()
 	peers := make([]raftstore.Peer, n)
 	for i := range n {
-		peers[i] = raftstore.Peer{ID: fmt.Sprintf("n%d", i+1), Addr: freeAddr(t)}
+		peers[i] = raftstore.Peer{ID: fmt.Sprintf("n%d", i+1), Addr: FreeAddr(t)}
 	}
 	for i := range n {
 		c.relays[i] = make([]*Relay, n)
@@ -78,17 +77,6 @@ func NewCluster(t testing.TB, n int, shards []raftstore.ShardID, tweak func(*raf
 	}
 	t.Cleanup(c.Close)
 	return c
-}
-
-// freeAddr picks a free loopback port. Another process could take it before the node binds it;
-// on loopback in a test that is rare enough.
-func freeAddr(t testing.TB) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
 }
 
 // Size returns the number of nodes.
@@ -211,6 +199,7 @@ func (c *Cluster) WaitConverged(shard raftstore.ShardID) uint64 {
 	var index uint64
 	Eventually(c.t, 20*time.Second, fmt.Sprintf("replicas of shard %d to converge", shard), func() bool {
 		index = 0
+		first := true
 		for _, n := range c.nodes {
 			if n == nil {
 				continue
@@ -222,10 +211,10 @@ func (c *Cluster) WaitConverged(shard raftstore.ShardID) uint64 {
 			if err != nil || st.AppliedIndex != st.CommitIndex || st.CommitIndex != st.LastIndex {
 				return false
 			}
-			if index != 0 && st.StateIndex != index {
+			if !first && st.StateIndex != index {
 				return false
 			}
-			index = st.StateIndex
+			index, first = st.StateIndex, false
 		}
 		return index > 0
 	})

@@ -4,12 +4,12 @@ import (
 	"context"
 	"crypto/rand"
 	"fmt"
-	"net"
 	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/syncd-dev/syncd/raftstore"
+	"github.com/syncd-dev/syncd/raftstore/raftstoretest"
 	"github.com/syncd-dev/syncd/syncd"
 )
 
@@ -33,7 +33,7 @@ func StartCluster(t testing.TB, n int, tweak func(i int, c *syncd.Config)) *Clus
 	dir := t.TempDir()
 	peers := make([]raftstore.Peer, n)
 	for i := range peers {
-		peers[i] = raftstore.Peer{ID: fmt.Sprintf("n%d", i+1), Addr: freeTCP(t)}
+		peers[i] = raftstore.Peer{ID: fmt.Sprintf("n%d", i+1), Addr: raftstoretest.FreeAddr(t)}
 	}
 	c := &Cluster{t: t, servers: make([]*syncd.Server, n), stops: make([]func(), n)}
 	for i := range n {
@@ -57,17 +57,6 @@ func StartCluster(t testing.TB, n int, tweak func(i int, c *syncd.Config)) *Clus
 	}
 	c.WaitLeaders()
 	return c
-}
-
-// freeTCP picks a free loopback port for a Raft listener, which must be known before any node
-// starts (it is in every node's peer list).
-func freeTCP(t testing.TB) string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
 }
 
 // Server returns node i, or nil while it is stopped.

@@ -1,0 +1,237 @@
+package raftstore
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"sync"
+
+	"github.com/hashicorp/raft"
+)
+
+// The meta shard is a Raft group, hosted by every node of a managed cluster, whose state is the
+// cluster map: the nodes, and which nodes should hold a replica of each data shard. The map is
+// small and changes rarely, so its state machine keeps it in memory and persists it through
+// Raft snapshots and the Raft log (restored at start), unlike the data shards' persistent state
+// machines.
+//
+// Commands are JSON (an operator-facing, slowly changing format; the version field lets a later
+// release read what an earlier one wrote):
+//
+//	{"v":1, "op":"init",   "map":{…}}            first map of a new cluster (ignored once there is one)
+//	{"v":1, "op":"join",   "node":{…}}           add a node or update its address and attributes
+//	{"v":1, "op":"remove", "id":"n2"}            mark a node for removal: placement moves its replicas away
+//	{"v":1, "op":"forget", "id":"n2"}            drop a node that holds no replica any more
+//	{"v":1, "op":"place",  "replicas":{"3":[…]}} set the desired members of some shards
+//
+// "place" and "forget" carry "if_index", the map's Index the decision was made on: if the map
+// changed since, they are refused and the meta leader decides again on the new map. Without it
+// a decision made just before a node was marked for removal could place replicas back on it.
+
+// MetaShard is the id of the meta shard. Data shards are numbered from 1.
+const MetaShard ShardID = 0
+
+// ClusterMap is the cluster's layout as the meta shard holds it.
+type ClusterMap struct {
+	Index    uint64               `json:"index"`  // Raft index of the last change
+	Shards   int                  `json:"shards"` // data shards, numbered 1..Shards
+	RF       int                  `json:"rf"`     // replicas per data shard (capped by the nodes)
+	Nodes    map[string]NodeInfo  `json:"nodes"`
+	Replicas map[ShardID][]string `json:"replicas"` // desired members of each data shard, sorted
+}
+
+// NodeInfo is one node of the cluster map.
+type NodeInfo struct {
+	ID       string            `json:"id"`
+	RaftAddr string            `json:"raft_addr"`
+	Attrs    map[string]string `json:"attrs,omitempty"`
+	Removing bool              `json:"removing,omitempty"` // being removed: hosts nothing once placement is done
+}
+
+// Clone returns a deep copy of m.
+func (m ClusterMap) Clone() ClusterMap {
+	out := m
+	out.Nodes = make(map[string]NodeInfo, len(m.Nodes))
+	for id, n := range m.Nodes {
+		n.Attrs = maps.Clone(n.Attrs)
+		out.Nodes[id] = n
+	}
+	out.Replicas = make(map[ShardID][]string, len(m.Replicas))
+	for s, r := range m.Replicas {
+		out.Replicas[s] = slices.Clone(r)
+	}
+	return out
+}
+
+// DataShards returns the ids of the data shards, 1..Shards.
+func (m ClusterMap) DataShards() []ShardID { return shardRange(m.Shards) }
+
+// ErrMetaRefused reports a cluster-map change that was refused (an unknown node, a node that
+// still holds replicas, …). The error's text says why.
+var ErrMetaRefused = errors.New("raftstore: cluster map change refused")
+
+const metaCommandV1 = 1
+
+type metaCommand struct {
+	V        int                  `json:"v"`
+	Op       string               `json:"op"`
+	Map      *ClusterMap          `json:"map,omitempty"`
+	Node     *NodeInfo            `json:"node,omitempty"`
+	ID       string               `json:"id,omitempty"`
+	Replicas map[ShardID][]string `json:"replicas,omitempty"`
+	IfIndex  uint64               `json:"if_index,omitempty"`
+}
+
+// metaFSM applies meta commands to the in-memory cluster map.
+type metaFSM struct {
+	mu sync.RWMutex
+	m  ClusterMap
+	// onChange, if set, is called after every applied change (on raft's apply goroutine).
+	onChange func()
+}
+
+func newMetaFSM() *metaFSM {
+	return &metaFSM{m: ClusterMap{Nodes: map[string]NodeInfo{}, Replicas: map[ShardID][]string{}}}
+}
+
+// snapshot returns a copy of the map.
+func (f *metaFSM) snapshot() ClusterMap {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.m.Clone()
+}
+
+// Apply implements raft.FSM. The response is nil or an error wrapping ErrMetaRefused.
+func (f *metaFSM) Apply(l *raft.Log) any {
+	if l.Type != raft.LogCommand {
+		return nil
+	}
+	var c metaCommand
+	if err := json.Unmarshal(l.Data, &c); err != nil || c.V != metaCommandV1 {
+		return fmt.Errorf("%w: undecodable meta command (version %d): %v", ErrMetaRefused, c.V, err)
+	}
+	f.mu.Lock()
+	err := f.apply(&c)
+	if err == nil {
+		f.m.Index = l.Index
+	}
+	f.mu.Unlock()
+	if err == nil && f.onChange != nil {
+		f.onChange()
+	}
+	return err
+}
+
+func (f *metaFSM) apply(c *metaCommand) error {
+	m := &f.m
+	if (c.Op == "place" || c.Op == "forget") && c.IfIndex != m.Index {
+		return fmt.Errorf("%w: %s decided on map %d, which is now %d", ErrMetaRefused, c.Op, c.IfIndex, m.Index)
+	}
+	switch c.Op {
+	case "init":
+		if m.Shards > 0 || c.Map == nil || c.Map.Shards < 1 {
+			return nil // a cluster is initialized once; a repeated init is harmless
+		}
+		*m = c.Map.Clone()
+	case "join":
+		if m.Shards == 0 {
+			return fmt.Errorf("%w: the cluster map is not initialized yet; retry", ErrMetaRefused)
+		}
+		if c.Node == nil || c.Node.ID == "" || c.Node.RaftAddr == "" {
+			return fmt.Errorf("%w: join needs a node id and address", ErrMetaRefused)
+		}
+		n := *c.Node
+		n.Removing = m.Nodes[n.ID].Removing
+		m.Nodes[n.ID] = n
+	case "remove":
+		n, ok := m.Nodes[c.ID]
+		if !ok {
+			return fmt.Errorf("%w: no node %q in the cluster", ErrMetaRefused, c.ID)
+		}
+		if !n.Removing && len(m.Nodes)-removing(m) <= 1 {
+			return fmt.Errorf("%w: %q is the last node", ErrMetaRefused, c.ID)
+		}
+		n.Removing = true
+		m.Nodes[c.ID] = n
+	case "forget":
+		for s, r := range m.Replicas {
+			if slices.Contains(r, c.ID) {
+				return fmt.Errorf("%w: %q still holds a replica of shard %d", ErrMetaRefused, c.ID, s)
+			}
+		}
+		delete(m.Nodes, c.ID)
+	case "place":
+		for s, r := range c.Replicas {
+			if s == MetaShard || int(s) > m.Shards {
+				return fmt.Errorf("%w: no data shard %d", ErrMetaRefused, s)
+			}
+			for _, id := range r {
+				if node, ok := m.Nodes[id]; !ok || node.Removing {
+					return fmt.Errorf("%w: shard %d placed on unknown or departing node %q", ErrMetaRefused, s, id)
+				}
+			}
+		}
+		for s, r := range c.Replicas {
+			m.Replicas[s] = slices.Sorted(slices.Values(r))
+		}
+	default:
+		return fmt.Errorf("%w: unknown meta operation %q", ErrMetaRefused, c.Op)
+	}
+	return nil
+}
+
+func removing(m *ClusterMap) int {
+	n := 0
+	for _, node := range m.Nodes {
+		if node.Removing {
+			n++
+		}
+	}
+	return n
+}
+
+// Snapshot implements raft.FSM.
+func (f *metaFSM) Snapshot() (raft.FSMSnapshot, error) {
+	b, err := json.Marshal(f.snapshot())
+	if err != nil {
+		return nil, err
+	}
+	return metaSnapshot(b), nil
+}
+
+// Restore implements raft.FSM.
+func (f *metaFSM) Restore(rc io.ReadCloser) error {
+	defer rc.Close()
+	var m ClusterMap
+	if err := json.NewDecoder(rc).Decode(&m); err != nil {
+		return fmt.Errorf("raftstore: restore cluster map: %w", err)
+	}
+	if m.Nodes == nil {
+		m.Nodes = map[string]NodeInfo{}
+	}
+	if m.Replicas == nil {
+		m.Replicas = map[ShardID][]string{}
+	}
+	f.mu.Lock()
+	f.m = m
+	f.mu.Unlock()
+	if f.onChange != nil {
+		f.onChange()
+	}
+	return nil
+}
+
+type metaSnapshot []byte
+
+func (s metaSnapshot) Persist(sink raft.SnapshotSink) error {
+	if _, err := sink.Write(s); err != nil {
+		sink.Cancel()
+		return err
+	}
+	return sink.Close()
+}
+
+func (s metaSnapshot) Release() {}

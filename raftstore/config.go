@@ -1,6 +1,7 @@
 package raftstore
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -42,6 +43,11 @@ type Config struct {
 	// status (NodeStatus.Attrs): syncd returns its client and admin addresses. It is called for
 	// every status request, concurrently.
 	Attrs func() map[string]string
+	// Serve, if set, answers calls other nodes make with Node.Call (say, reads of a shard this
+	// node hosts for a node that does not). It runs concurrently, on the forwarding connection's
+	// goroutines, under ctx (the caller's deadline). Refusals of the log package keep their
+	// sentinel across the call; other errors arrive as text.
+	Serve func(ctx context.Context, method string, payload []byte) ([]byte, error)
 
 	// Timing tunes Raft; zero fields take the LAN defaults of DefaultTiming.
 	Timing Timing

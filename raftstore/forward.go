@@ -95,10 +95,19 @@ func (f *forwarder) status(ctx context.Context, addr string) (NodeStatus, error)
 		return NodeStatus{}, err
 	}
 	var st NodeStatus
-	if err := json.Unmarshal(r.status, &st); err != nil {
+	if err := json.Unmarshal(r.body, &st); err != nil {
 		return NodeStatus{}, fmt.Errorf("raftstore: status of %s: %w", addr, err)
 	}
 	return st, nil
+}
+
+// call sends a call of method with payload to the node at addr and returns its answer.
+func (f *forwarder) call(ctx context.Context, addr, method string, payload []byte) ([]byte, error) {
+	r, err := f.roundTrip(ctx, addr, &fwdRequest{kind: fwdCall, method: method, command: payload})
+	if err == nil {
+		err = r.err
+	}
+	return r.body, err
 }
 
 // roundTrip sends req (its id and timeout filled in here) to the node at addr and waits for the
@@ -326,9 +335,15 @@ func (s *fwdServer) serve(conn net.Conn) {
 			go func() {
 				defer s.wg.Done()
 				resp := fwdResponse{id: req.id}
-				if req.kind == fwdStatusReq {
-					resp.status, resp.err = json.Marshal(s.node.NodeStatus())
-				} else {
+				switch req.kind {
+				case fwdStatusReq:
+					resp.body, resp.err = json.Marshal(s.node.NodeStatus())
+				case fwdCall:
+					resp.body, resp.err = s.node.serveCall(req)
+					if resp.err == nil && resp.body == nil {
+						resp.body = []byte{}
+					}
+				default:
 					resp.res, resp.err = s.node.proposeForwarded(req)
 				}
 				frame := resp.encode()
@@ -354,4 +369,29 @@ func (s *fwdServer) close() {
 	}
 	s.mu.Unlock()
 	s.wg.Wait()
+}
+
+// Call asks node id to answer method with payload through its Config.Serve handler, over the
+// forwarding connection, and returns the answer. Refusals of the log package keep their
+// sentinel; a node that cannot be reached gives ErrUnreachable.
+func (n *Node) Call(ctx context.Context, id, method string, payload []byte) ([]byte, error) {
+	addr := n.knownAddr(id)
+	if addr == "" {
+		return nil, fmt.Errorf("%w: no address known for node %q", ErrUnreachable, id)
+	}
+	return n.fwd.call(ctx, n.dialAddr(id, addr), method, payload)
+}
+
+// serveCall answers a call with Config.Serve.
+func (n *Node) serveCall(req fwdRequest) ([]byte, error) {
+	if n.cfg.Serve == nil {
+		return nil, fmt.Errorf("raftstore: node %s serves no calls", n.cfg.NodeID)
+	}
+	ctx := context.Background()
+	if req.timeoutMS > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, time.Duration(req.timeoutMS)*time.Millisecond)
+		defer cancel()
+	}
+	return n.cfg.Serve(ctx, req.method, req.command)
 }

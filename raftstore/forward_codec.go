@@ -16,10 +16,12 @@ import (
 //   kind 1, propose: shard uvarint | timeout_ms uvarint (0: none) |
 //                    command (the Raft command encoding, proposer time 0: the leader stamps it)
 //   kind 2, status:  nothing (the node answers its NodeStatus)
+//   kind 3, call:    method string | payload (the rest): a request for the application's handler
+//                    (Config.Serve), such as a read of a shard this node hosts
 // Response body: version u8 (1) | id uvarint | answer kind u8 | result, status or error fields
 //
-// A response with kind fwdOK carries the Result, fwdStatus a NodeStatus as JSON (an operator
-// view, free to grow); any other kind carries an error's fields, so that errors.Is and errors.As
+// A response with kind fwdOK carries the Result, fwdBody the bytes of a status (NodeStatus as
+// JSON, an operator view free to grow) or of a call's answer; any other kind carries an error's fields, so that errors.Is and errors.As
 // work on the forwarding node as if it had proposed locally.
 
 const fwdVersion = 1
@@ -32,6 +34,7 @@ const maxForwardFrame = 64 << 20
 const (
 	fwdPropose   uint8 = 1
 	fwdStatusReq uint8 = 2
+	fwdCall      uint8 = 3
 )
 
 // Answer kinds of a response.
@@ -45,7 +48,7 @@ const (
 	fwdShutdown       uint8 = 6
 	fwdNoShard        uint8 = 7
 	fwdOther          uint8 = 8  // message
-	fwdStatus         uint8 = 9  // NodeStatus as JSON
+	fwdBody           uint8 = 9  // a status (NodeStatus as JSON) or a call's answer
 	fwdMetaRefused    uint8 = 10 // message
 )
 
@@ -54,7 +57,8 @@ type fwdRequest struct {
 	kind      uint8
 	shard     ShardID
 	timeoutMS uint64
-	command   []byte
+	command   []byte // fwdPropose: the command; fwdCall: the payload
+	method    string // fwdCall
 }
 
 func (r *fwdRequest) encode() []byte {
@@ -62,9 +66,14 @@ func (r *fwdRequest) encode() []byte {
 	b = append(b, fwdVersion)
 	b = binary.AppendUvarint(b, r.id)
 	b = append(b, r.kind)
-	if r.kind == fwdPropose {
+	switch r.kind {
+	case fwdPropose:
 		b = binary.AppendUvarint(b, uint64(r.shard))
 		b = binary.AppendUvarint(b, r.timeoutMS)
+		b = append(b, r.command...)
+	case fwdCall:
+		b = binary.AppendUvarint(b, r.timeoutMS)
+		b = appendStr(b, r.method)
 		b = append(b, r.command...)
 	}
 	binary.BigEndian.PutUint32(b, uint32(len(b)-4))
@@ -83,6 +92,10 @@ func decodeFwdRequest(body []byte) (fwdRequest, error) {
 		if len(d.b) > 0 {
 			d.err = errors.New("raftstore: forwarded status request: trailing bytes")
 		}
+	case r.kind == fwdCall:
+		r.timeoutMS = d.uvarint()
+		r.method = d.str()
+		r.command = d.b
 	case r.kind == fwdPropose:
 		shard := d.uvarint()
 		r.timeoutMS = d.uvarint()
@@ -97,10 +110,10 @@ func decodeFwdRequest(body []byte) (fwdRequest, error) {
 }
 
 type fwdResponse struct {
-	id     uint64
-	res    Result
-	status []byte // NodeStatus JSON of a status answer
-	err    error
+	id   uint64
+	res  Result
+	body []byte // a status (NodeStatus as JSON) or a call's answer
+	err  error
 }
 
 func (r *fwdResponse) encode() []byte {
@@ -112,8 +125,8 @@ func (r *fwdResponse) encode() []byte {
 		ooo *log.OutOfOrderError
 	)
 	switch err := r.err; {
-	case err == nil && r.status != nil:
-		b = appendStr(append(b, fwdStatus), string(r.status))
+	case err == nil && r.body != nil:
+		b = appendStr(append(b, fwdBody), string(r.body))
 	case err == nil:
 		b = append(b, fwdOK)
 		a := r.res.Append
@@ -195,8 +208,8 @@ func decodeFwdResponse(body []byte) (fwdResponse, error) {
 		r.err = fmt.Errorf("%w (at the leader)", ErrNoShard)
 	case fwdOther:
 		r.err = fmt.Errorf("raftstore: at the leader: %s", d.str())
-	case fwdStatus:
-		r.status = []byte(d.str())
+	case fwdBody:
+		r.body = []byte(d.str())
 	case fwdMetaRefused:
 		r.err = fmt.Errorf("%w (at the meta leader): %s", ErrMetaRefused, d.str())
 	default:

@@ -61,14 +61,15 @@ func TestForwardCodec(t *testing.T) {
 	for _, req := range []fwdRequest{
 		{id: 77, kind: fwdPropose, shard: 1<<32 - 1, timeoutMS: 1500, command: []byte{1, 2, 3}},
 		{id: 78, kind: fwdStatusReq},
+		{id: 79, kind: fwdCall, timeoutMS: 20, method: "read", command: []byte(`{"op":"x"}`)},
 	} {
 		got, err := decodeFwdRequest(req.encode()[4:])
 		if err != nil || !reflect.DeepEqual(got, req) {
 			t.Fatalf("request: %+v %v", got, err)
 		}
 	}
-	status := fwdResponse{id: 10, status: []byte(`{"id":"n1"}`)}
-	if got, err := decodeFwdResponse(status.encode()[4:]); err != nil || string(got.status) != `{"id":"n1"}` || got.err != nil {
+	status := fwdResponse{id: 10, body: []byte(`{"id":"n1"}`)}
+	if got, err := decodeFwdResponse(status.encode()[4:]); err != nil || string(got.body) != `{"id":"n1"}` || got.err != nil {
 		t.Fatalf("status response: %+v %v", got, err)
 	}
 }
@@ -81,7 +82,8 @@ func FuzzForwardFrames(f *testing.F) {
 	}
 	f.Add((&fwdRequest{id: 1, kind: fwdPropose, shard: 2, command: []byte{1, 1, 0}}).encode()[4:])
 	f.Add((&fwdRequest{id: 2, kind: fwdStatusReq}).encode()[4:])
-	f.Add((&fwdResponse{id: 3, status: []byte("{}")}).encode()[4:])
+	f.Add((&fwdRequest{id: 4, kind: fwdCall, method: "m", command: []byte("x")}).encode()[4:])
+	f.Add((&fwdResponse{id: 3, body: []byte("{}")}).encode()[4:])
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, data []byte) {
 		if req, err := decodeFwdRequest(data); err == nil {
@@ -93,7 +95,7 @@ func FuzzForwardFrames(f *testing.F) {
 		if resp, err := decodeFwdResponse(data); err == nil {
 			again, err := decodeFwdResponse(resp.encode()[4:])
 			if err != nil || again.id != resp.id || !reflect.DeepEqual(again.res, resp.res) ||
-				(again.err == nil) != (resp.err == nil) || string(again.status) != string(resp.status) {
+				(again.err == nil) != (resp.err == nil) || string(again.body) != string(resp.body) {
 				t.Fatalf("response re-encoding: %+v %v", again, err)
 			}
 		}

@@ -156,3 +156,30 @@ func TestClusterStatus(t *testing.T) {
 		}
 	}
 }
+
+// TestCall: a node calls another's Serve handler over the forwarding connection; answers and
+// log refusals come back intact.
+func TestCall(t *testing.T) {
+	const shard = raftstore.ShardID(1)
+	c := raftstoretest.NewCluster(t, 2, []raftstore.ShardID{shard}, func(cfg *raftstore.Config) {
+		id := cfg.NodeID
+		cfg.Serve = func(ctx context.Context, method string, payload []byte) ([]byte, error) {
+			if method == "refuse" {
+				return nil, fmt.Errorf("%w: %s says no", log.ErrNotMember, id)
+			}
+			return append([]byte(id+" "+method+" "), payload...), nil
+		}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	got, err := c.Node(0).Call(ctx, "n2", "echo", []byte("hi"))
+	if err != nil || string(got) != "n2 echo hi" {
+		t.Fatalf("call: %q %v", got, err)
+	}
+	if _, err := c.Node(0).Call(ctx, "n2", "refuse", nil); !errors.Is(err, log.ErrNotMember) {
+		t.Fatalf("refusal: %v", err)
+	}
+	if _, err := c.Node(0).Call(ctx, "n9", "echo", nil); !errors.Is(err, raftstore.ErrUnreachable) {
+		t.Fatalf("unknown node: %v", err)
+	}
+}

@@ -105,7 +105,7 @@ func New(cfg Config) (*Node, error) {
 		}
 	}
 	n.mux.handleForward(n.fwdSrv.serve)
-	if cfg.BalanceInterval > 0 && len(cfg.Peers) > 1 {
+	if cfg.BalanceInterval > 0 && (cfg.Managed || len(cfg.Peers) > 1) {
 		n.wg.Add(1)
 		go n.balanceLoop(cfg.BalanceInterval, n.stop)
 	}

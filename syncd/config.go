@@ -3,6 +3,7 @@ package syncd
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"log/slog"
 	"slices"
 	"time"
@@ -24,12 +25,20 @@ type Config struct {
 	// /debug/pprof). Default DefaultAdminAddr, on loopback: expose it deliberately.
 	AdminAddr string
 	// NodeID, RaftAddr, Peers: see raftstore.Config. Defaults "n1", "127.0.0.1:7400", none.
+	// Peers are the first nodes of a new cluster, each given the same list; a node joining an
+	// existing cluster sets Join instead.
 	NodeID   string
 	RaftAddr string
 	Peers    []raftstore.Peer
+	// Join is the Raft address of any node of an existing cluster, for a new node that joins it:
+	// the cluster then places replicas on it. Default none (a new cluster of Peers, or alone).
+	Join string
+	// ReplicationFactor is how many nodes hold a replica of each shard, capped by the number of
+	// nodes. Default 3. Only a new cluster's first nodes use it; it is kept in the cluster map.
+	ReplicationFactor int
 	// PeerDial overrides the address used to dial a peer by node id, e.g. through a NAT or a
 	// fault-injecting relay in tests; the Raft configuration keeps the Peers addresses. Every id
-	// must be in Peers. Default none: peers are dialled at their Peers address.
+	// must be in Peers, unless the node joins with Join. Default none.
 	PeerDial map[string]string
 	// Shards is the number of shards (Raft groups); the same on every node. Default 8.
 	Shards int
@@ -90,6 +99,9 @@ func (c Config) withDefaults() Config {
 	if c.Shards == 0 {
 		c.Shards = 8
 	}
+	if c.ReplicationFactor == 0 {
+		c.ReplicationFactor = 3
+	}
 	c.Limits = c.Limits.WithDefaults()
 	if c.DedupWindow == 0 {
 		c.DedupWindow = time.Duration(log.DefaultDedupWindow)
@@ -138,8 +150,14 @@ func (c Config) Validate() error {
 	if c.Shards < 1 || c.Shards > 4096 {
 		errs = append(errs, fmt.Errorf("syncd: Shards %d must be between 1 and %d", c.Shards, NumSlots))
 	}
+	if c.Join != "" && len(c.Peers) > 0 {
+		errs = append(errs, errors.New("syncd: Join and Peers exclude each other: join an existing cluster, or start a new one with Peers"))
+	}
+	if c.ReplicationFactor < 1 {
+		errs = append(errs, errors.New("syncd: ReplicationFactor must be ≥ 1"))
+	}
 	for id, addr := range c.PeerDial {
-		if !slices.ContainsFunc(c.Peers, func(p raftstore.Peer) bool { return p.ID == id }) {
+		if c.Join == "" && !slices.ContainsFunc(c.Peers, func(p raftstore.Peer) bool { return p.ID == id }) {
 			errs = append(errs, fmt.Errorf("syncd: PeerDial overrides %q, which is not in Peers", id))
 		}
 		if addr == "" {
@@ -164,21 +182,14 @@ func (c Config) Validate() error {
 	return errors.Join(errs...)
 }
 
-// peerAddr returns the raftstore.Config.PeerAddr for PeerDial, nil without overrides. Peers
-// without an override resolve to their Peers address rather than to "": raft would dial the
-// same address for "", but log a warning on every RPC.
+// peerAddr returns the raftstore.Config.PeerAddr for PeerDial, nil without overrides; a peer
+// without an override gets "", its known address.
 func (c Config) peerAddr() func(id string) string {
 	if len(c.PeerDial) == 0 {
 		return nil
 	}
-	addrs := make(map[string]string, len(c.Peers))
-	for _, p := range c.Peers {
-		addrs[p.ID] = p.Addr
-	}
-	for id, addr := range c.PeerDial {
-		addrs[id] = addr
-	}
-	return func(id string) string { return addrs[id] } // "" for an unknown id: the configured address
+	addrs := maps.Clone(c.PeerDial)
+	return func(id string) string { return addrs[id] }
 }
 
 func (c Config) shardIDs() []raftstore.ShardID {

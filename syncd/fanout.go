@@ -24,6 +24,12 @@ import (
 // read from a lagging replica are merely conservative. Once every destination's mark has passed
 // an outbox position, the source trims its outbox up to it.
 //
+// The drainer keeps each destination's mark in memory, learned from the destination's answers:
+// the node draining a shard need not host the destinations (in a managed cluster it often does
+// not). A mark it has not learned yet is taken as the outbox's first retained position minus one,
+// which no destination can be below (the outbox is trimmed only up to the lowest mark), so the
+// first batch may resend what a destination has, which it ignores, and answers its real mark.
+//
 // Failures come in two kinds. A transient one (no leader, timeout, shutdown) is retried with
 // backoff for as long as it lasts: the stream cannot skip ahead without breaking order for every
 // user behind it, and the fan-out lag metric shows the wait. A refusal (the destination's state
@@ -50,7 +56,9 @@ type Fanout struct {
 	slots  *SlotTable
 	cfg    FanoutConfig
 	logger *slog.Logger
-	wake   map[raftstore.ShardID]chan struct{} // fixed after NewFanout
+
+	mu   sync.Mutex
+	wake map[raftstore.ShardID]chan struct{} // per hosted shard, created on first use
 
 	delivered    atomic.Uint64 // user-log entries written by this node's fan-out
 	failures     atomic.Uint64 // rounds that failed and were retried
@@ -73,22 +81,28 @@ func NewFanout(node *raftstore.Node, slots *SlotTable, cfg FanoutConfig) *Fanout
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	f := &Fanout{node: node, slots: slots, cfg: cfg, logger: cfg.Logger.With("component", "fanout"),
+	return &Fanout{node: node, slots: slots, cfg: cfg, logger: cfg.Logger.With("component", "fanout"),
 		wake: map[raftstore.ShardID]chan struct{}{}}
-	for _, id := range node.Shards() {
-		f.wake[id] = make(chan struct{}, 1)
+}
+
+// wakeCh returns shard's wake channel, creating it.
+func (f *Fanout) wakeCh(shard raftstore.ShardID) chan struct{} {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	ch := f.wake[shard]
+	if ch == nil {
+		ch = make(chan struct{}, 1)
+		f.wake[shard] = ch
 	}
-	return f
+	return ch
 }
 
 // Notify tells the fan-out that shard applied new entries (wire it to raftstore's OnApply). It
 // never blocks.
 func (f *Fanout) Notify(shard raftstore.ShardID) {
-	if ch, ok := f.wake[shard]; ok {
-		select {
-		case ch <- struct{}{}:
-		default:
-		}
+	select {
+	case f.wakeCh(shard) <- struct{}{}:
+	default:
 	}
 }
 
@@ -101,27 +115,55 @@ func (f *Fanout) Failures() uint64 { return f.failures.Load() }
 // DeadLettered returns the number of deliveries this fan-out moved to dead letters.
 func (f *Fanout) DeadLettered() uint64 { return f.deadLettered.Load() }
 
-// Run drains every hosted shard's outbox while this node leads it, until ctx ends. It returns
-// once all of its goroutines have stopped.
+// Run drains every hosted shard's outbox while this node leads it, until ctx ends: one drainer
+// per hosted shard, started and stopped as the node gains and loses replicas. It returns once
+// all of its goroutines have stopped.
 func (f *Fanout) Run(ctx context.Context) {
 	var wg sync.WaitGroup
-	for id := range f.wake {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			f.drain(ctx, id)
-		}()
+	defer wg.Wait()
+	running := map[raftstore.ShardID]context.CancelFunc{}
+	defer func() {
+		for _, stop := range running {
+			stop()
+		}
+	}()
+	for {
+		hosted := map[raftstore.ShardID]bool{}
+		for _, id := range f.node.Shards() {
+			hosted[id] = true
+			if running[id] == nil {
+				dctx, stop := context.WithCancel(ctx)
+				running[id] = stop
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					f.drain(dctx, id)
+				}()
+			}
+		}
+		for id, stop := range running {
+			if !hosted[id] {
+				stop()
+				delete(running, id)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(time.Second):
+		}
 	}
-	wg.Wait()
 }
 
 // drain runs rounds for one source shard, backing off after failures.
 func (f *Fanout) drain(ctx context.Context, src raftstore.ShardID) {
 	backoff := time.Duration(0)
+	marks := map[raftstore.ShardID]uint64{} // learned from the destinations' answers
+	wake := f.wakeCh(src)
 	for ctx.Err() == nil {
 		progressed, err := false, error(nil)
 		if st, serr := f.node.ShardStatus(src); serr == nil && st.State == "leader" {
-			progressed, err = f.round(ctx, src)
+			progressed, err = f.round(ctx, src, marks)
 		}
 		switch {
 		case err != nil && ctx.Err() == nil:
@@ -135,7 +177,7 @@ func (f *Fanout) drain(ctx context.Context, src raftstore.ShardID) {
 			backoff = 0
 			select { // idle: wait for new entries, or poll for a change of leadership
 			case <-ctx.Done():
-			case <-f.wake[src]:
+			case <-wake:
 			case <-time.After(time.Second):
 			}
 		}
@@ -143,8 +185,9 @@ func (f *Fanout) drain(ctx context.Context, src raftstore.ShardID) {
 }
 
 // round delivers up to Batch outbox records of src to every destination shard and trims what
-// all destinations have applied. It reports whether it made progress.
-func (f *Fanout) round(ctx context.Context, src raftstore.ShardID) (bool, error) {
+// all destinations have applied. known holds the destinations' marks as learned so far; round
+// updates it. It reports whether it made progress.
+func (f *Fanout) round(ctx context.Context, src raftstore.ShardID, known map[raftstore.ShardID]uint64) (bool, error) {
 	state, err := f.node.State(src)
 	if err != nil {
 		return false, err
@@ -160,14 +203,16 @@ func (f *Fanout) round(ctx context.Context, src raftstore.ShardID) (bool, error)
 	marks := make([]uint64, len(dests))
 	from := info.Head + 1
 	for i, d := range dests {
-		if marks[i], err = f.mark(src, d); err != nil {
-			return false, err
-		}
 		// Positions before First were delivered everywhere before they were trimmed, so a mark
-		// read from a lagging replica can be raised to First-1 safely.
-		marks[i] = max(marks[i], info.First-1)
+		// not learned yet (or learned before a trim) can be raised to First-1 safely.
+		marks[i] = max(known[d], info.First-1)
 		from = min(from, marks[i]+1)
 	}
+	defer func() {
+		for i, d := range dests {
+			known[d] = max(known[d], marks[i])
+		}
+	}()
 	if from > info.Head {
 		return false, nil
 	}
@@ -282,16 +327,6 @@ func cloneItems(items []log.Delivery) []log.Delivery {
 		out[i] = it
 	}
 	return out
-}
-
-// mark returns the highest outbox position of src that destination d has applied, as d's local
-// replica knows it (possibly behind the leader's, which is safe).
-func (f *Fanout) mark(src, d raftstore.ShardID) (uint64, error) {
-	state, err := f.node.State(d)
-	if err != nil {
-		return 0, err
-	}
-	return state.SourceMark(src)
 }
 
 // batchFor builds the batch of items for destination d covering (prev, last]: every item in that

@@ -1,31 +1,35 @@
 package syncd
 
 import (
+	"context"
 	"errors"
 
 	"github.com/syncd-dev/syncd/log"
 	"github.com/syncd-dev/syncd/proto"
 )
 
-// Queries read the local replicas (prefix-consistent, like sync streams) and show a user only
-// conversations it is a member of (G7).
+// Queries read a replica of each shard involved — this node's, or another node's (reads.go) —
+// prefix-consistent, like sync streams, and show a user only conversations it is a member of
+// (G7).
 
 // query answers ConvList, ConvState, History and HeadCheck; ok is false for other requests.
 func (ss *session) query(req proto.Request) (f proto.Frame, ok bool) {
 	id := req.RequestID()
+	ctx, cancel := context.WithTimeout(context.Background(), ss.s.cfg.RequestTimeout)
+	defer cancel()
 	var err error
 	switch q := req.(type) {
 	case *proto.HeadCheck:
-		f, err = ss.headCheck(q)
+		f, err = ss.headCheck(ctx, q)
 	case *proto.ConvList:
-		f, err = ss.convList(q)
+		f, err = ss.convList(ctx, q)
 	case *proto.ConvState:
 		var c proto.ConvInfo
-		if c, err = ss.convInfo(q.Conv); err == nil {
+		if c, err = ss.convInfo(ctx, q.Conv); err == nil {
 			f = &proto.ConvStateResult{ID: q.ID, Conv: c}
 		}
 	case *proto.History:
-		f, err = ss.history(q)
+		f, err = ss.history(ctx, q)
 	default:
 		return nil, false
 	}
@@ -35,8 +39,8 @@ func (ss *session) query(req proto.Request) (f proto.Frame, ok bool) {
 	return f, true
 }
 
-func (ss *session) headCheck(q *proto.HeadCheck) (proto.Frame, error) {
-	state, err := ss.s.node.State(ss.s.slots.UserShard(ss.user))
+func (ss *session) headCheck(ctx context.Context, q *proto.HeadCheck) (proto.Frame, error) {
+	state, err := ss.s.reader(ctx, ss.s.slots.UserShard(ss.user))
 	if err != nil {
 		return nil, err
 	}
@@ -48,8 +52,8 @@ func (ss *session) headCheck(q *proto.HeadCheck) (proto.Frame, error) {
 }
 
 // convInfo returns conv as this session's user sees it, from the conversation's home shard.
-func (ss *session) convInfo(conv string) (proto.ConvInfo, error) {
-	state, err := ss.s.node.State(ss.s.slots.ConvShard(conv))
+func (ss *session) convInfo(ctx context.Context, conv string) (proto.ConvInfo, error) {
+	state, err := ss.s.reader(ctx, ss.s.slots.ConvShard(conv))
 	if err != nil {
 		return proto.ConvInfo{}, err
 	}
@@ -64,9 +68,9 @@ func (ss *session) convInfo(conv string) (proto.ConvInfo, error) {
 
 // convList pages through the conversations whose entries reached the user's log, skipping those
 // the user has left.
-func (ss *session) convList(q *proto.ConvList) (proto.Frame, error) {
+func (ss *session) convList(ctx context.Context, q *proto.ConvList) (proto.Frame, error) {
 	limit := ss.pageLimit(q.Limit)
-	state, err := ss.s.node.State(ss.s.slots.UserShard(ss.user))
+	state, err := ss.s.reader(ctx, ss.s.slots.UserShard(ss.user))
 	if err != nil {
 		return nil, err
 	}
@@ -81,7 +85,7 @@ func (ss *session) convList(q *proto.ConvList) (proto.Frame, error) {
 				res.More = true
 				return res, nil
 			}
-			c, err := ss.convInfo(conv)
+			c, err := ss.convInfo(ctx, conv)
 			switch {
 			case err == nil:
 				res.Convs = append(res.Convs, c)
@@ -100,8 +104,8 @@ func (ss *session) convList(q *proto.ConvList) (proto.Frame, error) {
 }
 
 // history pages a conversation backwards from before (0 = the head).
-func (ss *session) history(q *proto.History) (proto.Frame, error) {
-	c, err := ss.convInfo(q.Conv) // also checks membership
+func (ss *session) history(ctx context.Context, q *proto.History) (proto.Frame, error) {
+	c, err := ss.convInfo(ctx, q.Conv) // also checks membership
 	if err != nil {
 		return nil, err
 	}
@@ -109,7 +113,7 @@ func (ss *session) history(q *proto.History) (proto.Frame, error) {
 	if before == 0 {
 		before = log.Position(c.Head) + 1
 	}
-	state, err := ss.s.node.State(ss.s.slots.ConvShard(q.Conv))
+	state, err := ss.s.reader(ctx, ss.s.slots.ConvShard(q.Conv))
 	if err != nil {
 		return nil, err
 	}

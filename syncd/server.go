@@ -66,8 +66,10 @@ func NewServer(cfg Config) (*Server, error) {
 	s.slots = NewSlotTable(cfg.shardIDs())
 	var fan atomic.Pointer[Fanout] // shards apply (and notify) before the fan-out exists
 	s.node, err = raftstore.New(raftstore.Config{
-		NodeID: cfg.NodeID, Dir: cfg.Dir, RaftAddr: cfg.RaftAddr, Peers: cfg.Peers,
-		PeerAddr: cfg.peerAddr(), Shards: cfg.shardIDs(), Logger: cfg.Logger,
+		NodeID: cfg.NodeID, Dir: cfg.Dir, RaftAddr: cfg.RaftAddr, Peers: cfg.Peers, Join: cfg.Join,
+		PeerAddr: cfg.peerAddr(), Logger: cfg.Logger,
+		Managed: true, ShardCount: cfg.Shards, ReplicationFactor: cfg.ReplicationFactor,
+		Serve: s.serveCall,
 		OnApply: func(shard raftstore.ShardID, _ uint64) {
 			if f := fan.Load(); f != nil {
 				f.Notify(shard)

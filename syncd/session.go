@@ -182,7 +182,7 @@ func (ss *session) serveSync(ctx context.Context, st *quic.Stream, r *proto.Read
 	ss.s.metrics.syncStreamOpened()
 	defer ss.s.metrics.syncStreamClosed()
 	shard := ss.s.slots.UserShard(ss.user)
-	state, err := ss.s.node.State(shard)
+	state, err := ss.s.reader(ctx, shard)
 	if err != nil {
 		proto.WriteFrame(st, wireError(ss.s.logger, 0, err))
 		return
@@ -209,8 +209,7 @@ func (ss *session) serveSync(ctx context.Context, st *quic.Stream, r *proto.Read
 	live := false          // caught up once: later entries are pushed as they come, so their delay counts
 	var lastSent time.Time // of the last batch or heartbeat
 	for ctx.Err() == nil {
-		wake := ss.s.notes.wait(shard, ss.user) // before reading, so an append after the read wakes us
-		res, err := state.ReadUser(ss.user, epoch, pos+1, log.Limit{Count: maxBatch})
+		res, wake, err := ss.readUserLog(state, shard, epoch, pos+1, log.Limit{Count: maxBatch}, max(heartbeat-time.Since(lastSent), 100*time.Millisecond))
 		if err != nil {
 			proto.WriteFrame(st, wireError(ss.s.logger, 0, err))
 			return
@@ -265,6 +264,27 @@ func (ss *session) serveSync(ctx context.Context, st *quic.Stream, r *proto.Read
 		return
 	}
 }
+
+// readUserLog reads the user's log from from, and returns a channel closed when the log may have
+// grown since. A local replica is read at once and the channel comes from the notifier; a remote
+// replica waits up to wait for the log to grow before it answers (a long poll), so the channel is
+// closed already.
+func (ss *session) readUserLog(rd shardReader, shard raftstore.ShardID, epoch log.Epoch, from log.Position, lim log.Limit, wait time.Duration) (log.Read, <-chan struct{}, error) {
+	if remote, ok := rd.(*remoteReader); ok {
+		res, err := remote.readUserWait(ss.user, epoch, from, lim, wait)
+		return res, closedChan, err
+	}
+	wake := ss.s.notes.wait(shard, ss.user) // before reading, so an append after the read wakes us
+	res, err := rd.ReadUser(ss.user, epoch, from, lim)
+	return res, wake, err
+}
+
+// closedChan is a closed channel: a wait on it returns at once.
+var closedChan = func() chan struct{} {
+	ch := make(chan struct{})
+	close(ch)
+	return ch
+}()
 
 // cursorStore replicates a device's newest acknowledged cursor, at most once a second, and once
 // more when the sync stream ends. Losing a cursor update only causes re-delivery (clients dedup by

@@ -3,8 +3,8 @@ package syncd
 import (
 	"errors"
 	"fmt"
-	"maps"
 	"log/slog"
+	"maps"
 	"slices"
 	"time"
 

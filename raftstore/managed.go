@@ -567,3 +567,9 @@ func (n *Node) proposeMetaLocal(ctx context.Context, data []byte) error {
 	}
 	return nil
 }
+
+// AddNode registers node id at Raft address raftAddr in the cluster map before it starts (it can
+// also just start with Config.Join, which registers it). Placement counts it once it answers.
+func (n *Node) AddNode(ctx context.Context, id, raftAddr string) error {
+	return n.ProposeMeta(ctx, metaCommand{Op: "join", Node: &NodeInfo{ID: id, RaftAddr: raftAddr}})
+}

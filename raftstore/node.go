@@ -38,6 +38,8 @@ type Node struct {
 	manageKick chan struct{} // wakes the management loop (managed.go)
 	fwd        *forwarder    // proposals this node forwards to leaders elsewhere
 	fwdSrv     *fwdServer    // proposals other nodes forward to this one
+	// leaderHints maps a shard hosted elsewhere to the address of its leader as last reached.
+	leaderHints sync.Map
 
 	stop      chan struct{}  // closed by Close: stops the node's own goroutines
 	wg        sync.WaitGroup // the node's own goroutines (leader balancing)
@@ -344,7 +346,7 @@ func (n *Node) State(shard ShardID) (*log.Shard, error) {
 func (n *Node) Propose(ctx context.Context, shard ShardID, cmd Command) (Result, error) {
 	r, ok := n.replica(shard)
 	if !ok {
-		return Result{}, ErrNoShard
+		return n.proposeElsewhere(ctx, shard, cmd)
 	}
 	var err error
 	for hop := 0; ; hop++ {
@@ -371,6 +373,50 @@ func (n *Node) Propose(ctx context.Context, shard ShardID, cmd Command) (Result,
 		}
 		// The leader moved between our look and its answer: look again.
 	}
+}
+
+// proposeElsewhere forwards cmd for a shard this node hosts no replica of to the nodes the
+// cluster map places it on, following their leader hints, and remembers where the leader was.
+func (n *Node) proposeElsewhere(ctx context.Context, shard ShardID, cmd Command) (Result, error) {
+	m, ok := n.ClusterMap()
+	if !ok || len(m.Replicas[shard]) == 0 {
+		return Result{}, ErrNoShard
+	}
+	data, err := cmd.encode() // unstamped: the leader stamps its own clock
+	if err != nil {
+		return Result{}, err
+	}
+	var tries []string
+	if hint, ok := n.leaderHints.Load(shard); ok {
+		tries = append(tries, hint.(string))
+	}
+	for _, id := range m.Replicas[shard] {
+		tries = append(tries, n.dialAddr(id, m.Nodes[id].RaftAddr))
+	}
+	last := error(ErrNoShard)
+	for i := 0; i < len(tries) && i < len(m.Replicas[shard])+fwdMaxHops; i++ {
+		addr := tries[i]
+		res, err := n.fwd.propose(ctx, addr, shard, data)
+		var nl *NotLeaderError
+		switch {
+		case errors.As(err, &nl) && nl.LeaderID != "":
+			hint := n.dialAddr(nl.LeaderID, nl.LeaderAddr)
+			tries = slices.Insert(tries, i+1, hint)
+			last = err
+		case errors.As(err, &nl), errors.Is(err, ErrUnreachable), errors.Is(err, ErrNoShard):
+			last = err // no leader there, or not there: try the next node
+		default:
+			if err == nil {
+				n.leaderHints.Store(shard, addr)
+			}
+			return res, err
+		}
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	n.leaderHints.Delete(shard)
+	return Result{}, last
 }
 
 // proposeForwarded proposes a command another node forwarded, as this node only: a node that is

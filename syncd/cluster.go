@@ -23,6 +23,9 @@ type ClusterView struct {
 	Node   string        `json:"node"` // the node that answered
 	Nodes  []ClusterNode `json:"nodes"`
 	Shards []ShardView   `json:"shards"`
+	// RF is the cluster's replication factor and MapIndex the version of its cluster map.
+	RF       int    `json:"rf"`
+	MapIndex uint64 `json:"map_index"`
 }
 
 // ClusterNode is one node: its addresses, whether it answered, and how many shards it leads.
@@ -33,7 +36,9 @@ type ClusterNode struct {
 	AdminAddr  string `json:"admin_addr,omitempty"`
 	Reachable  bool   `json:"reachable"`
 	Error      string `json:"error,omitempty"`
-	Leads      int    `json:"leads"` // shards it leads
+	Leads      int    `json:"leads"`              // shards it leads
+	Placed     int    `json:"placed"`             // shards the cluster map places on it
+	Removing   bool   `json:"removing,omitempty"` // being removed: its replicas move away
 }
 
 // ShardView is one shard: its leader, its voters, and each reachable replica's indexes.
@@ -42,6 +47,7 @@ type ShardView struct {
 	Leader   string        `json:"leader"` // "" if no reachable node leads it
 	Term     uint64        `json:"term"`
 	Voters   []string      `json:"voters"`
+	Placed   []string      `json:"placed"` // where the cluster map wants its replicas
 	Replicas []ReplicaView `json:"replicas"`
 }
 
@@ -60,10 +66,20 @@ type ReplicaView struct {
 // Cluster gathers the cluster view from every node named in this node's shard configurations.
 func (s *Server) Cluster(ctx context.Context) ClusterView {
 	view := ClusterView{Node: s.node.ID()}
+	m, _ := s.node.ClusterMap()
+	view.RF, view.MapIndex = m.RF, m.Index
 	shards := map[raftstore.ShardID]*ShardView{}
+	for _, id := range m.DataShards() {
+		shards[id] = &ShardView{Shard: uint32(id), Placed: m.Replicas[id]}
+	}
 	leaderLast := map[raftstore.ShardID]uint64{}
 	for _, p := range s.node.ClusterStatus(ctx) {
-		n := ClusterNode{ID: p.ID, RaftAddr: p.Addr, Reachable: p.Status != nil, Error: p.Err}
+		n := ClusterNode{ID: p.ID, RaftAddr: p.Addr, Reachable: p.Status != nil, Error: p.Err, Removing: m.Nodes[p.ID].Removing}
+		for _, id := range m.DataShards() {
+			if slices.Contains(m.Replicas[id], p.ID) {
+				n.Placed++
+			}
+		}
 		if p.Status != nil {
 			n.ClientAddr, n.AdminAddr = p.Status.Attrs[attrClient], p.Status.Attrs[attrAdmin]
 			for _, st := range p.Status.Shards {
@@ -99,11 +115,41 @@ func (s *Server) Cluster(ctx context.Context) ClusterView {
 	return view
 }
 
-// clusterRoutes serves GET /v1/cluster on the admin mux.
+// clusterRoutes serves the cluster endpoints on the admin mux:
+//
+//	GET  /v1/cluster                       the cluster view (ClusterView)
+//	POST /v1/nodes?id=…&raft_addr=…        register a node before it starts (it may also just
+//	                                       start with -join)
+//	POST /v1/nodes/{id}/remove             move a node's replicas away, then drop it from the map
 func (s *Server) clusterRoutes(mux *http.ServeMux) {
 	mux.HandleFunc("GET /v1/cluster", func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), 3*time.Second)
 		defer cancel()
 		writeJSON(w, http.StatusOK, s.Cluster(ctx))
+	})
+	mux.HandleFunc("POST /v1/nodes", func(w http.ResponseWriter, r *http.Request) {
+		id, addr := r.URL.Query().Get("id"), r.URL.Query().Get("raft_addr")
+		if id == "" || addr == "" {
+			writeOpsError(w, http.StatusBadRequest, "bad_request", "id and raft_addr are required", "syncctl node add <id> <raft host:port>")
+			return
+		}
+		ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
+		defer cancel()
+		if err := s.node.AddNode(ctx, id, addr); err != nil {
+			writeProposeError(w, err, "")
+			return
+		}
+		writeJSON(w, http.StatusOK, map[string]any{"id": id, "raft_addr": addr, "added": true})
+	})
+	mux.HandleFunc("POST /v1/nodes/{id}/remove", func(w http.ResponseWriter, r *http.Request) {
+		id := r.PathValue("id")
+		ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
+		defer cancel()
+		if err := s.node.RemoveNode(ctx, id); err != nil {
+			writeProposeError(w, err, "")
+			return
+		}
+		s.logger.Warn("node removal requested; its replicas move to other nodes", "node", id)
+		writeJSON(w, http.StatusOK, map[string]any{"id": id, "removing": true})
 	})
 }

@@ -223,7 +223,7 @@ func writeProposeError(w http.ResponseWriter, err error, refusedHint string) {
 	switch {
 	case errors.Is(err, log.ErrNoDeadLetter):
 		writeOpsError(w, http.StatusNotFound, "not_found", err.Error(), "list the current ones with syncctl dlq list")
-	case log.Rejected(err):
+	case log.Rejected(err), errors.Is(err, raftstore.ErrMetaRefused):
 		writeOpsError(w, http.StatusConflict, "refused", err.Error(), refusedHint)
 	case errors.Is(err, raftstore.ErrNoShard):
 		writeOpsError(w, http.StatusServiceUnavailable, "no_shard", err.Error(), "ask a node that hosts the shard")

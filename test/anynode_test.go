@@ -2,6 +2,7 @@ package test
 
 import (
 	"fmt"
+	"net/http"
 	"slices"
 	"testing"
 	"time"
@@ -36,6 +37,7 @@ func TestDevicesOnDifferentNodes(t *testing.T) {
 	if _, err := devices[0].CreateGroup(conv, []string{"bob", "carol"}); err != nil {
 		t.Fatal(err)
 	}
+	waitMember(t, conv, devices...)
 	var want []string
 	send := func(i int, round string) {
 		body := fmt.Sprintf("%s from %s", round, users[i])
@@ -49,7 +51,8 @@ func TestDevicesOnDifferentNodes(t *testing.T) {
 	}
 	sameEverywhere(t, conv, want, devices...)
 
-	home := syncd.NewSlotTable(c.Server(0).Node().Shards()).ConvShard(conv)
+	m, _ := c.Server(0).Node().ClusterMap()
+	home := syncd.NewSlotTable(m.DataShards()).ConvShard(conv)
 	down := c.LeaderOf(home)
 	if down < 0 {
 		t.Fatal("no leader for the group's home shard")
@@ -99,4 +102,101 @@ func sameEverywhere(t *testing.T, conv string, want []string, devices ...*device
 			t.Fatalf("devices disagree on the conversation's order:\n%v\n%v", got[0], g)
 		}
 	}
+}
+
+// TestManagedClusterServesFromAnyNode: four nodes, each shard on three of them. Every device is
+// connected to the node that holds no replica of its user's log, so its sync stream and queries
+// read another node's replica. Under traffic a fifth node joins and takes replicas, then a node
+// is removed and its replicas move away. Every device ends with every message exactly once, all
+// in the same order.
+func TestManagedClusterServesFromAnyNode(t *testing.T) {
+	c := syncdtest.StartCluster(t, 4, nil)
+	m, _ := c.Server(0).Node().ClusterMap()
+	slots := syncd.NewSlotTable(m.DataShards())
+	users := []string{"alice", "bob", "carol", "dave"}
+	devices := make([]*device, len(users))
+	on := make([]int, len(users)) // the node each device is connected to
+	dirs := make([]string, len(users))
+	for k, u := range users {
+		home := m.Replicas[slots.UserShard(u)]
+		on[k] = slices.IndexFunc([]string{"n1", "n2", "n3", "n4"}, func(id string) bool { return !slices.Contains(home, id) })
+		dirs[k] = t.TempDir()
+		devices[k] = dialDevice(t, c.Server(on[k]), u, "phone", dirs[k])
+	}
+	defer func() {
+		for _, d := range devices {
+			d.Close()
+		}
+	}()
+	const conv = "g:four"
+	if _, err := devices[0].CreateGroup(conv, users[1:]); err != nil {
+		t.Fatal(err)
+	}
+	waitMember(t, conv, devices...)
+	var want []string
+	round := func(name string) {
+		for i, d := range devices {
+			body := fmt.Sprintf("%s from %s", name, users[i])
+			if _, err := d.Send(conv, "", []byte(body)); err != nil {
+				t.Fatal(err)
+			}
+			want = append(want, body)
+		}
+	}
+	round("hello")
+	sameEverywhere(t, conv, want, devices...)
+
+	c.Join(nil)
+	for i := range 5 {
+		round(fmt.Sprint("while n5 joins ", i))
+		time.Sleep(100 * time.Millisecond)
+	}
+	sameEverywhere(t, conv, want, devices...)
+	raftstoretest.Eventually(t, 60*time.Second, "n5 to hold replicas", func() bool {
+		m, _ := c.Server(0).Node().ClusterMap()
+		placed := 0
+		for _, r := range m.Replicas {
+			if slices.Contains(r, "n5") {
+				placed++
+			}
+		}
+		return placed >= 2
+	})
+
+	for k := range devices { // an app on n4 moves to another node before n4 goes
+		if on[k] == 3 {
+			devices[k].Close()
+			devices[k] = dialDevice(t, c.Server(0), users[k], "phone", dirs[k])
+		}
+	}
+	resp, err := http.Post("http://"+c.Server(0).AdminAddr().String()+"/v1/nodes/n4/remove", "", nil)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("remove n4: %v %v", resp, err)
+	}
+	resp.Body.Close()
+	for i := range 5 {
+		round(fmt.Sprint("while n4 leaves ", i))
+		time.Sleep(100 * time.Millisecond)
+	}
+	raftstoretest.Eventually(t, 60*time.Second, "n4 to hold nothing and leave the map", func() bool {
+		m, _ := c.Server(0).Node().ClusterMap()
+		_, still := m.Nodes["n4"]
+		return !still && len(c.Server(3).Node().Shards()) == 0
+	})
+	round("after")
+	sameEverywhere(t, conv, want, devices...)
+}
+
+// waitMember waits until every device has synced its membership of conv, so that members send
+// only to a group that exists.
+func waitMember(t *testing.T, conv string, devices ...*device) {
+	t.Helper()
+	raftstoretest.Eventually(t, 20*time.Second, "every device to know the group "+conv, func() bool {
+		for _, d := range devices {
+			if m, err := d.Members(conv); err != nil || len(m) == 0 {
+				return false
+			}
+		}
+		return true
+	})
 }

@@ -57,30 +57,36 @@ syncctl cluster status -admin 127.0.0.1:7381`)
 }
 
 func printCluster(e *env, view syncd.ClusterView) {
-	fmt.Fprintf(e.stdout, "as seen by node %s\n\n", view.Node)
+	fmt.Fprintf(e.stdout, "as seen by node %s; replication factor %d, cluster map version %d\n\n", view.Node, view.RF, view.MapIndex)
 	tw := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "NODE\tRAFT\tCLIENTS\tADMIN\tLEADS\tSTATUS")
+	fmt.Fprintln(tw, "NODE\tRAFT\tCLIENTS\tADMIN\tREPLICAS\tLEADS\tSTATUS")
 	for _, n := range view.Nodes {
 		status := "up"
 		if !n.Reachable {
 			status = "UNREACHABLE: " + n.Error
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\n", n.ID, n.RaftAddr, dash(n.ClientAddr), dash(n.AdminAddr), n.Leads, status)
+		if n.Removing {
+			status += " (being removed)"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%s\n", n.ID, n.RaftAddr, dash(n.ClientAddr), dash(n.AdminAddr), n.Placed, n.Leads, status)
 	}
 	tw.Flush()
 	fmt.Fprintln(e.stdout)
 	tw = tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "SHARD\tLEADER\tTERM\tVOTERS\tREPLICA\tSTATE\tCOMMIT\tAPPLIED\tLAG")
+	fmt.Fprintln(tw, "SHARD\tLEADER\tTERM\tVOTERS\tPLACED\tREPLICA\tSTATE\tCOMMIT\tAPPLIED\tLAG")
 	for _, s := range view.Shards {
 		leader := s.Leader
 		if leader == "" {
 			leader = "NONE"
 		}
+		if len(s.Replicas) == 0 {
+			fmt.Fprintf(tw, "%d\t%s\t-\t-\t%s\t-\t-\t-\t-\t-\n", s.Shard, leader, strings.Join(s.Placed, ","))
+		}
 		for i, r := range s.Replicas {
 			if i == 0 {
-				fmt.Fprintf(tw, "%d\t%s\t%d\t%s", s.Shard, leader, s.Term, strings.Join(s.Voters, ","))
+				fmt.Fprintf(tw, "%d\t%s\t%d\t%s\t%s", s.Shard, leader, s.Term, strings.Join(s.Voters, ","), strings.Join(s.Placed, ","))
 			} else {
-				fmt.Fprint(tw, "\t\t\t")
+				fmt.Fprint(tw, "\t\t\t\t")
 			}
 			fmt.Fprintf(tw, "\t%s\t%s\t%d\t%d\t%d\n", r.Node, r.State, r.Commit, r.Applied, r.Lag)
 		}

@@ -32,6 +32,8 @@ type fileConfig struct {
 	Shards            int      `toml:"shards"`
 	Peers             []string `toml:"peers"`     // id=host:port
 	PeerDial          []string `toml:"peer_dial"` // id=host:port
+	Join              string   `toml:"join"`
+	ReplicationFactor int      `toml:"replication_factor"`
 	Cert              string   `toml:"cert"`
 	Key               string   `toml:"key"`
 	TokenSecretFile   string   `toml:"token_secret_file"`
@@ -67,6 +69,7 @@ func defaults() fileConfig {
 		Shards:            8,
 		Peers:             []string{},
 		PeerDial:          []string{},
+		ReplicationFactor: 3,
 		MaxFrame:          proto.DefaultMaxFrame,
 		MaxBody:           proto.MaxBody,
 		MaxBatch:          proto.DefaultMaxBatch,
@@ -97,7 +100,9 @@ func bindFlags(fs *flag.FlagSet, c *fileConfig) {
 	fs.StringVar(&c.RaftAddr, "raft-addr", c.RaftAddr, "`host:port` of the node's Raft listener (shared by all shards)")
 	fs.IntVar(&c.Shards, "shards", c.Shards, "number of shards (Raft groups); must be the same on every node")
 	fs.Var((*list)(&c.Peers), "peers", "static cluster: comma-separated `id=host:port` (Raft addresses) of every node, this one included")
-	fs.Var((*list)(&c.PeerDial), "peer-dial", "comma-separated `id=host:port`: dial these peers there instead of their -peers address (NAT, test relays)")
+	fs.Var((*list)(&c.PeerDial), "peer-dial", "comma-separated `id=host:port`: dial these peers there instead of the address the cluster knows (NAT, test relays)")
+	fs.StringVar(&c.Join, "join", c.Join, "Raft `host:port` of any node of an existing cluster, for a new node joining it (instead of -peers)")
+	fs.IntVar(&c.ReplicationFactor, "replication-factor", c.ReplicationFactor, "replicas of each shard, capped by the number of nodes; set by a new cluster's first nodes")
 	fs.StringVar(&c.Cert, "cert", c.Cert, "TLS certificate `file` for clients (default: self-signed, created in -data-dir)")
 	fs.StringVar(&c.Key, "key", c.Key, "TLS key `file`, with -cert")
 	fs.StringVar(&c.TokenSecretFile, "token-secret-file", c.TokenSecretFile, "`file` holding the token-signing secret, shared by the cluster (default: token.key in -data-dir, created on first start)")
@@ -277,7 +282,7 @@ func (o options) toConfig(logOut io.Writer) (syncd.Config, error) {
 			bad("peer-dial", "%v", err)
 			continue
 		}
-		if !ids[id] {
+		if s.Join == "" && !ids[id] {
 			bad("peer-dial", "overrides %q, which is not in -peers", id)
 		}
 		if _, dup := cfg.PeerDial[id]; dup {
@@ -287,6 +292,13 @@ func (o options) toConfig(logOut io.Writer) (syncd.Config, error) {
 			cfg.PeerDial = map[string]string{}
 		}
 		cfg.PeerDial[id] = addr
+	}
+	cfg.Join, cfg.ReplicationFactor = s.Join, s.ReplicationFactor
+	if s.Join != "" && len(s.Peers) > 0 {
+		errs = append(errs, fmt.Errorf("%s and %s exclude each other: join an existing cluster, or start a new one", name("join"), name("peers")))
+	}
+	if s.ReplicationFactor < 1 {
+		bad("replication-factor", "must be at least 1")
 	}
 	if (s.Cert == "") != (s.Key == "") {
 		errs = append(errs, fmt.Errorf("%s and %s go together: set both or neither", name("cert"), name("key")))

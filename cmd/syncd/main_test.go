@@ -94,7 +94,7 @@ func TestExampleFileHoldsTheDefaults(t *testing.T) {
 // fields, spelled out (so that -print-config shows them).
 func TestNoFlagConfig(t *testing.T) {
 	want := syncd.Config{Dir: "./syncd-data", ListenAddr: "127.0.0.1:7300", AdminAddr: syncd.DefaultAdminAddr,
-		NodeID: "n1", RaftAddr: "127.0.0.1:7400", Shards: 8, Limits: proto.Limits{}.WithDefaults(),
+		NodeID: "n1", RaftAddr: "127.0.0.1:7400", Shards: 8, ReplicationFactor: 3, Limits: proto.Limits{}.WithDefaults(),
 		DedupWindow: 24 * time.Hour, RecallWindow: 2 * time.Minute, MaxConnections: 20000, MaxStreamsPerConn: 16,
 		Retention: log.Retention{MaxAge: int64(30 * 24 * time.Hour)}, RetentionInterval: 10 * time.Minute,
 		RequestTimeout: 10 * time.Second, SendRate: 20, SendBurst: 100, MaxInFlight: 1024, MaxHandshakes: 256}

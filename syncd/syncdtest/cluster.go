@@ -24,7 +24,8 @@ type Cluster struct {
 	stops   []func()
 }
 
-// StartCluster runs n servers and returns once every shard has a leader. tweak, if not nil,
+// StartCluster runs n servers and returns once every node has the cluster map, listing every
+// node, and knows a leader for every shard it hosts. tweak, if not nil,
 // adjusts each node's config (index i) first. Everything is stopped when the test ends.
 func StartCluster(t testing.TB, n int, tweak func(i int, c *syncd.Config)) *Cluster {
 	t.Helper()
@@ -55,8 +56,36 @@ func StartCluster(t testing.TB, n int, tweak func(i int, c *syncd.Config)) *Clus
 	for i := range n {
 		c.run(i)
 	}
+	raftstoretest.Eventually(t, 30*time.Second, "every node to have the cluster map", func() bool {
+		for _, srv := range c.servers {
+			if m, _ := srv.Node().ClusterMap(); m.Shards == 0 || len(m.Nodes) != n {
+				return false
+			}
+		}
+		return true
+	})
 	c.WaitLeaders()
 	return c
+}
+
+// Join starts one more node that joins the cluster through node 0, and returns its index.
+func (c *Cluster) Join(tweak func(c *syncd.Config)) int {
+	c.t.Helper()
+	i := len(c.cfgs)
+	id := fmt.Sprintf("n%d", i+1)
+	first := c.cfgs[0]
+	cfg := syncd.Config{Dir: filepath.Join(filepath.Dir(first.Dir), id), NodeID: id, RaftAddr: raftstoretest.FreeAddr(c.t),
+		Join: first.RaftAddr, ListenAddr: "127.0.0.1:0", AdminAddr: "127.0.0.1:0", Shards: first.Shards,
+		TokenSecret: first.TokenSecret, Logger: first.Logger}
+	if tweak != nil {
+		tweak(&cfg)
+	}
+	c.cfgs = append(c.cfgs, cfg)
+	c.servers = append(c.servers, nil)
+	c.stops = append(c.stops, nil)
+	c.create(i)
+	c.run(i)
+	return i
 }
 
 // Server returns node i, or nil while it is stopped.

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"time"
 
@@ -17,6 +18,10 @@ import (
 type Config struct {
 	// Addr is the server's QUIC address (host:port). Required.
 	Addr string
+	// Addrs are more nodes of the same cluster (host:port), tried in turn when the current node
+	// cannot be reached: any node serves any device. They must present a certificate that
+	// Fingerprint or TLS accepts (one certificate for the cluster, or a CA). Default none.
+	Addrs []string
 	// Token is the device's signed token; Device must be the device it names. Required.
 	Token  string
 	Device string
@@ -41,6 +46,9 @@ type Config struct {
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 }
+
+// addrs returns Addr followed by Addrs.
+func (cfg *Config) addrs() []string { return append([]string{cfg.Addr}, cfg.Addrs...) }
 
 func (cfg *Config) setDefaults() error {
 	if cfg.Addr == "" || cfg.Token == "" || cfg.Device == "" || cfg.StoreDir == "" {
@@ -97,7 +105,13 @@ func Dial(ctx context.Context, cfg Config) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	first, err := dial(ctx, &cfg)
+	var first *conn
+	for _, addr := range cfg.addrs() { // the first node that answers; a refusal is final
+		var pe *proto.Error
+		if first, err = dial(ctx, &cfg, addr); err == nil || ctx.Err() != nil || errors.As(err, &pe) {
+			break
+		}
+	}
 	if err != nil {
 		st.close()
 		return nil, err
@@ -192,13 +206,18 @@ func (c *Client) emit(e Event) {
 // jittered exponential backoff (honoring a server's retry-after).
 func (c *Client) run(cn *conn) {
 	backoff := time.Duration(0)
+	addrs, next := c.cfg.addrs(), 0
+	if cn != nil {
+		next = slices.Index(addrs, cn.addr)
+	}
 	for c.ctx.Err() == nil {
 		if cn == nil {
 			ctx, cancel := context.WithTimeout(c.ctx, c.cfg.RequestTimeout)
 			var err error
-			cn, err = dial(ctx, &c.cfg)
+			cn, err = dial(ctx, &c.cfg, addrs[next])
 			cancel()
 			if err != nil {
+				next = (next + 1) % len(addrs) // the next attempt tries another node
 				backoff = min(max(2*backoff, 500*time.Millisecond), 30*time.Second)
 				var pe *proto.Error
 				if errors.As(err, &pe) && pe.RetryAfter() > backoff {

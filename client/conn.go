@@ -20,6 +20,7 @@ import (
 // whose answers a reader goroutine hands to the waiting caller by request id, and the limits the
 // server announced.
 type conn struct {
+	addr    string // the node it is connected to
 	q       *quic.Conn
 	welcome *proto.Welcome
 
@@ -32,13 +33,13 @@ type conn struct {
 	err    error         // why; set before dead is closed
 }
 
-// dial connects, says hello and starts the request stream's reader.
-func dial(ctx context.Context, cfg *Config) (*conn, error) {
-	q, err := quic.DialAddr(ctx, cfg.Addr, cfg.tlsConfig(), &quic.Config{KeepAlivePeriod: cfg.KeepAlive})
+// dial connects to the node at addr, says hello and starts the request stream's reader.
+func dial(ctx context.Context, cfg *Config, addr string) (*conn, error) {
+	q, err := quic.DialAddr(ctx, addr, cfg.tlsConfig(), &quic.Config{KeepAlivePeriod: cfg.KeepAlive})
 	if err != nil {
-		return nil, fmt.Errorf("client: connect to %s: %w", cfg.Addr, err)
+		return nil, fmt.Errorf("client: connect to %s: %w", addr, err)
 	}
-	c := &conn{q: q, wait: map[uint64]chan proto.Frame{}, dead: make(chan struct{})}
+	c := &conn{addr: addr, q: q, wait: map[uint64]chan proto.Frame{}, dead: make(chan struct{})}
 	if err := c.hello(ctx, cfg); err != nil {
 		q.CloseWithError(0, "")
 		return nil, err

@@ -200,3 +200,29 @@ func waitMember(t *testing.T, conv string, devices ...*device) {
 		return true
 	})
 }
+
+// TestDeviceFailsOverToAnotherNode: a device given the addresses of several nodes keeps working
+// when its node stops: it reconnects to another node and resumes from its cursor, and nothing is
+// lost or duplicated either way.
+func TestDeviceFailsOverToAnotherNode(t *testing.T) {
+	c := syncdtest.StartCluster(t, 3, nil)
+	alice := dialDevice(t, c.Server(2), "alice", "phone", t.TempDir())
+	defer alice.Close()
+	bob := dialDeviceAt(t, c.Server(0), c.Server(0).Addr().String(), "bob", "laptop", t.TempDir(),
+		c.Server(1).Addr().String(), c.Server(2).Addr().String())
+	defer bob.Close()
+	const conv = "d:alice:bob"
+	var want []string
+	send := func(d *device, body string) {
+		if _, err := d.Send(conv, map[*device]string{alice: "bob", bob: "alice"}[d], []byte(body)); err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, body)
+	}
+	send(alice, "before")
+	sameEverywhere(t, conv, want, alice, bob)
+	c.Stop(0) // bob's node
+	send(alice, "while bob's node is down")
+	send(bob, "bob through another node")
+	sameEverywhere(t, conv, want, alice, bob)
+}

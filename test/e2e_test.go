@@ -39,8 +39,9 @@ func dialDevice(t *testing.T, srv *syncd.Server, user, dev, dir string) *device 
 	return dialDeviceAt(t, srv, srv.Addr().String(), user, dev, dir)
 }
 
-// dialDeviceAt connects a device to srv through addr (the server itself, or a relay).
-func dialDeviceAt(t *testing.T, srv *syncd.Server, addr, user, dev, dir string) *device {
+// dialDeviceAt connects a device to srv through addr (the server itself, or a relay); more
+// addresses of the same cluster, if given, are the SDK's fallbacks (Config.Addrs).
+func dialDeviceAt(t *testing.T, srv *syncd.Server, addr, user, dev, dir string, more ...string) *device {
 	t.Helper()
 	token, err := srv.MintToken(user, dev, time.Hour)
 	if err != nil {
@@ -48,7 +49,7 @@ func dialDeviceAt(t *testing.T, srv *syncd.Server, addr, user, dev, dir string) 
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	c, err := client.Dial(ctx, client.Config{Addr: addr, Token: token, Device: dev,
+	c, err := client.Dial(ctx, client.Config{Addr: addr, Addrs: more, Token: token, Device: dev,
 		Fingerprint: srv.Fingerprint(), StoreDir: dir, Logger: quiet(t)})
 	if err != nil {
 		t.Fatal(err)

@@ -14,9 +14,9 @@ import (
 )
 
 // Cluster is a static cluster of in-process servers on loopback, each with its own data
-// directory, Raft, QUIC and admin ports; every node hosts a replica of every shard. They share
-// one token secret, so a token is valid on any node; each has its own certificate (a device
-// pins the fingerprint of the node it dials). Methods must be called from the test goroutine.
+// directory, Raft, QUIC and admin ports, forming a managed cluster (replication factor 3). They
+// share one token secret and one certificate, as a real cluster would, so a token and a pinned
+// fingerprint are valid on any node. Methods must be called from the test goroutine.
 type Cluster struct {
 	t       testing.TB
 	cfgs    []syncd.Config
@@ -32,6 +32,10 @@ func StartCluster(t testing.TB, n int, tweak func(i int, c *syncd.Config)) *Clus
 	secret := make([]byte, 32)
 	rand.Read(secret)
 	dir := t.TempDir()
+	if _, _, err := syncd.SelfSignedCert(dir, nil); err != nil {
+		t.Fatal(err)
+	}
+	certFile, keyFile := filepath.Join(dir, syncd.TLSCertFile), filepath.Join(dir, syncd.TLSKeyFile)
 	peers := make([]raftstore.Peer, n)
 	for i := range peers {
 		peers[i] = raftstore.Peer{ID: fmt.Sprintf("n%d", i+1), Addr: raftstoretest.FreeAddr(t)}
@@ -39,7 +43,8 @@ func StartCluster(t testing.TB, n int, tweak func(i int, c *syncd.Config)) *Clus
 	c := &Cluster{t: t, servers: make([]*syncd.Server, n), stops: make([]func(), n)}
 	for i := range n {
 		cfg := syncd.Config{Dir: filepath.Join(dir, peers[i].ID), NodeID: peers[i].ID, RaftAddr: peers[i].Addr, Peers: peers,
-			ListenAddr: "127.0.0.1:0", AdminAddr: "127.0.0.1:0", Shards: 4, TokenSecret: secret, Logger: Logger(t)}
+			ListenAddr: "127.0.0.1:0", AdminAddr: "127.0.0.1:0", Shards: 4, TokenSecret: secret, Logger: Logger(t),
+			CertFile: certFile, KeyFile: keyFile}
 		if tweak != nil {
 			tweak(i, &cfg)
 		}
@@ -76,7 +81,7 @@ func (c *Cluster) Join(tweak func(c *syncd.Config)) int {
 	first := c.cfgs[0]
 	cfg := syncd.Config{Dir: filepath.Join(filepath.Dir(first.Dir), id), NodeID: id, RaftAddr: raftstoretest.FreeAddr(c.t),
 		Join: first.RaftAddr, ListenAddr: "127.0.0.1:0", AdminAddr: "127.0.0.1:0", Shards: first.Shards,
-		TokenSecret: first.TokenSecret, Logger: first.Logger}
+		TokenSecret: first.TokenSecret, Logger: first.Logger, CertFile: first.CertFile, KeyFile: first.KeyFile}
 	if tweak != nil {
 		tweak(&cfg)
 	}

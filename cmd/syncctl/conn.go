@@ -36,7 +36,7 @@ type connFlags struct {
 }
 
 func (c *connFlags) register(f *flag.FlagSet, timeoutHelp string) {
-	f.StringVar(&c.addr, "addr", "127.0.0.1:7300", "syncd client address (QUIC, host:port)")
+	f.StringVar(&c.addr, "addr", "127.0.0.1:7300", "syncd client address (QUIC, host:port); several nodes of a cluster, comma-separated, are tried in turn")
 	f.StringVar(&c.token, "token", "", "device token (default $SYNCD_TOKEN; mint one with syncctl token)")
 	f.StringVar(&c.device, "device", "", `device id, which must be the token's (default: the device the token names, else "`+defaultDevice+`")`)
 	f.StringVar(&c.user, "user", "", "user id, only used to name the default -store (default: the user the token names)")
@@ -144,8 +144,9 @@ func (c *connFlags) dial(ctx context.Context, e *env) (*client.Client, error) {
 	if c.verbose {
 		level = slog.LevelDebug
 	}
+	addrs := strings.Split(c.addr, ",")
 	return client.Dial(ctx, client.Config{
-		Addr: c.addr, Token: c.token, Device: c.device, Fingerprint: c.fingerprint, StoreDir: c.store,
+		Addr: addrs[0], Addrs: addrs[1:], Token: c.token, Device: c.device, Fingerprint: c.fingerprint, StoreDir: c.store,
 		Logger: slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: level})),
 	})
 }

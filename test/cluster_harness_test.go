@@ -293,7 +293,7 @@ func startCluster(t *testing.T, n int, tl *timeline) *testCluster {
 		}
 	}
 
-	if binaryHasFlag(t, bin, "peer-dial") {
+	if binaryHasFlag(bin, "peer-dial") {
 		if c.mesh, err = newRelayMesh(raftAddrs); err != nil {
 			t.Fatal(err)
 		}
@@ -380,7 +380,7 @@ func clusterAddr(t *testing.T) string {
 }
 
 // binaryHasFlag reports whether the syncd binary lists -name in its usage.
-func binaryHasFlag(t *testing.T, bin, name string) bool {
+func binaryHasFlag(bin, name string) bool {
 	out, _ := exec.Command(bin, "-h").CombinedOutput() // -h exits 0 or 2 depending on the version
 	return bytes.Contains(out, []byte("-"+name+" ")) || bytes.Contains(out, []byte("-"+name+"\n"))
 }
@@ -412,17 +412,6 @@ func (c *testCluster) describeNodes() string {
 		parts = append(parts, fmt.Sprintf("%s: quic %s raft %s admin %s", n.id, n.listen, n.raft, n.admin))
 	}
 	return strings.Join(parts, "; ")
-}
-
-// node returns the node with the given id.
-func (c *testCluster) node(id string) *clusterNode {
-	for _, n := range c.nodes {
-		if n.id == id {
-			return n
-		}
-	}
-	c.t.Fatalf("no node %s", id)
-	return nil
 }
 
 // get fetches an admin URL path of node n and returns the status and body.

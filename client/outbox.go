@@ -25,7 +25,7 @@ func (c *Client) sendOutbox(ctx context.Context, cn *conn) {
 			return
 		}
 		now := time.Now()
-		var next time.Time
+		var next time.Time // when the first waiting item is due, if the loop stopped at one
 		for _, it := range items {
 			if due := time.Unix(0, it.NextAttempt); due.After(now) {
 				if next.IsZero() || due.Before(next) {
@@ -33,10 +33,16 @@ func (c *Client) sendOutbox(ctx context.Context, cn *conn) {
 				}
 				break // keep order: nothing after a waiting item goes first
 			}
-			if lost := c.attempt(ctx, cn, it); lost {
+			lost, waiting := c.attempt(ctx, cn, it)
+			if lost {
 				return
 			}
-			now = time.Now()
+			if waiting {
+				// It waits for its retry, and holds back every item after it: read the outbox
+				// again to wait for it. (The fault suite caught a later message overtaking an
+				// earlier one that was waiting to be retried.)
+				break
+			}
 		}
 		wait := time.Minute
 		if !next.IsZero() {
@@ -53,8 +59,9 @@ func (c *Client) sendOutbox(ctx context.Context, cn *conn) {
 	}
 }
 
-// attempt sends one mutation and records the outcome. It reports whether the connection is lost.
-func (c *Client) attempt(ctx context.Context, cn *conn, it outboxItem) (lost bool) {
+// attempt sends one mutation and records the outcome. It reports whether the connection is lost,
+// and whether the mutation now waits for a retry.
+func (c *Client) attempt(ctx context.Context, cn *conn, it outboxItem) (lost, waiting bool) {
 	rctx, cancel := context.WithTimeout(ctx, c.cfg.RequestTimeout)
 	defer cancel()
 	ans, err := cn.do(rctx, func(id uint64) proto.Frame { return it.frame(id) })
@@ -64,24 +71,24 @@ func (c *Client) attempt(ctx context.Context, cn *conn, it outboxItem) (lost boo
 		it.Status, it.Ack, it.Attempts = StatusSent, a, it.Attempts+1
 		if err := c.st.updateOutbox(it); err != nil {
 			c.cfg.Logger.Error("update outbox", "err", err)
-			return true
+			return true, false
 		}
 		c.emit(StatusEvent{ClientMsgID: it.ClientMsgID, Status: StatusSent, Ack: a})
-		return false
+		return false, false
 	case *proto.Error:
 		if !a.Code.Retryable() {
 			c.fail(it, a)
-			return false
+			return false, false
 		}
 		err, retryAfter = a, a.RetryAfter()
 	}
 	if ctx.Err() != nil && !errors.Is(err, context.DeadlineExceeded) {
-		return true // closing or reconnecting: not an attempt
+		return true, true // closing or reconnecting: not an attempt
 	}
 	it.Attempts++
 	if it.Attempts > len(c.cfg.Retry) {
 		c.fail(it, fmt.Errorf("client: gave up after %d attempts: %w", it.Attempts, err))
-		return false
+		return false, false
 	}
 	wait := c.cfg.Retry[it.Attempts-1]
 	wait += rand.N(wait/2 + 1)
@@ -89,13 +96,13 @@ func (c *Client) attempt(ctx context.Context, cn *conn, it outboxItem) (lost boo
 	it.LastError = fmt.Sprint(err)
 	if err := c.st.updateOutbox(it); err != nil {
 		c.cfg.Logger.Error("update outbox", "err", err)
-		return true
+		return true, true
 	}
 	select {
 	case <-cn.dead:
-		return true
+		return true, true
 	default:
-		return false
+		return false, true
 	}
 }
 

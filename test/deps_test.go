@@ -16,7 +16,7 @@ var allowed = map[string][]string{
 	"proto":                   {},
 	"raftstore":               {"log"},
 	"raftstore/raftstoretest": {"log", "raftstore"},
-	"syncd/syncdtest":         {"log", "raftstore", "proto", "syncd"},
+	"syncd/syncdtest":         {"log", "raftstore", "raftstore/raftstoretest", "proto", "syncd"},
 	"syncd":                   {"log", "raftstore", "proto"},
 	"client":                  {"proto"},
 	"bench":                   {"client", "proto"},

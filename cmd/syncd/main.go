@@ -81,6 +81,6 @@ func serve(cfg syncd.Config) error {
 // printErr writes err to w, one "syncd: " line per joined error.
 func printErr(w io.Writer, err error) {
 	for line := range strings.SplitSeq(err.Error(), "\n") {
-		fmt.Fprintln(w, "syncd:", line)
+		fmt.Fprintln(w, "syncd:", strings.TrimPrefix(line, "syncd: ")) // the package's errors carry the prefix already
 	}
 }

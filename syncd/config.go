@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
-	"slices"
 	"time"
 
 	"github.com/syncd-dev/syncd/log"
@@ -37,8 +36,8 @@ type Config struct {
 	// nodes. Default 3. Only a new cluster's first nodes use it; it is kept in the cluster map.
 	ReplicationFactor int
 	// PeerDial overrides the address used to dial a peer by node id, e.g. through a NAT or a
-	// fault-injecting relay in tests; the Raft configuration keeps the Peers addresses. Every id
-	// must be in Peers, unless the node joins with Join. Default none.
+	// fault-injecting relay in tests; the cluster keeps the addresses nodes advertise. An id may
+	// name a node that joins later. Default none.
 	PeerDial map[string]string
 	// Shards is the number of shards (Raft groups); the same on every node. Default 8.
 	Shards int
@@ -157,9 +156,6 @@ func (c Config) Validate() error {
 		errs = append(errs, errors.New("syncd: ReplicationFactor must be ≥ 1"))
 	}
 	for id, addr := range c.PeerDial {
-		if c.Join == "" && !slices.ContainsFunc(c.Peers, func(p raftstore.Peer) bool { return p.ID == id }) {
-			errs = append(errs, fmt.Errorf("syncd: PeerDial overrides %q, which is not in Peers", id))
-		}
 		if addr == "" {
 			errs = append(errs, fmt.Errorf("syncd: PeerDial gives %q an empty address", id))
 		}

@@ -24,9 +24,9 @@ func TestConfigPeerDial(t *testing.T) {
 		}
 	}
 
-	cfg.PeerDial = map[string]string{"n9": "x:9", "n1": ""}
+	cfg.PeerDial = map[string]string{"n9": "x:9", "n1": ""} // n9 may join later; "" is no address
 	err := cfg.Validate()
-	for _, want := range []string{`PeerDial overrides "n9", which is not in Peers`, `PeerDial gives "n1" an empty address`} {
+	for _, want := range []string{`PeerDial gives "n1" an empty address`} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("Validate() = %v, want it to contain %q", err, want)
 		}

@@ -282,9 +282,6 @@ func (o options) toConfig(logOut io.Writer) (syncd.Config, error) {
 			bad("peer-dial", "%v", err)
 			continue
 		}
-		if s.Join == "" && !ids[id] {
-			bad("peer-dial", "overrides %q, which is not in -peers", id)
-		}
 		if _, dup := cfg.PeerDial[id]; dup {
 			bad("peer-dial", "names %q twice", id)
 		}

@@ -106,9 +106,9 @@ func Dial(ctx context.Context, cfg Config) (*Client, error) {
 		return nil, err
 	}
 	var first *conn
-	for _, addr := range cfg.addrs() { // the first node that answers; a refusal is final
+	for _, addr := range cfg.addrs() { // the first node that answers; a definitive refusal is final
 		var pe *proto.Error
-		if first, err = dial(ctx, &cfg, addr); err == nil || ctx.Err() != nil || errors.As(err, &pe) {
+		if first, err = dial(ctx, &cfg, addr); err == nil || ctx.Err() != nil || (errors.As(err, &pe) && !pe.Code.Retryable()) {
 			break
 		}
 	}

@@ -573,3 +573,14 @@ func (n *Node) proposeMetaLocal(ctx context.Context, data []byte) error {
 func (n *Node) AddNode(ctx context.Context, id, raftAddr string) error {
 	return n.ProposeMeta(ctx, metaCommand{Op: "join", Node: &NodeInfo{ID: id, RaftAddr: raftAddr}})
 }
+
+// Removed reports whether this node has seen the cluster map without itself: it was removed
+// from the cluster, hosts nothing and should stop serving.
+func (n *Node) Removed() bool {
+	m, ok := n.ClusterMap()
+	if !ok || m.Shards == 0 {
+		return false
+	}
+	_, member := m.Nodes[n.cfg.NodeID]
+	return !member
+}

@@ -33,10 +33,14 @@ type Server struct {
 	metrics     *metrics
 	admin       *adminServer
 
-	attrs      atomic.Pointer[map[string]string] // client and admin addresses, once bound
-	conns      atomic.Int64                      // open client connections
-	inflight   gate                              // requests being replicated (Config.MaxInFlight)
-	handshakes gate                              // connections being authenticated (Config.MaxHandshakes)
+	attrs atomic.Pointer[map[string]string] // client and admin addresses, once bound
+	// removed is cancelled once this node has been removed from the cluster: its client
+	// connections are closed, and new ones refused, so devices move to another node.
+	removed     context.Context
+	markRemoved context.CancelFunc
+	conns       atomic.Int64 // open client connections
+	inflight    gate         // requests being replicated (Config.MaxInFlight)
+	handshakes  gate         // connections being authenticated (Config.MaxHandshakes)
 }
 
 // NewServer opens the node's store and shards and binds the QUIC listener. On first start with
@@ -48,6 +52,7 @@ func NewServer(cfg Config) (*Server, error) {
 	cfg = cfg.withDefaults()
 	s := &Server{cfg: cfg, logger: cfg.Logger, notes: newNotifier(), secret: cfg.TokenSecret,
 		inflight: make(gate, cfg.MaxInFlight), handshakes: make(gate, cfg.MaxHandshakes)}
+	s.removed, s.markRemoved = context.WithCancel(context.Background())
 	var err error
 	if s.secret == nil {
 		if s.secret, err = LoadOrCreateSecret(cfg.Dir); err != nil {
@@ -90,7 +95,12 @@ func NewServer(cfg Config) (*Server, error) {
 	fan.Store(s.fan)
 	reg := prometheus.NewRegistry()
 	s.metrics = newMetrics(reg, s.node, s.conns.Load, s.fan)
-	mux := newAdminHandler(reg, func() error { return leadersReady(s.node) })
+	mux := newAdminHandler(reg, func() error {
+		if s.node.Removed() {
+			return errors.New("not ready: this node was removed from the cluster; stop it")
+		}
+		return leadersReady(s.node)
+	})
 	s.opsRoutes(mux)
 	s.admin, err = startAdmin(cfg.AdminAddr, mux, s.logger)
 	if err != nil {
@@ -141,6 +151,11 @@ func (s *Server) Run(ctx context.Context) error {
 		defer wg.Done()
 		s.retainLoop(ctx)
 	}()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		s.watchRemoval(ctx)
+	}()
 	for {
 		conn, err := s.ln.Accept(ctx)
 		if err != nil {
@@ -161,9 +176,31 @@ func (s *Server) Run(ctx context.Context) error {
 	cancel()
 	s.ln.Close()
 	wg.Wait()
+	s.markRemoved() // releases the context; nothing watches it any more
 	closeCtx, done := context.WithTimeout(context.Background(), 5*time.Second)
 	defer done()
 	return errors.Join(s.admin.close(closeCtx), s.node.Close()) // admin first: scrapes read the store
+}
+
+const removedMsg = "this node was removed from the cluster; connect to another node"
+
+// watchRemoval notices that this node was removed from the cluster (a few seconds late at most)
+// and then closes its client connections and refuses new ones, so devices move to other nodes.
+func (s *Server) watchRemoval(ctx context.Context) {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if s.node.Removed() {
+			s.logger.Warn("this node was removed from the cluster: closing client connections; it hosts nothing and can be stopped")
+			s.markRemoved()
+			return
+		}
+	}
 }
 
 // AdminAddr returns the admin HTTP server's address.
@@ -181,6 +218,10 @@ func (s *Server) serveConn(ctx context.Context, conn *quic.Conn) {
 	defer context.AfterFunc(conn.Context(), cancel)()
 	defer context.AfterFunc(ctx, func() { conn.CloseWithError(0, "server shutting down") })()
 
+	defer context.AfterFunc(s.removed, func() { conn.CloseWithError(quic.ApplicationErrorCode(proto.CodeUnavailable), removedMsg) })()
+	if s.removed.Err() != nil {
+		return
+	}
 	if !s.handshakes.enter() {
 		conn.CloseWithError(quic.ApplicationErrorCode(proto.CodeOverloaded), "server overloaded (handshakes); retry after 1s")
 		return

@@ -46,7 +46,7 @@ func checkAll(w *workload, settle time.Duration) {
 	c := w.c
 	w.Stop()
 	for _, n := range c.nodes { // a schedule may end with a node down: bring it back first
-		if !n.running() {
+		if !n.running() && !n.retired && !n.spare {
 			if err := n.Restart(); err != nil {
 				w.t.Fatal(err)
 			}
@@ -395,17 +395,26 @@ func (w *workload) checkStores() {
 		}
 		states := map[raftstore.ShardID]*log.Shard{}
 		for _, id := range shards {
+			if has, err := hasShardState(db, id); err != nil || !has {
+				if err != nil {
+					t.Fatalf("%s shard %d: %v", n.id, id, err)
+				}
+				continue // no replica of this shard here (never placed, or moved away and deleted)
+			}
 			s, err := log.OpenShard(db, id)
 			if err != nil {
 				db.Close()
 				t.Fatalf("%s shard %d: %v", n.id, id, err)
 			}
-			states[id] = s
 			r, err := readReplica(db, s)
 			if err != nil {
 				db.Close()
 				t.Fatalf("%s shard %d: %v", n.id, id, err)
 			}
+			if r.applied == 0 {
+				continue // no replica of this shard here (never placed, or moved away)
+			}
+			states[id] = s
 			if replicas[id] == nil {
 				replicas[id] = map[string]shardReplica{}
 			}
@@ -415,10 +424,14 @@ func (w *workload) checkStores() {
 			}
 		}
 		for _, d := range w.devs {
-			userEntries += w.checkUserLog(n.id, states[slots.UserShard(d.user)], d)
+			if s := states[slots.UserShard(d.user)]; s != nil {
+				userEntries += w.checkUserLog(n.id, s, d)
+			}
 		}
 		for _, cv := range w.convs {
-			convEntries += w.checkConvLog(n.id, states[slots.ConvShard(cv.id)], cv)
+			if s := states[slots.ConvShard(cv.id)]; s != nil {
+				convEntries += w.checkConvLog(n.id, s, cv)
+			}
 		}
 		if err := db.Close(); err != nil {
 			t.Error(err)
@@ -429,7 +442,10 @@ func (w *workload) checkStores() {
 		var ref shardReplica
 		var refNode string
 		for _, n := range w.c.nodes {
-			r := replicas[id][n.id]
+			r, ok := replicas[id][n.id]
+			if !ok {
+				continue
+			}
 			if refNode == "" {
 				ref, refNode = r, n.id
 				continue
@@ -445,6 +461,9 @@ func (w *workload) checkStores() {
 				w.tl.add("shard %d: %s applied %d, %s %d (entries without effect on the state); states otherwise identical",
 					id, refNode, ref.applied, n.id, r.applied)
 			}
+		}
+		if len(replicas[id]) < 2 {
+			t.Errorf("shard %d: replicas found on %d nodes, want at least 2 (G1)", id, len(replicas[id]))
 		}
 		summary = append(summary, fmt.Sprintf("shard %d: applied %d, %d keys, checksum %x, outbox %d..%d",
 			id, ref.applied, ref.keys, ref.sum, ref.outbox.First, ref.outbox.Head))
@@ -608,4 +627,17 @@ func firstDiff(a, b []string) int {
 		}
 	}
 	return min(len(a), len(b))
+}
+
+// hasShardState reports whether db holds any state key of shard id (prefix 0x01 | id, see
+// log/keys.go): a node the shard was never placed on, or that dropped its copy, holds none.
+func hasShardState(db *pebble.DB, id raftstore.ShardID) (bool, error) {
+	lower := binary.BigEndian.AppendUint32([]byte{0x01}, uint32(id))
+	upper := binary.BigEndian.AppendUint32([]byte{0x01}, uint32(id)+1)
+	it, err := db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
+	if err != nil {
+		return false, err
+	}
+	defer it.Close()
+	return it.First(), it.Error()
 }

@@ -13,8 +13,11 @@ package test
 // SYNCD_FAULT_SEED fixes the workload's random choices (the seed is logged).
 
 import (
+	"fmt"
+	"net/http"
 	"os"
 	"runtime"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -52,6 +55,11 @@ func (f *faultRun) hold(d time.Duration) { time.Sleep(d) }
 // runFault runs one scenario: start the cluster and the workload, warm up, run schedule, heal
 // every relay, check that writes flow again, then run every check.
 func runFault(t *testing.T, needsRelays bool, schedule func(f *faultRun)) {
+	runFaultWithSpares(t, needsRelays, 0, schedule)
+}
+
+// runFaultWithSpares is runFault on a cluster with spare nodes (startClusterWithSpares).
+func runFaultWithSpares(t *testing.T, needsRelays bool, spares int, schedule func(f *faultRun)) {
 	if runtime.GOOS != "linux" {
 		t.Skip("the cluster fault suite needs Linux (SIGKILL, SIGSTOP, parent-death signal)")
 	}
@@ -66,7 +74,7 @@ func runFault(t *testing.T, needsRelays bool, schedule func(f *faultRun)) {
 	long := os.Getenv("SYNCD_FAULT_LONG") == "1"
 	tl := newTimeline(t)
 	tl.add("workload seed %d (rerun with SYNCD_FAULT_SEED=%d); long mode %v", seed, seed, long)
-	c := startCluster(t, 3, tl)
+	c := startClusterWithSpares(t, 3, spares, tl)
 	if needsRelays && c.mesh == nil {
 		t.Skip("this syncd has no -peer-dial: no relays to partition with")
 	}
@@ -82,7 +90,7 @@ func runFault(t *testing.T, needsRelays bool, schedule func(f *faultRun)) {
 		c.mesh.Heal()
 	}
 	for _, n := range c.nodes {
-		if !n.running() {
+		if !n.running() && !n.retired && !n.spare {
 			if err := n.Restart(); err != nil {
 				t.Fatal(err)
 			}
@@ -227,5 +235,61 @@ func TestClusterFaultFullKill(t *testing.T) {
 			f.tl.add("all nodes restarted and ready; leaders %s", describeLeaders(f.c.waitLeaders(30*time.Second)))
 			f.w.waitProgress(10, 90*time.Second, "after the restart")
 		}
+	})
+}
+
+// TestClusterFaultNodeReplaced: under traffic a fourth node joins the cluster (-join) and takes
+// its share of replicas, then a first node is removed (syncctl node remove, through the admin
+// endpoint): its replicas move to the others, it leaves the cluster map and is stopped for good.
+// Devices connected to it move to other nodes (the SDK's fallback addresses). Nothing acked is
+// lost or duplicated, and the replicas that remain are identical.
+func TestClusterFaultNodeReplaced(t *testing.T) {
+	runFaultWithSpares(t, false, 1, func(f *faultRun) {
+		n2, n4 := f.c.nodes[1], f.c.nodes[3]
+		if err := n4.start(); err != nil {
+			f.t.Fatal(err)
+		}
+		n4.spare = false
+		f.tl.add("n4 started with -join")
+		waitFor(f.t, 120*time.Second, "n4 to hold replicas", func() (bool, string) {
+			v, err := f.c.clusterView(f.c.nodes[0])
+			if err != nil {
+				return false, err.Error()
+			}
+			for _, n := range v.Nodes {
+				if n.ID == "n4" {
+					return n.Placed > 0 && n.Reachable, fmt.Sprintf("n4 placed %d", n.Placed)
+				}
+			}
+			return false, "n4 not in the map yet"
+		})
+		f.w.waitProgress(5, 60*time.Second, "n4 joined")
+		if code, body, err := f.c.do(f.c.nodes[0], http.MethodPost, "/v1/nodes/n2/remove"); err != nil || code != http.StatusOK {
+			f.t.Fatalf("remove n2: %d %s %v", code, body, err)
+		}
+		f.tl.add("n2 removal requested")
+		waitFor(f.t, 180*time.Second, "n2 to hold nothing and leave the map", func() (bool, string) {
+			v, err := f.c.clusterView(f.c.nodes[0])
+			if err != nil {
+				return false, err.Error()
+			}
+			for _, n := range v.Nodes {
+				if n.ID == "n2" {
+					return false, fmt.Sprintf("n2 still in the map, placed %d", n.Placed)
+				}
+			}
+			for _, s := range v.Shards {
+				if slices.Contains(s.Voters, "n2") || s.Leader == "" {
+					return false, fmt.Sprintf("shard %d: leader %q voters %v", s.Shard, s.Leader, s.Voters)
+				}
+			}
+			return true, ""
+		})
+		if err := n2.Terminate(30 * time.Second); err != nil {
+			f.t.Fatal(err)
+		}
+		n2.retired = true
+		f.tl.add("n2 left the cluster and was stopped")
+		f.w.waitProgress(10, 90*time.Second, "after n2 left")
 	})
 }

@@ -9,6 +9,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -74,6 +75,9 @@ type clusterNode struct {
 	bin  string
 	args []string
 	tl   *timeline
+
+	spare   bool // not started with the cluster: joins later with -join
+	retired bool // removed from the cluster and stopped for good: never restarted
 
 	mu       sync.Mutex
 	cmd      *exec.Cmd
@@ -251,6 +255,13 @@ type testCluster struct {
 // node's stderr.
 func startCluster(t *testing.T, n int, tl *timeline) *testCluster {
 	t.Helper()
+	return startClusterWithSpares(t, n, 0, tl)
+}
+
+// startClusterWithSpares is startCluster with spare nodes n<n+1>…: set up (data directory,
+// relays, flags: -join through n1) but not started; a scenario starts one to have it join.
+func startClusterWithSpares(t *testing.T, n, spares int, tl *timeline) *testCluster {
+	t.Helper()
 	bin := buildServer(t)
 	base := t.TempDir()
 	c := &testCluster{t: t, tl: tl,
@@ -265,13 +276,15 @@ func startCluster(t *testing.T, n int, tl *timeline) *testCluster {
 	}
 	raftAddrs := map[string]string{}
 	var peers []string
-	for i := range n {
+	for i := range n + spares {
 		id := fmt.Sprintf("n%d", i+1)
 		node := &clusterNode{id: id, dir: filepath.Join(base, id), listen: clusterAddr(t), raft: clusterAddr(t), admin: clusterAddr(t),
-			logPath: filepath.Join(base, id+".log"), bin: bin, tl: tl}
+			logPath: filepath.Join(base, id+".log"), bin: bin, tl: tl, spare: i >= n}
 		c.nodes = append(c.nodes, node)
 		raftAddrs[id] = node.raft
-		peers = append(peers, id+"="+node.raft)
+		if !node.spare {
+			peers = append(peers, id+"="+node.raft)
+		}
 	}
 	// One token secret for every node: the file LoadOrCreateSecret creates in the first data
 	// directory, copied into the others before their first start.
@@ -303,8 +316,16 @@ func startCluster(t *testing.T, n int, tl *timeline) *testCluster {
 	for _, node := range c.nodes {
 		node.args = []string{"-data-dir", node.dir, "-node-id", node.id, "-listen", node.listen,
 			"-raft-addr", node.raft, "-admin", node.admin, "-shards", strconv.Itoa(clusterShards),
-			"-peers", strings.Join(peers, ","),
 			"-cert", filepath.Join(tlsDir, syncd.TLSCertFile), "-key", filepath.Join(tlsDir, syncd.TLSKeyFile)}
+		if node.spare {
+			join := raftAddrs["n1"]
+			if c.mesh != nil {
+				join = c.mesh.DialMap(node.id)["n1"]
+			}
+			node.args = append(node.args, "-join", join)
+		} else {
+			node.args = append(node.args, "-peers", strings.Join(peers, ","))
+		}
 		if c.mesh != nil {
 			var dial []string
 			for to, addr := range c.mesh.DialMap(node.id) {
@@ -316,6 +337,9 @@ func startCluster(t *testing.T, n int, tl *timeline) *testCluster {
 	}
 	t.Cleanup(c.cleanup)
 	for _, node := range c.nodes {
+		if node.spare {
+			continue
+		}
 		if err := node.start(); err != nil {
 			t.Fatal(err)
 		}
@@ -416,9 +440,14 @@ func (c *testCluster) describeNodes() string {
 
 // get fetches an admin URL path of node n and returns the status and body.
 func (c *testCluster) get(n *clusterNode, path string) (int, string, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	return c.do(n, http.MethodGet, path)
+}
+
+// do sends a body-less request to an admin URL path of node n and returns the status and body.
+func (c *testCluster) do(n *clusterNode, method, path string) (int, string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+n.admin+path, nil)
+	req, err := http.NewRequestWithContext(ctx, method, "http://"+n.admin+path, nil)
 	if err != nil {
 		return 0, "", err
 	}
@@ -758,4 +787,17 @@ func TestClusterHarness(t *testing.T) {
 	if c.mesh != nil {
 		t.Log(c.mesh.Summary())
 	}
+}
+
+// clusterView asks node n for the cluster view (GET /v1/cluster).
+func (c *testCluster) clusterView(n *clusterNode) (syncd.ClusterView, error) {
+	var v syncd.ClusterView
+	code, body, err := c.get(n, "/v1/cluster")
+	if err != nil {
+		return v, err
+	}
+	if code != http.StatusOK {
+		return v, fmt.Errorf("GET /v1/cluster on %s: HTTP %d: %s", n.id, code, body)
+	}
+	return v, json.Unmarshal([]byte(body), &v)
 }

@@ -130,8 +130,14 @@ func newWorkload(t *testing.T, c *testCluster, seed uint64) *workload {
 		&wlConv{id: "grp-three", members: sorted(users[1], users[3], users[4]), creator: users[3]})
 
 	t.Cleanup(w.Close)
+	var started []*clusterNode // spare nodes are not running yet
+	for _, n := range c.nodes {
+		if !n.spare {
+			started = append(started, n)
+		}
+	}
 	for i, u := range users {
-		d := &wlDevice{user: u, node: c.nodes[i%len(c.nodes)], rng: rand.New(rand.NewPCG(seed, uint64(i)))}
+		d := &wlDevice{user: u, node: started[i%len(started)], rng: rand.New(rand.NewPCG(seed, uint64(i)))}
 		for _, cv := range w.convs {
 			if slices.Contains(cv.members, u) {
 				d.convs = append(d.convs, cv)
@@ -178,7 +184,13 @@ func (w *workload) dial(d *wlDevice) *client.Client {
 	if err != nil {
 		w.t.Fatal(err)
 	}
-	cfg := client.Config{Addr: d.node.listen, Token: token, Device: "phone", Fingerprint: w.c.fingerprint,
+	var others []string // any node serves any device: the SDK moves on when its node is gone
+	for _, n := range w.c.nodes {
+		if n != d.node {
+			others = append(others, n.listen)
+		}
+	}
+	cfg := client.Config{Addr: d.node.listen, Addrs: others, Token: token, Device: "phone", Fingerprint: w.c.fingerprint,
 		StoreDir: w.t.TempDir(), Logger: quiet(w.t), Retry: wlRetry, RequestTimeout: 5 * time.Second,
 		// A stalled sync stream is noticed within seconds instead of the default two minutes,
 		// so convergence after a heal does not wait on it.

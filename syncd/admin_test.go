@@ -3,7 +3,6 @@ package syncd
 import (
 	"context"
 	"errors"
-	"io"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -41,19 +40,10 @@ func startMetricsNode(t *testing.T) *raftstore.Node {
 	return node
 }
 
-// httpGet fetches url and returns the status code and body.
+// httpGet fetches url with c and returns the status code and body.
 func httpGet(t *testing.T, c *http.Client, url string) (int, string) {
 	t.Helper()
-	resp, err := c.Get(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp.StatusCode, string(b)
+	return httpDoWith(t, c, http.MethodGet, url)
 }
 
 // TestAdminServesMetricsHealthReadinessAndPprof runs the admin server over real HTTP against a

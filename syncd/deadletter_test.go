@@ -18,11 +18,16 @@ import (
 // httpDo sends a body-less request and returns the status code and body.
 func httpDo(t *testing.T, method, url string) (int, string) {
 	t.Helper()
+	return httpDoWith(t, &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 15 * time.Second}, method, url)
+}
+
+// httpDoWith sends a body-less request with c and returns the status code and body.
+func httpDoWith(t *testing.T, c *http.Client, method, url string) (int, string) {
+	t.Helper()
 	req, err := http.NewRequest(method, url, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 15 * time.Second}
 	resp, err := c.Do(req)
 	if err != nil {
 		t.Fatal(err)

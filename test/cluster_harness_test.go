@@ -13,7 +13,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -27,6 +26,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/syncd-dev/syncd/raftstore/raftstoretest"
 	"github.com/syncd-dev/syncd/syncd"
 )
 
@@ -278,7 +278,7 @@ func startClusterWithSpares(t *testing.T, n, spares int, tl *timeline) *testClus
 	var peers []string
 	for i := range n + spares {
 		id := fmt.Sprintf("n%d", i+1)
-		node := &clusterNode{id: id, dir: filepath.Join(base, id), listen: clusterAddr(t), raft: clusterAddr(t), admin: clusterAddr(t),
+		node := &clusterNode{id: id, dir: filepath.Join(base, id), listen: raftstoretest.FreeAddr(t), raft: raftstoretest.FreeAddr(t), admin: raftstoretest.FreeAddr(t),
 			logPath: filepath.Join(base, id+".log"), bin: bin, tl: tl, spare: i >= n}
 		c.nodes = append(c.nodes, node)
 		raftAddrs[id] = node.raft
@@ -347,60 +347,6 @@ func startClusterWithSpares(t *testing.T, n, spares int, tl *timeline) *testClus
 	c.waitReady(60 * time.Second)
 	tl.add("cluster of %d nodes ready (%s)", n, c.describeNodes())
 	return c
-}
-
-// clusterPorts remembers the ports clusterAddr handed out in this process, so no two nodes of
-// any test get the same one.
-var clusterPorts struct {
-	sync.Mutex
-	used map[int]bool
-}
-
-// clusterAddr returns a loopback address whose port is free for both TCP and UDP and lies below
-// the kernel's ephemeral range. freeTCP's ports come from that range, and a port released by the
-// test can be taken again (an outgoing connection of another node, a relay's listener) before
-// the node binds it, or while a killed node is down: the long suite hit exactly that ("address
-// already in use" at start). Ports below the range are only ever taken by an explicit bind. Where
-// the range cannot be read it falls back to freeTCP.
-func clusterAddr(t *testing.T) string {
-	t.Helper()
-	lo := 0
-	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
-		if f := strings.Fields(string(b)); len(f) == 2 {
-			lo, _ = strconv.Atoi(f[0])
-		}
-	}
-	const floor = 10000
-	if lo < floor+1000 {
-		return freeTCP(t)
-	}
-	clusterPorts.Lock()
-	defer clusterPorts.Unlock()
-	if clusterPorts.used == nil {
-		clusterPorts.used = map[int]bool{}
-	}
-	start := floor + int(time.Now().UnixNano()%int64(lo-floor))
-	for i := range lo - floor {
-		port := floor + (start-floor+i)%(lo-floor)
-		if clusterPorts.used[port] {
-			continue
-		}
-		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-		l, err := net.Listen("tcp", addr)
-		if err != nil {
-			continue
-		}
-		pc, err := net.ListenPacket("udp", addr)
-		l.Close()
-		if err != nil {
-			continue
-		}
-		pc.Close()
-		clusterPorts.used[port] = true
-		return addr
-	}
-	t.Fatal("no free port below the ephemeral range")
-	return ""
 }
 
 // binaryHasFlag reports whether the syncd binary lists -name in its usage.

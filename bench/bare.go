@@ -2,7 +2,9 @@
 // sends, overload, append→delivery, catch-up, idle connections) spoken over the raw protocol
 // (proto frames on quic-go streams, no SDK, so the client costs as little as possible), plus
 // the bare-QUIC reference every server result is compared with. It knows nothing of the
-// server's internals: a Target is an address, a certificate fingerprint and a token minter.
+// server's internals: a Target is an address (or a cluster's addresses), a certificate
+// fingerprint and a token minter. The cluster scenarios (CatchUpReplicas, Failover) also drive a
+// Cluster, which bench/proccluster implements with syncd child processes.
 package bench
 
 import (

@@ -21,9 +21,22 @@ import (
 
 // Target is a syncd server to load: its client address, the SHA-256 fingerprint of its
 // certificate (pinned), and a way to get a token for any user's device.
+//
+// For a cluster, Addrs lists the client addresses of its nodes (which then share one
+// certificate and one token secret): a scenario's devices are spread over them in turn, device
+// k of a scenario connecting to Addrs[k mod len(Addrs)], and Addr is ignored.
 type Target struct {
 	Addr, Fingerprint string
 	Token             func(user, device string) (string, error)
+	Addrs             []string
+}
+
+// addrs returns the client addresses devices connect to: Addrs, or Addr alone.
+func (t Target) addrs() []string {
+	if len(t.Addrs) > 0 {
+		return t.Addrs
+	}
+	return []string{t.Addr}
 }
 
 // device is the bench's name for every device it connects.
@@ -33,7 +46,7 @@ const device = "bench"
 // connections need neither thousands of file descriptors nor one socket for all the load.
 type dialer struct {
 	t      Target
-	addr   *net.UDPAddr
+	addrs  []*net.UDPAddr // the target's nodes; device k dials addrs[k mod len]
 	tls    *tls.Config
 	trs    []*quic.Transport
 	next   atomic.Uint64
@@ -41,13 +54,16 @@ type dialer struct {
 }
 
 func newDialer(t Target, sockets int) (*dialer, error) {
-	addr, err := net.ResolveUDPAddr("udp", t.Addr)
-	if err != nil {
-		return nil, fmt.Errorf("bench: target address: %w", err)
+	d := &dialer{t: t, tls: pinnedTLS(t.Fingerprint)}
+	for _, a := range t.addrs() {
+		addr, err := net.ResolveUDPAddr("udp", a)
+		if err != nil {
+			return nil, fmt.Errorf("bench: target address: %w", err)
+		}
+		d.addrs = append(d.addrs, addr)
 	}
-	d := &dialer{t: t, addr: addr, tls: pinnedTLS(t.Fingerprint)}
 	for range max(sockets, 1) {
-		uc, err := net.ListenUDP("udp", &net.UDPAddr{IP: addr.IP, Port: 0})
+		uc, err := net.ListenUDP("udp", &net.UDPAddr{IP: d.addrs[0].IP, Port: 0})
 		if err != nil {
 			d.close()
 			return nil, err
@@ -97,15 +113,16 @@ type client struct {
 
 func (c *client) close() { c.conn.CloseWithError(0, "") }
 
-// connect dials and authenticates user's device, retrying a handshake refused as overloaded or
-// with too many connections after the server's retry-after (a few times).
-func (d *dialer) connect(ctx context.Context, user string) (*client, error) {
+// connect dials and authenticates user's device on node k mod len(d.addrs), retrying a
+// handshake refused as overloaded or with too many connections after the server's retry-after (a
+// few times).
+func (d *dialer) connect(ctx context.Context, user string, k int) (*client, error) {
 	token, err := d.t.Token(user, device)
 	if err != nil {
 		return nil, err
 	}
 	for attempt := 0; ; attempt++ {
-		c, err := d.connectOnce(ctx, user, token)
+		c, err := d.connectOnce(ctx, d.addrs[k%len(d.addrs)], user, token)
 		var pe *proto.Error
 		if err == nil || attempt >= 5 || !errors.As(err, &pe) ||
 			(pe.Code != proto.CodeOverloaded && pe.Code != proto.CodeTooManyConnections) {
@@ -120,11 +137,11 @@ func (d *dialer) connect(ctx context.Context, user string) (*client, error) {
 	}
 }
 
-func (d *dialer) connectOnce(ctx context.Context, user, token string) (*client, error) {
+func (d *dialer) connectOnce(ctx context.Context, addr *net.UDPAddr, user, token string) (*client, error) {
 	tr := d.trs[d.next.Add(1)%uint64(len(d.trs))]
 	dctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
-	conn, err := tr.Dial(dctx, d.addr, d.tls, &quic.Config{
+	conn, err := tr.Dial(dctx, addr, d.tls, &quic.Config{
 		HandshakeIdleTimeout: 10 * time.Second,
 		MaxIdleTimeout:       60 * time.Second,
 		KeepAlivePeriod:      15 * time.Second,
@@ -171,7 +188,8 @@ func asProtoError(err error) error {
 	return err
 }
 
-// connectMany connects users[i] for every i, at most parallel at once.
+// connectMany connects users[i] for every i (to node i mod len(d.addrs)), at most parallel at
+// once.
 func (d *dialer) connectMany(ctx context.Context, users []string, parallel int) ([]*client, error) {
 	out := make([]*client, len(users))
 	sem := make(chan struct{}, parallel)
@@ -189,7 +207,7 @@ func (d *dialer) connectMany(ctx context.Context, users []string, parallel int) 
 		}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			c, err := d.connect(ctx, u)
+			c, err := d.connect(ctx, u, i)
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil && first == nil {

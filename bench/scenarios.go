@@ -54,25 +54,31 @@ const (
 
 // attempt sends one Send and classifies the answer; wait is the server's retry hint.
 func attempt(ctx context.Context, rs *reqStream, s proto.Send) (out sendOutcome, wait time.Duration, err error) {
-	rctx, cancel := context.WithTimeout(ctx, requestTimeout)
+	_, out, wait, err = attemptAck(ctx, rs, s, requestTimeout)
+	return out, wait, err
+}
+
+// attemptAck is attempt with the Ack (when acked) and a bound on the wait for the answer.
+func attemptAck(ctx context.Context, rs *reqStream, s proto.Send, timeout time.Duration) (*proto.Ack, sendOutcome, time.Duration, error) {
+	rctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	f, err := rs.do(rctx, func(id uint64) proto.Frame { s.ID = id; return &s })
 	if err != nil {
-		return outError, 0, err
+		return nil, outError, 0, err
 	}
 	switch f := f.(type) {
 	case *proto.Ack:
-		return outAcked, 0, nil
+		return f, outAcked, 0, nil
 	case *proto.Error:
 		switch {
 		case shedCode(f.Code):
-			return outShed, f.RetryAfter(), f
+			return nil, outShed, f.RetryAfter(), f
 		case retryableCode(f.Code):
-			return outRetry, max(f.RetryAfter(), 100*time.Millisecond), f
+			return nil, outRetry, max(f.RetryAfter(), 100*time.Millisecond), f
 		}
-		return outError, 0, f
+		return nil, outError, 0, f
 	}
-	return outError, 0, fmt.Errorf("bench: send answered by %v", f.FrameType())
+	return nil, outError, 0, fmt.Errorf("bench: send answered by %v", f.FrameType())
 }
 
 // Sends opens devices connections (users u0…u{devices-1}), each with one pipelined request
@@ -171,10 +177,11 @@ func Sends(ctx context.Context, t Target, devices, senders int, d time.Duration,
 
 // DeliveryResult is the outcome of Delivery.
 type DeliveryResult struct {
-	Count    int           // entries delivered to the receiver's sync stream
-	Sent     int           // sends acked
-	Errors   int           // sends not acked (error answers, shed, timeouts)
-	P50, P99 time.Duration // append (entry time, server clock) → arrival on the receiver's sync stream
+	Sender, Receiver string        // the run's users (fresh ones every run)
+	Count            int           // entries delivered to the receiver's sync stream
+	Sent             int           // sends acked
+	Errors           int           // sends not acked (error answers, shed, timeouts)
+	P50, P99         time.Duration // append (entry time, server clock) → arrival on the receiver's sync stream
 }
 
 // Delivery paces one sender device at rate sends/s for d to a fresh receiver whose sync stream
@@ -301,7 +308,7 @@ wait:
 	all := slices.Clone(lat)
 	mu.Unlock()
 	slices.Sort(all)
-	res := DeliveryResult{Count: len(all), Sent: want, Errors: int(failed.Load()),
+	res := DeliveryResult{Sender: snd.user, Receiver: rcv.user, Count: len(all), Sent: want, Errors: int(failed.Load()),
 		P50: percentile(all, 0.5), P99: percentile(all, 0.99)}
 	if res.Count < want {
 		return res, fmt.Errorf("bench: delivery: %d of %d acked entries arrived within 10s", res.Count, want)
@@ -326,50 +333,69 @@ const (
 )
 
 // CatchUp fills a fresh user's log with entries messages from several pipelined sender
-// devices, waits until a HeadCheck shows them all, then opens a sync stream from 0 (asking for
-// the largest batches) and times the replay of the whole backlog.
+// devices (FillBacklog), then times the replay of the whole backlog through a new connection of
+// the user's device (Replay).
 func CatchUp(ctx context.Context, t Target, entries int) (CatchUpResult, error) {
+	b, err := FillBacklog(ctx, t, entries)
+	if err != nil {
+		return CatchUpResult{}, err
+	}
+	res, err := Replay(ctx, t, b)
+	res.FillPerSec = b.FillPerSec
+	return res, err
+}
+
+// Backlog is a user log written by FillBacklog, for Replay.
+type Backlog struct {
+	User       string         // the user whose log holds the backlog
+	Head       proto.Position // its head once filled: the entries to replay
+	FillPerSec float64        // rate at which the backlog was written (acked sends/s)
+}
+
+// FillBacklog writes entries messages to a fresh user's log from catchUpSenders sender devices
+// (spread over t's nodes), each keeping catchUpWindow sends in flight, and returns once every
+// send is acked and a HeadCheck on the first of t's nodes shows them all.
+func FillBacklog(ctx context.Context, t Target, entries int) (Backlog, error) {
 	if entries < 1 {
-		return CatchUpResult{}, errors.New("bench: catch-up needs entries ≥ 1")
+		return Backlog{}, errors.New("bench: catch-up needs entries ≥ 1")
 	}
 	dl, err := newDialer(t, 4)
 	if err != nil {
-		return CatchUpResult{}, err
+		return Backlog{}, err
 	}
 	defer dl.close()
 	run := runID()
 	rcvUser := "cu-" + run
-	users := []string{rcvUser}
+	var users []string
 	for k := range catchUpSenders {
 		users = append(users, "cus"+strconv.Itoa(k)+"-"+run)
 	}
 	clients, err := dl.connectMany(ctx, users, len(users))
 	if err != nil {
-		return CatchUpResult{}, err
+		return Backlog{}, err
 	}
 	defer func() {
 		for _, c := range clients {
 			c.close()
 		}
 	}()
-	rcv := clients[0]
 
-	// Fill: message n goes from sender n mod catchUpSenders; each sender keeps catchUpWindow
-	// sends in flight.
+	// Message n goes from sender n mod catchUpSenders; each sender keeps catchUpWindow sends in
+	// flight.
 	payload := make([]byte, 256)
 	var next atomic.Int64
 	var failed atomic.Value
 	var wg sync.WaitGroup
 	fillStart := time.Now()
-	for k, c := range clients[1:] {
+	for k, c := range clients {
 		rs, err := c.openRequests(ctx)
 		if err != nil {
-			return CatchUpResult{}, err
+			return Backlog{}, err
 		}
 		conv := directConv(c.user, rcvUser)
 		// Create the conversation first, alone.
 		if out, _, err := attempt(ctx, rs, proto.Send{Conv: conv, Peer: rcvUser, ClientMsgID: run + "-c" + strconv.Itoa(k), Body: payload}); out != outAcked {
-			return CatchUpResult{}, fmt.Errorf("bench: catch-up: first send of %s: %v", c.user, err)
+			return Backlog{}, fmt.Errorf("bench: catch-up: first send of %s: %v", c.user, err)
 		}
 		next.Add(1)
 		for range catchUpWindow {
@@ -397,26 +423,59 @@ func CatchUp(ctx context.Context, t Target, entries int) (CatchUpResult, error) 
 	}
 	wg.Wait()
 	if f := failed.Load(); f != nil {
-		return CatchUpResult{}, fmt.Errorf("bench: catch-up: filling the backlog: %v", f)
+		return Backlog{}, fmt.Errorf("bench: catch-up: filling the backlog: %v", f)
 	}
-	fillRate := float64(entries) / time.Since(fillStart).Seconds()
+	b := Backlog{User: rcvUser, FillPerSec: float64(entries) / time.Since(fillStart).Seconds()}
+	rcv, err := dl.connect(ctx, rcvUser, 0)
+	if err != nil {
+		return Backlog{}, err
+	}
+	defer rcv.close()
+	b.Head, err = waitHead(ctx, rcv, proto.Position(entries))
+	return b, err
+}
 
-	rrs, err := rcv.openRequests(ctx)
+// waitHead polls c's user log head with HeadCheck until it reaches want (30s at most) and
+// returns it.
+func waitHead(ctx context.Context, c *client, want proto.Position) (proto.Position, error) {
+	rs, err := c.openRequests(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer rs.st.Close()
+	for wait := time.Now().Add(30 * time.Second); ; {
+		head, err := rs.head(ctx)
+		if err != nil {
+			return 0, fmt.Errorf("bench: head check: %w", err)
+		}
+		if head >= want {
+			return head, nil
+		}
+		if time.Now().After(wait) {
+			return 0, fmt.Errorf("bench: %s's head %d, want %d", c.user, head, want)
+		}
+		sleepCtx(ctx, 50*time.Millisecond)
+	}
+}
+
+// Replay connects b.User's device to t (its first node), waits until a HeadCheck there shows
+// b.Head (so the replica that node reads has it all), then opens a sync stream from 0 (asking
+// for the largest batches) and times the replay of the whole backlog, checking that positions
+// are contiguous. FillPerSec is left zero.
+func Replay(ctx context.Context, t Target, b Backlog) (CatchUpResult, error) {
+	dl, err := newDialer(t, 1)
 	if err != nil {
 		return CatchUpResult{}, err
 	}
-	var head proto.Position
-	for wait := time.Now().Add(30 * time.Second); ; {
-		if head, err = rrs.head(ctx); err != nil {
-			return CatchUpResult{}, fmt.Errorf("bench: catch-up: head check: %w", err)
-		}
-		if int(head) >= entries {
-			break
-		}
-		if time.Now().After(wait) {
-			return CatchUpResult{}, fmt.Errorf("bench: catch-up: receiver head %d, want %d", head, entries)
-		}
-		time.Sleep(50 * time.Millisecond)
+	defer dl.close()
+	rcv, err := dl.connect(ctx, b.User, 0)
+	if err != nil {
+		return CatchUpResult{}, err
+	}
+	defer rcv.close()
+	head, err := waitHead(ctx, rcv, b.Head)
+	if err != nil {
+		return CatchUpResult{}, fmt.Errorf("bench: catch-up: %w", err)
 	}
 
 	start := time.Now()
@@ -448,8 +507,7 @@ func CatchUp(ctx context.Context, t Target, entries int) (CatchUpResult, error) 
 		}
 	}
 	el := time.Since(start)
-	return CatchUpResult{Entries: int(head), Duration: el, PerSec: float64(head) / el.Seconds(),
-		Batch: batch, FillPerSec: fillRate}, nil
+	return CatchUpResult{Entries: int(head), Duration: el, PerSec: float64(head) / el.Seconds(), Batch: batch}, nil
 }
 
 // IdleResult is the outcome of Idle: conns connections are open until Close is called.
@@ -488,7 +546,7 @@ func Idle(ctx context.Context, t Target, conns int) (IdleResult, error) {
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			c, err := dl.connect(ctx, u)
+			c, err := dl.connect(ctx, u, i)
 			if err == nil {
 				clients[i] = c
 				err = openIdleSync(ctx, c)

@@ -9,6 +9,15 @@
 //
 // For the idle scenario against the in-process server the idle clients run in a child process
 // (this binary, re-executed), so the heap measured is the server's alone.
+//
+// -scenario cluster (issue #4) is separate from "all": it builds ./cmd/syncd (or takes -syncd),
+// runs a 1-node reference and a -nodes cluster as child processes, and measures sends and
+// delivery on both (-repeat times, alternately; medians and ratios to the reference), catch-up
+// through a follower's node against the leader's, and -failovers SIGKILLs of a shard leader
+// under a steady sender (time to the next ack, acked messages lost):
+//
+//	go run ./cmd/syncbench -scenario cluster
+//	go run ./cmd/syncbench -scenario cluster -repeat 5 -cpuprofile /tmp/prof
 package main
 
 import (
@@ -53,12 +62,15 @@ type options struct {
 	addr, dataDir   string
 	fingerprint     string // idle-client mode only
 	shards          int
+	// -scenario cluster only
+	nodes, repeat, failovers int
+	syncd, cpuprofile        string
 }
 
 func run(args []string) error {
 	fs := flag.NewFlagSet("syncbench", flag.ContinueOnError)
 	var o options
-	fs.StringVar(&o.scenario, "scenario", "all", "all, bare, sends, overload, delivery, catchup or idle")
+	fs.StringVar(&o.scenario, "scenario", "all", "all, bare, sends, overload, delivery, catchup, idle, or cluster (not part of all)")
 	fs.DurationVar(&o.duration, "duration", 10*time.Second, "duration of each timed scenario")
 	fs.IntVar(&o.devices, "devices", 1000, "connected devices in sends and overload")
 	fs.IntVar(&o.senders, "senders", 64, "concurrent senders in sends")
@@ -69,8 +81,13 @@ func run(args []string) error {
 	fs.IntVar(&o.idle, "idle", 10000, "idle connections in idle")
 	fs.StringVar(&o.addr, "addr", "", "client address of an external server (with -data-dir); default: run one in-process")
 	fs.StringVar(&o.dataDir, "data-dir", "", "the external server's data directory (token secret, tls.crt/tls.key)")
-	fs.IntVar(&o.shards, "shards", 8, "shards of the in-process server")
+	fs.IntVar(&o.shards, "shards", 8, "shards of the in-process server, and of every node of -scenario cluster")
 	fs.StringVar(&o.fingerprint, "fingerprint", "", "internal: certificate fingerprint for -scenario idle-client")
+	fs.IntVar(&o.nodes, "nodes", 3, "cluster: nodes of the cluster")
+	fs.IntVar(&o.repeat, "repeat", 3, "cluster: runs of sends and delivery on each side, and catch-up replays through each node")
+	fs.IntVar(&o.failovers, "failovers", 3, "cluster: leader kills")
+	fs.StringVar(&o.syncd, "syncd", "", "cluster: syncd binary for the nodes (default: go build ./cmd/syncd into a temp dir)")
+	fs.StringVar(&o.cpuprofile, "cpuprofile", "", "cluster: directory for CPU profiles of every node during the first sends run on each side")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -78,6 +95,9 @@ func run(args []string) error {
 	defer stop()
 	if o.scenario == "idle-client" {
 		return idleClient(ctx, o)
+	}
+	if o.scenario == "cluster" {
+		return runCluster(ctx, o)
 	}
 	want := map[string]bool{}
 	for _, s := range []string{"bare", "sends", "overload", "delivery", "catchup", "idle"} {
@@ -184,9 +204,39 @@ func run(args []string) error {
 		}
 	}
 
+	return printRows(rows, "vs bare req/s")
+}
+
+// runCluster is -scenario cluster.
+func runCluster(ctx context.Context, o options) error {
+	if o.addr != "" {
+		return errors.New("-scenario cluster starts its own nodes: -addr does not apply")
+	}
+	if o.nodes < 3 || o.repeat < 1 || o.failovers < 0 {
+		return errors.New("-scenario cluster needs -nodes ≥ 3, -repeat ≥ 1 and -failovers ≥ 0")
+	}
+	if o.cpuprofile != "" {
+		if err := os.MkdirAll(o.cpuprofile, 0o755); err != nil {
+			return err
+		}
+	}
+	fmt.Printf("# syncbench: scenario cluster, %d nodes, %d shards, duration %v, devices %d, senders %d, rate %d/s, catch-up %d, repeat %d, failovers %d; %d CPUs, GOMAXPROCS %d\n",
+		o.nodes, o.shards, o.duration, o.devices, o.senders, o.rate, o.catchup, o.repeat, o.failovers, runtime.NumCPU(), runtime.GOMAXPROCS(0))
+	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
+		progress("load average before: %s", strings.TrimSpace(string(b)))
+	}
+	rows, err := clusterScenario(ctx, o)
+	if err != nil {
+		return err
+	}
+	return printRows(rows, "vs 1 node")
+}
+
+// printRows prints the result table; ratioHead names the ratio column.
+func printRows(rows []row, ratioHead string) error {
 	fmt.Println()
 	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "scenario\tresult\tp50\tp99\tvs bare req/s\tnotes")
+	fmt.Fprintf(tw, "scenario\tresult\tp50\tp99\t%s\tnotes\n", ratioHead)
 	for _, r := range rows {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", r.name, r.value, dur(r.p50), dur(r.p99), orDash(r.ratio), r.note)
 	}

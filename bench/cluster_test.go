@@ -1,0 +1,66 @@
+package bench_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/syncd-dev/syncd/bench"
+	"github.com/syncd-dev/syncd/bench/proccluster"
+)
+
+// TestClusterScenarios runs the cluster scenarios end to end with tiny parameters against three
+// syncd child processes built from this checkout: sends from devices spread over the nodes,
+// delivery across nodes, catch-up through the leader's and a follower's node, and one leader
+// kill with nothing acked lost. (An external test package: proccluster imports bench.)
+func TestClusterScenarios(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds cmd/syncd and runs three processes")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	bin, err := proccluster.Build(ctx, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := proccluster.Start(ctx, proccluster.Config{Syncd: bin, Dir: dir, Nodes: 3, Shards: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := c.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+
+	s, err := bench.Sends(ctx, c.Target(), 6, 3, time.Second, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("sends: %.0f acked/s, p50 %v, p99 %v", s.PerSec, s.P50, s.P99)
+
+	d, err := bench.Delivery(ctx, c.Target(), 50, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("delivery: %d entries, p99 %v", d.Count, d.P99)
+
+	cu, err := bench.CatchUpReplicas(ctx, c, 300, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cu.Leader) != 1 || len(cu.Follower) != 1 || cu.Leader[0].Entries < 300 || cu.Follower[0].Entries != cu.Leader[0].Entries {
+		t.Fatalf("catch-up: %+v", cu)
+	}
+	t.Logf("catch-up: leader %.0f, follower %.0f entries/s", cu.Leader[0].PerSec, cu.Follower[0].PerSec)
+
+	f, err := bench.Failover(ctx, c, 500*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("failover: %+v", f)
+	if f.Failover <= 0 || f.Acked == 0 || f.Lost != 0 || f.Duplicates != 0 {
+		t.Fatalf("failover: %+v", f)
+	}
+}

@@ -13,10 +13,11 @@ import (
 // Leader balancing. Every node of a shard can lead it, and whichever wins the election leads:
 // after a restart or a failover one node often leads most shards, and does most of the cluster's
 // work (proposals, fan-out, fsyncs on the critical path). So every node checks now and then
-// whether it leads more than its share — ceil(shards / nodes) — and if so hands one shard's
-// leadership to the voter of that shard that leads the fewest (raft leadership transfer: the
-// target catches up, then starts an election it wins). One transfer per check keeps it gentle;
-// a node that became overloaded by a failover sheds the excess within a few checks.
+// whether a live voter of a shard it leads leads two or more shards fewer than it does, and if so
+// hands that shard's leadership to the one that leads the fewest (raft leadership transfer: the
+// target catches up, then starts an election it wins). Each transfer narrows the gap, so the
+// cluster settles with leaderships within one of each other; one transfer per check keeps it
+// gentle.
 
 // balanceLoop runs balanceOnce every interval (with jitter) until stop is closed.
 func (n *Node) balanceLoop(interval time.Duration, stop <-chan struct{}) {
@@ -33,11 +34,10 @@ func (n *Node) balanceLoop(interval time.Duration, stop <-chan struct{}) {
 	}
 }
 
-// balanceOnce transfers the leadership of one shard away from this node if it leads more than
-// its share and a live voter leading fewer can take it. It reports whether it did. Counts are
-// cluster-wide, from every node's status (a node hosts only some shards in a managed cluster),
-// and the share counts only the nodes that answer: with one node of three down, the two others
-// lead half each.
+// balanceOnce transfers the leadership of one shard away from this node if a live voter of it
+// leads at least two shards fewer. It reports whether it did. Counts are cluster-wide, from every
+// node's status (a node hosts only some shards in a managed cluster); a node that does not answer
+// is not a candidate.
 func (n *Node) balanceOnce() bool {
 	self := n.cfg.NodeID
 	mine := map[ShardID]*replica{}
@@ -47,12 +47,11 @@ func (n *Node) balanceOnce() bool {
 		}
 	}
 	if len(mine) < 2 {
-		return false // leading one shard or none is never more than a share
+		return false // a node leading one shard or none is never two ahead of anyone
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), n.cfg.Timing.ElectionTimeout)
 	defer cancel()
 	counts := map[string]int{}
-	shards := map[ShardID]bool{}
 	alive := map[string]bool{}
 	for _, p := range n.ClusterStatus(ctx) {
 		if p.Status == nil {
@@ -60,24 +59,16 @@ func (n *Node) balanceOnce() bool {
 		}
 		alive[p.ID] = true
 		for _, st := range p.Status.Shards {
-			shards[st.Shard] = true
 			if st.State == "leader" {
 				counts[p.ID]++
 			}
 		}
 	}
-	if len(alive) < 2 {
-		return false
-	}
-	share := ceilDiv(len(shards), len(alive))
-	if counts[self] <= share {
-		return false
-	}
 	for _, id := range slices.Sorted(maps.Keys(mine)) {
 		r := mine[id]
 		var target *Peer
 		for _, v := range r.voters() {
-			if v.ID != self && alive[v.ID] && counts[v.ID] < share && (target == nil || counts[v.ID] < counts[target.ID]) {
+			if v.ID != self && alive[v.ID] && counts[v.ID] <= counts[self]-2 && (target == nil || counts[v.ID] < counts[target.ID]) {
 				target = &v
 			}
 		}
@@ -86,10 +77,8 @@ func (n *Node) balanceOnce() bool {
 		}
 		err := r.raft.LeadershipTransferToServer(raft.ServerID(target.ID), raft.ServerAddress(target.Addr)).Error()
 		n.logger.Info("balancing leaders: handing over a shard", "shard", uint32(r.id), "to", target.ID,
-			"leads", counts[self], "share", share, "err", err)
+			"leads", counts[self], "target_leads", counts[target.ID], "err", err)
 		return err == nil
 	}
 	return false
 }
-
-func ceilDiv(a, b int) int { return (a + b - 1) / b }

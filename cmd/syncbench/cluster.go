@@ -18,11 +18,13 @@ import (
 // that follows it.
 const failoverSteady = 2 * time.Second
 
-// clusterScenario is -scenario cluster (issue #4): a 1-node reference and an o.nodes-node cluster,
-// both syncd child processes of the same binary, both running for the whole invocation (the idle
-// one costs little). It measures, o.repeat times each and alternating reference and cluster,
-// sends and delivery; then catch-up through a follower's node against the leader's node, and
-// o.failovers leader kills. Rows hold medians and ratios to the same run's reference.
+// clusterScenario is -scenario cluster (issue #4): a 1-node reference, then an o.nodes-node
+// cluster, both syncd child processes of the same binary. Each side runs alone on the machine
+// (the reference is stopped before the cluster starts: an idle 3-node cluster alone costs about
+// a quarter of a core here, which would tax the reference). Each side runs sends and delivery
+// o.repeat times; then the cluster runs catch-up through a follower's node against the leader's
+// node, and o.failovers leader kills. Rows hold medians and ratios to the same invocation's
+// reference.
 func clusterScenario(ctx context.Context, o options) ([]row, error) {
 	dir, err := os.MkdirTemp("", "syncbench-cluster-")
 	if err != nil {
@@ -36,22 +38,29 @@ func clusterScenario(ctx context.Context, o options) ([]row, error) {
 			return nil, err
 		}
 	}
-	progress("starting a 1-node reference and a %d-node cluster (%d shards each, syncd child processes); waiting until settled", o.nodes, o.shards)
+	progress("starting the 1-node reference (%d shards, a syncd child process)", o.shards)
 	ref, err := proccluster.Start(ctx, proccluster.Config{Syncd: bin, Dir: filepath.Join(dir, "ref"), Nodes: 1, Shards: o.shards})
 	if err != nil {
 		return nil, fmt.Errorf("reference node: %w", err)
 	}
-	defer closeCluster("reference", ref)
+	refSends := measureSends(ctx, o, "1 node", ref)
+	refDelivery := measureDelivery(ctx, o, "1 node", ref)
+	closeCluster("reference", ref)
+
+	progress("starting the %d-node cluster (%d shards, syncd child processes); waiting until settled", o.nodes, o.shards)
 	cl, err := proccluster.Start(ctx, proccluster.Config{Syncd: bin, Dir: filepath.Join(dir, "cluster"), Nodes: o.nodes, Shards: o.shards})
 	if err != nil {
 		return nil, fmt.Errorf("cluster: %w", err)
 	}
 	defer closeCluster("cluster", cl)
 	progress("settled; cluster clients on %s", strings.Join(cl.Target().Addrs, ", "))
+	name := fmt.Sprintf("%d nodes", cl.Size())
+	clSends := measureSends(ctx, o, name, cl)
+	clDelivery := measureDelivery(ctx, o, name, cl)
 
 	var rows []row
-	rows = append(rows, clusterSends(ctx, o, ref, cl)...)
-	rows = append(rows, clusterDelivery(ctx, o, ref, cl)...)
+	rows = append(rows, sendsRows(o, cl.Size(), refSends, clSends)...)
+	rows = append(rows, deliveryRows(o, cl.Size(), refDelivery, clDelivery)...)
 	rows = append(rows, clusterCatchUp(ctx, o, cl)...)
 	rows = append(rows, clusterFailovers(ctx, o, cl)...)
 	return rows, nil
@@ -63,19 +72,17 @@ func closeCluster(name string, c *proccluster.Cluster) {
 	}
 }
 
-// cpuUse is the CPU used during a run, in cores (CPU seconds per second): by the nodes measured
-// (server), by the other side's idle nodes (idle), by this process (self, the load generator)
-// and by everything else on the machine (other: whatever else runs there). serverPerAck is the
-// measured nodes' CPU per acked send. The run includes connecting its devices (TLS handshakes),
-// not only the timed window.
+// cpuUse is the CPU used during a run, in cores (CPU seconds per second): by the nodes (server),
+// by this process (self, the load generator) and by everything else on the machine (other:
+// whatever else runs there, a sign of a noisy run). serverPerAck is the nodes' CPU per acked
+// send. The run includes connecting its devices (TLS handshakes), not only the timed window.
 type cpuUse struct {
-	server, idle, self, other float64
-	serverPerAck              time.Duration
+	server, self, other float64
+	serverPerAck        time.Duration
 }
 
 func (u cpuUse) String() string {
-	return fmt.Sprintf("CPU cores: nodes %.2f (%v per ack), idle side %.2f, syncbench %.2f, other %.2f",
-		u.server, u.serverPerAck, u.idle, u.self, u.other)
+	return fmt.Sprintf("CPU cores: nodes %.2f (%v per ack), syncbench %.2f, other %.2f", u.server, u.serverPerAck, u.self, u.other)
 }
 
 // sendsRun is one sends run and the CPU it used.
@@ -84,74 +91,62 @@ type sendsRun struct {
 	cpuUse
 }
 
-// clusterSends runs the sends scenario o.repeat times on the reference and on the cluster,
-// alternately; with -cpuprofile, the first run of each is profiled.
-func clusterSends(ctx context.Context, o options, ref, cl *proccluster.Cluster) []row {
-	var refRuns, clRuns []sendsRun
-	var ratios []string
+// measureSends runs the sends scenario o.repeat times on c; with -cpuprofile, the first run is
+// profiled.
+func measureSends(ctx context.Context, o options, name string, c *proccluster.Cluster) []sendsRun {
+	var runs []sendsRun
 	for k := range o.repeat {
-		for _, side := range []struct {
-			name string
-			c    *proccluster.Cluster
-			runs *[]sendsRun
-		}{{"1 node", ref, &refRuns}, {fmt.Sprintf("%d nodes", cl.Size()), cl, &clRuns}} {
-			progress("sends on %s (run %d of %d): %d devices, %d senders, %v", side.name, k+1, o.repeat, o.devices, o.senders, o.duration)
-			prof := startProfile(ctx, o, k, side.c, strings.ReplaceAll(side.name, " ", "")+"-")
-			before := takeCPU(side.c, ref, cl)
-			r, err := bench.Sends(ctx, side.c.Target(), o.devices, o.senders, o.duration, o.body)
-			run := sendsRun{res: r, cpuUse: before.since(takeCPU(side.c, ref, cl), r.Acked)}
-			prof()
-			if err != nil {
-				progress("sends on %s: %v", side.name, err)
-				continue
-			}
-			progress("sends on %s: %.0f acked/s, p50 %v, p99 %v, shed %d, errors %d; %v",
-				side.name, r.PerSec, r.P50, r.P99, r.Shed, r.Errors, run.cpuUse)
-			*side.runs = append(*side.runs, run)
+		progress("sends on %s (run %d of %d): %d devices, %d senders, %v", name, k+1, o.repeat, o.devices, o.senders, o.duration)
+		prof := startProfile(ctx, o, k, c, strings.ReplaceAll(name, " ", "")+"-")
+		before := takeCPU(c)
+		r, err := bench.Sends(ctx, c.Target(), o.devices, o.senders, o.duration, o.body)
+		run := sendsRun{res: r, cpuUse: before.since(takeCPU(c), r.Acked)}
+		prof()
+		if err != nil {
+			progress("sends on %s: %v", name, err)
+			continue
 		}
-		if len(refRuns) == k+1 && len(clRuns) == k+1 {
-			ratios = append(ratios, pct(clRuns[k].res.PerSec/refRuns[k].res.PerSec))
-		}
+		progress("sends on %s: %.0f acked/s, p50 %v, p99 %v, shed %d, errors %d; %v", name, r.PerSec, r.P50, r.P99, r.Shed, r.Errors, run.cpuUse)
+		runs = append(runs, run)
 	}
-	if len(refRuns) == 0 || len(clRuns) == 0 {
+	return runs
+}
+
+// sendsRows compares the sends runs of the reference and of the cluster.
+func sendsRows(o options, nodes int, ref, cl []sendsRun) []row {
+	if len(ref) == 0 || len(cl) == 0 {
 		return []row{{name: "sends", value: "FAILED", note: "see the progress lines above"}}
 	}
-	rm, cm := medianSends(refRuns), medianSends(clRuns)
+	rm, cm := medianSends(ref), medianSends(cl)
 	cpuNote := func(m sendsRun) string {
 		return fmt.Sprintf("server CPU %v per ack (%.2f cores), syncbench %.2f cores, other load %.2f cores", m.serverPerAck, m.server, m.self, m.other)
 	}
 	return []row{
 		{name: fmt.Sprintf("sends, 1 node (%d senders)", o.senders), value: fmt.Sprintf("%.0f acked/s", rm.res.PerSec), p50: rm.res.P50, p99: rm.res.P99,
-			ratio: "100%", note: fmt.Sprintf("median of %d: %s acked/s; %s", len(refRuns), perSecList(refRuns), cpuNote(rm))},
-		{name: fmt.Sprintf("sends, %d nodes (%d senders)", cl.Size(), o.senders), value: fmt.Sprintf("%.0f acked/s", cm.res.PerSec), p50: cm.res.P50, p99: cm.res.P99,
-			ratio: pct(cm.res.PerSec / rm.res.PerSec), note: fmt.Sprintf("median of %d: %s acked/s; per-run ratios %s; devices spread over the nodes; %s",
-				len(clRuns), perSecList(clRuns), strings.Join(ratios, " "), cpuNote(cm))},
+			ratio: "100%", note: fmt.Sprintf("median of %d: %s acked/s; %s", len(ref), perSecList(ref), cpuNote(rm))},
+		{name: fmt.Sprintf("sends, %d nodes (%d senders)", nodes, o.senders), value: fmt.Sprintf("%.0f acked/s", cm.res.PerSec), p50: cm.res.P50, p99: cm.res.P99,
+			ratio: pct(cm.res.PerSec / rm.res.PerSec), note: fmt.Sprintf("median of %d: %s acked/s; devices spread over the nodes; %s",
+				len(cl), perSecList(cl), cpuNote(cm))},
 	}
 }
 
-// cpuSample is the CPU used so far by the nodes measured, by both clusters, by this process and
-// by the whole machine.
+// cpuSample is the CPU used so far by c's nodes, by this process and by the whole machine.
 type cpuSample struct {
-	at                         time.Time
-	measured, nodes, self, all time.Duration
+	at               time.Time
+	nodes, self, all time.Duration
 }
 
-func takeCPU(measured *proccluster.Cluster, all ...*proccluster.Cluster) cpuSample {
-	s := cpuSample{at: time.Now(), measured: measured.CPUTime(), self: proccluster.ProcessCPU(os.Getpid()), all: machineBusy()}
-	for _, c := range all {
-		s.nodes += c.CPUTime()
-	}
-	return s
+func takeCPU(c *proccluster.Cluster) cpuSample {
+	return cpuSample{at: time.Now(), nodes: c.CPUTime(), self: proccluster.ProcessCPU(os.Getpid()), all: machineBusy()}
 }
 
 // since returns the CPU used from s (before) to e (after), acked sends having been acked.
 func (s cpuSample) since(e cpuSample, acked int) cpuUse {
 	wall := e.at.Sub(s.at).Seconds()
-	u := cpuUse{server: (e.measured - s.measured).Seconds() / wall, self: (e.self - s.self).Seconds() / wall,
-		idle:  max(0, ((e.nodes-s.nodes)-(e.measured-s.measured)).Seconds()/wall),
+	u := cpuUse{server: (e.nodes - s.nodes).Seconds() / wall, self: (e.self - s.self).Seconds() / wall,
 		other: max(0, ((e.all-s.all)-(e.nodes-s.nodes)-(e.self-s.self)).Seconds()/wall)}
 	if acked > 0 {
-		u.serverPerAck = ((e.measured - s.measured) / time.Duration(acked)).Round(time.Microsecond)
+		u.serverPerAck = ((e.nodes - s.nodes) / time.Duration(acked)).Round(time.Microsecond)
 	}
 	return u
 }
@@ -199,56 +194,59 @@ func startProfile(ctx context.Context, o options, run int, c *proccluster.Cluste
 	return func() { <-done }
 }
 
-// clusterDelivery runs the delivery scenario o.repeat times on the reference and on the cluster,
-// alternately. On the cluster the sender and the receiver are on different nodes.
-func clusterDelivery(ctx context.Context, o options, ref, cl *proccluster.Cluster) []row {
-	var refRuns, clRuns []bench.DeliveryResult
-	var refOther, clOther []float64
+// deliveryRun is one delivery run and the load on the rest of the machine meanwhile.
+type deliveryRun struct {
+	res   bench.DeliveryResult
+	other float64
+}
+
+// measureDelivery runs the delivery scenario o.repeat times on c. On a cluster the sender and
+// the receiver are on different nodes.
+func measureDelivery(ctx context.Context, o options, name string, c *proccluster.Cluster) []deliveryRun {
+	var runs []deliveryRun
 	for k := range o.repeat {
-		for _, side := range []struct {
-			name  string
-			c     *proccluster.Cluster
-			runs  *[]bench.DeliveryResult
-			other *[]float64
-		}{{"1 node", ref, &refRuns, &refOther}, {fmt.Sprintf("%d nodes", cl.Size()), cl, &clRuns, &clOther}} {
-			progress("delivery on %s (run %d of %d): %d sends/s for %v", side.name, k+1, o.repeat, o.rate, o.duration)
-			before := takeCPU(side.c, ref, cl)
-			r, err := bench.Delivery(ctx, side.c.Target(), o.rate, o.duration)
-			use := before.since(takeCPU(side.c, ref, cl), r.Sent)
-			if err != nil {
-				progress("delivery on %s: %v", side.name, err)
-				continue
-			}
-			progress("delivery on %s: %d entries, p50 %v, p99 %v; %v", side.name, r.Count, r.P50, r.P99, use)
-			*side.runs = append(*side.runs, r)
-			*side.other = append(*side.other, use.other)
+		progress("delivery on %s (run %d of %d): %d sends/s for %v", name, k+1, o.repeat, o.rate, o.duration)
+		before := takeCPU(c)
+		r, err := bench.Delivery(ctx, c.Target(), o.rate, o.duration)
+		use := before.since(takeCPU(c), r.Sent)
+		if err != nil {
+			progress("delivery on %s: %v", name, err)
+			continue
 		}
+		progress("delivery on %s: %d entries, p50 %v, p99 %v; %v", name, r.Count, r.P50, r.P99, use)
+		runs = append(runs, deliveryRun{res: r, other: use.other})
 	}
-	if len(refRuns) == 0 || len(clRuns) == 0 {
+	return runs
+}
+
+// deliveryRows compares the delivery runs of the reference and of the cluster.
+func deliveryRows(o options, nodes int, ref, cl []deliveryRun) []row {
+	if len(ref) == 0 || len(cl) == 0 {
 		return []row{{name: "delivery", value: "FAILED", note: "see the progress lines above"}}
 	}
-	list := func(rs []bench.DeliveryResult) string {
+	list := func(rs []deliveryRun) string {
 		var s []string
 		for _, r := range rs {
-			s = append(s, dur(r.P99))
+			s = append(s, dur(r.res.P99))
 		}
 		return strings.Join(s, " ")
 	}
-	med := func(rs []bench.DeliveryResult) (p50, p99 time.Duration) {
+	med := func(rs []deliveryRun) (p50, p99 time.Duration, other float64) {
 		var a, b []time.Duration
+		var c []float64
 		for _, r := range rs {
-			a, b = append(a, r.P50), append(b, r.P99)
+			a, b, c = append(a, r.res.P50), append(b, r.res.P99), append(c, r.other)
 		}
-		return median(a), median(b)
+		return median(a), median(b), median(c)
 	}
-	r50, r99 := med(refRuns)
-	c50, c99 := med(clRuns)
+	r50, r99, ro := med(ref)
+	c50, c99, co := med(cl)
 	return []row{
-		{name: fmt.Sprintf("delivery, 1 node (%d/s)", o.rate), value: fmt.Sprintf("%d entries", refRuns[0].Count), p50: r50, p99: r99,
-			ratio: "-", note: fmt.Sprintf("append→delivery; p99 of each run %s; other load %.2f cores", list(refRuns), median(refOther))},
-		{name: fmt.Sprintf("delivery, %d nodes (%d/s)", cl.Size(), o.rate), value: fmt.Sprintf("%d entries", clRuns[0].Count), p50: c50, p99: c99,
+		{name: fmt.Sprintf("delivery, 1 node (%d/s)", o.rate), value: fmt.Sprintf("%d entries", ref[0].res.Count), p50: r50, p99: r99,
+			ratio: "-", note: fmt.Sprintf("append→delivery; p99 of each run %s; other load %.2f cores", list(ref), ro)},
+		{name: fmt.Sprintf("delivery, %d nodes (%d/s)", nodes, o.rate), value: fmt.Sprintf("%d entries", cl[0].res.Count), p50: c50, p99: c99,
 			ratio: fmt.Sprintf("p99 ×%.2f", c99.Seconds()/r99.Seconds()),
-			note:  fmt.Sprintf("sender and receiver on different nodes; p99 of each run %s; other load %.2f cores", list(clRuns), median(clOther))},
+			note:  fmt.Sprintf("sender and receiver on different nodes; p99 of each run %s; other load %.2f cores", list(cl), co)},
 	}
 }
 

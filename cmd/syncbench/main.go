@@ -11,10 +11,10 @@
 // (this binary, re-executed), so the heap measured is the server's alone.
 //
 // -scenario cluster (issue #4) is separate from "all": it builds ./cmd/syncd (or takes -syncd),
-// runs a 1-node reference and a -nodes cluster as child processes, and measures sends and
-// delivery on both (-repeat times, alternately; medians and ratios to the reference), catch-up
-// through a follower's node against the leader's, and -failovers SIGKILLs of a shard leader
-// under a steady sender (time to the next ack, acked messages lost):
+// runs a 1-node reference and then a -nodes cluster as child processes, and measures sends and
+// delivery on both (-repeat times each; medians and ratios to the reference), catch-up through
+// a follower's node against the leader's, and -failovers SIGKILLs of a shard leader under a
+// steady sender (time to the next ack, acked messages lost):
 //
 //	go run ./cmd/syncbench -scenario cluster
 //	go run ./cmd/syncbench -scenario cluster -repeat 5 -cpuprofile /tmp/prof

@@ -190,10 +190,18 @@ func (n *Node) manageRound(st *managed) {
 	if _, member := m.Nodes[n.cfg.NodeID]; !member {
 		if m.Shards == 0 && n.cfg.Join != "" {
 			n.register(ctx, m) // a new node asks to join; the map arrives once it is in the meta group
-		} else if m.Shards > 0 && !st.removedLogged {
-			// The map has been seen, without this node: it was removed. Never re-add it on its own.
-			n.logger.Warn("this node is not in the cluster map (it was removed); it hosts nothing and can be shut down")
-			st.removedLogged = true
+		} else if m.Shards > 0 {
+			// The map has been seen, without this node: it was removed. Never re-add it on its
+			// own; drop what it still holds once the groups no longer count it.
+			for _, s := range m.DataShards() {
+				if r, hosted := n.replica(s); hosted {
+					n.dropIfRemoved(ctx, r, m.Replicas[s], m)
+				}
+			}
+			if !st.removedLogged && len(n.Shards()) == 0 {
+				n.logger.Warn("this node is not in the cluster map (it was removed); it hosts nothing and can be shut down")
+				st.removedLogged = true
+			}
 		}
 		return
 	}
@@ -516,7 +524,7 @@ func (n *Node) ProposeMeta(ctx context.Context, c metaCommand) error {
 	var hint string
 	for hop := 0; hop <= fwdMaxHops; hop++ {
 		addr := hint
-		if addr == "" {
+		for addr == "" {
 			if n.meta.raft.State() == raft.Leader {
 				return n.proposeMetaLocal(ctx, data)
 			}
@@ -526,8 +534,12 @@ func (n *Node) ProposeMeta(ctx context.Context, c metaCommand) error {
 				addr = n.dialAddr(string(id), string(a))
 			case n.cfg.Join != "":
 				addr = n.cfg.Join
-			default:
-				return &NotLeaderError{Shard: MetaShard}
+			default: // an election is under way: wait for its outcome, within ctx
+				select {
+				case <-ctx.Done():
+					return &NotLeaderError{Shard: MetaShard}
+				case <-time.After(10 * time.Millisecond):
+				}
 			}
 		}
 		r, err := n.fwd.roundTrip(ctx, addr, &fwdRequest{kind: fwdPropose, shard: MetaShard, command: data})

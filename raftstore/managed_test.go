@@ -112,7 +112,12 @@ func TestManagedClusterJoinAndRemove(t *testing.T) {
 	var mu sync.Mutex
 	sent := map[raftstore.ShardID]int{}
 	stop := make(chan struct{})
+	var stopOnce sync.Once
 	var wg sync.WaitGroup
+	t.Cleanup(func() { // before the cluster's own cleanup, even when the test fails early
+		stopOnce.Do(func() { close(stop) })
+		wg.Wait()
+	})
 	for s := raftstore.ShardID(1); s <= managedShards; s++ {
 		wg.Add(1)
 		go func() {
@@ -158,7 +163,7 @@ func TestManagedClusterJoinAndRemove(t *testing.T) {
 		return !still && len(c.Node(0).Shards()) == 0
 	})
 	m = placementSettled(t, c, "the placement without n1")
-	close(stop)
+	stopOnce.Do(func() { close(stop) })
 	wg.Wait()
 	for _, s := range m.DataShards() {
 		c.WaitConverged(s)

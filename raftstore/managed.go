@@ -431,7 +431,7 @@ func leaderView(statuses map[string]NodeStatus, s ShardID) (ShardStatus, bool) {
 func (n *Node) initMap(ctx context.Context) {
 	peers := n.meta.members(true)
 	m := ClusterMap{Shards: n.cfg.ShardCount, RF: n.cfg.ReplicationFactor, Nodes: map[string]NodeInfo{},
-		Replicas: initialPlacement(peers, n.cfg.ShardCount, n.cfg.ReplicationFactor)}
+		Replicas: initialPlacement(peers, n.cfg.ShardCount, n.cfg.ReplicationFactor), Slots: EvenSlots(n.cfg.ShardCount)}
 	for _, p := range peers {
 		m.Nodes[p.ID] = NodeInfo{ID: p.ID, RaftAddr: p.Addr}
 	}
@@ -501,6 +501,15 @@ func (n *Node) ClusterMap() (m ClusterMap, ok bool) {
 		return ClusterMap{}, false
 	}
 	return n.meta.fsm.snapshot(), true
+}
+
+// SlotTable returns the cluster map's slot table, which routes keys to shards; nil until this
+// node has the map (a joining node gets it once it has joined) or for an unmanaged node.
+func (n *Node) SlotTable() *SlotTable {
+	if n.meta == nil {
+		return nil
+	}
+	return n.meta.fsm.slots.Load()
 }
 
 // RemoveNode marks node id for removal: its replicas move to other nodes, after which it is

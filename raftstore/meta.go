@@ -8,12 +8,15 @@ import (
 	"maps"
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"github.com/hashicorp/raft"
 )
 
 // The meta shard is a Raft group, hosted by every node of a managed cluster, whose state is the
-// cluster map: the nodes, and which nodes should hold a replica of each data shard. The map is
+// cluster map: the nodes, which nodes should hold a replica of each data shard, and the slot
+// table that routes keys to shards (every node routes by this one table, whatever its own
+// configuration says). The map is
 // small and changes rarely, so its state machine keeps it in memory and persists it through
 // Raft snapshots and the Raft log (restored at start), unlike the data shards' persistent state
 // machines.
@@ -41,6 +44,9 @@ type ClusterMap struct {
 	RF       int                  `json:"rf"`     // replicas per data shard (capped by the nodes)
 	Nodes    map[string]NodeInfo  `json:"nodes"`
 	Replicas map[ShardID][]string `json:"replicas"` // desired members of each data shard, sorted
+	// Slots is the slot table: which shard owns each hash slot. Maps written before the table
+	// was part of the map lack it; they read as EvenSlots(Shards), which is what was used then.
+	Slots []SlotRange `json:"slots,omitempty"`
 }
 
 // NodeInfo is one node of the cluster map.
@@ -59,6 +65,7 @@ func (m ClusterMap) Clone() ClusterMap {
 		n.Attrs = maps.Clone(n.Attrs)
 		out.Nodes[id] = n
 	}
+	out.Slots = slices.Clone(m.Slots)
 	out.Replicas = make(map[ShardID][]string, len(m.Replicas))
 	for s, r := range m.Replicas {
 		out.Replicas[s] = slices.Clone(r)
@@ -89,6 +96,9 @@ type metaCommand struct {
 type metaFSM struct {
 	mu sync.RWMutex
 	m  ClusterMap
+	// slots is m.Slots in lookup form, nil until the map is initialized; routing reads it on
+	// every request, so it is swapped atomically rather than read under mu.
+	slots atomic.Pointer[SlotTable]
 	// onChange, if set, is called after every applied change (on raft's apply goroutine).
 	onChange func()
 }
@@ -135,7 +145,11 @@ func (f *metaFSM) apply(c *metaCommand) error {
 		if m.Shards > 0 || c.Map == nil || c.Map.Shards < 1 {
 			return nil // a cluster is initialized once; a repeated init is harmless
 		}
-		*m = c.Map.Clone()
+		init := c.Map.Clone()
+		if err := f.setSlots(&init); err != nil {
+			return err
+		}
+		*m = init
 	case "join":
 		if m.Shards == 0 {
 			return fmt.Errorf("%w: the cluster map is not initialized yet; retry", ErrMetaRefused)
@@ -183,6 +197,23 @@ func (f *metaFSM) apply(c *metaCommand) error {
 	return nil
 }
 
+// setSlots checks m's slot table (filling in the even table of maps that predate it) and makes
+// it the one routing reads.
+func (f *metaFSM) setSlots(m *ClusterMap) error {
+	if len(m.Slots) == 0 {
+		m.Slots = EvenSlots(m.Shards)
+	}
+	t, err := NewSlotTable(m.Slots)
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrMetaRefused, err)
+	}
+	if last := t.Shards()[len(t.Shards())-1]; int(last) > m.Shards {
+		return fmt.Errorf("%w: slot table names shard %d of %d", ErrMetaRefused, last, m.Shards)
+	}
+	f.slots.Store(t)
+	return nil
+}
+
 func removing(m *ClusterMap) int {
 	n := 0
 	for _, node := range m.Nodes {
@@ -214,6 +245,11 @@ func (f *metaFSM) Restore(rc io.ReadCloser) error {
 	}
 	if m.Replicas == nil {
 		m.Replicas = map[ShardID][]string{}
+	}
+	if m.Shards > 0 {
+		if err := f.setSlots(&m); err != nil {
+			return fmt.Errorf("raftstore: restore cluster map: %w", err)
+		}
 	}
 	f.mu.Lock()
 	f.m = m

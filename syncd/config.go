@@ -39,7 +39,9 @@ type Config struct {
 	// fault-injecting relay in tests; the cluster keeps the addresses nodes advertise. An id may
 	// name a node that joins later. Default none.
 	PeerDial map[string]string
-	// Shards is the number of shards (Raft groups); the same on every node. Default 8.
+	// Shards is the number of data shards (Raft groups) of a new cluster, fixed when the cluster
+	// is created: a node joining a cluster or restarting on existing data follows the cluster
+	// map's count and slot table instead. Default 8.
 	Shards int
 	// TokenSecret signs device tokens. Default: Dir/token.key, created on first start.
 	TokenSecret []byte
@@ -186,12 +188,4 @@ func (c Config) peerAddr() func(id string) string {
 	}
 	addrs := maps.Clone(c.PeerDial)
 	return func(id string) string { return addrs[id] }
-}
-
-func (c Config) shardIDs() []raftstore.ShardID {
-	ids := make([]raftstore.ShardID, c.Shards)
-	for i := range ids {
-		ids[i] = raftstore.ShardID(i + 1)
-	}
-	return ids
 }

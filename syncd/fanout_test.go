@@ -38,7 +38,7 @@ func startFanoutNode(t *testing.T, dir string) *fanoutNode {
 	if err != nil {
 		t.Fatal(err)
 	}
-	slots := NewSlotTable(shards)
+	slots := NewSlotTable(len(shards))
 	fan := NewFanout(node, slots, FanoutConfig{Batch: 64, Logger: logger}) // default IdleLag
 	notify.Store(fan)
 	for _, s := range shards {

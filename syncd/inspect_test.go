@@ -190,7 +190,7 @@ func TestInspectCursorsAndTrace(t *testing.T) {
 // shard 2 (pending: no fan-out runs here) and reports the user on shard 3 as unavailable.
 func TestInspectShardNotHosted(t *testing.T) {
 	node := startMetricsNode(t)
-	s := &Server{cfg: Config{NodeID: "n1"}, logger: slog.New(slog.NewTextHandler(testLog{t}, &slog.HandlerOptions{Level: slog.LevelError})), node: node, slots: NewSlotTable([]raftstore.ShardID{1, 2, 3})}
+	s := &Server{cfg: Config{NodeID: "n1"}, logger: slog.New(slog.NewTextHandler(testLog{t}, &slog.HandlerOptions{Level: slog.LevelError})), node: node, slots: NewSlotTable(3)}
 	// Users and a conversation on the shards this test needs.
 	pick := func(want raftstore.ShardID, of func(string) raftstore.ShardID) string {
 		for i := range 1000 {

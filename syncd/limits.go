@@ -34,6 +34,12 @@ func (b *bucket) take(now time.Time) (ok bool, wait time.Duration) {
 	return false, time.Duration((1 - b.tokens) / b.rate * float64(time.Second))
 }
 
+// retryAfterMs rounds a wait up to whole milliseconds, at least one: a client that waits what it
+// was told must find the token there (rounding down made it come back a fraction too early).
+func retryAfterMs(wait time.Duration) uint32 {
+	return uint32(max((wait+time.Millisecond-1)/time.Millisecond, 1))
+}
+
 // gate is a non-blocking counting semaphore: admission either succeeds now or is refused, so
 // overload turns into fast "retry after" answers instead of queues that end in timeouts.
 type gate chan struct{}
@@ -52,5 +58,5 @@ func (g gate) leave() { <-g }
 // overloaded is the answer to a request or connection refused by a gate.
 func overloaded(id uint64, what string, retry time.Duration) *proto.Error {
 	return &proto.Error{ID: id, Code: proto.CodeOverloaded, Message: "server overloaded (" + what + "); retry later",
-		RetryAfterMs: uint32(retry / time.Millisecond)}
+		RetryAfterMs: retryAfterMs(retry)}
 }

@@ -2,11 +2,22 @@ package syncd
 
 import "net/http"
 
-// opsRoutes adds the operator endpoints to the admin HTTP mux. They read and change shard state,
-// so they live on the admin address (loopback by default) and never on the client listener.
+// opsRoutes adds the operator endpoints, all under /v1/, to the admin HTTP mux. They read and
+// change shard state, so they live on the admin address (loopback by default) and never on the
+// client listener. They route keys by the cluster map, so until this node has it (a node that
+// is joining, or a new cluster before its first election) they answer 503.
 func (s *Server) opsRoutes(mux *http.ServeMux) {
-	s.deadLetterRoutes(mux)
-	s.userRoutes(mux)
-	s.clusterRoutes(mux)
-	s.inspectRoutes(mux)
+	ops := http.NewServeMux()
+	s.deadLetterRoutes(ops)
+	s.userRoutes(ops)
+	s.clusterRoutes(ops)
+	s.inspectRoutes(ops)
+	mux.HandleFunc("/v1/", func(w http.ResponseWriter, r *http.Request) {
+		if s.node.SlotTable() == nil {
+			writeOpsError(w, http.StatusServiceUnavailable, "unavailable", "this node does not have the cluster map yet",
+				"retry in a few seconds; if this lasts, check that the node can reach the cluster (its -join address or -peers)")
+			return
+		}
+		ops.ServeHTTP(w, r)
+	})
 }

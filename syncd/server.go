@@ -68,7 +68,6 @@ func NewServer(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s.slots = NewSlotTable(cfg.shardIDs())
 	var fan atomic.Pointer[Fanout] // shards apply (and notify) before the fan-out exists
 	s.node, err = raftstore.New(raftstore.Config{
 		NodeID: cfg.NodeID, Dir: cfg.Dir, RaftAddr: cfg.RaftAddr, Peers: cfg.Peers, Join: cfg.Join,
@@ -91,16 +90,12 @@ func NewServer(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	s.slots = clusterSlotTable(s.node)
 	s.fan = NewFanout(s.node, s.slots, FanoutConfig{Logger: cfg.Logger})
 	fan.Store(s.fan)
 	reg := prometheus.NewRegistry()
 	s.metrics = newMetrics(reg, s.node, s.conns.Load, s.fan)
-	mux := newAdminHandler(reg, func() error {
-		if s.node.Removed() {
-			return errors.New("not ready: this node was removed from the cluster; stop it")
-		}
-		return leadersReady(s.node)
-	})
+	mux := newAdminHandler(reg, s.Ready)
 	s.opsRoutes(mux)
 	s.admin, err = startAdmin(cfg.AdminAddr, mux, s.logger)
 	if err != nil {
@@ -119,6 +114,18 @@ func NewServer(cfg Config) (*Server, error) {
 	}
 	s.attrs.Store(&map[string]string{attrClient: s.ln.Addr().String(), attrAdmin: s.admin.Addr().String()})
 	return s, nil
+}
+
+// Ready reports whether the node can serve (what /readyz answers): it has the cluster map, knows
+// a leader for every shard it hosts, and was not removed from the cluster.
+func (s *Server) Ready() error {
+	if s.node.Removed() {
+		return errors.New("not ready: this node was removed from the cluster; stop it")
+	}
+	if s.node.SlotTable() == nil {
+		return errors.New("not ready: waiting for the cluster map (joining, or the cluster's first election)")
+	}
+	return leadersReady(s.node)
 }
 
 // Addr returns the client listener's address.
@@ -142,24 +149,61 @@ func (s *Server) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
-	wg.Add(2)
-	go func() {
-		defer wg.Done()
-		s.fan.Run(ctx)
-	}()
-	go func() {
-		defer wg.Done()
-		s.retainLoop(ctx)
-	}()
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		s.watchRemoval(ctx)
-	}()
+	if s.awaitClusterMap(ctx) == nil {
+		wg.Add(3)
+		go func() {
+			defer wg.Done()
+			s.fan.Run(ctx)
+		}()
+		go func() {
+			defer wg.Done()
+			s.retainLoop(ctx)
+		}()
+		go func() {
+			defer wg.Done()
+			s.watchRemoval(ctx)
+		}()
+		s.acceptLoop(ctx, &wg)
+	}
+	cancel()
+	s.ln.Close()
+	wg.Wait()
+	s.markRemoved() // releases the context; nothing watches it any more
+	closeCtx, done := context.WithTimeout(context.Background(), 5*time.Second)
+	defer done()
+	return errors.Join(s.admin.close(closeCtx), s.node.Close()) // admin first: scrapes read the store
+}
+
+// awaitClusterMap waits until this node has the cluster map, whose slot table routes every key:
+// at once on a restart, after the first election of a new cluster, once joined on a joining
+// node. Until then connecting devices wait in the listener's queue.
+func (s *Server) awaitClusterMap(ctx context.Context) error {
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	slow := time.NewTimer(10 * time.Second)
+	defer slow.Stop()
+	for s.node.SlotTable() == nil {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-slow.C:
+			s.logger.Warn("still waiting for the cluster map; check that this node can reach the cluster (its -join address or -peers)")
+		case <-tick.C:
+		}
+	}
+	if m, _ := s.node.ClusterMap(); m.Shards != s.cfg.Shards {
+		s.logger.Info("the cluster's shard count is fixed when it is created: following the cluster map",
+			"cluster_shards", m.Shards, "configured_shards", s.cfg.Shards)
+	}
+	return nil
+}
+
+// acceptLoop serves client connections until ctx ends or the listener fails.
+func (s *Server) acceptLoop(ctx context.Context, wg *sync.WaitGroup) {
 	for {
 		conn, err := s.ln.Accept(ctx)
 		if err != nil {
-			break
+			return
 		}
 		if int(s.conns.Load()) >= s.cfg.MaxConnections {
 			conn.CloseWithError(quic.ApplicationErrorCode(proto.CodeTooManyConnections), "too many connections; retry after 5s")
@@ -173,13 +217,6 @@ func (s *Server) Run(ctx context.Context) error {
 			s.serveConn(ctx, conn)
 		}()
 	}
-	cancel()
-	s.ln.Close()
-	wg.Wait()
-	s.markRemoved() // releases the context; nothing watches it any more
-	closeCtx, done := context.WithTimeout(context.Background(), 5*time.Second)
-	defer done()
-	return errors.Join(s.admin.close(closeCtx), s.node.Close()) // admin first: scrapes read the store
 }
 
 const removedMsg = "this node was removed from the cluster; connect to another node"

@@ -111,7 +111,7 @@ func (ss *session) answer(ctx context.Context, req proto.Request) proto.Frame {
 	}
 	if ok, wait := ss.sends.take(time.Now()); !ok {
 		return &proto.Error{ID: id, Code: proto.CodeRateLimited, Message: "send rate exceeded for this device",
-			RetryAfterMs: uint32(max(wait, time.Millisecond) / time.Millisecond)}
+			RetryAfterMs: retryAfterMs(wait)}
 	}
 	if !ss.s.inflight.enter() {
 		return overloaded(id, "requests in flight", 100*time.Millisecond)

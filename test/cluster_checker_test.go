@@ -380,11 +380,7 @@ type shardReplica struct {
 func (w *workload) checkStores() {
 	t := w.t
 	t.Helper()
-	shards := make([]raftstore.ShardID, clusterShards)
-	for i := range shards {
-		shards[i] = raftstore.ShardID(i + 1)
-	}
-	slots := syncd.NewSlotTable(shards) // the servers' routing: shards 1..N in order
+	slots := syncd.NewSlotTable(clusterShards) // the servers' routing: a new cluster's even slot table
 	replicas := map[raftstore.ShardID]map[string]shardReplica{}
 	userEntries, convEntries := 0, 0
 	for _, n := range w.c.nodes {
@@ -394,7 +390,7 @@ func (w *workload) checkStores() {
 			t.Fatalf("open %s's store: %v", n.id, err)
 		}
 		states := map[raftstore.ShardID]*log.Shard{}
-		for _, id := range shards {
+		for _, id := range slots.Shards() {
 			if has, err := hasShardState(db, id); err != nil || !has {
 				if err != nil {
 					t.Fatalf("%s shard %d: %v", n.id, id, err)
@@ -438,7 +434,7 @@ func (w *workload) checkStores() {
 		}
 	}
 	var summary []string
-	for _, id := range shards {
+	for _, id := range slots.Shards() {
 		var ref shardReplica
 		var refNode string
 		for _, n := range w.c.nodes {

@@ -28,7 +28,7 @@ func TestTooOldCursorRebases(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	state, err := srv.Node().State(syncd.NewSlotTable(srv.Node().Shards()).UserShard("bob"))
+	state, err := srv.Node().State(syncd.NewSlotTable(len(srv.Node().Shards())).UserShard("bob"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,7 +80,7 @@ func TestEpochChangeResyncs(t *testing.T) {
 		}
 	}
 	waitBodies(t, "d:alice:bob", []string{"m0", "m1", "m2"}, bob)
-	state, err := srv.Node().State(syncd.NewSlotTable(srv.Node().Shards()).UserShard("bob"))
+	state, err := srv.Node().State(syncd.NewSlotTable(len(srv.Node().Shards())).UserShard("bob"))
 	if err != nil {
 		t.Fatal(err)
 	}

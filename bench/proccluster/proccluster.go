@@ -110,11 +110,7 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	if err != nil {
 		return nil, err
 	}
-	ids := make([]raftstore.ShardID, cfg.Shards)
-	for i := range ids {
-		ids[i] = raftstore.ShardID(i + 1)
-	}
-	c := &Cluster{cfg: cfg, secret: secret, fingerprint: fp, slots: syncd.NewSlotTable(ids),
+	c := &Cluster{cfg: cfg, secret: secret, fingerprint: fp, slots: syncd.NewSlotTable(cfg.Shards),
 		http: &http.Client{Timeout: 5 * time.Second}}
 	var peers []string
 	for i := range cfg.Nodes {

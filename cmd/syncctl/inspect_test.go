@@ -17,7 +17,7 @@ func TestSyncctlCursorAndTrace(t *testing.T) {
 	t.Setenv("SYNCD_TOKEN", "")
 	srv, dataDir := startServer(t)
 	admin := []string{"-admin", srv.AdminAddr().String()}
-	slots := syncd.NewSlotTable(srv.Node().Shards())
+	slots := syncd.NewSlotTable(len(srv.Node().Shards()))
 	if slots.UserShard("bob") == slots.UserShard("dave") {
 		t.Fatal("bob and dave share a shard: pick users on different shards")
 	}

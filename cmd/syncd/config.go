@@ -98,7 +98,7 @@ func bindFlags(fs *flag.FlagSet, c *fileConfig) {
 	fs.StringVar(&c.Admin, "admin", c.Admin, "TCP `host:port` of the admin HTTP server: /metrics, /healthz, /readyz, /debug/pprof")
 	fs.StringVar(&c.NodeID, "node-id", c.NodeID, "this node's `id`, unique in the cluster")
 	fs.StringVar(&c.RaftAddr, "raft-addr", c.RaftAddr, "`host:port` of the node's Raft listener (shared by all shards)")
-	fs.IntVar(&c.Shards, "shards", c.Shards, "number of shards (Raft groups); must be the same on every node")
+	fs.IntVar(&c.Shards, "shards", c.Shards, "number of shards (Raft groups) of a new cluster; a joining or restarting node follows the cluster map")
 	fs.Var((*list)(&c.Peers), "peers", "static cluster: comma-separated `id=host:port` (Raft addresses) of every node, this one included")
 	fs.Var((*list)(&c.PeerDial), "peer-dial", "comma-separated `id=host:port`: dial these peers there instead of the address the cluster knows (NAT, test relays)")
 	fs.StringVar(&c.Join, "join", c.Join, "Raft `host:port` of any node of an existing cluster, for a new node joining it (instead of -peers)")

@@ -131,7 +131,13 @@ func (c *Cluster) Stop(i int) {
 }
 
 // Start restarts a stopped node i on its data, on the same ports.
-func (c *Cluster) Start(i int) {
+func (c *Cluster) Start(i int) { c.StartWith(i, nil) }
+
+// StartWith restarts a stopped node i like Start, with its config adjusted by tweak first.
+func (c *Cluster) StartWith(i int, tweak func(*syncd.Config)) {
+	if tweak != nil {
+		tweak(&c.cfgs[i])
+	}
 	c.create(i)
 	c.run(i)
 }

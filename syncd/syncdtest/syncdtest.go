@@ -8,11 +8,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/syncd-dev/syncd/raftstore/raftstoretest"
 	"github.com/syncd-dev/syncd/syncd"
 )
 
 // Start runs a server on free loopback ports with its data in a temp dir (Config.Dir) and
-// returns once every shard has a leader. tweak, if not nil, adjusts the config first. Logs go to
+// returns once it is ready (Server.Ready: it has the cluster map and every shard a leader). tweak, if not nil, adjusts the config first. Logs go to
 // the test log at Error level.
 func Start(t testing.TB, tweak func(*syncd.Config)) *syncd.Server {
 	t.Helper()
@@ -25,14 +26,7 @@ func Start(t testing.TB, tweak func(*syncd.Config)) *syncd.Server {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, id := range srv.Node().Shards() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		_, _, err := srv.Node().WaitLeader(ctx, id)
-		cancel()
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
+	raftstoretest.Eventually(t, 10*time.Second, "the server to be ready", func() bool { return srv.Ready() == nil })
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- srv.Run(ctx) }()

@@ -1,0 +1,77 @@
+package raftstore
+
+import (
+	"fmt"
+	"slices"
+)
+
+// NumSlots is the fixed number of hash slots. Keys hash to slots and the cluster map's slot
+// table gives each slot to a shard, so moving a slot moves a fixed share of keys; the count never
+// changes once data exists.
+const NumSlots = 4096
+
+// SlotRange gives the hash slots First..Last (inclusive) to Shard.
+type SlotRange struct {
+	First int     `json:"first"`
+	Last  int     `json:"last"`
+	Shard ShardID `json:"shard"`
+}
+
+// EvenSlots spreads the slots evenly over data shards 1..shards: the slot table of a new cluster.
+// Slot i goes to shard i*shards/NumSlots+1, which is the layout every release before the table
+// lived in the cluster map computed from the shard count, so maps written then read the same.
+func EvenSlots(shards int) []SlotRange {
+	var out []SlotRange
+	for i := range NumSlots {
+		s := ShardID(i*shards/NumSlots + 1)
+		if n := len(out); n > 0 && out[n-1].Shard == s {
+			out[n-1].Last = i
+		} else {
+			out = append(out, SlotRange{First: i, Last: i, Shard: s})
+		}
+	}
+	return out
+}
+
+// SlotTable is the lookup form of a cluster map's slot ranges: which shard owns each hash slot.
+// It is immutable and safe for concurrent use.
+type SlotTable struct {
+	owner  [NumSlots]ShardID
+	ranges []SlotRange
+	shards []ShardID
+}
+
+// NewSlotTable checks that ranges give every slot to exactly one data shard, in order, and
+// builds the table.
+func NewSlotTable(ranges []SlotRange) (*SlotTable, error) {
+	t := &SlotTable{ranges: slices.Clone(ranges)}
+	next := 0
+	for _, r := range ranges {
+		if r.First != next || r.Last < r.First || r.Last >= NumSlots {
+			return nil, fmt.Errorf("raftstore: slot table: range %d-%d does not continue at slot %d", r.First, r.Last, next)
+		}
+		if r.Shard == MetaShard {
+			return nil, fmt.Errorf("raftstore: slot table: slots %d-%d given to the meta shard", r.First, r.Last)
+		}
+		for i := r.First; i <= r.Last; i++ {
+			t.owner[i] = r.Shard
+		}
+		t.shards = append(t.shards, r.Shard)
+		next = r.Last + 1
+	}
+	if next != NumSlots {
+		return nil, fmt.Errorf("raftstore: slot table: slots %d-%d belong to no shard", next, NumSlots-1)
+	}
+	slices.Sort(t.shards)
+	t.shards = slices.Compact(t.shards)
+	return t, nil
+}
+
+// Shard returns the shard that owns slot, which must be in [0, NumSlots).
+func (t *SlotTable) Shard(slot int) ShardID { return t.owner[slot] }
+
+// Shards returns every shard that owns a slot, ascending. The slice is shared: do not modify it.
+func (t *SlotTable) Shards() []ShardID { return t.shards }
+
+// Ranges returns the table as ranges, as the cluster map holds it.
+func (t *SlotTable) Ranges() []SlotRange { return slices.Clone(t.ranges) }

@@ -1,0 +1,106 @@
+package raftstore
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"strings"
+	"testing"
+
+	"github.com/hashicorp/raft"
+)
+
+// EvenSlots is the layout every release computed before the table lived in the cluster map:
+// slot i on shard i*shards/NumSlots+1. Changing it would move existing keys.
+func TestEvenSlotsKeepsTheLayout(t *testing.T) {
+	for _, shards := range []int{1, 3, 8, 100, NumSlots} {
+		tab, err := NewSlotTable(EvenSlots(shards))
+		if err != nil {
+			t.Fatalf("%d shards: %v", shards, err)
+		}
+		for i := range NumSlots {
+			if want := ShardID(i*shards/NumSlots + 1); tab.Shard(i) != want {
+				t.Fatalf("%d shards: slot %d on shard %d, want %d", shards, i, tab.Shard(i), want)
+			}
+		}
+		if got := len(tab.Shards()); got != shards {
+			t.Errorf("%d shards: the table names %d", shards, got)
+		}
+		if got := len(EvenSlots(shards)); got != shards {
+			t.Errorf("%d shards: %d ranges", shards, got)
+		}
+	}
+}
+
+func TestSlotTableRefusesGapsAndOverlaps(t *testing.T) {
+	for name, ranges := range map[string][]SlotRange{
+		"empty":      nil,
+		"gap":        {{0, 99, 1}, {101, NumSlots - 1, 2}},
+		"overlap":    {{0, 100, 1}, {100, NumSlots - 1, 2}},
+		"short":      {{0, NumSlots - 2, 1}},
+		"past end":   {{0, NumSlots, 1}},
+		"meta shard": {{0, NumSlots - 1, MetaShard}},
+		"backwards":  {{0, 10, 1}, {11, 5, 2}},
+	} {
+		if _, err := NewSlotTable(ranges); err == nil {
+			t.Errorf("%s: accepted %v", name, ranges)
+		}
+	}
+}
+
+// The meta shard's routing: an init without a slot table (as older releases wrote it) gets the
+// even table; one naming a shard the cluster does not have is refused; a restored snapshot
+// without a table gets the even one too.
+func TestMetaSlotTable(t *testing.T) {
+	apply := func(f *metaFSM, index uint64, c metaCommand) any {
+		c.V = metaCommandV1
+		b, _ := json.Marshal(c)
+		return f.Apply(&raft.Log{Type: raft.LogCommand, Index: index, Data: b})
+	}
+	f := newMetaFSM()
+	if f.slots.Load() != nil {
+		t.Fatal("a map that is not initialized routes")
+	}
+	bad := ClusterMap{Shards: 2, RF: 1, Slots: []SlotRange{{0, NumSlots - 1, 3}}}
+	if err, _ := apply(f, 1, metaCommand{Op: "init", Map: &bad}).(error); !errors.Is(err, ErrMetaRefused) {
+		t.Fatalf("init with a slot table naming shard 3 of 2: %v", err)
+	}
+	old := ClusterMap{Shards: 4, RF: 1}
+	if err := apply(f, 2, metaCommand{Op: "init", Map: &old}); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.slots.Load(); got == nil || got.Shard(NumSlots-1) != 4 || len(f.snapshot().Slots) != 4 {
+		t.Fatalf("init without slots: table %v, map %v", got, f.snapshot().Slots)
+	}
+
+	g := newMetaFSM()
+	if err := g.Restore(io.NopCloser(strings.NewReader(`{"index":7,"shards":3,"rf":1,"nodes":{},"replicas":{}}`))); err != nil {
+		t.Fatal(err)
+	}
+	if got := g.slots.Load(); got == nil || len(got.Shards()) != 3 {
+		t.Fatalf("restored map without slots: table %v", got)
+	}
+	snap, err := f.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	if err := snap.Persist(&sink{&buf}); err != nil {
+		t.Fatal(err)
+	}
+	h := newMetaFSM()
+	if err := h.Restore(io.NopCloser(&buf)); err != nil {
+		t.Fatal(err)
+	}
+	if h.slots.Load().Shard(0) != 1 || h.slots.Load().Shard(NumSlots-1) != 4 {
+		t.Fatal("a snapshot round trip changed the routing")
+	}
+}
+
+// sink is a raft.SnapshotSink writing to a buffer.
+type sink struct{ *bytes.Buffer }
+
+func (sink) ID() string    { return "test" }
+func (sink) Cancel() error { return nil }
+func (sink) Close() error  { return nil }

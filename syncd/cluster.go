@@ -48,6 +48,7 @@ type ShardView struct {
 	Term     uint64        `json:"term"`
 	Voters   []string      `json:"voters"`
 	Placed   []string      `json:"placed"` // where the cluster map wants its replicas
+	Slots    int           `json:"slots"`  // hash slots it owns in the cluster map's slot table
 	Replicas []ReplicaView `json:"replicas"`
 }
 
@@ -71,6 +72,11 @@ func (s *Server) Cluster(ctx context.Context) ClusterView {
 	shards := map[raftstore.ShardID]*ShardView{}
 	for _, id := range m.DataShards() {
 		shards[id] = &ShardView{Shard: uint32(id), Placed: m.Replicas[id]}
+	}
+	for _, r := range m.Slots {
+		if v := shards[r.Shard]; v != nil {
+			v.Slots += r.Last - r.First + 1
+		}
 	}
 	leaderLast := map[raftstore.ShardID]uint64{}
 	for _, p := range s.node.ClusterStatus(ctx) {

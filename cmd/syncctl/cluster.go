@@ -73,20 +73,20 @@ func printCluster(e *env, view syncd.ClusterView) {
 	tw.Flush()
 	fmt.Fprintln(e.stdout)
 	tw = tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "SHARD\tLEADER\tTERM\tVOTERS\tPLACED\tREPLICA\tSTATE\tCOMMIT\tAPPLIED\tLAG")
+	fmt.Fprintln(tw, "SHARD\tSLOTS\tLEADER\tTERM\tVOTERS\tPLACED\tREPLICA\tSTATE\tCOMMIT\tAPPLIED\tLAG")
 	for _, s := range view.Shards {
 		leader := s.Leader
 		if leader == "" {
 			leader = "NONE"
 		}
 		if len(s.Replicas) == 0 {
-			fmt.Fprintf(tw, "%d\t%s\t-\t-\t%s\t-\t-\t-\t-\t-\n", s.Shard, leader, strings.Join(s.Placed, ","))
+			fmt.Fprintf(tw, "%d\t%d\t%s\t-\t-\t%s\t-\t-\t-\t-\t-\n", s.Shard, s.Slots, leader, strings.Join(s.Placed, ","))
 		}
 		for i, r := range s.Replicas {
 			if i == 0 {
-				fmt.Fprintf(tw, "%d\t%s\t%d\t%s\t%s", s.Shard, leader, s.Term, strings.Join(s.Voters, ","), strings.Join(s.Placed, ","))
+				fmt.Fprintf(tw, "%d\t%d\t%s\t%d\t%s\t%s", s.Shard, s.Slots, leader, s.Term, strings.Join(s.Voters, ","), strings.Join(s.Placed, ","))
 			} else {
-				fmt.Fprint(tw, "\t\t\t\t")
+				fmt.Fprint(tw, "\t\t\t\t\t")
 			}
 			fmt.Fprintf(tw, "\t%s\t%s\t%d\t%d\t%d\n", r.Node, r.State, r.Commit, r.Applied, r.Lag)
 		}

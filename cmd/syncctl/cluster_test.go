@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/syncd-dev/syncd/raftstore"
 	"github.com/syncd-dev/syncd/raftstore/raftstoretest"
 	"github.com/syncd-dev/syncd/syncd"
 	"github.com/syncd-dev/syncd/syncd/syncdtest"
@@ -32,7 +33,7 @@ func TestSyncctlClusterStatus(t *testing.T) {
 		t.Fatalf("view: %+v", view)
 	}
 	for _, s := range view.Shards {
-		if s.Leader == "" || len(s.Voters) != 3 || len(s.Replicas) != 3 {
+		if s.Leader == "" || len(s.Voters) != 3 || len(s.Replicas) != 3 || s.Slots != raftstore.NumSlots/4 {
 			t.Fatalf("shard %d: %+v", s.Shard, s)
 		}
 	}

@@ -99,7 +99,7 @@ func (w *workload) waitConverged(timeout time.Duration) {
 			if err != nil {
 				return false, err.Error()
 			}
-			if st := stats[shard]; st == nil || st.lag != 0 {
+			if st := stats[shard]; st == nil || st.Lag != 0 {
 				return false, fmt.Sprintf("shard %d: fan-out lag on its leader %s: %+v", shard, leader.id, st)
 			}
 		}

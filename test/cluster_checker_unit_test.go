@@ -83,24 +83,4 @@ func TestClusterCheckerCatches(t *testing.T) {
 	if missing := w.missingAcks(cv.id, convView{"1 1.5.0 u1#0", "4 1.8.0 u2#1"}); len(missing) != 1 || missing[0] != "2 1.6.0 u1#1" {
 		t.Errorf("missingAcks: %v", missing)
 	}
-	if got := parseMetricsForTest(t); !got[3].leader || got[3].term != 7 || got[3].lag != 2 || got[1].leader {
-		t.Errorf("parsed metrics: %+v %+v", *got[1], *got[3])
-	}
-}
-
-// parseMetricsForTest parses a small exposition the way leader discovery does.
-func parseMetricsForTest(t *testing.T) map[int]*shardStat {
-	t.Helper()
-	got, err := parseShardMetrics(`# HELP syncd_raft_is_leader 1 if this node leads the shard, else 0.
-# TYPE syncd_raft_is_leader gauge
-syncd_raft_is_leader{shard="1"} 0
-syncd_raft_is_leader{shard="3"} 1
-syncd_raft_term{shard="3"} 7
-syncd_fanout_lag_entries{shard="3"} 2
-syncd_send_ack_seconds_bucket{result="ok",le="0.005"} 3
-`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return got
 }

@@ -21,6 +21,8 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/syncd-dev/syncd/raftstore"
 )
 
 // faultRun is one scenario's context: the cluster, the workload and the schedule's scale.
@@ -128,10 +130,10 @@ func (f *faultRun) restartNode(n *clusterNode) {
 func TestClusterFaultLeaderKills(t *testing.T) {
 	runFault(t, false, func(f *faultRun) {
 		for round := range f.rounds(3, 10) {
-			shard := round%clusterShards + 1
+			shard := raftstore.ShardID(round%clusterShards + 1)
 			leaders := f.c.waitLeaders(30 * time.Second)
 			victim := leaders[shard]
-			f.killNode(victim, "leader of shard "+strconv.Itoa(shard)+"; leaders "+describeLeaders(leaders))
+			f.killNode(victim, fmt.Sprintf("leader of shard %d; leaders %s", shard, describeLeaders(leaders)))
 			f.w.waitProgress(5, 60*time.Second, "round "+strconv.Itoa(round+1)+", leader down")
 			f.hold(f.pause(2*time.Second, 5*time.Second))
 			f.restartNode(victim)
@@ -194,8 +196,8 @@ func TestClusterFaultLeaderIsolated(t *testing.T) {
 					return false, err.Error()
 				}
 				for shard, st := range stats {
-					if st.leader {
-						return false, n.id + " still leads shard " + strconv.Itoa(shard)
+					if st.Leader {
+						return false, fmt.Sprintf("%s still leads shard %d", n.id, shard)
 					}
 				}
 				l := f.c.leaders()

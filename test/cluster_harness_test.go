@@ -6,7 +6,6 @@ package test
 // cluster_fault_test.go for the scenarios.
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -26,6 +25,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/syncd-dev/syncd/bench/proccluster"
+	"github.com/syncd-dev/syncd/raftstore"
 	"github.com/syncd-dev/syncd/raftstore/raftstoretest"
 	"github.com/syncd-dev/syncd/syncd"
 )
@@ -432,17 +433,9 @@ func (c *testCluster) waitReady(timeout time.Duration) {
 	})
 }
 
-// shardStat is one node's view of one shard, from its /metrics.
-type shardStat struct {
-	leader                bool
-	term                  uint64
-	commit, applied, last uint64
-	deadLetters           uint64
-	lag                   uint64 // outbox records not yet delivered everywhere and trimmed
-}
-
-// scrape reads node n's per-shard metrics (syncd_raft_*, syncd_dead_letters, fan-out lag).
-func (c *testCluster) scrape(n *clusterNode) (map[int]*shardStat, error) {
+// scrape reads node n's per-shard metrics (Raft indexes and leadership, dead letters, fan-out
+// lag).
+func (c *testCluster) scrape(n *clusterNode) (map[raftstore.ShardID]*proccluster.ShardStat, error) {
 	code, body, err := c.get(n, "/metrics")
 	if err != nil {
 		return nil, err
@@ -450,63 +443,14 @@ func (c *testCluster) scrape(n *clusterNode) (map[int]*shardStat, error) {
 	if code != http.StatusOK {
 		return nil, fmt.Errorf("%s /metrics: status %d", n.id, code)
 	}
-	return parseShardMetrics(body)
-}
-
-// parseShardMetrics parses the per-shard series of a Prometheus text exposition, lines such as
-// `syncd_raft_is_leader{shard="3"} 1`.
-func parseShardMetrics(body string) (map[int]*shardStat, error) {
-	out := map[int]*shardStat{}
-	sc := bufio.NewScanner(strings.NewReader(body))
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		name, rest, ok := strings.Cut(line, `{shard="`)
-		if !ok || strings.HasPrefix(line, "#") {
-			continue
-		}
-		shardStr, value, ok := strings.Cut(rest, `"} `)
-		if !ok {
-			continue
-		}
-		shard, err := strconv.Atoi(shardStr)
-		if err != nil {
-			return nil, fmt.Errorf("metrics line %q: %v", line, err)
-		}
-		v, err := strconv.ParseFloat(strings.TrimSpace(value), 64)
-		if err != nil {
-			return nil, fmt.Errorf("metrics line %q: %v", line, err)
-		}
-		st := out[shard]
-		if st == nil {
-			st = &shardStat{}
-			out[shard] = st
-		}
-		switch name {
-		case "syncd_raft_is_leader":
-			st.leader = v == 1
-		case "syncd_raft_term":
-			st.term = uint64(v)
-		case "syncd_raft_commit_index":
-			st.commit = uint64(v)
-		case "syncd_raft_applied_index":
-			st.applied = uint64(v)
-		case "syncd_raft_last_index":
-			st.last = uint64(v)
-		case "syncd_dead_letters":
-			st.deadLetters = uint64(v)
-		case "syncd_fanout_lag_entries":
-			st.lag = uint64(v)
-		}
-	}
-	return out, sc.Err()
+	return proccluster.ParseShardMetrics(body)
 }
 
 // leaders returns, per shard, the serving node that claims to lead it in the highest term (a
 // deposed leader may still claim an older term for a moment). Shards without a leader are absent.
-func (c *testCluster) leaders() map[int]*clusterNode {
-	out := map[int]*clusterNode{}
-	terms := map[int]uint64{}
+func (c *testCluster) leaders() map[raftstore.ShardID]*clusterNode {
+	out := map[raftstore.ShardID]*clusterNode{}
+	terms := map[raftstore.ShardID]uint64{}
 	for _, n := range c.nodes {
 		if !n.serving() {
 			continue
@@ -516,8 +460,8 @@ func (c *testCluster) leaders() map[int]*clusterNode {
 			continue
 		}
 		for shard, st := range stats {
-			if st.leader && st.term >= terms[shard] {
-				out[shard], terms[shard] = n, st.term
+			if st.Leader && st.Term >= terms[shard] {
+				out[shard], terms[shard] = n, st.Term
 			}
 		}
 	}
@@ -525,9 +469,9 @@ func (c *testCluster) leaders() map[int]*clusterNode {
 }
 
 // waitLeaders waits until every shard has a leader among the serving nodes and returns them.
-func (c *testCluster) waitLeaders(timeout time.Duration) map[int]*clusterNode {
+func (c *testCluster) waitLeaders(timeout time.Duration) map[raftstore.ShardID]*clusterNode {
 	c.t.Helper()
-	var got map[int]*clusterNode
+	var got map[raftstore.ShardID]*clusterNode
 	waitFor(c.t, timeout, "every shard to have a leader", func() (bool, string) {
 		got = c.leaders()
 		return len(got) == clusterShards, fmt.Sprintf("leaders %v", describeLeaders(got))
@@ -536,9 +480,9 @@ func (c *testCluster) waitLeaders(timeout time.Duration) map[int]*clusterNode {
 }
 
 // describeLeaders prints shard → node id.
-func describeLeaders(l map[int]*clusterNode) string {
+func describeLeaders(l map[raftstore.ShardID]*clusterNode) string {
 	var parts []string
-	for shard := 1; shard <= clusterShards; shard++ {
+	for shard := raftstore.ShardID(1); shard <= clusterShards; shard++ {
 		id := "-"
 		if n := l[shard]; n != nil {
 			id = n.id
@@ -549,7 +493,7 @@ func describeLeaders(l map[int]*clusterNode) string {
 }
 
 // mostLeader returns the serving node that leads the most shards (ties: the lowest id).
-func (c *testCluster) mostLeader(l map[int]*clusterNode) *clusterNode {
+func (c *testCluster) mostLeader(l map[raftstore.ShardID]*clusterNode) *clusterNode {
 	count := map[*clusterNode]int{}
 	for _, n := range l {
 		count[n]++
@@ -564,7 +508,7 @@ func (c *testCluster) mostLeader(l map[int]*clusterNode) *clusterNode {
 }
 
 // leastLeader returns the serving node that leads the fewest shards (ties: the lowest id).
-func (c *testCluster) leastLeader(l map[int]*clusterNode) *clusterNode {
+func (c *testCluster) leastLeader(l map[raftstore.ShardID]*clusterNode) *clusterNode {
 	count := map[*clusterNode]int{}
 	for _, n := range l {
 		count[n]++
@@ -586,7 +530,7 @@ func (c *testCluster) waitReplicasCaughtUp(timeout time.Duration) {
 	var prev string
 	waitFor(c.t, timeout, "every replica of every shard to apply the same index", func() (bool, string) {
 		var parts []string
-		for shard := 1; shard <= clusterShards; shard++ {
+		for shard := raftstore.ShardID(1); shard <= clusterShards; shard++ {
 			var seen string
 			for _, n := range c.nodes {
 				if !n.serving() {
@@ -597,10 +541,10 @@ func (c *testCluster) waitReplicasCaughtUp(timeout time.Duration) {
 					return false, err.Error()
 				}
 				st := stats[shard]
-				if st == nil || st.applied != st.commit || st.commit != st.last {
+				if st == nil || st.Applied != st.Commit || st.Commit != st.Last {
 					return false, fmt.Sprintf("shard %d on %s: %+v", shard, n.id, st)
 				}
-				idx := strconv.FormatUint(st.applied, 10)
+				idx := strconv.FormatUint(st.Applied, 10)
 				if seen != "" && seen != idx {
 					return false, fmt.Sprintf("shard %d: applied %s on one node, %s on %s", shard, seen, idx, n.id)
 				}

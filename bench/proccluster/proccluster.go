@@ -9,7 +9,6 @@
 package proccluster
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -249,52 +248,13 @@ func (c *Cluster) leaderOf(ctx context.Context, shard raftstore.ShardID) (int, e
 	}
 }
 
-// shardStat is one node's view of one shard, from its /metrics.
-type shardStat struct {
-	leader                bool
-	term, commit, applied uint64
-}
-
-// scrape reads node i's per-shard Raft series from /metrics.
-func (c *Cluster) scrape(ctx context.Context, i int) (map[raftstore.ShardID]*shardStat, error) {
+// scrape reads node i's per-shard series from /metrics.
+func (c *Cluster) scrape(ctx context.Context, i int) (map[raftstore.ShardID]*ShardStat, error) {
 	body, err := c.get(ctx, i, "/metrics")
 	if err != nil {
 		return nil, err
 	}
-	out := map[raftstore.ShardID]*shardStat{}
-	sc := bufio.NewScanner(strings.NewReader(body))
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		name, rest, ok := strings.Cut(sc.Text(), `{shard="`)
-		if !ok || strings.HasPrefix(name, "#") {
-			continue
-		}
-		shardStr, value, ok := strings.Cut(rest, `"} `)
-		if !ok {
-			continue
-		}
-		shard, err1 := strconv.ParseUint(shardStr, 10, 32)
-		v, err2 := strconv.ParseFloat(strings.TrimSpace(value), 64)
-		if err1 != nil || err2 != nil {
-			continue
-		}
-		st := out[raftstore.ShardID(shard)]
-		if st == nil {
-			st = &shardStat{}
-			out[raftstore.ShardID(shard)] = st
-		}
-		switch name {
-		case "syncd_raft_is_leader":
-			st.leader = v == 1
-		case "syncd_raft_term":
-			st.term = uint64(v)
-		case "syncd_raft_commit_index":
-			st.commit = uint64(v)
-		case "syncd_raft_applied_index":
-			st.applied = uint64(v)
-		}
-	}
-	return out, sc.Err()
+	return ParseShardMetrics(body)
 }
 
 // leaders returns, per shard, the running node that claims to lead it in the highest term.
@@ -310,8 +270,8 @@ func (c *Cluster) leaders(ctx context.Context) map[raftstore.ShardID]int {
 			continue
 		}
 		for shard, st := range stats {
-			if st.leader && st.term >= terms[shard] {
-				out[shard], terms[shard] = i, st.term
+			if st.Leader && st.Term >= terms[shard] {
+				out[shard], terms[shard] = i, st.Term
 			}
 		}
 	}
@@ -373,7 +333,7 @@ func (c *Cluster) WaitSettled(ctx context.Context) error {
 // unsettled returns why the cluster is not settled yet (leader stability aside), or "".
 func (c *Cluster) unsettled(ctx context.Context) string {
 	voters := min(3, len(c.nodes))
-	stats := make([]map[raftstore.ShardID]*shardStat, len(c.nodes))
+	stats := make([]map[raftstore.ShardID]*ShardStat, len(c.nodes))
 	for i, n := range c.nodes {
 		if cmd, _ := n.running(); cmd == nil {
 			return n.id + " is not running"
@@ -413,16 +373,16 @@ func (c *Cluster) unsettled(ctx context.Context) string {
 	leads := make([]int, len(c.nodes))
 	for i := range stats {
 		for shard, st := range stats[i] {
-			commit[shard] = max(commit[shard], st.commit)
-			if st.leader {
+			commit[shard] = max(commit[shard], st.Commit)
+			if st.Leader {
 				leads[i]++
 			}
 		}
 	}
 	for i := range stats {
 		for shard, st := range stats[i] {
-			if st.applied < commit[shard] {
-				return fmt.Sprintf("%s has applied shard %d to %d of %d", c.nodes[i].id, shard, st.applied, commit[shard])
+			if st.Applied < commit[shard] {
+				return fmt.Sprintf("%s has applied shard %d to %d of %d", c.nodes[i].id, shard, st.Applied, commit[shard])
 			}
 		}
 	}

@@ -54,22 +54,14 @@ func (s *Server) SetDeliveryFault(fault DeliveryFault) {
 	s.fan.fault.Store(&fault)
 }
 
-// Replay appends the dead letter (src, dest, pos) to its users' logs on dest, then drops it. It
-// returns the number of entries appended: 0 when dest had replayed it already (a repeated replay,
-// say after a crash between the two steps, never duplicates). If dest refuses again, the dead
-// letter stays and the error says why.
-func (f *Fanout) Replay(ctx context.Context, src, dest raftstore.ShardID, pos uint64) (int, error) {
-	state, err := f.node.State(src)
-	if err != nil {
-		return 0, err
-	}
-	dl, ok, err := state.DeadLetter(dest, pos)
-	if err != nil {
-		return 0, err
-	}
-	if !ok {
-		return 0, fmt.Errorf("%w: %s", log.ErrNoDeadLetter, deadLetterID(src, dest, pos))
-	}
+// Replay appends dl, the dead letter (src, dl.Dest, dl.Pos) as a replica of src holds it, to its
+// users' logs on dl.Dest, then drops it. It returns the number of entries appended: 0 when the
+// destination had replayed it already (a repeated replay, say after a crash between the two
+// steps, never duplicates). If the destination refuses again, the dead letter stays and the error
+// says why. Both steps are proposals, which reach the shards' leaders from any node; reading dl is
+// the caller's (the admin endpoint reads it where a replica of src is, see inspectcall.go).
+func (f *Fanout) Replay(ctx context.Context, src raftstore.ShardID, dl log.DeadLetter) (int, error) {
+	dest, pos := dl.Dest, dl.Pos
 	items := []log.Delivery{{Pos: pos, Users: dl.Users, Entry: dl.Entry}}
 	if inject := f.fault.Load(); inject != nil {
 		items = cloneItems(items)
@@ -85,6 +77,46 @@ func (f *Fanout) Replay(ctx context.Context, src, dest raftstore.ShardID, pos ui
 	}
 	f.logger.Info("dead letter replayed", "id", deadLetterID(src, dest, pos), "appended", res.Deliver.Appended)
 	return res.Deliver.Appended, nil
+}
+
+// replayDeadLetter reads the dead letter (src, dest, pos) on a replica of src, wherever one is,
+// and replays it (Fanout.Replay). A dead letter the replica does not hold is log.ErrNoDeadLetter.
+func (s *Server) replayDeadLetter(ctx context.Context, src, dest raftstore.ShardID, pos uint64) (int, error) {
+	var a deadLetterAnswer
+	if err := s.inspectShard(ctx, src, "dead_letter", deadLetterArgs{Dest: uint32(dest), Pos: pos}, &a); err != nil {
+		return 0, err
+	}
+	if !a.Found {
+		return 0, fmt.Errorf("%w: %s", log.ErrNoDeadLetter, deadLetterID(src, dest, pos))
+	}
+	return s.fan.Replay(ctx, src, a.Letter)
+}
+
+// deadLetterArgs are the arguments of the "dead_letter" inspection.
+type deadLetterArgs struct {
+	Dest uint32 `json:"dest"`
+	Pos  uint64 `json:"pos"`
+}
+
+// deadLetterAnswer is the answer of the "dead_letter" inspection; Found is false when the source
+// shard holds no such dead letter (never replayed, or dropped since).
+type deadLetterAnswer struct {
+	Found  bool           `json:"found"`
+	Letter log.DeadLetter `json:"letter"`
+}
+
+// opDeadLetter is the "dead_letter" inspection: one dead letter, with its entry, from a replica
+// of its source shard.
+func opDeadLetter(_ *Server, state *log.Shard, _ raftstore.ShardID, args json.RawMessage) (any, error) {
+	a, err := decodeArgs[deadLetterArgs]("dead_letter", args)
+	if err != nil {
+		return nil, err
+	}
+	dl, ok, err := state.DeadLetter(raftstore.ShardID(a.Dest), a.Pos)
+	if err != nil {
+		return nil, err
+	}
+	return deadLetterAnswer{Found: ok, Letter: dl}, nil
 }
 
 // Drop deletes the dead letter (src, dest, pos) without delivering it.
@@ -117,45 +149,73 @@ type DeadLetterView struct {
 
 // DeadLetterList is the answer of GET /v1/deadletters.
 type DeadLetterList struct {
-	Total uint64           `json:"total"` // dead letters held by the shards this node hosts
-	Items []DeadLetterView `json:"items"` // at most limit of them, in id order per shard
+	Total uint64           `json:"total"` // dead letters held by all the data shards of the cluster
+	Items []DeadLetterView `json:"items"` // at most limit of them, in id order per shard, shards in order
 }
 
-// ListDeadLetters returns up to limit dead letters of the shards this node hosts, from its local
-// replicas, and how many they hold in all.
-func (f *Fanout) ListDeadLetters(limit int) (DeadLetterList, error) {
+// listDeadLetters returns up to limit dead letters of every data shard, each shard read on a
+// replica wherever one is (so any node lists the whole cluster's), and how many they hold in all.
+// It fails when no replica of some shard can be read: a list that silently left a shard out
+// would tell an operator that its dead letters are gone.
+func (s *Server) listDeadLetters(ctx context.Context, limit int) (DeadLetterList, error) {
 	out := DeadLetterList{Items: []DeadLetterView{}}
-	for _, src := range f.node.Shards() {
-		state, err := f.node.State(src)
-		if err != nil {
+	for _, src := range s.slots.Shards() {
+		var a deadLettersAnswer
+		if err := s.inspectShard(ctx, src, "dead_letters", deadLettersArgs{Limit: limit - len(out.Items)}, &a); err != nil {
 			return out, err
 		}
-		n, err := state.DeadLetterCount()
-		if err != nil {
-			return out, err
-		}
-		out.Total += n
-		if len(out.Items) >= limit || n == 0 {
-			continue
-		}
-		dls, err := state.DeadLetters(0, 0, limit-len(out.Items))
-		if err != nil {
-			return out, err
-		}
-		for _, dl := range dls {
-			e := &dl.Entry
-			out.Items = append(out.Items, DeadLetterView{
-				ID: deadLetterID(src, dl.Dest, dl.Pos), Source: uint32(src), Dest: uint32(dl.Dest), Pos: dl.Pos,
-				Users: dl.Users, Reason: dl.Reason, FailedAt: time.Unix(0, dl.FailedAt).UTC(),
-				MsgID: e.MsgID.String(), Conv: e.Conv, ConvSeq: uint64(e.ConvSeq), Kind: e.Kind.String(),
-				Sender: e.Sender, Time: time.Unix(0, e.Time).UTC(), BodyBytes: len(e.Body),
-			})
-		}
+		out.Total += a.Count
+		out.Items = append(out.Items, a.Items...)
 	}
 	return out, nil
 }
 
-// deadLetterRoutes serves the dead-letter endpoints on the admin mux:
+// deadLettersArgs are the arguments of the "dead_letters" inspection: list at most Limit (0: only
+// count them).
+type deadLettersArgs struct {
+	Limit int `json:"limit"`
+}
+
+// deadLettersAnswer is the answer of the "dead_letters" inspection: how many dead letters the
+// shard holds, and the first of them.
+type deadLettersAnswer struct {
+	Count uint64           `json:"count"`
+	Items []DeadLetterView `json:"items"`
+}
+
+// opDeadLetters is the "dead_letters" inspection: a replica of a source shard's dead letters, as
+// views (sizes, not bodies, so that an answer stays small).
+func opDeadLetters(_ *Server, state *log.Shard, src raftstore.ShardID, args json.RawMessage) (any, error) {
+	a, err := decodeArgs[deadLettersArgs]("dead_letters", args)
+	if err != nil {
+		return nil, err
+	}
+	var out deadLettersAnswer
+	if out.Count, err = state.DeadLetterCount(); err != nil || out.Count == 0 || a.Limit <= 0 {
+		return out, err
+	}
+	dls, err := state.DeadLetters(0, 0, a.Limit)
+	if err != nil {
+		return nil, err
+	}
+	for _, dl := range dls {
+		e := &dl.Entry
+		out.Items = append(out.Items, DeadLetterView{
+			ID: deadLetterID(src, dl.Dest, dl.Pos), Source: uint32(src), Dest: uint32(dl.Dest), Pos: dl.Pos,
+			Users: dl.Users, Reason: dl.Reason, FailedAt: time.Unix(0, dl.FailedAt).UTC(),
+			MsgID: e.MsgID.String(), Conv: e.Conv, ConvSeq: uint64(e.ConvSeq), Kind: e.Kind.String(),
+			Sender: e.Sender, Time: time.Unix(0, e.Time).UTC(), BodyBytes: len(e.Body),
+		})
+	}
+	return out, nil
+}
+
+// deadLetterRoutes serves the dead-letter endpoints on the admin mux. Any node answers for the
+// whole cluster: the list and the read of a replayed dead letter go to a replica of each source
+// shard wherever it is, the replay and the drop are proposals, which reach the leaders. A replica
+// read may trail its leader (as a follower here always could): a list may show for a moment a
+// dead letter just replayed or dropped. Replaying one just replayed again appends nothing (the
+// destination remembers the replay); one just dropped could still be read, and so replayed.
 //
 //	GET    /v1/deadletters[?limit=N]      list (DeadLetterList), default and maximum limit 1000
 //	POST   /v1/deadletters/{id}/replay    replay one: {"id", "appended"}
@@ -171,7 +231,7 @@ func (s *Server) deadLetterRoutes(mux *http.ServeMux) {
 			}
 			limit = min(n, limit)
 		}
-		list, err := s.fan.ListDeadLetters(limit)
+		list, err := s.listDeadLetters(r.Context(), limit)
 		if err != nil {
 			writeProposeError(w, err, "")
 			return
@@ -197,7 +257,7 @@ func (s *Server) deadLetterRoutes(mux *http.ServeMux) {
 		})
 	}
 	handle("POST /v1/deadletters/{id}/replay", func(ctx context.Context, src, dest raftstore.ShardID, pos uint64) (any, error) {
-		n, err := s.fan.Replay(ctx, src, dest, pos)
+		n, err := s.replayDeadLetter(ctx, src, dest, pos)
 		return map[string]any{"id": deadLetterID(src, dest, pos), "appended": n}, err
 	})
 	handle("DELETE /v1/deadletters/{id}", func(ctx context.Context, src, dest raftstore.ShardID, pos uint64) (any, error) {
@@ -226,7 +286,8 @@ func writeProposeError(w http.ResponseWriter, err error, refusedHint string) {
 	case log.Rejected(err), errors.Is(err, raftstore.ErrMetaRefused):
 		writeOpsError(w, http.StatusConflict, "refused", err.Error(), refusedHint)
 	case errors.Is(err, raftstore.ErrNoShard):
-		writeOpsError(w, http.StatusServiceUnavailable, "no_shard", err.Error(), "ask a node that hosts the shard")
+		writeOpsError(w, http.StatusServiceUnavailable, "no_shard", err.Error(),
+			"no node hosting the shard answered: check the cluster with syncctl cluster status")
 	case errors.As(err, &nl):
 		writeOpsError(w, http.StatusServiceUnavailable, "not_leader", err.Error(), "ask the shard's leader: "+nl.LeaderAddr)
 	default:

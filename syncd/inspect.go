@@ -1,6 +1,8 @@
 package syncd
 
 import (
+	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -13,10 +15,12 @@ import (
 
 // The inspect endpoints answer an operator's two questions about delivery: where does a user's
 // device stand in its log (GET /v1/cursors), and where did a message go (GET /v1/trace). They are
-// read-only and read this node's local replicas, like sync streams: a follower may answer a little
-// behind its leader, and in a cluster each node answers only for the shards it hosts (503
-// otherwise). The JSON shapes are the exported report types below; errors are [OpsError], with the
-// codes "bad_request" (400), "not_found" (404), "no_shard" (503) and "internal" (500).
+// read-only and read replicas, like sync streams: this node's replica of a shard when it hosts one,
+// else a replica on a node that does (inspectcall.go), so any node of a cluster gives the whole
+// answer. A follower may answer a little behind its leader; each report names the node whose
+// replica answered. The JSON shapes are the exported report types below; errors are [OpsError],
+// with the codes "bad_request" (400), "not_found" (404), "no_shard" and "unavailable" (503: no
+// replica of a shard concerned could be read) and "internal" (500).
 
 // Trace limits. DefaultTraceScan bounds how many entries of each member's log a trace reads back
 // from the head looking for the message (?scan=N raises it up to MaxTraceScan); a trace covers at
@@ -27,12 +31,12 @@ const (
 	maxTraceMembers  = 1000
 )
 
-// CursorReport answers GET /v1/cursors?user=uid: the user's log on its shard, as this node's
-// replica has it, and the stored cursor of each device that has acknowledged one (a device that
+// CursorReport answers GET /v1/cursors?user=uid: the user's log on its shard, as one replica has
+// it (this node's, or one on a node that hosts the shard), and the stored cursor of each device that has acknowledged one (a device that
 // never acked is not listed: the server knows devices only by their cursors). Exists is false for
 // a user whose log does not exist yet (nothing was ever delivered to it); Epoch is then 0.
 type CursorReport struct {
-	Node    string         `json:"node"` // the node whose replica answered
+	Node    string         `json:"node"` // the node whose replica of the user's shard answered
 	User    string         `json:"user"`
 	Shard   uint32         `json:"shard"`
 	Exists  bool           `json:"exists"`
@@ -55,9 +59,10 @@ type DeviceCursor struct {
 
 // TraceReport answers GET /v1/trace?msg_id=shard.index.sub: where a message lives on its home
 // shard and, for each user concerned, whether it reached the user's log and which of the user's
-// devices have stored it.
+// devices have stored it. Each part is read on a replica of its shard, wherever that is: Node
+// names the node that answered for the home shard, TraceUser.Node the one for each user.
 type TraceReport struct {
-	Node      string `json:"node"` // the node whose replicas answered
+	Node      string `json:"node"` // the node whose replica of the home shard answered
 	MsgID     string `json:"msg_id"`
 	HomeShard uint32 `json:"home_shard"`
 	Conv      string `json:"conv"`
@@ -104,7 +109,7 @@ const (
 	TracePending      = "pending"       // fan-out has not passed the message's outbox position for the user's shard yet
 	TraceNotFound     = "not_found"     // fan-out passed it, but the scanned part of the log does not hold it
 	TraceNotRecipient = "not_recipient" // the outbox record does not name the user (e.g. a receipt, or a later member)
-	TraceUnavailable  = "unavailable"   // the user's shard is not hosted on this node
+	TraceUnavailable  = "unavailable"   // no replica of the user's shard could be read: neither this node nor any node hosting it answered
 )
 
 // TraceUser is the message as one user's log has it. SourceMark is the highest outbox position
@@ -113,6 +118,7 @@ const (
 // and at or after Pos.
 type TraceUser struct {
 	User       string        `json:"user"`
+	Node       string        `json:"node,omitempty"` // the node whose replica of the user's shard answered; empty when unavailable
 	Shard      uint32        `json:"shard"`
 	Member     bool          `json:"member"`    // a current member of the conversation
 	Recipient  *bool         `json:"recipient"` // named by the outbox record; null once it is trimmed
@@ -153,13 +159,19 @@ func badRequest(msg, hint string) error {
 	return &httpError{http.StatusBadRequest, OpsError{Code: "bad_request", Message: msg, Hint: hint}}
 }
 
-// shardError turns an error from reading shard into its answer: 503 when this node does not host
-// the shard, else 500 (logged by reply).
+// shardError turns an error from inspecting shard (inspectShard) into its answer: 503 when no
+// replica of the shard could be read (this node hosts none and no node that does answered), else
+// 500 (logged by reply).
 func shardError(shard raftstore.ShardID, err error) error {
-	if errors.Is(err, raftstore.ErrNoShard) {
+	switch {
+	case errors.Is(err, raftstore.ErrNoShard):
 		return &httpError{http.StatusServiceUnavailable, OpsError{Code: "no_shard",
-			Message: fmt.Sprintf("shard %d is not hosted on this node", shard),
-			Hint:    "in a cluster, ask the admin address (-admin) of a node that hosts the shard"}}
+			Message: fmt.Sprintf("no replica of shard %d could be read: this node does not host it and no node that does answered (%v)", shard, err),
+			Hint:    "check the cluster with syncctl cluster status: the shard may be moving, or every node hosting it down"}}
+	case errors.Is(err, raftstore.ErrUnreachable):
+		return &httpError{http.StatusServiceUnavailable, OpsError{Code: "unavailable",
+			Message: fmt.Sprintf("no replica of shard %d could be read: the nodes hosting it did not answer (%v)", shard, err),
+			Hint:    "retry; if it persists, check the nodes hosting the shard with syncctl cluster status"}}
 	}
 	return err
 }
@@ -180,28 +192,45 @@ func (s *Server) reply(w http.ResponseWriter, r *http.Request, v any, err error)
 }
 
 func (s *Server) serveCursors(w http.ResponseWriter, r *http.Request) {
-	rep, err := s.cursors(r.URL.Query().Get("user"))
+	rep, err := s.cursors(r.Context(), r.URL.Query().Get("user"))
 	s.reply(w, r, rep, err)
 }
 
-func (s *Server) cursors(uid string) (*CursorReport, error) {
+// cursors reports uid's log and device cursors, from a replica of the user's shard wherever one
+// is (see inspectcall.go).
+func (s *Server) cursors(ctx context.Context, uid string) (*CursorReport, error) {
 	if !log.ValidID(uid) {
 		return nil, badRequest(fmt.Sprintf("bad or missing user %q", uid), "pass ?user=<uid>")
 	}
 	shard := s.slots.UserShard(uid)
-	state, err := s.node.State(shard)
-	if err != nil {
+	var rep CursorReport
+	if err := s.inspectShard(ctx, shard, "cursors", cursorsArgs{User: uid}, &rep); err != nil {
 		return nil, shardError(shard, err)
 	}
-	info, err := state.UserInfo(uid)
+	return &rep, nil
+}
+
+// cursorsArgs are the arguments of the "cursors" inspection.
+type cursorsArgs struct {
+	User string `json:"user"`
+}
+
+// opCursors is the "cursors" inspection: the whole CursorReport of one user, from a replica of
+// the user's shard.
+func opCursors(s *Server, state *log.Shard, shard raftstore.ShardID, args json.RawMessage) (any, error) {
+	a, err := decodeArgs[cursorsArgs]("cursors", args)
 	if err != nil {
 		return nil, err
 	}
-	cs, err := state.Cursors(uid)
+	info, err := state.UserInfo(a.User)
 	if err != nil {
 		return nil, err
 	}
-	rep := &CursorReport{Node: s.cfg.NodeID, User: uid, Shard: uint32(shard), Exists: info.Epoch != 0,
+	cs, err := state.Cursors(a.User)
+	if err != nil {
+		return nil, err
+	}
+	rep := &CursorReport{Node: s.cfg.NodeID, User: a.User, Shard: uint32(shard), Exists: info.Epoch != 0,
 		Epoch: uint64(info.Epoch), First: uint64(info.First), Head: uint64(info.Head), Devices: []DeviceCursor{}}
 	for _, c := range cs {
 		d := DeviceCursor{Device: c.Device, Epoch: uint64(c.Cursor.Epoch), Pos: uint64(c.Cursor.Pos)}
@@ -221,6 +250,8 @@ func (s *Server) serveTrace(w http.ResponseWriter, r *http.Request) {
 	s.reply(w, r, rep, err)
 }
 
+// trace reports where a message went: its home-shard part from a replica of the home shard, and
+// each user's part from a replica of that user's shard, wherever those are (see inspectcall.go).
 func (s *Server) trace(r *http.Request) (*TraceReport, error) {
 	q := r.URL.Query()
 	raw := q.Get("msg_id")
@@ -247,25 +278,109 @@ func (s *Server) trace(r *http.Request) (*TraceReport, error) {
 			Message: fmt.Sprintf("no message %s: there is no shard %d", id, id.Shard),
 			Hint:    "check the msg_id: its first number is the shard that assigned it"}}
 	}
-	state, err := s.node.State(home)
-	if err != nil {
+	var h traceHome
+	if err := s.inspectShard(r.Context(), home, "trace_home", traceHomeArgs{MsgID: id}, &h); err != nil {
 		return nil, shardError(home, err)
 	}
-	conv, seq, recalled, ok, err := state.LookupMsg(id)
+	if !h.Found {
+		return nil, &httpError{http.StatusNotFound, OpsError{Code: "not_found",
+			Message: fmt.Sprintf("no message %s on its home shard %d", id, id.Shard),
+			Hint:    "check the msg_id; a replica that is behind may not have applied it yet"}}
+	}
+	rep := &h.Report
+	rep.Scan, rep.Users = scan, []TraceUser{}
+
+	users := slices.Clone(h.Members)
+	if rep.Outbox.Retained {
+		users = append(users, rep.Outbox.Recipients...)
+	}
+	slices.Sort(users)
+	users = slices.Compact(users)
+	if only != "" {
+		users = slices.DeleteFunc(users, func(u string) bool { return u != only })
+		if len(users) == 0 {
+			users = []string{only} // not concerned: the trace says so
+		}
+	}
+	if len(users) > maxTraceMembers {
+		users, rep.UsersTruncated = users[:maxTraceMembers], true
+	}
+	// One inspection per shard concerned, not per user: a trace of a large group costs as many
+	// calls as there are shards, one after the other (they are few; the scans dominate).
+	var order []raftstore.ShardID
+	byShard := map[raftstore.ShardID][]traceUserArgs{}
+	for _, uid := range users {
+		shard := s.slots.UserShard(uid)
+		if byShard[shard] == nil {
+			order = append(order, shard)
+		}
+		byShard[shard] = append(byShard[shard], traceUserArgs{User: uid, Member: slices.Contains(h.Members, uid)})
+	}
+	traced := map[string]TraceUser{}
+	for _, shard := range order {
+		args := traceUsersArgs{MsgID: id, Scan: scan, Outbox: rep.Outbox, Users: byShard[shard]}
+		var got []TraceUser
+		err := s.inspectShard(r.Context(), shard, "trace_users", args, &got)
+		if errors.Is(err, raftstore.ErrNoShard) || errors.Is(err, raftstore.ErrUnreachable) {
+			// The rest of the trace still helps: say which users could not be read, and why.
+			got = got[:0]
+			for _, u := range args.Users {
+				tu := newTraceUser(u.User, shard, u.Member, rep.Outbox)
+				tu.Status = TraceUnavailable
+				tu.Note = fmt.Sprintf("no replica of shard %d could be read: this node does not host it and no node that does answered (%v); check syncctl cluster status", shard, err)
+				got = append(got, tu)
+			}
+		} else if err != nil {
+			return nil, err
+		}
+		for _, tu := range got {
+			traced[tu.User] = tu
+		}
+	}
+	for _, uid := range users {
+		tu, ok := traced[uid]
+		if !ok {
+			return nil, fmt.Errorf("syncd: trace of %s: no answer for user %s", id, uid)
+		}
+		rep.Users = append(rep.Users, tu)
+	}
+	return rep, nil
+}
+
+// traceHomeArgs are the arguments of the "trace_home" inspection.
+type traceHomeArgs struct {
+	MsgID log.MsgID `json:"msg_id"`
+}
+
+// traceHome is the answer of the "trace_home" inspection. Found is false when the home shard's
+// replica does not know the message; Report is then empty. Otherwise Report has everything but
+// Scan and Users, and Members lists the conversation's current members.
+type traceHome struct {
+	Found   bool        `json:"found"`
+	Report  TraceReport `json:"report"`
+	Members []string    `json:"members"`
+}
+
+// opTraceHome is the "trace_home" inspection: the part of a trace a replica of the message's
+// home shard knows (the conversation entry, the outbox, the members).
+func opTraceHome(s *Server, state *log.Shard, shard raftstore.ShardID, args json.RawMessage) (any, error) {
+	a, err := decodeArgs[traceHomeArgs]("trace_home", args)
 	if err != nil {
 		return nil, err
 	}
-	if !ok {
-		return nil, &httpError{http.StatusNotFound, OpsError{Code: "not_found",
-			Message: fmt.Sprintf("no message %s on its home shard %d", id, id.Shard),
-			Hint:    "check the msg_id; a follower that is behind may not have applied it yet"}}
+	id := a.MsgID
+	conv, seq, recalled, ok, err := state.LookupMsg(id)
+	if err != nil || !ok {
+		return traceHome{}, err
 	}
-	rep := &TraceReport{Node: s.cfg.NodeID, MsgID: id.String(), HomeShard: uint32(home), Conv: conv,
-		ConvSeq: uint64(seq), Recalled: recalled, Scan: scan, Users: []TraceUser{}}
+	h := traceHome{Found: true, Report: TraceReport{Node: s.cfg.NodeID, MsgID: id.String(), HomeShard: uint32(shard),
+		Conv: conv, ConvSeq: uint64(seq), Recalled: recalled}}
+	rep := &h.Report
 	kind, members, err := state.ConvMembers(conv)
 	if err != nil {
 		return nil, err
 	}
+	h.Members = members
 	rep.ConvKind = map[log.ConvKind]string{log.ConvDirect: "direct", log.ConvGroup: "group"}[kind]
 
 	read, err := state.ReadConv(conv, 0, seq, log.Limit{Count: 1})
@@ -290,49 +405,57 @@ func (s *Server) trace(r *http.Request) (*TraceReport, error) {
 			rep.Entry = traceEntry("outbox", &item.Entry)
 		}
 	}
+	return h, nil
+}
 
-	users := slices.Clone(members)
-	if retained {
-		users = append(users, item.Recipients...)
+// traceUsersArgs are the arguments of the "trace_users" inspection: the users of one shard to
+// trace message MsgID for, and the home shard's outbox as the trace found it.
+type traceUsersArgs struct {
+	MsgID  log.MsgID       `json:"msg_id"`
+	Scan   int             `json:"scan"`
+	Outbox TraceOutbox     `json:"outbox"`
+	Users  []traceUserArgs `json:"users"`
+}
+
+// traceUserArgs is one user to trace, and whether the user is a current member.
+type traceUserArgs struct {
+	User   string `json:"user"`
+	Member bool   `json:"member"`
+}
+
+// opTraceUsers is the "trace_users" inspection: a TraceUser per user asked, in the same order,
+// from a replica of their shard.
+func opTraceUsers(s *Server, state *log.Shard, shard raftstore.ShardID, args json.RawMessage) (any, error) {
+	a, err := decodeArgs[traceUsersArgs]("trace_users", args)
+	if err != nil {
+		return nil, err
 	}
-	slices.Sort(users)
-	users = slices.Compact(users)
-	if only != "" {
-		users = slices.DeleteFunc(users, func(u string) bool { return u != only })
-		if len(users) == 0 {
-			users = []string{only} // not concerned: the trace says so
-		}
-	}
-	if len(users) > maxTraceMembers {
-		users, rep.UsersTruncated = users[:maxTraceMembers], true
-	}
-	for _, uid := range users {
-		tu, err := s.traceUser(id, uid, scan, slices.Contains(members, uid), rep.Outbox)
+	out := make([]TraceUser, 0, len(a.Users))
+	for _, u := range a.Users {
+		tu, err := traceUser(state, shard, a.MsgID, u.User, a.Scan, u.Member, a.Outbox)
 		if err != nil {
 			return nil, err
 		}
-		rep.Users = append(rep.Users, tu)
+		tu.Node = s.cfg.NodeID
+		out = append(out, tu)
 	}
-	return rep, nil
+	return out, nil
 }
 
-// traceUser finds message id in uid's log and reports the fan-out state and device cursors.
-func (s *Server) traceUser(id log.MsgID, uid string, scan int, member bool, ob TraceOutbox) (TraceUser, error) {
-	shard := s.slots.UserShard(uid)
+// newTraceUser starts the TraceUser of uid on shard: what the trace knows without reading it.
+func newTraceUser(uid string, shard raftstore.ShardID, member bool, ob TraceOutbox) TraceUser {
 	tu := TraceUser{User: uid, Shard: uint32(shard), Member: member, Devices: []TraceDevice{}}
 	if ob.Retained {
 		named := slices.Contains(ob.Recipients, uid)
 		tu.Recipient = &named
 	}
-	state, err := s.node.State(shard)
-	if errors.Is(err, raftstore.ErrNoShard) {
-		tu.Status = TraceUnavailable
-		tu.Note = fmt.Sprintf("shard %d is not hosted on this node: ask a node that hosts it", shard)
-		return tu, nil
-	}
-	if err != nil {
-		return tu, err
-	}
+	return tu
+}
+
+// traceUser finds message id in uid's log on state, a replica of uid's shard, and reports the
+// fan-out state and device cursors.
+func traceUser(state *log.Shard, shard raftstore.ShardID, id log.MsgID, uid string, scan int, member bool, ob TraceOutbox) (TraceUser, error) {
+	tu := newTraceUser(uid, shard, member, ob)
 	info, err := state.UserInfo(uid)
 	if err != nil {
 		return tu, err

@@ -74,35 +74,54 @@ type remoteReader struct {
 
 func (r *remoteReader) call(req readRequest) (readAnswer, error) {
 	req.Shard = uint32(r.shard)
-	m, ok := r.s.node.ClusterMap()
-	if !ok {
-		return readAnswer{}, raftstore.ErrNoShard
-	}
-	nodes := slices.Clone(m.Replicas[r.shard])
-	if i := slices.Index(nodes, r.last); i > 0 {
-		nodes[0], nodes[i] = nodes[i], nodes[0]
-	}
 	payload, err := json.Marshal(req)
 	if err != nil {
 		return readAnswer{}, err
 	}
-	err = fmt.Errorf("%w: no node hosts shard %d", raftstore.ErrNoShard, r.shard)
+	b, id, err := r.s.callHosts(r.ctx, r.shard, methodRead, payload, r.last)
+	if err != nil {
+		return readAnswer{}, err
+	}
+	r.last = id
+	var a readAnswer
+	if err := json.Unmarshal(b, &a); err != nil {
+		return readAnswer{}, fmt.Errorf("syncd: read of shard %d from %s: %w", r.shard, id, err)
+	}
+	return a, nil
+}
+
+// callHosts calls method with payload on a node that hosts shard, as the cluster map places it,
+// trying each in turn (first, if it is one of them, then the others; never this node, whose
+// replica the caller has found missing) until one answers, and returns the answer and the node
+// that gave it. Reads and inspections of a shard hosted elsewhere share it, so they fail over
+// between replicas alike.
+//
+// A refusal of the log package (log.Rejected) ends the loop: every replica would refuse alike.
+// A node that cannot be reached, or no longer hosts the shard, is skipped; when none answers the
+// error is the last node's (raftstore.ErrUnreachable, raftstore.ErrNoShard, ...), or
+// raftstore.ErrNoShard when the map places the shard on no other node or this node is not part of
+// a managed cluster.
+func (s *Server) callHosts(ctx context.Context, shard raftstore.ShardID, method string, payload []byte, first string) ([]byte, string, error) {
+	m, ok := s.node.ClusterMap()
+	if !ok {
+		return nil, "", raftstore.ErrNoShard
+	}
+	nodes := slices.DeleteFunc(slices.Clone(m.Replicas[shard]), func(id string) bool { return id == s.node.ID() })
+	if i := slices.Index(nodes, first); i > 0 {
+		nodes[0], nodes[i] = nodes[i], nodes[0]
+	}
+	err := fmt.Errorf("%w: no other node hosts shard %d", raftstore.ErrNoShard, shard)
 	for _, id := range nodes {
 		var b []byte
-		b, err = r.s.node.Call(r.ctx, id, methodRead, payload)
+		b, err = s.node.Call(ctx, id, method, payload)
 		if err == nil {
-			r.last = id
-			var a readAnswer
-			if err := json.Unmarshal(b, &a); err != nil {
-				return readAnswer{}, fmt.Errorf("syncd: read of shard %d from %s: %w", r.shard, id, err)
-			}
-			return a, nil
+			return b, id, nil
 		}
-		if log.Rejected(err) || r.ctx.Err() != nil {
-			return readAnswer{}, err
+		if log.Rejected(err) || ctx.Err() != nil {
+			return nil, "", err
 		}
 	}
-	return readAnswer{}, err
+	return nil, "", err
 }
 
 func (r *remoteReader) UserInfo(uid string) (log.LogInfo, error) {
@@ -138,11 +157,20 @@ func (r *remoteReader) readUserWait(uid string, epoch log.Epoch, from log.Positi
 	return a.Read, err
 }
 
-// serveCall answers other nodes' calls (raftstore.Config.Serve): reads of a shard hosted here.
+// serveCall answers other nodes' calls (raftstore.Config.Serve): reads and inspections of a
+// shard hosted here.
 func (s *Server) serveCall(ctx context.Context, method string, payload []byte) ([]byte, error) {
-	if method != methodRead {
-		return nil, fmt.Errorf("syncd: unknown call %q", method)
+	switch method {
+	case methodRead:
+		return s.serveRead(ctx, payload)
+	case methodInspect:
+		return s.serveInspect(payload)
 	}
+	return nil, fmt.Errorf("syncd: unknown call %q", method)
+}
+
+// serveRead answers a readRequest with the local replica.
+func (s *Server) serveRead(ctx context.Context, payload []byte) ([]byte, error) {
 	var req readRequest
 	if err := json.Unmarshal(payload, &req); err != nil {
 		return nil, fmt.Errorf("syncd: bad read request: %w", err)

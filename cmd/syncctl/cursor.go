@@ -15,12 +15,12 @@ import (
 func runCursor(ctx context.Context, e *env, args []string) int {
 	const cmd = "cursor"
 	f := newFlagSet(e, cmd, "-user uid [-admin host:port] [-json]", `
-Shows a user's log as the node's replica of the user's shard has it (epoch, first retained and
+Shows a user's log as a replica of the user's shard has it (epoch, first retained and
 last position) and, per device that has acknowledged a cursor, the position it has stored and how
 many entries it is behind. A device that never acknowledged one is not listed; "epoch changed"
 means the log was re-created since the device stored its cursor (it resyncs on its next sync).
-Reads the node's local replica through its admin HTTP server (GET /v1/cursors); in a cluster,
-ask a node that hosts the user's shard.`, `
+Asks the node's admin HTTP server (GET /v1/cursors), which reads its own replica or, when it
+hosts none, one on a node that does: any node of a cluster answers, and names the replica's node.`, `
 syncctl cursor -user alice
 syncctl cursor -user alice -json | jq .devices`)
 	var admin adminFlags

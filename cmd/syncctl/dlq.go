@@ -17,13 +17,14 @@ func runDLQ(ctx context.Context, e *env, args []string) int {
 	const cmd = "dlq"
 	f := newFlagSet(e, cmd, "list|replay|drop [-admin host:port] [-all | id...]", `
 Dead letters are deliveries a destination shard refused, set aside so that the rest of the
-stream goes on (they never vanish). They are held by the node's shards; this talks to its admin
-HTTP server.
+stream goes on (they never vanish). Each is held by the source shard of the delivery; this talks
+to a node's admin HTTP server, which lists, replays and drops those of every shard of the cluster,
+hosted there or not.
 
   list            print them: id, message, users who did not get it, when and why
   replay id...    deliver them now (after fixing the cause); a repeated replay never duplicates
   drop id...      forget them without delivering
-  -all            with replay or drop: every dead letter the node lists
+  -all            with replay or drop: every dead letter listed (up to -limit)
 
 A replayed entry arrives after the entries that followed it in the conversation; clients order a
 conversation by conv_seq.`, `

@@ -20,8 +20,8 @@ func runTrace(ctx context.Context, e *env, args []string) int {
 Shows where a message went: its conversation entry on its home shard, whether the outbox still
 holds it for fan-out, and for each member of the conversation (and each recipient the outbox
 names) whether the user's log holds it and at which position, or why not yet, and which of the
-user's devices have stored their log past it. Reads the node's local replicas through its admin
-HTTP server (GET /v1/trace); in a cluster, ask a node that hosts the shards concerned.`, `
+user's devices have stored their log past it. Asks the node's admin HTTP server (GET /v1/trace),
+which reads each shard concerned on a replica wherever one is: any node of a cluster answers.`, `
 syncctl trace 3.17.0
 syncctl trace -user bob -scan 10000 3.17.0`)
 	var admin adminFlags
@@ -66,7 +66,7 @@ syncctl trace -user bob -scan 10000 3.17.0`)
 
 func printTrace(e *env, r *syncd.TraceReport) {
 	w := e.stdout
-	fmt.Fprintf(w, "message %s: %s conversation %s, conv_seq %d, home shard %d (node %s's replicas)\n",
+	fmt.Fprintf(w, "message %s: %s conversation %s, conv_seq %d, home shard %d (node %s's replica)\n",
 		r.MsgID, r.ConvKind, r.Conv, r.ConvSeq, r.HomeShard, r.Node)
 	if en := r.Entry; en != nil {
 		fmt.Fprintf(w, "  entry: %s from %s at %s", en.Kind, en.Sender, time.Unix(0, en.Time).UTC().Format(time.RFC3339Nano))
@@ -104,6 +104,9 @@ func printTrace(e *env, r *syncd.TraceReport) {
 		if u.Recipient != nil && !*u.Recipient {
 			tags = append(tags, "not a recipient")
 		}
+		if u.Node != "" && u.Node != r.Node { // read on another node than the home shard
+			tags = append(tags, fmt.Sprintf("node %s's replica", u.Node))
+		}
 		fmt.Fprintf(w, "user %s (shard %d", u.User, u.Shard)
 		if len(tags) > 0 {
 			fmt.Fprintf(w, "; %s", strings.Join(tags, "; "))
@@ -113,7 +116,7 @@ func printTrace(e *env, r *syncd.TraceReport) {
 		case syncd.TraceDelivered:
 			fmt.Fprintf(w, "delivered at position %d (log epoch %d, head %d)\n", u.Pos, u.Epoch, u.Head)
 		case syncd.TraceUnavailable:
-			fmt.Fprintf(w, "unknown here: %s\n", u.Note)
+			fmt.Fprintf(w, "unknown: %s\n", u.Note)
 			continue
 		default:
 			fmt.Fprintf(w, "not delivered (%s): %s; read %d of its entries (log head %d)\n", u.Status, u.Note, u.Scanned, u.Head)

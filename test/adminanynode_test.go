@@ -1,0 +1,210 @@
+package test
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/syncd-dev/syncd/log"
+	"github.com/syncd-dev/syncd/raftstore"
+	"github.com/syncd-dev/syncd/raftstore/raftstoretest"
+	"github.com/syncd-dev/syncd/syncd"
+	"github.com/syncd-dev/syncd/syncd/syncdtest"
+)
+
+// TestAdminAnyNode: four nodes, each shard on three of them, and an operator who asks the one
+// node that holds no replica of a group's home shard, nor of one member's log. Its admin views
+// are still whole, read on other nodes' replicas: the member's device cursors, the trace of a
+// message (delivered to every member, every device past it), and the dead letters of the
+// group's home shard, which it lists (as every node does), replays and drops.
+func TestAdminAnyNode(t *testing.T) {
+	c := syncdtest.StartCluster(t, 4, func(_ int, cfg *syncd.Config) { cfg.ReplicationFactor = 3 })
+	m, _ := c.Server(0).Node().ClusterMap()
+	slots := syncd.NewSlotTable(m.Shards)
+	ids := []string{"n1", "n2", "n3", "n4"}
+
+	// The group's home shard, the node that does not host it (the one the operator asks), bob
+	// on the home shard (so his log is not on that node either), carol on a shard of her own
+	// (the destination that will refuse deliveries).
+	const conv = "g:ops"
+	home := slots.ConvShard(conv)
+	asked := slices.IndexFunc(ids, func(id string) bool { return !slices.Contains(m.Replicas[home], id) })
+	if asked < 0 {
+		t.Fatalf("every node hosts shard %d: %v", home, m.Replicas)
+	}
+	pick := func(prefix string, ok func(raftstore.ShardID) bool) string {
+		for i := range 1000 {
+			if u := fmt.Sprint(prefix, i); ok(slots.UserShard(u)) {
+				return u
+			}
+		}
+		t.Fatalf("no %s... on a fitting shard", prefix)
+		return ""
+	}
+	alice := "alice"
+	bob := pick("bob", func(s raftstore.ShardID) bool { return s == home })
+	carol := pick("carol", func(s raftstore.ShardID) bool { return s != home && s != slots.UserShard(alice) })
+	carolShard := slots.UserShard(carol)
+	admin := "http://" + c.Server(asked).AdminAddr().String()
+	t.Logf("asking %s, which does not host shard %d (home of %s, and %s's log); %s is on shard %d",
+		ids[asked], home, conv, bob, carol, carolShard)
+
+	// Devices on the other nodes, wherever: the views do not depend on it.
+	users := []string{alice, bob, carol}
+	devices := make([]*device, len(users))
+	for k, u := range users {
+		devices[k] = dialDevice(t, c.Server((asked+1+k)%4), u, "phone", t.TempDir())
+	}
+	defer func() {
+		for _, d := range devices {
+			d.Close()
+		}
+	}()
+	if _, err := devices[0].CreateGroup(conv, users[1:]); err != nil {
+		t.Fatal(err)
+	}
+	waitMember(t, conv, devices...)
+	if _, err := devices[0].Send(conv, "", []byte("hello")); err != nil {
+		t.Fatal(err)
+	}
+	sameEverywhere(t, conv, []string{"hello"}, devices...)
+	msgs, err := devices[1].Messages(conv)
+	if err != nil || len(msgs) != 1 {
+		t.Fatalf("bob's messages: %v %v", msgs, err)
+	}
+	msgID := string(msgs[0].MsgID)
+
+	// Bob's cursors, from a node without his log: his phone, caught up (acks are asynchronous).
+	var cur syncd.CursorReport
+	raftstoretest.Eventually(t, 20*time.Second, "bob's phone cursor at his head", func() bool {
+		var code int
+		cur, code = adminGet[syncd.CursorReport](t, admin+"/v1/cursors?user="+bob)
+		return code == http.StatusOK && len(cur.Devices) == 1 && cur.Devices[0].Behind != nil && *cur.Devices[0].Behind == 0 && cur.Head >= 2
+	})
+	if cur.User != bob || cur.Shard != uint32(home) || !cur.Exists || cur.Epoch == 0 || cur.Devices[0].Device != "phone" ||
+		cur.Devices[0].Pos != cur.Head || !slices.Contains(m.Replicas[home], cur.Node) {
+		t.Errorf("cursors of %s from %s: %+v (want an answer from a node hosting shard %d: %v)", bob, ids[asked], cur, home, m.Replicas[home])
+	}
+
+	// The trace, from a node without the home shard: every member delivered, every phone past it.
+	var tr syncd.TraceReport
+	raftstoretest.Eventually(t, 20*time.Second, "every member delivered and every phone past the message", func() bool {
+		var code int
+		if tr, code = adminGet[syncd.TraceReport](t, admin+"/v1/trace?msg_id="+msgID); code != http.StatusOK || tr.Outbox.Retained || len(tr.Users) != 3 {
+			return false
+		}
+		for _, u := range tr.Users {
+			if u.Status != syncd.TraceDelivered || len(u.Devices) != 1 || !u.Devices[0].Past {
+				return false
+			}
+		}
+		return true
+	})
+	if tr.HomeShard != uint32(home) || tr.Conv != conv || tr.ConvKind != "group" || tr.Entry == nil || tr.Entry.Sender != alice ||
+		!slices.Contains(m.Replicas[home], tr.Node) {
+		t.Errorf("trace from %s: %+v", ids[asked], tr)
+	}
+	for _, u := range tr.Users {
+		shard := slots.UserShard(u.User)
+		if u.Shard != uint32(shard) || !u.Member || u.Pos == 0 || !slices.Contains(m.Replicas[shard], u.Node) || u.Devices[0].Device != "phone" {
+			t.Errorf("trace of %s: %+v (want an answer from a node hosting shard %d: %v)", u.User, u, shard, m.Replicas[shard])
+		}
+	}
+
+	// Dead letters: carol's shard refuses two deliveries. The fault goes on every node, since
+	// whichever leads the home shard drains its outbox (and a replay applies it too).
+	for i := range c.Size() {
+		c.Server(i).SetDeliveryFault(func(dest raftstore.ShardID, items []log.Delivery) {
+			for k := range items {
+				if dest == carolShard && strings.HasPrefix(string(items[k].Entry.Body), "poison") {
+					items[k].Entry.ConvSeq = 0 // the destination refuses an incomplete entry
+				}
+			}
+		})
+	}
+	for _, body := range []string{"poison 1", "poison 2", "after"} {
+		if _, err := devices[0].Send(conv, "", []byte(body)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	raftstoretest.Eventually(t, 20*time.Second, "carol to get the message after the refused ones", func() bool {
+		return slices.Contains(bodies(t, devices[2], conv), "after")
+	})
+	var list syncd.DeadLetterList
+	for i := range c.Size() { // every node lists the cluster's dead letters, hosted or not
+		raftstoretest.Eventually(t, 20*time.Second, ids[i]+" to list two dead letters", func() bool {
+			var code int
+			list, code = adminGet[syncd.DeadLetterList](t, "http://"+c.Server(i).AdminAddr().String()+"/v1/deadletters")
+			return code == http.StatusOK && list.Total == 2 && len(list.Items) == 2
+		})
+	}
+	for _, dl := range list.Items {
+		if dl.Source != uint32(home) || dl.Dest != uint32(carolShard) || !slices.Equal(dl.Users, []string{carol}) || dl.Conv != conv ||
+			!strings.Contains(dl.Reason, "incomplete entry") {
+			t.Fatalf("dead letter: %+v", dl)
+		}
+	}
+	for i := range c.Size() {
+		c.Server(i).SetDeliveryFault(nil) // the cause is fixed
+	}
+	first, second := list.Items[0].ID, list.Items[1].ID
+	if code, body := adminDo(t, http.MethodPost, admin+"/v1/deadletters/"+first+"/replay"); code != http.StatusOK || !strings.Contains(body, `"appended": 1`) {
+		t.Fatalf("replay %s through %s: HTTP %d %s", first, ids[asked], code, body)
+	}
+	if code, body := adminDo(t, http.MethodDelete, admin+"/v1/deadletters/"+second); code != http.StatusOK || !strings.Contains(body, `"dropped": true`) {
+		t.Fatalf("drop %s through %s: HTTP %d %s", second, ids[asked], code, body)
+	}
+	raftstoretest.Eventually(t, 20*time.Second, "carol to get the replayed message", func() bool {
+		return slices.Contains(bodies(t, devices[2], conv), "poison 1")
+	})
+	// The list is read on a replica, which may apply the drops a moment after their leader.
+	raftstoretest.Eventually(t, 20*time.Second, "no dead letter listed after the replay and the drop", func() bool {
+		list, code := adminGet[syncd.DeadLetterList](t, admin+"/v1/deadletters")
+		return code == http.StatusOK && list.Total == 0 && len(list.Items) == 0
+	})
+	// Gone: a second replay finds nothing (404), or, read on a replica still behind the drop,
+	// replays it again and appends nothing: never a duplicate.
+	if code, body := adminDo(t, http.MethodPost, admin+"/v1/deadletters/"+first+"/replay"); code != http.StatusNotFound &&
+		(code != http.StatusOK || !strings.Contains(body, `"appended": 0`)) {
+		t.Fatalf("second replay: HTTP %d %s", code, body)
+	}
+	if got := bodies(t, devices[2], conv); !slices.Equal(slices.Sorted(slices.Values(got)), []string{"after", "hello", "poison 1"}) {
+		t.Errorf("carol's messages: %v", got)
+	}
+}
+
+// adminGet GETs url and decodes its JSON body (also when the status is not 200) into a fresh T.
+func adminGet[T any](t *testing.T, url string) (T, int) {
+	t.Helper()
+	var v T
+	code, body := adminDo(t, http.MethodGet, url)
+	if err := json.Unmarshal([]byte(body), &v); err != nil {
+		t.Fatalf("GET %s: HTTP %d, body %q is not JSON: %v", url, code, body, err)
+	}
+	return v, code
+}
+
+// adminDo sends a body-less request and returns the status code and body.
+func adminDo(t *testing.T, method, url string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(method, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 30 * time.Second}
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, string(b)
+}

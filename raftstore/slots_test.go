@@ -104,3 +104,43 @@ type sink struct{ *bytes.Buffer }
 func (sink) ID() string    { return "test" }
 func (sink) Cancel() error { return nil }
 func (sink) Close() error  { return nil }
+
+// Meta commands are replicated input: whatever bytes reach the meta state machine, it refuses
+// or applies them without panicking, and the map it keeps stays one routing can use: a valid
+// slot table naming only the map's shards, and placements only of those shards.
+func FuzzMetaApply(f *testing.F) {
+	for _, seed := range []string{
+		`{"v":1,"op":"join","node":{"id":"n2","raft_addr":"127.0.0.2:7000"}}`,
+		`{"v":1,"op":"place","if_index":1,"replicas":{"1":["n1"],"2":["n1","n2"]}}`,
+		`{"v":1,"op":"remove","id":"n1"}`,
+		`{"v":1,"op":"forget","id":"n1","if_index":1}`,
+		`{"v":1,"op":"init","map":{"shards":2,"rf":1,"slots":[{"first":0,"last":4095,"shard":2}]}}`,
+		`{"v":2,"op":"init"}`,
+		`not json`,
+	} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		fsm := newMetaFSM()
+		first := ClusterMap{Shards: 3, RF: 1, Nodes: map[string]NodeInfo{"n1": {ID: "n1", RaftAddr: "127.0.0.1:7000"}},
+			Replicas: map[ShardID][]string{1: {"n1"}, 2: {"n1"}, 3: {"n1"}}, Slots: EvenSlots(3)}
+		b, _ := json.Marshal(metaCommand{V: metaCommandV1, Op: "init", Map: &first})
+		if res := fsm.Apply(&raft.Log{Type: raft.LogCommand, Index: 1, Data: b}); res != nil {
+			t.Fatal(res)
+		}
+		fsm.Apply(&raft.Log{Type: raft.LogCommand, Index: 2, Data: data})
+		m := fsm.snapshot()
+		tab, err := NewSlotTable(m.Slots)
+		if err != nil || fsm.slots.Load() == nil {
+			t.Fatalf("after %q the slot table is broken: %v", data, err)
+		}
+		if last := tab.Shards()[len(tab.Shards())-1]; int(last) > m.Shards {
+			t.Fatalf("after %q the slot table names shard %d of %d", data, last, m.Shards)
+		}
+		for s := range m.Replicas {
+			if s == MetaShard || int(s) > m.Shards {
+				t.Fatalf("after %q shard %d is placed in a map of %d shards", data, s, m.Shards)
+			}
+		}
+	})
+}

@@ -17,7 +17,7 @@ import (
 )
 
 // startMetricsNode starts a real single node hosting shards 1 and 2 and waits for their leaders.
-func startMetricsNode(t *testing.T) *raftstore.Node {
+func startMetricsNode(t testing.TB) *raftstore.Node {
 	t.Helper()
 	logger := slog.New(slog.NewTextHandler(testLog{t}, &slog.HandlerOptions{Level: slog.LevelError}))
 	node, err := raftstore.New(raftstore.Config{NodeID: "n1", Dir: t.TempDir(), Shards: []raftstore.ShardID{1, 2}, Logger: logger})

@@ -66,7 +66,7 @@ func (fn *fanoutNode) stop(t *testing.T) {
 	}
 }
 
-type testLog struct{ t *testing.T }
+type testLog struct{ t testing.TB }
 
 func (w testLog) Write(p []byte) (int, error) { w.t.Log(string(p)); return len(p), nil }
 

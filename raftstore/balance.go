@@ -2,6 +2,7 @@ package raftstore
 
 import (
 	"context"
+	"errors"
 	"maps"
 	"math/rand/v2"
 	"slices"
@@ -80,10 +81,33 @@ func (n *Node) balanceOnce() bool {
 		if target == nil {
 			continue
 		}
-		err := r.raft.LeadershipTransferToServer(raft.ServerID(target.ID), raft.ServerAddress(target.Addr)).Error()
+		err := r.transferLeadership(target.ID, target.Addr)
 		n.logger.Info("balancing leaders: handing over a shard", "shard", uint32(r.id), "to", target.ID,
 			"leads", counts[self], "target_leads", counts[target.ID], "err", err)
 		return err == nil
 	}
 	return false
+}
+
+// errTransferSpent refuses a leadership transfer in a term whose first transfer failed.
+var errTransferSpent = errors.New("raftstore: a leadership transfer already failed in this term; waiting for the next term")
+
+// transferLeadership hands this replica's leadership to the voter id at addr.
+//
+// After a transfer fails, no other is tried in the same term. hashicorp/raft v1.8.0 can wedge
+// otherwise (hashicorp/raft#696): the failed transfer may leave its catch-up request queued for
+// the follower, the next transfer blocks behind it, and if that follower's replication then stops
+// (a step-down, a shutdown) it blocks forever with the group's "transfer in progress" flag set,
+// so that a later leadership of this replica refuses every write. A new term starts new
+// replication state, and with it a clean queue.
+func (r *replica) transferLeadership(id, addr string) error {
+	term := r.raft.CurrentTerm()
+	if r.failedTransferTerm.Load() == term {
+		return errTransferSpent
+	}
+	err := r.raft.LeadershipTransferToServer(raft.ServerID(id), raft.ServerAddress(addr)).Error()
+	if err != nil {
+		r.failedTransferTerm.Store(term)
+	}
+	return err
 }

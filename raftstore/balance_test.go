@@ -1,6 +1,7 @@
 package raftstore_test
 
 import (
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -52,4 +53,29 @@ func TestLeadersSpreadEvenly(t *testing.T) {
 	})
 	c.Start(0)
 	even(fmt.Sprint("two leaders per node after node 0 is back"))
+}
+
+// A leadership transfer that fails spends its term: another transfer in that term is refused at
+// once instead of queueing behind the failed one's leftovers (hashicorp/raft#696).
+func TestFailedTransferSpendsTheTerm(t *testing.T) {
+	shard := raftstore.ShardID(1)
+	c := raftstoretest.NewCluster(t, 3, []raftstore.ShardID{shard}, func(cfg *raftstore.Config) { cfg.BalanceInterval = -1 })
+	l := c.Leader(shard)
+	target := (l + 1) % 3
+	id := c.Config(target).NodeID
+	c.Cut(l, target, true) // the leader can no longer reach the target: the transfer cannot finish
+	c.Cut(target, l, true)
+	term := c.Node(l).CurrentTerm(shard)
+	err := c.Node(l).TransferLeadership(shard, id)
+	if err == nil {
+		t.Fatal("a transfer to an unreachable voter succeeded")
+	}
+	if c.Node(l).CurrentTerm(shard) != term {
+		t.Skip("the term moved during the transfer; nothing to check")
+	}
+	if err := c.Node(l).TransferLeadership(shard, id); !errors.Is(err, raftstore.ErrTransferSpent) {
+		t.Fatalf("a second transfer in the same term: %v, want ErrTransferSpent", err)
+	}
+	c.Cut(l, target, false)
+	c.Cut(target, l, false)
 }

@@ -282,8 +282,14 @@ func (n *Node) reconcileGroup(ctx context.Context, r *replica, desired []string,
 			continue
 		}
 		if id == n.cfg.NodeID {
-			// Leaving a group this node leads: hand leadership to a desired member first.
-			err := r.raft.LeadershipTransferToServer(raft.ServerID(desired[0]), raft.ServerAddress(m.Nodes[desired[0]].RaftAddr)).Error()
+			// Leaving a group this node leads: hand leadership to a desired member first, so the
+			// group does not wait out an election. If a hand-over already failed in this term,
+			// the leader removes itself instead (it steps down once the change commits).
+			err := r.transferLeadership(desired[0], m.Nodes[desired[0]].RaftAddr)
+			if errors.Is(err, errTransferSpent) {
+				n.membershipChange(r.id, "remove "+id+" (this node, the leader)", n.RemoveMember(ctx, r.id, id))
+				return
+			}
 			n.membershipChange(r.id, "hand leadership to "+desired[0]+" before leaving", err)
 			return
 		}

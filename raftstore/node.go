@@ -56,6 +56,9 @@ type replica struct {
 	trans *raft.NetworkTransport
 	logs  *raftLog
 	state *log.Shard
+	// failedTransferTerm is the Raft term in which a leadership transfer from this replica
+	// last failed (see transferLeadership).
+	failedTransferTerm atomic.Uint64
 }
 
 // New opens (or creates) the node's store, starts every configured shard and, on first start,

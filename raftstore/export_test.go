@@ -1,0 +1,25 @@
+package raftstore
+
+// TransferLeadership hands this node's leadership of shard to voter id, through the guard the
+// balancer and the membership loop use (for tests in package raftstore_test).
+func (n *Node) TransferLeadership(shard ShardID, id string) error {
+	r, ok := n.replica(shard)
+	if !ok {
+		return ErrNoShard
+	}
+	for _, v := range r.voters() {
+		if v.ID == id {
+			return r.transferLeadership(v.ID, v.Addr)
+		}
+	}
+	return ErrNoShard
+}
+
+// ErrTransferSpent is errTransferSpent, for tests.
+var ErrTransferSpent = errTransferSpent
+
+// CurrentTerm returns the Raft term of this node's replica of shard (for tests).
+func (n *Node) CurrentTerm(shard ShardID) uint64 {
+	r, _ := n.replica(shard)
+	return r.raft.CurrentTerm()
+}

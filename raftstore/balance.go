@@ -41,9 +41,10 @@ func (n *Node) balanceLoop(interval time.Duration, stop <-chan struct{}) {
 }
 
 // balanceOnce transfers the leadership of one shard away from this node if a live voter of it
-// leads at least two shards fewer. It reports whether it did. Counts are cluster-wide, from every
-// node's status (a node hosts only some shards in a managed cluster); a node that does not answer
-// is not a candidate.
+// leads at least two shards fewer and has applied nearly all of the shard's log (a lagging target
+// would make the transfer wait for its catch-up and likely time out). It reports whether it did.
+// Counts are cluster-wide, from every node's status (a node hosts only some shards in a managed
+// cluster); a node that does not answer is not a candidate.
 func (n *Node) balanceOnce() bool {
 	self := n.cfg.NodeID
 	mine := map[ShardID]*replica{}
@@ -58,13 +59,14 @@ func (n *Node) balanceOnce() bool {
 	ctx, cancel := context.WithTimeout(context.Background(), n.cfg.Timing.ElectionTimeout)
 	defer cancel()
 	counts := map[string]int{}
-	alive := map[string]bool{}
+	applied := map[string]map[ShardID]uint64{} // node → shard → applied index of its replica
 	for _, p := range n.ClusterStatus(ctx) {
 		if p.Status == nil {
 			continue
 		}
-		alive[p.ID] = true
+		applied[p.ID] = map[ShardID]uint64{}
 		for _, st := range p.Status.Shards {
+			applied[p.ID][st.Shard] = st.AppliedIndex
 			if st.State == "leader" {
 				counts[p.ID]++
 			}
@@ -72,16 +74,21 @@ func (n *Node) balanceOnce() bool {
 	}
 	for _, id := range slices.Sorted(maps.Keys(mine)) {
 		r := mine[id]
+		last := r.raft.LastIndex()
 		var target *Peer
 		for _, v := range r.voters() {
-			if v.ID != self && alive[v.ID] && counts[v.ID] <= counts[self]-2 && (target == nil || counts[v.ID] < counts[target.ID]) {
+			caughtUp := applied[v.ID] != nil && applied[v.ID][id]+balanceMaxLag >= last
+			if v.ID != self && caughtUp && counts[v.ID] <= counts[self]-2 && (target == nil || counts[v.ID] < counts[target.ID]) {
 				target = &v
 			}
 		}
 		if target == nil {
 			continue
 		}
-		err := r.transferLeadership(target.ID, target.Addr)
+		err := r.transferLeadership(target.ID, target.Addr, applied[target.ID][id])
+		if errors.Is(err, errTransferSpent) {
+			continue
+		}
 		n.logger.Info("balancing leaders: handing over a shard", "shard", uint32(r.id), "to", target.ID,
 			"leads", counts[self], "target_leads", counts[target.ID], "err", err)
 		return err == nil
@@ -89,25 +96,36 @@ func (n *Node) balanceOnce() bool {
 	return false
 }
 
-// errTransferSpent refuses a leadership transfer in a term whose first transfer failed.
-var errTransferSpent = errors.New("raftstore: a leadership transfer already failed in this term; waiting for the next term")
+// balanceMaxLag is how many entries behind the leader's log a voter may be and still be given
+// the leadership by the balancer.
+const balanceMaxLag = 256
 
-// transferLeadership hands this replica's leadership to the voter id at addr.
+// errTransferSpent refuses a leadership transfer that might wedge (see transferLeadership).
+var errTransferSpent = errors.New("raftstore: a leadership transfer failed in this term and its target has not caught up since; waiting")
+
+// failedTransfer records a leadership transfer that failed: in which term, and the leader's last
+// log index then.
+type failedTransfer struct{ term, last uint64 }
+
+// transferLeadership hands this replica's leadership to the voter id at addr, whose replica has
+// applied targetApplied (0 if unknown).
 //
-// After a transfer fails, no other is tried in the same term. hashicorp/raft v1.8.0 can wedge
-// otherwise (hashicorp/raft#696): the failed transfer may leave its catch-up request queued for
-// the follower, the next transfer blocks behind it, and if that follower's replication then stops
-// (a step-down, a shutdown) it blocks forever with the group's "transfer in progress" flag set,
-// so that a later leadership of this replica refuses every write. A new term starts new
-// replication state, and with it a clean queue.
-func (r *replica) transferLeadership(id, addr string) error {
+// After a transfer fails, another in the same term waits until the target has applied the log
+// as it was at the failure. hashicorp/raft v1.8.0 can wedge otherwise (hashicorp/raft#696): the
+// failed transfer may leave its catch-up request queued for the follower's replication, the next
+// transfer blocks behind it, and if that replication then stops (a step-down, a shutdown) the
+// transfer blocks forever with the group's "transfer in progress" flag set, so that a later
+// leadership of this replica refuses every write. A target that has applied that far was
+// replicated to since, by a replication loop that takes the queued request as it goes; a new
+// term starts new replication state with an empty queue.
+func (r *replica) transferLeadership(id, addr string, targetApplied uint64) error {
 	term := r.raft.CurrentTerm()
-	if r.failedTransferTerm.Load() == term {
+	if f := r.failedTransfer.Load(); f != nil && f.term == term && targetApplied < f.last {
 		return errTransferSpent
 	}
 	err := r.raft.LeadershipTransferToServer(raft.ServerID(id), raft.ServerAddress(addr)).Error()
 	if err != nil {
-		r.failedTransferTerm.Store(term)
+		r.failedTransfer.Store(&failedTransfer{term: term, last: r.raft.LastIndex()})
 	}
 	return err
 }

@@ -55,9 +55,10 @@ func TestLeadersSpreadEvenly(t *testing.T) {
 	even(fmt.Sprint("two leaders per node after node 0 is back"))
 }
 
-// A leadership transfer that fails spends its term: another transfer in that term is refused at
-// once instead of queueing behind the failed one's leftovers (hashicorp/raft#696).
-func TestFailedTransferSpendsTheTerm(t *testing.T) {
+// A leadership transfer that fails holds back the next one in its term until the target has
+// caught up with the log as it was at the failure (hashicorp/raft#696); then the transfer goes
+// through.
+func TestFailedTransferWaitsForCatchUp(t *testing.T) {
 	shard := raftstore.ShardID(1)
 	c := raftstoretest.NewCluster(t, 3, []raftstore.ShardID{shard}, func(cfg *raftstore.Config) { cfg.BalanceInterval = -1 })
 	l := c.Leader(shard)
@@ -66,16 +67,26 @@ func TestFailedTransferSpendsTheTerm(t *testing.T) {
 	c.Cut(l, target, true) // the leader can no longer reach the target: the transfer cannot finish
 	c.Cut(target, l, true)
 	term := c.Node(l).CurrentTerm(shard)
-	err := c.Node(l).TransferLeadership(shard, id)
-	if err == nil {
+	if err := c.Node(l).TransferLeadership(shard, id, 0); err == nil {
 		t.Fatal("a transfer to an unreachable voter succeeded")
 	}
 	if c.Node(l).CurrentTerm(shard) != term {
 		t.Skip("the term moved during the transfer; nothing to check")
 	}
-	if err := c.Node(l).TransferLeadership(shard, id); !errors.Is(err, raftstore.ErrTransferSpent) {
-		t.Fatalf("a second transfer in the same term: %v, want ErrTransferSpent", err)
+	if err := c.Node(l).TransferLeadership(shard, id, 0); !errors.Is(err, raftstore.ErrTransferSpent) {
+		t.Fatalf("a second transfer in the same term, target not caught up: %v, want ErrTransferSpent", err)
 	}
 	c.Cut(l, target, false)
 	c.Cut(target, l, false)
+	leaderLast := c.WaitConverged(shard)
+	st, err := c.Node(target).ShardStatus(shard)
+	if err != nil || st.AppliedIndex < leaderLast {
+		t.Fatalf("target status %+v, %v; leader's last index %d", st, err, leaderLast)
+	}
+	if err := c.Node(l).TransferLeadership(shard, id, st.AppliedIndex); err != nil {
+		t.Fatalf("a transfer to a caught-up target: %v", err)
+	}
+	if got := c.Leader(shard); got != target {
+		t.Fatalf("leader is node %d, want %d", got, target)
+	}
 }

@@ -1,15 +1,16 @@
 package raftstore
 
-// TransferLeadership hands this node's leadership of shard to voter id, through the guard the
-// balancer and the membership loop use (for tests in package raftstore_test).
-func (n *Node) TransferLeadership(shard ShardID, id string) error {
+// TransferLeadership hands this node's leadership of shard to voter id, whose replica has applied
+// targetApplied, through the guard the balancer and the membership loop use (for tests in
+// package raftstore_test).
+func (n *Node) TransferLeadership(shard ShardID, id string, targetApplied uint64) error {
 	r, ok := n.replica(shard)
 	if !ok {
 		return ErrNoShard
 	}
 	for _, v := range r.voters() {
 		if v.ID == id {
-			return r.transferLeadership(v.ID, v.Addr)
+			return r.transferLeadership(v.ID, v.Addr, targetApplied)
 		}
 	}
 	return ErrNoShard

@@ -285,7 +285,7 @@ func (n *Node) reconcileGroup(ctx context.Context, r *replica, desired []string,
 			// Leaving a group this node leads: hand leadership to a desired member first, so the
 			// group does not wait out an election. If a hand-over already failed in this term,
 			// the leader removes itself instead (it steps down once the change commits).
-			err := r.transferLeadership(desired[0], m.Nodes[desired[0]].RaftAddr)
+			err := r.transferLeadership(desired[0], m.Nodes[desired[0]].RaftAddr, 0)
 			if errors.Is(err, errTransferSpent) {
 				n.membershipChange(r.id, "remove "+id+" (this node, the leader)", n.RemoveMember(ctx, r.id, id))
 				return

@@ -56,9 +56,9 @@ type replica struct {
 	trans *raft.NetworkTransport
 	logs  *raftLog
 	state *log.Shard
-	// failedTransferTerm is the Raft term in which a leadership transfer from this replica
-	// last failed (see transferLeadership).
-	failedTransferTerm atomic.Uint64
+	// failedTransfer is the last leadership transfer from this replica that failed, if any
+	// (see transferLeadership).
+	failedTransfer atomic.Pointer[failedTransfer]
 }
 
 // New opens (or creates) the node's store, starts every configured shard and, on first start,

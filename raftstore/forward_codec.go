@@ -205,9 +205,9 @@ func decodeFwdResponse(body []byte) (fwdResponse, error) {
 	case fwdShutdown:
 		r.err = fmt.Errorf("%w (the leader is shutting down)", ErrShutdown)
 	case fwdNoShard:
-		r.err = fmt.Errorf("%w (at the leader)", ErrNoShard)
+		r.err = fmt.Errorf("%w (on the node asked)", ErrNoShard)
 	case fwdOther:
-		r.err = fmt.Errorf("raftstore: at the leader: %s", d.str())
+		r.err = fmt.Errorf("raftstore: on the node asked: %s", d.str())
 	case fwdBody:
 		r.body = []byte(d.str())
 	case fwdMetaRefused:

@@ -59,7 +59,7 @@ func (s *Server) SetDeliveryFault(fault DeliveryFault) {
 // destination had replayed it already (a repeated replay, say after a crash between the two
 // steps, never duplicates). If the destination refuses again, the dead letter stays and the error
 // says why. Both steps are proposals, which reach the shards' leaders from any node; reading dl is
-// the caller's (the admin endpoint reads it where a replica of src is, see inspectcall.go).
+// the caller's (the admin endpoint reads it on src's leader replica, see replayDeadLetter).
 func (f *Fanout) Replay(ctx context.Context, src raftstore.ShardID, dl log.DeadLetter) (int, error) {
 	dest, pos := dl.Dest, dl.Pos
 	items := []log.Delivery{{Pos: pos, Users: dl.Users, Entry: dl.Entry}}
@@ -79,11 +79,12 @@ func (f *Fanout) Replay(ctx context.Context, src raftstore.ShardID, dl log.DeadL
 	return res.Deliver.Appended, nil
 }
 
-// replayDeadLetter reads the dead letter (src, dest, pos) on a replica of src, wherever one is,
-// and replays it (Fanout.Replay). A dead letter the replica does not hold is log.ErrNoDeadLetter.
+// replayDeadLetter reads the dead letter (src, dest, pos) on src's leader replica, wherever it is
+// (so a drop acknowledged before is seen), and replays it (Fanout.Replay). A dead letter the
+// leader does not hold is log.ErrNoDeadLetter.
 func (s *Server) replayDeadLetter(ctx context.Context, src, dest raftstore.ShardID, pos uint64) (int, error) {
 	var a deadLetterAnswer
-	if err := s.inspectShard(ctx, src, "dead_letter", deadLetterArgs{Dest: uint32(dest), Pos: pos}, &a); err != nil {
+	if err := s.inspectLeader(ctx, src, "dead_letter", deadLetterArgs{Dest: uint32(dest), Pos: pos}, &a); err != nil {
 		return 0, err
 	}
 	if !a.Found {
@@ -211,11 +212,12 @@ func opDeadLetters(_ *Server, state *log.Shard, src raftstore.ShardID, args json
 }
 
 // deadLetterRoutes serves the dead-letter endpoints on the admin mux. Any node answers for the
-// whole cluster: the list and the read of a replayed dead letter go to a replica of each source
-// shard wherever it is, the replay and the drop are proposals, which reach the leaders. A replica
-// read may trail its leader (as a follower here always could): a list may show for a moment a
-// dead letter just replayed or dropped. Replaying one just replayed again appends nothing (the
-// destination remembers the replay); one just dropped could still be read, and so replayed.
+// whole cluster: the list reads a replica of each source shard wherever one is, a replay reads
+// its dead letter on the source shard's leader, and the replay's writes and the drop are
+// proposals, which reach the leaders. A list may show for a moment a dead letter just replayed
+// or dropped (a follower's replica trails its leader); a replay never acts on one whose drop was
+// acknowledged, and replaying one just replayed appends nothing (the destination remembers the
+// replay).
 //
 //	GET    /v1/deadletters[?limit=N]      list (DeadLetterList), default and maximum limit 1000
 //	POST   /v1/deadletters/{id}/replay    replay one: {"id", "appended"}

@@ -46,6 +46,9 @@ type inspectRequest struct {
 	Op    string          `json:"op"`
 	Shard uint32          `json:"shard"`
 	Args  json.RawMessage `json:"args"`
+	// Leader asks for the shard's leader replica: a node whose replica is not the leader
+	// refuses, and the caller asks the next.
+	Leader bool `json:"leader,omitempty"`
 }
 
 // inspectShard runs op with args on a replica of shard and decodes its result into out (a
@@ -53,6 +56,18 @@ type inspectRequest struct {
 // returns raftstore.ErrNoShard when neither this node nor any node the map places the shard on
 // has it, raftstore.ErrUnreachable when none of those could be asked, or the op's own error.
 func (s *Server) inspectShard(ctx context.Context, shard raftstore.ShardID, op string, args, out any) error {
+	return s.inspect(ctx, shard, op, args, out, false)
+}
+
+// inspectLeader runs op like inspectShard, but only on shard's leader replica, so that what it
+// reads includes every change acknowledged before it (a follower may not have applied the latest
+// yet). A replay reads its dead letter this way: once a drop of it is acknowledged, a replay
+// finds it gone, whichever node is asked.
+func (s *Server) inspectLeader(ctx context.Context, shard raftstore.ShardID, op string, args, out any) error {
+	return s.inspect(ctx, shard, op, args, out, true)
+}
+
+func (s *Server) inspect(ctx context.Context, shard raftstore.ShardID, op string, args, out any, leader bool) error {
 	if _, ok := inspectOps[op]; !ok {
 		return fmt.Errorf("syncd: unknown inspection %q", op) // a bug: fail before asking anyone
 	}
@@ -60,15 +75,22 @@ func (s *Server) inspectShard(ctx context.Context, shard raftstore.ShardID, op s
 	if err != nil {
 		return err
 	}
-	var b []byte
 	state, err := s.node.State(shard)
-	switch {
-	case err == nil:
+	if err != nil && !errors.Is(err, raftstore.ErrNoShard) {
+		return err
+	}
+	hosted, leaderID := err == nil, ""
+	if hosted && leader {
+		st, _ := s.node.ShardStatus(shard)
+		hosted, leaderID = st.State == "leader", st.LeaderID
+	}
+	var b []byte
+	if hosted {
 		b, err = runInspectOp(s, state, shard, op, a)
-	case errors.Is(err, raftstore.ErrNoShard):
+	} else {
 		var payload []byte
-		if payload, err = json.Marshal(inspectRequest{Op: op, Shard: uint32(shard), Args: a}); err == nil {
-			b, _, err = s.callHosts(ctx, shard, methodInspect, payload, "")
+		if payload, err = json.Marshal(inspectRequest{Op: op, Shard: uint32(shard), Args: a, Leader: leader}); err == nil {
+			b, _, err = s.callHosts(ctx, shard, methodInspect, payload, leaderID)
 		}
 	}
 	if err != nil {
@@ -104,6 +126,11 @@ func (s *Server) serveInspect(payload []byte) ([]byte, error) {
 	state, err := s.node.State(shard)
 	if err != nil {
 		return nil, err
+	}
+	if req.Leader {
+		if st, _ := s.node.ShardStatus(shard); st.State != "leader" {
+			return nil, fmt.Errorf("syncd: %s's replica of shard %d is not its leader", s.node.ID(), shard)
+		}
 	}
 	return runInspectOp(s, state, shard, req.Op, req.Args)
 }

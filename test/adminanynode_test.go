@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"slices"
 	"strings"
@@ -220,19 +219,9 @@ func adminGet[T any](t *testing.T, url string) (T, int) {
 // adminDo sends a body-less request and returns the status code and body.
 func adminDo(t *testing.T, method, url string) (int, string) {
 	t.Helper()
-	req, err := http.NewRequest(method, url, nil)
+	code, body, err := httpDo(&http.Client{Transport: &http.Transport{DisableKeepAlives: true}}, method, url, 30*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 30 * time.Second}
-	resp, err := c.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp.StatusCode, string(b)
+	return code, body
 }

@@ -392,13 +392,19 @@ func (c *testCluster) get(n *clusterNode, path string) (int, string, error) {
 
 // do sends a body-less request to an admin URL path of node n and returns the status and body.
 func (c *testCluster) do(n *clusterNode, method, path string) (int, string, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	return httpDo(c.http, method, "http://"+n.admin+path, 5*time.Second)
+}
+
+// httpDo sends a body-less request with client, bounded by timeout, and returns the status and
+// body.
+func httpDo(client *http.Client, method, url string, timeout time.Duration) (int, string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, method, "http://"+n.admin+path, nil)
+	req, err := http.NewRequestWithContext(ctx, method, url, nil)
 	if err != nil {
 		return 0, "", err
 	}
-	resp, err := c.http.Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
 		return 0, "", err
 	}

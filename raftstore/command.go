@@ -165,3 +165,22 @@ func (c decodedCommand) apply(tx *log.Tx, st log.Stamp) (Result, error) {
 func rejectDecode(err error) error {
 	return fmt.Errorf("%w: undecodable command: %v", log.ErrInvalid, err)
 }
+
+// Apply runs cmd inside tx at st exactly as a shard's state machine applies it, through the
+// command's Raft-log encoding; a command with a Time of its own overrides st.Time, as it does when
+// proposed. It is for tests and tools that drive shards without Raft (syncd/fanout's tests); the
+// caller commits tx.
+func Apply(tx *log.Tx, st log.Stamp, cmd Command) (Result, error) {
+	b, err := cmd.encode()
+	if err != nil {
+		return Result{}, err
+	}
+	c, err := decodeCommand(b)
+	if err != nil {
+		return Result{}, err
+	}
+	if c.time != 0 {
+		st.Time = c.time
+	}
+	return c.apply(tx, st)
+}

@@ -14,6 +14,9 @@ import (
 
 	"github.com/syncd-dev/syncd/log"
 	"github.com/syncd-dev/syncd/raftstore"
+	"github.com/syncd-dev/syncd/syncd/admin"
+	"github.com/syncd-dev/syncd/syncd/peer"
+	"github.com/syncd-dev/syncd/syncd/routing"
 )
 
 // startMetricsNode starts a real single node hosting shards 1 and 2 and waits for their leaders.
@@ -79,16 +82,17 @@ func TestAdminServesMetricsHealthReadinessAndPprof(t *testing.T) {
 		if notReady.Load() {
 			return errors.New("no known leader for shards [2]")
 		}
-		return leadersReady(node)
+		return admin.LeadersReady(node)
 	}
-	adm, err := startAdmin("127.0.0.1:0", newAdminHandler(reg, ready), logger)
+	adm, err := admin.Start(admin.Config{Addr: "127.0.0.1:0", Node: node, Routing: routing.Even(2), Peer: peer.New(node),
+		Registry: reg, Ready: ready, Logger: logger})
 	if err != nil {
 		t.Fatal(err)
 	}
 	closed := false
 	defer func() {
 		if !closed {
-			adm.close(context.Background())
+			adm.Close(context.Background())
 		}
 	}()
 	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 10 * time.Second}
@@ -169,7 +173,7 @@ func TestAdminServesMetricsHealthReadinessAndPprof(t *testing.T) {
 	closeCtx, closeCancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer closeCancel()
 	closed = true
-	if err := adm.close(closeCtx); err != nil {
+	if err := adm.Close(closeCtx); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := client.Get(base + "/healthz"); err == nil {
@@ -220,7 +224,7 @@ func TestMetricsTwoServersInOneProcess(t *testing.T) {
 // it shuts down, and that scraping a closed node's shards does not fail.
 func TestAdminLeadersReady(t *testing.T) {
 	node := startMetricsNode(t)
-	if err := leadersReady(node); err != nil {
+	if err := admin.LeadersReady(node); err != nil {
 		t.Fatalf("leadersReady with leaders: %v", err)
 	}
 	reg := prometheus.NewRegistry()
@@ -228,7 +232,7 @@ func TestAdminLeadersReady(t *testing.T) {
 	if err := node.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if err := leadersReady(node); err == nil {
+	if err := admin.LeadersReady(node); err == nil {
 		t.Error("leadersReady after Close: nil, want an error")
 	}
 	if _, err := reg.Gather(); err != nil {
@@ -242,3 +246,8 @@ type stubFanout struct{ delivered, failures, deadLettered uint64 }
 func (s stubFanout) Delivered() uint64    { return s.delivered }
 func (s stubFanout) Failures() uint64     { return s.failures }
 func (s stubFanout) DeadLettered() uint64 { return s.deadLettered }
+
+// testLog writes log records to the test log.
+type testLog struct{ t testing.TB }
+
+func (w testLog) Write(p []byte) (int, error) { w.t.Log(string(p)); return len(p), nil }

@@ -10,6 +10,8 @@ import (
 	"github.com/syncd-dev/syncd/log"
 	"github.com/syncd-dev/syncd/proto"
 	"github.com/syncd-dev/syncd/raftstore"
+	"github.com/syncd-dev/syncd/syncd/adminapi"
+	"github.com/syncd-dev/syncd/syncd/routing"
 )
 
 // Config configures a Server. Zero fields take the documented defaults, which together make a
@@ -21,7 +23,7 @@ type Config struct {
 	// ListenAddr is the UDP address of the QUIC listener for clients. Default "127.0.0.1:7300".
 	ListenAddr string
 	// AdminAddr is the TCP address of the admin HTTP server (/metrics, /healthz, /readyz,
-	// /debug/pprof). Default DefaultAdminAddr, on loopback: expose it deliberately.
+	// /debug/pprof). Default adminapi.DefaultAddr, on loopback: expose it deliberately.
 	AdminAddr string
 	// NodeID, RaftAddr, Peers: see raftstore.Config. Defaults "n1", "127.0.0.1:7400", none.
 	// Peers are the first nodes of a new cluster, each given the same list; a node joining an
@@ -89,7 +91,7 @@ func (c Config) withDefaults() Config {
 		c.ListenAddr = "127.0.0.1:7300"
 	}
 	if c.AdminAddr == "" {
-		c.AdminAddr = DefaultAdminAddr
+		c.AdminAddr = adminapi.DefaultAddr
 	}
 	if c.NodeID == "" {
 		c.NodeID = "n1"
@@ -149,7 +151,7 @@ func (c Config) Validate() error {
 	c = c.withDefaults()
 	var errs []error
 	if c.Shards < 1 || c.Shards > 4096 {
-		errs = append(errs, fmt.Errorf("syncd: Shards %d must be between 1 and %d", c.Shards, NumSlots))
+		errs = append(errs, fmt.Errorf("syncd: Shards %d must be between 1 and %d", c.Shards, routing.NumSlots))
 	}
 	if c.Join != "" && len(c.Peers) > 0 {
 		errs = append(errs, errors.New("syncd: Join and Peers exclude each other: join an existing cluster, or start a new one with Peers"))

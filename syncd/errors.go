@@ -7,6 +7,7 @@ import (
 	"github.com/syncd-dev/syncd/log"
 	"github.com/syncd-dev/syncd/proto"
 	"github.com/syncd-dev/syncd/raftstore"
+	"github.com/syncd-dev/syncd/syncd/auth"
 )
 
 // errorCodes is the one table that maps internal errors to wire codes. Anything not listed is
@@ -25,8 +26,8 @@ var errorCodes = []struct {
 	{log.ErrNotSender, proto.CodeNotSender},
 	{log.ErrRecallWindow, proto.CodeRecallWindow},
 	{log.ErrAlreadyRecalled, proto.CodeAlreadyRecalled},
-	{ErrTokenExpired, proto.CodeTokenExpired},
-	{ErrTokenInvalid, proto.CodeUnauthenticated},
+	{auth.ErrTokenExpired, proto.CodeTokenExpired},
+	{auth.ErrTokenInvalid, proto.CodeUnauthenticated},
 	{raftstore.ErrNotLeader, proto.CodeUnavailable},
 	{raftstore.ErrNoShard, proto.CodeUnavailable},
 	{raftstore.ErrShutdown, proto.CodeUnavailable},

@@ -1,21 +1,17 @@
 package syncd
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
-	"log/slog"
 	"net/http"
-	"net/http/httptest"
-	"slices"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/syncd-dev/syncd/log"
 	"github.com/syncd-dev/syncd/proto"
 	"github.com/syncd-dev/syncd/raftstore"
 	"github.com/syncd-dev/syncd/raftstore/raftstoretest"
+	"github.com/syncd-dev/syncd/syncd/adminapi"
 )
 
 // getJSON GETs url and decodes its JSON body (also when the status is not 200) into a fresh T.
@@ -30,9 +26,9 @@ func getJSON[T any](t *testing.T, url string) (T, int) {
 }
 
 // wantOpsError GETs url and checks the status and the error's code, and that it says what to do.
-func wantOpsError(t *testing.T, url string, status int, code string) OpsError {
+func wantOpsError(t *testing.T, url string, status int, code string) adminapi.OpsError {
 	t.Helper()
-	e, got := getJSON[OpsError](t, url)
+	e, got := getJSON[adminapi.OpsError](t, url)
 	if got != status || e.Code != code || e.Message == "" || e.Hint == "" {
 		t.Errorf("GET %s: HTTP %d %+v; want %d with code %q, a message and a hint", url, got, e, status, code)
 	}
@@ -78,10 +74,10 @@ func TestInspectCursorsAndTrace(t *testing.T) {
 	}
 
 	// /v1/cursors: erin's log and the two stored cursors (acks are written asynchronously).
-	var cur CursorReport
+	var cur adminapi.CursorReport
 	raftstoretest.Eventually(t, 10*time.Second, "erin's two cursors to be stored", func() bool {
 		var code int
-		cur, code = getJSON[CursorReport](t, base+"/v1/cursors?user=erin")
+		cur, code = getJSON[adminapi.CursorReport](t, base+"/v1/cursors?user=erin")
 		return code == http.StatusOK && len(cur.Devices) == 2
 	})
 	if cur.User != "erin" || cur.Shard != uint32(ts.slots.UserShard("erin")) || !cur.Exists ||
@@ -106,28 +102,28 @@ func TestInspectCursorsAndTrace(t *testing.T) {
 		t.Errorf("cursors JSON device: %v", d)
 	}
 	// A user nothing was delivered to has no log yet.
-	if nobody, code := getJSON[CursorReport](t, base+"/v1/cursors?user=nobody"); code != http.StatusOK || nobody.Exists ||
+	if nobody, code := getJSON[adminapi.CursorReport](t, base+"/v1/cursors?user=nobody"); code != http.StatusOK || nobody.Exists ||
 		nobody.Epoch != 0 || nobody.Devices == nil || len(nobody.Devices) != 0 {
 		t.Errorf("cursors of nobody: HTTP %d %+v", code, nobody)
 	}
 
 	// /v1/trace once fan-out has delivered everywhere and trimmed the outbox.
-	var tr TraceReport
+	var tr adminapi.TraceReport
 	url := base + "/v1/trace?msg_id=" + string(msg.MsgID)
 	raftstoretest.Eventually(t, 10*time.Second, "the message in every log and out of the outbox", func() bool {
 		var code int
-		if tr, code = getJSON[TraceReport](t, url); code != http.StatusOK || tr.Outbox.Retained || len(tr.Users) != 3 {
+		if tr, code = getJSON[adminapi.TraceReport](t, url); code != http.StatusOK || tr.Outbox.Retained || len(tr.Users) != 3 {
 			return false
 		}
 		for _, u := range tr.Users {
-			if u.Status != TraceDelivered {
+			if u.Status != adminapi.TraceDelivered {
 				return false
 			}
 		}
 		return true
 	})
 	if tr.MsgID != string(msg.MsgID) || tr.HomeShard != uint32(ts.slots.ConvShard("team")) || tr.Conv != "team" ||
-		tr.ConvKind != "group" || tr.ConvSeq != 2 || tr.Recalled || tr.Scan != DefaultTraceScan {
+		tr.ConvKind != "group" || tr.ConvSeq != 2 || tr.Recalled || tr.Scan != adminapi.DefaultTraceScan {
 		t.Errorf("trace: %+v", tr)
 	}
 	if e := tr.Entry; e == nil || e.Source != "history" || e.Kind != "message" || e.Sender != "alice" || e.BodyBytes != 5 || e.Time != msg.Time {
@@ -155,23 +151,23 @@ func TestInspectCursorsAndTrace(t *testing.T) {
 	// is not mistaken for it.
 	recall := alice.ack(&proto.Recall{ID: alice.id(), Conv: "team", ClientMsgID: "x1", Target: msg.MsgID})
 	raftstoretest.Eventually(t, 10*time.Second, "the recall in erin's log", func() bool {
-		c, code := getJSON[CursorReport](t, base+"/v1/cursors?user=erin")
+		c, code := getJSON[adminapi.CursorReport](t, base+"/v1/cursors?user=erin")
 		return code == http.StatusOK && c.Head == 3
 	})
-	tr, _ = getJSON[TraceReport](t, url+"&user=erin")
+	tr, _ = getJSON[adminapi.TraceReport](t, url+"&user=erin")
 	if !tr.Recalled || len(tr.Users) != 1 || tr.Users[0].User != "erin" || tr.Users[0].Pos != 2 || tr.Users[0].Scanned != 2 {
 		t.Errorf("trace after the recall, for erin: %+v", tr)
 	}
-	rt, _ := getJSON[TraceReport](t, base+"/v1/trace?msg_id="+string(recall.MsgID)+"&user=erin")
+	rt, _ := getJSON[adminapi.TraceReport](t, base+"/v1/trace?msg_id="+string(recall.MsgID)+"&user=erin")
 	if rt.Entry == nil || rt.Entry.Kind != "recall" || rt.Entry.Target != string(msg.MsgID) || len(rt.Users) != 1 || rt.Users[0].Pos != 3 {
 		t.Errorf("trace of the recall: %+v", rt)
 	}
 	// A scan that stops short of the message says so.
-	tr, _ = getJSON[TraceReport](t, url+"&user=erin&scan=1")
+	tr, _ = getJSON[adminapi.TraceReport](t, url+"&user=erin&scan=1")
 	if len(tr.Users) != 1 || len(tr.Users[0].Devices) != 2 {
 		t.Fatalf("trace with scan=1: %+v", tr)
 	}
-	if u := tr.Users[0]; u.Status != TraceNotFound || u.Pos != 0 || u.Scanned != 1 || !strings.Contains(u.Note, "raise the scan limit") || u.Devices[1].Past {
+	if u := tr.Users[0]; u.Status != adminapi.TraceNotFound || u.Pos != 0 || u.Scanned != 1 || !strings.Contains(u.Note, "raise the scan limit") || u.Devices[1].Past {
 		t.Errorf("trace with scan=1: %+v", u)
 	}
 
@@ -183,62 +179,4 @@ func TestInspectCursorsAndTrace(t *testing.T) {
 	wantOpsError(t, base+"/v1/cursors", http.StatusBadRequest, "bad_request")
 	wantOpsError(t, base+"/v1/trace?msg_id=2.999999.0", http.StatusNotFound, "not_found")
 	wantOpsError(t, base+"/v1/trace?msg_id=99.1.0", http.StatusNotFound, "not_found")
-}
-
-// TestInspectShardNotHosted: when no replica of a shard can be read — here a node outside any
-// managed cluster, hosting shards 1 and 2 of a three-shard table, so no other node can be asked
-// about shard 3 — the views say so rather than fail or guess: 503 for cursors and a trace whose
-// home is shard 3, and a trace of a message of shard 1 reports the user on shard 2 (pending: no
-// fan-out runs here) and the user on shard 3 as unavailable, with why. (From any node of a real
-// cluster the views are whole: test/adminanynode_test.go.)
-func TestInspectShardNotHosted(t *testing.T) {
-	node := startMetricsNode(t)
-	s := &Server{cfg: Config{NodeID: "n1"}, logger: slog.New(slog.NewTextHandler(testLog{t}, &slog.HandlerOptions{Level: slog.LevelError})), node: node, slots: NewSlotTable(3)}
-	// Users and a conversation on the shards this test needs.
-	pick := func(want raftstore.ShardID, of func(string) raftstore.ShardID) string {
-		for i := range 1000 {
-			if id := fmt.Sprint("x", i); of(id) == want {
-				return id
-			}
-		}
-		t.Fatalf("no id on shard %d", want)
-		return ""
-	}
-	here, away, conv := pick(2, s.slots.UserShard), pick(3, s.slots.UserShard), pick(1, s.slots.ConvShard)
-	mux := http.NewServeMux()
-	s.inspectRoutes(mux)
-	hs := httptest.NewServer(mux)
-	defer hs.Close()
-
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	res, err := node.Propose(ctx, 1, raftstore.AppendCommand(&log.Append{Conv: conv, Sender: here,
-		ClientMsgID: "c1", Kind: log.KindGroupCreate, Members: []string{away}}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	tr, code := getJSON[TraceReport](t, hs.URL+"/v1/trace?msg_id="+res.Append.MsgID.String())
-	if code != http.StatusOK {
-		t.Fatalf("trace: HTTP %d", code)
-	}
-	if !tr.Outbox.Retained || tr.Outbox.Pos != 1 || !slices.Equal(tr.Outbox.Recipients, []string{here, away}) ||
-		tr.Entry == nil || tr.Entry.Kind != "group_create" || len(tr.Users) != 2 {
-		t.Fatalf("trace: %+v", tr)
-	}
-	byUser := map[string]TraceUser{}
-	for _, u := range tr.Users {
-		byUser[u.User] = u
-	}
-	if u := byUser[here]; u.Status != TracePending || u.SourceMark != 0 || u.Recipient == nil || !*u.Recipient || u.Scanned != 0 || u.Node != "n1" {
-		t.Errorf("user on a hosted shard, before fan-out: %+v", u)
-	}
-	if u := byUser[away]; u.Status != TraceUnavailable || !strings.Contains(u.Note, "no node that does answered") ||
-		u.Node != "" || u.Recipient == nil || !*u.Recipient || u.Devices == nil {
-		t.Errorf("user on shard 3: %+v", u)
-	}
-	e := wantOpsError(t, hs.URL+"/v1/cursors?user="+away, http.StatusServiceUnavailable, "no_shard")
-	if !strings.Contains(e.Hint, "cluster status") {
-		t.Errorf("hint %q does not say what to check", e.Hint)
-	}
-	wantOpsError(t, hs.URL+"/v1/trace?msg_id=3.1.0", http.StatusServiceUnavailable, "no_shard")
 }

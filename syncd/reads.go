@@ -2,20 +2,18 @@ package syncd
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
-	"fmt"
-	"slices"
 	"time"
 
 	"github.com/syncd-dev/syncd/log"
 	"github.com/syncd-dev/syncd/raftstore"
+	"github.com/syncd-dev/syncd/syncd/peer"
 )
 
 // Reads of shards this node does not host. In a managed cluster a node holds replicas of only
 // some shards, but a device may connect to any node: its sync stream and queries then read a
-// replica on another node, through raftstore's Node.Call, the same way they read a local one —
-// prefix-consistent reads of a replica, so contiguity and the G3 answers hold unchanged.
+// replica on another node, through the call plane (syncd/peer), the same way they read a local
+// one — prefix-consistent reads of a replica, so contiguity and the G3 answers hold unchanged.
 
 // shardReader is the read side of one shard: a local *log.Shard, or a remote replica.
 type shardReader interface {
@@ -36,180 +34,108 @@ func (s *Server) reader(ctx context.Context, shard raftstore.ShardID) (shardRead
 	if !errors.Is(err, raftstore.ErrNoShard) {
 		return nil, err
 	}
-	return &remoteReader{s: s, ctx: ctx, shard: shard}, nil
-}
-
-// The method Serve answers reads with.
-const methodRead = "read"
-
-// readRequest is a read of a shard on another node.
-type readRequest struct {
-	Op     string       `json:"op"` // the shardReader method, or "read_user_wait"
-	Shard  uint32       `json:"shard"`
-	UID    string       `json:"uid,omitempty"`
-	Conv   string       `json:"conv,omitempty"`
-	After  string       `json:"after,omitempty"`
-	Epoch  log.Epoch    `json:"epoch,omitempty"`
-	Pos    log.Position `json:"pos,omitempty"` // from, or before
-	Limit  log.Limit    `json:"limit"`
-	Count  int          `json:"count,omitempty"` // UserConvs' limit
-	WaitMS int64        `json:"wait_ms,omitempty"`
-}
-
-// readAnswer is the answer to a readRequest; the fields of the request's Op are set.
-type readAnswer struct {
-	Info log.LogInfo   `json:"info"`
-	Conv log.ConvState `json:"conv"`
-	IDs  []string      `json:"ids,omitempty"`
-	Read log.Read      `json:"read"`
+	return &remoteReader{peer: s.peer, ctx: ctx, shard: shard}, nil
 }
 
 // remoteReader reads a shard through the nodes that host it, as the cluster map lists them.
 type remoteReader struct {
-	s     *Server
+	peer  *peer.Peer
 	ctx   context.Context
 	shard raftstore.ShardID
 	last  string // the node that answered last, asked first next time
 }
 
-func (r *remoteReader) call(req readRequest) (readAnswer, error) {
-	req.Shard = uint32(r.shard)
-	payload, err := json.Marshal(req)
-	if err != nil {
-		return readAnswer{}, err
+func (r *remoteReader) call(op peer.Op, args peer.ReadArgs) (peer.ReadAnswer, error) {
+	var a peer.ReadAnswer
+	id, err := r.peer.Remote(r.ctx, r.shard, op, args, &a, r.last)
+	if err == nil {
+		r.last = id
 	}
-	b, id, err := r.s.callHosts(r.ctx, r.shard, methodRead, payload, r.last)
-	if err != nil {
-		return readAnswer{}, err
-	}
-	r.last = id
-	var a readAnswer
-	if err := json.Unmarshal(b, &a); err != nil {
-		return readAnswer{}, fmt.Errorf("syncd: read of shard %d from %s: %w", r.shard, id, err)
-	}
-	return a, nil
-}
-
-// callHosts calls method with payload on a node that hosts shard, as the cluster map places it,
-// trying each in turn (first, if it is one of them, then the others; never this node, whose
-// replica the caller has found missing) until one answers, and returns the answer and the node
-// that gave it. Reads and inspections of a shard hosted elsewhere share it, so they fail over
-// between replicas alike.
-//
-// A refusal of the log package (log.Rejected) ends the loop: every replica would refuse alike.
-// A node that cannot be reached, or no longer hosts the shard, is skipped; when none answers the
-// error is the last node's (raftstore.ErrUnreachable, raftstore.ErrNoShard, ...), or
-// raftstore.ErrNoShard when the map places the shard on no other node or this node is not part of
-// a managed cluster.
-func (s *Server) callHosts(ctx context.Context, shard raftstore.ShardID, method string, payload []byte, first string) ([]byte, string, error) {
-	m, ok := s.node.ClusterMap()
-	if !ok {
-		return nil, "", raftstore.ErrNoShard
-	}
-	nodes := slices.DeleteFunc(slices.Clone(m.Replicas[shard]), func(id string) bool { return id == s.node.ID() })
-	if i := slices.Index(nodes, first); i > 0 {
-		nodes[0], nodes[i] = nodes[i], nodes[0]
-	}
-	err := fmt.Errorf("%w: no other node hosts shard %d", raftstore.ErrNoShard, shard)
-	for _, id := range nodes {
-		var b []byte
-		b, err = s.node.Call(ctx, id, method, payload)
-		if err == nil {
-			return b, id, nil
-		}
-		if log.Rejected(err) || ctx.Err() != nil {
-			return nil, "", err
-		}
-	}
-	return nil, "", err
+	return a, err
 }
 
 func (r *remoteReader) UserInfo(uid string) (log.LogInfo, error) {
-	a, err := r.call(readRequest{Op: "UserInfo", UID: uid})
-	return a.Info, err
+	a, err := r.call(peer.OpUserInfo, peer.ReadArgs{UID: uid})
+	return a.Info.Log(), err
 }
 
 func (r *remoteReader) Conversation(conv, uid string) (log.ConvState, error) {
-	a, err := r.call(readRequest{Op: "Conversation", Conv: conv, UID: uid})
-	return a.Conv, err
+	a, err := r.call(peer.OpConversation, peer.ReadArgs{Conv: conv, UID: uid})
+	return a.Conv.Log(), err
 }
 
 func (r *remoteReader) UserConvs(uid, after string, limit int) ([]string, error) {
-	a, err := r.call(readRequest{Op: "UserConvs", UID: uid, After: after, Count: limit})
+	a, err := r.call(peer.OpUserConvs, peer.ReadArgs{UID: uid, After: after, Count: limit})
 	return a.IDs, err
 }
 
 func (r *remoteReader) ReadConvBefore(conv string, before log.Position, lim log.Limit) (log.Read, error) {
-	a, err := r.call(readRequest{Op: "ReadConvBefore", Conv: conv, Pos: before, Limit: lim})
-	return a.Read, err
+	a, err := r.call(peer.OpReadConvBefore, peer.ReadArgs{Conv: conv, Pos: uint64(before)}.WithLimit(lim))
+	return a.Read.Log(), err
 }
 
 func (r *remoteReader) ReadUser(uid string, epoch log.Epoch, from log.Position, lim log.Limit) (log.Read, error) {
-	a, err := r.call(readRequest{Op: "ReadUser", UID: uid, Epoch: epoch, Pos: from, Limit: lim})
-	return a.Read, err
+	a, err := r.call(peer.OpReadUser, peer.ReadArgs{UID: uid, Epoch: uint64(epoch), Pos: uint64(from)}.WithLimit(lim))
+	return a.Read.Log(), err
 }
 
 // readUserWait reads like ReadUser, but a remote replica that is caught up waits up to wait for
 // the log to grow before it answers: a long poll, so a proxied sync stream gets new entries as
 // soon as the replica applies them.
 func (r *remoteReader) readUserWait(uid string, epoch log.Epoch, from log.Position, lim log.Limit, wait time.Duration) (log.Read, error) {
-	a, err := r.call(readRequest{Op: "read_user_wait", UID: uid, Epoch: epoch, Pos: from, Limit: lim, WaitMS: wait.Milliseconds()})
-	return a.Read, err
+	args := peer.ReadArgs{UID: uid, Epoch: uint64(epoch), Pos: uint64(from), WaitMS: wait.Milliseconds()}.WithLimit(lim)
+	a, err := r.call(peer.OpReadUserWait, args)
+	return a.Read.Log(), err
 }
 
-// serveCall answers other nodes' calls (raftstore.Config.Serve): reads and inspections of a
-// shard hosted here.
-func (s *Server) serveCall(ctx context.Context, method string, payload []byte) ([]byte, error) {
-	switch method {
-	case methodRead:
-		return s.serveRead(ctx, payload)
-	case methodInspect:
-		return s.serveInspect(payload)
+// handleReads registers the answers to other nodes' reads of a replica hosted here.
+func (s *Server) handleReads(p *peer.Peer) {
+	read := func(op peer.Op, f func(ctx context.Context, state *log.Shard, shard raftstore.ShardID, a peer.ReadArgs) (peer.ReadAnswer, error)) {
+		p.Handle(op, func(ctx context.Context, state *log.Shard, req peer.Request) (any, error) {
+			var a peer.ReadArgs
+			if err := req.Decode(&a); err != nil {
+				return nil, err
+			}
+			return f(ctx, state, req.Shard, a)
+		})
 	}
-	return nil, fmt.Errorf("syncd: unknown call %q", method)
-}
-
-// serveRead answers a readRequest with the local replica.
-func (s *Server) serveRead(ctx context.Context, payload []byte) ([]byte, error) {
-	var req readRequest
-	if err := json.Unmarshal(payload, &req); err != nil {
-		return nil, fmt.Errorf("syncd: bad read request: %w", err)
-	}
-	shard := raftstore.ShardID(req.Shard)
-	state, err := s.node.State(shard)
-	if err != nil {
-		return nil, err
-	}
-	var a readAnswer
-	switch req.Op {
-	case "UserInfo":
-		a.Info, err = state.UserInfo(req.UID)
-	case "Conversation":
-		a.Conv, err = state.Conversation(req.Conv, req.UID)
-	case "UserConvs":
-		a.IDs, err = state.UserConvs(req.UID, req.After, req.Count)
-	case "ReadConvBefore":
-		a.Read, err = state.ReadConvBefore(req.Conv, req.Pos, req.Limit)
-	case "ReadUser":
-		a.Read, err = state.ReadUser(req.UID, req.Epoch, req.Pos, req.Limit)
-	case "read_user_wait":
-		wake := s.notes.wait(shard, req.UID) // before reading, so an append after the read wakes us
-		a.Read, err = state.ReadUser(req.UID, req.Epoch, req.Pos, req.Limit)
-		if err == nil && a.Read.Status == log.ReadCaughtUp && req.WaitMS > 0 {
-			t := time.NewTimer(time.Duration(req.WaitMS) * time.Millisecond)
+	read(peer.OpUserInfo, func(_ context.Context, state *log.Shard, _ raftstore.ShardID, a peer.ReadArgs) (peer.ReadAnswer, error) {
+		info, err := state.UserInfo(a.UID)
+		return peer.ReadAnswer{Info: peer.FromLogInfo(info)}, err
+	})
+	read(peer.OpConversation, func(_ context.Context, state *log.Shard, _ raftstore.ShardID, a peer.ReadArgs) (peer.ReadAnswer, error) {
+		c, err := state.Conversation(a.Conv, a.UID)
+		return peer.ReadAnswer{Conv: peer.FromConvState(c)}, err
+	})
+	read(peer.OpUserConvs, func(_ context.Context, state *log.Shard, _ raftstore.ShardID, a peer.ReadArgs) (peer.ReadAnswer, error) {
+		ids, err := state.UserConvs(a.UID, a.After, a.Count)
+		return peer.ReadAnswer{IDs: ids}, err
+	})
+	read(peer.OpReadConvBefore, func(_ context.Context, state *log.Shard, _ raftstore.ShardID, a peer.ReadArgs) (peer.ReadAnswer, error) {
+		rd, err := state.ReadConvBefore(a.Conv, log.Position(a.Pos), a.Limit())
+		return peer.ReadAnswer{Read: peer.FromRead(rd)}, err
+	})
+	read(peer.OpReadUser, func(_ context.Context, state *log.Shard, _ raftstore.ShardID, a peer.ReadArgs) (peer.ReadAnswer, error) {
+		rd, err := state.ReadUser(a.UID, log.Epoch(a.Epoch), log.Position(a.Pos), a.Limit())
+		return peer.ReadAnswer{Read: peer.FromRead(rd)}, err
+	})
+	read(peer.OpReadUserWait, func(ctx context.Context, state *log.Shard, shard raftstore.ShardID, a peer.ReadArgs) (peer.ReadAnswer, error) {
+		wake := s.notes.wait(shard, a.UID) // before reading, so an append after the read wakes us
+		rd, err := state.ReadUser(a.UID, log.Epoch(a.Epoch), log.Position(a.Pos), a.Limit())
+		if err == nil && rd.Status == log.ReadCaughtUp && a.WaitMS > 0 {
+			t := time.NewTimer(time.Duration(min(a.WaitMS, maxReadWait.Milliseconds())) * time.Millisecond)
 			select {
 			case <-ctx.Done():
 			case <-wake:
 			case <-t.C:
 			}
 			t.Stop()
-			a.Read, err = state.ReadUser(req.UID, req.Epoch, req.Pos, req.Limit)
+			rd, err = state.ReadUser(a.UID, log.Epoch(a.Epoch), log.Position(a.Pos), a.Limit())
 		}
-	default:
-		return nil, fmt.Errorf("syncd: unknown read %q", req.Op)
-	}
-	if err != nil {
-		return nil, err
-	}
-	return json.Marshal(a)
+		return peer.ReadAnswer{Read: peer.FromRead(rd)}, err
+	})
 }
+
+// maxReadWait bounds how long a long-polling read holds a replica's answer, whatever the caller
+// asks: another node must not be able to park goroutines here indefinitely.
+const maxReadWait = 30 * time.Second

@@ -16,6 +16,12 @@ import (
 
 	"github.com/syncd-dev/syncd/proto"
 	"github.com/syncd-dev/syncd/raftstore"
+	"github.com/syncd-dev/syncd/syncd/admin"
+	"github.com/syncd-dev/syncd/syncd/adminapi"
+	"github.com/syncd-dev/syncd/syncd/auth"
+	"github.com/syncd-dev/syncd/syncd/fanout"
+	"github.com/syncd-dev/syncd/syncd/peer"
+	"github.com/syncd-dev/syncd/syncd/routing"
 )
 
 // Server is a syncd node serving clients over QUIC: it owns the node's shards (raftstore), the
@@ -24,14 +30,15 @@ type Server struct {
 	cfg         Config
 	logger      *slog.Logger
 	node        *raftstore.Node
-	slots       *SlotTable
-	fan         *Fanout
+	slots       *routing.Table
+	fan         *fanout.Fanout
+	peer        *peer.Peer
 	notes       *notifier
 	secret      []byte
 	fingerprint string
 	ln          *quic.Listener
 	metrics     *metrics
-	admin       *adminServer
+	admin       *admin.Server
 
 	attrs atomic.Pointer[map[string]string] // client and admin addresses, once bound
 	// removed is cancelled once this node has been removed from the cluster: its client
@@ -55,25 +62,34 @@ func NewServer(cfg Config) (*Server, error) {
 	s.removed, s.markRemoved = context.WithCancel(context.Background())
 	var err error
 	if s.secret == nil {
-		if s.secret, err = LoadOrCreateSecret(cfg.Dir); err != nil {
+		if s.secret, err = auth.LoadOrCreateSecret(cfg.Dir); err != nil {
 			return nil, err
 		}
 	}
 	var cert tls.Certificate
 	if cfg.CertFile != "" {
-		cert, s.fingerprint, err = LoadCert(cfg.CertFile, cfg.KeyFile)
+		cert, s.fingerprint, err = auth.LoadCert(cfg.CertFile, cfg.KeyFile)
 	} else {
-		cert, s.fingerprint, err = SelfSignedCert(cfg.Dir, nil)
+		cert, s.fingerprint, err = auth.SelfSignedCert(cfg.Dir, nil)
 	}
 	if err != nil {
 		return nil, err
 	}
-	var fan atomic.Pointer[Fanout] // shards apply (and notify) before the fan-out exists
+	// Shards apply, notify and answer calls as soon as raftstore.New starts them, before the
+	// fan-out exists and before the call handlers are all registered: both are reached through
+	// pointers set once they are ready.
+	var fan atomic.Pointer[fanout.Fanout]
+	var calls atomic.Pointer[peer.Peer]
 	s.node, err = raftstore.New(raftstore.Config{
 		NodeID: cfg.NodeID, Dir: cfg.Dir, RaftAddr: cfg.RaftAddr, Peers: cfg.Peers, Join: cfg.Join,
 		PeerAddr: cfg.peerAddr(), Logger: cfg.Logger,
 		Managed: true, ShardCount: cfg.Shards, ReplicationFactor: cfg.ReplicationFactor,
-		Serve: s.serveCall,
+		Serve: func(ctx context.Context, method string, payload []byte) ([]byte, error) {
+			if p := calls.Load(); p != nil {
+				return p.Serve(ctx, method, payload)
+			}
+			return nil, raftstore.ErrNoShard // still starting: the caller asks another replica
+		},
 		OnApply: func(shard raftstore.ShardID, _ uint64) {
 			if f := fan.Load(); f != nil {
 				f.Notify(shard)
@@ -90,29 +106,31 @@ func NewServer(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s.slots = clusterSlotTable(s.node)
-	s.fan = NewFanout(s.node, s.slots, FanoutConfig{Logger: cfg.Logger})
+	s.slots = routing.Cluster(s.node.SlotTable)
+	s.fan = fanout.New(s.node, s.slots, fanout.Config{Logger: cfg.Logger})
 	fan.Store(s.fan)
+	s.peer = peer.New(s.node)
+	s.handleReads(s.peer)
 	reg := prometheus.NewRegistry()
 	s.metrics = newMetrics(reg, s.node, s.conns.Load, s.fan)
-	mux := newAdminHandler(reg, s.Ready)
-	s.opsRoutes(mux)
-	s.admin, err = startAdmin(cfg.AdminAddr, mux, s.logger)
+	s.admin, err = admin.Start(admin.Config{Addr: cfg.AdminAddr, Node: s.node, Routing: s.slots, Fanout: s.fan,
+		Peer: s.peer, Registry: reg, Ready: s.Ready, Logger: s.logger})
 	if err != nil {
 		s.node.Close()
-		return nil, fmt.Errorf("syncd: admin HTTP on %s (pick another -admin): %w", cfg.AdminAddr, err)
+		return nil, err
 	}
-	s.ln, err = quic.ListenAddr(cfg.ListenAddr, ServerTLSConfig(cert, proto.ALPN), &quic.Config{
+	calls.Store(s.peer)
+	s.ln, err = quic.ListenAddr(cfg.ListenAddr, auth.ServerTLSConfig(cert, proto.ALPN), &quic.Config{
 		MaxIdleTimeout:     30 * time.Second,
 		KeepAlivePeriod:    10 * time.Second,
 		MaxIncomingStreams: int64(cfg.MaxStreamsPerConn),
 	})
 	if err != nil {
-		s.admin.close(context.Background())
+		s.admin.Close(context.Background())
 		s.node.Close()
 		return nil, fmt.Errorf("syncd: listen for clients on %s (is another syncd running? pick another -listen): %w", cfg.ListenAddr, err)
 	}
-	s.attrs.Store(&map[string]string{attrClient: s.ln.Addr().String(), attrAdmin: s.admin.Addr().String()})
+	s.attrs.Store(&map[string]string{adminapi.AttrClient: s.ln.Addr().String(), adminapi.AttrAdmin: s.admin.Addr().String()})
 	return s, nil
 }
 
@@ -125,7 +143,7 @@ func (s *Server) Ready() error {
 	if s.node.SlotTable() == nil {
 		return errors.New("not ready: waiting for the cluster map (joining, or the cluster's first election)")
 	}
-	return leadersReady(s.node)
+	return admin.LeadersReady(s.node)
 }
 
 // Addr returns the client listener's address.
@@ -137,7 +155,7 @@ func (s *Server) Fingerprint() string { return s.fingerprint }
 // MintToken signs a token for device of user uid, valid for ttl.
 func (s *Server) MintToken(uid, device string, ttl time.Duration) (string, error) {
 	now := time.Now()
-	return MintToken(s.secret, TokenClaims{User: uid, Device: device, Issued: now, Expires: now.Add(ttl)})
+	return auth.MintToken(s.secret, auth.TokenClaims{User: uid, Device: device, Issued: now, Expires: now.Add(ttl)})
 }
 
 // Node returns the server's storage node (status pages, tests).
@@ -171,7 +189,7 @@ func (s *Server) Run(ctx context.Context) error {
 	s.markRemoved() // releases the context; nothing watches it any more
 	closeCtx, done := context.WithTimeout(context.Background(), 5*time.Second)
 	defer done()
-	return errors.Join(s.admin.close(closeCtx), s.node.Close()) // admin first: scrapes read the store
+	return errors.Join(s.admin.Close(closeCtx), s.node.Close()) // admin first: scrapes read the store
 }
 
 // awaitClusterMap waits until this node has the cluster map, whose slot table routes every key:
@@ -239,6 +257,11 @@ func (s *Server) watchRemoval(ctx context.Context) {
 		}
 	}
 }
+
+// SetDeliveryFault installs a fault injector on the fan-out (fanout.Fanout.SetFault), or removes
+// it when nil: for tests that need a destination to refuse deliveries. Production code never
+// calls it.
+func (s *Server) SetDeliveryFault(fault fanout.Fault) { s.fan.SetFault(fault) }
 
 // AdminAddr returns the admin HTTP server's address.
 func (s *Server) AdminAddr() net.Addr { return s.admin.Addr() }
@@ -309,7 +332,7 @@ func (s *Server) handshake(ctx context.Context, conn *quic.Conn) (*session, erro
 	if err := hello.Validate(); err != nil {
 		return nil, s.refuse(conn, st, err)
 	}
-	claims, err := VerifyToken(s.secret, hello.Token, time.Now())
+	claims, err := auth.VerifyToken(s.secret, hello.Token, time.Now())
 	if err != nil {
 		return nil, s.refuse(conn, st, err)
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/syncd-dev/syncd/proto"
 	"github.com/syncd-dev/syncd/raftstore/raftstoretest"
+	"github.com/syncd-dev/syncd/syncd/auth"
 )
 
 // Tests of the server through its real path: QUIC on loopback, TLS with a pinned self-signed
@@ -67,7 +68,7 @@ func dialRaw(t *testing.T, ts *testServer) *quic.Conn {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	conn, err := quic.DialAddr(ctx, ts.Addr().String(), PinnedClientTLS(ts.Fingerprint(), proto.ALPN), &quic.Config{})
+	conn, err := quic.DialAddr(ctx, ts.Addr().String(), auth.PinnedClientTLS(ts.Fingerprint(), proto.ALPN), &quic.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -269,7 +270,7 @@ func TestServerRefusesBadInput(t *testing.T) {
 	if e, ok := hello(t, conn, "v1.bad.token", "phone").(*proto.Error); !ok || e.Code != proto.CodeUnauthenticated {
 		t.Fatalf("bad token: %#v", e)
 	}
-	expired, err := MintToken(ts.secret, TokenClaims{User: "eve", Device: "phone", Issued: time.Now().Add(-2 * time.Hour), Expires: time.Now().Add(-time.Hour)})
+	expired, err := auth.MintToken(ts.secret, auth.TokenClaims{User: "eve", Device: "phone", Issued: time.Now().Add(-2 * time.Hour), Expires: time.Now().Add(-time.Hour)})
 	if err != nil {
 		t.Fatal(err)
 	}

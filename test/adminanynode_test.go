@@ -14,6 +14,8 @@ import (
 	"github.com/syncd-dev/syncd/raftstore"
 	"github.com/syncd-dev/syncd/raftstore/raftstoretest"
 	"github.com/syncd-dev/syncd/syncd"
+	"github.com/syncd-dev/syncd/syncd/adminapi"
+	"github.com/syncd-dev/syncd/syncd/routing"
 	"github.com/syncd-dev/syncd/syncd/syncdtest"
 )
 
@@ -25,7 +27,7 @@ import (
 func TestAdminAnyNode(t *testing.T) {
 	c := syncdtest.StartCluster(t, 4, func(_ int, cfg *syncd.Config) { cfg.ReplicationFactor = 3 })
 	m, _ := c.Server(0).Node().ClusterMap()
-	slots := syncd.NewSlotTable(m.Shards)
+	slots := routing.Even(m.Shards)
 	ids := []string{"n1", "n2", "n3", "n4"}
 
 	// The group's home shard, the node that does not host it (the one the operator asks), bob
@@ -80,10 +82,10 @@ func TestAdminAnyNode(t *testing.T) {
 	msgID := string(msgs[0].MsgID)
 
 	// Bob's cursors, from a node without his log: his phone, caught up (acks are asynchronous).
-	var cur syncd.CursorReport
+	var cur adminapi.CursorReport
 	raftstoretest.Eventually(t, 20*time.Second, "bob's phone cursor at his head", func() bool {
 		var code int
-		cur, code = adminGet[syncd.CursorReport](t, admin+"/v1/cursors?user="+bob)
+		cur, code = adminGet[adminapi.CursorReport](t, admin+"/v1/cursors?user="+bob)
 		return code == http.StatusOK && len(cur.Devices) == 1 && cur.Devices[0].Behind != nil && *cur.Devices[0].Behind == 0 && cur.Head >= 2
 	})
 	if cur.User != bob || cur.Shard != uint32(home) || !cur.Exists || cur.Epoch == 0 || cur.Devices[0].Device != "phone" ||
@@ -92,14 +94,14 @@ func TestAdminAnyNode(t *testing.T) {
 	}
 
 	// The trace, from a node without the home shard: every member delivered, every phone past it.
-	var tr syncd.TraceReport
+	var tr adminapi.TraceReport
 	raftstoretest.Eventually(t, 20*time.Second, "every member delivered and every phone past the message", func() bool {
 		var code int
-		if tr, code = adminGet[syncd.TraceReport](t, admin+"/v1/trace?msg_id="+msgID); code != http.StatusOK || tr.Outbox.Retained || len(tr.Users) != 3 {
+		if tr, code = adminGet[adminapi.TraceReport](t, admin+"/v1/trace?msg_id="+msgID); code != http.StatusOK || tr.Outbox.Retained || len(tr.Users) != 3 {
 			return false
 		}
 		for _, u := range tr.Users {
-			if u.Status != syncd.TraceDelivered || len(u.Devices) != 1 || !u.Devices[0].Past {
+			if u.Status != adminapi.TraceDelivered || len(u.Devices) != 1 || !u.Devices[0].Past {
 				return false
 			}
 		}
@@ -135,11 +137,11 @@ func TestAdminAnyNode(t *testing.T) {
 	raftstoretest.Eventually(t, 20*time.Second, "carol to get the message after the refused ones", func() bool {
 		return slices.Contains(bodies(t, devices[2], conv), "after")
 	})
-	var list syncd.DeadLetterList
+	var list adminapi.DeadLetterList
 	for i := range c.Size() { // every node lists the cluster's dead letters, hosted or not
 		raftstoretest.Eventually(t, 20*time.Second, ids[i]+" to list two dead letters", func() bool {
 			var code int
-			list, code = adminGet[syncd.DeadLetterList](t, "http://"+c.Server(i).AdminAddr().String()+"/v1/deadletters")
+			list, code = adminGet[adminapi.DeadLetterList](t, "http://"+c.Server(i).AdminAddr().String()+"/v1/deadletters")
 			return code == http.StatusOK && list.Total == 2 && len(list.Items) == 2
 		})
 	}
@@ -173,7 +175,7 @@ func TestAdminAnyNode(t *testing.T) {
 	})
 	// The list is read on a replica, which may apply the drops a moment after their leader.
 	raftstoretest.Eventually(t, 20*time.Second, "no dead letter listed after the replay and the drop", func() bool {
-		list, code := adminGet[syncd.DeadLetterList](t, admin+"/v1/deadletters")
+		list, code := adminGet[adminapi.DeadLetterList](t, admin+"/v1/deadletters")
 		return code == http.StatusOK && list.Total == 0 && len(list.Items) == 0
 	})
 	if got := bodies(t, devices[2], conv); !slices.Equal(slices.Sorted(slices.Values(got)), []string{"after", "hello", "poison 1"}) {

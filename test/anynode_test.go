@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/syncd-dev/syncd/raftstore/raftstoretest"
-	"github.com/syncd-dev/syncd/syncd"
+	"github.com/syncd-dev/syncd/syncd/routing"
 	"github.com/syncd-dev/syncd/syncd/syncdtest"
 )
 
@@ -52,7 +52,7 @@ func TestDevicesOnDifferentNodes(t *testing.T) {
 	sameEverywhere(t, conv, want, devices...)
 
 	m, _ := c.Server(0).Node().ClusterMap()
-	home := syncd.NewSlotTable(m.Shards).ConvShard(conv)
+	home := routing.Even(m.Shards).ConvShard(conv)
 	down := c.LeaderOf(home)
 	if down < 0 {
 		t.Fatal("no leader for the group's home shard")
@@ -112,7 +112,7 @@ func sameEverywhere(t *testing.T, conv string, want []string, devices ...*device
 func TestManagedClusterServesFromAnyNode(t *testing.T) {
 	c := syncdtest.StartCluster(t, 4, nil)
 	m, _ := c.Server(0).Node().ClusterMap()
-	slots := syncd.NewSlotTable(m.Shards)
+	slots := routing.Even(m.Shards)
 	users := []string{"alice", "bob", "carol", "dave"}
 	devices := make([]*device, len(users))
 	on := make([]int, len(users)) // the node each device is connected to

@@ -33,7 +33,7 @@ import (
 	"github.com/syncd-dev/syncd/log"
 	"github.com/syncd-dev/syncd/proto"
 	"github.com/syncd-dev/syncd/raftstore"
-	"github.com/syncd-dev/syncd/syncd"
+	"github.com/syncd-dev/syncd/syncd/routing"
 )
 
 // checkAll runs the whole check after a fault schedule: stop the traffic, wait until every
@@ -380,7 +380,7 @@ type shardReplica struct {
 func (w *workload) checkStores() {
 	t := w.t
 	t.Helper()
-	slots := syncd.NewSlotTable(clusterShards) // the servers' routing: a new cluster's even slot table
+	slots := routing.Even(clusterShards) // the servers' routing: a new cluster's even slot table
 	replicas := map[raftstore.ShardID]map[string]shardReplica{}
 	userEntries, convEntries := 0, 0
 	for _, n := range w.c.nodes {

@@ -28,7 +28,8 @@ import (
 	"github.com/syncd-dev/syncd/bench/proccluster"
 	"github.com/syncd-dev/syncd/raftstore"
 	"github.com/syncd-dev/syncd/raftstore/raftstoretest"
-	"github.com/syncd-dev/syncd/syncd"
+	"github.com/syncd-dev/syncd/syncd/adminapi"
+	"github.com/syncd-dev/syncd/syncd/auth"
 )
 
 // clusterShards is the number of shards of a test cluster: several, so conversations and users
@@ -270,7 +271,7 @@ func startClusterWithSpares(t *testing.T, n, spares int, tl *timeline) *testClus
 
 	// One certificate for every node: clients pin one fingerprint whatever node they use.
 	tlsDir := filepath.Join(base, "tls")
-	if _, fp, err := syncd.SelfSignedCert(tlsDir, nil); err != nil {
+	if _, fp, err := auth.SelfSignedCert(tlsDir, nil); err != nil {
 		t.Fatal(err)
 	} else {
 		c.fingerprint = fp
@@ -289,12 +290,12 @@ func startClusterWithSpares(t *testing.T, n, spares int, tl *timeline) *testClus
 	}
 	// One token secret for every node: the file LoadOrCreateSecret creates in the first data
 	// directory, copied into the others before their first start.
-	secret, err := syncd.LoadOrCreateSecret(c.nodes[0].dir)
+	secret, err := auth.LoadOrCreateSecret(c.nodes[0].dir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	c.secret = secret
-	keyFile, err := os.ReadFile(filepath.Join(c.nodes[0].dir, syncd.TokenKeyFile))
+	keyFile, err := os.ReadFile(filepath.Join(c.nodes[0].dir, auth.TokenKeyFile))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -302,7 +303,7 @@ func startClusterWithSpares(t *testing.T, n, spares int, tl *timeline) *testClus
 		if err := os.MkdirAll(node.dir, 0o700); err != nil {
 			t.Fatal(err)
 		}
-		if err := os.WriteFile(filepath.Join(node.dir, syncd.TokenKeyFile), keyFile, 0o600); err != nil {
+		if err := os.WriteFile(filepath.Join(node.dir, auth.TokenKeyFile), keyFile, 0o600); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -317,7 +318,7 @@ func startClusterWithSpares(t *testing.T, n, spares int, tl *timeline) *testClus
 	for _, node := range c.nodes {
 		node.args = []string{"-data-dir", node.dir, "-node-id", node.id, "-listen", node.listen,
 			"-raft-addr", node.raft, "-admin", node.admin, "-shards", strconv.Itoa(clusterShards),
-			"-cert", filepath.Join(tlsDir, syncd.TLSCertFile), "-key", filepath.Join(tlsDir, syncd.TLSKeyFile)}
+			"-cert", filepath.Join(tlsDir, auth.TLSCertFile), "-key", filepath.Join(tlsDir, auth.TLSKeyFile)}
 		if node.spare {
 			join := raftAddrs["n1"]
 			if c.mesh != nil {
@@ -686,8 +687,8 @@ func TestClusterHarness(t *testing.T) {
 }
 
 // clusterView asks node n for the cluster view (GET /v1/cluster).
-func (c *testCluster) clusterView(n *clusterNode) (syncd.ClusterView, error) {
-	var v syncd.ClusterView
+func (c *testCluster) clusterView(n *clusterNode) (adminapi.ClusterView, error) {
+	var v adminapi.ClusterView
 	code, body, err := c.get(n, "/v1/cluster")
 	if err != nil {
 		return v, err

@@ -17,7 +17,7 @@ import (
 
 	"github.com/syncd-dev/syncd/client"
 	"github.com/syncd-dev/syncd/proto"
-	"github.com/syncd-dev/syncd/syncd"
+	"github.com/syncd-dev/syncd/syncd/auth"
 )
 
 // wlUsers is the number of users (one device each) of the workload.
@@ -180,7 +180,7 @@ func sorted(ids ...string) []string {
 // dial connects device d to its node, retrying while the node starts.
 func (w *workload) dial(d *wlDevice) *client.Client {
 	w.t.Helper()
-	token, err := syncd.MintToken(w.c.secret, syncd.TokenClaims{User: d.user, Device: "phone", Expires: time.Now().Add(24 * time.Hour)})
+	token, err := auth.MintToken(w.c.secret, auth.TokenClaims{User: d.user, Device: "phone", Expires: time.Now().Add(24 * time.Hour)})
 	if err != nil {
 		w.t.Fatal(err)
 	}

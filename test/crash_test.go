@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/syncd-dev/syncd/client"
-	"github.com/syncd-dev/syncd/syncd"
+	"github.com/syncd-dev/syncd/syncd/auth"
 )
 
 // serverProcess runs cmd/syncd as a real process, so a crash is a real SIGKILL.
@@ -79,11 +79,11 @@ func TestServerKill9UnderTraffic(t *testing.T) {
 		t.Skip("needs SIGKILL semantics of Linux")
 	}
 	dir := t.TempDir()
-	secret, err := syncd.LoadOrCreateSecret(dir) // what the server will find on its first start
+	secret, err := auth.LoadOrCreateSecret(dir) // what the server will find on its first start
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, fingerprint, err := syncd.SelfSignedCert(dir, nil)
+	_, fingerprint, err := auth.SelfSignedCert(dir, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,7 +98,7 @@ func TestServerKill9UnderTraffic(t *testing.T) {
 
 	devices := map[string]*device{}
 	for _, user := range []string{"alice", "bob"} {
-		token, err := syncd.MintToken(secret, syncd.TokenClaims{User: user, Device: "phone", Expires: time.Now().Add(time.Hour)})
+		token, err := auth.MintToken(secret, auth.TokenClaims{User: user, Device: "phone", Expires: time.Now().Add(time.Hour)})
 		if err != nil {
 			t.Fatal(err)
 		}

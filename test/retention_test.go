@@ -11,6 +11,7 @@ import (
 	"github.com/syncd-dev/syncd/log"
 	"github.com/syncd-dev/syncd/raftstore/raftstoretest"
 	"github.com/syncd-dev/syncd/syncd"
+	"github.com/syncd-dev/syncd/syncd/routing"
 )
 
 // TestTooOldCursorRebases: retention trims bob's log while his new device has never synced; the
@@ -28,7 +29,7 @@ func TestTooOldCursorRebases(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	state, err := srv.Node().State(syncd.NewSlotTable(len(srv.Node().Shards())).UserShard("bob"))
+	state, err := srv.Node().State(routing.Even(len(srv.Node().Shards())).UserShard("bob"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,7 +81,7 @@ func TestEpochChangeResyncs(t *testing.T) {
 		}
 	}
 	waitBodies(t, "d:alice:bob", []string{"m0", "m1", "m2"}, bob)
-	state, err := srv.Node().State(syncd.NewSlotTable(len(srv.Node().Shards())).UserShard("bob"))
+	state, err := srv.Node().State(routing.Even(len(srv.Node().Shards())).UserShard("bob"))
 	if err != nil {
 		t.Fatal(err)
 	}

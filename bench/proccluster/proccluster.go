@@ -29,7 +29,9 @@ import (
 
 	"github.com/syncd-dev/syncd/bench"
 	"github.com/syncd-dev/syncd/raftstore"
-	"github.com/syncd-dev/syncd/syncd"
+	"github.com/syncd-dev/syncd/syncd/adminapi"
+	"github.com/syncd-dev/syncd/syncd/auth"
+	"github.com/syncd-dev/syncd/syncd/routing"
 )
 
 // Config describes a cluster to start. Zero fields take the documented defaults.
@@ -56,7 +58,7 @@ type Cluster struct {
 	cfg         Config
 	secret      []byte
 	fingerprint string
-	slots       *syncd.SlotTable
+	slots       *routing.Table
 	nodes       []*node
 	http        *http.Client
 }
@@ -101,15 +103,15 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
 		return nil, err
 	}
-	secret, err := syncd.LoadOrCreateSecret(cfg.Dir)
+	secret, err := auth.LoadOrCreateSecret(cfg.Dir)
 	if err != nil {
 		return nil, err
 	}
-	_, fp, err := syncd.SelfSignedCert(cfg.Dir, nil)
+	_, fp, err := auth.SelfSignedCert(cfg.Dir, nil)
 	if err != nil {
 		return nil, err
 	}
-	c := &Cluster{cfg: cfg, secret: secret, fingerprint: fp, slots: syncd.NewSlotTable(cfg.Shards),
+	c := &Cluster{cfg: cfg, secret: secret, fingerprint: fp, slots: routing.Even(cfg.Shards),
 		http: &http.Client{Timeout: 5 * time.Second}}
 	var peers []string
 	for i := range cfg.Nodes {
@@ -130,8 +132,8 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	for _, n := range c.nodes {
 		n.args = []string{"-data-dir", n.dir, "-node-id", n.id, "-listen", n.client, "-admin", n.admin,
 			"-raft-addr", n.raft, "-shards", strconv.Itoa(cfg.Shards),
-			"-token-secret-file", filepath.Join(cfg.Dir, syncd.TokenKeyFile),
-			"-cert", filepath.Join(cfg.Dir, syncd.TLSCertFile), "-key", filepath.Join(cfg.Dir, syncd.TLSKeyFile),
+			"-token-secret-file", filepath.Join(cfg.Dir, auth.TokenKeyFile),
+			"-cert", filepath.Join(cfg.Dir, auth.TLSCertFile), "-key", filepath.Join(cfg.Dir, auth.TLSKeyFile),
 			"-send-rate", "1000000", "-send-burst", "1000000", // the bench measures the server, not the per-device limit
 			"-log-level", "warn"}
 		if cfg.Nodes > 1 {
@@ -213,7 +215,7 @@ func (c *Cluster) NodeTarget(i int) bench.Target {
 // token mints a one-hour token for user's device with the cluster's secret.
 func (c *Cluster) token(user, device string) (string, error) {
 	now := time.Now()
-	return syncd.MintToken(c.secret, syncd.TokenClaims{User: user, Device: device, Issued: now, Expires: now.Add(time.Hour)})
+	return auth.MintToken(c.secret, auth.TokenClaims{User: user, Device: device, Issued: now, Expires: now.Add(time.Hour)})
 }
 
 // AdminAddr returns node i's admin HTTP address (metrics, pprof).
@@ -345,7 +347,7 @@ func (c *Cluster) unsettled(ctx context.Context) string {
 		if err != nil {
 			return err.Error()
 		}
-		var view syncd.ClusterView
+		var view adminapi.ClusterView
 		if err := json.Unmarshal([]byte(body), &view); err != nil {
 			return fmt.Sprintf("%s /v1/cluster: %v", n.id, err)
 		}

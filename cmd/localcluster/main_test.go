@@ -17,9 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/syncd-dev/syncd/syncd/adminapi"
 	"go.uber.org/goleak"
-
-	"github.com/syncd-dev/syncd/syncd"
 )
 
 // TestMain fails the package if a goroutine (a process waiter, an HTTP client) outlives the tests.
@@ -201,7 +200,7 @@ func waitClusterView(t *testing.T, admin string, nodes, shards int) {
 			return false
 		}
 		defer resp.Body.Close()
-		var v syncd.ClusterView
+		var v adminapi.ClusterView
 		if err := json.NewDecoder(resp.Body).Decode(&v); err != nil {
 			last = err.Error()
 			return false

@@ -18,7 +18,7 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/syncd-dev/syncd/syncd"
+	"github.com/syncd-dev/syncd/syncd/auth"
 )
 
 // modulePath is the module localcluster builds syncd from.
@@ -232,16 +232,16 @@ func build(ctx context.Context, root, binDir string) error {
 // them in dir on first start (the secret as syncd keeps token.key, so `syncctl token -data-dir
 // dir` reads it) and reusing them later. The certificate covers the nodes' addresses.
 func sharedCredentials(dir string, nodes int) (secretFile, certFile, keyFile, fingerprint string, err error) {
-	if _, err := syncd.LoadOrCreateSecret(dir); err != nil {
+	if _, err := auth.LoadOrCreateSecret(dir); err != nil {
 		return "", "", "", "", err
 	}
 	hosts := []string{"localhost", "::1"}
 	for i := 1; i <= nodes; i++ {
 		hosts = append(hosts, nodeIP(i))
 	}
-	_, fp, err := syncd.SelfSignedCert(dir, hosts)
+	_, fp, err := auth.SelfSignedCert(dir, hosts)
 	if err != nil {
 		return "", "", "", "", err
 	}
-	return filepath.Join(dir, syncd.TokenKeyFile), filepath.Join(dir, syncd.TLSCertFile), filepath.Join(dir, syncd.TLSKeyFile), fp, nil
+	return filepath.Join(dir, auth.TokenKeyFile), filepath.Join(dir, auth.TLSCertFile), filepath.Join(dir, auth.TLSKeyFile), fp, nil
 }

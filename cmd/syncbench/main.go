@@ -40,6 +40,7 @@ import (
 
 	"github.com/syncd-dev/syncd/bench"
 	"github.com/syncd-dev/syncd/syncd"
+	"github.com/syncd-dev/syncd/syncd/auth"
 )
 
 func main() {
@@ -322,17 +323,17 @@ func setupTarget(ctx context.Context, o options) (bench.Target, *inProcess, func
 
 // externalTarget mints tokens with the data directory's secret and pins its certificate.
 func externalTarget(addr, dataDir string) (bench.Target, error) {
-	secret, err := syncd.LoadOrCreateSecret(dataDir)
+	secret, err := auth.LoadOrCreateSecret(dataDir)
 	if err != nil {
 		return bench.Target{}, err
 	}
-	_, fp, err := syncd.LoadCert(filepath.Join(dataDir, syncd.TLSCertFile), filepath.Join(dataDir, syncd.TLSKeyFile))
+	_, fp, err := auth.LoadCert(filepath.Join(dataDir, auth.TLSCertFile), filepath.Join(dataDir, auth.TLSKeyFile))
 	if err != nil {
 		return bench.Target{}, err
 	}
 	return bench.Target{Addr: addr, Fingerprint: fp, Token: func(user, device string) (string, error) {
 		now := time.Now()
-		return syncd.MintToken(secret, syncd.TokenClaims{User: user, Device: device, Issued: now, Expires: now.Add(time.Hour)})
+		return auth.MintToken(secret, auth.TokenClaims{User: user, Device: device, Issued: now, Expires: now.Add(time.Hour)})
 	}}, nil
 }
 
@@ -427,14 +428,14 @@ func mib(b uint64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }
 // idleClient is the child process of the idle scenario: it opens the connections, says READY,
 // and keeps them open until its stdin closes.
 func idleClient(ctx context.Context, o options) error {
-	secret, err := syncd.LoadOrCreateSecret(o.dataDir)
+	secret, err := auth.LoadOrCreateSecret(o.dataDir)
 	if err != nil {
 		fmt.Println("ERROR", err)
 		return err
 	}
 	t := bench.Target{Addr: o.addr, Fingerprint: o.fingerprint, Token: func(user, device string) (string, error) {
 		now := time.Now()
-		return syncd.MintToken(secret, syncd.TokenClaims{User: user, Device: device, Issued: now, Expires: now.Add(time.Hour)})
+		return auth.MintToken(secret, auth.TokenClaims{User: user, Device: device, Issued: now, Expires: now.Add(time.Hour)})
 	}}
 	r, err := bench.Idle(ctx, t, o.idle)
 	if err != nil {

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/syncd-dev/syncd/syncd"
+	"github.com/syncd-dev/syncd/syncd/adminapi"
 )
 
 // adminFlags are the flags of the operator commands that talk to a node's admin HTTP server.
@@ -21,7 +21,7 @@ type adminFlags struct {
 }
 
 func (a *adminFlags) register(f *flag.FlagSet) {
-	a.addr = f.String("admin", syncd.DefaultAdminAddr, "the node's admin HTTP address (syncd -admin), host:port or URL")
+	a.addr = f.String("admin", adminapi.DefaultAddr, "the node's admin HTTP address (syncd -admin), host:port or URL")
 	a.timeout = f.Duration("timeout", 10*time.Second, "HTTP timeout")
 }
 
@@ -68,7 +68,7 @@ func (a *adminFlags) call(ctx context.Context, method, path string, out any) err
 	return nil
 }
 
-// adminError is an admin endpoint's error answer (syncd.OpsError), or a failure to reach it.
+// adminError is an admin endpoint's error answer (adminapi.OpsError), or a failure to reach it.
 type adminError struct {
 	Status  int    `json:"-"`
 	Code    string `json:"code"`

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"github.com/syncd-dev/syncd/syncd"
+	"github.com/syncd-dev/syncd/syncd/adminapi"
 )
 
 func runCluster(ctx context.Context, e *env, args []string) int {
@@ -33,7 +33,7 @@ syncctl cluster status -admin 127.0.0.1:7381`)
 	if code, ok := parse(e, f, args[1:]); !ok {
 		return code
 	}
-	var view syncd.ClusterView
+	var view adminapi.ClusterView
 	if err := admin.call(ctx, http.MethodGet, "/v1/cluster", &view); err != nil {
 		e.reportAdmin(cmd, err)
 		return exitFail
@@ -56,7 +56,7 @@ syncctl cluster status -admin 127.0.0.1:7381`)
 	return exitOK
 }
 
-func printCluster(e *env, view syncd.ClusterView) {
+func printCluster(e *env, view adminapi.ClusterView) {
 	fmt.Fprintf(e.stdout, "as seen by node %s; replication factor %d, cluster map version %d\n\n", view.Node, view.RF, view.MapIndex)
 	tw := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "NODE\tRAFT\tCLIENTS\tADMIN\tREPLICAS\tLEADS\tSTATUS")

@@ -7,7 +7,7 @@ import (
 
 	"github.com/syncd-dev/syncd/raftstore"
 	"github.com/syncd-dev/syncd/raftstore/raftstoretest"
-	"github.com/syncd-dev/syncd/syncd"
+	"github.com/syncd-dev/syncd/syncd/adminapi"
 	"github.com/syncd-dev/syncd/syncd/syncdtest"
 )
 
@@ -20,7 +20,7 @@ func TestSyncctlClusterStatus(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("cluster status: exit %d", code)
 	}
-	view := decodeJSON[syncd.ClusterView](t, out)
+	view := decodeJSON[adminapi.ClusterView](t, out)
 	leads := 0
 	for i, n := range view.Nodes {
 		srv := c.Server(i)
@@ -45,7 +45,7 @@ func TestSyncctlClusterStatus(t *testing.T) {
 	c.Stop(2)
 	raftstoretest.Eventually(t, 20*time.Second, "every shard to have a leader without n3", func() bool {
 		code, out, _ = syncctl(t, append([]string{"cluster", "status", "-json"}, admin...)...)
-		view = decodeJSON[syncd.ClusterView](t, out)
+		view = decodeJSON[adminapi.ClusterView](t, out)
 		for _, s := range view.Shards {
 			if s.Leader == "" || len(s.Replicas) != 2 {
 				return false

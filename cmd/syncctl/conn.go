@@ -16,7 +16,7 @@ import (
 
 	"github.com/syncd-dev/syncd/client"
 	"github.com/syncd-dev/syncd/proto"
-	"github.com/syncd-dev/syncd/syncd"
+	"github.com/syncd-dev/syncd/syncd/auth"
 )
 
 // defaultDevice is the device id used when neither -device nor the token names one.
@@ -40,7 +40,7 @@ func (c *connFlags) register(f *flag.FlagSet, timeoutHelp string) {
 	f.StringVar(&c.token, "token", "", "device token (default $SYNCD_TOKEN; mint one with syncctl token)")
 	f.StringVar(&c.device, "device", "", `device id, which must be the token's (default: the device the token names, else "`+defaultDevice+`")`)
 	f.StringVar(&c.user, "user", "", "user id, only used to name the default -store (default: the user the token names)")
-	f.StringVar(&c.fingerprint, "fingerprint", "", "SHA-256 fingerprint of the server certificate, as syncd logs it (cert_sha256); default: computed from <data-dir>/"+syncd.TLSCertFile)
+	f.StringVar(&c.fingerprint, "fingerprint", "", "SHA-256 fingerprint of the server certificate, as syncd logs it (cert_sha256); default: computed from <data-dir>/"+auth.TLSCertFile)
 	f.StringVar(&c.dataDir, "data-dir", "", "a local syncd's data directory, to read the certificate fingerprint from (instead of -fingerprint)")
 	f.StringVar(&c.store, "store", "", "this device's local SDK store: outbox, synced entries, cursor (default ./syncctl-store/<user>/<device>)")
 	if timeoutHelp != "" {
@@ -50,7 +50,7 @@ func (c *connFlags) register(f *flag.FlagSet, timeoutHelp string) {
 }
 
 // tokenClaims reads the user and device a token names, without checking its signature (only the
-// server can): they only provide defaults. The payload format is stable (syncd.MintToken).
+// server can): they only provide defaults. The payload format is stable (auth.MintToken).
 func tokenClaims(tok string) (user, device string) {
 	parts := strings.Split(tok, ".")
 	if len(parts) != 3 {
@@ -103,9 +103,9 @@ func (c *connFlags) resolve() error {
 	}
 	if c.fingerprint == "" {
 		if c.dataDir == "" {
-			return errors.New("no certificate to pin: pass -fingerprint (the cert_sha256 syncd logs at start) or -data-dir (the server's data directory, to read its " + syncd.TLSCertFile + ")")
+			return errors.New("no certificate to pin: pass -fingerprint (the cert_sha256 syncd logs at start) or -data-dir (the server's data directory, to read its " + auth.TLSCertFile + ")")
 		}
-		fp, err := certFingerprint(filepath.Join(c.dataDir, syncd.TLSCertFile))
+		fp, err := certFingerprint(filepath.Join(c.dataDir, auth.TLSCertFile))
 		if err != nil {
 			return err
 		}
@@ -119,12 +119,12 @@ func safePathElem(id string) bool {
 	return id != "." && id != ".." && !strings.ContainsAny(id, `/\:`) && filepath.IsLocal(id)
 }
 
-// certFingerprint returns the fingerprint (syncd.Fingerprint) of the first certificate in a PEM
+// certFingerprint returns the fingerprint (auth.Fingerprint) of the first certificate in a PEM
 // file.
 func certFingerprint(path string) (string, error) {
 	raw, err := os.ReadFile(path)
 	if err != nil {
-		return "", fmt.Errorf("read the server certificate: %w (is -data-dir the syncd data directory? syncd creates %s on first start; or pass -fingerprint)", err, syncd.TLSCertFile)
+		return "", fmt.Errorf("read the server certificate: %w (is -data-dir the syncd data directory? syncd creates %s on first start; or pass -fingerprint)", err, auth.TLSCertFile)
 	}
 	for {
 		var b *pem.Block
@@ -133,7 +133,7 @@ func certFingerprint(path string) (string, error) {
 			return "", fmt.Errorf("%s holds no PEM CERTIFICATE block; pass -fingerprint", path)
 		}
 		if b.Type == "CERTIFICATE" {
-			return syncd.Fingerprint(b.Bytes), nil
+			return auth.Fingerprint(b.Bytes), nil
 		}
 	}
 }

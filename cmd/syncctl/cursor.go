@@ -9,7 +9,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/syncd-dev/syncd/log"
-	"github.com/syncd-dev/syncd/syncd"
+	"github.com/syncd-dev/syncd/syncd/adminapi"
 )
 
 func runCursor(ctx context.Context, e *env, args []string) int {
@@ -34,7 +34,7 @@ syncctl cursor -user alice -json | jq .devices`)
 		e.errorf(cmd, "-user is required: a user id (see -h)")
 		return exitUsage
 	}
-	var rep syncd.CursorReport
+	var rep adminapi.CursorReport
 	if code, done := fetchReport(ctx, e, cmd, &admin, "/v1/cursors?user="+url.QueryEscape(*user), *asJSON, &rep); done {
 		return code
 	}

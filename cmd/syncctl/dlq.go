@@ -10,7 +10,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/syncd-dev/syncd/syncd"
+	"github.com/syncd-dev/syncd/syncd/adminapi"
 )
 
 func runDLQ(ctx context.Context, e *env, args []string) int {
@@ -57,8 +57,8 @@ syncctl dlq drop -all`)
 		}
 		ids, rest = append(ids, f.Arg(0)), f.Args()[1:]
 	}
-	list := func() (syncd.DeadLetterList, error) {
-		var l syncd.DeadLetterList
+	list := func() (adminapi.DeadLetterList, error) {
+		var l adminapi.DeadLetterList
 		err := admin.call(ctx, http.MethodGet, fmt.Sprintf("/v1/deadletters?limit=%d", *limit), &l)
 		return l, err
 	}
@@ -125,7 +125,7 @@ syncctl dlq drop -all`)
 	return exitOK
 }
 
-func printDeadLetters(e *env, l syncd.DeadLetterList) {
+func printDeadLetters(e *env, l adminapi.DeadLetterList) {
 	if l.Total == 0 {
 		fmt.Fprintln(e.stdout, "no dead letters")
 		return

@@ -8,7 +8,7 @@ import (
 
 	"github.com/syncd-dev/syncd/log"
 	"github.com/syncd-dev/syncd/raftstore"
-	"github.com/syncd-dev/syncd/syncd"
+	"github.com/syncd-dev/syncd/syncd/adminapi"
 )
 
 // TestSyncctlDLQ lists, replays and drops real dead letters: the server's fault injector makes
@@ -32,7 +32,7 @@ func TestSyncctlDLQ(t *testing.T) {
 		}
 	}
 
-	var list syncd.DeadLetterList
+	var list adminapi.DeadLetterList
 	for deadline := time.Now().Add(20 * time.Second); list.Total < 2; time.Sleep(100 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("dead letters: %+v, want 2", list)
@@ -41,7 +41,7 @@ func TestSyncctlDLQ(t *testing.T) {
 		if code != 0 {
 			t.Fatalf("dlq list -json: exit %d", code)
 		}
-		list = decodeJSON[syncd.DeadLetterList](t, out)
+		list = decodeJSON[adminapi.DeadLetterList](t, out)
 	}
 	first, second := list.Items[0], list.Items[1]
 	code, out, _ := syncctl(t, append([]string{"dlq", "list"}, admin...)...)

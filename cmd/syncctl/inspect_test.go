@@ -7,7 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/syncd-dev/syncd/syncd"
+	"github.com/syncd-dev/syncd/syncd/adminapi"
+	"github.com/syncd-dev/syncd/syncd/routing"
 )
 
 // TestSyncctlCursorAndTrace: a group of three whose logs live on both shards; bob's phone syncs
@@ -17,7 +18,7 @@ func TestSyncctlCursorAndTrace(t *testing.T) {
 	t.Setenv("SYNCD_TOKEN", "")
 	srv, dataDir := startServer(t)
 	admin := []string{"-admin", srv.AdminAddr().String()}
-	slots := syncd.NewSlotTable(len(srv.Node().Shards()))
+	slots := routing.Even(len(srv.Node().Shards()))
 	if slots.UserShard("bob") == slots.UserShard("dave") {
 		t.Fatal("bob and dave share a shard: pick users on different shards")
 	}
@@ -34,7 +35,7 @@ func TestSyncctlCursorAndTrace(t *testing.T) {
 	pullUntil(t, 2, bob...)
 
 	// cursor -json, until the phone's acknowledged cursor is stored.
-	var rep syncd.CursorReport
+	var rep adminapi.CursorReport
 	for deadline := time.Now().Add(20 * time.Second); len(rep.Devices) == 0 || rep.Devices[0].Pos != 2; time.Sleep(100 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("bob's cursors: %+v, want the phone's at 2", rep)
@@ -43,7 +44,7 @@ func TestSyncctlCursorAndTrace(t *testing.T) {
 		if code != 0 {
 			t.Fatalf("cursor -json: exit %d", code)
 		}
-		rep = decodeJSON[syncd.CursorReport](t, out)
+		rep = decodeJSON[adminapi.CursorReport](t, out)
 	}
 	if rep.User != "bob" || rep.Shard != uint32(slots.UserShard("bob")) || rep.Head != 2 || len(rep.Devices) != 1 || rep.Devices[0].Device != "phone" {
 		t.Fatalf("cursor -json: %+v", rep)
@@ -59,7 +60,7 @@ func TestSyncctlCursorAndTrace(t *testing.T) {
 	}
 
 	// trace, once fan-out has delivered to every member and trimmed the outbox.
-	var tr syncd.TraceReport
+	var tr adminapi.TraceReport
 	for deadline := time.Now().Add(20 * time.Second); tr.Outbox.Retained || len(tr.Users) != 3; time.Sleep(100 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("trace: %+v, want three users and the outbox trimmed", tr)
@@ -68,7 +69,7 @@ func TestSyncctlCursorAndTrace(t *testing.T) {
 		if code != 0 {
 			t.Fatalf("trace -json: exit %d", code)
 		}
-		tr = decodeJSON[syncd.TraceReport](t, out)
+		tr = decodeJSON[adminapi.TraceReport](t, out)
 	}
 	code, out, _ = syncctl(t, append(append([]string{"trace"}, admin...), msgID)...) // flags before and after
 	if code != 0 {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/syncd-dev/syncd/proto"
 	"github.com/syncd-dev/syncd/syncd"
+	"github.com/syncd-dev/syncd/syncd/auth"
 	"github.com/syncd-dev/syncd/syncd/syncdtest"
 )
 
@@ -121,7 +122,7 @@ func TestSyncctl(t *testing.T) {
 
 	// token: signed with the server's secret, naming the user and device.
 	aliceTok := mustToken(t, dataDir, "alice", "phone")
-	if _, err := syncd.VerifyToken(mustSecret(t, dataDir), aliceTok, time.Now()); err != nil {
+	if _, err := auth.VerifyToken(mustSecret(t, dataDir), aliceTok, time.Now()); err != nil {
 		t.Fatalf("minted token does not verify: %v", err)
 	}
 	bobTok := mustToken(t, dataDir, "bob", "laptop")
@@ -226,7 +227,7 @@ func TestSyncctl(t *testing.T) {
 	// A token signed with another secret: refused at connect, with the code.
 	other := make([]byte, 32)
 	rand.Read(other)
-	badTok, err := syncd.MintToken(other, syncd.TokenClaims{User: "alice", Device: "phone", Expires: time.Now().Add(time.Hour)})
+	badTok, err := auth.MintToken(other, auth.TokenClaims{User: "alice", Device: "phone", Expires: time.Now().Add(time.Hour)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -239,7 +240,7 @@ func TestSyncctl(t *testing.T) {
 
 func mustSecret(t *testing.T, dataDir string) []byte {
 	t.Helper()
-	s, err := syncd.LoadOrCreateSecret(dataDir) // exists: created by the server
+	s, err := auth.LoadOrCreateSecret(dataDir) // exists: created by the server
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -253,8 +254,8 @@ func TestTokenNeedsExistingSecret(t *testing.T) {
 	if code == 0 || out != "" || !strings.Contains(errOut, "start syncd once") {
 		t.Fatalf("exit %d, stdout %q, stderr %q", code, out, errOut)
 	}
-	if _, err := os.Stat(filepath.Join(dir, syncd.TokenKeyFile)); !os.IsNotExist(err) {
-		t.Fatalf("token created %s (stat: %v)", syncd.TokenKeyFile, err)
+	if _, err := os.Stat(filepath.Join(dir, auth.TokenKeyFile)); !os.IsNotExist(err) {
+		t.Fatalf("token created %s (stat: %v)", auth.TokenKeyFile, err)
 	}
 }
 

@@ -13,7 +13,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/syncd-dev/syncd/syncd"
+	"github.com/syncd-dev/syncd/syncd/adminapi"
 )
 
 func runStatus(ctx context.Context, e *env, args []string) int {
@@ -24,7 +24,7 @@ whether it is ready and, per shard, this node's Raft view: whether it leads the 
 commit/applied/last index, fan-out lag and snapshot restores. Exits 1 if the node is not ready or
 cannot be reached. Needs no token: the admin server is on loopback unless exposed on purpose.`, `
 syncctl status -admin 127.0.0.1:7380`)
-	admin := f.String("admin", syncd.DefaultAdminAddr, "the node's admin HTTP address (syncd -admin), host:port or URL")
+	admin := f.String("admin", adminapi.DefaultAddr, "the node's admin HTTP address (syncd -admin), host:port or URL")
 	timeout := f.Duration("timeout", 5*time.Second, "HTTP timeout")
 	if code, ok := parse(e, f, args); !ok {
 		return code

@@ -9,7 +9,7 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/syncd-dev/syncd/syncd"
+	"github.com/syncd-dev/syncd/syncd/auth"
 )
 
 func runToken(_ context.Context, e *env, args []string) int {
@@ -24,7 +24,7 @@ The token names the user and the device; connect with the same -device (the othe
 default -device to the token's device).`, `
 syncctl token -data-dir ./syncd-data -user alice -device phone -ttl 24h
 export SYNCD_TOKEN=$(syncctl token -user alice -device phone)`)
-	dataDir := f.String("data-dir", "./syncd-data", "the syncd server's data directory (holds "+syncd.TokenKeyFile+")")
+	dataDir := f.String("data-dir", "./syncd-data", "the syncd server's data directory (holds "+auth.TokenKeyFile+")")
 	user := f.String("user", "", "user id the token authenticates (required)")
 	device := f.String("device", defaultDevice, "device id the token is for")
 	ttl := f.Duration("ttl", 24*time.Hour, "how long the token is valid")
@@ -39,7 +39,7 @@ export SYNCD_TOKEN=$(syncctl token -user alice -device phone)`)
 		e.errorf(cmd, "-ttl %v is too short: tokens count whole seconds; use at least 1s", *ttl)
 		return exitUsage
 	}
-	path := filepath.Join(*dataDir, syncd.TokenKeyFile)
+	path := filepath.Join(*dataDir, auth.TokenKeyFile)
 	if _, err := os.Stat(path); err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			e.errorf(cmd, "%s does not exist: start syncd once so it creates %s, or point -data-dir at its data directory", path, path)
@@ -48,13 +48,13 @@ export SYNCD_TOKEN=$(syncctl token -user alice -device phone)`)
 		}
 		return exitFail
 	}
-	secret, err := syncd.LoadOrCreateSecret(*dataDir) // exists: only reads and checks it
+	secret, err := auth.LoadOrCreateSecret(*dataDir) // exists: only reads and checks it
 	if err != nil {
 		e.errorf(cmd, "%v", err)
 		return exitFail
 	}
 	now := time.Now()
-	tok, err := syncd.MintToken(secret, syncd.TokenClaims{User: *user, Device: *device, Issued: now, Expires: now.Add(*ttl)})
+	tok, err := auth.MintToken(secret, auth.TokenClaims{User: *user, Device: *device, Issued: now, Expires: now.Add(*ttl)})
 	if err != nil {
 		e.errorf(cmd, "%v", err)
 		return exitUsage

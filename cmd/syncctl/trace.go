@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/syncd-dev/syncd/proto"
-	"github.com/syncd-dev/syncd/syncd"
+	"github.com/syncd-dev/syncd/syncd/adminapi"
 )
 
 func runTrace(ctx context.Context, e *env, args []string) int {
@@ -27,7 +27,7 @@ syncctl trace -user bob -scan 10000 3.17.0`)
 	var admin adminFlags
 	admin.register(f)
 	user := f.String("user", "", "trace only this user")
-	scan := f.Int("scan", syncd.DefaultTraceScan, fmt.Sprintf("read at most this many entries of each user's log, newest first (at most %d)", syncd.MaxTraceScan))
+	scan := f.Int("scan", adminapi.DefaultTraceScan, fmt.Sprintf("read at most this many entries of each user's log, newest first (at most %d)", adminapi.MaxTraceScan))
 	asJSON := f.Bool("json", false, "print the server's JSON answer")
 	var ids []string // flags and the msg_id may come in any order
 	for rest := args; ; {
@@ -48,15 +48,15 @@ syncctl trace -user bob -scan 10000 3.17.0`)
 	case !proto.MsgID(ids[0]).Valid():
 		e.errorf(cmd, "%q is not a msg_id (shard.index.sub, as printed by send or pull)", ids[0])
 		return exitUsage
-	case *scan < 1 || *scan > syncd.MaxTraceScan:
-		e.errorf(cmd, "-scan must be between 1 and %d", syncd.MaxTraceScan)
+	case *scan < 1 || *scan > adminapi.MaxTraceScan:
+		e.errorf(cmd, "-scan must be between 1 and %d", adminapi.MaxTraceScan)
 		return exitUsage
 	}
 	q := url.Values{"msg_id": {ids[0]}, "scan": {strconv.Itoa(*scan)}}
 	if *user != "" {
 		q.Set("user", *user)
 	}
-	var rep syncd.TraceReport
+	var rep adminapi.TraceReport
 	if code, done := fetchReport(ctx, e, cmd, &admin, "/v1/trace?"+q.Encode(), *asJSON, &rep); done {
 		return code
 	}
@@ -64,7 +64,7 @@ syncctl trace -user bob -scan 10000 3.17.0`)
 	return exitOK
 }
 
-func printTrace(e *env, r *syncd.TraceReport) {
+func printTrace(e *env, r *adminapi.TraceReport) {
 	w := e.stdout
 	fmt.Fprintf(w, "message %s: %s conversation %s, conv_seq %d, home shard %d (node %s's replica)\n",
 		r.MsgID, r.ConvKind, r.Conv, r.ConvSeq, r.HomeShard, r.Node)
@@ -113,9 +113,9 @@ func printTrace(e *env, r *syncd.TraceReport) {
 		}
 		fmt.Fprint(w, "): ")
 		switch u.Status {
-		case syncd.TraceDelivered:
+		case adminapi.TraceDelivered:
 			fmt.Fprintf(w, "delivered at position %d (log epoch %d, head %d)\n", u.Pos, u.Epoch, u.Head)
-		case syncd.TraceUnavailable:
+		case adminapi.TraceUnavailable:
 			fmt.Fprintf(w, "unknown: %s\n", u.Note)
 			continue
 		default:

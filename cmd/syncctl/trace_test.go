@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/syncd-dev/syncd/syncd"
+	"github.com/syncd-dev/syncd/syncd/adminapi"
 )
 
 // TestPrintTraceNodes: in a cluster each part of a trace may come from another node's replica.
@@ -12,11 +12,11 @@ import (
 // whose shard no node could read is unknown.
 func TestPrintTraceNodes(t *testing.T) {
 	var out strings.Builder
-	printTrace(&env{stdout: &out, stderr: &out}, &syncd.TraceReport{Node: "n2", MsgID: "1.5.0", HomeShard: 1, Conv: "g:x",
-		ConvKind: "group", ConvSeq: 2, Users: []syncd.TraceUser{
-			{User: "a", Shard: 1, Member: true, Node: "n2", Status: syncd.TraceDelivered, Pos: 2, Head: 2},
-			{User: "b", Shard: 2, Member: true, Node: "n3", Status: syncd.TraceDelivered, Pos: 4, Head: 4},
-			{User: "c", Shard: 3, Member: true, Status: syncd.TraceUnavailable, Note: "no replica of shard 3 could be read"},
+	printTrace(&env{stdout: &out, stderr: &out}, &adminapi.TraceReport{Node: "n2", MsgID: "1.5.0", HomeShard: 1, Conv: "g:x",
+		ConvKind: "group", ConvSeq: 2, Users: []adminapi.TraceUser{
+			{User: "a", Shard: 1, Member: true, Node: "n2", Status: adminapi.TraceDelivered, Pos: 2, Head: 2},
+			{User: "b", Shard: 2, Member: true, Node: "n3", Status: adminapi.TraceDelivered, Pos: 4, Head: 4},
+			{User: "c", Shard: 3, Member: true, Status: adminapi.TraceUnavailable, Note: "no replica of shard 3 could be read"},
 		}})
 	for _, want := range []string{
 		"home shard 1 (node n2's replica)\n",

@@ -18,6 +18,8 @@ import (
 	"github.com/syncd-dev/syncd/proto"
 	"github.com/syncd-dev/syncd/raftstore"
 	"github.com/syncd-dev/syncd/syncd"
+	"github.com/syncd-dev/syncd/syncd/adminapi"
+	"github.com/syncd-dev/syncd/syncd/routing"
 )
 
 // fileConfig is everything an operator sets, as the config file spells it. Each key has a flag
@@ -63,7 +65,7 @@ func defaults() fileConfig {
 	return fileConfig{
 		DataDir:           "./syncd-data",
 		Listen:            "127.0.0.1:7300",
-		Admin:             syncd.DefaultAdminAddr,
+		Admin:             adminapi.DefaultAddr,
 		NodeID:            "n1",
 		RaftAddr:          "127.0.0.1:7400",
 		Shards:            8,
@@ -245,8 +247,8 @@ func (o options) toConfig(logOut io.Writer) (syncd.Config, error) {
 	if !log.ValidID(s.NodeID) || strings.ContainsAny(s.NodeID, "=,") {
 		bad("node-id", "%q must be 1-%d printable ASCII characters, no space, '=' or ','", s.NodeID, log.MaxIDLen)
 	}
-	if s.Shards < 1 || s.Shards > syncd.NumSlots {
-		bad("shards", "must be between 1 and %d", syncd.NumSlots)
+	if s.Shards < 1 || s.Shards > routing.NumSlots {
+		bad("shards", "must be between 1 and %d", routing.NumSlots)
 	}
 	cfg := syncd.Config{
 		Dir: s.DataDir, ListenAddr: s.Listen, AdminAddr: s.Admin, NodeID: s.NodeID, RaftAddr: s.RaftAddr,

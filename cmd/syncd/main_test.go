@@ -17,6 +17,7 @@ import (
 	"github.com/syncd-dev/syncd/proto"
 	"github.com/syncd-dev/syncd/raftstore"
 	"github.com/syncd-dev/syncd/syncd"
+	"github.com/syncd-dev/syncd/syncd/adminapi"
 )
 
 // TestMain fails the package if a goroutine outlives the tests.
@@ -93,7 +94,7 @@ func TestExampleFileHoldsTheDefaults(t *testing.T) {
 // With no flags and no file the Config holds the defaults syncd.Config documents for its zero
 // fields, spelled out (so that -print-config shows them).
 func TestNoFlagConfig(t *testing.T) {
-	want := syncd.Config{Dir: "./syncd-data", ListenAddr: "127.0.0.1:7300", AdminAddr: syncd.DefaultAdminAddr,
+	want := syncd.Config{Dir: "./syncd-data", ListenAddr: "127.0.0.1:7300", AdminAddr: adminapi.DefaultAddr,
 		NodeID: "n1", RaftAddr: "127.0.0.1:7400", Shards: 8, ReplicationFactor: 3, Limits: proto.Limits{}.WithDefaults(),
 		DedupWindow: 24 * time.Hour, RecallWindow: 2 * time.Minute, MaxConnections: 20000, MaxStreamsPerConn: 16,
 		Retention: log.Retention{MaxAge: int64(30 * 24 * time.Hour)}, RetentionInterval: 10 * time.Minute,

@@ -11,6 +11,7 @@ import (
 	"github.com/syncd-dev/syncd/raftstore"
 	"github.com/syncd-dev/syncd/raftstore/raftstoretest"
 	"github.com/syncd-dev/syncd/syncd"
+	"github.com/syncd-dev/syncd/syncd/auth"
 )
 
 // Cluster is a static cluster of in-process servers on loopback, each with its own data
@@ -32,10 +33,10 @@ func StartCluster(t testing.TB, n int, tweak func(i int, c *syncd.Config)) *Clus
 	secret := make([]byte, 32)
 	rand.Read(secret)
 	dir := t.TempDir()
-	if _, _, err := syncd.SelfSignedCert(dir, nil); err != nil {
+	if _, _, err := auth.SelfSignedCert(dir, nil); err != nil {
 		t.Fatal(err)
 	}
-	certFile, keyFile := filepath.Join(dir, syncd.TLSCertFile), filepath.Join(dir, syncd.TLSKeyFile)
+	certFile, keyFile := filepath.Join(dir, auth.TLSCertFile), filepath.Join(dir, auth.TLSKeyFile)
 	peers := make([]raftstore.Peer, n)
 	for i := range peers {
 		peers[i] = raftstore.Peer{ID: fmt.Sprintf("n%d", i+1), Addr: raftstoretest.FreeAddr(t)}

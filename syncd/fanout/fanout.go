@@ -1,4 +1,4 @@
-package syncd
+package fanout
 
 import (
 	"context"
@@ -12,9 +12,10 @@ import (
 
 	"github.com/syncd-dev/syncd/log"
 	"github.com/syncd-dev/syncd/raftstore"
+	"github.com/syncd-dev/syncd/syncd/adminapi"
 )
 
-// Fan-out moves every conversation entry from its home shard's outbox into the user logs of its
+// How it works. Fan-out moves every conversation entry from its home shard's outbox into the user logs of its
 // recipients, on whatever shards those users live (DESIGN §4).
 //
 // For each (source, destination) pair the stream is ordered and idempotent: a batch covers the
@@ -38,8 +39,25 @@ import (
 // dead letter in the source shard with the reason, and the destination's mark is moved past it
 // (G5: it is set aside for an operator, never lost). See log/deadletter.go.
 
-// FanoutConfig tunes the fan-out. Zero fields take the defaults.
-type FanoutConfig struct {
+// Shards is what the fan-out needs of this node's shards: the replicas it hosts, whether it
+// leads one, a replica's state (to read the outbox) and proposals, which reach a shard's leader
+// from any node. *raftstore.Node provides it; tests provide one without Raft.
+type Shards interface {
+	Shards() []raftstore.ShardID
+	ShardStatus(shard raftstore.ShardID) (raftstore.ShardStatus, error)
+	State(shard raftstore.ShardID) (*log.Shard, error)
+	Propose(ctx context.Context, shard raftstore.ShardID, cmd raftstore.Command) (raftstore.Result, error)
+}
+
+// Router says where users live: the shard of a user's log, and every data shard (the possible
+// destinations). *routing.Table provides it.
+type Router interface {
+	UserShard(uid string) raftstore.ShardID
+	Shards() []raftstore.ShardID
+}
+
+// Config tunes the fan-out. Zero fields take the defaults.
+type Config struct {
 	// Batch is how many outbox records one round reads. Default 256.
 	Batch int
 	// IdleLag is how far a destination that receives nothing may trail the outbox, while others
@@ -52,9 +70,9 @@ type FanoutConfig struct {
 
 // Fanout drains the outbox of every shard this node leads. It is safe for concurrent use.
 type Fanout struct {
-	node   *raftstore.Node
-	slots  *SlotTable
-	cfg    FanoutConfig
+	node   Shards
+	slots  Router
+	cfg    Config
 	logger *slog.Logger
 
 	mu   sync.Mutex
@@ -67,11 +85,11 @@ type Fanout struct {
 	// fault, when set, may alter a batch's items just before they are proposed to a destination,
 	// as a corrupted or misrouted delivery would arrive. It is the fault injector of the tests
 	// that make a destination refuse a delivery; production code never sets it.
-	fault atomic.Pointer[DeliveryFault]
+	fault atomic.Pointer[Fault]
 }
 
-// NewFanout prepares fan-out for the shards node hosts, routing users with slots.
-func NewFanout(node *raftstore.Node, slots *SlotTable, cfg FanoutConfig) *Fanout {
+// New prepares fan-out for the shards node hosts, routing users with slots.
+func New(node Shards, slots Router, cfg Config) *Fanout {
 	if cfg.Batch <= 0 {
 		cfg.Batch = 256
 	}
@@ -298,11 +316,11 @@ func (f *Fanout) isolate(ctx context.Context, src, dest raftstore.ShardID, b *lo
 		}
 		dl := &log.DeadLetterAdd{Dest: dest, Pos: it.Pos, Users: it.Users, Reason: err.Error()}
 		if _, perr := f.node.Propose(ctx, src, raftstore.DeadLetterCommand(dl)); perr != nil {
-			return 0, fmt.Errorf("record dead letter %s: %w", deadLetterID(src, dest, it.Pos), perr)
+			return 0, fmt.Errorf("record dead letter %s: %w", adminapi.DeadLetterID(uint32(src), uint32(dest), it.Pos), perr)
 		}
 		f.deadLettered.Add(1)
 		f.logger.Error("delivery refused; moved to dead letters (list with syncctl dlq list, replay once fixed)",
-			"id", deadLetterID(src, dest, it.Pos), "msg_id", it.Entry.MsgID.String(), "users", it.Users, "reason", err)
+			"id", adminapi.DeadLetterID(uint32(src), uint32(dest), it.Pos), "msg_id", it.Entry.MsgID.String(), "users", it.Users, "reason", err)
 		if mark, err = f.deliver(ctx, src, dest, &log.DeliveryBatch{Source: src, Prev: mark, Last: it.Pos}); err != nil {
 			return 0, err
 		}

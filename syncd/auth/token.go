@@ -1,4 +1,4 @@
-package syncd
+package auth
 
 import (
 	"bytes"

@@ -1,4 +1,4 @@
-package syncd
+package routing
 
 import (
 	"fmt"
@@ -11,7 +11,7 @@ import (
 // changes its answer for a key.
 func TestSlotTableSpreadsAndIsStable(t *testing.T) {
 	shards := []raftstore.ShardID{1, 2, 3, 4, 5, 6, 7, 8}
-	st := NewSlotTable(len(shards))
+	st := Even(len(shards))
 	if got := st.Shards(); fmt.Sprint(got) != fmt.Sprint(shards) {
 		t.Fatalf("Shards() = %v, want %v", got, shards)
 	}
@@ -19,7 +19,7 @@ func TestSlotTableSpreadsAndIsStable(t *testing.T) {
 	for i := 0; i < 8000; i++ {
 		uid := fmt.Sprintf("user-%d", i)
 		s := st.UserShard(uid)
-		if s != st.UserShard(uid) || s != NewSlotTable(len(shards)).UserShard(uid) {
+		if s != st.UserShard(uid) || s != Even(len(shards)).UserShard(uid) {
 			t.Fatalf("UserShard(%q) is not stable", uid)
 		}
 		counts[s]++

@@ -1,54 +1,132 @@
-package syncd
+package fanout
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2"
 	"github.com/syncd-dev/syncd/log"
 	"github.com/syncd-dev/syncd/raftstore"
 	"github.com/syncd-dev/syncd/raftstore/raftstoretest"
+	"github.com/syncd-dev/syncd/syncd/routing"
 )
 
-// fanoutNode is a single node with eight shards and a running fan-out wired to its applies.
+// localShards are eight shards on one Pebble store, driven without Raft: a proposal applies its
+// command at once through raftstore.Apply, the state machine's own code, and wakes the fan-out as
+// an applied batch would. What the fan-out does with the answers is all that is under test here;
+// the replicated path runs in syncd's server tests and the cluster suites.
+type localShards struct {
+	db     *pebble.DB
+	shards map[raftstore.ShardID]*log.Shard
+	ids    []raftstore.ShardID
+	wake   func(raftstore.ShardID)
+
+	mu    sync.Mutex // serializes proposals, as a shard's Raft log does
+	index uint64
+	// fail, if set, is asked before each proposal; a non-nil error is returned instead of applying.
+	fail func(shard raftstore.ShardID, cmd raftstore.Command) error
+}
+
+func openLocalShards(t *testing.T, dir string) *localShards {
+	t.Helper()
+	db, err := pebble.Open(dir, &pebble.Options{Logger: quietPebble{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ls := &localShards{db: db, shards: map[raftstore.ShardID]*log.Shard{}, ids: []raftstore.ShardID{1, 2, 3, 4, 5, 6, 7, 8}}
+	for _, id := range ls.ids {
+		if ls.shards[id], err = log.OpenShard(db, id); err != nil {
+			t.Fatal(err)
+		}
+		idx, err := ls.shards[id].Applied()
+		if err != nil {
+			t.Fatal(err)
+		}
+		ls.index = max(ls.index, idx)
+	}
+	return ls
+}
+
+func (ls *localShards) Shards() []raftstore.ShardID { return ls.ids }
+
+func (ls *localShards) ShardStatus(shard raftstore.ShardID) (raftstore.ShardStatus, error) {
+	if ls.shards[shard] == nil {
+		return raftstore.ShardStatus{}, raftstore.ErrNoShard
+	}
+	return raftstore.ShardStatus{Shard: shard, State: "leader", LeaderID: "n1"}, nil
+}
+
+func (ls *localShards) State(shard raftstore.ShardID) (*log.Shard, error) {
+	if s := ls.shards[shard]; s != nil {
+		return s, nil
+	}
+	return nil, raftstore.ErrNoShard
+}
+
+func (ls *localShards) Propose(_ context.Context, shard raftstore.ShardID, cmd raftstore.Command) (raftstore.Result, error) {
+	state, err := ls.State(shard)
+	if err != nil {
+		return raftstore.Result{}, err
+	}
+	ls.mu.Lock()
+	if ls.fail != nil {
+		if err := ls.fail(shard, cmd); err != nil {
+			ls.mu.Unlock()
+			return raftstore.Result{}, err
+		}
+	}
+	ls.index++
+	tx := state.Begin()
+	res, err := raftstore.Apply(tx, log.Stamp{Index: ls.index, Time: time.Now().UnixNano()}, cmd)
+	if err == nil || log.Rejected(err) { // a rejection is applied as a no-op, as in the FSM
+		if cerr := errors.Join(tx.SetApplied(ls.index), tx.Commit(false)); cerr != nil {
+			err = cerr
+		}
+	}
+	tx.Close()
+	ls.mu.Unlock()
+	if ls.wake != nil {
+		ls.wake(shard)
+	}
+	return res, err
+}
+
+func (ls *localShards) close(t *testing.T) {
+	if err := ls.db.Close(); err != nil {
+		t.Error(err)
+	}
+}
+
+type quietPebble struct{}
+
+func (quietPebble) Infof(string, ...any)  {}
+func (quietPebble) Errorf(string, ...any) {}
+func (quietPebble) Fatalf(format string, args ...any) {
+	panic(fmt.Sprintf(format, args...))
+}
+
+// fanoutNode is the eight local shards with a running fan-out wired to their applies.
 type fanoutNode struct {
-	node   *raftstore.Node
+	node   *localShards
 	fan    *Fanout
-	slots  *SlotTable
+	slots  *routing.Table
 	cancel context.CancelFunc
 	done   chan struct{}
 }
 
 func startFanoutNode(t *testing.T, dir string) *fanoutNode {
 	t.Helper()
-	shards := []raftstore.ShardID{1, 2, 3, 4, 5, 6, 7, 8}
-	var notify atomic.Pointer[Fanout] // the node applies entries before the fan-out exists
 	logger := slog.New(slog.NewTextHandler(testLog{t}, &slog.HandlerOptions{Level: slog.LevelError}))
-	node, err := raftstore.New(raftstore.Config{NodeID: "n1", Dir: dir, Shards: shards, Logger: logger,
-		OnApply: func(s raftstore.ShardID, _ uint64) {
-			if f := notify.Load(); f != nil {
-				f.Notify(s)
-			}
-		}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	slots := NewSlotTable(len(shards))
-	fan := NewFanout(node, slots, FanoutConfig{Batch: 64, Logger: logger}) // default IdleLag
-	notify.Store(fan)
-	for _, s := range shards {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		_, _, err := node.WaitLeader(ctx, s)
-		cancel()
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
+	node := openLocalShards(t, dir)
+	slots := routing.Even(len(node.ids))
+	fan := New(node, slots, Config{Batch: 64, Logger: logger}) // default IdleLag
+	node.wake = fan.Notify
 	ctx, cancel := context.WithCancel(context.Background())
 	fn := &fanoutNode{node: node, fan: fan, slots: slots, cancel: cancel, done: make(chan struct{})}
 	go func() {
@@ -61,9 +139,7 @@ func startFanoutNode(t *testing.T, dir string) *fanoutNode {
 func (fn *fanoutNode) stop(t *testing.T) {
 	fn.cancel()
 	<-fn.done
-	if err := fn.node.Close(); err != nil {
-		t.Error(err)
-	}
+	fn.node.close(t)
 }
 
 type testLog struct{ t testing.TB }

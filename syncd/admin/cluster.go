@@ -1,4 +1,4 @@
-package syncd
+package admin
 
 import (
 	"cmp"
@@ -8,70 +8,17 @@ import (
 	"time"
 
 	"github.com/syncd-dev/syncd/raftstore"
+	"github.com/syncd-dev/syncd/syncd/adminapi"
 )
-
-// Node attributes a syncd node publishes in its raftstore status, so that any node can tell an
-// operator where every node serves.
-const (
-	attrClient = "client" // QUIC address for devices
-	attrAdmin  = "admin"  // admin HTTP address
-)
-
-// ClusterView answers GET /v1/cluster: every node of the cluster as the node asked could reach
-// it, and every shard's replicas with their Raft state and lag.
-type ClusterView struct {
-	Node   string        `json:"node"` // the node that answered
-	Nodes  []ClusterNode `json:"nodes"`
-	Shards []ShardView   `json:"shards"`
-	// RF is the cluster's replication factor and MapIndex the version of its cluster map.
-	RF       int    `json:"rf"`
-	MapIndex uint64 `json:"map_index"`
-}
-
-// ClusterNode is one node: its addresses, whether it answered, and how many shards it leads.
-type ClusterNode struct {
-	ID         string `json:"id"`
-	RaftAddr   string `json:"raft_addr"`
-	ClientAddr string `json:"client_addr,omitempty"`
-	AdminAddr  string `json:"admin_addr,omitempty"`
-	Reachable  bool   `json:"reachable"`
-	Error      string `json:"error,omitempty"`
-	Leads      int    `json:"leads"`              // shards it leads
-	Placed     int    `json:"placed"`             // shards the cluster map places on it
-	Removing   bool   `json:"removing,omitempty"` // being removed: its replicas move away
-}
-
-// ShardView is one shard: its leader, its voters, and each reachable replica's indexes.
-type ShardView struct {
-	Shard    uint32        `json:"shard"`
-	Leader   string        `json:"leader"` // "" if no reachable node leads it
-	Term     uint64        `json:"term"`
-	Voters   []string      `json:"voters"`
-	Placed   []string      `json:"placed"` // where the cluster map wants its replicas
-	Slots    int           `json:"slots"`  // hash slots it owns in the cluster map's slot table
-	Replicas []ReplicaView `json:"replicas"`
-}
-
-// ReplicaView is one node's replica of a shard. Lag is how many entries of the leader's log it
-// has not applied yet (0 without a reachable leader).
-type ReplicaView struct {
-	Node    string `json:"node"`
-	State   string `json:"state"`
-	Term    uint64 `json:"term"`
-	Commit  uint64 `json:"commit"`
-	Applied uint64 `json:"applied"`
-	Last    uint64 `json:"last"`
-	Lag     uint64 `json:"lag"`
-}
 
 // Cluster gathers the cluster view from every node named in this node's shard configurations.
-func (s *Server) Cluster(ctx context.Context) ClusterView {
-	view := ClusterView{Node: s.node.ID()}
+func (s *Server) Cluster(ctx context.Context) adminapi.ClusterView {
+	view := adminapi.ClusterView{Node: s.node.ID()}
 	m, _ := s.node.ClusterMap()
 	view.RF, view.MapIndex = m.RF, m.Index
-	shards := map[raftstore.ShardID]*ShardView{}
+	shards := map[raftstore.ShardID]*adminapi.ShardView{}
 	for _, id := range m.DataShards() {
-		shards[id] = &ShardView{Shard: uint32(id), Placed: m.Replicas[id]}
+		shards[id] = &adminapi.ShardView{Shard: uint32(id), Placed: m.Replicas[id]}
 	}
 	for _, r := range m.Slots {
 		if v := shards[r.Shard]; v != nil {
@@ -80,18 +27,18 @@ func (s *Server) Cluster(ctx context.Context) ClusterView {
 	}
 	leaderLast := map[raftstore.ShardID]uint64{}
 	for _, p := range s.node.ClusterStatus(ctx) {
-		n := ClusterNode{ID: p.ID, RaftAddr: p.Addr, Reachable: p.Status != nil, Error: p.Err, Removing: m.Nodes[p.ID].Removing}
+		n := adminapi.ClusterNode{ID: p.ID, RaftAddr: p.Addr, Reachable: p.Status != nil, Error: p.Err, Removing: m.Nodes[p.ID].Removing}
 		for _, id := range m.DataShards() {
 			if slices.Contains(m.Replicas[id], p.ID) {
 				n.Placed++
 			}
 		}
 		if p.Status != nil {
-			n.ClientAddr, n.AdminAddr = p.Status.Attrs[attrClient], p.Status.Attrs[attrAdmin]
+			n.ClientAddr, n.AdminAddr = p.Status.Attrs[adminapi.AttrClient], p.Status.Attrs[adminapi.AttrAdmin]
 			for _, st := range p.Status.Shards {
 				sv := shards[st.Shard]
 				if sv == nil {
-					sv = &ShardView{Shard: uint32(st.Shard)}
+					sv = &adminapi.ShardView{Shard: uint32(st.Shard)}
 					shards[st.Shard] = sv
 				}
 				if st.State == "leader" && st.Term >= sv.Term {
@@ -102,7 +49,7 @@ func (s *Server) Cluster(ctx context.Context) ClusterView {
 					leaderLast[st.Shard] = st.LastIndex
 					n.Leads++
 				}
-				sv.Replicas = append(sv.Replicas, ReplicaView{Node: p.ID, State: st.State, Term: st.Term,
+				sv.Replicas = append(sv.Replicas, adminapi.ReplicaView{Node: p.ID, State: st.State, Term: st.Term,
 					Commit: st.CommitIndex, Applied: st.AppliedIndex, Last: st.LastIndex})
 			}
 		}
@@ -117,13 +64,13 @@ func (s *Server) Cluster(ctx context.Context) ClusterView {
 		}
 		view.Shards = append(view.Shards, *sv)
 	}
-	slices.SortFunc(view.Shards, func(a, b ShardView) int { return cmp.Compare(a.Shard, b.Shard) })
+	slices.SortFunc(view.Shards, func(a, b adminapi.ShardView) int { return cmp.Compare(a.Shard, b.Shard) })
 	return view
 }
 
 // clusterRoutes serves the cluster endpoints on the admin mux:
 //
-//	GET  /v1/cluster                       the cluster view (ClusterView)
+//	GET  /v1/cluster                       the cluster view (adminapi.ClusterView)
 //	POST /v1/nodes?id=…&raft_addr=…        register a node before it starts (it may also just
 //	                                       start with -join)
 //	POST /v1/nodes/{id}/remove             move a node's replicas away, then drop it from the map

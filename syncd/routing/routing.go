@@ -1,4 +1,7 @@
-package syncd
+// Package routing maps users and conversations to the shards that hold them: a key hashes to one
+// of a fixed number of slots, and the cluster map's slot table names the shard owning each slot.
+// Every node routes by the same table, so a device may use any node.
+package routing
 
 import (
 	"hash/fnv"
@@ -15,33 +18,34 @@ const (
 	convKeyPrefix = "c:"
 )
 
-// SlotTable maps users and conversations to shards: a key hashes to a slot, and the cluster
+// Table maps users and conversations to shards: a key hashes to a slot, and the cluster
 // map's slot table (raftstore.SlotTable) names the shard owning the slot. A server's table
 // follows the cluster map, so every node routes alike whatever its own -shards says. (Per-key
 // overrides, which give a hot account or a huge group a shard of its own, come with moving keys
 // between shards: an override set without moving the key's data would strand it.)
 //
-// A SlotTable is safe for concurrent use.
-type SlotTable struct {
+// A Table is safe for concurrent use.
+type Table struct {
 	table func() *raftstore.SlotTable
 }
 
-// NewSlotTable returns the routing of a cluster whose slots are spread evenly over shards
-// 1..shards, as a new cluster's are: for tools and tests that route like the servers.
-func NewSlotTable(shards int) *SlotTable {
+// Even returns the routing of a cluster whose slots are spread evenly over shards 1..shards, as
+// a new cluster's are: for tools and tests that route like the servers.
+func Even(shards int) *Table {
 	t, err := raftstore.NewSlotTable(raftstore.EvenSlots(shards))
 	if err != nil {
 		panic(err) // EvenSlots always covers every slot
 	}
-	return &SlotTable{table: func() *raftstore.SlotTable { return t }}
+	return &Table{table: func() *raftstore.SlotTable { return t }}
 }
 
-// clusterSlotTable routes by node's cluster map, which the server waits for before it routes.
-func clusterSlotTable(node *raftstore.Node) *SlotTable {
-	return &SlotTable{table: func() *raftstore.SlotTable {
-		t := node.SlotTable()
+// Cluster routes by the slot table of the cluster map current returns; the server waits for the
+// map before it routes, so a nil table at routing time is a bug and panics.
+func Cluster(current func() *raftstore.SlotTable) *Table {
+	return &Table{table: func() *raftstore.SlotTable {
+		t := current()
 		if t == nil {
-			panic("syncd: a key was routed before the cluster map was known")
+			panic("routing: a key was routed before the cluster map was known")
 		}
 		return t
 	}}
@@ -58,12 +62,12 @@ func Slot(key string) int {
 }
 
 // UserShard returns the shard holding user uid's log.
-func (t *SlotTable) UserShard(uid string) raftstore.ShardID { return t.shardOf(userKeyPrefix + uid) }
+func (t *Table) UserShard(uid string) raftstore.ShardID { return t.shardOf(userKeyPrefix + uid) }
 
 // ConvShard returns the home shard of conversation conv, where its order is decided.
-func (t *SlotTable) ConvShard(conv string) raftstore.ShardID { return t.shardOf(convKeyPrefix + conv) }
+func (t *Table) ConvShard(conv string) raftstore.ShardID { return t.shardOf(convKeyPrefix + conv) }
 
-func (t *SlotTable) shardOf(key string) raftstore.ShardID { return t.table().Shard(Slot(key)) }
+func (t *Table) shardOf(key string) raftstore.ShardID { return t.table().Shard(Slot(key)) }
 
 // Shards returns every shard that owns a slot, ascending. The slice is shared: do not modify it.
-func (t *SlotTable) Shards() []raftstore.ShardID { return t.table().Shards() }
+func (t *Table) Shards() []raftstore.ShardID { return t.table().Shards() }

@@ -1,12 +1,12 @@
-package syncd
+package admin
 
 import "net/http"
 
-// opsRoutes adds the operator endpoints, all under /v1/, to the admin HTTP mux. They read and
+// routes adds the operator endpoints, all under /v1/, to the admin HTTP mux. They read and
 // change shard state, so they live on the admin address (loopback by default) and never on the
 // client listener. They route keys by the cluster map, so until this node has it (a node that
 // is joining, or a new cluster before its first election) they answer 503.
-func (s *Server) opsRoutes(mux *http.ServeMux) {
+func (s *Server) routes(mux *http.ServeMux) {
 	ops := http.NewServeMux()
 	s.deadLetterRoutes(ops)
 	s.userRoutes(ops)

@@ -1,0 +1,237 @@
+package peer
+
+import (
+	"github.com/syncd-dev/syncd/log"
+	"github.com/syncd-dev/syncd/syncd/adminapi"
+)
+
+// The messages of the format. log's types are its on-disk model and carry no tags, so reads
+// travel as the tagged copies below, converted at both ends; the inspections answer with the
+// admin API's report types, whose JSON tags name their fields here too.
+
+// ReadArgs are the arguments of the read operations; each sets the fields its Op lists.
+type ReadArgs struct {
+	UID        string `msgpack:"uid"`
+	Conv       string `msgpack:"conv"`
+	After      string `msgpack:"after"`
+	Epoch      uint64 `msgpack:"epoch"`
+	Pos        uint64 `msgpack:"pos"` // from (reads forward) or before (ReadConvBefore)
+	LimitCount int    `msgpack:"limit_count"`
+	LimitBytes int    `msgpack:"limit_bytes"`
+	Count      int    `msgpack:"count"` // UserConvs' limit
+	WaitMS     int64  `msgpack:"wait_ms"`
+}
+
+// Limit returns the read limit the arguments carry.
+func (a ReadArgs) Limit() log.Limit { return log.Limit{Count: a.LimitCount, Bytes: a.LimitBytes} }
+
+// WithLimit returns a with lim set.
+func (a ReadArgs) WithLimit(lim log.Limit) ReadArgs {
+	a.LimitCount, a.LimitBytes = lim.Count, lim.Bytes
+	return a
+}
+
+// ReadAnswer is the result of a read operation; the field of the request's Op is set.
+type ReadAnswer struct {
+	Info LogInfo   `msgpack:"info"`
+	Conv ConvState `msgpack:"conv"`
+	IDs  []string  `msgpack:"ids"`
+	Read Read      `msgpack:"read"`
+}
+
+// LogInfo is log.LogInfo on the wire.
+type LogInfo struct {
+	Epoch uint64 `msgpack:"epoch"`
+	First uint64 `msgpack:"first"`
+	Head  uint64 `msgpack:"head"`
+}
+
+// ConvState is log.ConvState on the wire.
+type ConvState struct {
+	Conv     string   `msgpack:"conv"`
+	Kind     uint8    `msgpack:"kind"`
+	Info     LogInfo  `msgpack:"info"`
+	Members  []string `msgpack:"members"`
+	ReadMark uint64   `msgpack:"read_mark"`
+}
+
+// Read is log.Read on the wire.
+type Read struct {
+	Status  uint8   `msgpack:"status"`
+	Info    LogInfo `msgpack:"info"`
+	Entries []Entry `msgpack:"entries"`
+}
+
+// MsgID is log.MsgID on the wire.
+type MsgID struct {
+	Shard uint32 `msgpack:"shard"`
+	Index uint64 `msgpack:"index"`
+	Sub   uint32 `msgpack:"sub"`
+}
+
+// Entry is log.Entry on the wire.
+type Entry struct {
+	Seq      uint64   `msgpack:"seq"`
+	Kind     uint8    `msgpack:"kind"`
+	MsgID    MsgID    `msgpack:"msg_id"`
+	Conv     string   `msgpack:"conv"`
+	ConvSeq  uint64   `msgpack:"conv_seq"`
+	Sender   string   `msgpack:"sender"`
+	Time     int64    `msgpack:"time"`
+	Body     []byte   `msgpack:"body"`
+	ReadUpTo uint64   `msgpack:"read_up_to"`
+	Target   MsgID    `msgpack:"target"`
+	Members  []string `msgpack:"members"`
+}
+
+// CursorsArgs are the arguments of OpCursors.
+type CursorsArgs struct {
+	User string `msgpack:"user"`
+}
+
+// TraceHomeArgs are the arguments of OpTraceHome.
+type TraceHomeArgs struct {
+	MsgID MsgID `msgpack:"msg_id"`
+}
+
+// TraceHome is the result of OpTraceHome. Found is false when the home shard's replica does not
+// know the message; Report is then empty. Otherwise Report has everything but Scan and Users, and
+// Members lists the conversation's current members.
+type TraceHome struct {
+	Found   bool                 `msgpack:"found"`
+	Report  adminapi.TraceReport `msgpack:"report"`
+	Members []string             `msgpack:"members"`
+}
+
+// TraceUsersArgs are the arguments of OpTraceUsers: the users of one shard to trace message
+// MsgID for, and the home shard's outbox as the trace found it.
+type TraceUsersArgs struct {
+	MsgID  MsgID                `msgpack:"msg_id"`
+	Scan   int                  `msgpack:"scan"`
+	Outbox adminapi.TraceOutbox `msgpack:"outbox"`
+	Users  []TraceUserArgs      `msgpack:"users"`
+}
+
+// TraceUserArgs is one user to trace, and whether the user is a current member.
+type TraceUserArgs struct {
+	User   string `msgpack:"user"`
+	Member bool   `msgpack:"member"`
+}
+
+// DeadLettersArgs are the arguments of OpDeadLetters: list at most Limit (0: only count them).
+type DeadLettersArgs struct {
+	Limit int `msgpack:"limit"`
+}
+
+// DeadLetters is the result of OpDeadLetters: how many dead letters the shard holds, and the
+// first of them, without bodies (only their sizes), so that an answer stays small.
+type DeadLetters struct {
+	Count uint64       `msgpack:"count"`
+	Items []DeadLetter `msgpack:"items"`
+}
+
+// DeadLetterArgs are the arguments of OpDeadLetter.
+type DeadLetterArgs struct {
+	Dest uint32 `msgpack:"dest"`
+	Pos  uint64 `msgpack:"pos"`
+}
+
+// DeadLetterAnswer is the result of OpDeadLetter; Found is false when the source shard holds no
+// such dead letter (never recorded, or dropped since).
+type DeadLetterAnswer struct {
+	Found  bool       `msgpack:"found"`
+	Letter DeadLetter `msgpack:"letter"`
+}
+
+// DeadLetter is log.DeadLetter on the wire. In a DeadLetters list the entry's body is left out
+// and BodyBytes gives its size.
+type DeadLetter struct {
+	Dest      uint32   `msgpack:"dest"`
+	Pos       uint64   `msgpack:"pos"`
+	Users     []string `msgpack:"users"`
+	Reason    string   `msgpack:"reason"`
+	FailedAt  int64    `msgpack:"failed_at"`
+	Entry     Entry    `msgpack:"entry"`
+	BodyBytes int      `msgpack:"body_bytes"`
+}
+
+// FromLogInfo converts a log.LogInfo.
+func FromLogInfo(i log.LogInfo) LogInfo {
+	return LogInfo{Epoch: uint64(i.Epoch), First: uint64(i.First), Head: uint64(i.Head)}
+}
+
+// Log converts back to a log.LogInfo.
+func (i LogInfo) Log() log.LogInfo {
+	return log.LogInfo{Epoch: log.Epoch(i.Epoch), First: log.Position(i.First), Head: log.Position(i.Head)}
+}
+
+// FromConvState converts a log.ConvState.
+func FromConvState(c log.ConvState) ConvState {
+	return ConvState{Conv: c.Conv, Kind: uint8(c.Kind), Info: FromLogInfo(c.Info), Members: c.Members, ReadMark: uint64(c.ReadMark)}
+}
+
+// Log converts back to a log.ConvState.
+func (c ConvState) Log() log.ConvState {
+	return log.ConvState{Conv: c.Conv, Kind: log.ConvKind(c.Kind), Info: c.Info.Log(), Members: c.Members, ReadMark: log.Position(c.ReadMark)}
+}
+
+// FromRead converts a log.Read; the entries' slices are shared, not copied.
+func FromRead(r log.Read) Read {
+	out := Read{Status: uint8(r.Status), Info: FromLogInfo(r.Info)}
+	if len(r.Entries) > 0 {
+		out.Entries = make([]Entry, len(r.Entries))
+		for i := range r.Entries {
+			out.Entries[i] = FromEntry(&r.Entries[i])
+		}
+	}
+	return out
+}
+
+// Log converts back to a log.Read.
+func (r Read) Log() log.Read {
+	out := log.Read{Status: log.ReadStatus(r.Status), Info: r.Info.Log()}
+	if len(r.Entries) > 0 {
+		out.Entries = make([]log.Entry, len(r.Entries))
+		for i, e := range r.Entries {
+			out.Entries[i] = e.Log()
+		}
+	}
+	return out
+}
+
+// FromMsgID converts a log.MsgID.
+func FromMsgID(id log.MsgID) MsgID { return MsgID{Shard: uint32(id.Shard), Index: id.Index, Sub: id.Sub} }
+
+// Log converts back to a log.MsgID.
+func (id MsgID) Log() log.MsgID { return log.MsgID{Shard: log.ShardID(id.Shard), Index: id.Index, Sub: id.Sub} }
+
+// FromEntry converts a log.Entry; its slices are shared, not copied.
+func FromEntry(e *log.Entry) Entry {
+	return Entry{Seq: uint64(e.Seq), Kind: uint8(e.Kind), MsgID: FromMsgID(e.MsgID), Conv: e.Conv,
+		ConvSeq: uint64(e.ConvSeq), Sender: e.Sender, Time: e.Time, Body: e.Body,
+		ReadUpTo: uint64(e.ReadUpTo), Target: FromMsgID(e.Target), Members: e.Members}
+}
+
+// Log converts back to a log.Entry.
+func (e Entry) Log() log.Entry {
+	return log.Entry{Seq: log.Position(e.Seq), Kind: log.Kind(e.Kind), MsgID: e.MsgID.Log(), Conv: e.Conv,
+		ConvSeq: log.Position(e.ConvSeq), Sender: e.Sender, Time: e.Time, Body: e.Body,
+		ReadUpTo: log.Position(e.ReadUpTo), Target: e.Target.Log(), Members: e.Members}
+}
+
+// FromDeadLetter converts a log.DeadLetter; withBody false leaves the body out (BodyBytes still
+// gives its size).
+func FromDeadLetter(dl *log.DeadLetter, withBody bool) DeadLetter {
+	out := DeadLetter{Dest: uint32(dl.Dest), Pos: dl.Pos, Users: dl.Users, Reason: dl.Reason,
+		FailedAt: dl.FailedAt, Entry: FromEntry(&dl.Entry), BodyBytes: len(dl.Entry.Body)}
+	if !withBody {
+		out.Entry.Body = nil
+	}
+	return out
+}
+
+// Log converts back to a log.DeadLetter.
+func (dl DeadLetter) Log() log.DeadLetter {
+	return log.DeadLetter{Dest: log.ShardID(dl.Dest), Pos: dl.Pos, Users: dl.Users, Reason: dl.Reason,
+		FailedAt: dl.FailedAt, Entry: dl.Entry.Log()}
+}

@@ -38,6 +38,14 @@ func checkBody(b []byte) error {
 	if len(b) == 0 || !isMapCode(b[0]) {
 		return errors.New("body is not a msgpack map")
 	}
+	return CheckShape(b)
+}
+
+// CheckShape verifies that b holds exactly one msgpack value, of any type, that respects the
+// shape rules of a frame body (checkBody), so that decoding it is bounded by len(b). Other
+// msgpack formats of the project (syncd's node-to-node calls) check their input with it before
+// decoding: one checker guards every msgpack decoder.
+func CheckShape(b []byte) error {
 	n, err := checkValue(b, 0)
 	if err != nil {
 		return err

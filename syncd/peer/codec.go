@@ -8,6 +8,7 @@ import (
 
 	"github.com/vmihailenco/msgpack/v5"
 
+	"github.com/syncd-dev/syncd/proto"
 	"github.com/syncd-dev/syncd/raftstore"
 )
 
@@ -152,6 +153,11 @@ func marshalTo(b []byte, v any) ([]byte, error) {
 }
 
 func unmarshal(b []byte, v any) error {
+	// The decoder allocates what a length claims before reading the elements: bound every length
+	// by the bytes present first, as the client protocol does.
+	if err := proto.CheckShape(b); err != nil {
+		return err
+	}
 	r := bytes.NewReader(b)
 	dec := msgpack.NewDecoder(r)
 	dec.SetCustomStructTag("json")

@@ -200,10 +200,14 @@ func (r Read) Log() log.Read {
 }
 
 // FromMsgID converts a log.MsgID.
-func FromMsgID(id log.MsgID) MsgID { return MsgID{Shard: uint32(id.Shard), Index: id.Index, Sub: id.Sub} }
+func FromMsgID(id log.MsgID) MsgID {
+	return MsgID{Shard: uint32(id.Shard), Index: id.Index, Sub: id.Sub}
+}
 
 // Log converts back to a log.MsgID.
-func (id MsgID) Log() log.MsgID { return log.MsgID{Shard: log.ShardID(id.Shard), Index: id.Index, Sub: id.Sub} }
+func (id MsgID) Log() log.MsgID {
+	return log.MsgID{Shard: log.ShardID(id.Shard), Index: id.Index, Sub: id.Sub}
+}
 
 // FromEntry converts a log.Entry; its slices are shared, not copied.
 func FromEntry(e *log.Entry) Entry {

@@ -1,13 +1,15 @@
 // Command syncd runs a syncd server node.
 //
-// With no flags it runs a single node on embedded defaults: data in ./syncd-data, clients over
-// QUIC on 127.0.0.1:7300, admin HTTP on 127.0.0.1:7380, Raft on 127.0.0.1:7400, eight
-// single-voter shards, a token secret and a self-signed certificate created in the data directory
-// on first start. With -peers it joins a static cluster (every node gets the same list).
+// With no flags it runs a single node on embedded defaults (syncd.DefaultConfig; -print-config
+// lists them): clients over QUIC, admin HTTP and Raft on loopback, single-voter shards, and a data
+// directory under the working directory, where a token secret and a self-signed certificate are
+// created on first start. With -peers it starts a static cluster (every node gets the same list);
+// with -join it joins one.
 //
-// Settings come from the defaults, then an optional TOML file (-config; every key is in
-// docs/syncd.example.toml), then the flags given on the command line; each file key has a flag
-// of the same name in kebab-case. -print-config prints the result as TOML and exits.
+// Settings come from the defaults, then an optional TOML file (-config), then the flags given on
+// the command line; each file key has a flag of the same name in kebab-case. -print-config
+// prints the result as a commented TOML file and exits; for no flags and no file that output is
+// docs/syncd.example.toml, which lists every key with its default.
 //
 // Exit status: 0 after a clean stop, 2 for a usage or configuration error, 1 when the server
 // fails to start or stops with an error.

@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"flag"
+	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -13,8 +15,6 @@ import (
 	"github.com/BurntSushi/toml"
 	"go.uber.org/goleak"
 
-	"github.com/syncd-dev/syncd/log"
-	"github.com/syncd-dev/syncd/proto"
 	"github.com/syncd-dev/syncd/raftstore"
 	"github.com/syncd-dev/syncd/syncd"
 )
@@ -65,19 +65,36 @@ func tomlKeys() []string {
 	return keys
 }
 
-// The example file documents every key with its true default: loading it changes nothing.
-func TestExampleFileHoldsTheDefaults(t *testing.T) {
-	o, err := parseArgs([]string{"-config", exampleFile}, nil)
+var update = flag.Bool("update", false, "rewrite docs/syncd.example.toml from syncd -print-config")
+
+// docs/syncd.example.toml is exactly what syncd -print-config prints with no flags and no file,
+// so that it cannot drift from the defaults (syncd.DefaultConfig) or the documentation of the
+// keys (the table settings). go test ./cmd/syncd -run ExampleFile -update rewrites it.
+func TestExampleFileIsPrintConfig(t *testing.T) {
+	var out, errOut bytes.Buffer
+	if rc := run([]string{"-print-config"}, &out, &errOut); rc != 0 {
+		t.Fatalf("-print-config: exit %d: %s", rc, errOut.String())
+	}
+	if *update {
+		if err := os.WriteFile(exampleFile, out.Bytes(), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	file, err := os.ReadFile(exampleFile)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !reflect.DeepEqual(o.settings, defaults()) {
-		t.Errorf("example file settings\n%+v\ndiffer from the defaults\n%+v", o.settings, defaults())
+	if !bytes.Equal(file, out.Bytes()) {
+		t.Errorf("%s differs from syncd -print-config; rewrite it with go test ./cmd/syncd -run ExampleFile -update "+
+			"and review the diff.\nfirst difference at line %d:\n file: %q\nprint: %q",
+			exampleFile, firstDiffLine(file, out.Bytes())+1, lineAt(file, firstDiffLine(file, out.Bytes())),
+			lineAt(out.Bytes(), firstDiffLine(file, out.Bytes())))
 	}
+
+	// And it is a config file that runs the no-flag node, with every key set.
 	if got, want := mustLoad(t, "-config", exampleFile), mustLoad(t); !reflect.DeepEqual(got, want) {
 		t.Errorf("example file config\n%+v\ndiffers from the no-flag config\n%+v", got, want)
 	}
-
 	var c fileConfig
 	md, err := toml.DecodeFile(exampleFile, &c)
 	if err != nil {
@@ -90,16 +107,44 @@ func TestExampleFileHoldsTheDefaults(t *testing.T) {
 	}
 }
 
-// With no flags and no file the Config holds the defaults syncd.Config documents for its zero
-// fields, spelled out (so that -print-config shows them).
+// firstDiffLine returns the index of the first line where a and b differ.
+func firstDiffLine(a, b []byte) int {
+	la, lb := strings.Split(string(a), "\n"), strings.Split(string(b), "\n")
+	for i := range min(len(la), len(lb)) {
+		if la[i] != lb[i] {
+			return i
+		}
+	}
+	return min(len(la), len(lb))
+}
+
+// lineAt returns line i of b, or "" past its end.
+func lineAt(b []byte, i int) string {
+	if l := strings.Split(string(b), "\n"); i < len(l) {
+		return l[i]
+	}
+	return ""
+}
+
+// With no flags and no file the Config is syncd.DefaultConfig spelled out (so that -print-config
+// shows real values): cmd/syncd adds no default of its own, and fromConfig and toConfig agree.
 func TestNoFlagConfig(t *testing.T) {
-	want := syncd.Config{Dir: "./syncd-data", ListenAddr: "127.0.0.1:7300", AdminAddr: syncd.DefaultAdminAddr,
-		NodeID: "n1", RaftAddr: "127.0.0.1:7400", Shards: 8, ReplicationFactor: 3, Limits: proto.Limits{}.WithDefaults(),
-		DedupWindow: 24 * time.Hour, RecallWindow: 2 * time.Minute, MaxConnections: 20000, MaxStreamsPerConn: 16,
-		Retention: log.Retention{MaxAge: int64(30 * 24 * time.Hour)}, RetentionInterval: 10 * time.Minute,
-		RequestTimeout: 10 * time.Second, SendRate: 20, SendBurst: 100, MaxInFlight: 1024, MaxHandshakes: 256}
-	if got := mustLoad(t); !reflect.DeepEqual(got, want) {
-		t.Errorf("no-flag config\n%+v\nwant\n%+v", got, want)
+	if got, want := mustLoad(t), syncd.DefaultConfig(); !reflect.DeepEqual(got, want) {
+		t.Errorf("no-flag config\n%+v\nwant syncd.DefaultConfig()\n%+v", got, want)
+	}
+	// The inverse holds for settings defaults() does not show: peers, dial overrides, TLS files.
+	cfg := syncd.DefaultConfig()
+	cfg.Peers = []raftstore.Peer{{ID: "n1", Addr: "a:1"}, {ID: "n2", Addr: "b:2"}}
+	cfg.PeerDial = map[string]string{"n2": "relay:2", "n1": "relay:1"}
+	cfg.CertFile, cfg.KeyFile, cfg.Shards, cfg.SendRate = "c.pem", "k.pem", 3, 0.5
+	o := options{settings: fromConfig(cfg)}
+	o.settings.LogLevel, o.settings.LogFormat = defaultLogLevel, defaultLogFormat
+	got, err := o.toConfig(io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Logger = nil; !reflect.DeepEqual(got, cfg) {
+		t.Errorf("toConfig(fromConfig(cfg)) =\n%+v\nwant\n%+v", got, cfg)
 	}
 }
 
@@ -123,6 +168,38 @@ func TestEveryKeyHasAFlag(t *testing.T) {
 	})
 }
 
+// The table settings has one entry per field of fileConfig, under the field's toml key and
+// pointing at that field, with a flag help and a comment.
+func TestSettingsTable(t *testing.T) {
+	var c fileConfig
+	v := reflect.ValueOf(&c).Elem()
+	fields := map[string]reflect.Value{}
+	for i := range v.NumField() {
+		fields[v.Type().Field(i).Tag.Get("toml")] = v.Field(i)
+	}
+	seen := map[string]bool{}
+	for _, s := range settings {
+		f, ok := fields[s.key]
+		switch {
+		case !ok:
+			t.Errorf("setting %s is no key of fileConfig", s.key)
+		case seen[s.key]:
+			t.Errorf("setting %s is listed twice", s.key)
+		case reflect.ValueOf(s.field(&c)).Pointer() != f.Addr().Pointer():
+			t.Errorf("setting %s points at another field", s.key)
+		}
+		seen[s.key] = true
+		if s.usage == "" || s.doc == "" {
+			t.Errorf("setting %s lacks a flag help or a comment", s.key)
+		}
+	}
+	for k := range fields {
+		if !seen[k] {
+			t.Errorf("key %s has no setting", k)
+		}
+	}
+}
+
 func TestPrecedence(t *testing.T) {
 	file := writeFile(t, `
 shards = 4
@@ -137,15 +214,16 @@ send_rate = 5
 	if cfg.ListenAddr != "0.0.0.0:9300" || cfg.DedupWindow != 48*time.Hour || cfg.SendRate != 5 {
 		t.Errorf("file settings not applied: %+v", cfg)
 	}
-	if cfg.NodeID != "n1" || cfg.MaxConnections != 20000 {
+	if d := syncd.DefaultConfig(); cfg.NodeID != d.NodeID || cfg.MaxConnections != d.MaxConnections {
 		t.Errorf("settings in neither file nor flags must keep their defaults: %+v", cfg)
 	}
 	// A flag set to the default value still overrides the file: set means given, not changed.
-	if cfg := mustLoad(t, "-shards", "8", "-config", file); cfg.Shards != 8 {
-		t.Errorf("Shards %d: -shards 8 given on the command line must override the file's 4", cfg.Shards)
+	def := syncd.DefaultConfig()
+	if cfg := mustLoad(t, "-shards", fmt.Sprint(def.Shards), "-config", file); cfg.Shards != def.Shards {
+		t.Errorf("Shards %d: -shards %d given on the command line must override the file's 4", cfg.Shards, def.Shards)
 	}
 	// Without the file, the flag alone.
-	if cfg := mustLoad(t, "-shards", "2"); cfg.Shards != 2 || cfg.ListenAddr != "127.0.0.1:7300" {
+	if cfg := mustLoad(t, "-shards", "2"); cfg.Shards != 2 || cfg.ListenAddr != def.ListenAddr {
 		t.Errorf("flags alone: %+v", cfg)
 	}
 }
@@ -197,7 +275,7 @@ func TestValidation(t *testing.T) {
 		{[]string{"-shards", "0"}, []string{"-shards must be between 1 and 4096"}},
 		{[]string{"-config", file}, []string{"syncd.toml: shards must be between 1 and 4096"}},
 		{[]string{"-peers", "x"}, []string{`-peers "x" is not id=host:port`}},
-		{[]string{"-peers", "n2=h:1"}, []string{`-peers must include this node (-node-id "n1")`}},
+		{[]string{"-peers", "n2=h:1"}, []string{fmt.Sprintf(`-peers must include this node (-node-id %q)`, syncd.DefaultConfig().NodeID)}},
 		{[]string{"-peers", "n1=h:1,n1=h:2"}, []string{`-peers names "n1" twice`}},
 		{[]string{"-listen", "7300"}, []string{`-listen "7300" is not host:port`}},
 		{[]string{"-node-id", "a b"}, []string{"-node-id"}},

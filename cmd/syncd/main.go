@@ -21,8 +21,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 
@@ -30,11 +32,16 @@ import (
 )
 
 func main() {
-	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+	// SIGINT (Ctrl-C) and SIGTERM stop the server gracefully; a second one kills the process,
+	// as NotifyContext restores the default handling once ctx is done.
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	rc := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(rc)
 }
 
-// run is the whole command; it returns the exit status.
-func run(args []string, stdout, stderr io.Writer) int {
+// run is the whole command, serving until ctx ends; it returns the exit status.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	opts, err := parseArgs(args, stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
@@ -55,28 +62,49 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 		return 0
 	}
-	if err := serve(cfg); err != nil {
+	if err := serve(ctx, cfg, opts.settings); err != nil {
 		printErr(stderr, err)
 		return 1
 	}
 	return 0
 }
 
-// serve runs the server until SIGINT or SIGTERM.
-func serve(cfg syncd.Config) error {
+// serve runs the server until ctx ends. At the default level what it logs on a quiet start is
+// the few lines of startup, then "stopped".
+func serve(ctx context.Context, cfg syncd.Config, s fileConfig) error {
+	// Where the files operators copy elsewhere are, and which of them NewServer is about to
+	// create: on a first start a newcomer learns that they exist.
+	files := []struct{ name, path string }{{"token_secret", s.TokenSecretFile}, {"cert", s.Cert}}
+	var created []string
+	for i, def := range []string{syncd.TokenKeyFile, syncd.TLSCertFile} {
+		if files[i].path != "" {
+			continue // the operator's own file, which must exist
+		}
+		files[i].path = filepath.Join(cfg.Dir, def)
+		if _, err := os.Stat(files[i].path); errors.Is(err, fs.ErrNotExist) {
+			created = append(created, def)
+		}
+	}
 	srv, err := syncd.NewServer(cfg)
 	if err != nil {
 		return err
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
-	cfg.Logger.Info("syncd serving; stop with Ctrl-C or SIGTERM", "clients", srv.Addr().String(),
-		"admin", srv.AdminAddr().String(), "raft", srv.Node().Addr(), "data", cfg.Dir, "cert_sha256", srv.Fingerprint())
+	l := cfg.Logger
+	// One line per concern. The attribute names are stable: syncctl's help points at cert_sha256.
+	l.Info("clients: QUIC", "addr", srv.Addr().String(), "cert_sha256", srv.Fingerprint())
+	l.Info("admin: HTTP, no authentication (/metrics, /healthz, /readyz, syncctl)", "addr", srv.AdminAddr().String())
+	l.Info("raft: TCP, shared by all shards", "addr", srv.Node().Addr(), "node", srv.Node().ID())
+	attrs := []any{"dir", cfg.Dir, files[0].name, files[0].path, files[1].name, files[1].path}
+	if len(created) > 0 {
+		attrs = append(attrs, "created", strings.Join(created, ","))
+	}
+	l.Info("data directory", attrs...)
+	l.Info("syncd serving; stop with Ctrl-C or SIGTERM")
 	err = srv.Run(ctx)
 	if errors.Is(err, context.Canceled) {
 		err = nil
 	}
-	cfg.Logger.Info("stopped")
+	l.Info("stopped")
 	return err
 }
 

@@ -2,13 +2,19 @@ package main
 
 import (
 	"bytes"
+	"context"
+	"encoding/pem"
 	"flag"
 	"fmt"
 	"io"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -72,7 +78,7 @@ var update = flag.Bool("update", false, "rewrite docs/syncd.example.toml from sy
 // keys (the table settings). go test ./cmd/syncd -run ExampleFile -update rewrites it.
 func TestExampleFileIsPrintConfig(t *testing.T) {
 	var out, errOut bytes.Buffer
-	if rc := run([]string{"-print-config"}, &out, &errOut); rc != 0 {
+	if rc := run(context.Background(), []string{"-print-config"}, &out, &errOut); rc != 0 {
 		t.Fatalf("-print-config: exit %d: %s", rc, errOut.String())
 	}
 	if *update {
@@ -376,7 +382,7 @@ func TestPrintConfigRoundTrip(t *testing.T) {
 			"-send-rate", "0.5", "-recall-window", "90s", "-max-frame", "4194304", "-log-level", "debug"},
 	} {
 		var out, errOut bytes.Buffer
-		if rc := run(append(args, "-print-config"), &out, &errOut); rc != 0 {
+		if rc := run(context.Background(), append(args, "-print-config"), &out, &errOut); rc != 0 {
 			t.Fatalf("%q -print-config: exit %d: %s", args, rc, errOut.String())
 		}
 		printed := writeFile(t, out.String())
@@ -385,7 +391,7 @@ func TestPrintConfigRoundTrip(t *testing.T) {
 		}
 		// Printing the printed file prints it again, byte for byte.
 		var again bytes.Buffer
-		if rc := run([]string{"-config", printed, "-print-config"}, &again, &errOut); rc != 0 || again.String() != out.String() {
+		if rc := run(context.Background(), []string{"-config", printed, "-print-config"}, &again, &errOut); rc != 0 || again.String() != out.String() {
 			t.Errorf("%q: printing the printed config (exit %d) gave\n%s\nwant\n%s", args, rc, again.String(), out.String())
 		}
 	}
@@ -404,7 +410,7 @@ func TestExitCodes(t *testing.T) {
 		{[]string{"-shards", "0", "-print-config"}, 2},
 	} {
 		var out, errOut bytes.Buffer
-		if rc := run(tc.args, &out, &errOut); rc != tc.want {
+		if rc := run(context.Background(), tc.args, &out, &errOut); rc != tc.want {
 			t.Errorf("%q: exit %d, want %d (stderr %q)", tc.args, rc, tc.want, errOut.String())
 		}
 		if tc.want == 2 && !strings.HasPrefix(errOut.String(), "syncd: ") {
@@ -412,7 +418,7 @@ func TestExitCodes(t *testing.T) {
 		}
 	}
 	var errOut bytes.Buffer
-	run([]string{"-h"}, &bytes.Buffer{}, &errOut)
+	run(context.Background(), []string{"-h"}, &bytes.Buffer{}, &errOut)
 	if !strings.Contains(errOut.String(), "-config file") || !strings.Contains(errOut.String(), "-peer-dial") {
 		t.Errorf("-h output lacks the flags:\n%s", errOut.String())
 	}
@@ -429,6 +435,114 @@ func TestDurationFormat(t *testing.T) {
 		var back duration
 		if err := back.UnmarshalText([]byte(duration(d).String())); err != nil || time.Duration(back) != d {
 			t.Errorf("%q parses back as %v, %v", duration(d).String(), time.Duration(back), err)
+		}
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for the server's logging goroutines and the test's reads.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
+// A first start at the default log level prints a handful of lines, with what a newcomer needs:
+// the addresses, the fingerprint to pin, where the data and the token secret are, how to stop.
+// Raft's per-shard narrative of the first elections is not among them.
+func TestFirstStartIsQuiet(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "data")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var stderr syncBuffer
+	done := make(chan int, 1)
+	go func() {
+		done <- run(ctx, []string{"-data-dir", dir, "-listen", "127.0.0.1:0", "-admin", "127.0.0.1:0",
+			"-raft-addr", "127.0.0.1:0"}, io.Discard, &stderr)
+	}()
+
+	// attr returns the value of key on the first line logged with msg, polling until it is there.
+	attr := func(msg, key string) string {
+		t.Helper()
+		re := regexp.MustCompile(`msg="?` + regexp.QuoteMeta(msg) + `.*? ` + key + `=(\S+)`)
+		for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+			if m := re.FindStringSubmatch(stderr.String()); m != nil {
+				return m[1]
+			}
+			select {
+			case rc := <-done:
+				t.Fatalf("syncd exited %d:\n%s", rc, stderr.String())
+			default:
+			}
+		}
+		t.Fatalf("no %s= on a %q line:\n%s", key, msg, stderr.String())
+		return ""
+	}
+	admin, raft := attr("admin:", "addr"), attr("raft:", "addr")
+	clients, fp := attr("clients:", "addr"), attr("clients:", "cert_sha256")
+	secret := attr("data directory", "token_secret")
+
+	// Wait until every shard has elected its leader, so that the first elections had their
+	// chance to be logged.
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		resp, err := http.Get("http://" + admin + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not ready after 20s (last: %v):\n%s", err, stderr.String())
+		}
+	}
+	cancel()
+	if rc := <-done; rc != 0 {
+		t.Fatalf("exit %d after cancel:\n%s", rc, stderr.String())
+	}
+	out := stderr.String()
+	t.Logf("first start:\n%s", out)
+
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) > 10 {
+		t.Errorf("first start logged %d lines at the default level, want at most 10:\n%s", len(lines), out)
+	}
+	for _, l := range lines {
+		if !strings.Contains(l, "level=INFO") {
+			t.Errorf("a clean first start logged %q", l)
+		}
+	}
+	for _, want := range []string{"Ctrl-C", "SIGTERM", "dir=" + dir, "created=", "msg=stopped"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	// The logged facts are the real ones.
+	der, err := os.ReadFile(filepath.Join(dir, syncd.TLSCertFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if block, _ := pem.Decode(der); block == nil || fp != syncd.Fingerprint(block.Bytes) {
+		t.Errorf("cert_sha256=%s is not the fingerprint of %s", fp, syncd.TLSCertFile)
+	}
+	if secret != filepath.Join(dir, syncd.TokenKeyFile) {
+		t.Errorf("token_secret=%s, want %s", secret, filepath.Join(dir, syncd.TokenKeyFile))
+	} else if _, err := os.Stat(secret); err != nil {
+		t.Errorf("token_secret: %v", err)
+	}
+	for name, addr := range map[string]string{"clients": clients, "admin": admin, "raft": raft} {
+		if host, port, err := net.SplitHostPort(addr); err != nil || host != "127.0.0.1" || port == "0" {
+			t.Errorf("%s addr=%s is not the bound loopback address", name, addr)
 		}
 	}
 }

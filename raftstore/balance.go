@@ -89,7 +89,7 @@ func (n *Node) balanceOnce() bool {
 		if errors.Is(err, errTransferSpent) {
 			continue
 		}
-		n.logger.Info("balancing leaders: handing over a shard", "shard", uint32(r.id), "to", target.ID,
+		n.logger.Debug("balancing leaders: handing over a shard", "shard", uint32(r.id), "to", target.ID,
 			"leads", counts[self], "target_leads", counts[target.ID], "err", err)
 		return err == nil
 	}

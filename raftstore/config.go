@@ -121,55 +121,59 @@ func DefaultTiming() Timing {
 	}
 }
 
-// withDefaults returns a copy of c with defaults filled in.
-func (c Config) withDefaults() Config {
-	if c.RaftAddr == "" {
-		c.RaftAddr = "127.0.0.1:0"
+// DefaultConfig returns what the zero fields of a Config stand for, in the style of
+// hashicorp/raft's DefaultConfig; each field's comment names its default. It is the one place
+// those defaults are written: a Config field left zero and the same field copied from
+// DefaultConfig give the same Node. NodeID, Dir, Peers, Join and the callbacks have no default.
+// Shards stays nil, since its default depends on Managed (see Config.Shards); Logger stays nil,
+// meaning slog.Default() as of New, so that a later slog.SetDefault still applies.
+func DefaultConfig() Config {
+	return Config{
+		RaftAddr:          "127.0.0.1:0",
+		Timing:            DefaultTiming(),
+		SnapshotThreshold: 16384,
+		SnapshotInterval:  30 * time.Second,
+		TrailingLogs:      10240,
+		ReplicationFactor: 3,
+		DeadAfter:         30 * time.Second,
+		ReconcileInterval: 500 * time.Millisecond,
+		BalanceInterval:   5 * time.Second,
+		CacheSize:         128 << 20,
 	}
+}
+
+// withDefaults returns a copy of c with every zero field set from DefaultConfig, the one place
+// the defaults are written.
+func (c Config) withDefaults() Config {
+	d := DefaultConfig()
+	orDefault(&c.RaftAddr, d.RaftAddr)
 	if c.Shards == nil && !c.Managed {
 		c.Shards = []ShardID{1}
 	}
-	d := DefaultTiming()
-	if c.Timing.HeartbeatTimeout == 0 {
-		c.Timing.HeartbeatTimeout = d.HeartbeatTimeout
-	}
-	if c.Timing.ElectionTimeout == 0 {
-		c.Timing.ElectionTimeout = d.ElectionTimeout
-	}
-	if c.Timing.LeaderLeaseTimeout == 0 {
-		c.Timing.LeaderLeaseTimeout = d.LeaderLeaseTimeout
-	}
-	if c.Timing.CommitTimeout == 0 {
-		c.Timing.CommitTimeout = d.CommitTimeout
-	}
-	if c.ReplicationFactor == 0 {
-		c.ReplicationFactor = 3
-	}
-	if c.DeadAfter == 0 {
-		c.DeadAfter = 30 * time.Second
-	}
-	if c.ReconcileInterval == 0 {
-		c.ReconcileInterval = 500 * time.Millisecond
-	}
-	if c.BalanceInterval == 0 {
-		c.BalanceInterval = 5 * time.Second
-	}
-	if c.SnapshotThreshold == 0 {
-		c.SnapshotThreshold = 16384
-	}
-	if c.SnapshotInterval == 0 {
-		c.SnapshotInterval = 30 * time.Second
-	}
-	if c.TrailingLogs == 0 {
-		c.TrailingLogs = 10240
-	}
-	if c.CacheSize == 0 {
-		c.CacheSize = 128 << 20
-	}
+	orDefault(&c.Timing.HeartbeatTimeout, d.Timing.HeartbeatTimeout)
+	orDefault(&c.Timing.ElectionTimeout, d.Timing.ElectionTimeout)
+	orDefault(&c.Timing.LeaderLeaseTimeout, d.Timing.LeaderLeaseTimeout)
+	orDefault(&c.Timing.CommitTimeout, d.Timing.CommitTimeout)
+	orDefault(&c.SnapshotThreshold, d.SnapshotThreshold)
+	orDefault(&c.SnapshotInterval, d.SnapshotInterval)
+	orDefault(&c.TrailingLogs, d.TrailingLogs)
+	orDefault(&c.ReplicationFactor, d.ReplicationFactor)
+	orDefault(&c.DeadAfter, d.DeadAfter)
+	orDefault(&c.ReconcileInterval, d.ReconcileInterval)
+	orDefault(&c.BalanceInterval, d.BalanceInterval)
+	orDefault(&c.CacheSize, d.CacheSize)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
 	return c
+}
+
+// orDefault sets *v to d if *v is the zero value.
+func orDefault[T comparable](v *T, d T) {
+	var zero T
+	if *v == zero {
+		*v = d
+	}
 }
 
 // Validate reports every problem with the configuration (after defaults), joined.
@@ -209,6 +213,18 @@ func (c Config) Validate() error {
 			// shards (it joins later) is not among them.
 			errs = append(errs, fmt.Errorf("raftstore: Peers must include this node (%q)", c.NodeID))
 		}
+	}
+	// Negative durations would panic in time.NewTicker deep inside a running node; say so now.
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"SnapshotInterval", c.SnapshotInterval}, {"DeadAfter", c.DeadAfter}, {"ReconcileInterval", c.ReconcileInterval}} {
+		if d.v < 0 {
+			errs = append(errs, fmt.Errorf("raftstore: %s %v must not be negative (0 means the default)", d.name, d.v))
+		}
+	}
+	if c.CacheSize < 0 {
+		errs = append(errs, fmt.Errorf("raftstore: CacheSize %d must not be negative (0 means the default)", c.CacheSize))
 	}
 	t := c.Timing
 	if t.LeaderLeaseTimeout > t.HeartbeatTimeout {

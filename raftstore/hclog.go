@@ -4,13 +4,23 @@ import (
 	"bytes"
 	"context"
 	"log/slog"
+	"strings"
 
 	"github.com/hashicorp/go-hclog"
 )
 
 // newRaftLogger returns the hclog.Logger handed to one shard's raft instance
 // and its NetworkTransport. Every line ends up in logger (slog) tagged with
-// component=raft and the shard ID, at the level hclog logged it.
+// component=raft and the shard ID, at the level slogLevel gives it.
+//
+// A node runs one raft instance per shard, and hashicorp/raft narrates each
+// one's life at info (configuration, follower, candidate, leader): on a new
+// node that is some fifty lines before anything an operator needs. So raft's
+// info and debug lines go to slog's debug, and only warnings and errors stay
+// visible at the default level, minus the one warning every new group logs
+// on its way to its first leader (see routineWarning). Warnings that mean
+// something is wrong (a leader lost, an election that timed out, a quorum
+// out of reach) keep their level.
 //
 // Rather than implementing the large hclog.Logger interface by hand, we let
 // hclog format the line and forward it through hclogAdapter: hclog's
@@ -27,7 +37,7 @@ func newHclog(logger *slog.Logger) hclog.Logger {
 	return hclog.New(&hclog.LoggerOptions{
 		Output: &hclogAdapter{logger: logger},
 		// hclog filters before formatting, so only pay for formatting
-		// debug/trace lines when the slog handler would keep them.
+		// the lines that become debug when the slog handler keeps debug.
 		Level: hclogLevelFor(logger),
 		// slog stamps its own time.
 		DisableTime: true,
@@ -35,7 +45,8 @@ func newHclog(logger *slog.Logger) hclog.Logger {
 	})
 }
 
-// hclogLevelFor maps the lowest level logger's handler accepts to hclog.
+// hclogLevelFor returns the lowest hclog level whose lines logger's handler
+// would keep, after slogLevel.
 func hclogLevelFor(logger *slog.Logger) hclog.Level {
 	ctx := context.Background()
 	switch {
@@ -44,7 +55,7 @@ func hclogLevelFor(logger *slog.Logger) hclog.Level {
 	case logger.Enabled(ctx, slog.LevelDebug):
 		return hclog.Debug
 	default:
-		return hclog.Info
+		return hclog.Warn
 	}
 }
 
@@ -59,7 +70,7 @@ type hclogAdapter struct {
 // LevelWrite implements hclog.LevelWriter: p is one complete hclog entry.
 func (a *hclogAdapter) LevelWrite(level hclog.Level, p []byte) (int, error) {
 	_, msg := splitHclogLevel(bytes.TrimRight(p, "\r\n"))
-	a.logger.Log(context.Background(), slogLevel(level), string(msg))
+	a.log(level, msg)
 	return len(p), nil
 }
 
@@ -70,8 +81,7 @@ func (a *hclogAdapter) Write(p []byte) (int, error) {
 		if len(bytes.TrimSpace(line)) == 0 {
 			continue
 		}
-		level, msg := splitHclogLevel(line)
-		a.logger.Log(context.Background(), slogLevel(level), string(msg))
+		a.log(splitHclogLevel(line))
 	}
 	return len(p), nil
 }
@@ -100,19 +110,39 @@ func splitHclogLevel(line []byte) (hclog.Level, []byte) {
 	return hclog.Info, line
 }
 
-// slogLevel maps an hclog level to slog; trace is slog's conventional
-// Debug-4.
-func slogLevel(l hclog.Level) slog.Level {
+// log logs one formatted hclog entry at the level slogLevel gives it.
+func (a *hclogAdapter) log(level hclog.Level, msg []byte) {
+	a.logger.Log(context.Background(), slogLevel(level, msg), string(msg))
+}
+
+// routineWarning reports whether msg is the warning hashicorp/raft logs
+// whenever a follower that has never heard of a leader starts an election:
+// every shard of a new node, and every shard of a restarted single node, logs
+// it once. With a leader named (last-leader-id=n2) the same message means a
+// leader was lost, and stays a warning. raft passes the id as a ServerID,
+// which hclog prints bare (last-leader-id=); a plain "" would be quoted.
+func routineWarning(msg []byte) bool {
+	m := string(msg)
+	return strings.HasPrefix(m, "heartbeat timeout reached, starting election:") &&
+		(strings.HasSuffix(m, " last-leader-id=") || strings.HasSuffix(m, ` last-leader-id=""`))
+}
+
+// slogLevel maps the level of an hclog entry msg to slog: info and debug,
+// raft's per-shard narrative, become debug (see newRaftLogger); trace is
+// slog's conventional Debug-4; warnings and errors keep their level, except
+// routineWarning.
+func slogLevel(l hclog.Level, msg []byte) slog.Level {
 	switch l {
 	case hclog.Trace:
 		return slog.LevelDebug - 4
-	case hclog.Debug:
-		return slog.LevelDebug
 	case hclog.Warn:
+		if routineWarning(msg) {
+			return slog.LevelDebug
+		}
 		return slog.LevelWarn
 	case hclog.Error:
 		return slog.LevelError
 	default:
-		return slog.LevelInfo
+		return slog.LevelDebug
 	}
 }

@@ -303,7 +303,7 @@ func (n *Node) membershipChange(shard ShardID, what string, err error) {
 		n.logger.Warn("shard membership change failed; retrying next round", "shard", uint32(shard), "change", what, "err", err)
 		return
 	}
-	n.logger.Info("shard membership changed", "shard", uint32(shard), "change", what)
+	n.logger.Debug("shard membership changed", "shard", uint32(shard), "change", what)
 }
 
 func ids(peers []Peer) []string {

@@ -62,7 +62,7 @@ func (n *Node) RemoveReplica(shard ShardID) error {
 	if err := os.RemoveAll(n.snapshotDir(shard)); err != nil {
 		return fmt.Errorf("raftstore: delete snapshots of shard %d: %w", shard, err)
 	}
-	n.logger.Info("removed replica", "shard", uint32(shard))
+	n.logger.Debug("removed replica", "shard", uint32(shard))
 	return nil
 }
 

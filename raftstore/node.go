@@ -234,7 +234,7 @@ func (n *Node) startRaft(id ShardID, f raft.FSM, persistent bool, snaps raft.Sna
 			trans.Close()
 			return nil, fmt.Errorf("bootstrap: %w", err)
 		}
-		n.logger.Info("bootstrapped shard", "shard", uint32(id), "voters", len(servers))
+		n.logger.Debug("bootstrapped shard", "shard", uint32(id), "voters", len(servers))
 	}
 	r, err := raft.NewRaft(rc, f, cached, logs, snaps, trans)
 	if err != nil {

@@ -50,7 +50,9 @@ type Config struct {
 	// CertFile and KeyFile are the TLS certificate for clients. Default: a self-signed
 	// certificate in Dir, created on first start; clients pin its fingerprint.
 	CertFile, KeyFile string
-	// Limits announced to clients; zero fields take the protocol defaults.
+	// Limits announced to clients; zero fields take the protocol defaults of
+	// proto.Limits.WithDefaults (MaxFrame 1 MiB, MaxBody 64 KiB, MaxBatch 256, HeartbeatMs
+	// 15000). SendRatePerS is always set from SendRate.
 	Limits proto.Limits
 	// DedupWindow is how long a client_msg_id is remembered. Default 24h.
 	DedupWindow time.Duration
@@ -83,62 +85,59 @@ type Config struct {
 	Logger *slog.Logger
 }
 
+// DefaultConfig returns what the zero fields of a Config stand for: a single node that needs no
+// setup, each field's comment naming its default. It is the one place those defaults are
+// written: cmd/syncd derives its flags, config file keys and -print-config output from it, and
+// a Config field left zero and the same field copied from DefaultConfig give the same Server.
+// Peers, Join, PeerDial, TokenSecret, CertFile and KeyFile have no default (the zero value is
+// the documented behaviour); Logger stays nil, meaning slog.Default() as of NewServer.
+// Limits.SendRatePerS stays 0: the server always announces SendRate.
+func DefaultConfig() Config {
+	return Config{
+		Dir:               "./syncd-data",
+		ListenAddr:        "127.0.0.1:7300",
+		AdminAddr:         adminapi.DefaultAddr,
+		NodeID:            "n1",
+		RaftAddr:          "127.0.0.1:7400",
+		Shards:            8,
+		ReplicationFactor: raftstore.DefaultConfig().ReplicationFactor,
+		Limits:            proto.Limits{}.WithDefaults(),
+		DedupWindow:       time.Duration(log.DefaultDedupWindow),
+		RecallWindow:      time.Duration(log.DefaultRecallWindow),
+		MaxConnections:    20000,
+		MaxStreamsPerConn: 16,
+		Retention:         log.Retention{MaxAge: int64(30 * 24 * time.Hour)},
+		RetentionInterval: 10 * time.Minute,
+		RequestTimeout:    10 * time.Second,
+		SendRate:          20,
+		SendBurst:         100,
+		MaxInFlight:       1024,
+		MaxHandshakes:     256,
+	}
+}
+
+// withDefaults returns a copy of c with every zero field set from DefaultConfig.
 func (c Config) withDefaults() Config {
-	if c.Dir == "" {
-		c.Dir = "./syncd-data"
-	}
-	if c.ListenAddr == "" {
-		c.ListenAddr = "127.0.0.1:7300"
-	}
-	if c.AdminAddr == "" {
-		c.AdminAddr = adminapi.DefaultAddr
-	}
-	if c.NodeID == "" {
-		c.NodeID = "n1"
-	}
-	if c.RaftAddr == "" {
-		c.RaftAddr = "127.0.0.1:7400"
-	}
-	if c.Shards == 0 {
-		c.Shards = 8
-	}
-	if c.ReplicationFactor == 0 {
-		c.ReplicationFactor = 3
-	}
-	c.Limits = c.Limits.WithDefaults()
-	if c.DedupWindow == 0 {
-		c.DedupWindow = time.Duration(log.DefaultDedupWindow)
-	}
-	if c.RecallWindow == 0 {
-		c.RecallWindow = time.Duration(log.DefaultRecallWindow)
-	}
-	if c.MaxConnections == 0 {
-		c.MaxConnections = 20000
-	}
-	if c.MaxStreamsPerConn == 0 {
-		c.MaxStreamsPerConn = 16
-	}
-	if c.RequestTimeout == 0 {
-		c.RequestTimeout = 10 * time.Second
-	}
-	if c.Retention == (log.Retention{}) {
-		c.Retention.MaxAge = int64(30 * 24 * time.Hour)
-	}
-	if c.RetentionInterval == 0 {
-		c.RetentionInterval = 10 * time.Minute
-	}
-	if c.SendRate == 0 {
-		c.SendRate = 20
-	}
-	if c.SendBurst == 0 {
-		c.SendBurst = 100
-	}
-	if c.MaxInFlight == 0 {
-		c.MaxInFlight = 1024
-	}
-	if c.MaxHandshakes == 0 {
-		c.MaxHandshakes = 256
-	}
+	d := DefaultConfig()
+	orDefault(&c.Dir, d.Dir)
+	orDefault(&c.ListenAddr, d.ListenAddr)
+	orDefault(&c.AdminAddr, d.AdminAddr)
+	orDefault(&c.NodeID, d.NodeID)
+	orDefault(&c.RaftAddr, d.RaftAddr)
+	orDefault(&c.Shards, d.Shards)
+	orDefault(&c.ReplicationFactor, d.ReplicationFactor)
+	c.Limits = c.Limits.WithDefaults() // per field, as DefaultConfig's Limits came about
+	orDefault(&c.DedupWindow, d.DedupWindow)
+	orDefault(&c.RecallWindow, d.RecallWindow)
+	orDefault(&c.MaxConnections, d.MaxConnections)
+	orDefault(&c.MaxStreamsPerConn, d.MaxStreamsPerConn)
+	orDefault(&c.Retention, d.Retention) // only as a whole: one bound set means the other is off
+	orDefault(&c.RetentionInterval, d.RetentionInterval)
+	orDefault(&c.RequestTimeout, d.RequestTimeout)
+	orDefault(&c.SendRate, d.SendRate)
+	orDefault(&c.SendBurst, d.SendBurst)
+	orDefault(&c.MaxInFlight, d.MaxInFlight)
+	orDefault(&c.MaxHandshakes, d.MaxHandshakes)
 	c.Limits.SendRatePerS = uint32(c.SendRate)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -146,11 +145,19 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
+// orDefault sets *v to d if *v is the zero value.
+func orDefault[T comparable](v *T, d T) {
+	var zero T
+	if *v == zero {
+		*v = d
+	}
+}
+
 // Validate reports every problem with the configuration (after defaults), joined.
 func (c Config) Validate() error {
 	c = c.withDefaults()
 	var errs []error
-	if c.Shards < 1 || c.Shards > 4096 {
+	if c.Shards < 1 || c.Shards > routing.NumSlots {
 		errs = append(errs, fmt.Errorf("syncd: Shards %d must be between 1 and %d", c.Shards, routing.NumSlots))
 	}
 	if c.Join != "" && len(c.Peers) > 0 {

@@ -1,9 +1,13 @@
 package syncd
 
 import (
+	"log/slog"
+	"reflect"
 	"strings"
 	"testing"
 
+	"github.com/syncd-dev/syncd/log"
+	"github.com/syncd-dev/syncd/proto"
 	"github.com/syncd-dev/syncd/raftstore"
 )
 
@@ -30,5 +34,44 @@ func TestConfigPeerDial(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("Validate() = %v, want it to contain %q", err, want)
 		}
+	}
+}
+
+// configNoDefault lists the Config fields DefaultConfig leaves zero on purpose; every other
+// field must have its default there, so a new setting cannot get its default written elsewhere.
+var configNoDefault = map[string]bool{
+	"Peers": true, "Join": true, "PeerDial": true, "TokenSecret": true, "CertFile": true,
+	"KeyFile": true, "Logger": true,
+}
+
+func TestConfigDefaultsComeFromDefaultConfig(t *testing.T) {
+	d := DefaultConfig()
+	v := reflect.ValueOf(d)
+	for i := range v.NumField() {
+		name := v.Type().Field(i).Name
+		if zero := v.Field(i).IsZero(); zero != configNoDefault[name] {
+			t.Errorf("DefaultConfig().%s: zero is %v; give it a default there or list it in configNoDefault", name, zero)
+		}
+	}
+	if err := d.Validate(); err != nil {
+		t.Errorf("DefaultConfig() does not validate: %v", err)
+	}
+
+	// A zero Config runs exactly DefaultConfig, plus what is derived at start.
+	want := d
+	want.Limits.SendRatePerS, want.Logger = uint32(d.SendRate), slog.Default()
+	if got := (Config{}).withDefaults(); !reflect.DeepEqual(got, want) {
+		t.Errorf("Config{}.withDefaults() =\n%+v\nwant DefaultConfig()\n%+v", got, want)
+	}
+	// So does DefaultConfig itself: filling defaults twice changes nothing.
+	if got := d.withDefaults(); !reflect.DeepEqual(got, want) {
+		t.Errorf("DefaultConfig().withDefaults() =\n%+v\nwant\n%+v", got, want)
+	}
+
+	// Set fields are kept; a Retention with one bound set keeps the other off.
+	set := Config{Shards: 3, SendRate: 0.5, Retention: log.Retention{MaxCount: 10}, Limits: proto.Limits{MaxBatch: 9}}.withDefaults()
+	if set.Shards != 3 || set.SendRate != 0.5 || set.Retention != (log.Retention{MaxCount: 10}) ||
+		set.Limits.MaxBatch != 9 || set.Limits.MaxFrame != d.Limits.MaxFrame || set.MaxConnections != d.MaxConnections {
+		t.Errorf("withDefaults replaced set fields or missed zero ones: %+v", set)
 	}
 }

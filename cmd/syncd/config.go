@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"encoding/hex"
 	"errors"
 	"flag"
@@ -18,13 +19,12 @@ import (
 	"github.com/syncd-dev/syncd/proto"
 	"github.com/syncd-dev/syncd/raftstore"
 	"github.com/syncd-dev/syncd/syncd"
-	"github.com/syncd-dev/syncd/syncd/adminapi"
 	"github.com/syncd-dev/syncd/syncd/routing"
 )
 
-// fileConfig is everything an operator sets, as the config file spells it. Each key has a flag
-// of the same name in kebab-case (data_dir, -data-dir). It stays in cmd/syncd so that package
-// syncd does not depend on TOML; toConfig turns it into a syncd.Config.
+// fileConfig is everything an operator sets, as the config file spells it; the table settings
+// documents each key and gives it a flag. It stays in cmd/syncd so that package syncd does not
+// depend on TOML; toConfig turns it into a syncd.Config, fromConfig back.
 type fileConfig struct {
 	DataDir           string   `toml:"data_dir"`
 	Listen            string   `toml:"listen"`
@@ -59,75 +59,6 @@ type fileConfig struct {
 	LogFormat         string   `toml:"log_format"`
 }
 
-// defaults returns the settings of a node started with no flags and no file: the defaults of
-// syncd.Config spelled out, so that -print-config and -h show real values.
-func defaults() fileConfig {
-	return fileConfig{
-		DataDir:           "./syncd-data",
-		Listen:            "127.0.0.1:7300",
-		Admin:             adminapi.DefaultAddr,
-		NodeID:            "n1",
-		RaftAddr:          "127.0.0.1:7400",
-		Shards:            8,
-		Peers:             []string{},
-		PeerDial:          []string{},
-		ReplicationFactor: 3,
-		MaxFrame:          proto.DefaultMaxFrame,
-		MaxBody:           proto.MaxBody,
-		MaxBatch:          proto.DefaultMaxBatch,
-		HeartbeatInterval: duration(proto.DefaultHeartbeatMs * time.Millisecond),
-		DedupWindow:       duration(log.DefaultDedupWindow),
-		RecallWindow:      duration(log.DefaultRecallWindow),
-		MaxConnections:    20000,
-		MaxStreamsPerConn: 16,
-		RetentionMaxAge:   duration(30 * 24 * time.Hour),
-		RetentionInterval: duration(10 * time.Minute),
-		RequestTimeout:    duration(10 * time.Second),
-		SendRate:          20,
-		SendBurst:         100,
-		MaxInFlight:       1024,
-		MaxHandshakes:     256,
-		LogLevel:          "info",
-		LogFormat:         "text",
-	}
-}
-
-// bindFlags defines a flag for every setting of c, each defaulting to its current value in c, so
-// that parsing sets only the fields named on the command line.
-func bindFlags(fs *flag.FlagSet, c *fileConfig) {
-	fs.StringVar(&c.DataDir, "data-dir", c.DataDir, "directory for the store, snapshots, token secret and certificate")
-	fs.StringVar(&c.Listen, "listen", c.Listen, "UDP `host:port` of the QUIC listener for clients")
-	fs.StringVar(&c.Admin, "admin", c.Admin, "TCP `host:port` of the admin HTTP server: /metrics, /healthz, /readyz, /debug/pprof")
-	fs.StringVar(&c.NodeID, "node-id", c.NodeID, "this node's `id`, unique in the cluster")
-	fs.StringVar(&c.RaftAddr, "raft-addr", c.RaftAddr, "`host:port` of the node's Raft listener (shared by all shards)")
-	fs.IntVar(&c.Shards, "shards", c.Shards, "number of shards (Raft groups) of a new cluster; a joining or restarting node follows the cluster map")
-	fs.Var((*list)(&c.Peers), "peers", "static cluster: comma-separated `id=host:port` (Raft addresses) of every node, this one included")
-	fs.Var((*list)(&c.PeerDial), "peer-dial", "comma-separated `id=host:port`: dial these peers there instead of the address the cluster knows (NAT, test relays)")
-	fs.StringVar(&c.Join, "join", c.Join, "Raft `host:port` of any node of an existing cluster, for a new node joining it (instead of -peers)")
-	fs.IntVar(&c.ReplicationFactor, "replication-factor", c.ReplicationFactor, "replicas of each shard, capped by the number of nodes; set by a new cluster's first nodes")
-	fs.StringVar(&c.Cert, "cert", c.Cert, "TLS certificate `file` for clients (default: self-signed, created in -data-dir)")
-	fs.StringVar(&c.Key, "key", c.Key, "TLS key `file`, with -cert")
-	fs.StringVar(&c.TokenSecretFile, "token-secret-file", c.TokenSecretFile, "`file` holding the token-signing secret, shared by the cluster (default: token.key in -data-dir, created on first start)")
-	fs.IntVar(&c.MaxFrame, "max-frame", c.MaxFrame, "largest protocol frame in `bytes`, 131072 to 16777216")
-	fs.IntVar(&c.MaxBody, "max-body", c.MaxBody, "largest message body in `bytes`, at most 65536")
-	fs.IntVar(&c.MaxBatch, "max-batch", c.MaxBatch, "most entries per sync batch or history page, at most 1000")
-	fs.Var(&c.HeartbeatInterval, "heartbeat-interval", "`interval` of heartbeats on idle sync streams")
-	fs.Var(&c.DedupWindow, "dedup-window", "`duration` a client_msg_id is remembered, at least 1m")
-	fs.Var(&c.RecallWindow, "recall-window", "`duration` after sending a message during which its sender may recall it")
-	fs.IntVar(&c.MaxConnections, "max-connections", c.MaxConnections, "most concurrent client connections")
-	fs.IntVar(&c.MaxStreamsPerConn, "max-streams-per-conn", c.MaxStreamsPerConn, "most open streams per connection, at least 2")
-	fs.Uint64Var(&c.RetentionMaxCount, "retention-max-count", c.RetentionMaxCount, "keep at most this many newest entries per user log (0: no bound by count)")
-	fs.Var(&c.RetentionMaxAge, "retention-max-age", "drop user log entries older than this `age` (0: no bound by age)")
-	fs.Var(&c.RetentionInterval, "retention-interval", "`interval` at which each shard leader applies the retention bounds")
-	fs.Var(&c.RequestTimeout, "request-timeout", "`timeout` of one request's replication")
-	fs.Float64Var(&c.SendRate, "send-rate", c.SendRate, "mutations per second each device may sustain")
-	fs.IntVar(&c.SendBurst, "send-burst", c.SendBurst, "mutations each device may send at once")
-	fs.IntVar(&c.MaxInFlight, "max-in-flight", c.MaxInFlight, "most requests being replicated at once; beyond it requests get Overloaded")
-	fs.IntVar(&c.MaxHandshakes, "max-handshakes", c.MaxHandshakes, "most connections being authenticated at once")
-	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "debug, info, warn or error")
-	fs.StringVar(&c.LogFormat, "log-format", c.LogFormat, "text, or json for log shippers")
-}
-
 // options is what a command line asks for.
 type options struct {
 	settings    fileConfig // defaults < config file < flags on the command line
@@ -136,14 +67,18 @@ type options struct {
 	source func(flagName string) string
 }
 
-const usageHead = `Usage: syncd [-config file] [flags]
-
-Runs a syncd server node. With no flags: a single node on embedded defaults, data in
-./syncd-data, clients over QUIC on 127.0.0.1, admin HTTP on 127.0.0.1. Settings come from the
-defaults, then the -config file (TOML, see docs/syncd.example.toml), then the flags given here.
-
-Flags:
-`
+// usageHead is the start of -h, before the flags.
+func usageHead() string {
+	d := defaults()
+	var b bytes.Buffer
+	b.WriteString("Usage: syncd [-config file] [flags]\n\n")
+	wrap(&b, "", fmt.Sprintf("Runs a syncd server node. With no flags: a single node on embedded defaults, data in %s, "+
+		"clients over QUIC on %s, admin HTTP on %s, Raft on %s. Settings come from the defaults, then the "+
+		"-config file (TOML, see docs/syncd.example.toml; syncd -print-config prints one), then the flags given here.",
+		d.DataDir, d.Listen, d.Admin, d.RaftAddr))
+	b.WriteString("\nFlags:\n")
+	return b.String()
+}
 
 // parseArgs parses the command line and the config file it names. For -h it writes the usage to
 // usage and returns flag.ErrHelp; every other error is a usage or configuration error.
@@ -154,11 +89,11 @@ func parseArgs(args []string, usage io.Writer) (options, error) {
 	first := defaults()
 	bindFlags(fs, &first)
 	configFile := fs.String("config", "", "TOML `file` with settings; flags given on the command line override it")
-	printConfig := fs.Bool("print-config", false, "print the effective configuration as TOML and exit")
+	printConfig := fs.Bool("print-config", false, "print the effective configuration as a commented TOML file and exit")
 	fs.Usage = func() {}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			fmt.Fprint(usage, usageHead)
+			fmt.Fprint(usage, usageHead())
 			fs.SetOutput(usage)
 			fs.PrintDefaults()
 			return options{}, err
@@ -310,8 +245,8 @@ func (o options) toConfig(logOut io.Writer) (syncd.Config, error) {
 		cfg.TokenSecret = secret
 	}
 
-	if s.MaxFrame < 128<<10 || s.MaxFrame > proto.MaxFrameLimit {
-		bad("max-frame", "must be between %d (128 KiB) and %d (16 MiB)", 128<<10, proto.MaxFrameLimit)
+	if s.MaxFrame < minFrame || s.MaxFrame > proto.MaxFrameLimit {
+		bad("max-frame", "must be between %d and %d", minFrame, proto.MaxFrameLimit)
 	}
 	if s.MaxBody < 1 || s.MaxBody > proto.MaxBody {
 		bad("max-body", "must be between 1 and %d", proto.MaxBody)
@@ -338,8 +273,8 @@ func (o options) toConfig(logOut io.Writer) (syncd.Config, error) {
 		bad("retention-max-age", "%v must not be negative", s.RetentionMaxAge)
 	}
 	if s.RetentionMaxAge == 0 && s.RetentionMaxCount == 0 {
-		errs = append(errs, fmt.Errorf("%s and %s are both 0, which means the default (720h), not unbounded: "+
-			"set at least one bound", name("retention-max-age"), name("retention-max-count")))
+		errs = append(errs, fmt.Errorf("%s and %s are both 0, which means the default (%v), not unbounded: "+
+			"set at least one bound", name("retention-max-age"), name("retention-max-count"), defaults().RetentionMaxAge))
 	}
 	for _, n := range []struct {
 		flag         string
@@ -413,14 +348,6 @@ func loadConfig(args []string) (syncd.Config, error) {
 		return syncd.Config{}, err
 	}
 	return o.toConfig(os.Stderr)
-}
-
-// writeTOML writes the settings as a config file.
-func writeTOML(w io.Writer, c fileConfig) error {
-	if _, err := fmt.Fprintln(w, "# syncd effective configuration (syncd -print-config)"); err != nil {
-		return err
-	}
-	return toml.NewEncoder(w).Encode(c)
 }
 
 // duration is a time.Duration spelled as in Go ("10m", "720h") in files and flags.

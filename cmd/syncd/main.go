@@ -1,13 +1,15 @@
 // Command syncd runs a syncd server node.
 //
-// With no flags it runs a single node on embedded defaults: data in ./syncd-data, clients over
-// QUIC on 127.0.0.1:7300, admin HTTP on 127.0.0.1:7380, Raft on 127.0.0.1:7400, eight
-// single-voter shards, a token secret and a self-signed certificate created in the data directory
-// on first start. With -peers it joins a static cluster (every node gets the same list).
+// With no flags it runs a single node on embedded defaults (syncd.DefaultConfig; -print-config
+// lists them): clients over QUIC, admin HTTP and Raft on loopback, single-voter shards, and a data
+// directory under the working directory, where a token secret and a self-signed certificate are
+// created on first start. With -peers it starts a static cluster (every node gets the same list);
+// with -join it joins one.
 //
-// Settings come from the defaults, then an optional TOML file (-config; every key is in
-// docs/syncd.example.toml), then the flags given on the command line; each file key has a flag
-// of the same name in kebab-case. -print-config prints the result as TOML and exits.
+// Settings come from the defaults, then an optional TOML file (-config), then the flags given on
+// the command line; each file key has a flag of the same name in kebab-case. -print-config
+// prints the result as a commented TOML file and exits; for no flags and no file that output is
+// docs/syncd.example.toml, which lists every key with its default.
 //
 // Exit status: 0 after a clean stop, 2 for a usage or configuration error, 1 when the server
 // fails to start or stops with an error.
@@ -19,20 +21,28 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 
 	"github.com/syncd-dev/syncd/syncd"
+	"github.com/syncd-dev/syncd/syncd/auth"
 )
 
 func main() {
-	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+	// SIGINT (Ctrl-C) and SIGTERM stop the server gracefully; a second one kills the process,
+	// as NotifyContext restores the default handling once ctx is done.
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	rc := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(rc)
 }
 
-// run is the whole command; it returns the exit status.
-func run(args []string, stdout, stderr io.Writer) int {
+// run is the whole command, serving until ctx ends; it returns the exit status.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	opts, err := parseArgs(args, stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
@@ -53,28 +63,49 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 		return 0
 	}
-	if err := serve(cfg); err != nil {
+	if err := serve(ctx, cfg, opts.settings); err != nil {
 		printErr(stderr, err)
 		return 1
 	}
 	return 0
 }
 
-// serve runs the server until SIGINT or SIGTERM.
-func serve(cfg syncd.Config) error {
+// serve runs the server until ctx ends. At the default level what it logs on a quiet start is
+// the few lines of startup, then "stopped".
+func serve(ctx context.Context, cfg syncd.Config, s fileConfig) error {
+	// Where the files operators copy elsewhere are, and which of them NewServer is about to
+	// create: on a first start a newcomer learns that they exist.
+	files := []struct{ name, path string }{{"token_secret", s.TokenSecretFile}, {"cert", s.Cert}}
+	var created []string
+	for i, def := range []string{auth.TokenKeyFile, auth.TLSCertFile} {
+		if files[i].path != "" {
+			continue // the operator's own file, which must exist
+		}
+		files[i].path = filepath.Join(cfg.Dir, def)
+		if _, err := os.Stat(files[i].path); errors.Is(err, fs.ErrNotExist) {
+			created = append(created, def)
+		}
+	}
 	srv, err := syncd.NewServer(cfg)
 	if err != nil {
 		return err
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
-	cfg.Logger.Info("syncd serving; stop with Ctrl-C or SIGTERM", "clients", srv.Addr().String(),
-		"admin", srv.AdminAddr().String(), "raft", srv.Node().Addr(), "data", cfg.Dir, "cert_sha256", srv.Fingerprint())
+	l := cfg.Logger
+	// One line per concern. The attribute names are stable: syncctl's help points at cert_sha256.
+	l.Info("clients: QUIC", "addr", srv.Addr().String(), "cert_sha256", srv.Fingerprint())
+	l.Info("admin: HTTP, no authentication (/metrics, /healthz, /readyz, syncctl)", "addr", srv.AdminAddr().String())
+	l.Info("raft: TCP, shared by all shards", "addr", srv.Node().Addr(), "node", srv.Node().ID())
+	attrs := []any{"dir", cfg.Dir, files[0].name, files[0].path, files[1].name, files[1].path}
+	if len(created) > 0 {
+		attrs = append(attrs, "created", strings.Join(created, ","))
+	}
+	l.Info("data directory", attrs...)
+	l.Info("syncd serving; stop with Ctrl-C or SIGTERM")
 	err = srv.Run(ctx)
 	if errors.Is(err, context.Canceled) {
 		err = nil
 	}
-	cfg.Logger.Info("stopped")
+	l.Info("stopped")
 	return err
 }
 

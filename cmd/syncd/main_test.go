@@ -2,22 +2,28 @@ package main
 
 import (
 	"bytes"
+	"context"
+	"encoding/pem"
 	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/BurntSushi/toml"
 	"go.uber.org/goleak"
 
-	"github.com/syncd-dev/syncd/log"
-	"github.com/syncd-dev/syncd/proto"
 	"github.com/syncd-dev/syncd/raftstore"
 	"github.com/syncd-dev/syncd/syncd"
-	"github.com/syncd-dev/syncd/syncd/adminapi"
+	"github.com/syncd-dev/syncd/syncd/auth"
 )
 
 // TestMain fails the package if a goroutine outlives the tests.
@@ -66,19 +72,36 @@ func tomlKeys() []string {
 	return keys
 }
 
-// The example file documents every key with its true default: loading it changes nothing.
-func TestExampleFileHoldsTheDefaults(t *testing.T) {
-	o, err := parseArgs([]string{"-config", exampleFile}, nil)
+var update = flag.Bool("update", false, "rewrite docs/syncd.example.toml from syncd -print-config")
+
+// docs/syncd.example.toml is exactly what syncd -print-config prints with no flags and no file,
+// so that it cannot drift from the defaults (syncd.DefaultConfig) or the documentation of the
+// keys (the table settings). go test ./cmd/syncd -run ExampleFile -update rewrites it.
+func TestExampleFileIsPrintConfig(t *testing.T) {
+	var out, errOut bytes.Buffer
+	if rc := run(context.Background(), []string{"-print-config"}, &out, &errOut); rc != 0 {
+		t.Fatalf("-print-config: exit %d: %s", rc, errOut.String())
+	}
+	if *update {
+		if err := os.WriteFile(exampleFile, out.Bytes(), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	file, err := os.ReadFile(exampleFile)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !reflect.DeepEqual(o.settings, defaults()) {
-		t.Errorf("example file settings\n%+v\ndiffer from the defaults\n%+v", o.settings, defaults())
+	if !bytes.Equal(file, out.Bytes()) {
+		t.Errorf("%s differs from syncd -print-config; rewrite it with go test ./cmd/syncd -run ExampleFile -update "+
+			"and review the diff.\nfirst difference at line %d:\n file: %q\nprint: %q",
+			exampleFile, firstDiffLine(file, out.Bytes())+1, lineAt(file, firstDiffLine(file, out.Bytes())),
+			lineAt(out.Bytes(), firstDiffLine(file, out.Bytes())))
 	}
+
+	// And it is a config file that runs the no-flag node, with every key set.
 	if got, want := mustLoad(t, "-config", exampleFile), mustLoad(t); !reflect.DeepEqual(got, want) {
 		t.Errorf("example file config\n%+v\ndiffers from the no-flag config\n%+v", got, want)
 	}
-
 	var c fileConfig
 	md, err := toml.DecodeFile(exampleFile, &c)
 	if err != nil {
@@ -91,16 +114,44 @@ func TestExampleFileHoldsTheDefaults(t *testing.T) {
 	}
 }
 
-// With no flags and no file the Config holds the defaults syncd.Config documents for its zero
-// fields, spelled out (so that -print-config shows them).
+// firstDiffLine returns the index of the first line where a and b differ.
+func firstDiffLine(a, b []byte) int {
+	la, lb := strings.Split(string(a), "\n"), strings.Split(string(b), "\n")
+	for i := range min(len(la), len(lb)) {
+		if la[i] != lb[i] {
+			return i
+		}
+	}
+	return min(len(la), len(lb))
+}
+
+// lineAt returns line i of b, or "" past its end.
+func lineAt(b []byte, i int) string {
+	if l := strings.Split(string(b), "\n"); i < len(l) {
+		return l[i]
+	}
+	return ""
+}
+
+// With no flags and no file the Config is syncd.DefaultConfig spelled out (so that -print-config
+// shows real values): cmd/syncd adds no default of its own, and fromConfig and toConfig agree.
 func TestNoFlagConfig(t *testing.T) {
-	want := syncd.Config{Dir: "./syncd-data", ListenAddr: "127.0.0.1:7300", AdminAddr: adminapi.DefaultAddr,
-		NodeID: "n1", RaftAddr: "127.0.0.1:7400", Shards: 8, ReplicationFactor: 3, Limits: proto.Limits{}.WithDefaults(),
-		DedupWindow: 24 * time.Hour, RecallWindow: 2 * time.Minute, MaxConnections: 20000, MaxStreamsPerConn: 16,
-		Retention: log.Retention{MaxAge: int64(30 * 24 * time.Hour)}, RetentionInterval: 10 * time.Minute,
-		RequestTimeout: 10 * time.Second, SendRate: 20, SendBurst: 100, MaxInFlight: 1024, MaxHandshakes: 256}
-	if got := mustLoad(t); !reflect.DeepEqual(got, want) {
-		t.Errorf("no-flag config\n%+v\nwant\n%+v", got, want)
+	if got, want := mustLoad(t), syncd.DefaultConfig(); !reflect.DeepEqual(got, want) {
+		t.Errorf("no-flag config\n%+v\nwant syncd.DefaultConfig()\n%+v", got, want)
+	}
+	// The inverse holds for settings defaults() does not show: peers, dial overrides, TLS files.
+	cfg := syncd.DefaultConfig()
+	cfg.Peers = []raftstore.Peer{{ID: "n1", Addr: "a:1"}, {ID: "n2", Addr: "b:2"}}
+	cfg.PeerDial = map[string]string{"n2": "relay:2", "n1": "relay:1"}
+	cfg.CertFile, cfg.KeyFile, cfg.Shards, cfg.SendRate = "c.pem", "k.pem", 3, 0.5
+	o := options{settings: fromConfig(cfg)}
+	o.settings.LogLevel, o.settings.LogFormat = defaultLogLevel, defaultLogFormat
+	got, err := o.toConfig(io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Logger = nil; !reflect.DeepEqual(got, cfg) {
+		t.Errorf("toConfig(fromConfig(cfg)) =\n%+v\nwant\n%+v", got, cfg)
 	}
 }
 
@@ -124,6 +175,38 @@ func TestEveryKeyHasAFlag(t *testing.T) {
 	})
 }
 
+// The table settings has one entry per field of fileConfig, under the field's toml key and
+// pointing at that field, with a flag help and a comment.
+func TestSettingsTable(t *testing.T) {
+	var c fileConfig
+	v := reflect.ValueOf(&c).Elem()
+	fields := map[string]reflect.Value{}
+	for i := range v.NumField() {
+		fields[v.Type().Field(i).Tag.Get("toml")] = v.Field(i)
+	}
+	seen := map[string]bool{}
+	for _, s := range settings {
+		f, ok := fields[s.key]
+		switch {
+		case !ok:
+			t.Errorf("setting %s is no key of fileConfig", s.key)
+		case seen[s.key]:
+			t.Errorf("setting %s is listed twice", s.key)
+		case reflect.ValueOf(s.field(&c)).Pointer() != f.Addr().Pointer():
+			t.Errorf("setting %s points at another field", s.key)
+		}
+		seen[s.key] = true
+		if s.usage == "" || s.doc == "" {
+			t.Errorf("setting %s lacks a flag help or a comment", s.key)
+		}
+	}
+	for k := range fields {
+		if !seen[k] {
+			t.Errorf("key %s has no setting", k)
+		}
+	}
+}
+
 func TestPrecedence(t *testing.T) {
 	file := writeFile(t, `
 shards = 4
@@ -138,15 +221,16 @@ send_rate = 5
 	if cfg.ListenAddr != "0.0.0.0:9300" || cfg.DedupWindow != 48*time.Hour || cfg.SendRate != 5 {
 		t.Errorf("file settings not applied: %+v", cfg)
 	}
-	if cfg.NodeID != "n1" || cfg.MaxConnections != 20000 {
+	if d := syncd.DefaultConfig(); cfg.NodeID != d.NodeID || cfg.MaxConnections != d.MaxConnections {
 		t.Errorf("settings in neither file nor flags must keep their defaults: %+v", cfg)
 	}
 	// A flag set to the default value still overrides the file: set means given, not changed.
-	if cfg := mustLoad(t, "-shards", "8", "-config", file); cfg.Shards != 8 {
-		t.Errorf("Shards %d: -shards 8 given on the command line must override the file's 4", cfg.Shards)
+	def := syncd.DefaultConfig()
+	if cfg := mustLoad(t, "-shards", fmt.Sprint(def.Shards), "-config", file); cfg.Shards != def.Shards {
+		t.Errorf("Shards %d: -shards %d given on the command line must override the file's 4", cfg.Shards, def.Shards)
 	}
 	// Without the file, the flag alone.
-	if cfg := mustLoad(t, "-shards", "2"); cfg.Shards != 2 || cfg.ListenAddr != "127.0.0.1:7300" {
+	if cfg := mustLoad(t, "-shards", "2"); cfg.Shards != 2 || cfg.ListenAddr != def.ListenAddr {
 		t.Errorf("flags alone: %+v", cfg)
 	}
 }
@@ -198,7 +282,7 @@ func TestValidation(t *testing.T) {
 		{[]string{"-shards", "0"}, []string{"-shards must be between 1 and 4096"}},
 		{[]string{"-config", file}, []string{"syncd.toml: shards must be between 1 and 4096"}},
 		{[]string{"-peers", "x"}, []string{`-peers "x" is not id=host:port`}},
-		{[]string{"-peers", "n2=h:1"}, []string{`-peers must include this node (-node-id "n1")`}},
+		{[]string{"-peers", "n2=h:1"}, []string{fmt.Sprintf(`-peers must include this node (-node-id %q)`, syncd.DefaultConfig().NodeID)}},
 		{[]string{"-peers", "n1=h:1,n1=h:2"}, []string{`-peers names "n1" twice`}},
 		{[]string{"-listen", "7300"}, []string{`-listen "7300" is not host:port`}},
 		{[]string{"-node-id", "a b"}, []string{"-node-id"}},
@@ -299,7 +383,7 @@ func TestPrintConfigRoundTrip(t *testing.T) {
 			"-send-rate", "0.5", "-recall-window", "90s", "-max-frame", "4194304", "-log-level", "debug"},
 	} {
 		var out, errOut bytes.Buffer
-		if rc := run(append(args, "-print-config"), &out, &errOut); rc != 0 {
+		if rc := run(context.Background(), append(args, "-print-config"), &out, &errOut); rc != 0 {
 			t.Fatalf("%q -print-config: exit %d: %s", args, rc, errOut.String())
 		}
 		printed := writeFile(t, out.String())
@@ -308,7 +392,7 @@ func TestPrintConfigRoundTrip(t *testing.T) {
 		}
 		// Printing the printed file prints it again, byte for byte.
 		var again bytes.Buffer
-		if rc := run([]string{"-config", printed, "-print-config"}, &again, &errOut); rc != 0 || again.String() != out.String() {
+		if rc := run(context.Background(), []string{"-config", printed, "-print-config"}, &again, &errOut); rc != 0 || again.String() != out.String() {
 			t.Errorf("%q: printing the printed config (exit %d) gave\n%s\nwant\n%s", args, rc, again.String(), out.String())
 		}
 	}
@@ -327,7 +411,7 @@ func TestExitCodes(t *testing.T) {
 		{[]string{"-shards", "0", "-print-config"}, 2},
 	} {
 		var out, errOut bytes.Buffer
-		if rc := run(tc.args, &out, &errOut); rc != tc.want {
+		if rc := run(context.Background(), tc.args, &out, &errOut); rc != tc.want {
 			t.Errorf("%q: exit %d, want %d (stderr %q)", tc.args, rc, tc.want, errOut.String())
 		}
 		if tc.want == 2 && !strings.HasPrefix(errOut.String(), "syncd: ") {
@@ -335,7 +419,7 @@ func TestExitCodes(t *testing.T) {
 		}
 	}
 	var errOut bytes.Buffer
-	run([]string{"-h"}, &bytes.Buffer{}, &errOut)
+	run(context.Background(), []string{"-h"}, &bytes.Buffer{}, &errOut)
 	if !strings.Contains(errOut.String(), "-config file") || !strings.Contains(errOut.String(), "-peer-dial") {
 		t.Errorf("-h output lacks the flags:\n%s", errOut.String())
 	}
@@ -352,6 +436,114 @@ func TestDurationFormat(t *testing.T) {
 		var back duration
 		if err := back.UnmarshalText([]byte(duration(d).String())); err != nil || time.Duration(back) != d {
 			t.Errorf("%q parses back as %v, %v", duration(d).String(), time.Duration(back), err)
+		}
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for the server's logging goroutines and the test's reads.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
+// A first start at the default log level prints a handful of lines, with what a newcomer needs:
+// the addresses, the fingerprint to pin, where the data and the token secret are, how to stop.
+// Raft's per-shard narrative of the first elections is not among them.
+func TestFirstStartIsQuiet(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "data")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var stderr syncBuffer
+	done := make(chan int, 1)
+	go func() {
+		done <- run(ctx, []string{"-data-dir", dir, "-listen", "127.0.0.1:0", "-admin", "127.0.0.1:0",
+			"-raft-addr", "127.0.0.1:0"}, io.Discard, &stderr)
+	}()
+
+	// attr returns the value of key on the first line logged with msg, polling until it is there.
+	attr := func(msg, key string) string {
+		t.Helper()
+		re := regexp.MustCompile(`msg="?` + regexp.QuoteMeta(msg) + `.*? ` + key + `=(\S+)`)
+		for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+			if m := re.FindStringSubmatch(stderr.String()); m != nil {
+				return m[1]
+			}
+			select {
+			case rc := <-done:
+				t.Fatalf("syncd exited %d:\n%s", rc, stderr.String())
+			default:
+			}
+		}
+		t.Fatalf("no %s= on a %q line:\n%s", key, msg, stderr.String())
+		return ""
+	}
+	admin, raft := attr("admin:", "addr"), attr("raft:", "addr")
+	clients, fp := attr("clients:", "addr"), attr("clients:", "cert_sha256")
+	secret := attr("data directory", "token_secret")
+
+	// Wait until every shard has elected its leader, so that the first elections had their
+	// chance to be logged.
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		resp, err := http.Get("http://" + admin + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not ready after 20s (last: %v):\n%s", err, stderr.String())
+		}
+	}
+	cancel()
+	if rc := <-done; rc != 0 {
+		t.Fatalf("exit %d after cancel:\n%s", rc, stderr.String())
+	}
+	out := stderr.String()
+	t.Logf("first start:\n%s", out)
+
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) > 10 {
+		t.Errorf("first start logged %d lines at the default level, want at most 10:\n%s", len(lines), out)
+	}
+	for _, l := range lines {
+		if !strings.Contains(l, "level=INFO") {
+			t.Errorf("a clean first start logged %q", l)
+		}
+	}
+	for _, want := range []string{"Ctrl-C", "SIGTERM", "dir=" + dir, "created=", "msg=stopped"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	// The logged facts are the real ones.
+	der, err := os.ReadFile(filepath.Join(dir, auth.TLSCertFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if block, _ := pem.Decode(der); block == nil || fp != auth.Fingerprint(block.Bytes) {
+		t.Errorf("cert_sha256=%s is not the fingerprint of %s", fp, auth.TLSCertFile)
+	}
+	if secret != filepath.Join(dir, auth.TokenKeyFile) {
+		t.Errorf("token_secret=%s, want %s", secret, filepath.Join(dir, auth.TokenKeyFile))
+	} else if _, err := os.Stat(secret); err != nil {
+		t.Errorf("token_secret: %v", err)
+	}
+	for name, addr := range map[string]string{"clients": clients, "admin": admin, "raft": raft} {
+		if host, port, err := net.SplitHostPort(addr); err != nil || host != "127.0.0.1" || port == "0" {
+			t.Errorf("%s addr=%s is not the bound loopback address", name, addr)
 		}
 	}
 }

@@ -83,7 +83,7 @@ func Start(cfg Config) (*Server, error) {
 			logger.Error("admin HTTP server stopped", "err", err)
 		}
 	}()
-	logger.Info("admin HTTP listening", "addr", ln.Addr().String())
+	logger.Debug("admin HTTP listening", "addr", ln.Addr().String())
 	return s, nil
 }
 

@@ -1,0 +1,305 @@
+package main
+
+import (
+	"bytes"
+	"flag"
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/BurntSushi/toml"
+
+	"github.com/syncd-dev/syncd/log"
+	"github.com/syncd-dev/syncd/proto"
+	"github.com/syncd-dev/syncd/syncd"
+	"github.com/syncd-dev/syncd/syncd/auth"
+	"github.com/syncd-dev/syncd/syncd/routing"
+)
+
+// Defaults of the two settings that are cmd/syncd's own: they build the Logger, which
+// syncd.Config takes ready-made.
+const (
+	defaultLogLevel  = "info"
+	defaultLogFormat = "text"
+)
+
+// defaults returns the settings of a node started with no flags and no file: syncd.DefaultConfig
+// as the file spells it, so that -h, -print-config and docs/syncd.example.toml show real values
+// without cmd/syncd writing any of them down.
+func defaults() fileConfig {
+	c := fromConfig(syncd.DefaultConfig())
+	c.LogLevel, c.LogFormat = defaultLogLevel, defaultLogFormat
+	return c
+}
+
+// fromConfig spells cfg as settings; toConfig is its inverse. TokenSecret has no spelling (the
+// file names a path to it) and is left out; so are the log settings, which cfg holds as a Logger.
+func fromConfig(cfg syncd.Config) fileConfig {
+	c := fileConfig{
+		DataDir: cfg.Dir, Listen: cfg.ListenAddr, Admin: cfg.AdminAddr, NodeID: cfg.NodeID,
+		RaftAddr: cfg.RaftAddr, Shards: cfg.Shards, Join: cfg.Join, ReplicationFactor: cfg.ReplicationFactor,
+		Cert: cfg.CertFile, Key: cfg.KeyFile,
+		// Empty rather than nil lists, so that they are printed ("peers = []") like every key.
+		Peers: []string{}, PeerDial: []string{},
+		MaxFrame: int(cfg.Limits.MaxFrame), MaxBody: int(cfg.Limits.MaxBody), MaxBatch: int(cfg.Limits.MaxBatch),
+		HeartbeatInterval: duration(time.Duration(cfg.Limits.HeartbeatMs) * time.Millisecond),
+		DedupWindow:       duration(cfg.DedupWindow), RecallWindow: duration(cfg.RecallWindow),
+		MaxConnections: cfg.MaxConnections, MaxStreamsPerConn: cfg.MaxStreamsPerConn,
+		RetentionMaxCount: cfg.Retention.MaxCount, RetentionMaxAge: duration(cfg.Retention.MaxAge),
+		RetentionInterval: duration(cfg.RetentionInterval), RequestTimeout: duration(cfg.RequestTimeout),
+		SendRate: cfg.SendRate, SendBurst: cfg.SendBurst, MaxInFlight: cfg.MaxInFlight, MaxHandshakes: cfg.MaxHandshakes,
+	}
+	for _, p := range cfg.Peers {
+		c.Peers = append(c.Peers, p.ID+"="+p.Addr)
+	}
+	for _, id := range slices.Sorted(maps.Keys(cfg.PeerDial)) {
+		c.PeerDial = append(c.PeerDial, id+"="+cfg.PeerDial[id])
+	}
+	return c
+}
+
+// A setting is one key of the config file and the flag of the same name in kebab-case
+// (data_dir, -data-dir). The table settings is the one list of them: the flags, -h, and the
+// commented file -print-config writes (docs/syncd.example.toml is its output for no flags and
+// no file) all come from it, and its defaults from defaults().
+type setting struct {
+	key     string                // TOML key
+	section string                // if set, a "--- section ---" heading before the key
+	usage   string                // one-line flag help; a `quoted` word names the value in -h
+	doc     string                // the comment above the key; "\n" starts a new line
+	means   string                // appended to "Default <value>" when the value alone does not say
+	field   func(*fileConfig) any // the field of fileConfig holding the value, as a pointer
+}
+
+var settings = []setting{
+	{key: "data_dir", section: "Node", field: func(c *fileConfig) any { return &c.DataDir },
+		usage: "directory for the store, snapshots, token secret and certificate",
+		doc:   "Directory for the store, Raft snapshots, the token secret and the self-signed certificate."},
+	{key: "listen", field: func(c *fileConfig) any { return &c.Listen },
+		usage: "UDP `host:port` of the QUIC listener for clients",
+		doc:   "UDP host:port of the QUIC listener for clients."},
+	{key: "admin", field: func(c *fileConfig) any { return &c.Admin },
+		usage: "TCP `host:port` of the admin HTTP server: /metrics, /healthz, /readyz, /debug/pprof",
+		doc: "TCP host:port of the admin HTTP server: /metrics, /healthz, /readyz, /debug/pprof and the " +
+			"operator endpoints syncctl uses. It has no authentication: expose it deliberately."},
+	{key: "node_id", field: func(c *fileConfig) any { return &c.NodeID },
+		usage: "this node's `id`, unique in the cluster",
+		doc: fmt.Sprintf("This node's id, unique in the cluster: 1-%d printable ASCII characters, no space, "+
+			`"=" or ",".`, log.MaxIDLen)},
+	{key: "raft_addr", field: func(c *fileConfig) any { return &c.RaftAddr },
+		usage: "`host:port` of the node's Raft listener (shared by all shards)",
+		doc: "host:port of the node's Raft listener, shared by all shards; the other nodes dial the " +
+			"address that peers gives for this node."},
+
+	{key: "shards", section: "Cluster", field: func(c *fileConfig) any { return &c.Shards },
+		usage: "number of shards (Raft groups) of a new cluster; a joining or restarting node follows the cluster map",
+		doc: fmt.Sprintf("Number of shards (Raft groups) of a new cluster, 1 to %d, fixed when the cluster "+
+			"is created: a node joining a cluster or restarting on its data follows the cluster map instead.", routing.NumSlots)},
+	{key: "peers", field: func(c *fileConfig) any { return &c.Peers },
+		usage: "static cluster: comma-separated `id=host:port` (Raft addresses) of every node, this one included",
+		doc: "A new cluster's first nodes: \"id=host:port\" (Raft address) of each of them, this one " +
+			"included, the same list on every one. More nodes join later with join.\n" +
+			`Example: peers = ["n1=10.0.0.1:7400", "n2=10.0.0.2:7400", "n3=10.0.0.3:7400"]`,
+		means: ": a new single-node cluster (or, with join, none)"},
+	{key: "peer_dial", field: func(c *fileConfig) any { return &c.PeerDial },
+		usage: "comma-separated `id=host:port`: dial these peers there instead of the address the cluster knows (NAT, test relays)",
+		doc: "Per-peer dial overrides, \"id=host:port\": dial these peers at that address instead of " +
+			"their peers address, e.g. through a NAT or a fault-injecting relay in tests. The Raft " +
+			"configuration keeps the addresses nodes advertise. An id may name a node that joins later.\n" +
+			`Example: peer_dial = ["n2=192.168.1.20:7400"]`},
+	{key: "join", field: func(c *fileConfig) any { return &c.Join },
+		usage: "Raft `host:port` of any node of an existing cluster, for a new node joining it (instead of -peers)",
+		doc: "A new node joining an existing cluster: the Raft address of any of its nodes (instead of " +
+			"peers). The cluster then places replicas on this node.\n" +
+			`Example: join = "10.0.0.1:7400"`,
+		means: " (none)"},
+	{key: "replication_factor", field: func(c *fileConfig) any { return &c.ReplicationFactor },
+		usage: "replicas of each shard, capped by the number of nodes; set by a new cluster's first nodes",
+		doc: "Replicas of each shard, capped by the number of nodes. Only a new cluster's first nodes " +
+			"use it; the cluster keeps it in its map."},
+
+	{key: "cert", section: "Security", field: func(c *fileConfig) any { return &c.Cert },
+		usage: "TLS certificate `file` for clients (default: self-signed, created in -data-dir)",
+		doc:   "TLS certificate file for clients, together with key.",
+		means: fmt.Sprintf(": a self-signed certificate created in data_dir (%s) on first start; clients pin "+
+			"its fingerprint (logged at start)", auth.TLSCertFile)},
+	{key: "key", field: func(c *fileConfig) any { return &c.Key },
+		usage: "TLS key `file`, with -cert",
+		doc:   "TLS key file of cert: both or neither.",
+		means: fmt.Sprintf(": the self-signed certificate's, in data_dir (%s)", auth.TLSKeyFile)},
+	{key: "token_secret_file", field: func(c *fileConfig) any { return &c.TokenSecretFile },
+		usage: "`file` holding the token-signing secret, shared by the cluster (default: token.key in -data-dir, created on first start)",
+		doc: "File holding the secret that signs device tokens (hex, the format of token.key in a data " +
+			"directory). Every node of a cluster needs the same secret: copy token.key from the first node.",
+		means: fmt.Sprintf(": data_dir/%s, created on first start", auth.TokenKeyFile)},
+
+	{key: "max_frame", section: "Protocol limits, announced to clients", field: func(c *fileConfig) any { return &c.MaxFrame },
+		usage: fmt.Sprintf("largest protocol frame in `bytes`, %d to %d", minFrame, proto.MaxFrameLimit),
+		doc: fmt.Sprintf("Largest frame either side may send on a connection, in bytes, %d to %d.",
+			minFrame, proto.MaxFrameLimit)},
+	{key: "max_body", field: func(c *fileConfig) any { return &c.MaxBody },
+		usage: fmt.Sprintf("largest message body in `bytes`, at most %d", proto.MaxBody),
+		doc:   fmt.Sprintf("Largest message body in bytes, at most %d.", proto.MaxBody)},
+	{key: "max_batch", field: func(c *fileConfig) any { return &c.MaxBatch },
+		usage: fmt.Sprintf("most entries per sync batch or history page, at most %d", proto.MaxPage),
+		doc:   fmt.Sprintf("Most entries per sync batch and per page of history or conversation lists, 1 to %d.", proto.MaxPage)},
+	{key: "heartbeat_interval", field: func(c *fileConfig) any { return &c.HeartbeatInterval },
+		usage: "`interval` of heartbeats on idle sync streams",
+		doc:   "Interval of heartbeat frames on an idle sync stream, in whole milliseconds."},
+
+	{key: "dedup_window", section: "Messages", field: func(c *fileConfig) any { return &c.DedupWindow },
+		usage: "`duration` a client_msg_id is remembered, at least 1m",
+		doc: "How long a client_msg_id is remembered, so that an app's retries do not duplicate a " +
+			`message; at least "1m".`},
+	{key: "recall_window", field: func(c *fileConfig) any { return &c.RecallWindow },
+		usage: "`duration` after sending a message during which its sender may recall it",
+		doc:   "How long after sending a message its sender may recall it."},
+
+	{key: "retention_max_count", section: "Retention", field: func(c *fileConfig) any { return &c.RetentionMaxCount },
+		usage: "keep at most this many newest entries per user log (0: no bound by count)",
+		doc: "Bounds on every user log; devices asking for trimmed positions are told \"too old\" and " +
+			"rebase. retention_max_count keeps at most that many newest entries (0: no bound by count); " +
+			"retention_max_age drops entries older than that (\"0s\": no bound by age). They cannot both be 0."},
+	{key: "retention_max_age", field: func(c *fileConfig) any { return &c.RetentionMaxAge },
+		usage: "drop user log entries older than this `age` (0: no bound by age)",
+		doc:   "Age bound of every user log, with retention_max_count above."},
+	{key: "retention_interval", field: func(c *fileConfig) any { return &c.RetentionInterval },
+		usage: "`interval` at which each shard leader applies the retention bounds",
+		doc:   "How often each shard leader applies the retention bounds."},
+
+	{key: "max_connections", section: "Load", field: func(c *fileConfig) any { return &c.MaxConnections },
+		usage: "most concurrent client connections",
+		doc:   "Most concurrent client connections; more get TooManyConnections with a retry-after."},
+	{key: "max_streams_per_conn", field: func(c *fileConfig) any { return &c.MaxStreamsPerConn },
+		usage: "most open streams per connection, at least 2",
+		doc:   "Most streams one connection may have open, at least 2."},
+	{key: "request_timeout", field: func(c *fileConfig) any { return &c.RequestTimeout },
+		usage: "`timeout` of one request's replication",
+		doc:   "Bound on one request's replication."},
+	{key: "send_rate", field: func(c *fileConfig) any { return &c.SendRate },
+		usage: "mutations per second each device may sustain",
+		doc: "Mutations per second each device may send sustained (and send_burst at once); excess " +
+			"gets RateLimited with a retry-after."},
+	{key: "send_burst", field: func(c *fileConfig) any { return &c.SendBurst },
+		usage: "mutations each device may send at once",
+		doc:   "Mutations each device may send at once, with send_rate above."},
+	{key: "max_in_flight", field: func(c *fileConfig) any { return &c.MaxInFlight },
+		usage: "most requests being replicated at once; beyond it requests get Overloaded",
+		doc: "Most requests being replicated at once on this node; beyond it a request is refused at " +
+			"once with Overloaded and a retry-after, rather than queueing into timeouts."},
+	{key: "max_handshakes", field: func(c *fileConfig) any { return &c.MaxHandshakes },
+		usage: "most connections being authenticated at once",
+		doc: "Most connections being authenticated at once; beyond it new connections are closed with " +
+			"Overloaded and a retry-after (reconnect storms)."},
+
+	{key: "log_level", section: "Logs (to stderr)", field: func(c *fileConfig) any { return &c.LogLevel },
+		usage: "debug, info, warn or error",
+		doc:   "debug, info, warn or error. At info a node logs its start, its stop and what goes wrong; debug adds each shard's Raft events."},
+	{key: "log_format", field: func(c *fileConfig) any { return &c.LogFormat },
+		usage: "text, or json for log shippers",
+		doc:   "text, or json for log shippers."},
+}
+
+// minFrame is the smallest max_frame the protocol allows (proto.Limits.MaxFrame).
+const minFrame = 128 << 10
+
+// flagName is the flag of a file key.
+func flagName(key string) string { return strings.ReplaceAll(key, "_", "-") }
+
+// bindFlags defines a flag for every setting of c, each defaulting to its current value in c, so
+// that parsing sets only the fields named on the command line.
+func bindFlags(fs *flag.FlagSet, c *fileConfig) {
+	for _, s := range settings {
+		name := flagName(s.key)
+		switch p := s.field(c).(type) {
+		case *string:
+			fs.StringVar(p, name, *p, s.usage)
+		case *int:
+			fs.IntVar(p, name, *p, s.usage)
+		case *uint64:
+			fs.Uint64Var(p, name, *p, s.usage)
+		case *float64:
+			fs.Float64Var(p, name, *p, s.usage)
+		case *duration:
+			fs.Var(p, name, s.usage)
+		case *[]string:
+			fs.Var((*list)(p), name, s.usage)
+		default:
+			panic(fmt.Sprintf("setting %s: no flag for %T", s.key, p)) // TestSettingsTable catches it
+		}
+	}
+}
+
+const printHead = `# syncd configuration: syncd -config syncd.toml
+#
+# Written by syncd -print-config, which prints the settings a node would run with: with no flags
+# and no file, every value is the default, and that output is docs/syncd.example.toml. Every key
+# is optional; the comment above each names its default. Each key has a flag of the same name in
+# kebab-case (data_dir, -data-dir); flags given on the command line override the file. An unknown
+# key is an error. Durations are Go durations: "90s", "10m", "720h".
+`
+
+// commentWidth is where writeTOML wraps comments.
+const commentWidth = 98
+
+// writeTOML writes c as a commented config file: each key with its documentation and default,
+// then its value in c.
+func writeTOML(w io.Writer, c fileConfig) error {
+	var b bytes.Buffer
+	b.WriteString(printHead)
+	def := defaults()
+	for _, s := range settings {
+		if s.section != "" {
+			fmt.Fprintf(&b, "\n# --- %s ---\n", s.section)
+		}
+		defVal, err := tomlValue(s.field(&def))
+		if err != nil {
+			return err
+		}
+		b.WriteString("\n")
+		lines := strings.Split(s.doc, "\n")
+		lines[0] += " Default " + defVal + s.means + "."
+		for _, l := range lines {
+			writeComment(&b, l)
+		}
+		val, err := tomlValue(s.field(&c))
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(&b, "%s = %s\n", s.key, val)
+	}
+	_, err := w.Write(b.Bytes())
+	return err
+}
+
+// tomlValue spells the value *p points to as TOML does on the right of "key =".
+func tomlValue(p any) (string, error) {
+	var b strings.Builder
+	if err := toml.NewEncoder(&b).Encode(map[string]any{"k": p}); err != nil {
+		return "", err
+	}
+	return strings.TrimSuffix(strings.TrimPrefix(b.String(), "k = "), "\n"), nil
+}
+
+// writeComment writes text as "# " lines of at most commentWidth columns.
+func writeComment(b *bytes.Buffer, text string) { wrap(b, "#", text) }
+
+// wrap writes text as lines of at most commentWidth columns, each starting with prefix and
+// breaking at spaces; the first line of an empty prefix carries no leading space.
+func wrap(b *bytes.Buffer, prefix, text string) {
+	line := prefix
+	for word := range strings.FieldsSeq(text) {
+		if len(line)+1+len(word) > commentWidth && line != prefix {
+			b.WriteString(line + "\n")
+			line = prefix
+		}
+		if line != "" {
+			line += " "
+		}
+		line += word
+	}
+	b.WriteString(line + "\n")
+}

@@ -1,0 +1,63 @@
+package raftstore
+
+import (
+	"log/slog"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+// noDefault lists the Config fields that DefaultConfig leaves zero on purpose; every other field
+// must have a default there, so a new knob cannot get its default written somewhere else.
+var noDefault = map[string]bool{
+	"NodeID": true, "Dir": true, "AdvertiseAddr": true, "Shards": true, "Peers": true,
+	"PeerAddr": true, "Attrs": true, "Serve": true, "Managed": true, "ShardCount": true,
+	"Join": true, "OnApply": true, "OnUserLogs": true, "Logger": true,
+}
+
+func TestConfigDefaultsComeFromDefaultConfig(t *testing.T) {
+	d := DefaultConfig()
+	v := reflect.ValueOf(d)
+	for i := range v.NumField() {
+		name := v.Type().Field(i).Name
+		if zero := v.Field(i).IsZero(); zero != noDefault[name] {
+			t.Errorf("DefaultConfig().%s: zero is %v; give it a default there or list it in noDefault", name, zero)
+		}
+	}
+	for _, f := range reflect.VisibleFields(reflect.TypeFor[Timing]()) {
+		if reflect.ValueOf(d.Timing).FieldByIndex(f.Index).IsZero() {
+			t.Errorf("DefaultConfig().Timing.%s has no default", f.Name)
+		}
+	}
+
+	// A zero Config takes exactly DefaultConfig's values (and the documented Shards and Logger).
+	got := Config{}.withDefaults()
+	want := d
+	want.Shards, want.Logger = []ShardID{1}, slog.Default()
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("Config{}.withDefaults() =\n%+v\nwant DefaultConfig()\n%+v", got, want)
+	}
+	// A managed node gets no Shards list: the cluster map places its shards.
+	if got := (Config{Managed: true}).withDefaults(); got.Shards != nil {
+		t.Errorf("managed Shards = %v, want nil", got.Shards)
+	}
+	// Set fields are kept.
+	set := Config{SnapshotThreshold: 7, Timing: Timing{CommitTimeout: time.Millisecond}, CacheSize: 1 << 20}.withDefaults()
+	if set.SnapshotThreshold != 7 || set.Timing.CommitTimeout != time.Millisecond || set.CacheSize != 1<<20 ||
+		set.Timing.HeartbeatTimeout != d.Timing.HeartbeatTimeout {
+		t.Errorf("withDefaults replaced set fields or missed zero ones: %+v", set)
+	}
+}
+
+func TestConfigValidateReportsAll(t *testing.T) {
+	err := Config{NodeID: "n1", Dir: t.TempDir(), DeadAfter: -time.Second, ReconcileInterval: -1, CacheSize: -1}.Validate()
+	for _, want := range []string{"DeadAfter -1s must not be negative", "ReconcileInterval -1ns", "CacheSize -1"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("Validate() = %v, want it to contain %q", err, want)
+		}
+	}
+	if err := (Config{NodeID: "n1", Dir: t.TempDir()}).Validate(); err != nil {
+		t.Errorf("defaults do not validate: %v", err)
+	}
+}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/syncd-dev/syncd/raftstore"
 	"github.com/syncd-dev/syncd/raftstore/raftstoretest"
+	"github.com/syncd-dev/syncd/test/testkit"
 )
 
 // TestMoveReplica moves a shard's replica under traffic: a fourth node joins the group (as a
@@ -56,7 +57,7 @@ func TestMoveReplica(t *testing.T) {
 	if err := leader.AddNonvoter(ctx, shard, "n4", c.Config(3).RaftAddr); err != nil {
 		t.Fatal(err)
 	}
-	raftstoretest.Eventually(t, 20*time.Second, "n4 to catch up", func() bool {
+	testkit.WaitTrue(t, 20*time.Second, "n4 to catch up", func() bool {
 		mine, err1 := n4.ShardStatus(shard)
 		theirs, err2 := leader.ShardStatus(shard)
 		return err1 == nil && err2 == nil && mine.AppliedIndex+64 >= theirs.CommitIndex && mine.AppliedIndex > 0

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -30,7 +31,8 @@ func TestMoveReplica(t *testing.T) {
 
 	// Traffic through the whole move.
 	stop := make(chan struct{})
-	done := make(chan int)
+	done := make(chan int, 1) // buffered: a send that failed must not wait for a reader
+	var acked atomic.Int64    // sent so far, for the test goroutine
 	go func() {
 		sent := 0
 		for {
@@ -46,6 +48,7 @@ func TestMoveReplica(t *testing.T) {
 				return
 			}
 			sent++
+			acked.Store(int64(sent))
 		}
 	}()
 
@@ -81,7 +84,11 @@ func TestMoveReplica(t *testing.T) {
 	if _, err := c.Node(leaving).State(shard); !errors.Is(err, raftstore.ErrNoShard) {
 		t.Fatalf("%s still hosts the shard: %v", id, err)
 	}
-	time.Sleep(300 * time.Millisecond) // a little more traffic on the new group
+	// Traffic on the new group, so the check below covers entries committed after the move.
+	atMove := acked.Load()
+	testkit.WaitTrue(t, 20*time.Second, "20 more entries acknowledged by the new group", func() bool {
+		return acked.Load() >= atMove+20
+	})
 	close(stop)
 	sent := <-done
 	c.WaitConverged(shard)

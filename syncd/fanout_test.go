@@ -12,7 +12,7 @@ import (
 
 	"github.com/syncd-dev/syncd/log"
 	"github.com/syncd-dev/syncd/raftstore"
-	"github.com/syncd-dev/syncd/raftstore/raftstoretest"
+	"github.com/syncd-dev/syncd/test/testkit"
 )
 
 // fanoutNode is a single node with eight shards and a running fan-out wired to its applies.
@@ -156,7 +156,7 @@ func TestFanoutDeliversAcrossShardsExactlyOnce(t *testing.T) {
 			want[m] += len(acks.convs[c.id])
 		}
 	}
-	raftstoretest.Eventually(t, 30*time.Second, "fan-out to complete", func() bool {
+	testkit.WaitTrue(t, 30*time.Second, "fan-out to complete", func() bool {
 		for uid, n := range want {
 			state, _ := fn.node.State(fn.slots.UserShard(uid))
 			info, err := state.UserInfo(uid)
@@ -177,7 +177,7 @@ func TestFanoutDeliversAcrossShardsExactlyOnce(t *testing.T) {
 			t.Errorf("%s's log has %d entries, want %d", uid, info.Head, n)
 		}
 	}
-	raftstoretest.Eventually(t, 10*time.Second, "outboxes to be trimmed", func() bool {
+	testkit.WaitTrue(t, 10*time.Second, "outboxes to be trimmed", func() bool {
 		for _, s := range fn.node.Shards() {
 			state, _ := fn.node.State(s)
 			if info, _ := state.Outbox(); info.First <= info.Head {

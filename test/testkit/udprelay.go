@@ -31,16 +31,17 @@ type UDPRelay struct {
 	closed   bool
 	sessions map[string]*net.UDPConn // client address → socket towards the server
 
-	packets, dropped, duplicated atomic.Int64
+	packets, dropped, outage, duplicated atomic.Int64
 
 	wg sync.WaitGroup // client reader, session readers, delayed sends
 }
 
 // UDPStats counts the packets a UDPRelay handled, both directions together. Packets sent on are
-// Packets - Dropped + Duplicated.
+// Packets - Dropped - Down + Duplicated.
 type UDPStats struct {
 	Packets    int64 // packets read from either side
-	Dropped    int64 // packets lost, by chance or during an outage
+	Dropped    int64 // packets lost by chance (SetFaults)
+	Down       int64 // packets lost to an outage (SetDown)
 	Duplicated int64 // packets sent twice
 }
 
@@ -82,7 +83,7 @@ func (r *UDPRelay) SetDown(down bool) {
 
 // Stats returns the relay's counters so far.
 func (r *UDPRelay) Stats() UDPStats {
-	return UDPStats{Packets: r.packets.Load(), Dropped: r.dropped.Load(), Duplicated: r.duplicated.Load()}
+	return UDPStats{Packets: r.packets.Load(), Dropped: r.dropped.Load(), Down: r.outage.Load(), Duplicated: r.duplicated.Load()}
 }
 
 // Close stops the relay and waits for its goroutines, including the timers of delayed packets
@@ -153,7 +154,12 @@ func (r *UDPRelay) forward(p []byte, send func([]byte)) {
 		r.mu.Unlock()
 		return
 	}
-	if r.down || r.rng.Float64() < r.drop {
+	if r.down {
+		r.mu.Unlock()
+		r.outage.Add(1)
+		return
+	}
+	if r.rng.Float64() < r.drop {
 		r.mu.Unlock()
 		r.dropped.Add(1)
 		return

@@ -112,7 +112,7 @@ func pump(t *testing.T, u *udpClient, r *UDPRelay, s *udpSink, total int) {
 		sent += n
 		Wait(t, 10*time.Second, fmt.Sprintf("%d more packets through the relay", sent), func() (bool, string) {
 			st, got := r.Stats(), len(s.received())
-			return st.Packets == base+int64(sent) && int64(got) == st.Packets-st.Dropped+st.Duplicated,
+			return st.Packets == base+int64(sent) && int64(got) == st.Packets-st.Dropped-st.Down+st.Duplicated,
 				fmt.Sprintf("%+v, sink got %d", st, got)
 		})
 	}
@@ -135,7 +135,7 @@ func TestUDPRelayDropDuplicate(t *testing.T) {
 	st, got := run(42)
 	// Binomial bounds far (over 4 standard deviations) from the expected 80 lost and ~32 sent
 	// twice, so only a relay ignoring the rates fails them.
-	if st.Dropped < 40 || st.Dropped > 120 || st.Duplicated < 10 || st.Duplicated > 60 {
+	if st.Dropped < 40 || st.Dropped > 120 || st.Duplicated < 10 || st.Duplicated > 60 || st.Down != 0 {
 		t.Fatalf("%d packets with drop 0.2, dup 0.1: %+v", total, st)
 	}
 	st2, got2 := run(42)
@@ -154,7 +154,7 @@ func TestUDPRelayDown(t *testing.T) {
 	u := newUDPClient(t, r.Addr())
 	r.SetDown(true)
 	pump(t, u, r, sink, 20)
-	if st := r.Stats(); st.Dropped != 20 || len(sink.received()) != 0 {
+	if st := r.Stats(); st.Down != 20 || st.Dropped != 0 || len(sink.received()) != 0 {
 		t.Fatalf("during an outage: %+v, sink got %v", st, sink.received())
 	}
 	r.SetDown(false)

@@ -29,6 +29,7 @@ import (
 	"github.com/syncd-dev/syncd/raftstore"
 	"github.com/syncd-dev/syncd/raftstore/raftstoretest"
 	"github.com/syncd-dev/syncd/syncd"
+	"github.com/syncd-dev/syncd/test/testkit"
 )
 
 // clusterShards is the number of shards of a test cluster: several, so conversations and users
@@ -243,7 +244,7 @@ func (n *clusterNode) logTail(lines int) string {
 type testCluster struct {
 	t           *testing.T
 	nodes       []*clusterNode
-	mesh        *relayMesh // nil when the binary has no -peer-dial: no partitions then
+	mesh        *testkit.Mesh // nil when the binary has no -peer-dial: no partitions then
 	secret      []byte
 	fingerprint string
 	tl          *timeline
@@ -308,7 +309,7 @@ func startClusterWithSpares(t *testing.T, n, spares int, tl *timeline) *testClus
 	}
 
 	if binaryHasFlag(bin, "peer-dial") {
-		if c.mesh, err = newRelayMesh(raftAddrs); err != nil {
+		if c.mesh, err = testkit.NewMesh(raftAddrs); err != nil {
 			t.Fatal(err)
 		}
 	} else {

@@ -58,6 +58,7 @@ func (m *Mesh) Partition(node string) { m.setBlocked(node, true) }
 // partitioned itself is unblocked too). Delays stay.
 func (m *Mesh) Reconnect(node string) { m.setBlocked(node, false) }
 
+// setBlocked blocks or unblocks every relay to or from node.
 func (m *Mesh) setBlocked(node string, blocked bool) {
 	for k, r := range m.relays {
 		if k[0] == node || k[1] == node {

@@ -99,6 +99,7 @@ func (r *UDPRelay) Close() {
 	r.wg.Wait()
 }
 
+// fromClients reads what clients send and forwards it towards the server, one session each.
 func (r *UDPRelay) fromClients() {
 	defer r.wg.Done()
 	buf := make([]byte, 64<<10)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/syncd-dev/syncd/raftstore"
 	"github.com/syncd-dev/syncd/raftstore/raftstoretest"
+	"github.com/syncd-dev/syncd/test/testkit"
 )
 
 // leaderCounts returns how many of shards each running node leads, and whether every shard has a
@@ -38,7 +39,7 @@ func TestLeadersSpreadEvenly(t *testing.T) {
 	even := func(what string) {
 		t.Helper()
 		var counts []int
-		raftstoretest.Eventually(t, 30*time.Second, what, func() bool {
+		testkit.WaitTrue(t, 30*time.Second, what, func() bool {
 			var all bool
 			counts, all = leaderCounts(c, shards)
 			return all && counts[0] == 2 && counts[1] == 2 && counts[2] == 2
@@ -47,7 +48,7 @@ func TestLeadersSpreadEvenly(t *testing.T) {
 	}
 	even("two leaders per node")
 	c.Stop(0)
-	raftstoretest.Eventually(t, 30*time.Second, "every shard led by the two others", func() bool {
+	testkit.WaitTrue(t, 30*time.Second, "every shard led by the two others", func() bool {
 		counts, all := leaderCounts(c, shards)
 		return all && counts[1] == 3 && counts[2] == 3
 	})

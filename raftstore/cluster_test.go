@@ -14,6 +14,7 @@ import (
 	"github.com/syncd-dev/syncd/log"
 	"github.com/syncd-dev/syncd/raftstore"
 	"github.com/syncd-dev/syncd/raftstore/raftstoretest"
+	"github.com/syncd-dev/syncd/test/testkit"
 )
 
 // sendN proposes count messages to conv through whichever node leads, with client ids
@@ -115,7 +116,7 @@ func TestClusterMinorityCannotCommit(t *testing.T) {
 	if !errors.Is(err, raftstore.ErrLeadershipLost) && !errors.Is(err, raftstore.ErrNotLeader) && !errors.Is(err, raftstore.ErrTimeout) {
 		t.Fatalf("isolated leader: unexpected error %v", err)
 	}
-	raftstoretest.Eventually(t, 10*time.Second, "isolated leader to step down", func() bool {
+	testkit.WaitTrue(t, 10*time.Second, "isolated leader to step down", func() bool {
 		st, _ := c.Node(leader).ShardStatus(1)
 		return st.State != "leader"
 	})

@@ -41,7 +41,7 @@ import (
 
 	"github.com/syncd-dev/syncd/log"
 	"github.com/syncd-dev/syncd/raftstore"
-	"github.com/syncd-dev/syncd/raftstore/raftstoretest"
+	"github.com/syncd-dev/syncd/test/testkit"
 )
 
 const (
@@ -370,7 +370,7 @@ func crashVerify(t *testing.T, dir string, rec *crashRecord) {
 	}
 	// The new leader's first entry lands after everything stored; once it is committed and
 	// applied, so is everything before it.
-	raftstoretest.Eventually(t, 60*time.Second, "the reopened shard to apply its whole log", func() bool {
+	testkit.WaitTrue(t, 60*time.Second, "the reopened shard to apply its whole log", func() bool {
 		st, _ := n.ShardStatus(1)
 		return st.CommitIndex > st0.LastIndex && st.AppliedIndex == st.CommitIndex
 	})

@@ -10,6 +10,7 @@ import (
 
 	"github.com/syncd-dev/syncd/raftstore"
 	"github.com/syncd-dev/syncd/raftstore/raftstoretest"
+	"github.com/syncd-dev/syncd/test/testkit"
 )
 
 const managedShards = 4
@@ -42,7 +43,7 @@ func managedCluster(t *testing.T, n, first int) *raftstoretest.Cluster {
 func placementSettled(t *testing.T, c *raftstoretest.Cluster, what string) raftstore.ClusterMap {
 	t.Helper()
 	var m raftstore.ClusterMap
-	raftstoretest.Eventually(t, 60*time.Second, what, func() bool {
+	testkit.WaitTrue(t, 60*time.Second, what, func() bool {
 		var maps []raftstore.ClusterMap
 		for i := range c.Size() {
 			if n := c.Node(i); n != nil {
@@ -157,7 +158,7 @@ func TestManagedClusterJoinAndRemove(t *testing.T) {
 	if err := c.Node(3).RemoveNode(ctx, "n1"); err != nil { // asked through another node
 		t.Fatal(err)
 	}
-	raftstoretest.Eventually(t, 60*time.Second, "n1 to be forgotten and to host nothing", func() bool {
+	testkit.WaitTrue(t, 60*time.Second, "n1 to be forgotten and to host nothing", func() bool {
 		m, _ := c.Node(1).ClusterMap()
 		_, still := m.Nodes["n1"]
 		return !still && len(c.Node(0).Shards()) == 0

@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/syncd-dev/syncd/raftstore"
 	"github.com/syncd-dev/syncd/raftstore/raftstoretest"
+	"github.com/syncd-dev/syncd/test/testkit"
 )
 
 // TestMoveReplica moves a shard's replica under traffic: a fourth node joins the group (as a
@@ -29,7 +31,8 @@ func TestMoveReplica(t *testing.T) {
 
 	// Traffic through the whole move.
 	stop := make(chan struct{})
-	done := make(chan int)
+	done := make(chan int, 1) // buffered: a send that failed must not wait for a reader
+	var acked atomic.Int64    // sent so far, for the test goroutine
 	go func() {
 		sent := 0
 		for {
@@ -45,6 +48,7 @@ func TestMoveReplica(t *testing.T) {
 				return
 			}
 			sent++
+			acked.Store(int64(sent))
 		}
 	}()
 
@@ -56,7 +60,7 @@ func TestMoveReplica(t *testing.T) {
 	if err := leader.AddNonvoter(ctx, shard, "n4", c.Config(3).RaftAddr); err != nil {
 		t.Fatal(err)
 	}
-	raftstoretest.Eventually(t, 20*time.Second, "n4 to catch up", func() bool {
+	testkit.WaitTrue(t, 20*time.Second, "n4 to catch up", func() bool {
 		mine, err1 := n4.ShardStatus(shard)
 		theirs, err2 := leader.ShardStatus(shard)
 		return err1 == nil && err2 == nil && mine.AppliedIndex+64 >= theirs.CommitIndex && mine.AppliedIndex > 0
@@ -80,7 +84,11 @@ func TestMoveReplica(t *testing.T) {
 	if _, err := c.Node(leaving).State(shard); !errors.Is(err, raftstore.ErrNoShard) {
 		t.Fatalf("%s still hosts the shard: %v", id, err)
 	}
-	time.Sleep(300 * time.Millisecond) // a little more traffic on the new group
+	// Traffic on the new group, so the check below covers entries committed after the move.
+	atMove := acked.Load()
+	testkit.WaitTrue(t, 20*time.Second, "20 more entries acknowledged by the new group", func() bool {
+		return acked.Load() >= atMove+20
+	})
 	close(stop)
 	sent := <-done
 	c.WaitConverged(shard)

@@ -13,7 +13,7 @@ import (
 
 	"github.com/syncd-dev/syncd/log"
 	"github.com/syncd-dev/syncd/raftstore"
-	"github.com/syncd-dev/syncd/raftstore/raftstoretest"
+	"github.com/syncd-dev/syncd/test/testkit"
 )
 
 func quietLogger() *slog.Logger {
@@ -193,7 +193,7 @@ func TestRestartDoesNotReplay(t *testing.T) {
 		n.Close()
 		start := time.Now()
 		n = startSingle(t, dir, nil)
-		raftstoretest.Eventually(t, 30*time.Second, "restarted shard to catch up", func() bool {
+		testkit.WaitTrue(t, 30*time.Second, "restarted shard to catch up", func() bool {
 			st, _ := n.ShardStatus(1)
 			return st.AppliedIndex > before.AppliedIndex && st.AppliedIndex == st.CommitIndex
 		})

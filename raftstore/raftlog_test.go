@@ -15,6 +15,8 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/hashicorp/raft"
+
+	"github.com/syncd-dev/syncd/test/testkit"
 )
 
 // openTestDB opens a Pebble DB in dir; the caller closes it.
@@ -600,7 +602,7 @@ func TestRaftLogWithRaft(t *testing.T) {
 	}
 	waitLeader(t, []*raft.Raft{r})
 	// The new leader commits a no-op, replaying the whole log into fsm2.
-	waitUntil(t, 15*time.Second, "log replay into new FSM", func() bool { return len(fsm2.entries()) >= 100 })
+	testkit.WaitTrue(t, 15*time.Second, "log replay into new FSM", func() bool { return len(fsm2.entries()) >= 100 })
 	if err := r.Apply([]byte("after-restart"), 5*time.Second).Error(); err != nil {
 		t.Fatal(err)
 	}

@@ -16,6 +16,8 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
+
+	"github.com/syncd-dev/syncd/test/testkit"
 )
 
 // testLogWriter forwards log output to t.Log until the test's cleanups run,
@@ -45,18 +47,6 @@ func testSlog(t testing.TB) *slog.Logger {
 		w.mu.Unlock()
 	})
 	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelInfo}))
-}
-
-// waitUntil polls cond until it holds or timeout passes.
-func waitUntil(t testing.TB, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 // listenLoopback opens a TCP listener on a random loopback port.
@@ -137,7 +127,7 @@ func testRaftConfig(id string, logger hclog.Logger) *raft.Config {
 func waitLeader(t testing.TB, rafts []*raft.Raft) int {
 	t.Helper()
 	leader := -1
-	waitUntil(t, 15*time.Second, "a leader", func() bool {
+	testkit.WaitTrue(t, 15*time.Second, "a leader", func() bool {
 		leader = -1
 		for i, r := range rafts {
 			if r.State() == raft.Leader {
@@ -243,7 +233,7 @@ func TestTransportTwoShardsThreeNodes(t *testing.T) {
 	}
 	for _, shard := range shards {
 		for i, fsm := range groups[shard].fsms {
-			waitUntil(t, 15*time.Second, fmt.Sprintf("shard %d node %d to apply %d entries", shard, i, perShard), func() bool {
+			testkit.WaitTrue(t, 15*time.Second, fmt.Sprintf("shard %d node %d to apply %d entries", shard, i, perShard), func() bool {
 				return len(fsm.entries()) >= perShard
 			})
 			if got := fsm.entries(); !slices.Equal(got, want[shard]) {
@@ -412,7 +402,7 @@ func TestMuxBacklogFull(t *testing.T) {
 		}
 		defer c.Close()
 	}
-	waitUntil(t, 5*time.Second, "backlog to fill", func() bool { return len(sl.conns) == layerBacklog })
+	testkit.WaitTrue(t, 5*time.Second, "backlog to fill", func() bool { return len(sl.conns) == layerBacklog })
 	extra, err := layer.Dial(raft.ServerAddress(m.Addr().String()), time.Second)
 	if err != nil {
 		t.Fatal(err)
@@ -436,10 +426,10 @@ func TestMuxCloseClosesPending(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer queued.Close()
-	waitUntil(t, 5*time.Second, "conn to be queued", func() bool { return len(sl.conns) == 1 })
+	testkit.WaitTrue(t, 5*time.Second, "conn to be queued", func() bool { return len(sl.conns) == 1 })
 
 	stuck := rawDial(t, m.Addr(), []byte("SYR")) // partial header
-	waitUntil(t, 5*time.Second, "conn to be handshaking", func() bool {
+	testkit.WaitTrue(t, 5*time.Second, "conn to be handshaking", func() bool {
 		m.mu.Lock()
 		defer m.mu.Unlock()
 		return len(m.handshaking) == 1

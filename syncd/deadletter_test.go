@@ -12,8 +12,8 @@ import (
 	"github.com/syncd-dev/syncd/log"
 	"github.com/syncd-dev/syncd/proto"
 	"github.com/syncd-dev/syncd/raftstore"
-	"github.com/syncd-dev/syncd/raftstore/raftstoretest"
 	"github.com/syncd-dev/syncd/syncd/adminapi"
+	"github.com/syncd-dev/syncd/test/testkit"
 )
 
 // httpDo sends a body-less request and returns the status code and body.
@@ -82,7 +82,7 @@ func TestDeadLettersListReplayDrop(t *testing.T) {
 	}
 
 	var list adminapi.DeadLetterList
-	raftstoretest.Eventually(t, 5*time.Second, "two dead letters", func() bool {
+	testkit.WaitTrue(t, 5*time.Second, "two dead letters", func() bool {
 		code, body := httpDo(t, "GET", admin+"/v1/deadletters")
 		return code == 200 && json.Unmarshal([]byte(body), &list) == nil && list.Total == 2
 	})

@@ -10,8 +10,8 @@ import (
 
 	"github.com/syncd-dev/syncd/proto"
 	"github.com/syncd-dev/syncd/raftstore"
-	"github.com/syncd-dev/syncd/raftstore/raftstoretest"
 	"github.com/syncd-dev/syncd/syncd/adminapi"
+	"github.com/syncd-dev/syncd/test/testkit"
 )
 
 // getJSON GETs url and decodes its JSON body (also when the status is not 200) into a fresh T.
@@ -75,7 +75,7 @@ func TestInspectCursorsAndTrace(t *testing.T) {
 
 	// /v1/cursors: erin's log and the two stored cursors (acks are written asynchronously).
 	var cur adminapi.CursorReport
-	raftstoretest.Eventually(t, 10*time.Second, "erin's two cursors to be stored", func() bool {
+	testkit.WaitTrue(t, 10*time.Second, "erin's two cursors to be stored", func() bool {
 		var code int
 		cur, code = getJSON[adminapi.CursorReport](t, base+"/v1/cursors?user=erin")
 		return code == http.StatusOK && len(cur.Devices) == 2
@@ -110,7 +110,7 @@ func TestInspectCursorsAndTrace(t *testing.T) {
 	// /v1/trace once fan-out has delivered everywhere and trimmed the outbox.
 	var tr adminapi.TraceReport
 	url := base + "/v1/trace?msg_id=" + string(msg.MsgID)
-	raftstoretest.Eventually(t, 10*time.Second, "the message in every log and out of the outbox", func() bool {
+	testkit.WaitTrue(t, 10*time.Second, "the message in every log and out of the outbox", func() bool {
 		var code int
 		if tr, code = getJSON[adminapi.TraceReport](t, url); code != http.StatusOK || tr.Outbox.Retained || len(tr.Users) != 3 {
 			return false
@@ -150,7 +150,7 @@ func TestInspectCursorsAndTrace(t *testing.T) {
 	// A recall marks the message recalled; the recall's own entry (whose target is the message)
 	// is not mistaken for it.
 	recall := alice.ack(&proto.Recall{ID: alice.id(), Conv: "team", ClientMsgID: "x1", Target: msg.MsgID})
-	raftstoretest.Eventually(t, 10*time.Second, "the recall in erin's log", func() bool {
+	testkit.WaitTrue(t, 10*time.Second, "the recall in erin's log", func() bool {
 		c, code := getJSON[adminapi.CursorReport](t, base+"/v1/cursors?user=erin")
 		return code == http.StatusOK && c.Head == 3
 	})

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/syncd-dev/syncd/proto"
-	"github.com/syncd-dev/syncd/raftstore/raftstoretest"
+	"github.com/syncd-dev/syncd/test/testkit"
 )
 
 // A device over its send rate gets RateLimited with a retry-after, and is served again later.
@@ -82,16 +82,19 @@ func TestServerAdmission(t *testing.T) {
 	// while the server has not yet seen the connection that is meant to fill the slots) or
 	// other than `transient` (the server may not have released an earlier probe yet).
 	probe := func(transient proto.Code) proto.Frame {
-		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		var f proto.Frame
+		testkit.Wait(t, 5*time.Second, fmt.Sprintf("a hello answered with neither a welcome nor code %v", transient), func() (bool, string) {
 			conn := dialRaw(t, ts)
-			f := hello(t, conn, token, "phone")
+			f = hello(t, conn, token, "phone")
 			e, refused := f.(*proto.Error)
 			_, welcome := f.(*proto.Welcome)
-			if (!welcome && !(refused && e.Code == transient)) || time.Now().After(deadline) {
-				return f
+			if !welcome && !(refused && e.Code == transient) {
+				return true, ""
 			}
 			conn.CloseWithError(0, "")
-		}
+			return false, fmt.Sprintf("%#v", f)
+		})
+		return f
 	}
 
 	stalled := dialRaw(t, ts) // holds the only handshake slot: its first stream never says hello
@@ -104,7 +107,7 @@ func TestServerAdmission(t *testing.T) {
 		t.Fatalf("handshake beyond MaxHandshakes: %#v", e)
 	}
 	stalled.CloseWithError(0, "")
-	raftstoretest.Eventually(t, 5*time.Second, "the closed connections to be released", func() bool {
+	testkit.WaitTrue(t, 5*time.Second, "the closed connections to be released", func() bool {
 		return ts.conns.Load() == 0
 	})
 

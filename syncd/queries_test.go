@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/syncd-dev/syncd/proto"
-	"github.com/syncd-dev/syncd/raftstore/raftstoretest"
+	"github.com/syncd-dev/syncd/test/testkit"
 )
 
 // TestServerConversationQueries: a user lists its conversations in pages, reads a conversation's
@@ -20,7 +20,7 @@ func TestServerConversationQueries(t *testing.T) {
 	for i := range 3 {
 		alice.ack(&proto.Send{ID: alice.id(), Conv: "team", ClientMsgID: fmt.Sprint("t", i), Body: []byte(fmt.Sprint("m", i))})
 	}
-	raftstoretest.Eventually(t, 10*time.Second, "alice's log to hold all five entries", func() bool {
+	testkit.WaitTrue(t, 10*time.Second, "alice's log to hold all five entries", func() bool {
 		h, ok := alice.do(&proto.HeadCheck{ID: alice.id()}).(*proto.Head)
 		return ok && h.Head == 5
 	})

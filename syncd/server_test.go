@@ -12,8 +12,8 @@ import (
 	"github.com/quic-go/quic-go"
 
 	"github.com/syncd-dev/syncd/proto"
-	"github.com/syncd-dev/syncd/raftstore/raftstoretest"
 	"github.com/syncd-dev/syncd/syncd/auth"
+	"github.com/syncd-dev/syncd/test/testkit"
 )
 
 // Tests of the server through its real path: QUIC on loopback, TLS with a pinned self-signed
@@ -38,7 +38,7 @@ func startServer(t *testing.T, tweak func(*Config)) *testServer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	raftstoretest.Eventually(t, 10*time.Second, "the server to be ready", func() bool { return srv.Ready() == nil })
+	testkit.WaitTrue(t, 10*time.Second, "the server to be ready", func() bool { return srv.Ready() == nil })
 	ctx, cancel := context.WithCancel(context.Background())
 	ts := &testServer{Server: srv, cancel: cancel, done: make(chan error, 1)}
 	go func() { ts.done <- srv.Run(ctx) }()
@@ -243,7 +243,7 @@ func TestServerMessagesReceiptsRecalls(t *testing.T) {
 		t.Fatal(err)
 	}
 	state, _ := ts.Node().State(ts.slots.UserShard("bob"))
-	raftstoretest.Eventually(t, 5*time.Second, "the tablet's cursor to be stored", func() bool {
+	testkit.WaitTrue(t, 5*time.Second, "the tablet's cursor to be stored", func() bool {
 		cs, err := state.Cursors("bob")
 		return err == nil && len(cs) == 1 && cs[0].Device == "tablet" && cs[0].Cursor.Pos == 3
 	})

@@ -12,11 +12,11 @@ import (
 
 	"github.com/syncd-dev/syncd/log"
 	"github.com/syncd-dev/syncd/raftstore"
-	"github.com/syncd-dev/syncd/raftstore/raftstoretest"
 	"github.com/syncd-dev/syncd/syncd"
 	"github.com/syncd-dev/syncd/syncd/adminapi"
 	"github.com/syncd-dev/syncd/syncd/routing"
 	"github.com/syncd-dev/syncd/syncd/syncdtest"
+	"github.com/syncd-dev/syncd/test/testkit"
 )
 
 // TestAdminAnyNode: four nodes, each shard on three of them, and an operator who asks the one
@@ -83,7 +83,7 @@ func TestAdminAnyNode(t *testing.T) {
 
 	// Bob's cursors, from a node without his log: his phone, caught up (acks are asynchronous).
 	var cur adminapi.CursorReport
-	raftstoretest.Eventually(t, 20*time.Second, "bob's phone cursor at his head", func() bool {
+	testkit.WaitTrue(t, 20*time.Second, "bob's phone cursor at his head", func() bool {
 		var code int
 		cur, code = adminGet[adminapi.CursorReport](t, admin+"/v1/cursors?user="+bob)
 		return code == http.StatusOK && len(cur.Devices) == 1 && cur.Devices[0].Behind != nil && *cur.Devices[0].Behind == 0 && cur.Head >= 2
@@ -95,7 +95,7 @@ func TestAdminAnyNode(t *testing.T) {
 
 	// The trace, from a node without the home shard: every member delivered, every phone past it.
 	var tr adminapi.TraceReport
-	raftstoretest.Eventually(t, 20*time.Second, "every member delivered and every phone past the message", func() bool {
+	testkit.WaitTrue(t, 20*time.Second, "every member delivered and every phone past the message", func() bool {
 		var code int
 		if tr, code = adminGet[adminapi.TraceReport](t, admin+"/v1/trace?msg_id="+msgID); code != http.StatusOK || tr.Outbox.Retained || len(tr.Users) != 3 {
 			return false
@@ -134,12 +134,12 @@ func TestAdminAnyNode(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	raftstoretest.Eventually(t, 20*time.Second, "carol to get the message after the refused ones", func() bool {
+	testkit.WaitTrue(t, 20*time.Second, "carol to get the message after the refused ones", func() bool {
 		return slices.Contains(bodies(t, devices[2], conv), "after")
 	})
 	var list adminapi.DeadLetterList
 	for i := range c.Size() { // every node lists the cluster's dead letters, hosted or not
-		raftstoretest.Eventually(t, 20*time.Second, ids[i]+" to list two dead letters", func() bool {
+		testkit.WaitTrue(t, 20*time.Second, ids[i]+" to list two dead letters", func() bool {
 			var code int
 			list, code = adminGet[adminapi.DeadLetterList](t, "http://"+c.Server(i).AdminAddr().String()+"/v1/deadletters")
 			return code == http.StatusOK && list.Total == 2 && len(list.Items) == 2
@@ -170,11 +170,11 @@ func TestAdminAnyNode(t *testing.T) {
 			}
 		}
 	}
-	raftstoretest.Eventually(t, 20*time.Second, "carol to get the replayed message", func() bool {
+	testkit.WaitTrue(t, 20*time.Second, "carol to get the replayed message", func() bool {
 		return slices.Contains(bodies(t, devices[2], conv), "poison 1")
 	})
 	// The list is read on a replica, which may apply the drops a moment after their leader.
-	raftstoretest.Eventually(t, 20*time.Second, "no dead letter listed after the replay and the drop", func() bool {
+	testkit.WaitTrue(t, 20*time.Second, "no dead letter listed after the replay and the drop", func() bool {
 		list, code := adminGet[adminapi.DeadLetterList](t, admin+"/v1/deadletters")
 		return code == http.StatusOK && list.Total == 0 && len(list.Items) == 0
 	})
@@ -186,7 +186,7 @@ func TestAdminAnyNode(t *testing.T) {
 	// it, its leader answers (asked again if leadership moves while the test looks).
 	call := []byte(fmt.Sprintf(`{"op":"dead_letters","shard":%d,"args":{"limit":1},"leader":true}`, home))
 	var got []string
-	raftstoretest.Eventually(t, 20*time.Second, "only the leader to answer a leader-only inspection", func() bool {
+	testkit.WaitTrue(t, 20*time.Second, "only the leader to answer a leader-only inspection", func() bool {
 		got = got[:0]
 		for _, id := range m.Replicas[home] {
 			st, err := c.Server(slices.Index(ids, id)).Node().ShardStatus(home)

@@ -7,9 +7,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/syncd-dev/syncd/raftstore/raftstoretest"
 	"github.com/syncd-dev/syncd/syncd/routing"
 	"github.com/syncd-dev/syncd/syncd/syncdtest"
+	"github.com/syncd-dev/syncd/test/testkit"
 )
 
 // TestDevicesOnDifferentNodes: three users of a group, each device connected to a different node
@@ -86,7 +86,7 @@ func sameEverywhere(t *testing.T, conv string, want []string, devices ...*device
 	t.Helper()
 	sorted := slices.Sorted(slices.Values(want))
 	var got [][]string
-	raftstoretest.Eventually(t, 30*time.Second, fmt.Sprintf("every device to store the %d messages", len(want)), func() bool {
+	testkit.WaitTrue(t, 30*time.Second, fmt.Sprintf("every device to store the %d messages", len(want)), func() bool {
 		got = got[:0]
 		for _, d := range devices {
 			b := bodies(t, d, conv)
@@ -152,7 +152,7 @@ func TestManagedClusterServesFromAnyNode(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	sameEverywhere(t, conv, want, devices...)
-	raftstoretest.Eventually(t, 60*time.Second, "n5 to hold replicas", func() bool {
+	testkit.WaitTrue(t, 60*time.Second, "n5 to hold replicas", func() bool {
 		m, _ := c.Server(0).Node().ClusterMap()
 		placed := 0
 		for _, r := range m.Replicas {
@@ -178,7 +178,7 @@ func TestManagedClusterServesFromAnyNode(t *testing.T) {
 		round(fmt.Sprint("while n4 leaves ", i))
 		time.Sleep(100 * time.Millisecond)
 	}
-	raftstoretest.Eventually(t, 60*time.Second, "n4 to hold nothing and leave the map", func() bool {
+	testkit.WaitTrue(t, 60*time.Second, "n4 to hold nothing and leave the map", func() bool {
 		m, _ := c.Server(0).Node().ClusterMap()
 		_, still := m.Nodes["n4"]
 		return !still && len(c.Server(3).Node().Shards()) == 0
@@ -191,7 +191,7 @@ func TestManagedClusterServesFromAnyNode(t *testing.T) {
 // only to a group that exists.
 func waitMember(t *testing.T, conv string, devices ...*device) {
 	t.Helper()
-	raftstoretest.Eventually(t, 20*time.Second, "every device to know the group "+conv, func() bool {
+	testkit.WaitTrue(t, 20*time.Second, "every device to know the group "+conv, func() bool {
 		for _, d := range devices {
 			if m, err := d.Members(conv); err != nil || len(m) == 0 {
 				return false

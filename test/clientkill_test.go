@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/syncd-dev/syncd/client"
-	"github.com/syncd-dev/syncd/raftstore/raftstoretest"
+	"github.com/syncd-dev/syncd/test/testkit"
 )
 
 // The child role of TestClientKill9MidSend: queue messages as fast as possible, printing each
@@ -100,7 +100,7 @@ func TestClientKill9MidSend(t *testing.T) {
 		t.Fatal(err)
 	}
 	var got []string
-	raftstoretest.Eventually(t, 30*time.Second, "the message queued after the restart to arrive", func() bool {
+	testkit.WaitTrue(t, 30*time.Second, "the message queued after the restart to arrive", func() bool {
 		got = bodies(t, bob, "d:alice:bob")
 		return len(got) > 0 && got[len(got)-1] == "end"
 	})

@@ -27,9 +27,9 @@ import (
 
 	"github.com/syncd-dev/syncd/bench/proccluster"
 	"github.com/syncd-dev/syncd/raftstore"
-	"github.com/syncd-dev/syncd/raftstore/raftstoretest"
 	"github.com/syncd-dev/syncd/syncd/adminapi"
 	"github.com/syncd-dev/syncd/syncd/auth"
+	"github.com/syncd-dev/syncd/test/testkit"
 )
 
 // clusterShards is the number of shards of a test cluster: several, so conversations and users
@@ -244,7 +244,7 @@ func (n *clusterNode) logTail(lines int) string {
 type testCluster struct {
 	t           *testing.T
 	nodes       []*clusterNode
-	mesh        *relayMesh // nil when the binary has no -peer-dial: no partitions then
+	mesh        *testkit.Mesh // nil when the binary has no -peer-dial: no partitions then
 	secret      []byte
 	fingerprint string
 	tl          *timeline
@@ -280,7 +280,7 @@ func startClusterWithSpares(t *testing.T, n, spares int, tl *timeline) *testClus
 	var peers []string
 	for i := range n + spares {
 		id := fmt.Sprintf("n%d", i+1)
-		node := &clusterNode{id: id, dir: filepath.Join(base, id), listen: raftstoretest.FreeAddr(t), raft: raftstoretest.FreeAddr(t), admin: raftstoretest.FreeAddr(t),
+		node := &clusterNode{id: id, dir: filepath.Join(base, id), listen: testkit.FreeAddr(t), raft: testkit.FreeAddr(t), admin: testkit.FreeAddr(t),
 			logPath: filepath.Join(base, id+".log"), bin: bin, tl: tl, spare: i >= n}
 		c.nodes = append(c.nodes, node)
 		raftAddrs[id] = node.raft
@@ -309,7 +309,7 @@ func startClusterWithSpares(t *testing.T, n, spares int, tl *timeline) *testClus
 	}
 
 	if binaryHasFlag(bin, "peer-dial") {
-		if c.mesh, err = newRelayMesh(raftAddrs); err != nil {
+		if c.mesh, err = testkit.NewMesh(raftAddrs); err != nil {
 			t.Fatal(err)
 		}
 	} else {

@@ -10,13 +10,15 @@ const module = "github.com/syncd-dev/syncd/"
 
 // allowed lists, for each package, the packages of this module it may import (directly or not).
 // The arrows of the design run downward only: log and proto stand alone, client sees only proto,
-// and nothing imports the server, commands, benchmarks or tests.
+// and nothing imports the server, commands, benchmarks or tests — except test/testkit, the
+// network fakes and wait helper every tier's tests share, which therefore imports nothing here.
 var allowed = map[string][]string{
 	"log":                     {},
 	"proto":                   {},
 	"raftstore":               {"log"},
-	"raftstore/raftstoretest": {"log", "raftstore"},
-	"syncd/syncdtest":         {"log", "raftstore", "raftstore/raftstoretest", "proto", "syncd"},
+	"test/testkit":            {},
+	"raftstore/raftstoretest": {"log", "raftstore", "test/testkit"},
+	"syncd/syncdtest":         {"log", "raftstore", "raftstore/raftstoretest", "proto", "syncd", "test/testkit"},
 	"syncd":                   {"log", "raftstore", "proto"},
 	"client":                  {"proto"},
 	"bench":                   {"client", "proto"},

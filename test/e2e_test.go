@@ -13,9 +13,9 @@ import (
 
 	"github.com/syncd-dev/syncd/client"
 	"github.com/syncd-dev/syncd/proto"
-	"github.com/syncd-dev/syncd/raftstore/raftstoretest"
 	"github.com/syncd-dev/syncd/syncd"
 	"github.com/syncd-dev/syncd/syncd/syncdtest"
+	"github.com/syncd-dev/syncd/test/testkit"
 )
 
 func quiet(t *testing.T) *slog.Logger { return syncdtest.Logger(t) }
@@ -91,7 +91,7 @@ func bodies(t *testing.T, d *device, conv string) []string {
 
 func waitBodies(t *testing.T, conv string, want []string, devices ...*device) {
 	t.Helper()
-	raftstoretest.Eventually(t, 20*time.Second, fmt.Sprintf("every device to store %v", want), func() bool {
+	testkit.WaitTrue(t, 20*time.Second, fmt.Sprintf("every device to store %v", want), func() bool {
 		for _, d := range devices {
 			if !slices.Equal(bodies(t, d, conv), want) {
 				return false
@@ -137,7 +137,7 @@ func TestDevicesExchangeMessagesReceiptsRecalls(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitBodies(t, conv, []string{"hi bob (recalled)", "hi alice"}, alice, bobPhone, bobLaptop)
-	raftstoretest.Eventually(t, 10*time.Second, "alice's phone to store bob's receipt", func() bool {
+	testkit.WaitTrue(t, 10*time.Second, "alice's phone to store bob's receipt", func() bool {
 		m, err := alice.ReadMark(conv, "bob")
 		return err == nil && m == 1
 	})

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/syncd-dev/syncd/client"
-	"github.com/syncd-dev/syncd/raftstore/raftstoretest"
+	"github.com/syncd-dev/syncd/test/testkit"
 )
 
 // TestGroupOfFiveAcrossDevices: alice and bob with three devices each, carol, dave and erin with
@@ -76,7 +76,7 @@ func TestGroupOfFiveAcrossDevices(t *testing.T) {
 		for _, u := range users {
 			all = append(all, devices[u]...)
 		}
-		raftstoretest.Eventually(t, 30*time.Second, "every device of "+conv+" to hold the same history", func() bool {
+		testkit.WaitTrue(t, 30*time.Second, "every device of "+conv+" to hold the same history", func() bool {
 			ref := bodies(t, all[0], conv)
 			if len(ref) != len(sent[conv]) || (conv == "five" && !slices.Contains(ref, "carol/dev0/0 (recalled)")) {
 				return false

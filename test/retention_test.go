@@ -9,9 +9,9 @@ import (
 	"time"
 
 	"github.com/syncd-dev/syncd/log"
-	"github.com/syncd-dev/syncd/raftstore/raftstoretest"
 	"github.com/syncd-dev/syncd/syncd"
 	"github.com/syncd-dev/syncd/syncd/routing"
+	"github.com/syncd-dev/syncd/test/testkit"
 )
 
 // TestTooOldCursorRebases: retention trims bob's log while his new device has never synced; the
@@ -33,7 +33,7 @@ func TestTooOldCursorRebases(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	raftstoretest.Eventually(t, 20*time.Second, "bob's log to be delivered and trimmed", func() bool {
+	testkit.WaitTrue(t, 20*time.Second, "bob's log to be delivered and trimmed", func() bool {
 		info, err := state.UserInfo("bob")
 		return err == nil && info.Head == 20 && info.First == 16
 	})
@@ -118,7 +118,7 @@ func TestEpochChangeResyncs(t *testing.T) {
 	tablet := dialDevice(t, srv, "bob", "tablet", t.TempDir())
 	defer tablet.Close()
 	waitBodies(t, "d:alice:bob", []string{"after"}, tablet)
-	raftstoretest.Eventually(t, 10*time.Second, "bob's laptop cursor in the new epoch", func() bool {
+	testkit.WaitTrue(t, 10*time.Second, "bob's laptop cursor in the new epoch", func() bool {
 		cs, err := state.Cursors("bob")
 		for _, c := range cs {
 			if c.Device == "laptop" {

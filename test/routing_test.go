@@ -6,9 +6,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/syncd-dev/syncd/raftstore/raftstoretest"
 	"github.com/syncd-dev/syncd/syncd"
 	"github.com/syncd-dev/syncd/syncd/syncdtest"
+	"github.com/syncd-dev/syncd/test/testkit"
 )
 
 // Every node routes keys by the cluster map's slot table, whatever its own -shards says: a node
@@ -18,7 +18,7 @@ func TestJoinerRoutesByTheClusterMap(t *testing.T) {
 	c := syncdtest.StartCluster(t, 3, nil) // 4 shards
 	j := c.Join(func(cfg *syncd.Config) { cfg.Shards = 8 })
 	joiner := c.Server(j)
-	raftstoretest.Eventually(t, 30*time.Second, "the joiner to be ready", func() bool { return joiner.Ready() == nil })
+	testkit.WaitTrue(t, 30*time.Second, "the joiner to be ready", func() bool { return joiner.Ready() == nil })
 	if got, want := joiner.Node().SlotTable().Ranges(), c.Server(0).Node().SlotTable().Ranges(); !slices.Equal(got, want) {
 		t.Fatalf("the joiner routes by %v, the cluster by %v", got, want)
 	}
@@ -61,7 +61,7 @@ func TestRestartWithOtherShardCountKeepsRouting(t *testing.T) {
 	c.Stop(0)
 	c.StartWith(0, func(cfg *syncd.Config) { cfg.Shards = 2 })
 	srv := c.Server(0)
-	raftstoretest.Eventually(t, 20*time.Second, "the restarted node to be ready", func() bool { return srv.Ready() == nil })
+	testkit.WaitTrue(t, 20*time.Second, "the restarted node to be ready", func() bool { return srv.Ready() == nil })
 	if m, _ := srv.Node().ClusterMap(); m.Shards != 4 || len(srv.Node().SlotTable().Shards()) != 4 {
 		t.Fatalf("after a restart with -shards 2 the cluster has %d shards, routing names %v", m.Shards, srv.Node().SlotTable().Shards())
 	}

@@ -6,9 +6,9 @@ import (
 	"time"
 
 	"github.com/syncd-dev/syncd/raftstore"
-	"github.com/syncd-dev/syncd/raftstore/raftstoretest"
 	"github.com/syncd-dev/syncd/syncd/adminapi"
 	"github.com/syncd-dev/syncd/syncd/syncdtest"
+	"github.com/syncd-dev/syncd/test/testkit"
 )
 
 // TestSyncctlClusterStatus asks one node of a real three-node cluster for the whole cluster, then
@@ -43,7 +43,7 @@ func TestSyncctlClusterStatus(t *testing.T) {
 	}
 
 	c.Stop(2)
-	raftstoretest.Eventually(t, 20*time.Second, "every shard to have a leader without n3", func() bool {
+	testkit.WaitTrue(t, 20*time.Second, "every shard to have a leader without n3", func() bool {
 		code, out, _ = syncctl(t, append([]string{"cluster", "status", "-json"}, admin...)...)
 		view = decodeJSON[adminapi.ClusterView](t, out)
 		for _, s := range view.Shards {

@@ -11,43 +11,40 @@ import (
 
 	"github.com/syncd-dev/syncd/log"
 	"github.com/syncd-dev/syncd/raftstore"
+	"github.com/syncd-dev/syncd/test/testkit"
 )
 
-// Cluster is a static cluster of in-process nodes. Node i dials node j through Relay(i, j).
+// Cluster is a static cluster of in-process nodes. Node i dials node j through a relay of a
+// testkit.Mesh, which Partition, Heal and Cut block and unblock.
 // Methods must be called from the test goroutine unless noted.
 type Cluster struct {
-	t      testing.TB
-	cfgs   []raftstore.Config
-	nodes  []*raftstore.Node // nil while stopped
-	relays [][]*Relay        // relays[i][j] carries i's connections to j
+	t     testing.TB
+	cfgs  []raftstore.Config
+	nodes []*raftstore.Node // nil while stopped
+	ids   []string          // node ids, n1…
+	mesh  *testkit.Mesh     // relay (ids[i], ids[j]) carries i's connections to j
 }
 
 // NewCluster starts n nodes hosting shards, each shard bootstrapped with all n nodes as voters.
 // tweak, if not nil, adjusts each node's config before start. Everything is stopped at test end.
 func NewCluster(t testing.TB, n int, shards []raftstore.ShardID, tweak func(*raftstore.Config)) *Cluster {
 	t.Helper()
-	c := &Cluster{t: t, nodes: make([]*raftstore.Node, n), relays: make([][]*Relay, n)}
+	c := &Cluster{t: t, nodes: make([]*raftstore.Node, n), ids: make([]string, n)}
 	dir := t.TempDir()
 	peers := make([]raftstore.Peer, n)
+	addrs := map[string]string{}
 	for i := range n {
-		peers[i] = raftstore.Peer{ID: fmt.Sprintf("n%d", i+1), Addr: FreeAddr(t)}
+		c.ids[i] = fmt.Sprintf("n%d", i+1)
+		peers[i] = raftstore.Peer{ID: c.ids[i], Addr: testkit.FreeAddr(t)}
+		addrs[c.ids[i]] = peers[i].Addr
 	}
-	for i := range n {
-		c.relays[i] = make([]*Relay, n)
-		for j := range n {
-			if i == j {
-				continue
-			}
-			r, err := NewRelay()
-			if err != nil {
-				t.Fatal(err)
-			}
-			r.SetTarget(peers[j].Addr)
-			c.relays[i][j] = r
-		}
+	mesh, err := testkit.NewMesh(addrs)
+	if err != nil {
+		t.Fatal(err)
 	}
+	c.mesh = mesh
+	t.Cleanup(c.Close) // registered now, so the relays are closed even if a start fails
 	for i := range n {
-		i := i
 		cfg := raftstore.Config{
 			NodeID:   peers[i].ID,
 			Dir:      filepath.Join(dir, peers[i].ID),
@@ -55,10 +52,8 @@ func NewCluster(t testing.TB, n int, shards []raftstore.ShardID, tweak func(*raf
 			Shards:   shards,
 			Peers:    peers,
 			PeerAddr: func(id string) string {
-				for j, p := range peers {
-					if p.ID == id && j != i {
-						return c.relays[i][j].Addr()
-					}
+				if r := mesh.Relay(peers[i].ID, id); r != nil {
+					return r.Addr()
 				}
 				return ""
 			},
@@ -75,7 +70,6 @@ func NewCluster(t testing.TB, n int, shards []raftstore.ShardID, tweak func(*raf
 	for i := range n {
 		c.Start(i)
 	}
-	t.Cleanup(c.Close)
 	return c
 }
 
@@ -114,21 +108,19 @@ func (c *Cluster) Stop(i int) {
 }
 
 // Partition cuts node i off from every other node (both directions); Heal restores it.
-func (c *Cluster) Partition(i int) { c.setLinks(i, true) }
+func (c *Cluster) Partition(i int) { c.mesh.Partition(c.ids[i]) }
 
 // Heal reconnects node i.
-func (c *Cluster) Heal(i int) { c.setLinks(i, false) }
+func (c *Cluster) Heal(i int) { c.mesh.Reconnect(c.ids[i]) }
 
 // Cut blocks (or, with blocked false, restores) only the connections node i dials to node j:
 // j's connections to i keep working, an asymmetric fault.
-func (c *Cluster) Cut(i, j int, blocked bool) { c.relays[i][j].SetBlocked(blocked) }
-
-func (c *Cluster) setLinks(i int, blocked bool) {
-	for j := range c.nodes {
-		if j != i {
-			c.relays[i][j].SetBlocked(blocked)
-			c.relays[j][i].SetBlocked(blocked)
-		}
+func (c *Cluster) Cut(i, j int, blocked bool) {
+	r := c.mesh.Relay(c.ids[i], c.ids[j])
+	if blocked {
+		r.Block()
+	} else {
+		r.Unblock()
 	}
 }
 
@@ -137,20 +129,14 @@ func (c *Cluster) Close() {
 	for i := range c.nodes {
 		c.Stop(i)
 	}
-	for _, row := range c.relays {
-		for _, r := range row {
-			if r != nil {
-				r.Close()
-			}
-		}
-	}
+	c.mesh.Close()
 }
 
 // Leader waits for a running node that leads shard and returns its index.
 func (c *Cluster) Leader(shard raftstore.ShardID) int {
 	c.t.Helper()
 	var leader int
-	Eventually(c.t, 10*time.Second, fmt.Sprintf("a leader for shard %d", shard), func() bool {
+	testkit.WaitTrue(c.t, 10*time.Second, fmt.Sprintf("a leader for shard %d", shard), func() bool {
 		for i, n := range c.nodes {
 			if n == nil {
 				continue
@@ -197,7 +183,7 @@ func (c *Cluster) Propose(ctx context.Context, shard raftstore.ShardID, cmd raft
 func (c *Cluster) WaitConverged(shard raftstore.ShardID) uint64 {
 	c.t.Helper()
 	var index uint64
-	Eventually(c.t, 20*time.Second, fmt.Sprintf("replicas of shard %d to converge", shard), func() bool {
+	testkit.WaitTrue(c.t, 20*time.Second, fmt.Sprintf("replicas of shard %d to converge", shard), func() bool {
 		index = 0
 		first := true
 		for _, n := range c.nodes {
@@ -241,18 +227,6 @@ func (c *Cluster) WaitConverged(shard raftstore.ShardID) uint64 {
 		}
 	}
 	return index
-}
-
-// Eventually polls cond every 10ms until it holds or timeout passes, then fails the test.
-func Eventually(t testing.TB, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 // testWriter sends log output to t.Log, so it shows only for failing tests.

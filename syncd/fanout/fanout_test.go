@@ -13,8 +13,8 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/syncd-dev/syncd/log"
 	"github.com/syncd-dev/syncd/raftstore"
-	"github.com/syncd-dev/syncd/raftstore/raftstoretest"
 	"github.com/syncd-dev/syncd/syncd/routing"
+	"github.com/syncd-dev/syncd/test/testkit"
 )
 
 // localShards are eight shards on one Pebble store, driven without Raft: a proposal applies its
@@ -232,7 +232,7 @@ func TestFanoutDeliversAcrossShardsExactlyOnce(t *testing.T) {
 			want[m] += len(acks.convs[c.id])
 		}
 	}
-	raftstoretest.Eventually(t, 30*time.Second, "fan-out to complete", func() bool {
+	testkit.WaitTrue(t, 30*time.Second, "fan-out to complete", func() bool {
 		for uid, n := range want {
 			state, _ := fn.node.State(fn.slots.UserShard(uid))
 			info, err := state.UserInfo(uid)
@@ -253,7 +253,7 @@ func TestFanoutDeliversAcrossShardsExactlyOnce(t *testing.T) {
 			t.Errorf("%s's log has %d entries, want %d", uid, info.Head, n)
 		}
 	}
-	raftstoretest.Eventually(t, 10*time.Second, "outboxes to be trimmed", func() bool {
+	testkit.WaitTrue(t, 10*time.Second, "outboxes to be trimmed", func() bool {
 		for _, s := range fn.node.Shards() {
 			state, _ := fn.node.State(s)
 			if info, _ := state.Outbox(); info.First <= info.Head {

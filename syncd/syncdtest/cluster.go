@@ -9,15 +9,18 @@ import (
 	"time"
 
 	"github.com/syncd-dev/syncd/raftstore"
-	"github.com/syncd-dev/syncd/raftstore/raftstoretest"
 	"github.com/syncd-dev/syncd/syncd"
 	"github.com/syncd-dev/syncd/syncd/auth"
+	"github.com/syncd-dev/syncd/test/testkit"
 )
 
 // Cluster is a static cluster of in-process servers on loopback, each with its own data
 // directory, Raft, QUIC and admin ports, forming a managed cluster (replication factor 3). They
 // share one token secret and one certificate, as a real cluster would, so a token and a pinned
-// fingerprint are valid on any node. Methods must be called from the test goroutine.
+// fingerprint are valid on any node. Every port comes from testkit.FreeAddr and a restarted
+// node binds the same ones, so peers and devices find it again: a port from ":0" lies in the
+// ephemeral range, where any outgoing socket may take it while the node is down.
+// Methods must be called from the test goroutine.
 type Cluster struct {
 	t       testing.TB
 	cfgs    []syncd.Config
@@ -39,12 +42,12 @@ func StartCluster(t testing.TB, n int, tweak func(i int, c *syncd.Config)) *Clus
 	certFile, keyFile := filepath.Join(dir, auth.TLSCertFile), filepath.Join(dir, auth.TLSKeyFile)
 	peers := make([]raftstore.Peer, n)
 	for i := range peers {
-		peers[i] = raftstore.Peer{ID: fmt.Sprintf("n%d", i+1), Addr: raftstoretest.FreeAddr(t)}
+		peers[i] = raftstore.Peer{ID: fmt.Sprintf("n%d", i+1), Addr: testkit.FreeAddr(t)}
 	}
 	c := &Cluster{t: t, servers: make([]*syncd.Server, n), stops: make([]func(), n)}
 	for i := range n {
 		cfg := syncd.Config{Dir: filepath.Join(dir, peers[i].ID), NodeID: peers[i].ID, RaftAddr: peers[i].Addr, Peers: peers,
-			ListenAddr: "127.0.0.1:0", AdminAddr: "127.0.0.1:0", Shards: 4, TokenSecret: secret, Logger: Logger(t),
+			ListenAddr: testkit.FreeAddr(t), AdminAddr: testkit.FreeAddr(t), Shards: 4, TokenSecret: secret, Logger: Logger(t),
 			CertFile: certFile, KeyFile: keyFile}
 		if tweak != nil {
 			tweak(i, &cfg)
@@ -62,7 +65,7 @@ func StartCluster(t testing.TB, n int, tweak func(i int, c *syncd.Config)) *Clus
 	for i := range n {
 		c.run(i)
 	}
-	raftstoretest.Eventually(t, 30*time.Second, "every node to have the cluster map", func() bool {
+	testkit.WaitTrue(t, 30*time.Second, "every node to have the cluster map", func() bool {
 		for _, srv := range c.servers {
 			if m, _ := srv.Node().ClusterMap(); m.Shards == 0 || len(m.Nodes) != n {
 				return false
@@ -80,8 +83,8 @@ func (c *Cluster) Join(tweak func(c *syncd.Config)) int {
 	i := len(c.cfgs)
 	id := fmt.Sprintf("n%d", i+1)
 	first := c.cfgs[0]
-	cfg := syncd.Config{Dir: filepath.Join(filepath.Dir(first.Dir), id), NodeID: id, RaftAddr: raftstoretest.FreeAddr(c.t),
-		Join: first.RaftAddr, ListenAddr: "127.0.0.1:0", AdminAddr: "127.0.0.1:0", Shards: first.Shards,
+	cfg := syncd.Config{Dir: filepath.Join(filepath.Dir(first.Dir), id), NodeID: id, RaftAddr: testkit.FreeAddr(c.t),
+		Join: first.RaftAddr, ListenAddr: testkit.FreeAddr(c.t), AdminAddr: testkit.FreeAddr(c.t), Shards: first.Shards,
 		TokenSecret: first.TokenSecret, Logger: first.Logger, CertFile: first.CertFile, KeyFile: first.KeyFile}
 	if tweak != nil {
 		tweak(&cfg)
@@ -106,8 +109,6 @@ func (c *Cluster) create(i int) {
 		c.t.Fatalf("node %d: %v", i, err)
 	}
 	c.servers[i] = srv
-	// Later starts keep the ports the first one bound, so peers and devices find the node again.
-	c.cfgs[i].ListenAddr, c.cfgs[i].AdminAddr = srv.Addr().String(), srv.AdminAddr().String()
 }
 
 func (c *Cluster) run(i int) {

@@ -8,17 +8,18 @@ import (
 	"testing"
 	"time"
 
-	"github.com/syncd-dev/syncd/raftstore/raftstoretest"
 	"github.com/syncd-dev/syncd/syncd"
+	"github.com/syncd-dev/syncd/test/testkit"
 )
 
-// Start runs a server on free loopback ports with its data in a temp dir (Config.Dir) and
-// returns once it is ready (Server.Ready: it has the cluster map and every shard a leader). tweak, if not nil, adjusts the config first. Logs go to
-// the test log at Error level.
+// Start runs a server on free loopback ports (from testkit.FreeAddr, as Cluster's) with its data
+// in a temp dir (Config.Dir) and returns once it is ready (Server.Ready: it has the cluster map
+// and every shard a leader). tweak, if not nil, adjusts the config first. Logs go to the test
+// log at Error level.
 func Start(t testing.TB, tweak func(*syncd.Config)) *syncd.Server {
 	t.Helper()
-	cfg := syncd.Config{Dir: t.TempDir(), ListenAddr: "127.0.0.1:0", RaftAddr: "127.0.0.1:0",
-		AdminAddr: "127.0.0.1:0", Shards: 4, Logger: Logger(t)}
+	cfg := syncd.Config{Dir: t.TempDir(), ListenAddr: testkit.FreeAddr(t), RaftAddr: testkit.FreeAddr(t),
+		AdminAddr: testkit.FreeAddr(t), Shards: 4, Logger: Logger(t)}
 	if tweak != nil {
 		tweak(&cfg)
 	}
@@ -26,7 +27,7 @@ func Start(t testing.TB, tweak func(*syncd.Config)) *syncd.Server {
 	if err != nil {
 		t.Fatal(err)
 	}
-	raftstoretest.Eventually(t, 10*time.Second, "the server to be ready", func() bool { return srv.Ready() == nil })
+	testkit.WaitTrue(t, 10*time.Second, "the server to be ready", func() bool { return srv.Ready() == nil })
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- srv.Run(ctx) }()

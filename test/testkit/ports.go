@@ -1,4 +1,4 @@
-package raftstoretest
+package testkit
 
 import (
 	"net"
@@ -10,6 +10,12 @@ import (
 	"time"
 )
 
+// portFloor is the lowest port FreeAddr hands out: below it live well-known and registered
+// services a developer machine may run.
+const portFloor = 10000
+
+// ports remembers what this process handed out, so two callers never get the same port even if
+// the first has not bound it yet.
 var ports struct {
 	sync.Mutex
 	used map[int]bool
@@ -20,17 +26,12 @@ var ports struct {
 // ephemeral range (what ":0" gives) can be taken by any outgoing connection between the moment
 // it is picked and the moment a node binds it — or while a stopped node is down — which fails
 // the start with "address already in use". Ports below the range are taken only by an explicit
-// bind. Where the range cannot be read, it falls back to an ephemeral port.
+// bind. Where the range cannot be read (or leaves too little room below it), it falls back to
+// an ephemeral port. It is safe for concurrent use; it fails t if no port is free.
 func FreeAddr(t testing.TB) string {
 	t.Helper()
-	lo := 0
-	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
-		if f := strings.Fields(string(b)); len(f) == 2 {
-			lo, _ = strconv.Atoi(f[0])
-		}
-	}
-	const floor = 10000
-	if lo < floor+1000 {
+	lo := ephemeralLow()
+	if lo < portFloor+1000 {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			t.Fatal(err)
@@ -43,10 +44,12 @@ func FreeAddr(t testing.TB) string {
 	if ports.used == nil {
 		ports.used = map[int]bool{}
 	}
-	span := lo - floor
+	// Start at a time-dependent offset so parallel test processes (go test runs packages in
+	// parallel) rarely probe the same ports in the same order.
+	span := lo - portFloor
 	start := int(time.Now().UnixNano() % int64(span))
 	for i := range span {
-		port := floor + (start+i)%span
+		port := portFloor + (start+i)%span
 		if ports.used[port] {
 			continue
 		}
@@ -66,4 +69,18 @@ func FreeAddr(t testing.TB) string {
 	}
 	t.Fatal("no free loopback port below the ephemeral range")
 	return ""
+}
+
+// ephemeralLow returns the first port of the kernel's ephemeral range, or 0 if it is unknown.
+func ephemeralLow() int {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(b))
+	if len(f) != 2 {
+		return 0
+	}
+	lo, _ := strconv.Atoi(f[0])
+	return lo
 }

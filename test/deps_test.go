@@ -2,30 +2,75 @@ package test
 
 import (
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 )
 
 const module = "github.com/syncd-dev/syncd/"
 
-// allowed lists, for each package, the packages of this module it may import (directly or not).
-// The arrows of the design run downward only: log and proto stand alone, client sees only proto,
-// and nothing imports the server, commands, benchmarks or tests — except test/testkit, the
-// network fakes and wait helper every tier's tests share, which therefore imports nothing here.
-var allowed = map[string][]string{
-	"log":                     {},
-	"proto":                   {},
-	"raftstore":               {"log"},
-	"test/testkit":            {},
-	"raftstore/raftstoretest": {"log", "raftstore", "test/testkit"},
-	"syncd/syncdtest":         {"log", "raftstore", "raftstore/raftstoretest", "proto", "syncd", "test/testkit"},
-	"syncd":                   {"log", "raftstore", "proto"},
-	"client":                  {"proto"},
-	"bench":                   {"client", "proto"},
+// rule says what a package may depend on, directly or not. repo lists the packages of this
+// module it may import ("*": any); outside lists the only outside modules it may import (nil:
+// any but those in deny); deny lists outside modules it must never import. The standard library
+// is always allowed.
+type rule struct {
+	repo    []string
+	outside []string
+	deny    []string
 }
 
-// TestDependencyDirection enforces the package map of the design with go list, so a wrong
-// import fails CI instead of waiting for a reviewer.
+// Outside modules named by the rules.
+const (
+	msgpack   = "github.com/vmihailenco/"
+	raft      = "github.com/hashicorp/raft"
+	hashicorp = "github.com/hashicorp/"
+	quic      = "github.com/quic-go/"
+)
+
+// serverOnly are the outside modules only the server side may import. (Prometheus cannot be
+// among them: Pebble, the SDK's store, depends on its client library.)
+var serverOnly = []string{hashicorp}
+
+// rules is the package map of the design (DESIGN §6, STYLE "Layout") as a test: every package of
+// the module must have one, so a new package fails CI until someone decides where it sits. The
+// arrows run downward only: log and proto stand alone, client sees only proto, and nothing
+// imports the server, commands, benchmarks or tests, except test/testkit (the network fakes and
+// wait helper every tier's tests share, so it imports nothing here) and test/proccluster (the
+// process harness, which talks to nodes over their admin API).
+var rules = map[string]rule{
+	"proto":                   {outside: []string{msgpack}},
+	"log":                     {deny: []string{msgpack, hashicorp, quic}},
+	"raftstore":               {repo: []string{"log"}, deny: []string{msgpack, quic}},
+	"raftstore/raftstoretest": {repo: []string{"log", "raftstore", "test/testkit"}},
+	"client":                  {repo: []string{"proto", "client/internal/store"}, deny: serverOnly},
+	"client/internal/store":   {repo: []string{"proto"}, deny: append([]string{quic}, serverOnly...)},
+	"bench":                   {repo: []string{"client", "client/internal/store", "proto"}, deny: serverOnly},
+	"syncd/adminapi":          {outside: []string{}},
+	"syncd/auth":              {repo: []string{"proto"}, outside: []string{msgpack}},
+	"syncd/routing":           {repo: []string{"log", "raftstore"}},
+	"syncd/peer":              {repo: []string{"log", "proto", "raftstore", "syncd/adminapi"}},
+	"syncd/fanout":            {repo: []string{"log", "raftstore", "syncd/adminapi"}},
+	"syncd/admin": {repo: []string{"log", "proto", "raftstore", "syncd/adminapi", "syncd/fanout", "syncd/peer",
+		"syncd/routing"}},
+	"syncd": {repo: []string{"log", "proto", "raftstore", "syncd/admin", "syncd/adminapi", "syncd/auth",
+		"syncd/fanout", "syncd/peer", "syncd/routing"}},
+	"syncd/syncdtest": {repo: []string{"log", "proto", "raftstore", "syncd", "syncd/admin", "syncd/adminapi",
+		"syncd/auth", "syncd/fanout", "syncd/peer", "syncd/routing", "test/testkit"}},
+	"test/testkit":     {outside: []string{}},
+	"test/proccluster": {repo: []string{"proto", "raftstore", "log", "syncd/adminapi", "syncd/auth", "test/testkit"}},
+	// syncctl is a user's and operator's tool: it speaks the protocol (client) and the admin API
+	// (adminapi, auth), and links none of the server.
+	"cmd/syncctl": {repo: []string{"client", "client/internal/store", "proto", "log", "syncd/adminapi", "syncd/auth"},
+		deny: []string{raft}},
+	// Commands, benchmarks' runner and tests put the pieces together: anything.
+	"cmd/syncd":        {repo: []string{"*"}},
+	"cmd/syncbench":    {repo: []string{"*"}},
+	"cmd/localcluster": {repo: []string{"*"}},
+	"test":             {repo: []string{"*"}},
+}
+
+// TestDependencyDirection enforces the rules with go list -deps, so a wrong import fails CI
+// instead of waiting for a reviewer.
 func TestDependencyDirection(t *testing.T) {
 	out, err := exec.Command("go", "list", "-f", `{{.ImportPath}} {{join .Deps " "}}`, "../...").Output()
 	if err != nil {
@@ -35,31 +80,65 @@ func TestDependencyDirection(t *testing.T) {
 	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
 		fields := strings.Fields(line)
 		pkg := strings.TrimPrefix(fields[0], module)
-		rules, ok := allowed[pkg]
+		r, ok := rules[pkg]
 		if !ok {
-			continue // cmd/*, bench, test: may import anything
+			t.Errorf("package %s has no dependency rule: add one to test/deps_test.go saying what it may import", pkg)
+			continue
 		}
 		checked++
 		for _, dep := range fields[1:] {
-			if !strings.HasPrefix(dep, module) {
-				continue
-			}
-			dep = strings.TrimPrefix(dep, module)
-			if !contains(rules, dep) {
-				t.Errorf("%s imports %s; it may import only %v from this module", pkg, dep, rules)
+			if err := r.check(dep); err != "" {
+				t.Errorf("%s imports %s: %s", pkg, dep, err)
 			}
 		}
 	}
-	if checked < 2 {
+	if checked < len(rules)/2 {
 		t.Fatalf("checked %d packages: go list output not understood", checked)
 	}
 }
 
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
+// check returns why r forbids dep, or "".
+func (r rule) check(dep string) string {
+	if rest, ok := strings.CutPrefix(dep, module); ok {
+		if !slices.Contains(r.repo, "*") && !slices.Contains(r.repo, rest) {
+			return "it may import only " + strings.Join(r.repo, ", ") + " from this module"
+		}
+		return ""
+	}
+	if first, _, _ := strings.Cut(dep, "/"); !strings.Contains(first, ".") {
+		return "" // the standard library
+	}
+	for _, d := range r.deny {
+		if strings.HasPrefix(dep, d) {
+			return "it must not depend on " + d
 		}
 	}
-	return false
+	if r.outside != nil && !slices.ContainsFunc(r.outside, func(m string) bool { return strings.HasPrefix(dep, m) }) {
+		return "its only outside dependencies may be " + strings.Join(r.outside, ", ")
+	}
+	return ""
+}
+
+// TestDependencyRulesBite checks that the rules fail what they should: a test of the test.
+func TestDependencyRulesBite(t *testing.T) {
+	for _, c := range []struct {
+		pkg, dep string
+		bad      bool
+	}{
+		{"proto", "github.com/vmihailenco/msgpack/v5", false},
+		{"proto", "github.com/quic-go/quic-go", true},
+		{"proto", module + "log", true},
+		{"client", "github.com/hashicorp/raft", true},
+		{"client", module + "syncd", true},
+		{"cmd/syncctl", "github.com/hashicorp/raft", true},
+		{"cmd/syncctl", module + "raftstore", true},
+		{"cmd/syncctl", module + "syncd/adminapi", false},
+		{"syncd/adminapi", "github.com/vmihailenco/msgpack/v5", true},
+		{"syncd/adminapi", "encoding/json", false},
+		{"test", module + "syncd", false},
+	} {
+		if got := rules[c.pkg].check(c.dep) != ""; got != c.bad {
+			t.Errorf("%s → %s: refused %v, want %v", c.pkg, c.dep, got, c.bad)
+		}
+	}
 }

@@ -18,7 +18,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/syncd-dev/syncd/log"
+	"github.com/syncd-dev/syncd/proto"
 )
 
 // Device tokens authenticate a connection: they name a user, one of its devices and an expiry,
@@ -34,7 +34,7 @@ import (
 // characters outside the alphabet, not even line breaks), so a token has exactly one accepted
 // spelling. The payload is compact JSON with the keys in that
 // order, no HTML escaping, no unknown keys (a future field that restricts a token needs "v2",
-// since a "v1" verifier would ignore it). Ids follow log.ValidID. A token is at most
+// since a "v1" verifier would ignore it). Ids follow proto.ValidID. A token is at most
 // MaxTokenLen bytes; with the longest ids a minted token stays well under it.
 //
 // A token is valid while now < exp. Nothing checks iat against the clock (devices and servers
@@ -69,8 +69,8 @@ var (
 // TokenClaims is what a token says. Times have whole-second precision on the wire: MintToken
 // truncates them and VerifyToken returns them in UTC.
 type TokenClaims struct {
-	User    string    // user id (log.ValidID)
-	Device  string    // device id (log.ValidID)
+	User    string    // user id (proto.ValidID)
+	Device  string    // device id (proto.ValidID)
 	Expires time.Time // the token is valid strictly before this instant
 	Issued  time.Time // when the token was minted; MintToken uses the current time if zero
 }
@@ -85,7 +85,7 @@ type tokenPayload struct {
 }
 
 // MintToken signs c with secret. It fails if the secret is shorter than 16 bytes, an id is not a
-// valid id (log.ValidID), Expires is zero or not after Issued (in whole seconds). A zero Issued
+// valid id (proto.ValidID), Expires is zero or not after Issued (in whole seconds). A zero Issued
 // means now.
 //
 // MintToken is a pure function of its arguments (and the clock if Issued is zero); it is safe to
@@ -94,11 +94,11 @@ func MintToken(secret []byte, c TokenClaims) (string, error) {
 	if len(secret) < minSecretLen {
 		return "", fmt.Errorf("syncd: token secret is %d bytes, need at least %d", len(secret), minSecretLen)
 	}
-	if !log.ValidID(c.User) {
-		return "", fmt.Errorf("syncd: mint token: bad user id %q (1..%d printable ASCII bytes, no space)", c.User, log.MaxIDLen)
+	if !proto.ValidID(c.User) {
+		return "", fmt.Errorf("syncd: mint token: bad user id %q (1..%d printable ASCII bytes, no space)", c.User, proto.MaxIDLen)
 	}
-	if !log.ValidID(c.Device) {
-		return "", fmt.Errorf("syncd: mint token: bad device id %q (1..%d printable ASCII bytes, no space)", c.Device, log.MaxIDLen)
+	if !proto.ValidID(c.Device) {
+		return "", fmt.Errorf("syncd: mint token: bad device id %q (1..%d printable ASCII bytes, no space)", c.Device, proto.MaxIDLen)
 	}
 	if c.Expires.IsZero() {
 		return "", errors.New("syncd: mint token: no expiry")
@@ -189,7 +189,7 @@ func VerifyToken(secret []byte, token string, now time.Time) (TokenClaims, error
 	switch {
 	case p.U == nil || p.D == nil || p.Exp == nil || p.Iat == nil:
 		return TokenClaims{}, fmt.Errorf("%w: payload lacks u, d, exp or iat", ErrTokenInvalid)
-	case !log.ValidID(*p.U) || !log.ValidID(*p.D):
+	case !proto.ValidID(*p.U) || !proto.ValidID(*p.D):
 		return TokenClaims{}, fmt.Errorf("%w: bad user or device id", ErrTokenInvalid)
 	case *p.Exp <= *p.Iat:
 		return TokenClaims{}, fmt.Errorf("%w: exp not after iat", ErrTokenInvalid)

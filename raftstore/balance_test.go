@@ -2,7 +2,6 @@ package raftstore_test
 
 import (
 	"errors"
-	"fmt"
 	"testing"
 	"time"
 
@@ -53,7 +52,7 @@ func TestLeadersSpreadEvenly(t *testing.T) {
 		return all && counts[1] == 3 && counts[2] == 3
 	})
 	c.Start(0)
-	even(fmt.Sprint("two leaders per node after node 0 is back"))
+	even("two leaders per node after node 0 is back")
 }
 
 // A leadership transfer that fails holds back the next one in its term until the target has

@@ -25,10 +25,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/syncd-dev/syncd/bench/proccluster"
 	"github.com/syncd-dev/syncd/raftstore"
 	"github.com/syncd-dev/syncd/raftstore/raftstoretest"
 	"github.com/syncd-dev/syncd/syncd"
+	"github.com/syncd-dev/syncd/test/proccluster"
 )
 
 // clusterShards is the number of shards of a test cluster: several, so conversations and users

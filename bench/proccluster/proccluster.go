@@ -30,6 +30,7 @@ import (
 	"github.com/syncd-dev/syncd/bench"
 	"github.com/syncd-dev/syncd/raftstore"
 	"github.com/syncd-dev/syncd/syncd"
+	shardmetrics "github.com/syncd-dev/syncd/test/proccluster"
 )
 
 // Config describes a cluster to start. Zero fields take the documented defaults.
@@ -249,12 +250,12 @@ func (c *Cluster) leaderOf(ctx context.Context, shard raftstore.ShardID) (int, e
 }
 
 // scrape reads node i's per-shard series from /metrics.
-func (c *Cluster) scrape(ctx context.Context, i int) (map[raftstore.ShardID]*ShardStat, error) {
+func (c *Cluster) scrape(ctx context.Context, i int) (map[raftstore.ShardID]*shardmetrics.ShardStat, error) {
 	body, err := c.get(ctx, i, "/metrics")
 	if err != nil {
 		return nil, err
 	}
-	return ParseShardMetrics(body)
+	return shardmetrics.ParseShardMetrics(body)
 }
 
 // leaders returns, per shard, the running node that claims to lead it in the highest term.
@@ -333,7 +334,7 @@ func (c *Cluster) WaitSettled(ctx context.Context) error {
 // unsettled returns why the cluster is not settled yet (leader stability aside), or "".
 func (c *Cluster) unsettled(ctx context.Context) string {
 	voters := min(3, len(c.nodes))
-	stats := make([]map[raftstore.ShardID]*ShardStat, len(c.nodes))
+	stats := make([]map[raftstore.ShardID]*shardmetrics.ShardStat, len(c.nodes))
 	for i, n := range c.nodes {
 		if cmd, _ := n.running(); cmd == nil {
 			return n.id + " is not running"

@@ -15,6 +15,7 @@ import (
 	"github.com/syncd-dev/syncd/raftstore/raftstoretest"
 	"github.com/syncd-dev/syncd/syncd"
 	"github.com/syncd-dev/syncd/syncd/syncdtest"
+	"github.com/syncd-dev/syncd/test/proccluster"
 )
 
 // TestAdminAnyNode: four nodes, each shard on three of them, and an operator who asks the one
@@ -219,7 +220,9 @@ func adminGet[T any](t *testing.T, url string) (T, int) {
 // adminDo sends a body-less request and returns the status code and body.
 func adminDo(t *testing.T, method, url string) (int, string) {
 	t.Helper()
-	code, body, err := httpDo(&http.Client{Transport: &http.Transport{DisableKeepAlives: true}}, method, url, 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	code, body, err := proccluster.AdminDo(ctx, &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}, method, url)
 	if err != nil {
 		t.Fatal(err)
 	}

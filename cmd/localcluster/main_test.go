@@ -19,7 +19,7 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/syncd-dev/syncd/syncd"
+	"github.com/syncd-dev/syncd/test/proccluster"
 )
 
 // TestMain fails the package if a goroutine (a process waiter, an HTTP client) outlives the tests.
@@ -46,7 +46,7 @@ func TestLocalCluster(t *testing.T) {
 		t.Fatalf("ready with %d nodes, want 3", len(info.Nodes))
 	}
 	for i, n := range info.Nodes {
-		ip := nodeIP(i + 1)
+		ip := proccluster.NodeIP(i)
 		if want := fmt.Sprintf("%s:%d", ip, base+adminOffset); n.Admin != want {
 			t.Errorf("%s admin %s, want %s", n.ID, n.Admin, want)
 		}
@@ -201,7 +201,7 @@ func waitClusterView(t *testing.T, admin string, nodes, shards int) {
 			return false
 		}
 		defer resp.Body.Close()
-		var v syncd.ClusterView
+		var v proccluster.ClusterView
 		if err := json.NewDecoder(resp.Body).Decode(&v); err != nil {
 			last = err.Error()
 			return false

@@ -13,9 +13,9 @@ import (
 
 // Cluster is what the cluster scenarios (CatchUpReplicas, Failover) need from a running
 // cluster: its nodes' client addresses, which node leads a key's shard, and a way to kill a node
-// and bring it back. Package bench/proccluster implements it with syncd child processes (bench
-// itself speaks only the protocol). Node indexes run from 0 to Size()-1. The scenarios call its
-// methods from one goroutine at a time.
+// and bring it back. cmd/syncbench implements it with syncd child processes (on the harness
+// test/proccluster; bench itself speaks only the protocol). Node indexes run from 0 to
+// Size()-1. The scenarios call its methods from one goroutine at a time.
 type Cluster interface {
 	// Size returns the number of nodes.
 	Size() int

@@ -16,6 +16,7 @@ import (
 	"github.com/syncd-dev/syncd/syncd/adminapi"
 	"github.com/syncd-dev/syncd/syncd/routing"
 	"github.com/syncd-dev/syncd/syncd/syncdtest"
+	"github.com/syncd-dev/syncd/test/proccluster"
 	"github.com/syncd-dev/syncd/test/testkit"
 )
 
@@ -221,7 +222,9 @@ func adminGet[T any](t *testing.T, url string) (T, int) {
 // adminDo sends a body-less request and returns the status code and body.
 func adminDo(t *testing.T, method, url string) (int, string) {
 	t.Helper()
-	code, body, err := httpDo(&http.Client{Transport: &http.Transport{DisableKeepAlives: true}}, method, url, 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	code, body, err := proccluster.AdminDo(ctx, &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}, method, url)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -46,11 +46,11 @@ func checkAll(w *workload, settle time.Duration) {
 	c := w.c
 	w.Stop()
 	for _, n := range c.nodes { // a schedule may end with a node down: bring it back first
-		if !n.running() && !n.retired && !n.spare {
-			if err := n.Restart(); err != nil {
+		if !n.Running() && !n.retired && n.Starts() > 0 {
+			if err := n.Start(); err != nil {
 				w.t.Fatal(err)
 			}
-			w.tl.add("%s restarted for the check", n.id)
+			w.tl.add("%s restarted for the check", n.ID)
 		}
 	}
 	c.waitReady(settle)
@@ -100,7 +100,7 @@ func (w *workload) waitConverged(timeout time.Duration) {
 				return false, err.Error()
 			}
 			if st := stats[shard]; st == nil || st.Lag != 0 {
-				return false, fmt.Sprintf("shard %d: fan-out lag on its leader %s: %+v", shard, leader.id, st)
+				return false, fmt.Sprintf("shard %d: fan-out lag on its leader %s: %+v", shard, leader.ID, st)
 			}
 		}
 		for _, d := range w.devs {
@@ -143,7 +143,7 @@ func (w *workload) serverHead(user string) (uint64, error) {
 	var head uint64
 	answered := false
 	for _, n := range w.c.nodes {
-		if !n.serving() {
+		if !n.Serving() {
 			continue
 		}
 		code, body, err := w.c.get(n, "/v1/cursors?user="+user)
@@ -154,7 +154,7 @@ func (w *workload) serverHead(user string) (uint64, error) {
 			Head uint64 `json:"head"`
 		}
 		if err := json.Unmarshal([]byte(body), &ans); err != nil {
-			return 0, fmt.Errorf("%s /v1/cursors: %v: %s", n.id, err, body)
+			return 0, fmt.Errorf("%s /v1/cursors: %v: %s", n.ID, err, body)
 		}
 		head, answered = max(head, ans.Head), true
 	}
@@ -384,28 +384,28 @@ func (w *workload) checkStores() {
 	replicas := map[raftstore.ShardID]map[string]shardReplica{}
 	userEntries, convEntries := 0, 0
 	for _, n := range w.c.nodes {
-		db, err := pebble.Open(filepath.Join(n.dir, "db"), &pebble.Options{ReadOnly: true,
+		db, err := pebble.Open(filepath.Join(n.Dir, "db"), &pebble.Options{ReadOnly: true,
 			Logger: pebbleQuiet{}})
 		if err != nil {
-			t.Fatalf("open %s's store: %v", n.id, err)
+			t.Fatalf("open %s's store: %v", n.ID, err)
 		}
 		states := map[raftstore.ShardID]*log.Shard{}
 		for _, id := range slots.Shards() {
 			if has, err := hasShardState(db, id); err != nil || !has {
 				if err != nil {
-					t.Fatalf("%s shard %d: %v", n.id, id, err)
+					t.Fatalf("%s shard %d: %v", n.ID, id, err)
 				}
 				continue // no replica of this shard here (never placed, or moved away and deleted)
 			}
 			s, err := log.OpenShard(db, id)
 			if err != nil {
 				db.Close()
-				t.Fatalf("%s shard %d: %v", n.id, id, err)
+				t.Fatalf("%s shard %d: %v", n.ID, id, err)
 			}
 			r, err := readReplica(db, s)
 			if err != nil {
 				db.Close()
-				t.Fatalf("%s shard %d: %v", n.id, id, err)
+				t.Fatalf("%s shard %d: %v", n.ID, id, err)
 			}
 			if r.applied == 0 {
 				continue // no replica of this shard here (never placed, or moved away)
@@ -414,19 +414,19 @@ func (w *workload) checkStores() {
 			if replicas[id] == nil {
 				replicas[id] = map[string]shardReplica{}
 			}
-			replicas[id][n.id] = r
+			replicas[id][n.ID] = r
 			if r.deadLetters != 0 {
-				t.Errorf("%s shard %d holds %d dead letters (G5)", n.id, id, r.deadLetters)
+				t.Errorf("%s shard %d holds %d dead letters (G5)", n.ID, id, r.deadLetters)
 			}
 		}
 		for _, d := range w.devs {
 			if s := states[slots.UserShard(d.user)]; s != nil {
-				userEntries += w.checkUserLog(n.id, s, d)
+				userEntries += w.checkUserLog(n.ID, s, d)
 			}
 		}
 		for _, cv := range w.convs {
 			if s := states[slots.ConvShard(cv.id)]; s != nil {
-				convEntries += w.checkConvLog(n.id, s, cv)
+				convEntries += w.checkConvLog(n.ID, s, cv)
 			}
 		}
 		if err := db.Close(); err != nil {
@@ -438,24 +438,24 @@ func (w *workload) checkStores() {
 		var ref shardReplica
 		var refNode string
 		for _, n := range w.c.nodes {
-			r, ok := replicas[id][n.id]
+			r, ok := replicas[id][n.ID]
 			if !ok {
 				continue
 			}
 			if refNode == "" {
-				ref, refNode = r, n.id
+				ref, refNode = r, n.ID
 				continue
 			}
 			switch {
 			case r.applied == ref.applied && (r.sum != ref.sum || r.keys != ref.keys):
 				t.Errorf("shard %d: %s and %s applied index %d but their state differs: checksum %x (%d keys) vs %x (%d keys) (G2)",
-					id, refNode, n.id, r.applied, ref.sum, ref.keys, r.sum, r.keys)
+					id, refNode, n.ID, r.applied, ref.sum, ref.keys, r.sum, r.keys)
 			case r.applied != ref.applied && r.sumWithoutApplied != ref.sumWithoutApplied:
 				t.Errorf("shard %d: %s applied %d, %s applied %d, and their states differ beyond that (G2)",
-					id, refNode, ref.applied, n.id, r.applied)
+					id, refNode, ref.applied, n.ID, r.applied)
 			case r.applied != ref.applied:
 				w.tl.add("shard %d: %s applied %d, %s %d (entries without effect on the state); states otherwise identical",
-					id, refNode, ref.applied, n.id, r.applied)
+					id, refNode, ref.applied, n.ID, r.applied)
 			}
 		}
 		if len(replicas[id]) < 2 {

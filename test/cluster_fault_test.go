@@ -92,11 +92,11 @@ func runFaultWithSpares(t *testing.T, needsRelays bool, spares int, schedule fun
 		c.mesh.Heal()
 	}
 	for _, n := range c.nodes {
-		if !n.running() && !n.retired && !n.spare {
-			if err := n.Restart(); err != nil {
+		if !n.Running() && !n.retired && n.Starts() > 0 {
+			if err := n.Start(); err != nil {
 				t.Fatal(err)
 			}
-			tl.add("%s restarted at the end of the schedule", n.id)
+			tl.add("%s restarted at the end of the schedule", n.ID)
 		}
 	}
 	tl.add("healed; leaders %s", describeLeaders(c.waitLeaders(60*time.Second)))
@@ -110,17 +110,17 @@ func (f *faultRun) killNode(n *clusterNode, why string) {
 	if err := n.Kill(); err != nil {
 		f.t.Fatal(err)
 	}
-	f.tl.add("kill -9 %s (%s)", n.id, why)
+	f.tl.add("kill -9 %s (%s)", n.ID, why)
 }
 
 // restartNode restarts n and waits until every serving node is ready.
 func (f *faultRun) restartNode(n *clusterNode) {
 	f.t.Helper()
-	if err := n.Restart(); err != nil {
+	if err := n.Start(); err != nil {
 		f.t.Fatal(err)
 	}
 	f.c.waitReady(60 * time.Second)
-	f.tl.add("%s restarted and ready", n.id)
+	f.tl.add("%s restarted and ready", n.ID)
 }
 
 // TestClusterFaultLeaderKills: the leader of a shard (a different shard each round) is killed
@@ -167,9 +167,9 @@ func TestClusterFaultMinorityPartition(t *testing.T) {
 	runFault(t, true, func(f *faultRun) {
 		for round := range f.rounds(2, 6) {
 			n := f.c.nodes[round%len(f.c.nodes)]
-			f.c.mesh.Partition(n.id)
-			f.tl.add("partition %s from the others", n.id)
-			f.w.waitProgress(5, 60*time.Second, "round "+strconv.Itoa(round+1)+", "+n.id+" cut off")
+			f.c.mesh.Partition(n.ID)
+			f.tl.add("partition %s from the others", n.ID)
+			f.w.waitProgress(5, 60*time.Second, "round "+strconv.Itoa(round+1)+", "+n.ID+" cut off")
 			f.hold(f.pause(5*time.Second, 15*time.Second))
 			f.c.mesh.Heal()
 			f.tl.add("healed")
@@ -188,16 +188,16 @@ func TestClusterFaultLeaderIsolated(t *testing.T) {
 		for round := range f.rounds(2, 5) {
 			leaders := f.c.waitLeaders(30 * time.Second)
 			n := f.c.mostLeader(leaders)
-			f.c.mesh.Partition(n.id)
-			f.tl.add("partition %s, leader of the most shards (leaders %s)", n.id, describeLeaders(leaders))
-			waitFor(f.t, 30*time.Second, n.id+" to step down and the others to lead every shard", func() (bool, string) {
+			f.c.mesh.Partition(n.ID)
+			f.tl.add("partition %s, leader of the most shards (leaders %s)", n.ID, describeLeaders(leaders))
+			waitFor(f.t, 30*time.Second, n.ID+" to step down and the others to lead every shard", func() (bool, string) {
 				stats, err := f.c.scrape(n)
 				if err != nil {
 					return false, err.Error()
 				}
 				for shard, st := range stats {
 					if st.Leader {
-						return false, fmt.Sprintf("%s still leads shard %d", n.id, shard)
+						return false, fmt.Sprintf("%s still leads shard %d", n.ID, shard)
 					}
 				}
 				l := f.c.leaders()
@@ -208,7 +208,7 @@ func TestClusterFaultLeaderIsolated(t *testing.T) {
 				}
 				return len(l) == clusterShards, describeLeaders(l)
 			})
-			f.tl.add("%s stepped down; leaders %s", n.id, describeLeaders(f.c.leaders()))
+			f.tl.add("%s stepped down; leaders %s", n.ID, describeLeaders(f.c.leaders()))
 			f.w.waitProgress(5, 60*time.Second, "round "+strconv.Itoa(round+1)+", old leader isolated")
 			f.hold(f.pause(3*time.Second, 10*time.Second))
 			f.c.mesh.Heal()
@@ -229,7 +229,7 @@ func TestClusterFaultFullKill(t *testing.T) {
 			}
 			f.hold(f.pause(time.Second, 3*time.Second))
 			for _, n := range f.c.nodes {
-				if err := n.Restart(); err != nil {
+				if err := n.Start(); err != nil {
 					f.t.Fatal(err)
 				}
 			}
@@ -248,10 +248,9 @@ func TestClusterFaultFullKill(t *testing.T) {
 func TestClusterFaultNodeReplaced(t *testing.T) {
 	runFaultWithSpares(t, false, 1, func(f *faultRun) {
 		n2, n4 := f.c.nodes[1], f.c.nodes[3]
-		if err := n4.start(); err != nil {
+		if err := n4.Start(); err != nil {
 			f.t.Fatal(err)
 		}
-		n4.spare = false
 		f.tl.add("n4 started with -join")
 		waitFor(f.t, 120*time.Second, "n4 to hold replicas", func() (bool, string) {
 			v, err := f.c.clusterView(f.c.nodes[0])
@@ -287,7 +286,7 @@ func TestClusterFaultNodeReplaced(t *testing.T) {
 			}
 			return true, ""
 		})
-		if err := n2.Terminate(30 * time.Second); err != nil {
+		if err := n2.Stop(30 * time.Second); err != nil {
 			f.t.Fatal(err)
 		}
 		n2.retired = true

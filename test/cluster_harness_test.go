@@ -1,34 +1,29 @@
 package test
 
-// The multi-process cluster harness of the fault suite: real cmd/syncd processes, each with its
-// own data directory and ports, node-to-node traffic through a relayMesh (when the binary
-// supports -peer-dial), and controls to kill, pause, restart and stop nodes. See
+// The fault suite's side of the multi-process cluster: the processes, their data directories and
+// ports, and the controls to kill, pause, restart and stop them are the harness test/proccluster's;
+// what is added here is the suite's own: node-to-node traffic through a relayMesh (when the
+// binary supports -peer-dial: each node's -peer-dial map is passed as its extra flags), the
+// timeline, the record of unexpected exits and the checks the checker runs. See
 // cluster_fault_test.go for the scenarios.
 
 import (
 	"bytes"
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
-	"github.com/syncd-dev/syncd/bench/proccluster"
 	"github.com/syncd-dev/syncd/raftstore"
 	"github.com/syncd-dev/syncd/syncd/adminapi"
-	"github.com/syncd-dev/syncd/syncd/auth"
+	"github.com/syncd-dev/syncd/test/proccluster"
 	"github.com/syncd-dev/syncd/test/testkit"
 )
 
@@ -66,189 +61,27 @@ func (tl *timeline) String() string {
 	return strings.Join(tl.lines, "\n")
 }
 
-// clusterNode is one syncd process of a test cluster. Its flags and data directory stay the same
-// across restarts; the stderr of every run is appended to one file.
+// clusterNode is one node of a test cluster: its process (the harness's proccluster.Node: flags,
+// data directory and addresses that stay the same across restarts, one log file for every run)
+// and what the scenarios record about it.
 type clusterNode struct {
-	id                  string
-	dir                 string // data directory
-	listen, raft, admin string // QUIC (clients), Raft listener, admin HTTP
-	logPath             string // stderr of every run
+	*proccluster.Node
 
-	bin  string
-	args []string
-	tl   *timeline
-
-	spare   bool // not started with the cluster: joins later with -join
 	retired bool // removed from the cluster and stopped for good: never restarted
 
 	mu       sync.Mutex
-	cmd      *exec.Cmd
-	exited   chan struct{} // closed once the current process has been waited for; nil before start
-	exitErr  error         // the current process's exit, once exited is closed
-	expected bool          // the test killed or stopped the current process on purpose
-	paused   bool          // SIGSTOPped
-	starts   int
 	surprise []string // unexpected exits, for the checker
-}
-
-// start starts the process (it must not be running).
-func (n *clusterNode) start() error {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.exited != nil {
-		select {
-		case <-n.exited:
-		default:
-			return fmt.Errorf("%s is already running", n.id)
-		}
-	}
-	logf, err := os.OpenFile(n.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-	if err != nil {
-		return err
-	}
-	n.starts++
-	fmt.Fprintf(logf, "=== harness: start #%d of %s at %s\n", n.starts, n.id, time.Now().Format(time.RFC3339Nano))
-	cmd := exec.Command(n.bin, n.args...)
-	cmd.Stderr = logf
-	cmd.Stdout = logf
-	cmd.SysProcAttr = clusterProcAttr()
-	if err := cmd.Start(); err != nil {
-		logf.Close()
-		return fmt.Errorf("start %s: %w", n.id, err)
-	}
-	exited := make(chan struct{})
-	n.cmd, n.exited, n.expected, n.paused = cmd, exited, false, false
-	go func() {
-		err := cmd.Wait()
-		logf.Close()
-		n.mu.Lock()
-		n.exitErr = err
-		surprise := !n.expected
-		if surprise {
-			n.surprise = append(n.surprise, fmt.Sprintf("run #%d exited by itself: %v", n.starts, err))
-		}
-		n.mu.Unlock()
-		close(exited)
-		if surprise {
-			n.tl.add("%s EXITED UNEXPECTEDLY: %v", n.id, err)
-		}
-	}()
-	return nil
-}
-
-// running reports whether the process is alive (paused counts as alive).
-func (n *clusterNode) running() bool {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.exited == nil {
-		return false
-	}
-	select {
-	case <-n.exited:
-		return false
-	default:
-		return true
-	}
-}
-
-// serving reports whether the process is alive and not paused.
-func (n *clusterNode) serving() bool {
-	n.mu.Lock()
-	paused := n.paused
-	n.mu.Unlock()
-	return !paused && n.running()
-}
-
-// signal sends sig to the running process; expect marks an exit it causes as intended.
-func (n *clusterNode) signal(sig syscall.Signal, expect bool) (exited chan struct{}, err error) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.cmd == nil {
-		return nil, fmt.Errorf("%s was never started", n.id)
-	}
-	if expect {
-		n.expected = true
-	}
-	switch sig {
-	case syscall.SIGSTOP:
-		n.paused = true
-	case syscall.SIGCONT:
-		n.paused = false
-	}
-	return n.exited, n.cmd.Process.Signal(sig)
-}
-
-// Kill sends SIGKILL and waits for the process to be gone.
-func (n *clusterNode) Kill() error {
-	exited, err := n.signal(syscall.SIGKILL, true)
-	if err != nil && !errors.Is(err, os.ErrProcessDone) {
-		return err
-	}
-	<-exited
-	return nil
-}
-
-// Stop pauses the process (SIGSTOP): it keeps its sockets but does nothing.
-func (n *clusterNode) Stop() error {
-	_, err := n.signal(syscall.SIGSTOP, false)
-	return err
-}
-
-// Cont resumes a paused process (SIGCONT).
-func (n *clusterNode) Cont() error {
-	_, err := n.signal(syscall.SIGCONT, false)
-	return err
-}
-
-// Restart starts the process again on the same data directory and flags, after a Kill or
-// Terminate.
-func (n *clusterNode) Restart() error { return n.start() }
-
-// Terminate asks the process to stop (SIGTERM, resuming it first if paused) and waits up to
-// timeout for it to exit; a clean stop exits with status 0. After the timeout it is killed and
-// the error says so.
-func (n *clusterNode) Terminate(timeout time.Duration) error {
-	if _, err := n.signal(syscall.SIGCONT, true); err != nil && !errors.Is(err, os.ErrProcessDone) {
-		return err
-	}
-	exited, err := n.signal(syscall.SIGTERM, true)
-	if err != nil && !errors.Is(err, os.ErrProcessDone) {
-		return err
-	}
-	select {
-	case <-exited:
-	case <-time.After(timeout):
-		n.Kill()
-		return fmt.Errorf("%s did not stop within %v of SIGTERM; killed", n.id, timeout)
-	}
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.exitErr != nil {
-		return fmt.Errorf("%s exit after SIGTERM: %v", n.id, n.exitErr)
-	}
-	return nil
-}
-
-// logTail returns the last lines of the node's stderr file.
-func (n *clusterNode) logTail(lines int) string {
-	b, err := os.ReadFile(n.logPath)
-	if err != nil {
-		return err.Error()
-	}
-	all := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-	return strings.Join(all[max(0, len(all)-lines):], "\n")
 }
 
 // testCluster is a cluster of syncd processes on loopback that share one token secret and one
 // certificate, so a device may connect to any node with the same token and fingerprint.
 type testCluster struct {
-	t           *testing.T
-	nodes       []*clusterNode
-	mesh        *testkit.Mesh // nil when the binary has no -peer-dial: no partitions then
-	secret      []byte
-	fingerprint string
-	tl          *timeline
-	http        *http.Client
+	t      *testing.T
+	pc     *proccluster.Cluster
+	nodes  []*clusterNode // pc's nodes, in the same order
+	mesh   *testkit.Mesh  // nil when the binary has no -peer-dial: no partitions then
+	tl     *timeline
+	byNode map[*proccluster.Node]*clusterNode
 }
 
 // startCluster builds cmd/syncd and starts n nodes n1..n<n>, with node-to-node traffic through
@@ -265,47 +98,19 @@ func startCluster(t *testing.T, n int, tl *timeline) *testCluster {
 func startClusterWithSpares(t *testing.T, n, spares int, tl *timeline) *testCluster {
 	t.Helper()
 	bin := buildServer(t)
-	base := t.TempDir()
-	c := &testCluster{t: t, tl: tl,
-		http: &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}}
-
-	// One certificate for every node: clients pin one fingerprint whatever node they use.
-	tlsDir := filepath.Join(base, "tls")
-	if _, fp, err := auth.SelfSignedCert(tlsDir, nil); err != nil {
+	c := &testCluster{t: t, tl: tl, byNode: map[*proccluster.Node]*clusterNode{}}
+	pc, err := proccluster.New(proccluster.Config{Syncd: bin, Dir: t.TempDir(), Nodes: n, Spares: spares, Shards: clusterShards,
+		OnExit: c.onExit})
+	if err != nil {
 		t.Fatal(err)
-	} else {
-		c.fingerprint = fp
 	}
+	c.pc = pc
 	raftAddrs := map[string]string{}
-	var peers []string
-	for i := range n + spares {
-		id := fmt.Sprintf("n%d", i+1)
-		node := &clusterNode{id: id, dir: filepath.Join(base, id), listen: testkit.FreeAddr(t), raft: testkit.FreeAddr(t), admin: testkit.FreeAddr(t),
-			logPath: filepath.Join(base, id+".log"), bin: bin, tl: tl, spare: i >= n}
+	for _, pn := range pc.Nodes() {
+		node := &clusterNode{Node: pn}
 		c.nodes = append(c.nodes, node)
-		raftAddrs[id] = node.raft
-		if !node.spare {
-			peers = append(peers, id+"="+node.raft)
-		}
-	}
-	// One token secret for every node: the file LoadOrCreateSecret creates in the first data
-	// directory, copied into the others before their first start.
-	secret, err := auth.LoadOrCreateSecret(c.nodes[0].dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c.secret = secret
-	keyFile, err := os.ReadFile(filepath.Join(c.nodes[0].dir, auth.TokenKeyFile))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, node := range c.nodes[1:] {
-		if err := os.MkdirAll(node.dir, 0o700); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(node.dir, auth.TokenKeyFile), keyFile, 0o600); err != nil {
-			t.Fatal(err)
-		}
+		c.byNode[pn] = node
+		raftAddrs[pn.ID] = pn.RaftAddr
 	}
 
 	if binaryHasFlag(bin, "peer-dial") {
@@ -316,39 +121,43 @@ func startClusterWithSpares(t *testing.T, n, spares int, tl *timeline) *testClus
 		t.Log("this syncd has no -peer-dial: nodes dial each other directly, partitions are unavailable")
 	}
 	for _, node := range c.nodes {
-		node.args = []string{"-data-dir", node.dir, "-node-id", node.id, "-listen", node.listen,
-			"-raft-addr", node.raft, "-admin", node.admin, "-shards", strconv.Itoa(clusterShards),
-			"-cert", filepath.Join(tlsDir, auth.TLSCertFile), "-key", filepath.Join(tlsDir, auth.TLSKeyFile)}
-		if node.spare {
+		var args []string
+		if node.Spare {
 			join := raftAddrs["n1"]
 			if c.mesh != nil {
-				join = c.mesh.DialMap(node.id)["n1"]
+				join = c.mesh.DialMap(node.ID)["n1"]
 			}
-			node.args = append(node.args, "-join", join)
-		} else {
-			node.args = append(node.args, "-peers", strings.Join(peers, ","))
+			args = append(args, "-join", join)
 		}
 		if c.mesh != nil {
 			var dial []string
-			for to, addr := range c.mesh.DialMap(node.id) {
+			for to, addr := range c.mesh.DialMap(node.ID) {
 				dial = append(dial, to+"="+addr)
 			}
 			slices.Sort(dial)
-			node.args = append(node.args, "-peer-dial", strings.Join(dial, ","))
+			args = append(args, "-peer-dial", strings.Join(dial, ","))
 		}
+		node.SetArgs(args...)
 	}
 	t.Cleanup(c.cleanup)
-	for _, node := range c.nodes {
-		if node.spare {
-			continue
-		}
-		if err := node.start(); err != nil {
-			t.Fatal(err)
-		}
+	if err := pc.Start(); err != nil {
+		t.Fatal(err)
 	}
 	c.waitReady(60 * time.Second)
 	tl.add("cluster of %d nodes ready (%s)", n, c.describeNodes())
 	return c
+}
+
+// onExit records an exit the test did not cause (proccluster.Config.OnExit).
+func (c *testCluster) onExit(pn *proccluster.Node, err error, expected bool) {
+	if expected {
+		return
+	}
+	n := c.byNode[pn]
+	n.mu.Lock()
+	n.surprise = append(n.surprise, fmt.Sprintf("run #%d exited by itself: %v", pn.Starts(), err))
+	n.mu.Unlock()
+	c.tl.add("%s EXITED UNEXPECTEDLY: %v", pn.ID, err)
 }
 
 // binaryHasFlag reports whether the syncd binary lists -name in its usage.
@@ -357,22 +166,19 @@ func binaryHasFlag(bin, name string) bool {
 	return bytes.Contains(out, []byte("-"+name+" ")) || bytes.Contains(out, []byte("-"+name+"\n"))
 }
 
-// cleanup kills every process still running, closes the relays and the HTTP client and, if the
-// test failed, logs the timeline and the tail of every node's stderr.
+// cleanup kills every process still running, closes the relays and, if the test failed, logs
+// the timeline and the tail of every node's stderr.
 func (c *testCluster) cleanup() {
-	for _, n := range c.nodes {
-		if n.running() {
-			n.Kill()
-		}
+	if err := c.pc.Kill(); err != nil {
+		c.t.Error(err)
 	}
 	if c.mesh != nil {
 		c.mesh.Close()
 	}
-	c.http.CloseIdleConnections()
 	if c.t.Failed() {
 		c.t.Logf("timeline:\n%s", c.tl)
 		for _, n := range c.nodes {
-			c.t.Logf("---- tail of %s's stderr (%s) ----\n%s", n.id, n.logPath, n.logTail(80))
+			c.t.Logf("---- tail of %s's stderr (%s) ----\n%s", n.ID, n.Log, n.LogTail(80))
 		}
 	}
 }
@@ -381,7 +187,7 @@ func (c *testCluster) cleanup() {
 func (c *testCluster) describeNodes() string {
 	var parts []string
 	for _, n := range c.nodes {
-		parts = append(parts, fmt.Sprintf("%s: quic %s raft %s admin %s", n.id, n.listen, n.raft, n.admin))
+		parts = append(parts, fmt.Sprintf("%s: quic %s raft %s admin %s", n.ID, n.ClientAddr, n.RaftAddr, n.AdminAddr))
 	}
 	return strings.Join(parts, "; ")
 }
@@ -393,84 +199,34 @@ func (c *testCluster) get(n *clusterNode, path string) (int, string, error) {
 
 // do sends a body-less request to an admin URL path of node n and returns the status and body.
 func (c *testCluster) do(n *clusterNode, method, path string) (int, string, error) {
-	return httpDo(c.http, method, "http://"+n.admin+path, 5*time.Second)
-}
-
-// httpDo sends a body-less request with client, bounded by timeout, and returns the status and
-// body.
-func httpDo(client *http.Client, method, url string, timeout time.Duration) (int, string, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, method, url, nil)
-	if err != nil {
-		return 0, "", err
-	}
-	resp, err := client.Do(req)
-	if err != nil {
-		return 0, "", err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b), err
+	return n.AdminDo(ctx, method, path)
 }
 
-// ready reports whether node n answers /readyz with 200 (every shard has a known leader).
-func (c *testCluster) ready(n *clusterNode) (bool, string) {
-	code, body, err := c.get(n, "/readyz")
-	if err != nil {
-		return false, err.Error()
-	}
-	return code == http.StatusOK, strings.TrimSpace(body)
-}
-
-// waitReady waits until every serving node is ready.
+// waitReady waits until every serving node is ready; a node that exits meanwhile without the
+// test stopping it fails the test at once, with the tail of its log.
 func (c *testCluster) waitReady(timeout time.Duration) {
 	c.t.Helper()
-	waitFor(c.t, timeout, "every running node to be ready", func() (bool, string) {
-		var notReady []string
-		for _, n := range c.nodes {
-			if !n.serving() {
-				continue
-			}
-			if ok, why := c.ready(n); !ok {
-				notReady = append(notReady, n.id+": "+why)
-			}
-		}
-		return len(notReady) == 0, strings.Join(notReady, "; ")
-	})
+	if err := c.pc.WaitReady(context.Background(), timeout); err != nil {
+		c.t.Fatalf("waiting for every running node to be ready: %v", err)
+	}
 }
 
 // scrape reads node n's per-shard metrics (Raft indexes and leadership, dead letters, fan-out
 // lag).
 func (c *testCluster) scrape(n *clusterNode) (map[raftstore.ShardID]*proccluster.ShardStat, error) {
-	code, body, err := c.get(n, "/metrics")
-	if err != nil {
-		return nil, err
-	}
-	if code != http.StatusOK {
-		return nil, fmt.Errorf("%s /metrics: status %d", n.id, code)
-	}
-	return proccluster.ParseShardMetrics(body)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	return n.Metrics(ctx)
 }
 
 // leaders returns, per shard, the serving node that claims to lead it in the highest term (a
 // deposed leader may still claim an older term for a moment). Shards without a leader are absent.
 func (c *testCluster) leaders() map[raftstore.ShardID]*clusterNode {
 	out := map[raftstore.ShardID]*clusterNode{}
-	terms := map[raftstore.ShardID]uint64{}
-	for _, n := range c.nodes {
-		if !n.serving() {
-			continue
-		}
-		stats, err := c.scrape(n)
-		if err != nil {
-			continue
-		}
-		for shard, st := range stats {
-			if st.Leader && st.Term >= terms[shard] {
-				out[shard], terms[shard] = n, st.Term
-			}
-		}
+	for shard, n := range c.pc.Leaders(context.Background()) {
+		out[shard] = c.byNode[n]
 	}
 	return out
 }
@@ -492,7 +248,7 @@ func describeLeaders(l map[raftstore.ShardID]*clusterNode) string {
 	for shard := raftstore.ShardID(1); shard <= clusterShards; shard++ {
 		id := "-"
 		if n := l[shard]; n != nil {
-			id = n.id
+			id = n.ID
 		}
 		parts = append(parts, fmt.Sprintf("%d:%s", shard, id))
 	}
@@ -522,7 +278,7 @@ func (c *testCluster) leastLeader(l map[raftstore.ShardID]*clusterNode) *cluster
 	}
 	var best *clusterNode
 	for _, n := range c.nodes {
-		if n.serving() && (best == nil || count[n] < count[best]) {
+		if n.Serving() && (best == nil || count[n] < count[best]) {
 			best = n
 		}
 	}
@@ -540,7 +296,7 @@ func (c *testCluster) waitReplicasCaughtUp(timeout time.Duration) {
 		for shard := raftstore.ShardID(1); shard <= clusterShards; shard++ {
 			var seen string
 			for _, n := range c.nodes {
-				if !n.serving() {
+				if !n.Serving() {
 					continue
 				}
 				stats, err := c.scrape(n)
@@ -549,11 +305,11 @@ func (c *testCluster) waitReplicasCaughtUp(timeout time.Duration) {
 				}
 				st := stats[shard]
 				if st == nil || st.Applied != st.Commit || st.Commit != st.Last {
-					return false, fmt.Sprintf("shard %d on %s: %+v", shard, n.id, st)
+					return false, fmt.Sprintf("shard %d on %s: %+v", shard, n.ID, st)
 				}
 				idx := strconv.FormatUint(st.Applied, 10)
 				if seen != "" && seen != idx {
-					return false, fmt.Sprintf("shard %d: applied %s on one node, %s on %s", shard, seen, idx, n.id)
+					return false, fmt.Sprintf("shard %d: applied %s on one node, %s on %s", shard, seen, idx, n.ID)
 				}
 				seen = idx
 			}
@@ -574,23 +330,8 @@ func (c *testCluster) waitReplicasCaughtUp(timeout time.Duration) {
 // cleanly.
 func (c *testCluster) terminateAll() {
 	c.t.Helper()
-	var wg sync.WaitGroup
-	errs := make([]error, len(c.nodes))
-	for i, n := range c.nodes {
-		if !n.running() {
-			continue
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[i] = n.Terminate(30 * time.Second)
-		}()
-	}
-	wg.Wait()
-	for _, err := range errs {
-		if err != nil {
-			c.t.Error(err)
-		}
+	if err := c.pc.Stop(30 * time.Second); err != nil {
+		c.t.Error(err)
 	}
 	c.tl.add("all nodes stopped with SIGTERM")
 }
@@ -604,16 +345,16 @@ func (c *testCluster) checkLogs() {
 		surprise := slices.Clone(n.surprise)
 		n.mu.Unlock()
 		for _, s := range surprise {
-			c.t.Errorf("%s: %s", n.id, s)
+			c.t.Errorf("%s: %s", n.ID, s)
 		}
-		b, err := os.ReadFile(n.logPath)
+		b, err := os.ReadFile(n.Log)
 		if err != nil {
 			c.t.Error(err)
 			continue
 		}
 		for _, bad := range []string{"panic:", "fatal error:", "DATA RACE"} {
 			if i := bytes.Index(b, []byte(bad)); i >= 0 {
-				c.t.Errorf("%s's stderr reports %q:\n%s", n.id, bad, b[i:min(len(b), i+4000)])
+				c.t.Errorf("%s's stderr reports %q:\n%s", n.ID, bad, b[i:min(len(b), i+4000)])
 			}
 		}
 	}
@@ -636,65 +377,9 @@ func waitFor(t *testing.T, timeout time.Duration, what string, cond func() (bool
 	}
 }
 
-// TestClusterHarness: three nodes start and elect a leader for every shard; a node killed with
-// SIGKILL loses its leaderships to the others and, restarted on its data, rejoins; a paused node
-// resumes; every node stops cleanly on SIGTERM and none reported a panic.
-func TestClusterHarness(t *testing.T) {
-	if runtime.GOOS != "linux" {
-		t.Skip("the cluster suite needs Linux (SIGKILL, SIGSTOP, parent-death signal)")
-	}
-	tl := newTimeline(t)
-	c := startCluster(t, 3, tl)
-	leaders := c.waitLeaders(30 * time.Second)
-	victim := c.mostLeader(leaders)
-	tl.add("leaders %s; killing %s", describeLeaders(leaders), victim.id)
-	if err := victim.Kill(); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, 30*time.Second, "the other nodes to take over every shard", func() (bool, string) {
-		l := c.leaders()
-		for _, n := range l {
-			if n == victim {
-				return false, describeLeaders(l)
-			}
-		}
-		return len(l) == clusterShards, describeLeaders(l)
-	})
-	tl.add("leaders without %s: %s", victim.id, describeLeaders(c.leaders()))
-	if err := victim.Restart(); err != nil {
-		t.Fatal(err)
-	}
-	c.waitReady(30 * time.Second)
-	tl.add("%s restarted and ready", victim.id)
-
-	other := c.nodes[(slices.Index(c.nodes, victim)+1)%len(c.nodes)]
-	if err := other.Stop(); err != nil {
-		t.Fatal(err)
-	}
-	tl.add("%s paused", other.id)
-	c.waitLeaders(30 * time.Second)
-	if err := other.Cont(); err != nil {
-		t.Fatal(err)
-	}
-	tl.add("%s resumed", other.id)
-	c.waitReady(30 * time.Second)
-	c.waitReplicasCaughtUp(30 * time.Second)
-	c.terminateAll()
-	c.checkLogs()
-	if c.mesh != nil {
-		t.Log(c.mesh.Summary())
-	}
-}
-
 // clusterView asks node n for the cluster view (GET /v1/cluster).
 func (c *testCluster) clusterView(n *clusterNode) (adminapi.ClusterView, error) {
-	var v adminapi.ClusterView
-	code, body, err := c.get(n, "/v1/cluster")
-	if err != nil {
-		return v, err
-	}
-	if code != http.StatusOK {
-		return v, fmt.Errorf("GET /v1/cluster on %s: HTTP %d: %s", n.id, code, body)
-	}
-	return v, json.Unmarshal([]byte(body), &v)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	return n.ClusterView(ctx)
 }

@@ -17,7 +17,6 @@ import (
 
 	"github.com/syncd-dev/syncd/client"
 	"github.com/syncd-dev/syncd/proto"
-	"github.com/syncd-dev/syncd/syncd/auth"
 )
 
 // wlUsers is the number of users (one device each) of the workload.
@@ -132,7 +131,7 @@ func newWorkload(t *testing.T, c *testCluster, seed uint64) *workload {
 	t.Cleanup(w.Close)
 	var started []*clusterNode // spare nodes are not running yet
 	for _, n := range c.nodes {
-		if !n.spare {
+		if !n.Spare {
 			started = append(started, n)
 		}
 	}
@@ -164,7 +163,7 @@ func newWorkload(t *testing.T, c *testCluster, seed uint64) *workload {
 	})
 	var where []string
 	for _, d := range w.devs {
-		where = append(where, d.user+"@"+d.node.id)
+		where = append(where, d.user+"@"+d.node.ID)
 	}
 	w.tl.add("workload: %d devices (%v), %d conversations, groups created", len(w.devs), where, len(w.convs))
 	return w
@@ -180,23 +179,23 @@ func sorted(ids ...string) []string {
 // dial connects device d to its node, retrying while the node starts.
 func (w *workload) dial(d *wlDevice) *client.Client {
 	w.t.Helper()
-	token, err := auth.MintToken(w.c.secret, auth.TokenClaims{User: d.user, Device: "phone", Expires: time.Now().Add(24 * time.Hour)})
+	token, err := w.c.pc.Token(d.user, "phone", 24*time.Hour)
 	if err != nil {
 		w.t.Fatal(err)
 	}
 	var others []string // any node serves any device: the SDK moves on when its node is gone
 	for _, n := range w.c.nodes {
 		if n != d.node {
-			others = append(others, n.listen)
+			others = append(others, n.ClientAddr)
 		}
 	}
-	cfg := client.Config{Addr: d.node.listen, Addrs: others, Token: token, Device: "phone", Fingerprint: w.c.fingerprint,
+	cfg := client.Config{Addr: d.node.ClientAddr, Addrs: others, Token: token, Device: "phone", Fingerprint: w.c.pc.Fingerprint(),
 		StoreDir: w.t.TempDir(), Logger: quiet(w.t), Retry: wlRetry, RequestTimeout: 5 * time.Second,
 		// A stalled sync stream is noticed within seconds instead of the default two minutes,
 		// so convergence after a heal does not wait on it.
 		HeadCheck: 5 * time.Second}
 	var cl *client.Client
-	waitFor(w.t, 30*time.Second, "device "+d.user+" to connect to "+d.node.id, func() (bool, string) {
+	waitFor(w.t, 30*time.Second, "device "+d.user+" to connect to "+d.node.ID, func() (bool, string) {
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 		defer cancel()
 		cl, err = client.Dial(ctx, cfg)

@@ -6,7 +6,6 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"runtime"
 	"strings"
 	"sync"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/syncd-dev/syncd/client"
 	"github.com/syncd-dev/syncd/syncd/auth"
+	"github.com/syncd-dev/syncd/test/proccluster"
 )
 
 // serverProcess runs cmd/syncd as a real process, so a crash is a real SIGKILL.
@@ -27,14 +27,15 @@ type serverProcess struct {
 	stderr              *strings.Builder
 }
 
+// buildServer builds cmd/syncd into a temporary directory (proccluster.Build) and returns the
+// binary's path.
 func buildServer(t *testing.T) string {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "syncd")
-	out, err := exec.Command("go", "build", "-o", bin, "../cmd/syncd").CombinedOutput()
+	bins, err := proccluster.Build(t.Context(), proccluster.BuildConfig{Dir: t.TempDir()})
 	if err != nil {
-		t.Fatalf("build syncd: %v\n%s", err, out)
+		t.Fatalf("build syncd: %v", err)
 	}
-	return bin
+	return bins.Syncd
 }
 
 func freeUDP(t *testing.T) string {

@@ -33,6 +33,8 @@ import (
 	"os/signal"
 	"syscall"
 	"time"
+
+	"github.com/syncd-dev/syncd/test/proccluster"
 )
 
 // main runs the command and exits with its status.
@@ -121,8 +123,8 @@ const (
 	defaultNodes        = 3
 	maxNodes            = 9
 	defaultBasePort     = 7300
-	adminOffset         = 80  // admin HTTP port = base port + adminOffset
-	raftOffset          = 100 // Raft port = base port + raftOffset
+	adminOffset         = proccluster.AdminPortOffset // admin HTTP port = base port + adminOffset
+	raftOffset          = proccluster.RaftPortOffset  // Raft port = base port + raftOffset
 	defaultShards       = 8
 	defaultReadyTimeout = 60 * time.Second
 )

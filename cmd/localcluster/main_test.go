@@ -17,8 +17,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/syncd-dev/syncd/syncd/adminapi"
 	"go.uber.org/goleak"
+
+	"github.com/syncd-dev/syncd/syncd/adminapi"
+	"github.com/syncd-dev/syncd/test/proccluster"
 )
 
 // TestMain fails the package if a goroutine (a process waiter, an HTTP client) outlives the tests.
@@ -45,7 +47,7 @@ func TestLocalCluster(t *testing.T) {
 		t.Fatalf("ready with %d nodes, want 3", len(info.Nodes))
 	}
 	for i, n := range info.Nodes {
-		ip := nodeIP(i + 1)
+		ip := proccluster.NodeIP(i)
 		if want := fmt.Sprintf("%s:%d", ip, base+adminOffset); n.Admin != want {
 			t.Errorf("%s admin %s, want %s", n.ID, n.Admin, want)
 		}

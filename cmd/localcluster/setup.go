@@ -1,28 +1,23 @@
 package main
 
-// Everything before the nodes start: the cluster's layout (recorded in the directory so a later
-// start finds it), the checks that its addresses can be bound, the build, and the shared token
-// secret and certificate.
+// Everything before the nodes start that is localcluster's own: the cluster's layout (recorded in
+// the directory so a later start finds it), the checks that its addresses can be bound, and the
+// advice when the build cannot run. Building, the shared token secret and certificate, and the
+// nodes themselves are the harness's (test/proccluster).
 
 import (
-	"bufio"
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
 
-	"github.com/syncd-dev/syncd/syncd/auth"
+	"github.com/syncd-dev/syncd/test/proccluster"
 )
-
-// modulePath is the module localcluster builds syncd from.
-const modulePath = "github.com/syncd-dev/syncd"
 
 // stateFile, in the cluster directory, records the layout the cluster was created with.
 const stateFile = "localcluster.json"
@@ -104,9 +99,6 @@ func initDir(dir string, l layout) error {
 	return os.WriteFile(filepath.Join(dir, stateFile), append(raw, '\n'), 0o644)
 }
 
-// nodeIP returns the loopback address of node i (1-based): 127.0.0.i.
-func nodeIP(i int) string { return fmt.Sprintf("127.0.0.%d", i) }
-
 // Errors of checkAddrs, wrapped with the addresses and what to do.
 var (
 	errNoLoopback = errors.New("this machine has no loopback address")
@@ -118,8 +110,8 @@ var (
 // do about it.
 func checkAddrs(l layout) error {
 	var missing []string
-	for i := 1; i <= l.Nodes; i++ {
-		ip := nodeIP(i)
+	for i := range l.Nodes {
+		ip := proccluster.NodeIP(i)
 		for _, a := range []struct{ network, addr string }{
 			{"udp", net.JoinHostPort(ip, fmt.Sprint(l.BasePort))},
 			{"tcp", net.JoinHostPort(ip, fmt.Sprint(l.BasePort+adminOffset))},
@@ -184,64 +176,14 @@ func bindHint(logTail, ip string) string {
 	return ""
 }
 
-// findModuleRoot walks up from dir to the go.mod of the syncd module and returns its directory.
+// findModuleRoot walks up from dir to the go.mod of the syncd module and returns its directory
+// (proccluster.ModuleRoot), or an error saying what to do when dir is not inside it.
 func findModuleRoot(dir string) (string, error) {
-	notRepo := func(why string) error {
-		return fmt.Errorf("localcluster builds syncd from source, so it must run inside the syncd repository (%s): "+
-			"cd into it, or pass -syncd <path to a syncd binary>", why)
+	root, err := proccluster.ModuleRoot(dir)
+	var nim *proccluster.NotInModuleError
+	if errors.As(err, &nim) {
+		return "", fmt.Errorf("localcluster builds syncd from source, so it must run inside the syncd repository (%s): "+
+			"cd into it, or pass -syncd <path to a syncd binary>", nim.Why)
 	}
-	for d := dir; ; {
-		f, err := os.Open(filepath.Join(d, "go.mod"))
-		if err == nil {
-			mod := ""
-			sc := bufio.NewScanner(f)
-			for sc.Scan() {
-				if rest, ok := strings.CutPrefix(strings.TrimSpace(sc.Text()), "module "); ok {
-					mod = strings.Trim(strings.TrimSpace(rest), `"`)
-					break
-				}
-			}
-			f.Close()
-			if mod != modulePath {
-				return "", notRepo(fmt.Sprintf("%s is module %q, not %s", filepath.Join(d, "go.mod"), mod, modulePath))
-			}
-			return d, nil
-		}
-		parent := filepath.Dir(d)
-		if parent == d {
-			return "", notRepo("no go.mod in " + dir + " or above")
-		}
-		d = parent
-	}
-}
-
-// build compiles cmd/syncd and cmd/syncctl of the module at root into binDir.
-func build(ctx context.Context, root, binDir string) error {
-	if err := os.MkdirAll(binDir, 0o755); err != nil {
-		return err
-	}
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", binDir+string(filepath.Separator), "./cmd/syncd", "./cmd/syncctl")
-	cmd.Dir = root
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("go build ./cmd/syncd ./cmd/syncctl in %s: %w\n%s", root, err, out)
-	}
-	return nil
-}
-
-// sharedCredentials returns the token secret file and the certificate every node uses, creating
-// them in dir on first start (the secret as syncd keeps token.key, so `syncctl token -data-dir
-// dir` reads it) and reusing them later. The certificate covers the nodes' addresses.
-func sharedCredentials(dir string, nodes int) (secretFile, certFile, keyFile, fingerprint string, err error) {
-	if _, err := auth.LoadOrCreateSecret(dir); err != nil {
-		return "", "", "", "", err
-	}
-	hosts := []string{"localhost", "::1"}
-	for i := 1; i <= nodes; i++ {
-		hosts = append(hosts, nodeIP(i))
-	}
-	_, fp, err := auth.SelfSignedCert(dir, hosts)
-	if err != nil {
-		return "", "", "", "", err
-	}
-	return filepath.Join(dir, auth.TokenKeyFile), filepath.Join(dir, auth.TLSCertFile), filepath.Join(dir, auth.TLSKeyFile), fp, nil
+	return root, err
 }

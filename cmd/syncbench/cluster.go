@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/syncd-dev/syncd/bench"
-	"github.com/syncd-dev/syncd/bench/proccluster"
+	"github.com/syncd-dev/syncd/test/proccluster"
 )
 
 // failoverSteady is how long the failover sender runs before the kill and after the first ack
@@ -34,12 +34,14 @@ func clusterScenario(ctx context.Context, o options) ([]row, error) {
 	bin := o.syncd
 	if bin == "" {
 		progress("building ./cmd/syncd into %s", dir)
-		if bin, err = proccluster.Build(ctx, dir); err != nil {
-			return nil, err
+		bins, err := proccluster.Build(ctx, proccluster.BuildConfig{Dir: dir})
+		if err != nil {
+			return nil, fmt.Errorf("%w (run inside the syncd repository, or give a binary with -syncd)", err)
 		}
+		bin = bins.Syncd
 	}
 	progress("starting the 1-node reference (%d shards, a syncd child process)", o.shards)
-	ref, err := proccluster.Start(ctx, proccluster.Config{Syncd: bin, Dir: filepath.Join(dir, "ref"), Nodes: 1, Shards: o.shards})
+	ref, err := startProcCluster(ctx, bin, filepath.Join(dir, "ref"), 1, o.shards)
 	if err != nil {
 		return nil, fmt.Errorf("reference node: %w", err)
 	}
@@ -48,7 +50,7 @@ func clusterScenario(ctx context.Context, o options) ([]row, error) {
 	closeCluster("reference", ref)
 
 	progress("starting the %d-node cluster (%d shards, syncd child processes); waiting until settled", o.nodes, o.shards)
-	cl, err := proccluster.Start(ctx, proccluster.Config{Syncd: bin, Dir: filepath.Join(dir, "cluster"), Nodes: o.nodes, Shards: o.shards})
+	cl, err := startProcCluster(ctx, bin, filepath.Join(dir, "cluster"), o.nodes, o.shards)
 	if err != nil {
 		return nil, fmt.Errorf("cluster: %w", err)
 	}
@@ -66,7 +68,7 @@ func clusterScenario(ctx context.Context, o options) ([]row, error) {
 	return rows, nil
 }
 
-func closeCluster(name string, c *proccluster.Cluster) {
+func closeCluster(name string, c *procCluster) {
 	if err := c.Close(); err != nil {
 		fmt.Fprintf(os.Stderr, "syncbench: stopping the %s: %v\n", name, err)
 	}
@@ -93,7 +95,7 @@ type sendsRun struct {
 
 // measureSends runs the sends scenario o.repeat times on c; with -cpuprofile, the first run is
 // profiled.
-func measureSends(ctx context.Context, o options, name string, c *proccluster.Cluster) []sendsRun {
+func measureSends(ctx context.Context, o options, name string, c *procCluster) []sendsRun {
 	var runs []sendsRun
 	for k := range o.repeat {
 		progress("sends on %s (run %d of %d): %d devices, %d senders, %v", name, k+1, o.repeat, o.devices, o.senders, o.duration)
@@ -136,8 +138,8 @@ type cpuSample struct {
 	nodes, self, all time.Duration
 }
 
-func takeCPU(c *proccluster.Cluster) cpuSample {
-	return cpuSample{at: time.Now(), nodes: c.CPUTime(), self: proccluster.ProcessCPU(os.Getpid()), all: machineBusy()}
+func takeCPU(c *procCluster) cpuSample {
+	return cpuSample{at: time.Now(), nodes: c.CPUTime(), self: processCPU(os.Getpid()), all: machineBusy()}
 }
 
 // since returns the CPU used from s (before) to e (after), acked sends having been acked.
@@ -176,7 +178,7 @@ func machineBusy() time.Duration {
 
 // startProfile starts CPU profiles of c's nodes for o.duration when -cpuprofile is set and this
 // is the first run; the returned function waits for them.
-func startProfile(ctx context.Context, o options, run int, c *proccluster.Cluster, prefix string) func() {
+func startProfile(ctx context.Context, o options, run int, c *procCluster, prefix string) func() {
 	if o.cpuprofile == "" || run != 0 {
 		return func() {}
 	}
@@ -202,7 +204,7 @@ type deliveryRun struct {
 
 // measureDelivery runs the delivery scenario o.repeat times on c. On a cluster the sender and
 // the receiver are on different nodes.
-func measureDelivery(ctx context.Context, o options, name string, c *proccluster.Cluster) []deliveryRun {
+func measureDelivery(ctx context.Context, o options, name string, c *procCluster) []deliveryRun {
 	var runs []deliveryRun
 	for k := range o.repeat {
 		progress("delivery on %s (run %d of %d): %d sends/s for %v", name, k+1, o.repeat, o.rate, o.duration)
@@ -252,7 +254,7 @@ func deliveryRows(o options, nodes int, ref, cl []deliveryRun) []row {
 
 // clusterCatchUp replays one backlog o.repeat times through the leader's node and through a
 // follower's node.
-func clusterCatchUp(ctx context.Context, o options, cl *proccluster.Cluster) []row {
+func clusterCatchUp(ctx context.Context, o options, cl *procCluster) []row {
 	progress("catch-up: filling a %d-entry backlog from devices on every node, then %d replays through the leader's node and %d through a follower's",
 		o.catchup, o.repeat, o.repeat)
 	r, err := bench.CatchUpReplicas(ctx, cl, o.catchup, o.repeat)
@@ -282,7 +284,7 @@ func clusterCatchUp(ctx context.Context, o options, cl *proccluster.Cluster) []r
 
 // clusterFailovers runs o.failovers leader kills, one after the other (each restarts its node
 // and waits for the cluster to settle).
-func clusterFailovers(ctx context.Context, o options, cl *proccluster.Cluster) []row {
+func clusterFailovers(ctx context.Context, o options, cl *procCluster) []row {
 	var rows []row
 	var times []time.Duration
 	lost, acked := 0, 0

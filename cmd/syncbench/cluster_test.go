@@ -1,4 +1,4 @@
-package bench_test
+package main
 
 import (
 	"context"
@@ -6,13 +6,14 @@ import (
 	"time"
 
 	"github.com/syncd-dev/syncd/bench"
-	"github.com/syncd-dev/syncd/bench/proccluster"
+	"github.com/syncd-dev/syncd/test/proccluster"
 )
 
 // TestClusterScenarios runs the cluster scenarios end to end with tiny parameters against three
 // syncd child processes built from this checkout: sends from devices spread over the nodes,
 // delivery across nodes, catch-up through the leader's and a follower's node, and one leader
-// kill with nothing acked lost. (An external test package: proccluster imports bench.)
+// kill with nothing acked lost. It lives here, beside procCluster (the bench.Cluster of child
+// processes), because package bench itself speaks only the protocol.
 func TestClusterScenarios(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds cmd/syncd and runs three processes")
@@ -20,11 +21,11 @@ func TestClusterScenarios(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	dir := t.TempDir()
-	bin, err := proccluster.Build(ctx, dir)
+	bins, err := proccluster.Build(ctx, proccluster.BuildConfig{Dir: dir})
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := proccluster.Start(ctx, proccluster.Config{Syncd: bin, Dir: dir, Nodes: 3, Shards: 4})
+	c, err := startProcCluster(ctx, bins.Syncd, dir, 3, 4)
 	if err != nil {
 		t.Fatal(err)
 	}

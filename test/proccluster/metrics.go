@@ -1,7 +1,9 @@
 package proccluster
 
 import (
+	"context"
 	"fmt"
+	"net/http"
 	"strconv"
 	"strings"
 
@@ -16,9 +18,8 @@ import (
 // did not report is zero: a node omits the fan-out lag and the dead-letter count of a shard that
 // is shutting down or whose outbox it cannot read. It is a plain value.
 //
-// It lives here, exported, because two scrapers need it: this package's settle and leader
-// checks, and the fault suite's harness in test/, which reads the same series to find leaders
-// and to check that replicas caught up and fan-out drained.
+// Node.Metrics returns it; the package's leader and settle checks read it, and so does the fault
+// suite, to check that replicas caught up and fan-out drained.
 type ShardStat struct {
 	Leader      bool   // syncd_raft_is_leader is 1
 	Term        uint64 // syncd_raft_term
@@ -80,4 +81,16 @@ func ParseShardMetrics(body string) (map[raftstore.ShardID]*ShardStat, error) {
 		}
 	}
 	return out, nil
+}
+
+// Metrics reads n's per-shard series from its /metrics (see ShardStat). The caller owns the map.
+func (n *Node) Metrics(ctx context.Context) (map[raftstore.ShardID]*ShardStat, error) {
+	code, body, err := n.AdminDo(ctx, http.MethodGet, "/metrics")
+	if err != nil {
+		return nil, err
+	}
+	if code != http.StatusOK {
+		return nil, fmt.Errorf("%s /metrics: status %d", n.ID, code)
+	}
+	return ParseShardMetrics(body)
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/syncd-dev/syncd/raftstore"
 	"github.com/syncd-dev/syncd/syncd"
 	"github.com/syncd-dev/syncd/syncd/adminapi"
+	"github.com/syncd-dev/syncd/syncd/peer"
 	"github.com/syncd-dev/syncd/syncd/routing"
 	"github.com/syncd-dev/syncd/syncd/syncdtest"
 	"github.com/syncd-dev/syncd/test/proccluster"
@@ -185,7 +186,10 @@ func TestAdminAnyNode(t *testing.T) {
 
 	// The leader-only inspection a replay uses, on the wire: the home shard's followers refuse
 	// it, its leader answers (asked again if leadership moves while the test looks).
-	call := []byte(fmt.Sprintf(`{"op":"dead_letters","shard":%d,"args":{"limit":1},"leader":true}`, home))
+	call, err := peer.EncodeRequest(peer.OpDeadLetters, home, true, peer.DeadLettersArgs{Limit: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
 	var got []string
 	testkit.WaitTrue(t, 20*time.Second, "only the leader to answer a leader-only inspection", func() bool {
 		got = got[:0]
@@ -195,7 +199,7 @@ func TestAdminAnyNode(t *testing.T) {
 				t.Fatal(err)
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			_, err = c.Server(asked).Node().Call(ctx, id, "inspect", call)
+			_, err = c.Server(asked).Node().Call(ctx, id, peer.Method, call)
 			cancel()
 			refused := err != nil && strings.Contains(err.Error(), "not its leader")
 			got = append(got, fmt.Sprintf("%s %s: %v", id, st.State, err))

@@ -48,6 +48,7 @@ func clientKillChild() {
 // messages; the next run of the app on the same store sends what was left, and the peer ends
 // with every queued message exactly once, in order.
 func TestClientKill9MidSend(t *testing.T) {
+	skipShort(t)
 	if os.Getenv("SYNCD_CLIENT_CHILD_ADDR") != "" {
 		clientKillChild()
 		return

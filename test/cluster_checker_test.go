@@ -34,6 +34,7 @@ import (
 	"github.com/syncd-dev/syncd/proto"
 	"github.com/syncd-dev/syncd/raftstore"
 	"github.com/syncd-dev/syncd/syncd/routing"
+	"github.com/syncd-dev/syncd/test/testkit"
 )
 
 // checkAll runs the whole check after a fault schedule: stop the traffic, wait until every
@@ -54,7 +55,7 @@ func checkAll(w *workload, settle time.Duration) {
 		}
 	}
 	c.waitReady(settle)
-	waitFor(w.t, settle, "every queued mutation to be acked or failed", func() (bool, string) {
+	testkit.Wait(w.t, settle, "every queued mutation to be acked or failed", func() (bool, string) {
 		u := w.unsettled()
 		return len(u) == 0, fmt.Sprintf("%d unsettled: %v", len(u), u[:min(len(u), 10)])
 	})
@@ -93,7 +94,7 @@ func (w *workload) view(d *wlDevice, conv string) (convView, []client.Message, e
 func (w *workload) waitConverged(timeout time.Duration) {
 	w.t.Helper()
 	start := time.Now()
-	waitFor(w.t, timeout, "the devices to converge", func() (bool, string) {
+	testkit.Wait(w.t, timeout, "the devices to converge", func() (bool, string) {
 		for shard, leader := range w.c.leaders() {
 			stats, err := w.c.scrape(leader)
 			if err != nil {

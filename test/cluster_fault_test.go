@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/syncd-dev/syncd/raftstore"
+	"github.com/syncd-dev/syncd/test/testkit"
 )
 
 // faultRun is one scenario's context: the cluster, the workload and the schedule's scale.
@@ -128,6 +129,7 @@ func (f *faultRun) restartNode(n *clusterNode) {
 // restarted a few seconds later on its data and catches up. Nothing acked may be lost or
 // duplicated.
 func TestClusterFaultLeaderKills(t *testing.T) {
+	skipShort(t)
 	runFault(t, false, func(f *faultRun) {
 		for round := range f.rounds(3, 10) {
 			shard := raftstore.ShardID(round%clusterShards + 1)
@@ -146,6 +148,7 @@ func TestClusterFaultLeaderKills(t *testing.T) {
 // killed, stays down while the others take writes, and is restarted on its data; it must catch
 // up from the leaders' logs.
 func TestClusterFaultFollowerKill(t *testing.T) {
+	skipShort(t)
 	runFault(t, false, func(f *faultRun) {
 		for round := range f.rounds(2, 5) {
 			leaders := f.c.waitLeaders(30 * time.Second)
@@ -164,6 +167,7 @@ func TestClusterFaultFollowerKill(t *testing.T) {
 // connected to the cut-off node cannot reach any leader: their sends wait and retry), then the
 // partition heals.
 func TestClusterFaultMinorityPartition(t *testing.T) {
+	skipShort(t)
 	runFault(t, true, func(f *faultRun) {
 		for round := range f.rounds(2, 6) {
 			n := f.c.nodes[round%len(f.c.nodes)]
@@ -184,13 +188,14 @@ func TestClusterFaultMinorityPartition(t *testing.T) {
 // leaders and keep taking writes; after the heal it rejoins as a follower. No write it had
 // acknowledged may be lost.
 func TestClusterFaultLeaderIsolated(t *testing.T) {
+	skipShort(t)
 	runFault(t, true, func(f *faultRun) {
 		for round := range f.rounds(2, 5) {
 			leaders := f.c.waitLeaders(30 * time.Second)
 			n := f.c.mostLeader(leaders)
 			f.c.mesh.Partition(n.ID)
 			f.tl.add("partition %s, leader of the most shards (leaders %s)", n.ID, describeLeaders(leaders))
-			waitFor(f.t, 30*time.Second, n.ID+" to step down and the others to lead every shard", func() (bool, string) {
+			testkit.Wait(f.t, 30*time.Second, n.ID+" to step down and the others to lead every shard", func() (bool, string) {
 				stats, err := f.c.scrape(n)
 				if err != nil {
 					return false, err.Error()
@@ -222,6 +227,7 @@ func TestClusterFaultLeaderIsolated(t *testing.T) {
 // TestClusterFaultFullKill: all three nodes are killed with SIGKILL at once and restarted on
 // their data: everything acked before the kill survives (G1), and the traffic resumes.
 func TestClusterFaultFullKill(t *testing.T) {
+	skipShort(t)
 	runFault(t, false, func(f *faultRun) {
 		for round := range f.rounds(2, 5) {
 			for _, n := range f.c.nodes {
@@ -246,13 +252,14 @@ func TestClusterFaultFullKill(t *testing.T) {
 // Devices connected to it move to other nodes (the SDK's fallback addresses). Nothing acked is
 // lost or duplicated, and the replicas that remain are identical.
 func TestClusterFaultNodeReplaced(t *testing.T) {
+	skipShort(t)
 	runFaultWithSpares(t, false, 1, func(f *faultRun) {
 		n2, n4 := f.c.nodes[1], f.c.nodes[3]
 		if err := n4.Start(); err != nil {
 			f.t.Fatal(err)
 		}
 		f.tl.add("n4 started with -join")
-		waitFor(f.t, 120*time.Second, "n4 to hold replicas", func() (bool, string) {
+		testkit.Wait(f.t, 120*time.Second, "n4 to hold replicas", func() (bool, string) {
 			v, err := f.c.clusterView(f.c.nodes[0])
 			if err != nil {
 				return false, err.Error()
@@ -269,7 +276,7 @@ func TestClusterFaultNodeReplaced(t *testing.T) {
 			f.t.Fatalf("remove n2: %d %s %v", code, body, err)
 		}
 		f.tl.add("n2 removal requested")
-		waitFor(f.t, 180*time.Second, "n2 to hold nothing and leave the map", func() (bool, string) {
+		testkit.Wait(f.t, 180*time.Second, "n2 to hold nothing and leave the map", func() (bool, string) {
 			v, err := f.c.clusterView(f.c.nodes[0])
 			if err != nil {
 				return false, err.Error()

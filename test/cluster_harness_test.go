@@ -235,7 +235,7 @@ func (c *testCluster) leaders() map[raftstore.ShardID]*clusterNode {
 func (c *testCluster) waitLeaders(timeout time.Duration) map[raftstore.ShardID]*clusterNode {
 	c.t.Helper()
 	var got map[raftstore.ShardID]*clusterNode
-	waitFor(c.t, timeout, "every shard to have a leader", func() (bool, string) {
+	testkit.Wait(c.t, timeout, "every shard to have a leader", func() (bool, string) {
 		got = c.leaders()
 		return len(got) == clusterShards, fmt.Sprintf("leaders %v", describeLeaders(got))
 	})
@@ -291,7 +291,7 @@ func (c *testCluster) leastLeader(l map[raftstore.ShardID]*clusterNode) *cluster
 func (c *testCluster) waitReplicasCaughtUp(timeout time.Duration) {
 	c.t.Helper()
 	var prev string
-	waitFor(c.t, timeout, "every replica of every shard to apply the same index", func() (bool, string) {
+	testkit.Wait(c.t, timeout, "every replica of every shard to apply the same index", func() (bool, string) {
 		var parts []string
 		for shard := raftstore.ShardID(1); shard <= clusterShards; shard++ {
 			var seen string
@@ -357,23 +357,6 @@ func (c *testCluster) checkLogs() {
 				c.t.Errorf("%s's stderr reports %q:\n%s", n.ID, bad, b[i:min(len(b), i+4000)])
 			}
 		}
-	}
-}
-
-// waitFor polls cond every 100 ms until it holds or timeout passes; then it fails the test with
-// what and cond's last description of the state.
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		ok, state := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s; last state: %s", timeout, what, state)
-		}
-		time.Sleep(100 * time.Millisecond)
 	}
 }
 

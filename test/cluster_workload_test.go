@@ -17,6 +17,7 @@ import (
 
 	"github.com/syncd-dev/syncd/client"
 	"github.com/syncd-dev/syncd/proto"
+	"github.com/syncd-dev/syncd/test/testkit"
 )
 
 // wlUsers is the number of users (one device each) of the workload.
@@ -157,7 +158,7 @@ func newWorkload(t *testing.T, c *testCluster, seed uint64) *workload {
 			return d.cl.CreateGroup(cv.id, others)
 		})
 	}
-	waitFor(t, 60*time.Second, "the groups to be created", func() (bool, string) {
+	testkit.Wait(t, 60*time.Second, "the groups to be created", func() (bool, string) {
 		pending := w.unsettled()
 		return len(pending) == 0, fmt.Sprint("pending ", pending)
 	})
@@ -195,7 +196,7 @@ func (w *workload) dial(d *wlDevice) *client.Client {
 		// so convergence after a heal does not wait on it.
 		HeadCheck: 5 * time.Second}
 	var cl *client.Client
-	waitFor(w.t, 30*time.Second, "device "+d.user+" to connect to "+d.node.ID, func() (bool, string) {
+	testkit.Wait(w.t, 30*time.Second, "device "+d.user+" to connect to "+d.node.ID, func() (bool, string) {
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 		defer cancel()
 		cl, err = client.Dial(ctx, cfg)
@@ -407,7 +408,7 @@ func (w *workload) waitProgress(n int, timeout time.Duration, what string) {
 	w.t.Helper()
 	start := time.Now()
 	base := w.acked()
-	waitFor(w.t, timeout, fmt.Sprintf("%d more acks (%s)", n, what), func() (bool, string) {
+	testkit.Wait(w.t, timeout, fmt.Sprintf("%d more acks (%s)", n, what), func() (bool, string) {
 		got := w.acked() - base
 		return got >= n, fmt.Sprintf("%d more acks", got)
 	})

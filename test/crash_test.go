@@ -76,6 +76,7 @@ func (p *serverProcess) kill() {
 // both users' stores exactly once, in the order each sender queued it: nothing acked is lost, and
 // the outbox's retries (same client_msg_id) never duplicate.
 func TestServerKill9UnderTraffic(t *testing.T) {
+	skipShort(t)
 	if runtime.GOOS != "linux" {
 		t.Skip("needs SIGKILL semantics of Linux")
 	}

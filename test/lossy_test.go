@@ -13,6 +13,7 @@ import (
 // The sender keeps sending; at the end every message is in both users' stores exactly once, in
 // the order it was sent.
 func TestLossyNetworkNothingLostNothingTwice(t *testing.T) {
+	skipShort(t)
 	srv := startServer(t)
 	relay, err := testkit.NewUDPRelay(srv.Addr().String(), 42)
 	if err != nil {

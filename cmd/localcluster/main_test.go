@@ -21,6 +21,7 @@ import (
 
 	"github.com/syncd-dev/syncd/syncd/adminapi"
 	"github.com/syncd-dev/syncd/test/proccluster"
+	"github.com/syncd-dev/syncd/test/testkit"
 )
 
 // TestMain fails the package if a goroutine (a process waiter, an HTTP client) outlives the tests.
@@ -78,7 +79,7 @@ func TestLocalCluster(t *testing.T) {
 	} else if err := p.Kill(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 20*time.Second, "the kill of "+victim.ID+" is reported", func() bool {
+	testkit.WaitTrue(t, 20*time.Second, "the kill of "+victim.ID+" to be reported", func() bool {
 		return strings.Contains(lc.stderr.String(), fmt.Sprintf("%s (pid %d) exited: signal: killed", victim.ID, victim.PID))
 	})
 	select {
@@ -194,20 +195,17 @@ func runPrintedCommands(t *testing.T, out string) {
 func waitClusterView(t *testing.T, admin string, nodes, shards int) {
 	t.Helper()
 	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
-	var last string
-	waitFor(t, 30*time.Second, "a full cluster view", func() bool {
+	testkit.Wait(t, 30*time.Second, "a full cluster view", func() (bool, string) {
 		resp, err := client.Get("http://" + admin + "/v1/cluster")
 		if err != nil {
-			last = err.Error()
-			return false
+			return false, err.Error()
 		}
 		defer resp.Body.Close()
 		var v adminapi.ClusterView
 		if err := json.NewDecoder(resp.Body).Decode(&v); err != nil {
-			last = err.Error()
-			return false
+			return false, err.Error()
 		}
-		last = fmt.Sprintf("%+v", v)
+		last := fmt.Sprintf("%+v", v)
 		reachable := 0
 		for _, n := range v.Nodes {
 			if n.Reachable {
@@ -215,31 +213,15 @@ func waitClusterView(t *testing.T, admin string, nodes, shards int) {
 			}
 		}
 		if reachable != nodes || len(v.Nodes) != nodes || len(v.Shards) != shards {
-			return false
+			return false, last
 		}
 		for _, s := range v.Shards {
 			if s.Leader == "" {
-				return false
+				return false, last
 			}
 		}
-		return true
-	}, func() string { return last })
-}
-
-// waitFor polls cond until it holds, failing the test after timeout with what describe says.
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool, describe ...func() string) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			msg := ""
-			for _, d := range describe {
-				msg += "; last: " + d()
-			}
-			t.Fatalf("no %s after %v%s", what, timeout, msg)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return true, ""
+	})
 }
 
 // freeBasePort returns a base port whose ports are free on 127.0.0.1-3, away from the default

@@ -94,12 +94,9 @@ func (c *conn) readAnswers() {
 		if err != nil {
 			break
 		}
-		var id uint64
-		switch f := f.(type) {
-		case proto.Response:
-			id = f.RequestID()
-		case *proto.Error:
-			id = f.ID
+		var id uint64 // 0 for a frame that answers no request: nobody waits for it
+		if resp, ok := f.(proto.Response); ok { // an Error is a Response too
+			id = resp.RequestID()
 		}
 		c.mu.Lock()
 		ch := c.wait[id]

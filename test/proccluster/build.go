@@ -21,6 +21,7 @@ type NotInModuleError struct {
 	Why string // e.g. "/x/go.mod is module \"example.com/x\", not github.com/syncd-dev/syncd"
 }
 
+// Error says that the directory is not inside the syncd module, and why.
 func (e *NotInModuleError) Error() string {
 	return "proccluster: not inside the syncd module: " + e.Why
 }

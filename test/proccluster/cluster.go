@@ -20,7 +20,8 @@ import (
 
 // Config describes a cluster for New. Zero fields take the documented defaults.
 type Config struct {
-	// Syncd is the path of the syncd binary every node runs (see Build). Required.
+	// Syncd is the syncd binary every node runs (see Build): a path, or a name looked up in PATH
+	// as exec.Command does. Required.
 	Syncd string
 	// Dir holds the token secret (token.key), the certificate (tls.crt, tls.key) and one directory
 	// per node, Dir/<id>, with its data and its log file syncd.log. Required; created if missing.
@@ -87,9 +88,6 @@ func New(cfg Config) (*Cluster, error) {
 	}
 	var err error
 	if cfg.Dir, err = filepath.Abs(cfg.Dir); err != nil {
-		return nil, err
-	}
-	if cfg.Syncd, err = filepath.Abs(cfg.Syncd); err != nil {
 		return nil, err
 	}
 	if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
@@ -181,6 +179,7 @@ type ExitError struct {
 	Err  error // exec.Cmd.Wait's: nil for exit status 0
 }
 
+// Error names the node and its process, says how it exited and shows the tail of its log.
 func (e *ExitError) Error() string {
 	status := "exit status 0"
 	if e.Err != nil {

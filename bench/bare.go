@@ -4,7 +4,7 @@
 // the bare-QUIC reference every server result is compared with. It knows nothing of the
 // server's internals: a Target is an address (or a cluster's addresses), a certificate
 // fingerprint and a token minter. The cluster scenarios (CatchUpReplicas, Failover) also drive a
-// Cluster, which bench/proccluster implements with syncd child processes.
+// Cluster, which cmd/syncbench implements with syncd child processes (test/proccluster).
 package bench
 
 import (

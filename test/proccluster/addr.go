@@ -22,7 +22,7 @@ const (
 func NodeIP(i int) string { return fmt.Sprintf("127.0.0.%d", i+1) }
 
 // freeAddr returns a 127.0.0.1 address whose port is free for TCP and UDP and lies below the
-// kernel's ephemeral range (raftstoretest.FreeAddr: a port from that range could be taken by an
+// kernel's ephemeral range (testkit.FreeAddr: a port from that range could be taken by an
 // outgoing connection while its node is down between a kill and a restart).
 //
 // FreeAddr reports failure through a testing.TB, which a command such as syncbench does not have:
@@ -41,7 +41,7 @@ func freeAddr() (addr string, err error) {
 	return testkit.FreeAddr(errTB{}), nil
 }
 
-// errTB is the testing.TB freeAddr hands to raftstoretest.FreeAddr.
+// errTB is the testing.TB freeAddr hands to testkit.FreeAddr.
 type errTB struct{ testing.TB }
 
 // Helper does nothing: there is no test log to attribute lines in.

@@ -84,16 +84,8 @@ type testCluster struct {
 	byNode map[*proccluster.Node]*clusterNode
 }
 
-// startCluster builds cmd/syncd and starts n nodes n1..n<n>, with node-to-node traffic through
-// relays when the binary supports -peer-dial, and waits until every node is ready. Cleanup kills
-// whatever is still running, closes the relays and, if the test failed, logs the tail of every
-// node's stderr.
-func startCluster(t *testing.T, n int, tl *timeline) *testCluster {
-	t.Helper()
-	return startClusterWithSpares(t, n, 0, tl)
-}
-
-// startClusterWithSpares is startCluster with spare nodes n<n+1>…: set up (data directory,
+// startClusterWithSpares builds cmd/syncd and starts n nodes n1..n<n>, with node-to-node traffic
+// through relays when the binary supports -peer-dial, and waits until every node is ready; with spare nodes n<n+1>…: set up (data directory,
 // relays, flags: -join through n1) but not started; a scenario starts one to have it join.
 func startClusterWithSpares(t *testing.T, n, spares int, tl *timeline) *testCluster {
 	t.Helper()

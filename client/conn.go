@@ -94,7 +94,7 @@ func (c *conn) readAnswers() {
 		if err != nil {
 			break
 		}
-		var id uint64 // 0 for a frame that answers no request: nobody waits for it
+		var id uint64                           // 0 for a frame that answers no request: nobody waits for it
 		if resp, ok := f.(proto.Response); ok { // an Error is a Response too
 			id = resp.RequestID()
 		}

@@ -258,7 +258,7 @@ func (c *Client) serve(cn *conn) {
 	}()
 	select {
 	case <-ctx.Done():
-	case <-cn.dead:
+	case <-cn.dead():
 	}
 	cancel()
 	cn.close()

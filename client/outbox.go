@@ -99,7 +99,7 @@ func (c *Client) attempt(ctx context.Context, cn *conn, it outboxItem) (lost, wa
 		return true, true
 	}
 	select {
-	case <-cn.dead:
+	case <-cn.dead():
 		return true, true
 	default:
 		return false, true

@@ -26,6 +26,8 @@ import (
 	"time"
 
 	"github.com/quic-go/quic-go"
+
+	"github.com/syncd-dev/syncd/proto"
 )
 
 // Bare-QUIC reference shape (issue #3, "Performance"): 8 connections, 64 requests in flight in
@@ -93,7 +95,10 @@ func BareQUIC(ctx context.Context, d time.Duration) (BareResult, error) {
 		}
 	})
 
-	clientTLS := &tls.Config{InsecureSkipVerify: true, NextProtos: []string{bareALPN}, MinVersion: tls.VersionTLS13}
+	// Pinned like every syncd client, so the reference pays the same handshake checks; only the
+	// protocol differs (the echo server is not syncd).
+	clientTLS := proto.PinnedTLSConfig(proto.Fingerprint(cert.Certificate[0]))
+	clientTLS.NextProtos = []string{bareALPN}
 	var res BareResult
 
 	// Request/reply: 8 connections, one stream each, 8 in flight per stream.

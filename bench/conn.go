@@ -2,14 +2,10 @@ package bench
 
 import (
 	"context"
-	"crypto/sha256"
 	"crypto/tls"
-	"crypto/x509"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -54,7 +50,7 @@ type dialer struct {
 }
 
 func newDialer(t Target, sockets int) (*dialer, error) {
-	d := &dialer{t: t, tls: pinnedTLS(t.Fingerprint)}
+	d := &dialer{t: t, tls: proto.PinnedTLSConfig(t.Fingerprint)}
 	for _, a := range t.addrs() {
 		addr, err := net.ResolveUDPAddr("udp", a)
 		if err != nil {
@@ -80,27 +76,6 @@ func (d *dialer) close() {
 			tr.Conn.Close()
 		}
 	})
-}
-
-// pinnedTLS accepts exactly the certificate with the given SHA-256 fingerprint (the server's
-// self-signed certificate), offering the protocol's ALPN.
-func pinnedTLS(fingerprint string) *tls.Config {
-	pin := strings.ToLower(strings.ReplaceAll(strings.TrimSpace(fingerprint), ":", ""))
-	return &tls.Config{
-		MinVersion:         tls.VersionTLS13,
-		NextProtos:         []string{proto.ALPN},
-		InsecureSkipVerify: true, // replaced by the pin
-		VerifyPeerCertificate: func(raw [][]byte, _ [][]*x509.Certificate) error {
-			if len(raw) == 0 {
-				return errors.New("bench: server presented no certificate")
-			}
-			sum := sha256.Sum256(raw[0])
-			if got := hex.EncodeToString(sum[:]); got != pin {
-				return fmt.Errorf("bench: server certificate fingerprint %s, want %s", got, pin)
-			}
-			return nil
-		},
-	}
 }
 
 // client is one authenticated connection of user's device.
@@ -231,12 +206,8 @@ func (d *dialer) connectMany(ctx context.Context, users []string, parallel int) 
 // reqStream is a request stream with pipelined requests, answers matched by request id.
 type reqStream struct {
 	st      *quic.Stream
-	wmu     sync.Mutex
-	mu      sync.Mutex
-	pending map[uint64]chan proto.Frame
-	next    atomic.Uint64
-	dead    chan struct{}
-	err     error // why the stream died, set before dead is closed
+	wmu     sync.Mutex    // serializes writes on st
+	pending proto.Pending // failed, with the reason, when the reader stops
 }
 
 func (c *client) openRequests(ctx context.Context) (*reqStream, error) {
@@ -244,7 +215,7 @@ func (c *client) openRequests(ctx context.Context) (*reqStream, error) {
 	if err != nil {
 		return nil, err
 	}
-	rs := &reqStream{st: st, pending: make(map[uint64]chan proto.Frame), dead: make(chan struct{})}
+	rs := &reqStream{st: st}
 	go rs.read(proto.NewReader(st, int(c.limits.MaxFrame)))
 	return rs, nil
 }
@@ -256,53 +227,28 @@ func (rs *reqStream) read(r *proto.Reader) {
 			if errors.Is(err, proto.ErrMalformed) || errors.Is(err, proto.ErrUnknownType) {
 				continue
 			}
-			rs.mu.Lock()
-			rs.err = asProtoError(err)
-			rs.mu.Unlock()
-			close(rs.dead)
+			rs.pending.Fail(asProtoError(err))
 			return
 		}
-		resp, ok := f.(proto.Response)
-		if !ok || resp.RequestID() == 0 {
-			continue // an error not tied to a request: nothing waits for it
-		}
-		rs.mu.Lock()
-		ch := rs.pending[resp.RequestID()]
-		delete(rs.pending, resp.RequestID())
-		rs.mu.Unlock()
-		if ch != nil {
-			ch <- f
-		}
+		rs.pending.Deliver(f) // an error not tied to a request (id 0): nothing waits for it
 	}
 }
 
 // do sends the request mk(id) and returns its answer (an Ack, a query result or an *proto.Error
 // frame); err is for a dead stream, a write failure or ctx.
 func (rs *reqStream) do(ctx context.Context, mk func(id uint64) proto.Frame) (proto.Frame, error) {
-	id := rs.next.Add(1)
-	ch := make(chan proto.Frame, 1)
-	rs.mu.Lock()
-	rs.pending[id] = ch
-	rs.mu.Unlock()
-	rs.wmu.Lock()
-	err := proto.WriteFrame(rs.st, mk(id))
-	rs.wmu.Unlock()
-	if err == nil {
-		select {
-		case f := <-ch:
-			return f, nil
-		case <-rs.dead:
-			rs.mu.Lock()
-			err = rs.err
-			rs.mu.Unlock()
-		case <-ctx.Done():
-			err = ctx.Err()
-		}
+	id, ch, err := rs.pending.Add()
+	if err != nil {
+		return nil, err
 	}
-	rs.mu.Lock()
-	delete(rs.pending, id)
-	rs.mu.Unlock()
-	return nil, err
+	rs.wmu.Lock()
+	err = proto.WriteFrame(rs.st, mk(id))
+	rs.wmu.Unlock()
+	if err != nil {
+		rs.pending.Forget(id)
+		return nil, err
+	}
+	return rs.pending.Wait(ctx, id, ch)
 }
 
 // head asks for the user log's head.

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/syncd-dev/syncd/client/internal/store"
 	"github.com/syncd-dev/syncd/proto"
 )
 
@@ -77,7 +78,7 @@ func (cfg *Config) setDefaults() error {
 // cursor. It reconnects by itself with jittered backoff. Safe for concurrent use.
 type Client struct {
 	cfg    Config
-	st     *store
+	st     *store.Store
 	events chan Event
 	kick   chan struct{} // the outbox has new work
 	ctx    context.Context
@@ -101,7 +102,7 @@ func Dial(ctx context.Context, cfg Config) (*Client, error) {
 	if err := cfg.setDefaults(); err != nil {
 		return nil, err
 	}
-	st, err := openStore(cfg.StoreDir)
+	st, err := store.Open(cfg.StoreDir, cfg.Logger)
 	if err != nil {
 		return nil, err
 	}
@@ -113,7 +114,7 @@ func Dial(ctx context.Context, cfg Config) (*Client, error) {
 		}
 	}
 	if err != nil {
-		st.close()
+		st.Close()
 		return nil, err
 	}
 	c := &Client{cfg: cfg, st: st, events: make(chan Event, 1024), kick: make(chan struct{}, 1), user: first.welcome.User}
@@ -140,7 +141,7 @@ func (c *Client) Close() error {
 		c.cancel()
 		c.wg.Wait()
 		close(c.events)
-		c.closeErr = c.st.close()
+		c.closeErr = c.st.Close()
 	})
 	return c.closeErr
 }
@@ -149,38 +150,38 @@ func (c *Client) Close() error {
 // (status Sending) before Send returns, so it survives an app kill. peer names the other user
 // when conv is a direct conversation that may not exist yet.
 func (c *Client) Send(conv, peer string, body []byte) (string, error) {
-	return c.queue(outboxItem{Kind: proto.KindMessage, Conv: conv, Peer: peer, Body: body})
+	return c.queue(store.OutboxItem{Kind: proto.KindMessage, Conv: conv, Peer: peer, Body: body})
 }
 
 // MarkRead queues a read receipt: this user has read conv up to convSeq.
 func (c *Client) MarkRead(conv string, convSeq proto.Position) (string, error) {
-	return c.queue(outboxItem{Kind: proto.KindReceipt, Conv: conv, UpTo: convSeq})
+	return c.queue(store.OutboxItem{Kind: proto.KindReceipt, Conv: conv, UpTo: convSeq})
 }
 
 // Recall queues the recall of this user's message target in conv.
 func (c *Client) Recall(conv string, target proto.MsgID) (string, error) {
-	return c.queue(outboxItem{Kind: proto.KindRecall, Conv: conv, Target: target})
+	return c.queue(store.OutboxItem{Kind: proto.KindRecall, Conv: conv, Target: target})
 }
 
 // CreateGroup queues the creation of group conv with members (this user is always a member).
 func (c *Client) CreateGroup(conv string, members []string) (string, error) {
-	return c.queue(outboxItem{Kind: proto.KindGroupCreate, Conv: conv, Members: members})
+	return c.queue(store.OutboxItem{Kind: proto.KindGroupCreate, Conv: conv, Members: members})
 }
 
 // AddMembers queues adding members to group conv.
 func (c *Client) AddMembers(conv string, members []string) (string, error) {
-	return c.queue(outboxItem{Kind: proto.KindMemberAdd, Conv: conv, Members: members})
+	return c.queue(store.OutboxItem{Kind: proto.KindMemberAdd, Conv: conv, Members: members})
 }
 
 // RemoveMembers queues removing members from group conv.
 func (c *Client) RemoveMembers(conv string, members []string) (string, error) {
-	return c.queue(outboxItem{Kind: proto.KindMemberRemove, Conv: conv, Members: members})
+	return c.queue(store.OutboxItem{Kind: proto.KindMemberRemove, Conv: conv, Members: members})
 }
 
-func (c *Client) queue(it outboxItem) (string, error) {
+func (c *Client) queue(it store.OutboxItem) (string, error) {
 	it.Status = StatusSending
 	it.Created = time.Now().UnixNano()
-	it, err := c.st.addOutbox(it)
+	it, err := c.st.AddOutbox(it)
 	if err != nil {
 		return "", err
 	}
@@ -192,7 +193,7 @@ func (c *Client) queue(it outboxItem) (string, error) {
 }
 
 // Messages returns the conversation's messages stored on this device, in conversation order.
-func (c *Client) Messages(conv string) ([]Message, error) { return c.st.messages(conv) }
+func (c *Client) Messages(conv string) ([]Message, error) { return c.st.Messages(conv) }
 
 // emit delivers an event, waiting while the app catches up.
 func (c *Client) emit(e Event) {
@@ -258,7 +259,7 @@ func (c *Client) serve(cn *conn) {
 	}()
 	select {
 	case <-ctx.Done():
-	case <-cn.dead:
+	case <-cn.dead():
 	}
 	cancel()
 	cn.close()
@@ -334,15 +335,15 @@ func (c *Client) History(ctx context.Context, conv string, before proto.Position
 
 // ReadMark returns how far user has read conv, as this device has stored it.
 func (c *Client) ReadMark(conv, user string) (proto.Position, error) {
-	return c.st.readMark(conv, user)
+	return c.st.ReadMark(conv, user)
 }
 
 // Members returns the members of group conv as this device has stored them (direct
 // conversations carry no membership entries: their members are the two users of the id).
-func (c *Client) Members(conv string) ([]string, error) { return c.st.members(conv) }
+func (c *Client) Members(conv string) ([]string, error) { return c.st.Members(conv) }
 
 // LocalConversations returns the ids of the conversations stored on this device.
-func (c *Client) LocalConversations() ([]string, error) { return c.st.conversations() }
+func (c *Client) LocalConversations() ([]string, error) { return c.st.Conversations() }
 
 // Queued is a mutation in the device's outbox, with its status.
 type Queued struct {
@@ -355,7 +356,7 @@ type Queued struct {
 	LastError   string     // the last failure, if any
 }
 
-func queued(it outboxItem) Queued {
+func queued(it store.OutboxItem) Queued {
 	return Queued{ClientMsgID: it.ClientMsgID, Kind: it.Kind, Conv: it.Conv, Status: it.Status,
 		Attempts: it.Attempts, Ack: it.Ack, LastError: it.LastError}
 }
@@ -363,7 +364,7 @@ func queued(it outboxItem) Queued {
 // Outbox returns every mutation this device queued, oldest first, with its status: what an app
 // shows as sending, sent or failed after a restart.
 func (c *Client) Outbox() ([]Queued, error) {
-	items, err := c.st.listOutbox()
+	items, err := c.st.ListOutbox()
 	out := make([]Queued, 0, len(items))
 	for _, it := range items {
 		out = append(out, queued(it))
@@ -373,9 +374,24 @@ func (c *Client) Outbox() ([]Queued, error) {
 
 // Lookup returns the queued mutation with the given client_msg_id.
 func (c *Client) Lookup(clientMsgID string) (Queued, bool, error) {
-	it, ok, err := c.st.outboxByCMID(clientMsgID)
+	it, ok, err := c.st.OutboxByCMID(clientMsgID)
 	if err != nil || !ok {
 		return Queued{}, ok, err
 	}
 	return queued(it), true, nil
 }
+
+// Status is the state of a queued mutation: StatusSending, StatusSent or StatusFailed. Its
+// numbers are stored on disk by the local store, which owns the type.
+type Status = store.Status
+
+// Outbox statuses (PROTOCOL.md §8.3).
+const (
+	StatusSending = store.StatusSending // queued or in flight; resent after a restart
+	StatusSent    = store.StatusSent    // acknowledged by the server (Ack stored)
+	StatusFailed  = store.StatusFailed  // given up: a non-retryable error or retries exhausted
+)
+
+// Message is a message of a conversation as stored on the device, for display; Messages returns
+// them. The local store, which builds them, owns the type.
+type Message = store.Message

@@ -2,13 +2,9 @@ package client
 
 import (
 	"context"
-	"crypto/sha256"
 	"crypto/tls"
-	"crypto/x509"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 
 	"github.com/quic-go/quic-go"
@@ -24,13 +20,9 @@ type conn struct {
 	q       *quic.Conn
 	welcome *proto.Welcome
 
-	wmu    sync.Mutex // serializes writes on req
-	req    *quic.Stream
-	mu     sync.Mutex
-	nextID uint64
-	wait   map[uint64]chan proto.Frame
-	dead   chan struct{} // closed when the request stream's reader stops
-	err    error         // why; set before dead is closed
+	wmu  sync.Mutex // serializes writes on req
+	req  *quic.Stream
+	pend proto.Pending // requests waiting for their answer; failed when req's reader stops
 }
 
 // dial connects to the node at addr, says hello and starts the request stream's reader.
@@ -39,7 +31,7 @@ func dial(ctx context.Context, cfg *Config, addr string) (*conn, error) {
 	if err != nil {
 		return nil, fmt.Errorf("client: connect to %s: %w", addr, err)
 	}
-	c := &conn{addr: addr, q: q, wait: map[uint64]chan proto.Frame{}, dead: make(chan struct{})}
+	c := &conn{addr: addr, q: q}
 	if err := c.hello(ctx, cfg); err != nil {
 		q.CloseWithError(0, "")
 		return nil, err
@@ -82,63 +74,40 @@ func (c *conn) hello(ctx context.Context, cfg *Config) error {
 	return fmt.Errorf("client: unexpected answer to hello: %v", f.FrameType())
 }
 
+// readAnswers hands every answer read from the request stream to the request waiting for it,
+// until the stream fails; then it fails every waiter, now and later.
 func (c *conn) readAnswers() {
 	r := proto.NewReader(c.req, proto.DefaultMaxFrame)
-	var err error
 	for {
-		var f proto.Frame
-		f, err = r.Next()
+		f, err := r.Next()
 		if errors.Is(err, proto.ErrUnknownType) || errors.Is(err, proto.ErrMalformed) {
 			continue
 		}
 		if err != nil {
-			break
+			c.pend.Fail(fmt.Errorf("client: connection lost: %w", err))
+			return
 		}
-		var id uint64                           // 0 for a frame that answers no request: nobody waits for it
-		if resp, ok := f.(proto.Response); ok { // an Error is a Response too
-			id = resp.RequestID()
-		}
-		c.mu.Lock()
-		ch := c.wait[id]
-		delete(c.wait, id)
-		c.mu.Unlock()
-		if ch != nil {
-			ch <- f
-		}
+		c.pend.Deliver(f) // an *proto.Error is a Response too; id 0 or unknown ids are dropped
 	}
-	c.mu.Lock()
-	c.err = err
-	c.mu.Unlock()
-	close(c.dead)
 }
+
+// dead is closed when the request stream's reader stops: the connection is no longer usable.
+func (c *conn) dead() <-chan struct{} { return c.pend.Done() }
 
 // do sends a request and waits for its answer, the connection's end, or ctx.
 func (c *conn) do(ctx context.Context, build func(id uint64) proto.Frame) (proto.Frame, error) {
-	ch := make(chan proto.Frame, 1)
-	c.mu.Lock()
-	c.nextID++
-	id := c.nextID
-	c.wait[id] = ch
-	c.mu.Unlock()
-	defer func() {
-		c.mu.Lock()
-		delete(c.wait, id)
-		c.mu.Unlock()
-	}()
-	c.wmu.Lock()
-	err := proto.WriteFrame(c.req, build(id))
-	c.wmu.Unlock()
+	id, ch, err := c.pend.Add()
 	if err != nil {
 		return nil, err
 	}
-	select {
-	case f := <-ch:
-		return f, nil
-	case <-c.dead:
-		return nil, fmt.Errorf("client: connection lost: %w", c.err)
-	case <-ctx.Done():
-		return nil, ctx.Err()
+	c.wmu.Lock()
+	err = proto.WriteFrame(c.req, build(id))
+	c.wmu.Unlock()
+	if err != nil {
+		c.pend.Forget(id)
+		return nil, err
 	}
+	return c.pend.Wait(ctx, id, ch)
 }
 
 func (c *conn) close() { c.q.CloseWithError(0, "bye") }
@@ -151,20 +120,8 @@ func (cfg *Config) tlsConfig() *tls.Config {
 		t.NextProtos = []string{proto.ALPN}
 		return t
 	}
-	t := &tls.Config{MinVersion: tls.VersionTLS13, NextProtos: []string{proto.ALPN}}
 	if cfg.Fingerprint != "" {
-		want := strings.ToLower(strings.ReplaceAll(cfg.Fingerprint, ":", ""))
-		t.InsecureSkipVerify = true // replaced by the pin below
-		t.VerifyPeerCertificate = func(raw [][]byte, _ [][]*x509.Certificate) error {
-			if len(raw) == 0 {
-				return errors.New("client: server sent no certificate")
-			}
-			sum := sha256.Sum256(raw[0])
-			if hex.EncodeToString(sum[:]) != want {
-				return errors.New("client: server certificate does not match the pinned fingerprint")
-			}
-			return nil
-		}
+		return proto.PinnedTLSConfig(cfg.Fingerprint)
 	}
-	return t
+	return &tls.Config{MinVersion: tls.VersionTLS13, NextProtos: []string{proto.ALPN}}
 }

@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"time"
 
+	"github.com/syncd-dev/syncd/client/internal/store"
 	"github.com/syncd-dev/syncd/proto"
 )
 
@@ -19,7 +20,7 @@ import (
 // It returns when the connection fails (the caller reconnects) or ctx ends.
 func (c *Client) sendOutbox(ctx context.Context, cn *conn) {
 	for ctx.Err() == nil {
-		items, err := c.st.pendingOutbox()
+		items, err := c.st.PendingOutbox()
 		if err != nil {
 			c.cfg.Logger.Error("read outbox", "err", err)
 			return
@@ -61,15 +62,15 @@ func (c *Client) sendOutbox(ctx context.Context, cn *conn) {
 
 // attempt sends one mutation and records the outcome. It reports whether the connection is lost,
 // and whether the mutation now waits for a retry.
-func (c *Client) attempt(ctx context.Context, cn *conn, it outboxItem) (lost, waiting bool) {
+func (c *Client) attempt(ctx context.Context, cn *conn, it store.OutboxItem) (lost, waiting bool) {
 	rctx, cancel := context.WithTimeout(ctx, c.cfg.RequestTimeout)
 	defer cancel()
-	ans, err := cn.do(rctx, func(id uint64) proto.Frame { return it.frame(id) })
+	ans, err := cn.do(rctx, func(id uint64) proto.Frame { return itemFrame(&it, id) })
 	var retryAfter time.Duration
 	switch a := ans.(type) {
 	case *proto.Ack:
 		it.Status, it.Ack, it.Attempts = StatusSent, a, it.Attempts+1
-		if err := c.st.updateOutbox(it); err != nil {
+		if err := c.st.UpdateOutbox(it); err != nil {
 			c.cfg.Logger.Error("update outbox", "err", err)
 			return true, false
 		}
@@ -94,28 +95,28 @@ func (c *Client) attempt(ctx context.Context, cn *conn, it outboxItem) (lost, wa
 	wait += rand.N(wait/2 + 1)
 	it.NextAttempt = time.Now().Add(max(wait, retryAfter)).UnixNano()
 	it.LastError = fmt.Sprint(err)
-	if err := c.st.updateOutbox(it); err != nil {
+	if err := c.st.UpdateOutbox(it); err != nil {
 		c.cfg.Logger.Error("update outbox", "err", err)
 		return true, true
 	}
 	select {
-	case <-cn.dead:
+	case <-cn.dead():
 		return true, true
 	default:
 		return false, true
 	}
 }
 
-func (c *Client) fail(it outboxItem, err error) {
+func (c *Client) fail(it store.OutboxItem, err error) {
 	it.Status, it.LastError = StatusFailed, err.Error()
-	if uerr := c.st.updateOutbox(it); uerr != nil {
+	if uerr := c.st.UpdateOutbox(it); uerr != nil {
 		c.cfg.Logger.Error("update outbox", "err", uerr)
 	}
 	c.emit(StatusEvent{ClientMsgID: it.ClientMsgID, Status: StatusFailed, Err: err})
 }
 
-// frame builds the request for a queued mutation.
-func (it *outboxItem) frame(id uint64) proto.Frame {
+// itemFrame builds the request for a queued mutation.
+func itemFrame(it *store.OutboxItem, id uint64) proto.Frame {
 	switch it.Kind {
 	case proto.KindReceipt:
 		return &proto.MarkRead{ID: id, Conv: it.Conv, ClientMsgID: it.ClientMsgID, UpTo: it.UpTo}

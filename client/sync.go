@@ -7,6 +7,7 @@ import (
 
 	"github.com/quic-go/quic-go"
 
+	"github.com/syncd-dev/syncd/client/internal/store"
 	"github.com/syncd-dev/syncd/proto"
 )
 
@@ -33,7 +34,7 @@ func (c *Client) syncLoop(ctx context.Context, cn *conn) {
 // syncOnce runs one sync stream. restart says the stream ended on purpose and a new one should
 // start from the (possibly updated) cursor.
 func (c *Client) syncOnce(ctx context.Context, cn *conn) (restart bool, err error) {
-	epoch, pos, err := c.st.cursor()
+	epoch, pos, err := c.st.Cursor()
 	if err != nil {
 		return false, err
 	}
@@ -86,8 +87,8 @@ func (c *Client) syncOnce(ctx context.Context, cn *conn) (restart bool, err erro
 		case f := <-frames:
 			switch f := f.(type) {
 			case *proto.Batch:
-				_, err := c.st.applyBatch(f.Epoch, f.Entries)
-				if errors.Is(err, errNotContiguous) {
+				_, err := c.st.ApplyBatch(f.Epoch, f.Entries)
+				if errors.Is(err, store.ErrNotContiguous) {
 					c.emit(GapEvent{At: pos + 1})
 					return true, nil
 				}
@@ -109,7 +110,7 @@ func (c *Client) syncOnce(ctx context.Context, cn *conn) (restart bool, err erro
 			case *proto.Rebase:
 				return true, c.rebase(f.Epoch, f.Head)
 			case *proto.EpochChanged:
-				if err := c.st.resetForEpoch(f.Epoch); err != nil {
+				if err := c.st.ResetForEpoch(f.Epoch); err != nil {
 					return false, err
 				}
 				c.emit(EpochEvent{Epoch: f.Epoch})
@@ -122,7 +123,7 @@ func (c *Client) syncOnce(ctx context.Context, cn *conn) (restart bool, err erro
 }
 
 func (c *Client) rebase(epoch proto.Epoch, head proto.Position) error {
-	if err := c.st.rebaseTo(epoch, head); err != nil {
+	if err := c.st.RebaseTo(epoch, head); err != nil {
 		return err
 	}
 	c.emit(RebaseEvent{Epoch: epoch, Head: head})
@@ -142,7 +143,7 @@ func (c *Client) headMovedWithoutUs(ctx context.Context, cn *conn, progressed bo
 	if !ok {
 		return false, nil
 	}
-	_, pos, err := c.st.cursor()
+	_, pos, err := c.st.Cursor()
 	if err != nil {
 		return false, err
 	}

@@ -42,4 +42,9 @@
 // the code to send back; [Error] is both the Error frame and the Go error type, matched with
 // errors.Is(err, &Error{Code: c}) or [IsCode]. Frame values are plain structs, owned by the
 // caller, not safe for concurrent mutation; the package holds no state besides buffer pools.
+//
+// Two helpers every client of the protocol needs live here so that there is one copy of each:
+// [PinnedTLSConfig] (with [Fingerprint]) builds the client TLS configuration that pins a server
+// certificate, and [Pending] matches a request stream's answers to the requests waiting for them.
+// [CheckShape] bounds any msgpack value before it is decoded.
 package proto

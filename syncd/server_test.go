@@ -68,7 +68,7 @@ func dialRaw(t *testing.T, ts *testServer) *quic.Conn {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	conn, err := quic.DialAddr(ctx, ts.Addr().String(), auth.PinnedClientTLS(ts.Fingerprint(), proto.ALPN), &quic.Config{})
+	conn, err := quic.DialAddr(ctx, ts.Addr().String(), proto.PinnedTLSConfig(ts.Fingerprint()), &quic.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -119,7 +119,7 @@ func safePathElem(id string) bool {
 	return id != "." && id != ".." && !strings.ContainsAny(id, `/\:`) && filepath.IsLocal(id)
 }
 
-// certFingerprint returns the fingerprint (auth.Fingerprint) of the first certificate in a PEM
+// certFingerprint returns the fingerprint (proto.Fingerprint) of the first certificate in a PEM
 // file.
 func certFingerprint(path string) (string, error) {
 	raw, err := os.ReadFile(path)
@@ -133,7 +133,7 @@ func certFingerprint(path string) (string, error) {
 			return "", fmt.Errorf("%s holds no PEM CERTIFICATE block; pass -fingerprint", path)
 		}
 		if b.Type == "CERTIFICATE" {
-			return auth.Fingerprint(b.Bytes), nil
+			return proto.Fingerprint(b.Bytes), nil
 		}
 	}
 }

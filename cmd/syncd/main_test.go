@@ -21,6 +21,7 @@ import (
 	"github.com/BurntSushi/toml"
 	"go.uber.org/goleak"
 
+	"github.com/syncd-dev/syncd/proto"
 	"github.com/syncd-dev/syncd/raftstore"
 	"github.com/syncd-dev/syncd/syncd"
 	"github.com/syncd-dev/syncd/syncd/auth"
@@ -533,7 +534,7 @@ func TestFirstStartIsQuiet(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if block, _ := pem.Decode(der); block == nil || fp != auth.Fingerprint(block.Bytes) {
+	if block, _ := pem.Decode(der); block == nil || fp != proto.Fingerprint(block.Bytes) {
 		t.Errorf("cert_sha256=%s is not the fingerprint of %s", fp, auth.TLSCertFile)
 	}
 	if secret != filepath.Join(dir, auth.TokenKeyFile) {

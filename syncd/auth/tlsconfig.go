@@ -4,11 +4,9 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
-	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
-	"encoding/hex"
 	"encoding/pem"
 	"errors"
 	"fmt"
@@ -19,15 +17,17 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/syncd-dev/syncd/proto"
 )
 
 // TLS for the QUIC listener. Production servers load a certificate and key from files
 // (LoadCert). The embedded default generates a self-signed certificate in the data directory on
 // first start (SelfSignedCert) and prints its fingerprint; clients pin that fingerprint
-// (PinnedClientTLS) instead of trusting a CA.
+// (proto.PinnedTLSConfig) instead of trusting a CA.
 //
 // A fingerprint is the SHA-256 of the certificate's DER encoding, written as 64 lowercase hex
-// digits without separators (Fingerprint). It is part of what operators copy to clients, so the
+// digits without separators (proto.Fingerprint). It is part of what operators copy to clients, so the
 // spelling is stable.
 
 // Files SelfSignedCert keeps in the data directory, PEM encoded.
@@ -184,14 +184,7 @@ func keyPair(certPEM, keyPEM []byte, certFile, keyFile string) (tls.Certificate,
 			return tls.Certificate{}, "", fmt.Errorf("syncd: TLS certificate %s: %w", certFile, err)
 		}
 	}
-	return cert, Fingerprint(cert.Certificate[0]), nil
-}
-
-// Fingerprint returns the fingerprint of a DER-encoded certificate: its SHA-256 as 64 lowercase
-// hex digits, no separators. A pure function; safe to call concurrently.
-func Fingerprint(der []byte) string {
-	sum := sha256.Sum256(der)
-	return hex.EncodeToString(sum[:])
+	return cert, proto.Fingerprint(cert.Certificate[0]), nil
 }
 
 // ServerTLSConfig returns a new TLS configuration for the listener: cert, TLS 1.3 only, and the
@@ -203,39 +196,6 @@ func ServerTLSConfig(cert tls.Certificate, alpn string) *tls.Config {
 		Certificates: []tls.Certificate{cert},
 		MinVersion:   tls.VersionTLS13,
 		NextProtos:   []string{alpn},
-	}
-}
-
-// PinnedClientTLS returns a new client TLS configuration that accepts exactly the server
-// certificate with the given fingerprint (as printed by the server; colons and upper case are
-// tolerated), whatever its names, issuer or validity dates, offering alpn over TLS 1.3. A
-// fingerprint that is not 64 hex digits matches nothing: every handshake then fails.
-//
-// It sets InsecureSkipVerify, so the pin is the only check: it is done by VerifyPeerCertificate
-// on the leaf the server presents. That callback does not run on resumed sessions; resumption is
-// still safe because a session ticket is only obtained from a handshake that passed the pin, as
-// long as a ClientSessionCache is not shared with configurations that pin something else.
-//
-// The caller owns the result; once in use it must not be modified and is safe for concurrent use.
-// (The Go client SDK cannot import this package and keeps its own copy of the idea.)
-func PinnedClientTLS(fingerprint, alpn string) *tls.Config {
-	pin := strings.ToLower(strings.ReplaceAll(strings.TrimSpace(fingerprint), ":", ""))
-	return &tls.Config{
-		MinVersion:         tls.VersionTLS13,
-		NextProtos:         []string{alpn},
-		InsecureSkipVerify: true, // replaced by the pin below
-		VerifyPeerCertificate: func(rawCerts [][]byte, _ [][]*x509.Certificate) error {
-			if len(pin) != 2*sha256.Size {
-				return fmt.Errorf("syncd: pinned fingerprint %q is not %d hex digits", fingerprint, 2*sha256.Size)
-			}
-			if len(rawCerts) == 0 {
-				return errors.New("syncd: server presented no certificate")
-			}
-			if got := Fingerprint(rawCerts[0]); got != pin {
-				return fmt.Errorf("syncd: server certificate fingerprint %s does not match the pinned %s", got, pin)
-			}
-			return nil
-		},
 	}
 }
 

@@ -15,9 +15,9 @@ import (
 	"strings"
 	"testing"
 	"time"
-)
 
-const testALPN = "syncd-test/1"
+	"github.com/syncd-dev/syncd/proto"
+)
 
 func TestCertSelfSignedGeneratesOnce(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "data")
@@ -172,13 +172,6 @@ func TestCertLoadErrors(t *testing.T) {
 	}
 }
 
-func TestFingerprint(t *testing.T) {
-	// SHA-256("abc"), FIPS 180-2 test vector.
-	if got, want := Fingerprint([]byte("abc")), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"; got != want {
-		t.Errorf("Fingerprint = %s, want %s", got, want)
-	}
-}
-
 // handshake runs one TLS handshake over loopback TCP between ServerTLSConfig(cert) and client,
 // has the server send a greeting, and returns the client's connection state and the errors of
 // both sides. It waits for the server goroutine before returning.
@@ -198,7 +191,7 @@ func handshake(t *testing.T, cert tls.Certificate, client *tls.Config) (tls.Conn
 		}
 		defer c.Close()
 		c.SetDeadline(time.Now().Add(10 * time.Second))
-		tc := tls.Server(c, ServerTLSConfig(cert, testALPN))
+		tc := tls.Server(c, ServerTLSConfig(cert, proto.ALPN))
 		if err := tc.Handshake(); err != nil {
 			serverErr <- err
 			return
@@ -231,17 +224,17 @@ func TestPinnedTLSHandshake(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	state, cerr, serr := handshake(t, cert, PinnedClientTLS(fp, testALPN))
+	state, cerr, serr := handshake(t, cert, proto.PinnedTLSConfig(fp))
 	if cerr != nil || serr != nil {
 		t.Fatalf("client: %v; server: %v", cerr, serr)
 	}
 	if state.Version != tls.VersionTLS13 {
 		t.Errorf("version %x, want TLS 1.3", state.Version)
 	}
-	if state.NegotiatedProtocol != testALPN {
-		t.Errorf("ALPN %q, want %q", state.NegotiatedProtocol, testALPN)
+	if state.NegotiatedProtocol != proto.ALPN {
+		t.Errorf("ALPN %q, want %q", state.NegotiatedProtocol, proto.ALPN)
 	}
-	if got := Fingerprint(state.PeerCertificates[0].Raw); got != fp {
+	if got := proto.Fingerprint(state.PeerCertificates[0].Raw); got != fp {
 		t.Errorf("peer fingerprint %s, want %s", got, fp)
 	}
 
@@ -250,7 +243,7 @@ func TestPinnedTLSHandshake(t *testing.T) {
 	for i := 0; i < len(fp); i += 2 {
 		colons = append(colons, strings.ToUpper(fp[i:i+2]))
 	}
-	if _, cerr, serr := handshake(t, cert, PinnedClientTLS(strings.Join(colons, ":"), testALPN)); cerr != nil || serr != nil {
+	if _, cerr, serr := handshake(t, cert, proto.PinnedTLSConfig(strings.Join(colons, ":"))); cerr != nil || serr != nil {
 		t.Errorf("colon-separated pin: client: %v; server: %v", cerr, serr)
 	}
 }
@@ -269,7 +262,7 @@ func TestPinnedTLSRejects(t *testing.T) {
 		"empty pin":           "",
 		"truncated pin":       fp[:32],
 	} {
-		_, cerr, serr := handshake(t, cert, PinnedClientTLS(pin, testALPN))
+		_, cerr, serr := handshake(t, cert, proto.PinnedTLSConfig(pin))
 		if cerr == nil || !strings.Contains(cerr.Error(), "fingerprint") {
 			t.Errorf("%s: client err %v, want a fingerprint error", name, cerr)
 		}
@@ -279,13 +272,13 @@ func TestPinnedTLSRejects(t *testing.T) {
 	}
 
 	// TLS 1.2 is refused by the server.
-	old := PinnedClientTLS(fp, testALPN)
+	old := proto.PinnedTLSConfig(fp)
 	old.MinVersion, old.MaxVersion = tls.VersionTLS12, tls.VersionTLS12
 	if _, cerr, serr := handshake(t, cert, old); cerr == nil || serr == nil {
 		t.Errorf("TLS 1.2: client %v, server %v; want both to fail", cerr, serr)
 	}
 	// A client without the ALPN is refused.
-	if _, cerr, serr := handshake(t, cert, PinnedClientTLS(fp, "other/1")); cerr == nil || serr == nil {
+	if _, cerr, serr := handshake(t, cert, otherALPN(proto.PinnedTLSConfig(fp))); cerr == nil || serr == nil {
 		t.Errorf("wrong ALPN: client %v, server %v; want both to fail", cerr, serr)
 	}
 }
@@ -299,8 +292,14 @@ func TestCertCAVerifiedTLSHandshake(t *testing.T) {
 	}
 	pool := x509.NewCertPool()
 	pool.AddCert(cert.Leaf)
-	client := &tls.Config{RootCAs: pool, ServerName: "127.0.0.1", NextProtos: []string{testALPN}, MinVersion: tls.VersionTLS13}
+	client := &tls.Config{RootCAs: pool, ServerName: "127.0.0.1", NextProtos: []string{proto.ALPN}, MinVersion: tls.VersionTLS13}
 	if _, cerr, serr := handshake(t, cert, client); cerr != nil || serr != nil {
 		t.Errorf("client: %v; server: %v", cerr, serr)
 	}
+}
+
+// otherALPN returns cfg offering another application protocol than syncd's.
+func otherALPN(cfg *tls.Config) *tls.Config {
+	cfg.NextProtos = []string{"other/1"}
+	return cfg
 }

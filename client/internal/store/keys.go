@@ -1,0 +1,167 @@
+package store
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"strings"
+
+	"github.com/syncd-dev/syncd/proto"
+)
+
+// The key layout of the store. The format is on disk in every device: change it only with a new
+// formatVersion (and a migration).
+//
+// Numbers are fixed-width (8 bytes) big-endian, so keys sort numerically; ids (conversation,
+// user, client_msg_id, msg_id) are followed by a 0x00 terminator, which cannot occur inside
+// them (proto.ValidID allows 0x21–0x7e only; a msg_id is digits and dots), so "a" and "ab" never
+// share a prefix and a scan of one conversation never reaches another.
+//
+//	0x01 'v'                          format version               u64
+//	0x01 'c'                          sync cursor                  epoch u64, pos u64
+//	0x01 'o'                          last outbox seq assigned     u64
+//	0x02 seq                          outbox item                  v1 msgpack OutboxItem
+//	0x03 cmid 0x00                    outbox index by cmid         seq u64
+//	0x04 seq                          outbox item still SENDING    empty
+//	0x10 seq                          user-log entry (stored as received)  v1 msgpack proto.Entry
+//	0x11 msg_id 0x00                  msg_id index (dedup, recall) conv 0x00 conv_seq u64
+//	0x12 conv 0x00 conv_seq           message view                 v1 msgpack storedMsg
+//	0x13 conv 0x00 user 0x00          read mark of user in conv    conv_seq u64
+//	0x14 conv 0x00 user 0x00          member of conv               empty
+//	0x15 conv 0x00                    known conversation           empty
+//	0x16 msg_id 0x00                  recall seen before its target     empty
+//
+// Values that are not plain numbers start with a version byte (valueVersion) followed by
+// msgpack; msgpack maps ignore unknown keys, so later versions may add fields. The whole layout
+// is versioned by the format key: Open refuses a store of another format.
+
+// formatVersion is the key layout version written under the format key.
+const formatVersion = 1
+
+// valueVersion is the first byte of every msgpack value.
+const valueVersion = 1
+
+// Key tags: the first byte of every key (see the layout above).
+const (
+	tagMeta          = 0x01
+	tagOutbox        = 0x02
+	tagOutboxCMID    = 0x03
+	tagOutboxSending = 0x04
+	tagEntry         = 0x10
+	tagMsgIndex      = 0x11
+	tagView          = 0x12
+	tagReadMark      = 0x13
+	tagMember        = 0x14
+	tagConv          = 0x15
+	tagEarlyRecall   = 0x16
+)
+
+// keyBuilder builds the store's keys; sk is its only value.
+type keyBuilder struct{}
+
+// sk builds keys: sk.outbox(seq), sk.view(conv, seq), …
+var sk keyBuilder
+
+// format is the key of the format version.
+func (keyBuilder) format() []byte { return []byte{tagMeta, 'v'} }
+
+// cursor is the key of the sync cursor.
+func (keyBuilder) cursor() []byte { return []byte{tagMeta, 'c'} }
+
+// outboxLast is the key of the last outbox seq assigned.
+func (keyBuilder) outboxLast() []byte { return []byte{tagMeta, 'o'} }
+
+// outbox is the key of outbox item seq.
+func (keyBuilder) outbox(seq uint64) []byte {
+	return binary.BigEndian.AppendUint64([]byte{tagOutbox}, seq)
+}
+
+// outboxPrefix prefixes every outbox item.
+func (keyBuilder) outboxPrefix() []byte { return []byte{tagOutbox} }
+
+// outboxCMID is the key of the outbox index entry of cmid.
+func (keyBuilder) outboxCMID(cmid string) []byte {
+	return appendID([]byte{tagOutboxCMID}, cmid)
+}
+
+// outboxSending is the key of the marker of an outbox item still SENDING.
+func (keyBuilder) outboxSending(seq uint64) []byte {
+	return binary.BigEndian.AppendUint64([]byte{tagOutboxSending}, seq)
+}
+
+// outboxSendingPrefix prefixes every SENDING marker.
+func (keyBuilder) outboxSendingPrefix() []byte { return []byte{tagOutboxSending} }
+
+// entry is the key of the user-log entry at seq.
+func (keyBuilder) entry(seq proto.Position) []byte {
+	return binary.BigEndian.AppendUint64([]byte{tagEntry}, uint64(seq))
+}
+
+// entryPrefix prefixes every user-log entry.
+func (keyBuilder) entryPrefix() []byte { return []byte{tagEntry} }
+
+// msgIndex is the key of the msg_id index entry of id.
+func (keyBuilder) msgIndex(id proto.MsgID) []byte {
+	return appendID([]byte{tagMsgIndex}, string(id))
+}
+
+// msgRef is the msg_id index value: conv 0x00 conv_seq.
+func (keyBuilder) msgRef(conv string, seq proto.Position) []byte {
+	return binary.BigEndian.AppendUint64(appendID(nil, conv), uint64(seq))
+}
+
+// parseMsgRef splits a msgRef value.
+func (keyBuilder) parseMsgRef(v []byte) (string, proto.Position, error) {
+	i := bytes.IndexByte(v, 0)
+	if i < 0 || len(v) != i+9 {
+		return "", 0, fmt.Errorf("client: bad msg_id index value %x", v)
+	}
+	return string(v[:i]), proto.Position(binary.BigEndian.Uint64(v[i+1:])), nil
+}
+
+// view is the key of the message-view record of (conv, conv_seq).
+func (keyBuilder) view(conv string, seq proto.Position) []byte {
+	return binary.BigEndian.AppendUint64(sk.viewPrefix(conv), uint64(seq))
+}
+
+// viewPrefix prefixes the message view of conv.
+func (keyBuilder) viewPrefix(conv string) []byte { return appendID([]byte{tagView}, conv) }
+
+// readMark is the key of user's read mark in conv.
+func (keyBuilder) readMark(conv, user string) []byte {
+	return appendID(appendID([]byte{tagReadMark}, conv), user)
+}
+
+// member is the key marking user a member of conv.
+func (keyBuilder) member(conv, user string) []byte {
+	return appendID(sk.memberPrefix(conv), user)
+}
+
+// memberPrefix prefixes the members of conv.
+func (keyBuilder) memberPrefix(conv string) []byte { return appendID([]byte{tagMember}, conv) }
+
+// conv is the key marking conv known.
+func (keyBuilder) conv(conv string) []byte { return appendID([]byte{tagConv}, conv) }
+
+// convPrefix prefixes every known conversation.
+func (keyBuilder) convPrefix() []byte { return []byte{tagConv} }
+
+// earlyRecall is the key of a recall of id seen before id itself.
+func (keyBuilder) earlyRecall(id proto.MsgID) []byte {
+	return appendID([]byte{tagEarlyRecall}, string(id))
+}
+
+// appendID appends id and its 0x00 terminator.
+func appendID(b []byte, id string) []byte { return append(append(b, id...), 0) }
+
+// keyableID reports whether id can be part of a key (non-empty, no 0x00). Queries for ids
+// that cannot be return nothing.
+func keyableID(id string) bool { return id != "" && !strings.ContainsRune(id, 0) }
+
+// prefixEnd returns the smallest key greater than every key with prefix. The store's
+// prefixes never end in 0xff.
+func prefixEnd(prefix []byte) []byte {
+	end := append([]byte(nil), prefix...)
+	end[len(end)-1]++
+	return end
+}

@@ -1,0 +1,113 @@
+package store
+
+import (
+	"encoding/binary"
+	"fmt"
+
+	"github.com/syncd-dev/syncd/proto"
+)
+
+// Message is a message of a conversation as stored on the device, for display.
+type Message struct {
+	Conv     string         // conversation id
+	ConvSeq  proto.Position // position in the conversation
+	MsgID    proto.MsgID    // server-assigned id
+	Sender   string         // user who sent it
+	Time     int64          // server time of the append, Unix ns
+	Body     []byte         // the body (kept after a recall: the app decides what to show)
+	Recalled bool           // the sender recalled it
+}
+
+// storedMsg is one conversation entry in the message view: a message, or a receipt, recall,
+// membership change or unknown kind (kept so the view mirrors the conversation log).
+type storedMsg struct {
+	Kind     proto.Kind     `msgpack:"kind"`
+	MsgID    proto.MsgID    `msgpack:"msg_id"`
+	Sender   string         `msgpack:"sender"`
+	Time     int64          `msgpack:"time"`
+	Body     []byte         `msgpack:"body,omitempty"`
+	Recalled bool           `msgpack:"recalled,omitempty"`
+	UpTo     proto.Position `msgpack:"up_to,omitempty"`
+	Target   proto.MsgID    `msgpack:"target,omitempty"`
+	Members  []string       `msgpack:"members,omitempty"`
+}
+
+// Messages returns the messages (KindMessage entries) of conv in conv_seq order, recalled ones
+// included (Recalled set).
+func (s *Store) Messages(conv string) ([]Message, error) {
+	if !keyableID(conv) {
+		return nil, nil
+	}
+	db, err := s.read()
+	if err != nil {
+		return nil, err
+	}
+	defer s.mu.RUnlock()
+	prefix := sk.viewPrefix(conv)
+	var out []Message
+	err = scan(db, prefix, func(k, v []byte) error {
+		var m storedMsg
+		if err := decode(v, &m); err != nil {
+			return fmt.Errorf("client: message view of %s: %w", conv, err)
+		}
+		if m.Kind != proto.KindMessage {
+			return nil
+		}
+		out = append(out, Message{
+			Conv: conv, ConvSeq: proto.Position(binary.BigEndian.Uint64(k[len(prefix):])),
+			MsgID: m.MsgID, Sender: m.Sender, Time: m.Time, Body: m.Body, Recalled: m.Recalled,
+		})
+		return nil
+	})
+	return out, err
+}
+
+// ReadMark returns the highest conv_seq user has read in conv (0 if none is known).
+func (s *Store) ReadMark(conv, user string) (proto.Position, error) {
+	if !keyableID(conv) || !keyableID(user) {
+		return 0, nil
+	}
+	db, err := s.read()
+	if err != nil {
+		return 0, err
+	}
+	defer s.mu.RUnlock()
+	v, _, err := getUint(db, sk.readMark(conv, user))
+	return proto.Position(v), err
+}
+
+// Members returns the known members of conv, sorted. Direct conversations have no membership
+// entries: their members are empty here.
+func (s *Store) Members(conv string) ([]string, error) {
+	if !keyableID(conv) {
+		return nil, nil
+	}
+	db, err := s.read()
+	if err != nil {
+		return nil, err
+	}
+	defer s.mu.RUnlock()
+	prefix := sk.memberPrefix(conv)
+	var out []string
+	err = scan(db, prefix, func(k, _ []byte) error {
+		out = append(out, string(k[len(prefix):len(k)-1]))
+		return nil
+	})
+	return out, err
+}
+
+// Conversations returns the ids of every conversation an entry was stored for, sorted.
+func (s *Store) Conversations() ([]string, error) {
+	db, err := s.read()
+	if err != nil {
+		return nil, err
+	}
+	defer s.mu.RUnlock()
+	prefix := sk.convPrefix()
+	var out []string
+	err = scan(db, prefix, func(k, _ []byte) error {
+		out = append(out, string(k[len(prefix):len(k)-1]))
+		return nil
+	})
+	return out, err
+}

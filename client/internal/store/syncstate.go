@@ -1,0 +1,319 @@
+package store
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/syncd-dev/syncd/proto"
+)
+
+// Errors of the sync state.
+var (
+	// ErrNotContiguous: a batch does not start right after the stored cursor or has a hole, or
+	// (ErrEpochMismatch) belongs to another epoch. Nothing was stored; the caller restarts the
+	// sync from the stored cursor (a gap is refetched, never skipped).
+	ErrNotContiguous = errors.New("client: batch not contiguous with the stored cursor")
+	// ErrEpochMismatch is the ErrNotContiguous of a batch from an epoch other than the stored one.
+	ErrEpochMismatch = fmt.Errorf("%w: epoch differs from the stored epoch", ErrNotContiguous)
+	// ErrCursorBackward: a rebase would move the cursor back within the same epoch.
+	ErrCursorBackward = errors.New("client: the cursor never moves back within an epoch")
+)
+
+// Cursor returns the stored sync cursor; (0, 0) for a device that has never synced.
+func (s *Store) Cursor() (proto.Epoch, proto.Position, error) {
+	db, err := s.read()
+	if err != nil {
+		return 0, 0, err
+	}
+	defer s.mu.RUnlock()
+	return getCursor(db)
+}
+
+// getCursor reads the cursor from r.
+func getCursor(r pebble.Reader) (proto.Epoch, proto.Position, error) {
+	v, ok, err := getValue(r, sk.cursor())
+	if err != nil || !ok {
+		return 0, 0, err
+	}
+	if len(v) != 16 {
+		return 0, 0, fmt.Errorf("client: cursor value of %d bytes", len(v))
+	}
+	return proto.Epoch(binary.BigEndian.Uint64(v)), proto.Position(binary.BigEndian.Uint64(v[8:])), nil
+}
+
+// setCursor writes the cursor into b.
+func setCursor(b *pebble.Batch, epoch proto.Epoch, pos proto.Position) error {
+	v := binary.BigEndian.AppendUint64(nil, uint64(epoch))
+	return b.Set(sk.cursor(), binary.BigEndian.AppendUint64(v, uint64(pos)), nil)
+}
+
+// ApplyBatch stores a Batch of the user log (PROTOCOL.md §8.4) in one synced Pebble batch:
+// every entry under its seq, the message view, read marks, members, and the cursor (epoch, last
+// seq). A stored cursor (0, 0) adopts epoch; otherwise epoch must equal the stored epoch
+// (ErrEpochMismatch, which is an ErrNotContiguous), and the entries must be numbered exactly
+// cursor+1, cursor+2, … (ErrNotContiguous). On any error nothing is written.
+//
+// Entries are deduplicated by msg_id: an entry whose msg_id is already stored (re-delivered
+// after an epoch change, or already loaded from history) is stored under its seq and moves the
+// cursor, but changes nothing in the view. applied counts the entries that were new.
+func (s *Store) ApplyBatch(epoch proto.Epoch, entries []proto.Entry) (applied int, err error) {
+	if epoch == 0 {
+		return 0, fmt.Errorf("%w: batch without epoch", ErrEpochMismatch)
+	}
+	for i := range entries {
+		if err := checkEntryIDs(&entries[i]); err != nil {
+			return 0, err
+		}
+	}
+	db, err := s.write()
+	if err != nil {
+		return 0, err
+	}
+	defer s.mu.Unlock()
+	curEpoch, pos, err := getCursor(db)
+	if err != nil {
+		return 0, err
+	}
+	if curEpoch == 0 && pos != 0 {
+		return 0, fmt.Errorf("client: stored cursor (0, %d) has no epoch", pos)
+	}
+	if curEpoch != 0 && epoch != curEpoch {
+		return 0, fmt.Errorf("%w: batch epoch %d, stored %d", ErrEpochMismatch, epoch, curEpoch)
+	}
+	for i := range entries {
+		if want := pos + 1 + proto.Position(i); entries[i].Seq != want {
+			return 0, fmt.Errorf("%w: entry %d has seq %d, want %d", ErrNotContiguous, i, entries[i].Seq, want)
+		}
+	}
+	if len(entries) == 0 {
+		return 0, nil
+	}
+	b := db.NewIndexedBatch() // reads see the batch's own writes (dedup within one batch)
+	defer b.Close()
+	for i := range entries {
+		e := &entries[i]
+		v, err := encode(e)
+		if err != nil {
+			return 0, err
+		}
+		if err := b.Set(sk.entry(e.Seq), v, nil); err != nil {
+			return 0, err
+		}
+		if e.MsgID != "" {
+			_, seen, err := getValue(b, sk.msgIndex(e.MsgID))
+			if err != nil {
+				return 0, err
+			}
+			if seen {
+				continue
+			}
+			if err := b.Set(sk.msgIndex(e.MsgID), sk.msgRef(e.Conv, e.ConvSeq), nil); err != nil {
+				return 0, err
+			}
+		}
+		applied++
+		if err := applyToView(b, e); err != nil {
+			return 0, err
+		}
+	}
+	if err := setCursor(b, epoch, entries[len(entries)-1].Seq); err != nil {
+		return 0, err
+	}
+	if err := b.Commit(pebble.Sync); err != nil {
+		return 0, fmt.Errorf("client: write batch: %w", err)
+	}
+	return applied, nil
+}
+
+// applyToView applies one new entry to the message view, read marks and members.
+func applyToView(b *pebble.Batch, e *proto.Entry) error {
+	if e.Conv == "" {
+		return nil // nothing to attach it to (an unknown kind): stored under its seq only
+	}
+	if err := b.Set(sk.conv(e.Conv), nil, nil); err != nil {
+		return err
+	}
+	m := storedMsg{Kind: e.Kind, MsgID: e.MsgID, Sender: e.Sender, Time: e.Time}
+	switch e.Kind {
+	case proto.KindMessage:
+		m.Body = e.Body
+		if e.MsgID != "" {
+			// A recall that arrived before its target (possible after a rebase).
+			_, early, err := getValue(b, sk.earlyRecall(e.MsgID))
+			if err != nil {
+				return err
+			}
+			if early {
+				m.Recalled = true
+				if err := b.Delete(sk.earlyRecall(e.MsgID), nil); err != nil {
+					return err
+				}
+			}
+		}
+	case proto.KindReceipt:
+		m.UpTo = e.UpTo
+		if e.Sender != "" {
+			key := sk.readMark(e.Conv, e.Sender)
+			old, _, err := getUint(b, key)
+			if err != nil {
+				return err
+			}
+			if uint64(e.UpTo) > old {
+				if err := b.Set(key, uintValue(uint64(e.UpTo)), nil); err != nil {
+					return err
+				}
+			}
+		}
+	case proto.KindRecall:
+		m.Target = e.Target
+		if e.Target != "" {
+			if err := markRecalled(b, e.Target); err != nil {
+				return err
+			}
+		}
+	case proto.KindGroupCreate, proto.KindMemberAdd:
+		m.Members = e.Members
+		add := e.Members
+		if e.Kind == proto.KindGroupCreate && e.Sender != "" {
+			add = append([]string{e.Sender}, add...) // the creator is always a member
+		}
+		for _, u := range add {
+			if err := b.Set(sk.member(e.Conv, u), nil, nil); err != nil {
+				return err
+			}
+		}
+	case proto.KindMemberRemove:
+		m.Members = e.Members
+		for _, u := range e.Members {
+			if err := b.Delete(sk.member(e.Conv, u), nil); err != nil {
+				return err
+			}
+		}
+	}
+	if e.ConvSeq == 0 {
+		return nil // not a conversation entry: nothing to show
+	}
+	v, err := encode(&m)
+	if err != nil {
+		return err
+	}
+	return b.Set(sk.view(e.Conv, e.ConvSeq), v, nil)
+}
+
+// markRecalled marks the stored message target recalled, or remembers the recall until the
+// message arrives.
+func markRecalled(b *pebble.Batch, target proto.MsgID) error {
+	ref, ok, err := getValue(b, sk.msgIndex(target))
+	if err != nil {
+		return err
+	}
+	if ok {
+		conv, seq, err := sk.parseMsgRef(ref)
+		if err != nil {
+			return err
+		}
+		if seq != 0 {
+			v, ok, err := getValue(b, sk.view(conv, seq))
+			if err != nil {
+				return err
+			}
+			if ok {
+				var m storedMsg
+				if err := decode(v, &m); err != nil {
+					return fmt.Errorf("client: message %s: %w", target, err)
+				}
+				if m.Recalled {
+					return nil
+				}
+				m.Recalled = true
+				if v, err = encode(&m); err != nil {
+					return err
+				}
+				return b.Set(sk.view(conv, seq), v, nil)
+			}
+		}
+	}
+	return b.Set(sk.earlyRecall(target), nil, nil)
+}
+
+// checkEntryIDs refuses an entry whose ids contain 0x00, which would break the key layout
+// (the server never sends one: ids are printable ASCII).
+func checkEntryIDs(e *proto.Entry) error {
+	bad := strings.ContainsRune(e.Conv, 0) || strings.ContainsRune(e.Sender, 0) ||
+		strings.ContainsRune(string(e.MsgID), 0) || strings.ContainsRune(string(e.Target), 0)
+	for _, m := range e.Members {
+		bad = bad || strings.ContainsRune(m, 0) || m == ""
+	}
+	if bad {
+		return fmt.Errorf("client: entry seq %d has an id with a 0x00 byte or an empty member", e.Seq)
+	}
+	return nil
+}
+
+// ResetForEpoch handles an epoch change (EpochChanged): the user log was re-created, so its
+// stored entries and positions mean nothing. It drops the stored user-log entries and sets the
+// cursor to (epoch, 0), keeping the message view, read marks, members and the msg_id index:
+// history stays, and entries delivered again are deduplicated by msg_id. If the new log starts
+// after 1, the next SyncStart from (epoch, 0) is answered TooOld or Rebase (then RebaseTo), or
+// the caller may call RebaseTo(epoch, first-1) itself.
+func (s *Store) ResetForEpoch(epoch proto.Epoch) error {
+	if epoch == 0 {
+		return errors.New("client: reset to epoch 0")
+	}
+	db, err := s.write()
+	if err != nil {
+		return err
+	}
+	defer s.mu.Unlock()
+	b := db.NewBatch()
+	defer b.Close()
+	if err := errors.Join(
+		b.DeleteRange(sk.entryPrefix(), prefixEnd(sk.entryPrefix()), nil),
+		setCursor(b, epoch, 0),
+	); err != nil {
+		return err
+	}
+	if err := b.Commit(pebble.Sync); err != nil {
+		return fmt.Errorf("client: reset cursor: %w", err)
+	}
+	return nil
+}
+
+// RebaseTo jumps the cursor to (epoch, head) without entries, after TooOld or Rebase; the caller
+// loads conversation state and recent history separately. Within the stored epoch the cursor
+// never moves back (ErrCursorBackward); moving to another epoch also drops the stored user-log
+// entries, as ResetForEpoch does.
+func (s *Store) RebaseTo(epoch proto.Epoch, head proto.Position) error {
+	if epoch == 0 {
+		return errors.New("client: rebase to epoch 0")
+	}
+	db, err := s.write()
+	if err != nil {
+		return err
+	}
+	defer s.mu.Unlock()
+	curEpoch, pos, err := getCursor(db)
+	if err != nil {
+		return err
+	}
+	b := db.NewBatch()
+	defer b.Close()
+	if epoch == curEpoch {
+		if head < pos {
+			return fmt.Errorf("%w: rebase to %d, stored %d", ErrCursorBackward, head, pos)
+		}
+	} else if err := b.DeleteRange(sk.entryPrefix(), prefixEnd(sk.entryPrefix()), nil); err != nil {
+		return err
+	}
+	if err := setCursor(b, epoch, head); err != nil {
+		return err
+	}
+	if err := b.Commit(pebble.Sync); err != nil {
+		return fmt.Errorf("client: rebase cursor: %w", err)
+	}
+	return nil
+}

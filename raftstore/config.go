@@ -39,15 +39,9 @@ type Config struct {
 	// PeerAddr, if set, overrides the address used to dial a peer by id (for NAT and for the
 	// fault-injecting relays of tests). It must return "" to use the configured address.
 	PeerAddr func(id string) string
-	// Attrs, if set, returns facts about this node that other nodes and operators learn from its
-	// status (NodeStatus.Attrs): syncd returns its client and admin addresses. It is called for
-	// every status request, concurrently.
-	Attrs func() map[string]string
-	// Serve, if set, answers calls other nodes make with Node.Call (say, reads of a shard this
-	// node hosts for a node that does not). It runs concurrently, on the forwarding connection's
-	// goroutines, under ctx (the caller's deadline). Refusals of the log package keep their
-	// sentinel across the call; other errors arrive as text.
-	Serve func(ctx context.Context, method string, payload []byte) ([]byte, error)
+	// App is the application above the node (syncd's server): what the node tells it and asks
+	// of it. Nil means none: no calls are served and nobody is told of applies.
+	App App
 
 	// Timing tunes Raft; zero fields take the LAN defaults of DefaultTiming.
 	Timing Timing
@@ -87,17 +81,32 @@ type Config struct {
 	// CacheSize is Pebble's block cache size in bytes. Default 128 MiB.
 	CacheSize int64
 
-	// OnApply, if set, is called after each applied batch of a shard with its new applied index,
-	// on the shard's apply goroutine: it must not block.
-	OnApply func(shard ShardID, index uint64)
-	// OnUserLogs, if set, is called after an applied batch of a shard appended to user logs, with
+	// Logger receives structured logs, Raft's included. Default slog.Default().
+	Logger *slog.Logger
+}
+
+// App is the application above a node, the one way the node calls up (the consumer-side
+// interface of hashicorp/raft's FSM, for the layer above raftstore). Its methods run on the
+// node's goroutines, concurrently, from the moment New starts the shards, before New returns: an
+// implementation that is not ready yet must answer so (Serve with ErrNoShard, say) rather than
+// block.
+type App interface {
+	// Applied is called after each applied batch of a shard with its new applied index, on the
+	// shard's apply goroutine: it must not block.
+	Applied(shard ShardID, index uint64)
+	// UserLogsChanged is called after an applied batch of a shard appended to user logs, with
 	// those users (nil after a snapshot restore: any user of the shard may have changed), on the
 	// shard's apply goroutine: it must not block. Readers of user logs use it to wake exactly the
 	// streams that have something new.
-	OnUserLogs func(shard ShardID, users []string)
-
-	// Logger receives structured logs, Raft's included. Default slog.Default().
-	Logger *slog.Logger
+	UserLogsChanged(shard ShardID, users []string)
+	// Serve answers a call another node made with Node.Call (say, a read of a shard this node
+	// hosts for a node that does not), on the forwarding connection's goroutines, under ctx (the
+	// caller's deadline). Refusals of the log package keep their sentinel across the call; other
+	// errors arrive as text.
+	Serve(ctx context.Context, method string, payload []byte) ([]byte, error)
+	// Attrs returns facts about this node that other nodes and operators learn from its status
+	// (NodeStatus.Attrs): syncd returns its client and admin addresses.
+	Attrs() map[string]string
 }
 
 // Timing holds the Raft timeouts. The defaults suit a LAN or one machine: a follower that hears

@@ -12,8 +12,8 @@ import (
 // must have a default there, so a new knob cannot get its default written somewhere else.
 var noDefault = map[string]bool{
 	"NodeID": true, "Dir": true, "AdvertiseAddr": true, "Shards": true, "Peers": true,
-	"PeerAddr": true, "Attrs": true, "Serve": true, "Managed": true, "ShardCount": true,
-	"Join": true, "OnApply": true, "OnUserLogs": true, "Logger": true,
+	"PeerAddr": true, "App": true, "Managed": true, "ShardCount": true,
+	"Join": true, "Logger": true,
 }
 
 func TestConfigDefaultsComeFromDefaultConfig(t *testing.T) {

@@ -371,7 +371,7 @@ func (s *fwdServer) close() {
 	s.wg.Wait()
 }
 
-// Call asks node id to answer method with payload through its Config.Serve handler, over the
+// Call asks node id to answer method with payload through its App.Serve, over the
 // forwarding connection, and returns the answer. Refusals of the log package keep their
 // sentinel; a node that cannot be reached gives ErrUnreachable.
 func (n *Node) Call(ctx context.Context, id, method string, payload []byte) ([]byte, error) {
@@ -382,9 +382,9 @@ func (n *Node) Call(ctx context.Context, id, method string, payload []byte) ([]b
 	return n.fwd.call(ctx, n.dialAddr(id, addr), method, payload)
 }
 
-// serveCall answers a call with Config.Serve.
+// serveCall answers a call with the App's Serve.
 func (n *Node) serveCall(req fwdRequest) ([]byte, error) {
-	if n.cfg.Serve == nil {
+	if n.cfg.App == nil {
 		return nil, fmt.Errorf("raftstore: node %s serves no calls", n.cfg.NodeID)
 	}
 	ctx := context.Background()
@@ -393,5 +393,5 @@ func (n *Node) serveCall(req fwdRequest) ([]byte, error) {
 		ctx, cancel = context.WithTimeout(ctx, time.Duration(req.timeoutMS)*time.Millisecond)
 		defer cancel()
 	}
-	return n.cfg.Serve(ctx, req.method, req.command)
+	return n.cfg.App.Serve(ctx, req.method, req.command)
 }

@@ -17,7 +17,7 @@ import (
 //                    command (the Raft command encoding, proposer time 0: the leader stamps it)
 //   kind 2, status:  nothing (the node answers its NodeStatus)
 //   kind 3, call:    method string | payload (the rest): a request for the application's handler
-//                    (Config.Serve), such as a read of a shard this node hosts
+//                    (App.Serve), such as a read of a shard this node hosts
 // Response body: version u8 (1) | id uvarint | answer kind u8 | result, status or error fields
 //
 // A response with kind fwdOK carries the Result, fwdBody the bytes of a status (NodeStatus as

@@ -129,7 +129,7 @@ func TestClusterStatus(t *testing.T) {
 	const shard = raftstore.ShardID(1)
 	c := raftstoretest.NewCluster(t, 3, []raftstore.ShardID{shard}, func(cfg *raftstore.Config) {
 		id := cfg.NodeID
-		cfg.Attrs = func() map[string]string { return map[string]string{"client": "quic://" + id} }
+		cfg.App = testApp{attrs: map[string]string{"client": "quic://" + id}}
 	})
 	leader := c.Leader(shard)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -163,12 +163,12 @@ func TestCall(t *testing.T) {
 	const shard = raftstore.ShardID(1)
 	c := raftstoretest.NewCluster(t, 2, []raftstore.ShardID{shard}, func(cfg *raftstore.Config) {
 		id := cfg.NodeID
-		cfg.Serve = func(ctx context.Context, method string, payload []byte) ([]byte, error) {
+		cfg.App = testApp{serve: func(ctx context.Context, method string, payload []byte) ([]byte, error) {
 			if method == "refuse" {
 				return nil, fmt.Errorf("%w: %s says no", log.ErrNotMember, id)
 			}
 			return append([]byte(id+" "+method+" "), payload...), nil
-		}
+		}}
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -182,4 +182,20 @@ func TestCall(t *testing.T) {
 	if _, err := c.Node(0).Call(ctx, "n9", "echo", nil); !errors.Is(err, raftstore.ErrUnreachable) {
 		t.Fatalf("unknown node: %v", err)
 	}
+}
+
+// testApp is a raftstore.App that publishes attrs and answers calls with serve.
+type testApp struct {
+	attrs map[string]string
+	serve func(ctx context.Context, method string, payload []byte) ([]byte, error)
+}
+
+func (testApp) Applied(raftstore.ShardID, uint64)           {}
+func (testApp) UserLogsChanged(raftstore.ShardID, []string) {}
+func (a testApp) Attrs() map[string]string                  { return a.attrs }
+func (a testApp) Serve(ctx context.Context, method string, payload []byte) ([]byte, error) {
+	if a.serve == nil {
+		return nil, fmt.Errorf("testApp serves no calls")
+	}
+	return a.serve(ctx, method, payload)
 }

@@ -213,8 +213,8 @@ func (n *Node) manageRound(st *managed) {
 // Only a member, or a new node joining, registers: a removed node stays out.
 func (n *Node) register(ctx context.Context, m ClusterMap) {
 	me := NodeInfo{ID: n.cfg.NodeID, RaftAddr: n.addr}
-	if n.cfg.Attrs != nil {
-		me.Attrs = n.cfg.Attrs()
+	if n.cfg.App != nil {
+		me.Attrs = n.cfg.App.Attrs()
 	}
 	have, ok := m.Nodes[me.ID]
 	if ok && have.RaftAddr == me.RaftAddr && mapsEqual(have.Attrs, me.Attrs) {

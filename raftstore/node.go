@@ -165,11 +165,9 @@ func (n *Node) startReplica(id ShardID, peers []Peer) (*replica, error) {
 	if err != nil {
 		return nil, err
 	}
-	if cfg.OnApply != nil {
-		f.onApply = func(index uint64) { cfg.OnApply(id, index) }
-	}
-	if cfg.OnUserLogs != nil {
-		f.onUserLogs = func(users []string) { cfg.OnUserLogs(id, users) }
+	if app := cfg.App; app != nil {
+		f.onApply = func(index uint64) { app.Applied(id, index) }
+		f.onUserLogs = func(users []string) { app.UserLogsChanged(id, users) }
 	}
 	rg, err := n.startRaft(id, f, true, snaps, logs, peers)
 	if err != nil {

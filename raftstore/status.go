@@ -35,7 +35,7 @@ type ShardStatus struct {
 }
 
 // NodeStatus is a node's view of itself: its identity, the attributes the application gave it
-// (Config.Attrs, such as its client and admin addresses) and the status of every replica it
+// (App.Attrs, such as its client and admin addresses) and the status of every replica it
 // hosts. Any node can ask any other for it (see Node.ClusterStatus).
 type NodeStatus struct {
 	ID       string            `json:"id"`
@@ -47,8 +47,8 @@ type NodeStatus struct {
 // NodeStatus returns this node's status.
 func (n *Node) NodeStatus() NodeStatus {
 	st := NodeStatus{ID: n.cfg.NodeID, RaftAddr: n.addr, Shards: n.Status()}
-	if n.cfg.Attrs != nil {
-		st.Attrs = n.cfg.Attrs()
+	if n.cfg.App != nil {
+		st.Attrs = n.cfg.App.Attrs()
 	}
 	return st
 }

@@ -11,7 +11,7 @@ import (
 // the next wait creates a fresh one. A stream then re-reads the log: a wake-up is a hint, the log
 // is the truth, so a spurious or coalesced wake-up costs one read and never an entry.
 //
-// Wake-ups are per user (raftstore.Config.OnUserLogs reports which user logs a batch touched),
+// Wake-ups are per user (raftstore.App.UserLogsChanged reports which user logs a batch touched),
 // so an append for one user does not make every idle stream of the shard read its log.
 //
 // Safe for concurrent use; the notify methods never block (they run on a shard's apply

@@ -40,7 +40,7 @@ type Server struct {
 	metrics     *metrics
 	admin       *admin.Server
 
-	attrs atomic.Pointer[map[string]string] // client and admin addresses, once bound
+	app *nodeApp // what the node calls up to: applies, calls, attributes
 	// removed is cancelled once this node has been removed from the cluster: its client
 	// connections are closed, and new ones refused, so devices move to another node.
 	removed     context.Context
@@ -75,40 +75,19 @@ func NewServer(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	// Shards apply, notify and answer calls as soon as raftstore.New starts them, before the
-	// fan-out exists and before the call handlers are all registered: both are reached through
-	// pointers set once they are ready.
-	var fan atomic.Pointer[fanout.Fanout]
-	var calls atomic.Pointer[peer.Peer]
+	s.app = &nodeApp{notes: s.notes}
 	s.node, err = raftstore.New(raftstore.Config{
 		NodeID: cfg.NodeID, Dir: cfg.Dir, RaftAddr: cfg.RaftAddr, Peers: cfg.Peers, Join: cfg.Join,
 		PeerAddr: cfg.peerAddr(), Logger: cfg.Logger,
 		Managed: true, ShardCount: cfg.Shards, ReplicationFactor: cfg.ReplicationFactor,
-		Serve: func(ctx context.Context, method string, payload []byte) ([]byte, error) {
-			if p := calls.Load(); p != nil {
-				return p.Serve(ctx, method, payload)
-			}
-			return nil, raftstore.ErrNoShard // still starting: the caller asks another replica
-		},
-		OnApply: func(shard raftstore.ShardID, _ uint64) {
-			if f := fan.Load(); f != nil {
-				f.Notify(shard)
-			}
-		},
-		OnUserLogs: s.notes.notify,
-		Attrs: func() map[string]string {
-			if a := s.attrs.Load(); a != nil {
-				return *a
-			}
-			return nil
-		},
+		App: s.app,
 	})
 	if err != nil {
 		return nil, err
 	}
 	s.slots = routing.Cluster(s.node.SlotTable)
 	s.fan = fanout.New(s.node, s.slots, fanout.Config{Logger: cfg.Logger})
-	fan.Store(s.fan)
+	s.app.fan.Store(s.fan)
 	s.peer = peer.New(s.node)
 	s.handleReads(s.peer)
 	reg := prometheus.NewRegistry()
@@ -119,7 +98,7 @@ func NewServer(cfg Config) (*Server, error) {
 		s.node.Close()
 		return nil, err
 	}
-	calls.Store(s.peer)
+	s.app.peer.Store(s.peer)
 	s.ln, err = quic.ListenAddr(cfg.ListenAddr, auth.ServerTLSConfig(cert, proto.ALPN), &quic.Config{
 		MaxIdleTimeout:     30 * time.Second,
 		KeepAlivePeriod:    10 * time.Second,
@@ -130,7 +109,7 @@ func NewServer(cfg Config) (*Server, error) {
 		s.node.Close()
 		return nil, fmt.Errorf("syncd: listen for clients on %s (is another syncd running? pick another -listen): %w", cfg.ListenAddr, err)
 	}
-	s.attrs.Store(&map[string]string{adminapi.AttrClient: s.ln.Addr().String(), adminapi.AttrAdmin: s.admin.Addr().String()})
+	s.app.attrs.Store(&map[string]string{adminapi.AttrClient: s.ln.Addr().String(), adminapi.AttrAdmin: s.admin.Addr().String()})
 	return s, nil
 }
 

@@ -115,7 +115,7 @@ func (f *Fanout) wakeCh(shard raftstore.ShardID) chan struct{} {
 	return ch
 }
 
-// Notify tells the fan-out that shard applied new entries (wire it to raftstore's OnApply). It
+// Notify tells the fan-out that shard applied new entries (raftstore.App.Applied calls it). It
 // never blocks.
 func (f *Fanout) Notify(shard raftstore.ShardID) {
 	select {

@@ -3,7 +3,7 @@
 // but in a managed cluster a node holds replicas of only some shards; so its sync streams and
 // queries read a replica elsewhere (reads), and its operator views run their per-shard parts on
 // a replica elsewhere (inspections). Both travel as calls over raftstore's node-to-node
-// connection (raftstore.Node.Call, answered by raftstore.Config.Serve).
+// connection (raftstore.Node.Call, answered by raftstore.App.Serve).
 //
 // The package owns the versioned format of those calls (codec.go, messages.go), the caller side
 // that tries each replica in turn (Peer.Remote, Peer.Run), and the answering side that dispatches

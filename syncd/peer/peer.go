@@ -43,7 +43,7 @@ func (p *Peer) Handle(op Op, h Handler) {
 	p.handlers[op] = h
 }
 
-// Serve answers another node's call (wire it as raftstore.Config.Serve): it decodes the request,
+// Serve answers another node's call (wire it as raftstore.App.Serve): it decodes the request,
 // finds this node's replica of its shard (raftstore.ErrNoShard, which crosses the call as itself,
 // when there is none, so the caller asks the next node) and runs the op's handler.
 func (p *Peer) Serve(ctx context.Context, method string, payload []byte) ([]byte, error) {

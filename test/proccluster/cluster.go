@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/syncd-dev/syncd/raftstore"
+	"github.com/syncd-dev/syncd/test/testkit"
 )
 
 // Config describes a cluster for New. Zero fields take the documented defaults.
@@ -110,7 +111,9 @@ func New(cfg Config) (*Cluster, error) {
 			ips = append(ips, ip)
 		} else {
 			for _, a := range []*string{&n.ClientAddr, &n.AdminAddr, &n.RaftAddr} {
-				if *a, err = freeAddr(); err != nil {
+				// Ports below the kernel's ephemeral range: an outgoing connection cannot take one
+				// while its node is down between a kill and a restart.
+				if *a, err = testkit.PickAddr(); err != nil {
 					return nil, err
 				}
 			}

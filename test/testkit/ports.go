@@ -1,6 +1,7 @@
 package testkit
 
 import (
+	"errors"
 	"net"
 	"os"
 	"strconv"
@@ -30,14 +31,24 @@ var ports struct {
 // an ephemeral port. It is safe for concurrent use; it fails t if no port is free.
 func FreeAddr(t testing.TB) string {
 	t.Helper()
+	addr, err := PickAddr()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return addr
+}
+
+// PickAddr is FreeAddr for code outside a test (a command starting a cluster of processes): it
+// returns an error where FreeAddr fails the test.
+func PickAddr() (string, error) {
 	lo := ephemeralLow()
 	if lo < portFloor+1000 {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
-			t.Fatal(err)
+			return "", err
 		}
 		defer l.Close()
-		return l.Addr().String()
+		return l.Addr().String(), nil
 	}
 	ports.Lock()
 	defer ports.Unlock()
@@ -65,10 +76,9 @@ func FreeAddr(t testing.TB) string {
 		}
 		pc.Close()
 		ports.used[port] = true
-		return addr
+		return addr, nil
 	}
-	t.Fatal("no free loopback port below the ephemeral range")
-	return ""
+	return "", errors.New("testkit: no free loopback port below the ephemeral range")
 }
 
 // ephemeralLow returns the first port of the kernel's ephemeral range, or 0 if it is unknown.

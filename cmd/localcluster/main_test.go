@@ -12,7 +12,6 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -110,7 +109,7 @@ type localCluster struct {
 	cancel         context.CancelFunc
 	done           chan error // run's result
 	info           readyInfo
-	stdout, stderr *syncBuffer
+	stdout, stderr *testkit.Buffer
 }
 
 // startLocalCluster runs c until its nodes are ready. If the test ends before stop, cleanup stops
@@ -118,7 +117,7 @@ type localCluster struct {
 func startLocalCluster(t *testing.T, c config) *localCluster {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	lc := &localCluster{cancel: cancel, done: make(chan error, 1), stdout: &syncBuffer{}, stderr: &syncBuffer{}}
+	lc := &localCluster{cancel: cancel, done: make(chan error, 1), stdout: &testkit.Buffer{}, stderr: &testkit.Buffer{}}
 	ready := make(chan readyInfo, 1)
 	c.Stdout, c.Stderr, c.OnReady = lc.stdout, lc.stderr, func(i readyInfo) { ready <- i }
 	go func() { lc.done <- run(ctx, c) }()
@@ -242,26 +241,6 @@ func freeBasePort(t *testing.T) int {
 	}
 	t.Fatal("no free base port between 17300 and 27300")
 	return 0
-}
-
-// syncBuffer is a bytes.Buffer safe for concurrent use.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-// Write appends p.
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-// String returns everything written so far.
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
 }
 
 // TestResolveLayout: a new directory gets the flags or the defaults, a later start the recorded

@@ -2,13 +2,11 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"crypto/rand"
 	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,6 +16,7 @@ import (
 	"github.com/syncd-dev/syncd/syncd"
 	"github.com/syncd-dev/syncd/syncd/auth"
 	"github.com/syncd-dev/syncd/syncd/syncdtest"
+	"github.com/syncd-dev/syncd/test/testkit"
 )
 
 // TestMain fails the tests if a goroutine outlives them (a client, a server or a store left open).
@@ -32,28 +31,10 @@ func startServer(t *testing.T) (*syncd.Server, string) {
 	return srv, dir
 }
 
-// syncBuffer is a bytes.Buffer safe for concurrent writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // syncctl runs the command and returns its exit code, stdout and stderr.
 func syncctl(t *testing.T, args ...string) (int, string, string) {
 	t.Helper()
-	var stdout, stderr syncBuffer
+	var stdout, stderr testkit.Buffer
 	code := run(args, &stdout, &stderr)
 	t.Logf("syncctl %s → %d\nstdout:\n%sstderr:\n%s", strings.Join(args, " "), code, stdout.String(), stderr.String())
 	return code, stdout.String(), stderr.String()

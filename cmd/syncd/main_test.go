@@ -14,7 +14,6 @@ import (
 	"reflect"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -25,6 +24,7 @@ import (
 	"github.com/syncd-dev/syncd/raftstore"
 	"github.com/syncd-dev/syncd/syncd"
 	"github.com/syncd-dev/syncd/syncd/auth"
+	"github.com/syncd-dev/syncd/test/testkit"
 )
 
 // TestMain fails the package if a goroutine outlives the tests.
@@ -441,24 +441,6 @@ func TestDurationFormat(t *testing.T) {
 	}
 }
 
-// syncBuffer is a bytes.Buffer safe for the server's logging goroutines and the test's reads.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
-
 // A first start at the default log level prints a handful of lines, with what a newcomer needs:
 // the addresses, the fingerprint to pin, where the data and the token secret are, how to stop.
 // Raft's per-shard narrative of the first elections is not among them.
@@ -466,7 +448,7 @@ func TestFirstStartIsQuiet(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "data")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var stderr syncBuffer
+	var stderr testkit.Buffer
 	done := make(chan int, 1)
 	go func() {
 		done <- run(ctx, []string{"-data-dir", dir, "-listen", "127.0.0.1:0", "-admin", "127.0.0.1:0",

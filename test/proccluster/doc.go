@@ -28,7 +28,7 @@
 // Imports from the server are kept to what has no admin-API equivalent, each in one file: the
 // token secret, the certificate and token minting (credentials.go, package syncd: the one token
 // format and TLS helper), the JSON type of the cluster view (adminapi.go) and the shard id type
-// (metrics.go, package raftstore). Free ports come from testkit.FreeAddr (addr.go).
+// (metrics.go, package raftstore). Free ports come from testkit.PickAddr.
 //
 // Node processes get a parent-death signal on Linux (procattr_linux.go), so that no node
 // outlives the program that started it and keeps its ports, and their own process group on

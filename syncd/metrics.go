@@ -6,8 +6,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-
-	"github.com/syncd-dev/syncd/raftstore"
 )
 
 // Metrics (DESIGN §7). Everything registers on the server's own registry, never on
@@ -53,7 +51,7 @@ type metrics struct {
 // conns returns the number of open client connections, fan supplies the fan-out's counters, and
 // node supplies per-shard Raft state, outbox positions and dead-letter counts. It panics if reg
 // already holds these metrics.
-func newMetrics(reg *prometheus.Registry, node *raftstore.Node, conns func() int64, fan fanoutStats) *metrics {
+func newMetrics(reg *prometheus.Registry, node nodeShards, conns func() int64, fan fanoutStats) *metrics {
 	sendAck := prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Namespace: "syncd", Subsystem: "send", Name: "ack_seconds",
 		Help:                        "Time from receiving a send request to writing its answer, by result (ok, duplicate, refused, error).",
@@ -160,12 +158,12 @@ func (m *metrics) clientGap() {
 // shardCollector reports per-shard state read at scrape time: this node's Raft view of every
 // shard it hosts and the fan-out lag of its outbox replica.
 type shardCollector struct {
-	node                                            *raftstore.Node
+	node                                            nodeShards
 	isLeader, term, commit, applied, last, restores *prometheus.Desc
 	lag, deadLetters                                *prometheus.Desc
 }
 
-func newShardCollector(node *raftstore.Node) *shardCollector {
+func newShardCollector(node nodeShards) *shardCollector {
 	desc := func(name, help string) *prometheus.Desc {
 		return prometheus.NewDesc(name, help, []string{"shard"}, nil)
 	}
@@ -208,7 +206,7 @@ func (c *shardCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.restores, prometheus.CounterValue, float64(st.Restores), shard)
 		// The outbox lives in the node's store: skip it once the shard has shut down (the store
 		// is closing), and omit a series that cannot be read rather than failing the scrape.
-		// The admin server must still be closed before the node (see adminServer.close).
+		// The admin server must still be closed before the node (see admin.Server.Close).
 		if st.State == "shutdown" {
 			continue
 		}

@@ -6,7 +6,16 @@ import (
 
 	"github.com/syncd-dev/syncd/log"
 	"github.com/syncd-dev/syncd/raftstore"
+	"github.com/syncd-dev/syncd/syncd/fanout"
 )
+
+// nodeShards is what the server's background work and metrics need of the node's shards; it is
+// *raftstore.Node in a server and raftstoretest.Local in tests that run without Raft.
+type nodeShards interface {
+	fanout.Shards
+	// Status reports every replica this node hosts.
+	Status() []raftstore.ShardStatus
+}
 
 // retainLoop applies Config.Retention to the user logs of every shard this node leads, every
 // RetentionInterval, until ctx ends. Trimming only moves a log's first retained position; devices
@@ -22,7 +31,7 @@ func (s *Server) retainLoop(ctx context.Context) {
 		}
 		for _, id := range s.node.Shards() {
 			if st, err := s.node.ShardStatus(id); err == nil && st.State == "leader" {
-				if err := s.retainShard(ctx, id); err != nil && ctx.Err() == nil {
+				if err := retainShard(ctx, s.node, id, s.cfg.Retention); err != nil && ctx.Err() == nil {
 					s.logger.Warn("retention pass failed; retrying next interval", "shard", id, "err", err)
 				}
 			}
@@ -30,14 +39,13 @@ func (s *Server) retainLoop(ctx context.Context) {
 	}
 }
 
-// retainShard proposes a trim for each user log of shard that holds more than the retention
-// allows: over MaxCount entries, or an oldest entry older than MaxAge.
-func (s *Server) retainShard(ctx context.Context, shard raftstore.ShardID) error {
-	state, err := s.node.State(shard)
+// retainShard proposes a trim for each user log of shard that holds more than r allows: over
+// MaxCount entries, or an oldest entry older than MaxAge.
+func retainShard(ctx context.Context, node nodeShards, shard raftstore.ShardID, r log.Retention) error {
+	state, err := node.State(shard)
 	if err != nil {
 		return err
 	}
-	r := s.cfg.Retention
 	for after := ""; ; {
 		ids, infos, err := state.Users(after, 256)
 		if err != nil || len(ids) == 0 {
@@ -51,7 +59,7 @@ func (s *Server) retainShard(ctx context.Context, shard raftstore.ShardID) error
 				continue
 			}
 			cmd := raftstore.TrimCommand(&log.Trim{Target: log.TrimUserLog, ID: uid, Retention: r})
-			if _, err := s.node.Propose(ctx, shard, cmd); err != nil {
+			if _, err := node.Propose(ctx, shard, cmd); err != nil {
 				return err
 			}
 		}

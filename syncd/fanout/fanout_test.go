@@ -7,113 +7,20 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/cockroachdb/pebble/v2"
 	"github.com/syncd-dev/syncd/log"
 	"github.com/syncd-dev/syncd/raftstore"
+	"github.com/syncd-dev/syncd/raftstore/raftstoretest"
 	"github.com/syncd-dev/syncd/syncd/routing"
 	"github.com/syncd-dev/syncd/test/testkit"
 )
 
-// localShards are eight shards on one Pebble store, driven without Raft: a proposal applies its
-// command at once through raftstore.Apply, the state machine's own code, and wakes the fan-out as
-// an applied batch would. What the fan-out does with the answers is all that is under test here;
-// the replicated path runs in syncd's server tests and the cluster suites.
-type localShards struct {
-	db     *pebble.DB
-	shards map[raftstore.ShardID]*log.Shard
-	ids    []raftstore.ShardID
-	wake   func(raftstore.ShardID)
-
-	mu    sync.Mutex // serializes proposals, as a shard's Raft log does
-	index uint64
-	// fail, if set, is asked before each proposal; a non-nil error is returned instead of applying.
-	fail func(shard raftstore.ShardID, cmd raftstore.Command) error
-}
-
-func openLocalShards(t *testing.T, dir string) *localShards {
-	t.Helper()
-	db, err := pebble.Open(dir, &pebble.Options{Logger: quietPebble{}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ls := &localShards{db: db, shards: map[raftstore.ShardID]*log.Shard{}, ids: []raftstore.ShardID{1, 2, 3, 4, 5, 6, 7, 8}}
-	for _, id := range ls.ids {
-		if ls.shards[id], err = log.OpenShard(db, id); err != nil {
-			t.Fatal(err)
-		}
-		idx, err := ls.shards[id].Applied()
-		if err != nil {
-			t.Fatal(err)
-		}
-		ls.index = max(ls.index, idx)
-	}
-	return ls
-}
-
-func (ls *localShards) Shards() []raftstore.ShardID { return ls.ids }
-
-func (ls *localShards) ShardStatus(shard raftstore.ShardID) (raftstore.ShardStatus, error) {
-	if ls.shards[shard] == nil {
-		return raftstore.ShardStatus{}, raftstore.ErrNoShard
-	}
-	return raftstore.ShardStatus{Shard: shard, State: "leader", LeaderID: "n1"}, nil
-}
-
-func (ls *localShards) State(shard raftstore.ShardID) (*log.Shard, error) {
-	if s := ls.shards[shard]; s != nil {
-		return s, nil
-	}
-	return nil, raftstore.ErrNoShard
-}
-
-func (ls *localShards) Propose(_ context.Context, shard raftstore.ShardID, cmd raftstore.Command) (raftstore.Result, error) {
-	state, err := ls.State(shard)
-	if err != nil {
-		return raftstore.Result{}, err
-	}
-	ls.mu.Lock()
-	if ls.fail != nil {
-		if err := ls.fail(shard, cmd); err != nil {
-			ls.mu.Unlock()
-			return raftstore.Result{}, err
-		}
-	}
-	ls.index++
-	tx := state.Begin()
-	res, err := raftstore.Apply(tx, log.Stamp{Index: ls.index, Time: time.Now().UnixNano()}, cmd)
-	if err == nil || log.Rejected(err) { // a rejection is applied as a no-op, as in the FSM
-		if cerr := errors.Join(tx.SetApplied(ls.index), tx.Commit(false)); cerr != nil {
-			err = cerr
-		}
-	}
-	tx.Close()
-	ls.mu.Unlock()
-	if ls.wake != nil {
-		ls.wake(shard)
-	}
-	return res, err
-}
-
-func (ls *localShards) close(t *testing.T) {
-	if err := ls.db.Close(); err != nil {
-		t.Error(err)
-	}
-}
-
-type quietPebble struct{}
-
-func (quietPebble) Infof(string, ...any)  {}
-func (quietPebble) Errorf(string, ...any) {}
-func (quietPebble) Fatalf(format string, args ...any) {
-	panic(fmt.Sprintf(format, args...))
-}
-
 // fanoutNode is the eight local shards with a running fan-out wired to their applies.
 type fanoutNode struct {
-	node   *localShards
+	node   *raftstoretest.Local
 	fan    *Fanout
 	slots  *routing.Table
 	cancel context.CancelFunc
@@ -123,10 +30,10 @@ type fanoutNode struct {
 func startFanoutNode(t *testing.T, dir string) *fanoutNode {
 	t.Helper()
 	logger := slog.New(slog.NewTextHandler(testLog{t}, &slog.HandlerOptions{Level: slog.LevelError}))
-	node := openLocalShards(t, dir)
-	slots := routing.Even(len(node.ids))
+	node := raftstoretest.OpenLocal(t, dir, 8)
+	slots := routing.Even(len(node.Shards()))
 	fan := New(node, slots, Config{Batch: 64, Logger: logger}) // default IdleLag
-	node.wake = fan.Notify
+	node.OnApplied(fan.Notify)
 	ctx, cancel := context.WithCancel(context.Background())
 	fn := &fanoutNode{node: node, fan: fan, slots: slots, cancel: cancel, done: make(chan struct{})}
 	go func() {
@@ -139,7 +46,9 @@ func startFanoutNode(t *testing.T, dir string) *fanoutNode {
 func (fn *fanoutNode) stop(t *testing.T) {
 	fn.cancel()
 	<-fn.done
-	fn.node.close(t)
+	if err := fn.node.Close(); err != nil {
+		t.Error(err)
+	}
 }
 
 type testLog struct{ t testing.TB }
@@ -166,8 +75,15 @@ func (s *sent) ack(conv string, r log.AppendResult) {
 // TestFanoutDeliversAcrossShardsExactlyOnce sends to direct and group conversations whose
 // members live on other shards, with resends and a restart in the middle, and checks that every
 // member's log holds every entry of each of its conversations exactly once, in conversation order,
-// and that the outboxes end fully trimmed (G5, G6).
+// and that the outboxes end fully trimmed (G5, G6) — on healthy shards, and with one shard whose
+// proposals fail every third time (a timeout, a lost leader): the fan-out retries without
+// skipping or repeating, and a sender's failed send is resent with the same client_msg_id.
 func TestFanoutDeliversAcrossShardsExactlyOnce(t *testing.T) {
+	t.Run("healthy", func(t *testing.T) { fanoutWorkload(t, false) })
+	t.Run("flaky destination", func(t *testing.T) { fanoutWorkload(t, true) })
+}
+
+func fanoutWorkload(t *testing.T, flaky bool) {
 	dir := t.TempDir()
 	users := make([]string, 24)
 	for i := range users {
@@ -187,13 +103,29 @@ func TestFanoutDeliversAcrossShardsExactlyOnce(t *testing.T) {
 	}
 	acks := &sent{convs: map[string][]log.MsgID{}}
 	r := rand.New(rand.NewPCG(1, 2))
-	fn := startFanoutNode(t, dir)
+	var proposals atomic.Int64
+	start := func() *fanoutNode {
+		fn := startFanoutNode(t, dir)
+		if flaky {
+			fn.node.FailProposals(func(shard raftstore.ShardID, _ raftstore.Command) error {
+				if shard == 3 && proposals.Add(1)%3 == 0 {
+					return fmt.Errorf("%w: injected", raftstore.ErrTimeout)
+				}
+				return nil
+			})
+		}
+		return fn
+	}
+	fn := start()
 
 	propose := func(conv string, req *log.Append) {
 		t.Helper()
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		res, err := fn.node.Propose(ctx, fn.slots.ConvShard(conv), raftstore.AppendCommand(req))
+		for attempt := 0; errors.Is(err, raftstore.ErrTimeout) && attempt < 10; attempt++ {
+			res, err = fn.node.Propose(ctx, fn.slots.ConvShard(conv), raftstore.AppendCommand(req)) // the client's resend
+		}
 		if err != nil {
 			t.Fatalf("%s: %v", conv, err)
 		}
@@ -220,7 +152,7 @@ func TestFanoutDeliversAcrossShardsExactlyOnce(t *testing.T) {
 		}
 		if round == 0 { // restart mid-way: the fan-out resumes from the marks, nothing twice
 			fn.stop(t)
-			fn = startFanoutNode(t, dir)
+			fn = start()
 		}
 	}
 	defer fn.stop(t)
@@ -264,6 +196,9 @@ func TestFanoutDeliversAcrossShardsExactlyOnce(t *testing.T) {
 	})
 	if fn.fan.Delivered() == 0 {
 		t.Fatal("fan-out reports no deliveries")
+	}
+	if flaky && fn.fan.Failures() == 0 {
+		t.Fatal("no fan-out round failed: the flaky shard was never hit")
 	}
 }
 

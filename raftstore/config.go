@@ -1,6 +1,7 @@
 package raftstore
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -155,34 +156,26 @@ func DefaultConfig() Config {
 // the defaults are written.
 func (c Config) withDefaults() Config {
 	d := DefaultConfig()
-	orDefault(&c.RaftAddr, d.RaftAddr)
+	c.RaftAddr = cmp.Or(c.RaftAddr, d.RaftAddr)
 	if c.Shards == nil && !c.Managed {
 		c.Shards = []ShardID{1}
 	}
-	orDefault(&c.Timing.HeartbeatTimeout, d.Timing.HeartbeatTimeout)
-	orDefault(&c.Timing.ElectionTimeout, d.Timing.ElectionTimeout)
-	orDefault(&c.Timing.LeaderLeaseTimeout, d.Timing.LeaderLeaseTimeout)
-	orDefault(&c.Timing.CommitTimeout, d.Timing.CommitTimeout)
-	orDefault(&c.SnapshotThreshold, d.SnapshotThreshold)
-	orDefault(&c.SnapshotInterval, d.SnapshotInterval)
-	orDefault(&c.TrailingLogs, d.TrailingLogs)
-	orDefault(&c.ReplicationFactor, d.ReplicationFactor)
-	orDefault(&c.DeadAfter, d.DeadAfter)
-	orDefault(&c.ReconcileInterval, d.ReconcileInterval)
-	orDefault(&c.BalanceInterval, d.BalanceInterval)
-	orDefault(&c.CacheSize, d.CacheSize)
+	c.Timing.HeartbeatTimeout = cmp.Or(c.Timing.HeartbeatTimeout, d.Timing.HeartbeatTimeout)
+	c.Timing.ElectionTimeout = cmp.Or(c.Timing.ElectionTimeout, d.Timing.ElectionTimeout)
+	c.Timing.LeaderLeaseTimeout = cmp.Or(c.Timing.LeaderLeaseTimeout, d.Timing.LeaderLeaseTimeout)
+	c.Timing.CommitTimeout = cmp.Or(c.Timing.CommitTimeout, d.Timing.CommitTimeout)
+	c.SnapshotThreshold = cmp.Or(c.SnapshotThreshold, d.SnapshotThreshold)
+	c.SnapshotInterval = cmp.Or(c.SnapshotInterval, d.SnapshotInterval)
+	c.TrailingLogs = cmp.Or(c.TrailingLogs, d.TrailingLogs)
+	c.ReplicationFactor = cmp.Or(c.ReplicationFactor, d.ReplicationFactor)
+	c.DeadAfter = cmp.Or(c.DeadAfter, d.DeadAfter)
+	c.ReconcileInterval = cmp.Or(c.ReconcileInterval, d.ReconcileInterval)
+	c.BalanceInterval = cmp.Or(c.BalanceInterval, d.BalanceInterval)
+	c.CacheSize = cmp.Or(c.CacheSize, d.CacheSize)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
 	return c
-}
-
-// orDefault sets *v to d if *v is the zero value.
-func orDefault[T comparable](v *T, d T) {
-	var zero T
-	if *v == zero {
-		*v = d
-	}
 }
 
 // Validate reports every problem with the configuration (after defaults), joined.

@@ -1,6 +1,7 @@
 package syncd
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -119,38 +120,30 @@ func DefaultConfig() Config {
 // withDefaults returns a copy of c with every zero field set from DefaultConfig.
 func (c Config) withDefaults() Config {
 	d := DefaultConfig()
-	orDefault(&c.Dir, d.Dir)
-	orDefault(&c.ListenAddr, d.ListenAddr)
-	orDefault(&c.AdminAddr, d.AdminAddr)
-	orDefault(&c.NodeID, d.NodeID)
-	orDefault(&c.RaftAddr, d.RaftAddr)
-	orDefault(&c.Shards, d.Shards)
-	orDefault(&c.ReplicationFactor, d.ReplicationFactor)
+	c.Dir = cmp.Or(c.Dir, d.Dir)
+	c.ListenAddr = cmp.Or(c.ListenAddr, d.ListenAddr)
+	c.AdminAddr = cmp.Or(c.AdminAddr, d.AdminAddr)
+	c.NodeID = cmp.Or(c.NodeID, d.NodeID)
+	c.RaftAddr = cmp.Or(c.RaftAddr, d.RaftAddr)
+	c.Shards = cmp.Or(c.Shards, d.Shards)
+	c.ReplicationFactor = cmp.Or(c.ReplicationFactor, d.ReplicationFactor)
 	c.Limits = c.Limits.WithDefaults() // per field, as DefaultConfig's Limits came about
-	orDefault(&c.DedupWindow, d.DedupWindow)
-	orDefault(&c.RecallWindow, d.RecallWindow)
-	orDefault(&c.MaxConnections, d.MaxConnections)
-	orDefault(&c.MaxStreamsPerConn, d.MaxStreamsPerConn)
-	orDefault(&c.Retention, d.Retention) // only as a whole: one bound set means the other is off
-	orDefault(&c.RetentionInterval, d.RetentionInterval)
-	orDefault(&c.RequestTimeout, d.RequestTimeout)
-	orDefault(&c.SendRate, d.SendRate)
-	orDefault(&c.SendBurst, d.SendBurst)
-	orDefault(&c.MaxInFlight, d.MaxInFlight)
-	orDefault(&c.MaxHandshakes, d.MaxHandshakes)
+	c.DedupWindow = cmp.Or(c.DedupWindow, d.DedupWindow)
+	c.RecallWindow = cmp.Or(c.RecallWindow, d.RecallWindow)
+	c.MaxConnections = cmp.Or(c.MaxConnections, d.MaxConnections)
+	c.MaxStreamsPerConn = cmp.Or(c.MaxStreamsPerConn, d.MaxStreamsPerConn)
+	c.Retention = cmp.Or(c.Retention, d.Retention) // only as a whole: one bound set means the other is off
+	c.RetentionInterval = cmp.Or(c.RetentionInterval, d.RetentionInterval)
+	c.RequestTimeout = cmp.Or(c.RequestTimeout, d.RequestTimeout)
+	c.SendRate = cmp.Or(c.SendRate, d.SendRate)
+	c.SendBurst = cmp.Or(c.SendBurst, d.SendBurst)
+	c.MaxInFlight = cmp.Or(c.MaxInFlight, d.MaxInFlight)
+	c.MaxHandshakes = cmp.Or(c.MaxHandshakes, d.MaxHandshakes)
 	c.Limits.SendRatePerS = uint32(c.SendRate)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
 	return c
-}
-
-// orDefault sets *v to d if *v is the zero value.
-func orDefault[T comparable](v *T, d T) {
-	var zero T
-	if *v == zero {
-		*v = d
-	}
 }
 
 // Validate reports every problem with the configuration (after defaults), joined.

@@ -16,6 +16,7 @@ import (
 	"github.com/syncd-dev/syncd/client"
 	"github.com/syncd-dev/syncd/syncd/auth"
 	"github.com/syncd-dev/syncd/test/proccluster"
+	"github.com/syncd-dev/syncd/test/testkit"
 )
 
 // serverProcess runs cmd/syncd as a real process, so a crash is a real SIGKILL.
@@ -105,18 +106,17 @@ func TestServerKill9UnderTraffic(t *testing.T) {
 			t.Fatal(err)
 		}
 		var c *client.Client
-		for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		store := t.TempDir()
+		testkit.Wait(t, 20*time.Second, "dial "+user, func() (bool, string) {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
 			c, err = client.Dial(ctx, client.Config{Addr: p.listen, Token: token, Device: "phone", Fingerprint: fingerprint,
-				StoreDir: t.TempDir(), Logger: quiet(t)})
-			cancel()
-			if err == nil || time.Now().After(deadline) {
-				break
+				StoreDir: store, Logger: quiet(t)})
+			if err != nil {
+				return false, fmt.Sprintf("%v\n%s", err, p.stderr)
 			}
-		}
-		if err != nil {
-			t.Fatalf("dial %s: %v\n%s", user, err, p.stderr)
-		}
+			return true, ""
+		})
 		d := &device{Client: c, statuses: make(chan client.StatusEvent, 4096), rebases: make(chan client.RebaseEvent, 16)}
 		go func() {
 			for e := range c.Events() {
@@ -171,23 +171,14 @@ func TestServerKill9UnderTraffic(t *testing.T) {
 		}
 	}
 	// Both stores hold all 120 messages once each, each sender's in its order.
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		ok := true
+	testkit.Wait(t, 30*time.Second, "both stores to hold every message once, in order", func() (bool, string) {
 		for _, d := range devices {
-			got := bodies(t, d, "d:alice:bob")
-			if !sameMessages(got, want) {
-				ok = false
-				if time.Now().After(deadline) {
-					t.Fatalf("%s's store: %d messages %v", d.User(), len(got), got)
-				}
+			if got := bodies(t, d, "d:alice:bob"); !sameMessages(got, want) {
+				return false, fmt.Sprintf("%s's store: %d messages %v", d.User(), len(got), got)
 			}
 		}
-		if ok {
-			break
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return true, ""
+	})
 	if t.Failed() {
 		fmt.Fprintln(os.Stderr, p.stderr)
 	}

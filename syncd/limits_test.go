@@ -15,7 +15,7 @@ func TestServerRateLimitsADevice(t *testing.T) {
 	ts := startServer(t, func(c *Config) { c.SendRate = 5; c.SendBurst = 3 })
 	alice := connect(t, ts, "alice", "phone")
 	send := func(i int) proto.Frame {
-		return alice.do(&proto.Send{ID: alice.id(), Conv: "d:alice:bob", ClientMsgID: fmt.Sprint("m", i), Body: []byte("x"), Peer: "bob"})
+		return alice.Do(&proto.Send{ID: alice.ID(), Conv: "d:alice:bob", ClientMsgID: fmt.Sprint("m", i), Body: []byte("x"), Peer: "bob"})
 	}
 	for i := range 3 {
 		if _, ok := send(i).(*proto.Ack); !ok {
@@ -38,18 +38,18 @@ func TestServerRateLimitsADevice(t *testing.T) {
 func TestServerShedsLoadWithRetryAfter(t *testing.T) {
 	ts := startServer(t, func(c *Config) { c.MaxInFlight = 1; c.SendBurst = 1000 })
 	alice := connect(t, ts, "alice", "phone")
-	alice.ack(&proto.Send{ID: alice.id(), Conv: "d:alice:bob", ClientMsgID: "first", Body: []byte("x"), Peer: "bob"})
+	alice.Ack(&proto.Send{ID: alice.ID(), Conv: "d:alice:bob", ClientMsgID: "first", Body: []byte("x"), Peer: "bob"})
 	const n = 40
 	for i := range n { // pipelined: all written before any answer is read
 		f := &proto.Send{ID: uint64(1000 + i), Conv: "d:alice:bob", ClientMsgID: fmt.Sprint("p", i), Body: []byte("x")}
-		if err := proto.WriteFrame(alice.req, f); err != nil {
+		if err := proto.WriteFrame(alice.Req, f); err != nil {
 			t.Fatal(err)
 		}
 	}
 	acked, shed := map[proto.Position]bool{}, 0
 	for range n {
-		alice.req.SetReadDeadline(time.Now().Add(10 * time.Second))
-		f, err := alice.reqR.Next()
+		alice.Req.SetReadDeadline(time.Now().Add(10 * time.Second))
+		f, err := alice.ReqR.Next()
 		if err != nil {
 			t.Fatal(err)
 		}

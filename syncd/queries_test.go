@@ -15,21 +15,21 @@ func TestServerConversationQueries(t *testing.T) {
 	ts := startServer(t, nil)
 	alice := connect(t, ts, "alice", "phone")
 	carol := connect(t, ts, "carol", "phone")
-	alice.ack(&proto.Send{ID: alice.id(), Conv: "d:alice:bob", ClientMsgID: "d1", Body: []byte("hi"), Peer: "bob"})
-	alice.ack(&proto.CreateGroup{ID: alice.id(), Conv: "team", ClientMsgID: "g", Members: []string{"bob", "carol"}})
+	alice.Ack(&proto.Send{ID: alice.ID(), Conv: "d:alice:bob", ClientMsgID: "d1", Body: []byte("hi"), Peer: "bob"})
+	alice.Ack(&proto.CreateGroup{ID: alice.ID(), Conv: "team", ClientMsgID: "g", Members: []string{"bob", "carol"}})
 	for i := range 3 {
-		alice.ack(&proto.Send{ID: alice.id(), Conv: "team", ClientMsgID: fmt.Sprint("t", i), Body: []byte(fmt.Sprint("m", i))})
+		alice.Ack(&proto.Send{ID: alice.ID(), Conv: "team", ClientMsgID: fmt.Sprint("t", i), Body: []byte(fmt.Sprint("m", i))})
 	}
 	testkit.WaitTrue(t, 10*time.Second, "alice's log to hold all five entries", func() bool {
-		h, ok := alice.do(&proto.HeadCheck{ID: alice.id()}).(*proto.Head)
+		h, ok := alice.Do(&proto.HeadCheck{ID: alice.ID()}).(*proto.Head)
 		return ok && h.Head == 5
 	})
 
-	first, ok := alice.do(&proto.ConvList{ID: alice.id(), Limit: 1}).(*proto.ConvListResult)
+	first, ok := alice.Do(&proto.ConvList{ID: alice.ID(), Limit: 1}).(*proto.ConvListResult)
 	if !ok || len(first.Convs) != 1 || first.Convs[0].Conv != "d:alice:bob" || !first.More {
 		t.Fatalf("first page: %#v", first)
 	}
-	second, ok := alice.do(&proto.ConvList{ID: alice.id(), After: "d:alice:bob"}).(*proto.ConvListResult)
+	second, ok := alice.Do(&proto.ConvList{ID: alice.ID(), After: "d:alice:bob"}).(*proto.ConvListResult)
 	if !ok || len(second.Convs) != 1 || second.More {
 		t.Fatalf("second page: %#v", second)
 	}
@@ -37,18 +37,18 @@ func TestServerConversationQueries(t *testing.T) {
 	if team.Conv != "team" || team.Kind != proto.ConvGroup || team.Head != 4 || fmt.Sprint(team.Members) != "[alice bob carol]" {
 		t.Fatalf("team: %+v", team)
 	}
-	if st, ok := carol.do(&proto.ConvState{ID: carol.id(), Conv: "team"}).(*proto.ConvStateResult); !ok || st.Conv.Head != 4 {
+	if st, ok := carol.Do(&proto.ConvState{ID: carol.ID(), Conv: "team"}).(*proto.ConvStateResult); !ok || st.Conv.Head != 4 {
 		t.Fatalf("carol's view of team: %#v", st)
 	}
-	carol.wantCode(&proto.ConvState{ID: carol.id(), Conv: "d:alice:bob"}, proto.CodeNotMember)
-	carol.wantCode(&proto.History{ID: carol.id(), Conv: "d:alice:bob"}, proto.CodeNotMember)
-	carol.wantCode(&proto.ConvState{ID: carol.id(), Conv: "nope"}, proto.CodeNoConversation)
+	carol.WantCode(&proto.ConvState{ID: carol.ID(), Conv: "d:alice:bob"}, proto.CodeNotMember)
+	carol.WantCode(&proto.History{ID: carol.ID(), Conv: "d:alice:bob"}, proto.CodeNotMember)
+	carol.WantCode(&proto.ConvState{ID: carol.ID(), Conv: "nope"}, proto.CodeNoConversation)
 
-	latest, ok := carol.do(&proto.History{ID: carol.id(), Conv: "team", Limit: 2}).(*proto.HistoryResult)
+	latest, ok := carol.Do(&proto.History{ID: carol.ID(), Conv: "team", Limit: 2}).(*proto.HistoryResult)
 	if !ok || len(latest.Entries) != 2 || latest.Entries[0].ConvSeq != 3 || latest.Entries[1].ConvSeq != 4 || latest.Head != 4 {
 		t.Fatalf("latest page: %#v", latest)
 	}
-	earlier, ok := carol.do(&proto.History{ID: carol.id(), Conv: "team", Before: 3, Limit: 2}).(*proto.HistoryResult)
+	earlier, ok := carol.Do(&proto.History{ID: carol.ID(), Conv: "team", Before: 3, Limit: 2}).(*proto.HistoryResult)
 	if !ok || len(earlier.Entries) != 2 || earlier.Entries[0].ConvSeq != 1 || earlier.Entries[1].ConvSeq != 2 ||
 		earlier.Entries[0].Kind != proto.KindGroupCreate {
 		t.Fatalf("earlier page: %#v", earlier)

@@ -2,7 +2,6 @@ package syncd
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -12,6 +11,7 @@ import (
 	"github.com/quic-go/quic-go"
 
 	"github.com/syncd-dev/syncd/proto"
+	"github.com/syncd-dev/syncd/proto/prototest"
 	"github.com/syncd-dev/syncd/syncd/auth"
 	"github.com/syncd-dev/syncd/test/testkit"
 )
@@ -51,143 +51,26 @@ func startServer(t *testing.T, tweak func(*Config)) *testServer {
 	return ts
 }
 
-// testClient speaks the protocol directly (the SDK comes separately): one request stream used
-// sequentially, one sync stream.
-type testClient struct {
-	t     *testing.T
-	conn  *quic.Conn
-	req   *quic.Stream
-	reqR  *proto.Reader
-	sync  *quic.Stream
-	syncR *proto.Reader
-	epoch proto.Epoch // of the last batch received
-	next  uint64
-}
-
+// dialRaw opens a QUIC connection to ts, pinning its certificate.
 func dialRaw(t *testing.T, ts *testServer) *quic.Conn {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	conn, err := quic.DialAddr(ctx, ts.Addr().String(), proto.PinnedTLSConfig(ts.Fingerprint()), &quic.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.CloseWithError(0, "") })
-	return conn
+	return prototest.Dial(t, ts.Addr().String(), ts.Fingerprint())
 }
 
-// hello opens the control stream and returns the server's first answer.
+// hello says Hello on conn and returns the server's first answer (prototest.Hello).
 func hello(t *testing.T, conn *quic.Conn, token, device string) proto.Frame {
 	t.Helper()
-	var f proto.Frame
-	st, err := conn.OpenStreamSync(context.Background())
-	if err == nil {
-		err = proto.WriteFrame(st, &proto.Hello{Token: token, Device: device, ClientVersion: "test/1", ProtoVersion: proto.ProtoVersion})
-	}
-	if err == nil {
-		st.SetReadDeadline(time.Now().Add(5 * time.Second))
-		f, err = proto.NewReader(st, proto.DefaultMaxFrame).Next()
-	}
-	var closed *quic.ApplicationError
-	if errors.As(err, &closed) {
-		// The server closed the connection with the error's code (it may do so before the
-		// error frame arrives, even before the hello is written): as good as the frame.
-		return &proto.Error{Code: proto.Code(closed.ErrorCode), Message: closed.ErrorMessage}
-	}
-	if err != nil {
-		t.Fatalf("hello: %v", err)
-	}
-	return f
+	return prototest.Hello(t, conn, token, device)
 }
 
-func connect(t *testing.T, ts *testServer, uid, device string) *testClient {
+// connect authenticates uid's device on ts with a fresh token and opens a request stream.
+func connect(t *testing.T, ts *testServer, uid, device string) *prototest.Conn {
 	t.Helper()
 	token, err := ts.MintToken(uid, device, time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
-	conn := dialRaw(t, ts)
-	if w, ok := hello(t, conn, token, device).(*proto.Welcome); !ok || w.User != uid {
-		t.Fatalf("expected welcome for %s, got %#v", uid, w)
-	}
-	c := &testClient{t: t, conn: conn}
-	c.req, err = conn.OpenStreamSync(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	c.reqR = proto.NewReader(c.req, proto.DefaultMaxFrame)
-	return c
-}
-
-// do sends one request and returns its answer.
-func (c *testClient) do(f proto.Frame) proto.Frame {
-	c.t.Helper()
-	if err := proto.WriteFrame(c.req, f); err != nil {
-		c.t.Fatal(err)
-	}
-	c.req.SetReadDeadline(time.Now().Add(10 * time.Second))
-	ans, err := c.reqR.Next()
-	if err != nil {
-		c.t.Fatalf("answer to %v: %v", f.FrameType(), err)
-	}
-	return ans
-}
-
-func (c *testClient) id() uint64 { c.next++; return c.next }
-
-func (c *testClient) ack(f proto.Frame) *proto.Ack {
-	c.t.Helper()
-	a, ok := c.do(f).(*proto.Ack)
-	if !ok {
-		c.t.Fatalf("%v: expected an ack", f.FrameType())
-	}
-	return a
-}
-
-func (c *testClient) wantCode(f proto.Frame, code proto.Code) {
-	c.t.Helper()
-	ans := c.do(f)
-	if e, ok := ans.(*proto.Error); !ok || e.Code != code {
-		c.t.Fatalf("%v: got %#v, want error %v", f.FrameType(), ans, code)
-	}
-}
-
-func (c *testClient) startSync(epoch proto.Epoch, pos proto.Position) {
-	c.t.Helper()
-	st, err := c.conn.OpenStreamSync(context.Background())
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	c.sync, c.syncR = st, proto.NewReader(st, proto.DefaultMaxFrame)
-	if err := proto.WriteFrame(st, &proto.SyncStart{Epoch: epoch, Pos: pos}); err != nil {
-		c.t.Fatal(err)
-	}
-}
-
-// entries reads the sync stream until it has n more entries, checking contiguity from pos.
-func (c *testClient) entries(pos proto.Position, n int) []proto.Entry {
-	c.t.Helper()
-	var out []proto.Entry
-	for len(out) < n {
-		c.sync.SetReadDeadline(time.Now().Add(10 * time.Second))
-		f, err := c.syncR.Next()
-		if err != nil {
-			c.t.Fatalf("sync: %v (have %d of %d entries)", err, len(out), n)
-		}
-		b, ok := f.(*proto.Batch)
-		if !ok {
-			continue // heartbeats
-		}
-		c.epoch = b.Epoch
-		for _, e := range b.Entries {
-			if e.Seq != pos+1 {
-				c.t.Fatalf("sync: entry at %d after %d: a gap", e.Seq, pos)
-			}
-			pos = e.Seq
-			out = append(out, e)
-		}
-	}
-	return out
+	return prototest.Connect(t, ts.Addr().String(), ts.Fingerprint(), token, uid, device)
 }
 
 // TestServerMessagesReceiptsRecalls: two users, a direct conversation created by the first send,
@@ -196,50 +79,50 @@ func TestServerMessagesReceiptsRecalls(t *testing.T) {
 	ts := startServer(t, nil)
 	alice := connect(t, ts, "alice", "phone")
 	bob := connect(t, ts, "bob", "laptop")
-	alice.startSync(0, 0)
-	bob.startSync(0, 0)
+	alice.StartSync(0, 0)
+	bob.StartSync(0, 0)
 
-	send := &proto.Send{ID: alice.id(), Conv: "d:alice:bob", ClientMsgID: "m1", Body: []byte("hi bob"), Peer: "bob"}
-	a1 := alice.ack(send)
+	send := &proto.Send{ID: alice.ID(), Conv: "d:alice:bob", ClientMsgID: "m1", Body: []byte("hi bob"), Peer: "bob"}
+	a1 := alice.Ack(send)
 	if a1.ConvSeq != 1 || a1.Duplicate || !a1.MsgID.Valid() {
 		t.Fatalf("first send: %+v", a1)
 	}
-	send.ID = alice.id()
-	if again := alice.ack(send); !again.Duplicate || again.MsgID != a1.MsgID || again.ConvSeq != 1 {
+	send.ID = alice.ID()
+	if again := alice.Ack(send); !again.Duplicate || again.MsgID != a1.MsgID || again.ConvSeq != 1 {
 		t.Fatalf("resend: %+v, want the original ack", again)
 	}
-	for _, c := range []*testClient{alice, bob} {
-		got := c.entries(0, 1)
+	for _, c := range []*prototest.Conn{alice, bob} {
+		got := c.Entries(0, 1)
 		if got[0].MsgID != a1.MsgID || string(got[0].Body) != "hi bob" || got[0].Sender != "alice" || got[0].Kind != proto.KindMessage {
 			t.Fatalf("pushed entry: %+v", got[0])
 		}
 	}
-	read := bob.ack(&proto.MarkRead{ID: bob.id(), Conv: "d:alice:bob", ClientMsgID: "r1", UpTo: 1})
-	recall := alice.ack(&proto.Recall{ID: alice.id(), Conv: "d:alice:bob", ClientMsgID: "x1", Target: a1.MsgID})
-	for _, c := range []*testClient{alice, bob} {
-		got := c.entries(1, 2)
+	read := bob.Ack(&proto.MarkRead{ID: bob.ID(), Conv: "d:alice:bob", ClientMsgID: "r1", UpTo: 1})
+	recall := alice.Ack(&proto.Recall{ID: alice.ID(), Conv: "d:alice:bob", ClientMsgID: "x1", Target: a1.MsgID})
+	for _, c := range []*prototest.Conn{alice, bob} {
+		got := c.Entries(1, 2)
 		if got[0].Kind != proto.KindReceipt || got[0].MsgID != read.MsgID || got[0].UpTo != 1 ||
 			got[1].Kind != proto.KindRecall || got[1].Target != a1.MsgID || got[1].MsgID != recall.MsgID {
 			t.Fatalf("receipt and recall: %+v", got)
 		}
 	}
-	if h, ok := bob.do(&proto.HeadCheck{ID: bob.id()}).(*proto.Head); !ok || h.Head != 3 {
+	if h, ok := bob.Do(&proto.HeadCheck{ID: bob.ID()}).(*proto.Head); !ok || h.Head != 3 {
 		t.Fatalf("head check: %#v", h)
 	}
 	// A sync resumed from a cursor starts exactly after it.
 	carol := connect(t, ts, "bob", "tablet")
-	carol.startSync(0, 0)
-	all := carol.entries(0, 3)
-	carol.sync.CancelRead(0)
+	carol.StartSync(0, 0)
+	all := carol.Entries(0, 3)
+	carol.Sync.CancelRead(0)
 	if len(all) != 3 {
 		t.Fatalf("tablet got %d entries", len(all))
 	}
-	carol.startSync(carol.epoch, 2)
-	if got := carol.entries(2, 1); got[0].MsgID != recall.MsgID {
+	carol.StartSync(carol.Epoch, 2)
+	if got := carol.Entries(2, 1); got[0].MsgID != recall.MsgID {
 		t.Fatalf("resume from 2: %+v", got[0])
 	}
 	// A cursor ack is stored (coalesced) as the device's delivery status.
-	if err := proto.WriteFrame(carol.sync, &proto.CursorAck{Epoch: carol.epoch, Pos: 3}); err != nil {
+	if err := proto.WriteFrame(carol.Sync, &proto.CursorAck{Epoch: carol.Epoch, Pos: 3}); err != nil {
 		t.Fatal(err)
 	}
 	state, _ := ts.Node().State(ts.slots.UserShard("bob"))
@@ -256,9 +139,10 @@ func TestServerMessagesReceiptsRecalls(t *testing.T) {
 	}
 }
 
+// scrape returns the body of /metrics at url.
 func scrape(t *testing.T, url string) string {
 	t.Helper()
-	_, body := httpGet(t, &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}, url)
+	_, body := testkit.HTTP(t, http.MethodGet, url)
 	return body
 }
 
@@ -284,28 +168,28 @@ func TestServerRefusesBadInput(t *testing.T) {
 
 	alice := connect(t, ts, "alice", "phone")
 	mallory := connect(t, ts, "mallory", "phone")
-	a := alice.ack(&proto.Send{ID: alice.id(), Conv: "d:alice:bob", ClientMsgID: "m1", Body: []byte("hi"), Peer: "bob"})
-	mallory.wantCode(&proto.Send{ID: mallory.id(), Conv: "d:alice:bob", ClientMsgID: "m1", Body: []byte("hi")}, proto.CodeNotMember)
-	alice.wantCode(&proto.Send{ID: alice.id(), Conv: "d:alice:bob", ClientMsgID: "m1", Body: []byte("other"), Peer: "bob"}, proto.CodeConflict)
-	alice.wantCode(&proto.Send{ID: alice.id(), Conv: "d:alice:bob", ClientMsgID: "m2", Body: make([]byte, proto.MaxBody+1)}, proto.CodeTooLarge)
-	alice.wantCode(&proto.Send{ID: alice.id(), Conv: "nope", ClientMsgID: "m3", Body: []byte("x")}, proto.CodeNoConversation)
-	mallory.wantCode(&proto.Recall{ID: mallory.id(), Conv: "d:alice:bob", ClientMsgID: "r", Target: a.MsgID}, proto.CodeNotMember)
+	a := alice.Ack(&proto.Send{ID: alice.ID(), Conv: "d:alice:bob", ClientMsgID: "m1", Body: []byte("hi"), Peer: "bob"})
+	mallory.WantCode(&proto.Send{ID: mallory.ID(), Conv: "d:alice:bob", ClientMsgID: "m1", Body: []byte("hi")}, proto.CodeNotMember)
+	alice.WantCode(&proto.Send{ID: alice.ID(), Conv: "d:alice:bob", ClientMsgID: "m1", Body: []byte("other"), Peer: "bob"}, proto.CodeConflict)
+	alice.WantCode(&proto.Send{ID: alice.ID(), Conv: "d:alice:bob", ClientMsgID: "m2", Body: make([]byte, proto.MaxBody+1)}, proto.CodeTooLarge)
+	alice.WantCode(&proto.Send{ID: alice.ID(), Conv: "nope", ClientMsgID: "m3", Body: []byte("x")}, proto.CodeNoConversation)
+	mallory.WantCode(&proto.Recall{ID: mallory.ID(), Conv: "d:alice:bob", ClientMsgID: "r", Target: a.MsgID}, proto.CodeNotMember)
 	bob := connect(t, ts, "bob", "laptop")
-	bob.wantCode(&proto.Recall{ID: bob.id(), Conv: "d:alice:bob", ClientMsgID: "r", Target: a.MsgID}, proto.CodeNotSender)
+	bob.WantCode(&proto.Recall{ID: bob.ID(), Conv: "d:alice:bob", ClientMsgID: "r", Target: a.MsgID}, proto.CodeNotSender)
 	time.Sleep(time.Until(time.Unix(0, a.Time).Add(recallWindow + 10*time.Millisecond)))
-	alice.wantCode(&proto.Recall{ID: alice.id(), Conv: "d:alice:bob", ClientMsgID: "r", Target: a.MsgID}, proto.CodeRecallWindow)
+	alice.WantCode(&proto.Recall{ID: alice.ID(), Conv: "d:alice:bob", ClientMsgID: "r", Target: a.MsgID}, proto.CodeRecallWindow)
 
 	// Garbage on a request stream: an error for that frame, and the stream goes on.
-	alice.req.Write([]byte{0, 0, 0, 3, 1, 99, 0x80}) // version 1, unknown type 99, empty map
-	alice.req.SetReadDeadline(time.Now().Add(5 * time.Second))
-	if f, err := alice.reqR.Next(); err != nil || f.(*proto.Error).Code != proto.CodeUnknownFrame {
+	alice.Req.Write([]byte{0, 0, 0, 3, 1, 99, 0x80}) // version 1, unknown type 99, empty map
+	alice.Req.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if f, err := alice.ReqR.Next(); err != nil || f.(*proto.Error).Code != proto.CodeUnknownFrame {
 		t.Fatalf("unknown frame: %#v %v", f, err)
 	}
-	alice.req.Write([]byte{0, 0, 0, 3, 1, byte(proto.TypeSend), 0xc1}) // reserved msgpack byte
-	if f, err := alice.reqR.Next(); err != nil || f.(*proto.Error).Code != proto.CodeMalformed {
+	alice.Req.Write([]byte{0, 0, 0, 3, 1, byte(proto.TypeSend), 0xc1}) // reserved msgpack byte
+	if f, err := alice.ReqR.Next(); err != nil || f.(*proto.Error).Code != proto.CodeMalformed {
 		t.Fatalf("malformed frame: %#v %v", f, err)
 	}
-	if got := alice.ack(&proto.Send{ID: alice.id(), Conv: "d:alice:bob", ClientMsgID: "m4", Body: []byte("still here")}); got.ConvSeq != 2 {
+	if got := alice.Ack(&proto.Send{ID: alice.ID(), Conv: "d:alice:bob", ClientMsgID: "m4", Body: []byte("still here")}); got.ConvSeq != 2 {
 		t.Fatalf("after bad frames: %+v", got)
 	}
 
@@ -319,7 +203,7 @@ func TestServerRefusesBadInput(t *testing.T) {
 		{"truncated frame", []byte{0, 0, 0, 40, 1, byte(proto.TypeSend), 0x85}, proto.CodeMalformed},
 		{"oversized frame", []byte{0x7f, 0xff, 0xff, 0xff, 1, byte(proto.TypeSend)}, proto.CodeFrameTooLarge},
 	} {
-		st, err := alice.conn.OpenStreamSync(context.Background())
+		st, err := alice.QUIC.OpenStreamSync(context.Background())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -331,7 +215,7 @@ func TestServerRefusesBadInput(t *testing.T) {
 			t.Fatalf("%s: got %#v, %v; want error %v", tc.name, f, err, tc.code)
 		}
 	}
-	if got := alice.ack(&proto.Send{ID: alice.id(), Conv: "d:alice:bob", ClientMsgID: "m5", Body: []byte("and still")}); got.ConvSeq != 3 {
+	if got := alice.Ack(&proto.Send{ID: alice.ID(), Conv: "d:alice:bob", ClientMsgID: "m5", Body: []byte("and still")}); got.ConvSeq != 3 {
 		t.Fatalf("after bad streams: %+v", got)
 	}
 }
@@ -342,11 +226,11 @@ func TestServerHeartbeats(t *testing.T) {
 	ts := startServer(t, func(c *Config) { c.Limits.HeartbeatMs = 200 })
 	alice := connect(t, ts, "alice", "phone")
 	bob := connect(t, ts, "bob", "phone")
-	bob.startSync(0, 0)
+	bob.StartSync(0, 0)
 	next := func() proto.Frame {
 		t.Helper()
-		bob.sync.SetReadDeadline(time.Now().Add(5 * time.Second))
-		f, err := bob.syncR.Next()
+		bob.Sync.SetReadDeadline(time.Now().Add(5 * time.Second))
+		f, err := bob.SyncR.Next()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -357,7 +241,7 @@ func TestServerHeartbeats(t *testing.T) {
 			t.Fatalf("idle frame %d: %#v, want a heartbeat at head 0", i, hb)
 		}
 	}
-	alice.ack(&proto.Send{ID: alice.id(), Conv: "d:alice:bob", ClientMsgID: "m", Body: []byte("x"), Peer: "bob"})
+	alice.Ack(&proto.Send{ID: alice.ID(), Conv: "d:alice:bob", ClientMsgID: "m", Body: []byte("x"), Peer: "bob"})
 	for {
 		f := next()
 		if b, ok := f.(*proto.Batch); ok {

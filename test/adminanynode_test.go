@@ -2,7 +2,6 @@ package test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"slices"
@@ -17,7 +16,6 @@ import (
 	"github.com/syncd-dev/syncd/syncd/peer"
 	"github.com/syncd-dev/syncd/syncd/routing"
 	"github.com/syncd-dev/syncd/syncd/syncdtest"
-	"github.com/syncd-dev/syncd/test/proccluster"
 	"github.com/syncd-dev/syncd/test/testkit"
 )
 
@@ -87,7 +85,7 @@ func TestAdminAnyNode(t *testing.T) {
 	var cur adminapi.CursorReport
 	testkit.WaitTrue(t, 20*time.Second, "bob's phone cursor at his head", func() bool {
 		var code int
-		cur, code = adminGet[adminapi.CursorReport](t, admin+"/v1/cursors?user="+bob)
+		cur, code = testkit.GetJSON[adminapi.CursorReport](t, admin+"/v1/cursors?user="+bob)
 		return code == http.StatusOK && len(cur.Devices) == 1 && cur.Devices[0].Behind != nil && *cur.Devices[0].Behind == 0 && cur.Head >= 2
 	})
 	if cur.User != bob || cur.Shard != uint32(home) || !cur.Exists || cur.Epoch == 0 || cur.Devices[0].Device != "phone" ||
@@ -99,7 +97,7 @@ func TestAdminAnyNode(t *testing.T) {
 	var tr adminapi.TraceReport
 	testkit.WaitTrue(t, 20*time.Second, "every member delivered and every phone past the message", func() bool {
 		var code int
-		if tr, code = adminGet[adminapi.TraceReport](t, admin+"/v1/trace?msg_id="+msgID); code != http.StatusOK || tr.Outbox.Retained || len(tr.Users) != 3 {
+		if tr, code = testkit.GetJSON[adminapi.TraceReport](t, admin+"/v1/trace?msg_id="+msgID); code != http.StatusOK || tr.Outbox.Retained || len(tr.Users) != 3 {
 			return false
 		}
 		for _, u := range tr.Users {
@@ -143,7 +141,7 @@ func TestAdminAnyNode(t *testing.T) {
 	for i := range c.Size() { // every node lists the cluster's dead letters, hosted or not
 		testkit.WaitTrue(t, 20*time.Second, ids[i]+" to list two dead letters", func() bool {
 			var code int
-			list, code = adminGet[adminapi.DeadLetterList](t, "http://"+c.Server(i).AdminAddr().String()+"/v1/deadletters")
+			list, code = testkit.GetJSON[adminapi.DeadLetterList](t, "http://"+c.Server(i).AdminAddr().String()+"/v1/deadletters")
 			return code == http.StatusOK && list.Total == 2 && len(list.Items) == 2
 		})
 	}
@@ -157,17 +155,17 @@ func TestAdminAnyNode(t *testing.T) {
 		c.Server(i).SetDeliveryFault(nil) // the cause is fixed
 	}
 	first, second := list.Items[0].ID, list.Items[1].ID
-	if code, body := adminDo(t, http.MethodPost, admin+"/v1/deadletters/"+first+"/replay"); code != http.StatusOK || !strings.Contains(body, `"appended": 1`) {
+	if code, body := testkit.HTTP(t, http.MethodPost, admin+"/v1/deadletters/"+first+"/replay"); code != http.StatusOK || !strings.Contains(body, `"appended": 1`) {
 		t.Fatalf("replay %s through %s: HTTP %d %s", first, ids[asked], code, body)
 	}
-	if code, body := adminDo(t, http.MethodDelete, admin+"/v1/deadletters/"+second); code != http.StatusOK || !strings.Contains(body, `"dropped": true`) {
+	if code, body := testkit.HTTP(t, http.MethodDelete, admin+"/v1/deadletters/"+second); code != http.StatusOK || !strings.Contains(body, `"dropped": true`) {
 		t.Fatalf("drop %s through %s: HTTP %d %s", second, ids[asked], code, body)
 	}
 	// A replay reads its dead letter on the source shard's leader: once the drop is acknowledged
 	// no node replays the dropped one, nor the replayed one again.
 	for i := range c.Size() {
 		for _, id := range []string{first, second} {
-			if code, body := adminDo(t, http.MethodPost, "http://"+c.Server(i).AdminAddr().String()+"/v1/deadletters/"+id+"/replay"); code != http.StatusNotFound {
+			if code, body := testkit.HTTP(t, http.MethodPost, "http://"+c.Server(i).AdminAddr().String()+"/v1/deadletters/"+id+"/replay"); code != http.StatusNotFound {
 				t.Fatalf("replay of %s (replayed or dropped) through %s: HTTP %d %s, want 404", id, ids[i], code, body)
 			}
 		}
@@ -177,7 +175,7 @@ func TestAdminAnyNode(t *testing.T) {
 	})
 	// The list is read on a replica, which may apply the drops a moment after their leader.
 	testkit.WaitTrue(t, 20*time.Second, "no dead letter listed after the replay and the drop", func() bool {
-		list, code := adminGet[adminapi.DeadLetterList](t, admin+"/v1/deadletters")
+		list, code := testkit.GetJSON[adminapi.DeadLetterList](t, admin+"/v1/deadletters")
 		return code == http.StatusOK && list.Total == 0 && len(list.Items) == 0
 	})
 	if got := bodies(t, devices[2], conv); !slices.Equal(slices.Sorted(slices.Values(got)), []string{"after", "hello", "poison 1"}) {
@@ -210,27 +208,4 @@ func TestAdminAnyNode(t *testing.T) {
 		return true
 	})
 	t.Logf("leader-only inspection: %v", got)
-}
-
-// adminGet GETs url and decodes its JSON body (also when the status is not 200) into a fresh T.
-func adminGet[T any](t *testing.T, url string) (T, int) {
-	t.Helper()
-	var v T
-	code, body := adminDo(t, http.MethodGet, url)
-	if err := json.Unmarshal([]byte(body), &v); err != nil {
-		t.Fatalf("GET %s: HTTP %d, body %q is not JSON: %v", url, code, body, err)
-	}
-	return v, code
-}
-
-// adminDo sends a body-less request and returns the status code and body.
-func adminDo(t *testing.T, method, url string) (int, string) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	code, body, err := proccluster.AdminDo(ctx, &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}, method, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return code, body
 }

@@ -2,7 +2,6 @@ package admin
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -20,6 +19,7 @@ import (
 	"github.com/syncd-dev/syncd/syncd/adminapi"
 	"github.com/syncd-dev/syncd/syncd/peer"
 	"github.com/syncd-dev/syncd/syncd/routing"
+	"github.com/syncd-dev/syncd/test/testkit"
 )
 
 // newInspector returns an admin server's inspection side over a real single node hosting shards
@@ -33,27 +33,12 @@ func newInspector(t testing.TB) (*Server, *raftstore.Node) {
 	return s, node
 }
 
-// getJSON fetches url and decodes its JSON body into a T.
-func getJSON[T any](t *testing.T, url string) (T, int) {
-	t.Helper()
-	var v T
-	resp, err := http.Get(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	if err := json.NewDecoder(resp.Body).Decode(&v); err != nil {
-		t.Fatalf("GET %s: %v", url, err)
-	}
-	return v, resp.StatusCode
-}
-
-// wantOpsError fetches url and checks it answers status with an OpsError of code.
+// wantOpsError GETs url and checks the status and the error's code, and that it says what to do.
 func wantOpsError(t *testing.T, url string, status int, code string) adminapi.OpsError {
 	t.Helper()
-	e, got := getJSON[adminapi.OpsError](t, url)
-	if got != status || e.Code != code || e.Message == "" {
-		t.Fatalf("GET %s: %d %+v, want %d %q", url, got, e, status, code)
+	e, got := testkit.GetJSON[adminapi.OpsError](t, url)
+	if got != status || e.Code != code || e.Message == "" || e.Hint == "" {
+		t.Errorf("GET %s: HTTP %d %+v; want %d with code %q, a message and a hint", url, got, e, status, code)
 	}
 	return e
 }
@@ -89,7 +74,7 @@ func TestInspectShardNotHosted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tr, code := getJSON[adminapi.TraceReport](t, hs.URL+"/v1/trace?msg_id="+res.Append.MsgID.String())
+	tr, code := testkit.GetJSON[adminapi.TraceReport](t, hs.URL+"/v1/trace?msg_id="+res.Append.MsgID.String())
 	if code != http.StatusOK {
 		t.Fatalf("trace: HTTP %d", code)
 	}

@@ -1,9 +1,8 @@
-package syncd
+package admin_test
 
 import (
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -12,34 +11,10 @@ import (
 	"github.com/syncd-dev/syncd/log"
 	"github.com/syncd-dev/syncd/proto"
 	"github.com/syncd-dev/syncd/raftstore"
+	"github.com/syncd-dev/syncd/syncd"
 	"github.com/syncd-dev/syncd/syncd/adminapi"
 	"github.com/syncd-dev/syncd/test/testkit"
 )
-
-// httpDo sends a body-less request and returns the status code and body.
-func httpDo(t *testing.T, method, url string) (int, string) {
-	t.Helper()
-	return httpDoWith(t, &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 15 * time.Second}, method, url)
-}
-
-// httpDoWith sends a body-less request with c and returns the status code and body.
-func httpDoWith(t *testing.T, c *http.Client, method, url string) (int, string) {
-	t.Helper()
-	req, err := http.NewRequest(method, url, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp, err := c.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp.StatusCode, string(b)
-}
 
 // TestDeadLettersListReplayDrop makes a destination shard refuse chosen deliveries (a fault
 // injected into the batches, as a corrupted delivery would arrive) and checks G5 end to end: the
@@ -47,7 +22,7 @@ func httpDoWith(t *testing.T, c *http.Client, method, url string) (int, string) 
 // goes on past it, a replay refused again keeps it, a replay after the fix delivers it exactly
 // once, and a drop forgets another.
 func TestDeadLettersListReplayDrop(t *testing.T) {
-	ts := startServer(t, func(c *Config) { c.Shards = 2 })
+	ts := startServer(t, func(c *syncd.Config) { c.Shards = 2 })
 	admin := "http://" + ts.AdminAddr().String()
 	aliceShard := ts.slots.UserShard("alice")
 	bob := "bob"
@@ -66,15 +41,15 @@ func TestDeadLettersListReplayDrop(t *testing.T) {
 
 	alice := connect(t, ts, "alice", "phone")
 	bobDev := connect(t, ts, bob, "laptop")
-	bobDev.startSync(0, 0)
+	bobDev.StartSync(0, 0)
 	conv := "d:" + min("alice", bob) + ":" + max("alice", bob)
 	var acks []*proto.Ack
 	for i, body := range []string{"one", "poison 1", "three", "poison 2", "five"} {
-		acks = append(acks, alice.ack(&proto.Send{ID: alice.id(), Conv: conv, ClientMsgID: fmt.Sprint("m", i), Body: []byte(body), Peer: bob}))
+		acks = append(acks, alice.Ack(&proto.Send{ID: alice.ID(), Conv: conv, ClientMsgID: fmt.Sprint("m", i), Body: []byte(body), Peer: bob}))
 	}
 	// Bob gets everything but the refused entries, in order and without a gap: the stream did
 	// not stall behind them.
-	got := bobDev.entries(0, 3)
+	got := bobDev.Entries(0, 3)
 	for i, want := range []*proto.Ack{acks[0], acks[2], acks[4]} {
 		if got[i].MsgID != want.MsgID {
 			t.Fatalf("bob's entry %d is %v, want %v", i+1, got[i].MsgID, want.MsgID)
@@ -83,7 +58,7 @@ func TestDeadLettersListReplayDrop(t *testing.T) {
 
 	var list adminapi.DeadLetterList
 	testkit.WaitTrue(t, 5*time.Second, "two dead letters", func() bool {
-		code, body := httpDo(t, "GET", admin+"/v1/deadletters")
+		code, body := testkit.HTTP(t, "GET", admin+"/v1/deadletters")
 		return code == 200 && json.Unmarshal([]byte(body), &list) == nil && list.Total == 2
 	})
 	for i, dl := range list.Items {
@@ -106,28 +81,28 @@ func TestDeadLettersListReplayDrop(t *testing.T) {
 
 	// Replaying while the destination still refuses: 409, and the dead letter stays.
 	first, second := list.Items[0].ID, list.Items[1].ID
-	if code, body := httpDo(t, "POST", admin+"/v1/deadletters/"+first+"/replay"); code != http.StatusConflict || !strings.Contains(body, `"refused"`) {
+	if code, body := testkit.HTTP(t, "POST", admin+"/v1/deadletters/"+first+"/replay"); code != http.StatusConflict || !strings.Contains(body, `"refused"`) {
 		t.Fatalf("replay while refused: %d %s", code, body)
 	}
 	ts.SetDeliveryFault(nil) // the cause is fixed
-	if code, body := httpDo(t, "POST", admin+"/v1/deadletters/"+first+"/replay"); code != 200 || !strings.Contains(body, `"appended": 1`) {
+	if code, body := testkit.HTTP(t, "POST", admin+"/v1/deadletters/"+first+"/replay"); code != 200 || !strings.Contains(body, `"appended": 1`) {
 		t.Fatalf("replay: %d %s", code, body)
 	}
-	if got := bobDev.entries(3, 1); got[0].MsgID != acks[1].MsgID || string(got[0].Body) != "poison 1" {
+	if got := bobDev.Entries(3, 1); got[0].MsgID != acks[1].MsgID || string(got[0].Body) != "poison 1" {
 		t.Fatalf("replayed entry: %+v", got[0])
 	}
 	// The same replay again finds nothing: never a duplicate.
-	if code, body := httpDo(t, "POST", admin+"/v1/deadletters/"+first+"/replay"); code != http.StatusNotFound {
+	if code, body := testkit.HTTP(t, "POST", admin+"/v1/deadletters/"+first+"/replay"); code != http.StatusNotFound {
 		t.Fatalf("second replay: %d %s", code, body)
 	}
-	if code, body := httpDo(t, "DELETE", admin+"/v1/deadletters/"+second); code != 200 || !strings.Contains(body, `"dropped": true`) {
+	if code, body := testkit.HTTP(t, "DELETE", admin+"/v1/deadletters/"+second); code != 200 || !strings.Contains(body, `"dropped": true`) {
 		t.Fatalf("drop: %d %s", code, body)
 	}
-	code, body := httpDo(t, "GET", admin+"/v1/deadletters")
+	code, body := testkit.HTTP(t, "GET", admin+"/v1/deadletters")
 	if code != 200 || !strings.Contains(body, `"total": 0`) {
 		t.Fatalf("list after replay and drop: %d %s", code, body)
 	}
-	if code, body := httpDo(t, "DELETE", admin+"/v1/deadletters/1-x-3"); code != http.StatusBadRequest {
+	if code, body := testkit.HTTP(t, "DELETE", admin+"/v1/deadletters/1-x-3"); code != http.StatusBadRequest {
 		t.Fatalf("bad id: %d %s", code, body)
 	}
 	// Bob's log holds every message once: the four delivered or replayed, not the dropped one.

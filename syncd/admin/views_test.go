@@ -1,7 +1,6 @@
-package syncd
+package admin_test
 
 import (
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"strings"
@@ -10,30 +9,10 @@ import (
 
 	"github.com/syncd-dev/syncd/proto"
 	"github.com/syncd-dev/syncd/raftstore"
+	"github.com/syncd-dev/syncd/syncd/admin"
 	"github.com/syncd-dev/syncd/syncd/adminapi"
 	"github.com/syncd-dev/syncd/test/testkit"
 )
-
-// getJSON GETs url and decodes its JSON body (also when the status is not 200) into a fresh T.
-func getJSON[T any](t *testing.T, url string) (T, int) {
-	t.Helper()
-	var v T
-	code, body := httpGet(t, &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 10 * time.Second}, url)
-	if err := json.Unmarshal([]byte(body), &v); err != nil {
-		t.Fatalf("GET %s: HTTP %d, body %q is not JSON: %v", url, code, body, err)
-	}
-	return v, code
-}
-
-// wantOpsError GETs url and checks the status and the error's code, and that it says what to do.
-func wantOpsError(t *testing.T, url string, status int, code string) adminapi.OpsError {
-	t.Helper()
-	e, got := getJSON[adminapi.OpsError](t, url)
-	if got != status || e.Code != code || e.Message == "" || e.Hint == "" {
-		t.Errorf("GET %s: HTTP %d %+v; want %d with code %q, a message and a hint", url, got, e, status, code)
-	}
-	return e
-}
 
 // TestInspectCursorsAndTrace: a group of three users whose logs live on different shards; one
 // user's devices stored cursors past the message, before it, or none at all. /v1/cursors and
@@ -51,8 +30,8 @@ func TestInspectCursorsAndTrace(t *testing.T) {
 	}
 
 	alice := connect(t, ts, "alice", "phone")
-	alice.ack(&proto.CreateGroup{ID: alice.id(), Conv: "team", ClientMsgID: "g", Members: []string{"erin", "dave"}})
-	msg := alice.ack(&proto.Send{ID: alice.id(), Conv: "team", ClientMsgID: "m1", Body: []byte("hello")})
+	alice.Ack(&proto.CreateGroup{ID: alice.ID(), Conv: "team", ClientMsgID: "g", Members: []string{"erin", "dave"}})
+	msg := alice.Ack(&proto.Send{ID: alice.ID(), Conv: "team", ClientMsgID: "m1", Body: []byte("hello")})
 
 	// erin's phone stores both entries, her laptop only the first, her tablet acks nothing.
 	var epoch proto.Epoch
@@ -61,13 +40,13 @@ func TestInspectCursorsAndTrace(t *testing.T) {
 		ack    proto.Position
 	}{{"phone", 2}, {"laptop", 1}, {"tablet", 0}} {
 		c := connect(t, ts, "erin", d.device)
-		c.startSync(0, 0)
-		if got := c.entries(0, 2); got[1].MsgID != msg.MsgID {
+		c.StartSync(0, 0)
+		if got := c.Entries(0, 2); got[1].MsgID != msg.MsgID {
 			t.Fatalf("erin's %s got %+v", d.device, got)
 		}
-		epoch = c.epoch
+		epoch = c.Epoch
 		if d.ack > 0 {
-			if err := proto.WriteFrame(c.sync, &proto.CursorAck{Epoch: c.epoch, Pos: d.ack}); err != nil {
+			if err := proto.WriteFrame(c.Sync, &proto.CursorAck{Epoch: c.Epoch, Pos: d.ack}); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -77,7 +56,7 @@ func TestInspectCursorsAndTrace(t *testing.T) {
 	var cur adminapi.CursorReport
 	testkit.WaitTrue(t, 10*time.Second, "erin's two cursors to be stored", func() bool {
 		var code int
-		cur, code = getJSON[adminapi.CursorReport](t, base+"/v1/cursors?user=erin")
+		cur, code = testkit.GetJSON[adminapi.CursorReport](t, base+"/v1/cursors?user=erin")
 		return code == http.StatusOK && len(cur.Devices) == 2
 	})
 	if cur.User != "erin" || cur.Shard != uint32(ts.slots.UserShard("erin")) || !cur.Exists ||
@@ -92,7 +71,7 @@ func TestInspectCursorsAndTrace(t *testing.T) {
 		t.Errorf("phone: %+v", phone)
 	}
 	// The wire names, as syncctl -json and scripts see them.
-	raw, _ := getJSON[map[string]any](t, base+"/v1/cursors?user=erin")
+	raw, _ := testkit.GetJSON[map[string]any](t, base+"/v1/cursors?user=erin")
 	for _, key := range []string{"user", "shard", "epoch", "first", "head", "devices"} {
 		if _, ok := raw[key]; !ok {
 			t.Errorf("cursors JSON lacks %q: %v", key, raw)
@@ -102,7 +81,7 @@ func TestInspectCursorsAndTrace(t *testing.T) {
 		t.Errorf("cursors JSON device: %v", d)
 	}
 	// A user nothing was delivered to has no log yet.
-	if nobody, code := getJSON[adminapi.CursorReport](t, base+"/v1/cursors?user=nobody"); code != http.StatusOK || nobody.Exists ||
+	if nobody, code := testkit.GetJSON[adminapi.CursorReport](t, base+"/v1/cursors?user=nobody"); code != http.StatusOK || nobody.Exists ||
 		nobody.Epoch != 0 || nobody.Devices == nil || len(nobody.Devices) != 0 {
 		t.Errorf("cursors of nobody: HTTP %d %+v", code, nobody)
 	}
@@ -112,7 +91,7 @@ func TestInspectCursorsAndTrace(t *testing.T) {
 	url := base + "/v1/trace?msg_id=" + string(msg.MsgID)
 	testkit.WaitTrue(t, 10*time.Second, "the message in every log and out of the outbox", func() bool {
 		var code int
-		if tr, code = getJSON[adminapi.TraceReport](t, url); code != http.StatusOK || tr.Outbox.Retained || len(tr.Users) != 3 {
+		if tr, code = testkit.GetJSON[adminapi.TraceReport](t, url); code != http.StatusOK || tr.Outbox.Retained || len(tr.Users) != 3 {
 			return false
 		}
 		for _, u := range tr.Users {
@@ -149,21 +128,21 @@ func TestInspectCursorsAndTrace(t *testing.T) {
 
 	// A recall marks the message recalled; the recall's own entry (whose target is the message)
 	// is not mistaken for it.
-	recall := alice.ack(&proto.Recall{ID: alice.id(), Conv: "team", ClientMsgID: "x1", Target: msg.MsgID})
+	recall := alice.Ack(&proto.Recall{ID: alice.ID(), Conv: "team", ClientMsgID: "x1", Target: msg.MsgID})
 	testkit.WaitTrue(t, 10*time.Second, "the recall in erin's log", func() bool {
-		c, code := getJSON[adminapi.CursorReport](t, base+"/v1/cursors?user=erin")
+		c, code := testkit.GetJSON[adminapi.CursorReport](t, base+"/v1/cursors?user=erin")
 		return code == http.StatusOK && c.Head == 3
 	})
-	tr, _ = getJSON[adminapi.TraceReport](t, url+"&user=erin")
+	tr, _ = testkit.GetJSON[adminapi.TraceReport](t, url+"&user=erin")
 	if !tr.Recalled || len(tr.Users) != 1 || tr.Users[0].User != "erin" || tr.Users[0].Pos != 2 || tr.Users[0].Scanned != 2 {
 		t.Errorf("trace after the recall, for erin: %+v", tr)
 	}
-	rt, _ := getJSON[adminapi.TraceReport](t, base+"/v1/trace?msg_id="+string(recall.MsgID)+"&user=erin")
+	rt, _ := testkit.GetJSON[adminapi.TraceReport](t, base+"/v1/trace?msg_id="+string(recall.MsgID)+"&user=erin")
 	if rt.Entry == nil || rt.Entry.Kind != "recall" || rt.Entry.Target != string(msg.MsgID) || len(rt.Users) != 1 || rt.Users[0].Pos != 3 {
 		t.Errorf("trace of the recall: %+v", rt)
 	}
 	// A scan that stops short of the message says so.
-	tr, _ = getJSON[adminapi.TraceReport](t, url+"&user=erin&scan=1")
+	tr, _ = testkit.GetJSON[adminapi.TraceReport](t, url+"&user=erin&scan=1")
 	if len(tr.Users) != 1 || len(tr.Users[0].Devices) != 2 {
 		t.Fatalf("trace with scan=1: %+v", tr)
 	}
@@ -172,11 +151,11 @@ func TestInspectCursorsAndTrace(t *testing.T) {
 	}
 
 	// Bad requests and unknown messages.
-	wantOpsError(t, base+"/v1/trace", http.StatusBadRequest, "bad_request")
-	wantOpsError(t, base+"/v1/trace?msg_id=hello", http.StatusBadRequest, "bad_request")
-	wantOpsError(t, url+"&scan=0", http.StatusBadRequest, "bad_request")
-	wantOpsError(t, url+"&scan=lots", http.StatusBadRequest, "bad_request")
-	wantOpsError(t, base+"/v1/cursors", http.StatusBadRequest, "bad_request")
-	wantOpsError(t, base+"/v1/trace?msg_id=2.999999.0", http.StatusNotFound, "not_found")
-	wantOpsError(t, base+"/v1/trace?msg_id=99.1.0", http.StatusNotFound, "not_found")
+	admin.WantOpsError(t, base+"/v1/trace", http.StatusBadRequest, "bad_request")
+	admin.WantOpsError(t, base+"/v1/trace?msg_id=hello", http.StatusBadRequest, "bad_request")
+	admin.WantOpsError(t, url+"&scan=0", http.StatusBadRequest, "bad_request")
+	admin.WantOpsError(t, url+"&scan=lots", http.StatusBadRequest, "bad_request")
+	admin.WantOpsError(t, base+"/v1/cursors", http.StatusBadRequest, "bad_request")
+	admin.WantOpsError(t, base+"/v1/trace?msg_id=2.999999.0", http.StatusNotFound, "not_found")
+	admin.WantOpsError(t, base+"/v1/trace?msg_id=99.1.0", http.StatusNotFound, "not_found")
 }

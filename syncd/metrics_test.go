@@ -17,6 +17,7 @@ import (
 	"github.com/syncd-dev/syncd/syncd/admin"
 	"github.com/syncd-dev/syncd/syncd/peer"
 	"github.com/syncd-dev/syncd/syncd/routing"
+	"github.com/syncd-dev/syncd/test/testkit"
 )
 
 // startMetricsNode starts a real single node hosting shards 1 and 2 and waits for their leaders.
@@ -41,12 +42,6 @@ func startMetricsNode(t testing.TB) *raftstore.Node {
 		}
 	}
 	return node
-}
-
-// httpGet fetches url with c and returns the status code and body.
-func httpGet(t *testing.T, c *http.Client, url string) (int, string) {
-	t.Helper()
-	return httpDoWith(t, c, http.MethodGet, url)
 }
 
 // TestAdminServesMetricsHealthReadinessAndPprof runs the admin server over real HTTP against a
@@ -99,7 +94,7 @@ func TestAdminServesMetricsHealthReadinessAndPprof(t *testing.T) {
 	defer client.CloseIdleConnections()
 	base := "http://" + adm.Addr().String()
 
-	code, body := httpGet(t, client, base+"/metrics")
+	code, body := testkit.HTTP(t, http.MethodGet, base+"/metrics")
 	if code != http.StatusOK {
 		t.Fatalf("/metrics: %d %s", code, body)
 	}
@@ -147,26 +142,26 @@ func TestAdminServesMetricsHealthReadinessAndPprof(t *testing.T) {
 		t.Log(body)
 	}
 
-	if code, body := httpGet(t, client, base+"/healthz"); code != http.StatusOK || body != "ok\n" {
+	if code, body := testkit.HTTP(t, http.MethodGet, base+"/healthz"); code != http.StatusOK || body != "ok\n" {
 		t.Errorf("/healthz: %d %q", code, body)
 	}
-	if code, body := httpGet(t, client, base+"/readyz"); code != http.StatusOK {
+	if code, body := testkit.HTTP(t, http.MethodGet, base+"/readyz"); code != http.StatusOK {
 		t.Errorf("/readyz while ready: %d %q", code, body)
 	}
 	notReady.Store(true)
-	if code, body := httpGet(t, client, base+"/readyz"); code != http.StatusServiceUnavailable || !strings.Contains(body, "no known leader") {
+	if code, body := testkit.HTTP(t, http.MethodGet, base+"/readyz"); code != http.StatusServiceUnavailable || !strings.Contains(body, "no known leader") {
 		t.Errorf("/readyz while not ready: %d %q", code, body)
 	}
-	if code, body := httpGet(t, client, base+"/healthz"); code != http.StatusOK {
+	if code, body := testkit.HTTP(t, http.MethodGet, base+"/healthz"); code != http.StatusOK {
 		t.Errorf("/healthz while not ready: %d %q", code, body)
 	}
-	if code, body := httpGet(t, client, base+"/debug/pprof/"); code != http.StatusOK || !strings.Contains(body, "goroutine") {
+	if code, body := testkit.HTTP(t, http.MethodGet, base+"/debug/pprof/"); code != http.StatusOK || !strings.Contains(body, "goroutine") {
 		t.Errorf("/debug/pprof/: %d", code)
 	}
-	if code, _ := httpGet(t, client, base+"/debug/pprof/goroutine?debug=1"); code != http.StatusOK {
+	if code, _ := testkit.HTTP(t, http.MethodGet, base+"/debug/pprof/goroutine?debug=1"); code != http.StatusOK {
 		t.Errorf("/debug/pprof/goroutine: %d", code)
 	}
-	if code, _ := httpGet(t, client, base+"/nope"); code != http.StatusNotFound {
+	if code, _ := testkit.HTTP(t, http.MethodGet, base+"/nope"); code != http.StatusNotFound {
 		t.Errorf("/nope: %d, want 404", code)
 	}
 

@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/syncd-dev/syncd/log"
+	"github.com/syncd-dev/syncd/raftstore"
 	"github.com/syncd-dev/syncd/syncd/peer"
 )
 
@@ -43,4 +45,42 @@ func FuzzServeRead(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestServeReadBounded: another node asking a replica for a read of any size gets at most
+// peer.MaxReadCount entries (a page), contiguous from where it asked: one call cannot make a node
+// read or hold an unbounded part of a log.
+func TestServeReadBounded(t *testing.T) {
+	node := startMetricsNode(t)
+	s := &Server{node: node, notes: newNotifier()}
+	p := peer.New(node)
+	s.handleReads(p)
+	const n = peer.MaxReadCount + 200
+	b := &log.DeliveryBatch{Source: 9, Last: n}
+	for i := range n {
+		pos := uint64(i + 1)
+		b.Items = append(b.Items, log.Delivery{Pos: pos, Users: []string{"bob"}, Entry: log.Entry{Kind: log.KindMessage,
+			MsgID: log.MsgID{Shard: 9, Index: pos}, Conv: "g:x", ConvSeq: log.Position(pos), Sender: "alice", Body: []byte("hi")}})
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := node.Propose(ctx, 1, raftstore.DeliverCommand(b)); err != nil {
+		t.Fatal(err)
+	}
+	req, err := peer.EncodeRequest(peer.OpReadUser, 1, false, peer.ReadArgs{UID: "bob", Pos: 1, LimitCount: 1 << 30, LimitBytes: 1 << 40})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ans, err := p.Serve(ctx, peer.Method, req)
+	var a peer.ReadAnswer
+	if err == nil {
+		err = peer.DecodeAnswer(ans, &a)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := len(a.Read.Entries); got != peer.MaxReadCount || a.Read.Entries[0].Seq != 1 || a.Read.Entries[got-1].Seq != uint64(got) {
+		t.Fatalf("a read asking for everything answered %d entries (%d..%d), want %d from 1", got,
+			a.Read.Entries[0].Seq, a.Read.Entries[got-1].Seq, peer.MaxReadCount)
+	}
 }

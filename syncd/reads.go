@@ -108,7 +108,7 @@ func (s *Server) handleReads(p *peer.Peer) {
 		return peer.ReadAnswer{Conv: peer.FromConvState(c)}, err
 	})
 	read(peer.OpUserConvs, func(_ context.Context, state *log.Shard, _ raftstore.ShardID, a peer.ReadArgs) (peer.ReadAnswer, error) {
-		ids, err := state.UserConvs(a.UID, a.After, a.Count)
+		ids, err := state.UserConvs(a.UID, a.After, a.ConvCount())
 		return peer.ReadAnswer{IDs: ids}, err
 	})
 	read(peer.OpReadConvBefore, func(_ context.Context, state *log.Shard, _ raftstore.ShardID, a peer.ReadArgs) (peer.ReadAnswer, error) {

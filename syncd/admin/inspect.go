@@ -290,9 +290,15 @@ func (s *Server) opTraceUsers(_ context.Context, state *log.Shard, req peer.Requ
 		return nil, err
 	}
 	shard := req.Shard
+	// The asking node bounds both already (?scan, and a trace's member count); a node that does
+	// not must still not make this one scan whole logs for thousands of users.
+	if len(a.Users) > adminapi.MaxTraceMembers {
+		return nil, fmt.Errorf("%w: trace of %d users, at most %d", log.ErrInvalid, len(a.Users), adminapi.MaxTraceMembers)
+	}
+	scan := min(max(a.Scan, 1), adminapi.MaxTraceScan)
 	out := make([]adminapi.TraceUser, 0, len(a.Users))
 	for _, u := range a.Users {
-		tu, err := traceUser(state, shard, a.MsgID.Log(), u.User, a.Scan, u.Member, a.Outbox)
+		tu, err := traceUser(state, shard, a.MsgID.Log(), u.User, scan, u.Member, a.Outbox)
 		if err != nil {
 			return nil, err
 		}

@@ -2,6 +2,7 @@ package peer
 
 import (
 	"github.com/syncd-dev/syncd/log"
+	"github.com/syncd-dev/syncd/proto"
 	"github.com/syncd-dev/syncd/syncd/adminapi"
 )
 
@@ -22,8 +23,22 @@ type ReadArgs struct {
 	WaitMS     int64  `msgpack:"wait_ms"`
 }
 
-// Limit returns the read limit the arguments carry.
-func (a ReadArgs) Limit() log.Limit { return log.Limit{Count: a.LimitCount, Bytes: a.LimitBytes} }
+// Bounds of one answer, whatever the asking node sends: a read returns at most MaxReadCount
+// entries or ids and stops adding entries past MaxReadBytes (the largest frame a client may be
+// sent), so no call can make a node read or hold an unbounded part of a log.
+const (
+	MaxReadCount = proto.MaxPage
+	MaxReadBytes = 16 << 20
+)
+
+// Limit returns the read limit the arguments carry, capped at MaxReadCount and MaxReadBytes
+// (zero or negative fields mean log's defaults).
+func (a ReadArgs) Limit() log.Limit {
+	return log.Limit{Count: min(a.LimitCount, MaxReadCount), Bytes: min(a.LimitBytes, MaxReadBytes)}
+}
+
+// ConvCount returns UserConvs' limit, capped at MaxReadCount.
+func (a ReadArgs) ConvCount() int { return min(a.Count, MaxReadCount) }
 
 // WithLimit returns a with lim set.
 func (a ReadArgs) WithLimit(lim log.Limit) ReadArgs {

@@ -2,7 +2,7 @@ package test
 
 // The fault suite's side of the multi-process cluster: the processes, their data directories and
 // ports, and the controls to kill, pause, restart and stop them are the harness test/proccluster's;
-// what is added here is the suite's own: node-to-node traffic through a relayMesh (when the
+// what is added here is the suite's own: node-to-node traffic through a testkit.Mesh (when the
 // binary supports -peer-dial: each node's -peer-dial map is passed as its extra flags), the
 // timeline, the record of unexpected exits and the checks the checker runs. See
 // cluster_fault_test.go for the scenarios.

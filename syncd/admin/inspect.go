@@ -89,7 +89,7 @@ func (s *Server) serveCursors(w http.ResponseWriter, r *http.Request) {
 }
 
 // cursors reports uid's log and device cursors, from a replica of the user's shard wherever one
-// is (see inspectcall.go).
+// is (through syncd/peer).
 func (s *Server) cursors(ctx context.Context, uid string) (*adminapi.CursorReport, error) {
 	if !log.ValidID(uid) {
 		return nil, badRequest(fmt.Sprintf("bad or missing user %q", uid), "pass ?user=<uid>")
@@ -139,7 +139,7 @@ func (s *Server) serveTrace(w http.ResponseWriter, r *http.Request) {
 }
 
 // trace reports where a message went: its home-shard part from a replica of the home shard, and
-// each user's part from a replica of that user's shard, wherever those are (see inspectcall.go).
+// each user's part from a replica of that user's shard, wherever those are (through syncd/peer).
 func (s *Server) trace(r *http.Request) (*adminapi.TraceReport, error) {
 	q := r.URL.Query()
 	raw := q.Get("msg_id")

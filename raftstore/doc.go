@@ -6,7 +6,9 @@
 // durable quorum commit, and [Node.State] to read a shard's state on this replica. Errors from
 // hashicorp/raft are mapped to this package's sentinels ([ErrNotLeader], [ErrTimeout],
 // [ErrLeadershipLost], [ErrShutdown], [ErrNoShard]); refusals of a command are the log package's
-// sentinels (see log.Rejected).
+// sentinels (see log.Rejected). The application above (syncd's server) is told of applies and
+// answers other nodes' calls through the one interface it implements, [App]; [Node.Call] makes
+// such a call to another node over the forwarding connection.
 //
 // See DESIGN.md in this folder and docs/ARCHITECTURE.md for the formats and the restart and
 // catch-up paths.

@@ -10,17 +10,11 @@ package bench
 import (
 	"bufio"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
-	"math/big"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -28,6 +22,7 @@ import (
 	"github.com/quic-go/quic-go"
 
 	"github.com/syncd-dev/syncd/proto"
+	"github.com/syncd-dev/syncd/test/testkit"
 )
 
 // Bare-QUIC reference shape (issue #3, "Performance"): 8 connections, 64 requests in flight in
@@ -52,7 +47,7 @@ type BareResult struct {
 // BareQUIC measures the reference in one process: an echo server on 127.0.0.1:0 and its
 // clients, request/reply for d, then bulk transfer for d/2.
 func BareQUIC(ctx context.Context, d time.Duration) (BareResult, error) {
-	cert, err := selfSigned()
+	cert, err := testkit.SelfSignedCert("localhost")
 	if err != nil {
 		return BareResult{}, err
 	}
@@ -242,26 +237,4 @@ func barePipeline(st *quic.Stream, deadline time.Time, window int, replies *atom
 	}
 	st.Close() // the server answers what it got, then closes its side: the reader sees EOF
 	return <-done
-}
-
-// selfSigned returns an in-memory self-signed ECDSA P-256 certificate for 127.0.0.1.
-func selfSigned() (tls.Certificate, error) {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return tls.Certificate{}, err
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1),
-		Subject:      pkix.Name{CommonName: "bench"},
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(24 * time.Hour),
-		DNSNames:     []string{"localhost"},
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		return tls.Certificate{}, err
-	}
-	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}, nil
 }

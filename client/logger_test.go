@@ -2,14 +2,8 @@ package client
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"log/slog"
-	"math/big"
 	"slices"
 	"sync"
 	"testing"
@@ -18,6 +12,7 @@ import (
 	"github.com/quic-go/quic-go"
 
 	"github.com/syncd-dev/syncd/proto"
+	"github.com/syncd-dev/syncd/test/testkit"
 )
 
 // recordHandler is a slog.Handler that keeps the message of every record, at every level.
@@ -59,23 +54,16 @@ type fakeServer struct {
 
 func startFakeServer(t *testing.T) *fakeServer {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "fake syncd"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	cert, err := testkit.SelfSignedCert()
 	if err != nil {
 		t.Fatal(err)
 	}
 	ln, err := quic.ListenAddr("127.0.0.1:0", &tls.Config{MinVersion: tls.VersionTLS13, NextProtos: []string{proto.ALPN},
-		Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}}}, nil)
+		Certificates: []tls.Certificate{cert}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &fakeServer{ln: ln, fingerprint: proto.Fingerprint(der), conns: make(chan *quic.Conn, 4)}
+	s := &fakeServer{ln: ln, fingerprint: proto.Fingerprint(cert.Certificate[0]), conns: make(chan *quic.Conn, 4)}
 	s.wg.Go(func() {
 		for {
 			q, err := ln.Accept(context.Background())

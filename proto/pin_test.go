@@ -1,17 +1,13 @@
 package proto
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"math/big"
 	"net"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/syncd-dev/syncd/test/testkit"
 )
 
 // TestFingerprintFormat pins the spelling operators copy from server logs: the SHA-256 of the
@@ -23,28 +19,15 @@ func TestFingerprintFormat(t *testing.T) {
 	}
 }
 
-// pinTestCert returns a fresh self-signed certificate, with names and dates a CA check would
+// pinTestCert returns a fresh self-signed certificate, with a name and an issuer a CA check would
 // refuse (the pin must not care), and its fingerprint.
 func pinTestCert(t *testing.T) (tls.Certificate, string) {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	cert, err := testkit.SelfSignedCert("elsewhere.invalid")
 	if err != nil {
 		t.Fatal(err)
 	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1),
-		Subject:      pkix.Name{CommonName: "pin test"},
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(time.Hour),
-		DNSNames:     []string{"elsewhere.invalid"},
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}, Fingerprint(der)
+	return cert, Fingerprint(cert.Certificate[0])
 }
 
 // pinHandshake runs a real TLS handshake over loopback TCP between a server presenting cert and

@@ -45,7 +45,7 @@ var rules = map[string]rule{
 	"proto/prototest":         {repo: []string{"proto"}, deny: serverOnly},
 	"client":                  {repo: []string{"proto", "client/internal/store"}, deny: serverOnly},
 	"client/internal/store":   {repo: []string{"proto"}, deny: append([]string{quic}, serverOnly...)},
-	"bench":                   {repo: []string{"client", "client/internal/store", "proto"}, deny: serverOnly},
+	"bench":                   {repo: []string{"client", "client/internal/store", "proto", "test/testkit"}, deny: serverOnly},
 	"syncd/adminapi":          {outside: []string{}},
 	"syncd/auth":              {repo: []string{"proto"}, outside: []string{msgpack}},
 	"syncd/routing":           {repo: []string{"log", "raftstore"}},

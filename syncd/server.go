@@ -25,7 +25,8 @@ import (
 )
 
 // Server is a syncd node serving clients over QUIC: it owns the node's shards (raftstore), the
-// fan-out, and the client connections. Create it with NewServer, then call Run.
+// fan-out, the call plane, the admin HTTP server and the client connections. Create it with
+// NewServer, then call Run.
 type Server struct {
 	cfg         Config
 	logger      *slog.Logger
@@ -39,8 +40,8 @@ type Server struct {
 	ln          *quic.Listener
 	metrics     *metrics
 	admin       *admin.Server
+	app         *nodeApp // what the node calls up to: applies, calls, attributes
 
-	app *nodeApp // what the node calls up to: applies, calls, attributes
 	// removed is cancelled once this node has been removed from the cluster: its client
 	// connections are closed, and new ones refused, so devices move to another node.
 	removed     context.Context

@@ -236,9 +236,8 @@ type source struct {
 	// cacheMu guards cache: the outbox records past the lowest mark, read and split by
 	// destination once for all the streams (each stream reading the outbox itself decoded every
 	// record once per destination, and halved the send throughput). Lock order: cacheMu, mu.
-	cacheMu    sync.Mutex
-	cache      []record // contiguous outbox positions, ascending
-	cacheBytes int      // the entries' sizes (log.Entry.Size) in cache
+	cacheMu sync.Mutex
+	cache   []record // contiguous outbox positions, ascending
 }
 
 // record is one outbox record as the streams need it: the entry, and its recipients grouped by
@@ -249,13 +248,9 @@ type record struct {
 	byDest map[raftstore.ShardID][]string
 }
 
-// maxCache and maxCacheBytes bound the records a source caches: a destination that falls further
-// behind the others (it has no quorum, say) reads its records from the outbox itself until it
-// catches up.
-const (
-	maxCache      = 1024
-	maxCacheBytes = 8 << 20
-)
+// maxCache bounds the records a source caches: a destination that falls further behind the
+// others (it has no quorum, say) reads its records from the outbox itself until it catches up.
+const maxCache = 4096
 
 // mark returns dest's mark, raised to first-1: positions before the outbox's first retained one
 // were delivered everywhere before they were trimmed, so a mark not learned yet (or learned
@@ -376,8 +371,7 @@ func (f *Fanout) after(s *source, state *log.Shard, from, head uint64) ([]record
 	defer s.cacheMu.Unlock()
 	low := s.low()
 	i := 0
-	for i < len(s.cache) && (s.cache[i].pos <= low || len(s.cache)-i > maxCache || s.cacheBytes > maxCacheBytes) {
-		s.cacheBytes -= s.cache[i].entry.Size()
+	for i < len(s.cache) && (s.cache[i].pos <= low || len(s.cache)-i > maxCache) {
 		i++ // no stream needs it any more, or a stalled stream would hold the cache too long
 	}
 	s.cache = s.cache[i:]
@@ -393,13 +387,11 @@ func (f *Fanout) after(s *source, state *log.Shard, from, head uint64) ([]record
 		if err != nil {
 			return nil, err
 		}
-		if len(s.cache) > 0 && len(more) > 0 && more[0].pos != s.cache[len(s.cache)-1].pos+1 {
-			s.cache, s.cacheBytes = nil, 0 // from was past the cache's end: start it again there
+		if len(s.cache) == 0 || len(more) > 0 && more[0].pos == s.cache[len(s.cache)-1].pos+1 {
+			s.cache = append(s.cache, more...)
+		} else {
+			s.cache = more // from was past the cache's end: start it again there
 		}
-		for _, r := range more {
-			s.cacheBytes += r.entry.Size()
-		}
-		s.cache = append(s.cache, more...)
 	}
 	j := 0
 	for j < len(s.cache) && s.cache[j].pos <= from {

@@ -287,7 +287,7 @@ func TestFanoutDestinationWithoutQuorumDelaysOnlyItself(t *testing.T) {
 	for i, conv := range convs {
 		members[conv] = append([]string{onDown[i]}, elsewhere[3*i:3*i+3]...)
 		propose(conv, &log.Append{Conv: conv, Sender: members[conv][1], ClientMsgID: "create", Kind: log.KindGroupCreate, Members: members[conv]})
-		for j := range 300 { // more than the source caches (maxCache): the recovering stream reads past it
+		for j := range 50 {
 			propose(conv, &log.Append{Conv: conv, Sender: members[conv][1+j%3], ClientMsgID: fmt.Sprint("m", j),
 				Kind: log.KindMessage, Body: []byte(fmt.Sprint("hello ", j))})
 		}

@@ -319,7 +319,7 @@ func (f *Fanout) stream(ctx context.Context, s *source, dest raftstore.ShardID) 
 	var seen uint64 // the outbox is looked at up to here for dest (see step)
 	var delivered time.Time
 	for ctx.Err() == nil {
-		next := wake.wait()                      // before reading, so an apply after the read wakes us
+		next := wake.wait() // before reading, so an apply after the read wakes us
 		sleep(ctx, gather-time.Since(delivered)) // at most one delivery per gather: see gather
 		progressed, err := f.step(ctx, s, dest, &seen, false)
 		switch {

@@ -232,25 +232,7 @@ type source struct {
 	marks   map[raftstore.ShardID]uint64 // learned from the destinations' answers
 	moved   chan struct{}                // a mark moved: the trimmer looks (buffered, 1)
 	trimmed uint64                       // the outbox was trimmed up to here
-
-	// cacheMu guards cache: the outbox records past the lowest mark, read and split by
-	// destination once for all the streams (each stream reading the outbox itself decoded every
-	// record once per destination, and halved the send throughput). Lock order: cacheMu, mu.
-	cacheMu sync.Mutex
-	cache   []record // contiguous outbox positions, ascending
 }
-
-// record is one outbox record as the streams need it: the entry, and its recipients grouped by
-// the shard of their logs.
-type record struct {
-	pos    uint64
-	entry  log.Entry
-	byDest map[raftstore.ShardID][]string
-}
-
-// maxCache bounds the records a source caches: a destination that falls further behind the
-// others (it has no quorum, say) reads its records from the outbox itself until it catches up.
-const maxCache = 4096
 
 // mark returns dest's mark, raised to first-1: positions before the outbox's first retained one
 // were delivered everywhere before they were trimmed, so a mark not learned yet (or learned
@@ -316,12 +298,9 @@ func (f *Fanout) lead(ctx context.Context, src raftstore.ShardID) {
 func (f *Fanout) stream(ctx context.Context, s *source, dest raftstore.ShardID) {
 	backoff := time.Duration(0)
 	wake := f.applied(s.id)
-	var seen uint64 // the outbox is looked at up to here for dest (see step)
-	var delivered time.Time
 	for ctx.Err() == nil {
 		next := wake.wait() // before reading, so an apply after the read wakes us
-		sleep(ctx, gather-time.Since(delivered)) // at most one delivery per gather: see gather
-		progressed, err := f.step(ctx, s, dest, &seen, false)
+		progressed, err := f.step(ctx, s, dest, false)
 		switch {
 		case err != nil && ctx.Err() == nil:
 			f.failures.Add(1)
@@ -329,14 +308,14 @@ func (f *Fanout) stream(ctx context.Context, s *source, dest raftstore.ShardID) 
 			f.logger.Warn("fan-out delivery failed; retrying", "source", s.id, "dest", dest, "err", err, "backoff", backoff)
 			sleep(ctx, backoff+rand.N(backoff/2))
 		case progressed:
-			backoff, delivered = 0, time.Now()
+			backoff = 0
 		default:
 			backoff = 0
 			select { // idle: wait for new entries; after a quiet moment, move a trailing mark
 			case <-ctx.Done():
 			case <-next:
 			case <-time.After(quiet):
-				if _, err := f.step(ctx, s, dest, &seen, true); err != nil && ctx.Err() == nil {
+				if _, err := f.step(ctx, s, dest, true); err != nil && ctx.Err() == nil {
 					f.failures.Add(1)
 				}
 				select {
@@ -349,81 +328,15 @@ func (f *Fanout) stream(ctx context.Context, s *source, dest raftstore.ShardID) 
 	}
 }
 
-// gather is the shortest time between two deliveries of one stream, so that under load one
-// batch carries what several applies appended, while an entry arriving after a pause is
-// delivered at once. Delivering as soon as anything was there made every destination's stream
-// propose per apply: a send cost three times the Raft entries of the earlier design, whose
-// sequential rounds batched by accident, and sends fell from 9.7k/s to 7.3k/s here.
-const gather = 5 * time.Millisecond
-
-// trimEvery is the shortest time between two trims of a source's outbox.
-const trimEvery = 100 * time.Millisecond
-
 // quiet is how long a stream waits for more entries before it moves its trailing mark with an
 // empty batch (so the outbox can be trimmed), instead of doing so after every entry.
 const quiet = 100 * time.Millisecond
 
-// after returns up to Batch outbox records of s with positions after from, up to head, from the
-// cache, which it extends from the outbox as needed. A stream further behind than the cache reaches reads its
-// records directly, uncached.
-func (f *Fanout) after(s *source, state *log.Shard, from, head uint64) ([]record, error) {
-	s.cacheMu.Lock()
-	defer s.cacheMu.Unlock()
-	low := s.low()
-	i := 0
-	for i < len(s.cache) && (s.cache[i].pos <= low || len(s.cache)-i > maxCache) {
-		i++ // no stream needs it any more, or a stalled stream would hold the cache too long
-	}
-	s.cache = s.cache[i:]
-	if len(s.cache) > 0 && from+1 < s.cache[0].pos {
-		return f.read(state, from+1, min(f.cfg.Batch, int(s.cache[0].pos-from-1)))
-	}
-	next := from + 1 // the first position to read into the cache
-	if len(s.cache) > 0 {
-		next = max(next, s.cache[len(s.cache)-1].pos+1)
-	}
-	if have := int(next - from - 1); have < f.cfg.Batch && next <= head {
-		more, err := f.read(state, next, min(f.cfg.Batch-have, int(head-next+1)))
-		if err != nil {
-			return nil, err
-		}
-		if len(s.cache) == 0 || len(more) > 0 && more[0].pos == s.cache[len(s.cache)-1].pos+1 {
-			s.cache = append(s.cache, more...)
-		} else {
-			s.cache = more // from was past the cache's end: start it again there
-		}
-	}
-	j := 0
-	for j < len(s.cache) && s.cache[j].pos <= from {
-		j++
-	}
-	return slices.Clone(s.cache[j:min(len(s.cache), j+f.cfg.Batch)]), nil
-}
-
-// read reads up to n outbox records from position from and groups their recipients by shard.
-func (f *Fanout) read(state *log.Shard, from uint64, n int) ([]record, error) {
-	items, err := state.ReadOutbox(from, n)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]record, len(items))
-	for i, it := range items {
-		r := record{pos: it.Pos, entry: it.Entry, byDest: map[raftstore.ShardID][]string{}}
-		for _, uid := range it.Recipients {
-			d := f.slots.UserShard(uid)
-			r.byDest[d] = append(r.byDest[d], uid)
-		}
-		out[i] = r
-	}
-	return out, nil
-}
-
-// step delivers the next batch of src's outbox to dest: the records after seen (up to Batch),
-// restricted to the recipients living on dest, as the batch (mark, last]. A batch with nothing
-// for dest is sent only once dest trails by IdleLag, or with move (the outbox went quiet), so
-// that idle destinations do not cost a proposal per entry. It reports whether it proposed
-// anything.
-func (f *Fanout) step(ctx context.Context, s *source, dest raftstore.ShardID, seen *uint64, move bool) (bool, error) {
+// step delivers the next batch of src's outbox to dest: up to Batch records from dest's mark,
+// restricted to the recipients living on dest. A batch with nothing for dest is sent only once
+// dest trails by IdleLag, or with move (the outbox went quiet), so that idle destinations do not
+// cost a proposal per entry. It reports whether it proposed anything.
+func (f *Fanout) step(ctx context.Context, s *source, dest raftstore.ShardID, move bool) (bool, error) {
 	state, err := f.node.State(s.id)
 	if err != nil {
 		return false, err
@@ -436,25 +349,16 @@ func (f *Fanout) step(ctx context.Context, s *source, dest raftstore.ShardID, se
 		return false, nil // nothing waiting
 	}
 	mark := s.mark(dest, info.First)
-	// (mark, seen] holds nothing for dest: anything for it would have been delivered, moving the
-	// mark. So only the records after seen need looking at.
-	*seen = max(*seen, mark)
-	if *seen >= info.Head && (!move || *seen == mark) {
-		return false, nil // nothing new since the last look
+	if mark >= info.Head {
+		return false, nil
 	}
-	recs, err := f.after(s, state, *seen, info.Head)
-	if err != nil {
+	items, err := state.ReadOutbox(mark+1, f.cfg.Batch)
+	if err != nil || len(items) == 0 {
 		return false, err
 	}
-	b := &log.DeliveryBatch{Source: s.id, Prev: mark, Last: *seen}
-	for _, r := range recs {
-		b.Last = r.pos
-		if users := r.byDest[dest]; len(users) > 0 {
-			b.Items = append(b.Items, log.Delivery{Pos: r.pos, Users: users, Entry: r.entry})
-		}
-	}
-	*seen = b.Last
-	if b.Last == mark || len(b.Items) == 0 && b.Last-mark < f.cfg.IdleLag && !move {
+	last := items[len(items)-1].Pos
+	b := f.batchFor(s.id, dest, mark, last, items)
+	if len(b.Items) == 0 && last-mark < f.cfg.IdleLag && !move {
 		return false, nil // nothing for this destination yet; move its mark later, in one go
 	}
 	mark, err = f.deliver(ctx, s.id, dest, b)
@@ -462,16 +366,14 @@ func (f *Fanout) step(ctx context.Context, s *source, dest raftstore.ShardID, se
 		mark, err = f.isolate(ctx, s.id, dest, b)
 	}
 	if err != nil {
-		*seen = 0 // the batch's items were not delivered: look at them again
 		return false, err
 	}
 	s.advance(dest, mark)
 	return true, nil
 }
 
-// trim trims src's outbox up to the lowest destination mark after marks move, at most once per
-// trimEvery, until ctx ends, backing off on failures. A trim is a proposal to the source shard,
-// competing with its appends, while the outbox only needs trimming for space.
+// trim trims src's outbox up to the lowest destination mark whenever a mark moves, until ctx
+// ends, backing off on failures.
 func (f *Fanout) trim(ctx context.Context, s *source) {
 	backoff := time.Duration(0)
 	for {
@@ -480,7 +382,6 @@ func (f *Fanout) trim(ctx context.Context, s *source) {
 			return
 		case <-s.moved:
 		}
-		sleep(ctx, trimEvery) // let more marks move: one trim covers them all
 		low := s.low()
 		if low <= s.trimmed {
 			continue
@@ -575,6 +476,27 @@ func cloneItems(items []log.Delivery) []log.Delivery {
 		out[i] = it
 	}
 	return out
+}
+
+// batchFor builds the batch of items for destination d covering (prev, last]: every item in that
+// range with recipients on d, restricted to those recipients.
+func (f *Fanout) batchFor(src, d raftstore.ShardID, prev, last uint64, items []log.OutboxItem) *log.DeliveryBatch {
+	b := &log.DeliveryBatch{Source: src, Prev: prev, Last: last}
+	for _, it := range items {
+		if it.Pos <= prev {
+			continue
+		}
+		var users []string
+		for _, uid := range it.Recipients {
+			if f.slots.UserShard(uid) == d {
+				users = append(users, uid)
+			}
+		}
+		if len(users) > 0 {
+			b.Items = append(b.Items, log.Delivery{Pos: it.Pos, Users: users, Entry: it.Entry})
+		}
+	}
+	return b
 }
 
 // sleep waits d or until ctx ends.

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -16,14 +15,8 @@ import (
 	"github.com/syncd-dev/syncd/syncd/adminapi"
 )
 
-// How it works. Fan-out moves every conversation entry from its home shard's outbox into the
-// user logs of its recipients, on whatever shards those users live (DESIGN §4).
-//
-// While this node leads a source shard, every (source, destination) pair is a stream of its own:
-// one goroutine reads the source's outbox from that destination's mark, proposes the
-// destination's batches in order and backs off on its own failures, so a destination without
-// quorum delays only its own deliveries (the others go on at full speed) and a slow destination
-// never serializes the rest. A trimmer per source trims the outbox up to the lowest mark.
+// How it works. Fan-out moves every conversation entry from its home shard's outbox into the user logs of its
+// recipients, on whatever shards those users live (DESIGN §4).
 //
 // For each (source, destination) pair the stream is ordered and idempotent: a batch covers the
 // source outbox positions (Prev, Last] and the destination applies it only past its high-water
@@ -65,12 +58,11 @@ type Router interface {
 
 // Config tunes the fan-out. Zero fields take the defaults.
 type Config struct {
-	// Batch is how many outbox records one delivery covers at most. Default 256.
+	// Batch is how many outbox records one round reads. Default 256.
 	Batch int
 	// IdleLag is how far a destination that receives nothing may trail the outbox, while others
 	// are receiving, before it is sent an empty batch to move its mark on (so the outbox can be
-	// trimmed). When the outbox has been quiet for a moment (100 ms) every trailing mark is moved
-	// at once. Default 1024.
+	// trimmed). When the outbox goes quiet every trailing mark is moved at once. Default 1024.
 	IdleLag uint64
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
@@ -84,10 +76,10 @@ type Fanout struct {
 	logger *slog.Logger
 
 	mu   sync.Mutex
-	wake map[raftstore.ShardID]*signal // per hosted shard, created on first use
+	wake map[raftstore.ShardID]chan struct{} // per hosted shard, created on first use
 
 	delivered    atomic.Uint64 // user-log entries written by this node's fan-out
-	failures     atomic.Uint64 // delivery or trim attempts that failed and were retried
+	failures     atomic.Uint64 // rounds that failed and were retried
 	deadLettered atomic.Uint64 // deliveries this node moved to dead letters
 
 	// fault, when set, may alter a batch's items just before they are proposed to a destination,
@@ -108,56 +100,34 @@ func New(node Shards, slots Router, cfg Config) *Fanout {
 		cfg.Logger = slog.Default()
 	}
 	return &Fanout{node: node, slots: slots, cfg: cfg, logger: cfg.Logger.With("component", "fanout"),
-		wake: map[raftstore.ShardID]*signal{}}
+		wake: map[raftstore.ShardID]chan struct{}{}}
 }
 
-// signal wakes every goroutine waiting on it (close-to-broadcast): the streams of one source
-// all wait for its next apply.
-type signal struct {
-	mu sync.Mutex
-	ch chan struct{}
-}
-
-// wait returns a channel closed by the next fire.
-func (s *signal) wait() <-chan struct{} {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.ch == nil {
-		s.ch = make(chan struct{})
-	}
-	return s.ch
-}
-
-// fire wakes every waiter; it never blocks.
-func (s *signal) fire() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.ch != nil {
-		close(s.ch)
-		s.ch = nil
-	}
-}
-
-// applied returns shard's signal of new applies, creating it.
-func (f *Fanout) applied(shard raftstore.ShardID) *signal {
+// wakeCh returns shard's wake channel, creating it.
+func (f *Fanout) wakeCh(shard raftstore.ShardID) chan struct{} {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	sg := f.wake[shard]
-	if sg == nil {
-		sg = &signal{}
-		f.wake[shard] = sg
+	ch := f.wake[shard]
+	if ch == nil {
+		ch = make(chan struct{}, 1)
+		f.wake[shard] = ch
 	}
-	return sg
+	return ch
 }
 
 // Notify tells the fan-out that shard applied new entries (raftstore.App.Applied calls it). It
 // never blocks.
-func (f *Fanout) Notify(shard raftstore.ShardID) { f.applied(shard).fire() }
+func (f *Fanout) Notify(shard raftstore.ShardID) {
+	select {
+	case f.wakeCh(shard) <- struct{}{}:
+	default:
+	}
+}
 
 // Delivered returns the number of user-log entries this fan-out has written.
 func (f *Fanout) Delivered() uint64 { return f.delivered.Load() }
 
-// Failures returns the number of fan-out delivery or trim attempts that failed and were retried.
+// Failures returns the number of fan-out rounds that failed and were retried.
 func (f *Fanout) Failures() uint64 { return f.failures.Load() }
 
 // DeadLettered returns the number of deliveries this fan-out moved to dead letters.
@@ -203,141 +173,40 @@ func (f *Fanout) Run(ctx context.Context) {
 	}
 }
 
-// drain runs the fan-out of one source shard whenever this node leads it, until ctx ends.
+// drain runs rounds for one source shard, backing off after failures.
 func (f *Fanout) drain(ctx context.Context, src raftstore.ShardID) {
-	for ctx.Err() == nil {
-		if f.leads(src) {
-			f.lead(ctx, src)
-			continue
-		}
-		select { // wait for new entries, or poll for a change of leadership
-		case <-ctx.Done():
-		case <-f.applied(src).wait():
-		case <-time.After(time.Second):
-		}
-	}
-}
-
-func (f *Fanout) leads(src raftstore.ShardID) bool {
-	st, err := f.node.ShardStatus(src)
-	return err == nil && st.State == "leader"
-}
-
-// source is the fan-out of one source shard while this node leads it: the destinations' marks,
-// shared by their streams and the trimmer.
-type source struct {
-	id      raftstore.ShardID
-	dests   []raftstore.ShardID
-	mu      sync.Mutex
-	marks   map[raftstore.ShardID]uint64 // learned from the destinations' answers
-	moved   chan struct{}                // a mark moved: the trimmer looks (buffered, 1)
-	trimmed uint64                       // the outbox was trimmed up to here
-}
-
-// mark returns dest's mark, raised to first-1: positions before the outbox's first retained one
-// were delivered everywhere before they were trimmed, so a mark not learned yet (or learned
-// before a trim) can be raised to first-1 safely.
-func (s *source) mark(dest raftstore.ShardID, first uint64) uint64 {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	m := max(s.marks[dest], first-1)
-	s.marks[dest] = m
-	return m
-}
-
-// advance records dest's new mark and tells the trimmer.
-func (s *source) advance(dest raftstore.ShardID, mark uint64) {
-	s.mu.Lock()
-	s.marks[dest] = max(s.marks[dest], mark)
-	s.mu.Unlock()
-	select {
-	case s.moved <- struct{}{}:
-	default:
-	}
-}
-
-// low returns the lowest mark of all destinations: what the outbox may be trimmed up to.
-func (s *source) low() uint64 {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	low := s.marks[s.dests[0]]
-	for _, d := range s.dests[1:] {
-		low = min(low, s.marks[d])
-	}
-	return low
-}
-
-// lead runs one stream per destination and the trimmer for src until this node no longer leads
-// it, the destinations change, or ctx ends; it returns once they have all stopped.
-func (f *Fanout) lead(ctx context.Context, src raftstore.ShardID) {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	s := &source{id: src, dests: f.slots.Shards(), marks: map[raftstore.ShardID]uint64{}, moved: make(chan struct{}, 1)}
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	for _, d := range s.dests {
-		wg.Go(func() { f.stream(ctx, s, d) })
-	}
-	wg.Go(func() { f.trim(ctx, s) })
-	tick := time.NewTicker(time.Second)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-			if !f.leads(src) || !slices.Equal(s.dests, f.slots.Shards()) {
-				return
-			}
-		}
-	}
-}
-
-// stream delivers src's outbox to dest, in order, from dest's mark, until ctx ends. It backs
-// off on its own failures; other destinations are not held back.
-func (f *Fanout) stream(ctx context.Context, s *source, dest raftstore.ShardID) {
 	backoff := time.Duration(0)
-	wake := f.applied(s.id)
+	marks := map[raftstore.ShardID]uint64{} // learned from the destinations' answers
+	wake := f.wakeCh(src)
 	for ctx.Err() == nil {
-		next := wake.wait() // before reading, so an apply after the read wakes us
-		progressed, err := f.step(ctx, s, dest, false)
+		progressed, err := false, error(nil)
+		if st, serr := f.node.ShardStatus(src); serr == nil && st.State == "leader" {
+			progressed, err = f.round(ctx, src, marks)
+		}
 		switch {
 		case err != nil && ctx.Err() == nil:
 			f.failures.Add(1)
 			backoff = min(max(2*backoff, 50*time.Millisecond), 5*time.Second)
-			f.logger.Warn("fan-out delivery failed; retrying", "source", s.id, "dest", dest, "err", err, "backoff", backoff)
+			f.logger.Warn("fan-out round failed; retrying", "shard", src, "err", err, "backoff", backoff)
 			sleep(ctx, backoff+rand.N(backoff/2))
 		case progressed:
 			backoff = 0
 		default:
 			backoff = 0
-			select { // idle: wait for new entries; after a quiet moment, move a trailing mark
+			select { // idle: wait for new entries, or poll for a change of leadership
 			case <-ctx.Done():
-			case <-next:
-			case <-time.After(quiet):
-				if _, err := f.step(ctx, s, dest, true); err != nil && ctx.Err() == nil {
-					f.failures.Add(1)
-				}
-				select {
-				case <-ctx.Done():
-				case <-wake.wait():
-				case <-time.After(time.Second):
-				}
+			case <-wake:
+			case <-time.After(time.Second):
 			}
 		}
 	}
 }
 
-// quiet is how long a stream waits for more entries before it moves its trailing mark with an
-// empty batch (so the outbox can be trimmed), instead of doing so after every entry.
-const quiet = 100 * time.Millisecond
-
-// step delivers the next batch of src's outbox to dest: up to Batch records from dest's mark,
-// restricted to the recipients living on dest. A batch with nothing for dest is sent only once
-// dest trails by IdleLag, or with move (the outbox went quiet), so that idle destinations do not
-// cost a proposal per entry. It reports whether it proposed anything.
-func (f *Fanout) step(ctx context.Context, s *source, dest raftstore.ShardID, move bool) (bool, error) {
-	state, err := f.node.State(s.id)
+// round delivers up to Batch outbox records of src to every destination shard and trims what
+// all destinations have applied. known holds the destinations' marks as learned so far; round
+// updates it. It reports whether it made progress.
+func (f *Fanout) round(ctx context.Context, src raftstore.ShardID, known map[raftstore.ShardID]uint64) (bool, error) {
+	state, err := f.node.State(src)
 	if err != nil {
 		return false, err
 	}
@@ -348,70 +217,70 @@ func (f *Fanout) step(ctx context.Context, s *source, dest raftstore.ShardID, mo
 	if info.Head < info.First {
 		return false, nil // nothing waiting
 	}
-	mark := s.mark(dest, info.First)
-	if mark >= info.Head {
+	dests := f.slots.Shards()
+	marks := make([]uint64, len(dests))
+	from := info.Head + 1
+	for i, d := range dests {
+		// Positions before First were delivered everywhere before they were trimmed, so a mark
+		// not learned yet (or learned before a trim) can be raised to First-1 safely.
+		marks[i] = max(known[d], info.First-1)
+		from = min(from, marks[i]+1)
+	}
+	defer func() {
+		for i, d := range dests {
+			known[d] = max(known[d], marks[i])
+		}
+	}()
+	if from > info.Head {
 		return false, nil
 	}
-	items, err := state.ReadOutbox(mark+1, f.cfg.Batch)
+	items, err := state.ReadOutbox(from, f.cfg.Batch)
 	if err != nil || len(items) == 0 {
 		return false, err
 	}
 	last := items[len(items)-1].Pos
-	b := f.batchFor(s.id, dest, mark, last, items)
-	if len(b.Items) == 0 && last-mark < f.cfg.IdleLag && !move {
-		return false, nil // nothing for this destination yet; move its mark later, in one go
-	}
-	mark, err = f.deliver(ctx, s.id, dest, b)
-	if refused(err) && len(b.Items) > 0 {
-		mark, err = f.isolate(ctx, s.id, dest, b)
-	}
-	if err != nil {
-		return false, err
-	}
-	s.advance(dest, mark)
-	return true, nil
-}
-
-// trim trims src's outbox up to the lowest destination mark whenever a mark moves, until ctx
-// ends, backing off on failures.
-func (f *Fanout) trim(ctx context.Context, s *source) {
-	backoff := time.Duration(0)
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-s.moved:
+	proposed := false
+	deliver := func(i int, b *log.DeliveryBatch) error {
+		mark, err := f.deliver(ctx, src, dests[i], b)
+		if refused(err) && len(b.Items) > 0 {
+			mark, err = f.isolate(ctx, src, dests[i], b)
 		}
-		low := s.low()
-		if low <= s.trimmed {
-			continue
-		}
-		state, err := f.node.State(s.id)
 		if err != nil {
-			return // the replica is gone: so is this node's leadership of it
+			return err
 		}
-		if info, err := state.Outbox(); err == nil && low < info.First {
-			s.trimmed = low // trimmed up to there already (by an earlier leader, say)
-			continue
-		}
-		_, err = f.node.Propose(ctx, s.id, raftstore.TrimCommand(&log.Trim{Target: log.TrimOutboxLog, UpTo: low}))
-		if err != nil {
-			if ctx.Err() != nil {
-				return
-			}
-			f.failures.Add(1)
-			backoff = min(max(2*backoff, 50*time.Millisecond), 5*time.Second)
-			f.logger.Warn("fan-out outbox trim failed; retrying", "shard", s.id, "up_to", low, "err", err, "backoff", backoff)
-			sleep(ctx, backoff)
-			select { // look again
-			case s.moved <- struct{}{}:
-			default:
-			}
-			continue
-		}
-		backoff = 0
-		s.trimmed = low
+		marks[i], proposed = mark, true
+		return nil
 	}
+	for i := range dests {
+		if marks[i] >= last {
+			continue
+		}
+		b := f.batchFor(src, dests[i], marks[i], last, items)
+		if len(b.Items) == 0 && last-marks[i] < f.cfg.IdleLag {
+			continue // nothing for this destination yet; move its mark later, in one go
+		}
+		if err := deliver(i, b); err != nil {
+			return false, err
+		}
+	}
+	if !proposed {
+		// Nothing to deliver anywhere: the outbox is quiet, so move every trailing mark to last
+		// now (empty batches), which lets the outbox be trimmed and the loop go idle.
+		for i := range dests {
+			if marks[i] < last {
+				if err := deliver(i, &log.DeliveryBatch{Source: src, Prev: marks[i], Last: last}); err != nil {
+					return false, err
+				}
+			}
+		}
+	}
+	if low := minOf(marks); low >= info.First {
+		if _, err := f.node.Propose(ctx, src, raftstore.TrimCommand(&log.Trim{Target: log.TrimOutboxLog, UpTo: low})); err != nil {
+			return true, fmt.Errorf("trim outbox of %d up to %d: %w", src, low, err)
+		}
+		proposed = true
+	}
+	return proposed, nil
 }
 
 // deliver proposes b to dest and returns the destination's mark afterwards.
@@ -464,7 +333,7 @@ func (f *Fanout) isolate(ctx context.Context, src, dest raftstore.ShardID, b *lo
 
 // refused reports whether err is a deterministic refusal by the destination, which no retry of
 // the same batch can overcome. An out-of-order answer is not one: it means the mark read was
-// stale, and the next attempt starts from the right one.
+// stale, and the next round starts from the right one.
 func refused(err error) bool {
 	return err != nil && log.Rejected(err) && !errors.Is(err, log.ErrOutOfOrder)
 }
@@ -497,6 +366,14 @@ func (f *Fanout) batchFor(src, d raftstore.ShardID, prev, last uint64, items []l
 		}
 	}
 	return b
+}
+
+func minOf(v []uint64) uint64 {
+	m := v[0]
+	for _, x := range v[1:] {
+		m = min(m, x)
+	}
+	return m
 }
 
 // sleep waits d or until ctx ends.

@@ -135,7 +135,8 @@ func (c *Client) User() string { return c.user }
 func (c *Client) Events() <-chan Event { return c.events }
 
 // Close stops the background work, closes the Events channel and the local store. Queued
-// mutations stay queued for the next Dial.
+// mutations stay queued for the next Dial. Events emitted before Close stay readable until the
+// closed channel is drained.
 func (c *Client) Close() error {
 	c.closeOnce.Do(func() {
 		c.cancel()
@@ -195,8 +196,15 @@ func (c *Client) queue(it store.OutboxItem) (string, error) {
 // Messages returns the conversation's messages stored on this device, in conversation order.
 func (c *Client) Messages(conv string) ([]Message, error) { return c.st.Messages(conv) }
 
-// emit delivers an event, waiting while the app catches up.
+// emit delivers an event, waiting while the app catches up (until Close). An event that finds
+// room in the buffer is never dropped, so an app that reads Events until the channel closes sees
+// an event for every entry stored before Close.
 func (c *Client) emit(e Event) {
+	select {
+	case c.events <- e: // room in the buffer: never dropped, also while Close runs
+		return
+	default:
+	}
 	select {
 	case c.events <- e:
 	case <-c.ctx.Done():

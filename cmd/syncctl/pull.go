@@ -108,40 +108,56 @@ func follow(ctx context.Context, e *env, cmd string, c *connFlags, quiet time.Du
 		defer timer.Stop()
 		idle = timer.C
 	}
+	// stop closes the client and prints what its events still hold: entries the SDK stored
+	// just before (they are in the local store, so no later pull would print them again).
+	stop := func(code int) int {
+		cl.Close()
+		for ev := range cl.Events() {
+			printEvent(e, cmd, ev)
+		}
+		return code
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			if quiet > 0 { // pull: Ctrl-C before caught up
+				code := stop(exitFail)
 				e.errorf(cmd, "interrupted; the entries printed are stored in %s and will not be printed again", c.store)
-				return exitFail
+				return code
 			}
-			return exitOK
+			return stop(exitOK)
 		case <-idle:
-			return exitOK
+			return stop(exitOK)
 		case ev, ok := <-cl.Events():
 			if !ok {
 				e.errorf(cmd, "the SDK stopped")
 				return exitFail
 			}
-			switch ev := ev.(type) {
-			case client.EntryEvent:
-				writeJSON(e, toEntryJSON(ev.Entry))
-			case client.RebaseEvent:
-				e.errorf(cmd, "note: the stored cursor was too old or too far behind; jumped to the head (epoch %d, seq %d): entries before it were not printed", ev.Epoch, ev.Head)
-			case client.EpochEvent:
-				e.errorf(cmd, "note: the user's log was re-created (epoch %d); printing it from its start", ev.Epoch)
-			case client.StatusEvent:
-				if ev.Status == client.StatusFailed {
-					e.errorf(cmd, "note: a previously queued action %s failed: %v", ev.ClientMsgID, ev.Err)
-				} else {
-					e.errorf(cmd, "note: a previously queued action %s was %s", ev.ClientMsgID, ev.Status)
-				}
-			case client.GapEvent:
-				// refetched by the SDK; nothing skipped
-			}
+			printEvent(e, cmd, ev)
 			if timer != nil {
 				timer.Reset(quiet)
 			}
 		}
+	}
+}
+
+// printEvent prints one SDK event: an entry as a JSON line on stdout, anything else as a note on
+// stderr.
+func printEvent(e *env, cmd string, ev client.Event) {
+	switch ev := ev.(type) {
+	case client.EntryEvent:
+		writeJSON(e, toEntryJSON(ev.Entry))
+	case client.RebaseEvent:
+		e.errorf(cmd, "note: the stored cursor was too old or too far behind; jumped to the head (epoch %d, seq %d): entries before it were not printed", ev.Epoch, ev.Head)
+	case client.EpochEvent:
+		e.errorf(cmd, "note: the user's log was re-created (epoch %d); printing it from its start", ev.Epoch)
+	case client.StatusEvent:
+		if ev.Status == client.StatusFailed {
+			e.errorf(cmd, "note: a previously queued action %s failed: %v", ev.ClientMsgID, ev.Err)
+		} else {
+			e.errorf(cmd, "note: a previously queued action %s was %s", ev.ClientMsgID, ev.Status)
+		}
+	case client.GapEvent:
+		// refetched by the SDK; nothing skipped
 	}
 }

@@ -13,7 +13,10 @@ func TestSyncctlResetUser(t *testing.T) {
 	if code, _, _ := syncctl(t, append([]string{"send", "-conv", "d:alice:bob", "-peer", "bob", "-body", "hi"}, alice...)...); code != 0 {
 		t.Fatalf("send: exit %d", code)
 	}
-	pullUntil(t, 1, alice...) // the fan-out has created alice's log
+	// The fan-out has created alice's log: read it from another device of hers, with a store of
+	// its own (the sending device's SDK may already have synced the entry into its store, and a
+	// pull prints only what its store did not have).
+	pullUntil(t, 1, "-addr", srv.Addr().String(), "-token", mustToken(t, dataDir, "alice", "laptop"), "-data-dir", dataDir, "-store", t.TempDir())
 	if code, _, _ := syncctl(t, append([]string{"reset-user", "-user", "alice"}, admin...)...); code != exitUsage {
 		t.Fatalf("reset without -yes: exit %d, want %d", code, exitUsage)
 	}

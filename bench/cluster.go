@@ -126,7 +126,7 @@ func Failover(ctx context.Context, c Cluster, steady time.Duration) (res Failove
 	}
 	run := runID()
 	snd, rcv := "fos-"+run, "for-"+run
-	conv := directConv(snd, rcv)
+	conv := proto.DirectConv(snd, rcv)
 	leader, err := c.ConvLeader(ctx, conv)
 	if err != nil {
 		return FailoverResult{}, err

@@ -278,14 +278,6 @@ func (c *client) syncStream(ctx context.Context, start *proto.SyncStart) (*quic.
 	return st, proto.NewReader(st, int(c.limits.MaxFrame)), nil
 }
 
-// directConv is the id of the direct conversation of a and b.
-func directConv(a, b string) string {
-	if b < a {
-		a, b = b, a
-	}
-	return "d:" + a + ":" + b
-}
-
 // shedCode reports whether an error frame is the server shedding load (nothing applied; retry
 // after its hint).
 func shedCode(c proto.Code) bool { return c == proto.CodeOverloaded || c == proto.CodeRateLimited }

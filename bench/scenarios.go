@@ -132,7 +132,7 @@ func Sends(ctx context.Context, t Target, devices, senders int, d time.Duration,
 			from := i % devices
 			to := (from + 1) % devices
 			rs := streams[from]
-			msg := proto.Send{Conv: directConv(users[from], users[to]), Peer: users[to], Body: payload}
+			msg := proto.Send{Conv: proto.DirectConv(users[from], users[to]), Peer: users[to], Body: payload}
 			for n := 0; time.Now().Before(deadline); n++ {
 				msg.ClientMsgID = run + "-" + strconv.Itoa(i) + "-" + strconv.Itoa(n)
 				for time.Now().Before(deadline) { // attempts of one message, same cmid
@@ -258,7 +258,7 @@ func Delivery(ctx context.Context, t Target, rate int, d time.Duration) (Deliver
 		}
 	}()
 
-	conv := directConv(snd.user, rcv.user)
+	conv := proto.DirectConv(snd.user, rcv.user)
 	payload := make([]byte, 256)
 	var sent, failed atomic.Int64
 	var wg sync.WaitGroup
@@ -392,7 +392,7 @@ func FillBacklog(ctx context.Context, t Target, entries int) (Backlog, error) {
 		if err != nil {
 			return Backlog{}, err
 		}
-		conv := directConv(c.user, rcvUser)
+		conv := proto.DirectConv(c.user, rcvUser)
 		// Create the conversation first, alone.
 		if out, _, err := attempt(ctx, rs, proto.Send{Conv: conv, Peer: rcvUser, ClientMsgID: run + "-c" + strconv.Itoa(k), Body: payload}); out != outAcked {
 			return Backlog{}, fmt.Errorf("bench: catch-up: first send of %s: %v", c.user, err)

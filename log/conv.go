@@ -7,6 +7,8 @@ import (
 	"slices"
 
 	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/syncd-dev/syncd/log/ident"
 )
 
 // Append is a request to add an entry to a conversation log: a message, a read receipt, a recall,
@@ -137,6 +139,9 @@ func (t *Tx) planAppend(st Stamp, req *Append, exists bool, p *appendPlan) error
 		if exists {
 			return ErrConversationExists
 		}
+		if ident.ReservedForDirect(req.Conv) {
+			return invalidf("group id %q has the shape of a direct conversation id (d:… or dh:…), which only a direct conversation may have", req.Conv)
+		}
 		p.meta = logMeta{Kind: ConvGroup, Epoch: newEpoch(st), First: 1}
 		p.add = sortedUnique(append([]string{req.Sender}, req.Members...))
 		p.recipients = p.add
@@ -150,6 +155,10 @@ func (t *Tx) planAppend(st Stamp, req *Append, exists bool, p *appendPlan) error
 		p.add = sortedUnique(slices.Clone(req.Members)) // never modify the caller's request
 		if len(p.add) != 2 || !slices.Contains(p.add, req.Sender) {
 			return invalidf("a direct conversation needs the sender and one other user")
+		}
+		// The id is bound to the two users: nobody can squat on the conversation of two others.
+		if want := ident.DirectConv(p.add[0], p.add[1]); req.Conv != want {
+			return invalidf("the direct conversation of %s and %s has the id %q, not %q", p.add[0], p.add[1], want, req.Conv)
 		}
 		p.meta.Members = p.add
 	}

@@ -125,7 +125,7 @@ func TestFindInOutbox(t *testing.T) {
 	var ids []MsgID
 	for i := range 37 {
 		idx := uint64(2 * (i + 1))
-		req := Append{Conv: "d", Sender: "alice", ClientMsgID: fmt.Sprint("m", i), Kind: KindMessage, Body: []byte("x")}
+		req := Append{Conv: "d:alice:bob", Sender: "alice", ClientMsgID: fmt.Sprint("m", i), Kind: KindMessage, Body: []byte("x")}
 		if i == 0 {
 			req.Members = []string{"alice", "bob"}
 		}
@@ -167,14 +167,14 @@ func TestFindInOutbox(t *testing.T) {
 func TestConvMembers(t *testing.T) {
 	s, _ := inspectShard(t)
 	appendOK(t, s, Stamp{Index: 6, Time: 6e9}, Append{Conv: "g", Sender: "alice", ClientMsgID: "rm", Kind: KindMemberRemove, Members: []string{"bob"}})
-	appendOK(t, s, Stamp{Index: 7, Time: 7e9}, Append{Conv: "d", Sender: "bob", ClientMsgID: "hi", Kind: KindMessage, Body: []byte("x"), Members: []string{"dave", "bob"}})
+	appendOK(t, s, Stamp{Index: 7, Time: 7e9}, Append{Conv: "d:bob:dave", Sender: "bob", ClientMsgID: "hi", Kind: KindMessage, Body: []byte("x"), Members: []string{"dave", "bob"}})
 	for _, tc := range []struct {
 		conv    string
 		kind    ConvKind
 		members []string
 	}{
 		{"g", ConvGroup, []string{"alice", "carol"}}, // bob left: no longer a member, whoever asks
-		{"d", ConvDirect, []string{"bob", "dave"}},
+		{"d:bob:dave", ConvDirect, []string{"bob", "dave"}},
 	} {
 		kind, members, err := s.ConvMembers(tc.conv)
 		if err != nil || kind != tc.kind || !slices.Equal(members, tc.members) {

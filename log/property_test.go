@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
 
 	"pgregory.net/rapid"
@@ -28,7 +29,7 @@ import (
 
 var (
 	propUsers = []string{"u1", "u2", "u3", "u4"}
-	propConvs = []string{"g1", "g2", "d1"} // d1 is direct between u1 and u2
+	propConvs = []string{"g1", "g2", "d:u1:u2"} // the last is direct between u1 and u2
 	propCmids = []string{"c0", "c1", "c2", "c3"}
 	propBody  = []string{"x", "y"}
 )
@@ -137,6 +138,9 @@ func (m *model) append(st Stamp, req *Append) (AppendResult, error) {
 		if c != nil {
 			return AppendResult{}, ErrConversationExists
 		}
+		if strings.HasPrefix(req.Conv, "d:") {
+			return AppendResult{}, ErrInvalid // the shape of a direct conversation's id
+		}
 		add = sortedUnique(append([]string{req.Sender}, req.Members...))
 		created = &mConv{kind: ConvGroup, epoch: Epoch(st.Time), readMark: map[string]Position{}}
 		recipients = add
@@ -146,7 +150,7 @@ func (m *model) append(st Stamp, req *Append) (AppendResult, error) {
 				return AppendResult{}, ErrNoConversation
 			}
 			add = sortedUnique(slices.Clone(req.Members))
-			if len(add) != 2 || !slices.Contains(add, req.Sender) {
+			if len(add) != 2 || !slices.Contains(add, req.Sender) || req.Conv != "d:"+add[0]+":"+add[1] {
 				return AppendResult{}, ErrInvalid
 			}
 			created = &mConv{kind: ConvDirect, epoch: Epoch(st.Time), readMark: map[string]Position{}}
@@ -359,7 +363,7 @@ func (w *world) setup() {
 		w.send(req)
 	}
 	req := w.randomMessage()
-	req.Conv, req.Sender, req.Members = "d1", "u1", []string{"u1", "u2"}
+	req.Conv, req.Sender, req.Members = "d:u1:u2", "u1", []string{"u1", "u2"}
 	w.send(req)
 }
 
@@ -384,7 +388,7 @@ func (w *world) base(kind Kind) Append {
 func (w *world) randomMessage() Append {
 	req := w.base(KindMessage)
 	req.Body = []byte(w.draw(rapid.SampledFrom(propBody), "body"))
-	if req.Conv == "d1" {
+	if req.Conv == "d:u1:u2" {
 		req.Members = []string{"u2", "u1"}
 	}
 	return req

@@ -19,7 +19,7 @@ import (
 func TestAppendDoesNotModifyRequest(t *testing.T) {
 	s := newMemShard(t, testShardID)
 	reqs := []Append{
-		{Conv: "d1", Sender: "b", ClientMsgID: "1", Kind: KindMessage, Body: []byte("x"), Members: []string{"b", "a"}},
+		{Conv: "d:a:b", Sender: "b", ClientMsgID: "1", Kind: KindMessage, Body: []byte("x"), Members: []string{"b", "a"}},
 		{Conv: "g1", Sender: "a", ClientMsgID: "2", Kind: KindGroupCreate, Members: []string{"c", "b", "c"}},
 		{Conv: "g1", Sender: "a", ClientMsgID: "3", Kind: KindMemberAdd, Members: []string{"e", "d", "e"}},
 		{Conv: "g1", Sender: "a", ClientMsgID: "4", Kind: KindMemberRemove, Members: []string{"e", "d", "e"}},
@@ -78,7 +78,7 @@ func TestGroupReceiptBeyondScanLimit(t *testing.T) {
 func TestDedupGCIsBounded(t *testing.T) {
 	s := newMemShard(t, testShardID)
 	send := func(idx uint64, time int64, cmid string, window int64) {
-		appendOK(t, s, Stamp{Index: idx, Time: time}, Append{Conv: "d", Sender: "a", ClientMsgID: cmid,
+		appendOK(t, s, Stamp{Index: idx, Time: time}, Append{Conv: "d:a:b", Sender: "a", ClientMsgID: cmid,
 			Kind: KindMessage, Body: []byte("x"), Members: []string{"a", "b"}, DedupWindow: window})
 	}
 	const n = 2*dedupGCBatch + 5
@@ -142,7 +142,7 @@ func TestShardsShareDatabaseIsolated(t *testing.T) {
 		t.Fatal(err)
 	}
 	emptyB := stateSum(t, b)
-	res := appendOK(t, a, Stamp{Index: 1, Time: 5}, Append{Conv: "d", Sender: "x", ClientMsgID: "1",
+	res := appendOK(t, a, Stamp{Index: 1, Time: 5}, Append{Conv: "d:x:y", Sender: "x", ClientMsgID: "1",
 		Kind: KindMessage, Body: []byte("hi"), Members: []string{"x", "y"}})
 	if res.MsgID != (MsgID{Shard: 1, Index: 1}) {
 		t.Fatalf("msg id %s", res.MsgID)
@@ -150,7 +150,7 @@ func TestShardsShareDatabaseIsolated(t *testing.T) {
 	if stateSum(t, b) != emptyB {
 		t.Fatal("writing shard 1 changed shard 2")
 	}
-	if _, err := b.ConvInfo("d"); !errors.Is(err, ErrNoConversation) {
+	if _, err := b.ConvInfo("d:x:y"); !errors.Is(err, ErrNoConversation) {
 		t.Fatalf("shard 2 sees shard 1's conversation: %v", err)
 	}
 }
@@ -212,14 +212,14 @@ func TestReadsConsistentWithConcurrentWriter(t *testing.T) {
 		return nil // ErrInvalid is fine: the range moved since UserInfo
 	})
 	go reader(func() error {
-		info, err := s.ConvInfo("d")
+		info, err := s.ConvInfo("d:u:v")
 		if errors.Is(err, ErrNoConversation) {
 			return nil
 		}
 		if err != nil {
 			return err
 		}
-		if _, err := s.ReadConvBefore("d", info.Head+1, Limit{Count: 4}); err != nil {
+		if _, err := s.ReadConvBefore("d:u:v", info.Head+1, Limit{Count: 4}); err != nil {
 			return fmt.Errorf("read conv before: %w", err)
 		}
 		return nil
@@ -246,7 +246,7 @@ func TestReadsConsistentWithConcurrentWriter(t *testing.T) {
 	for i := 0; i < rounds; i++ {
 		idx++
 		st := Stamp{Index: idx, Time: int64(idx)}
-		appendOK(t, s, st, Append{Conv: "d", Sender: "u", ClientMsgID: fmt.Sprint(i), Kind: KindMessage,
+		appendOK(t, s, st, Append{Conv: "d:u:v", Sender: "u", ClientMsgID: fmt.Sprint(i), Kind: KindMessage,
 			Body: []byte("x"), Members: []string{"u", "v"}})
 		out, err := s.Outbox()
 		if err != nil {
@@ -260,7 +260,7 @@ func TestReadsConsistentWithConcurrentWriter(t *testing.T) {
 			if err := tx.TrimOutbox(out.Head - 1); err != nil {
 				return err
 			}
-			if _, err := tx.TrimConv(st, "d", Retention{MaxCount: 3}); err != nil {
+			if _, err := tx.TrimConv(st, "d:u:v", Retention{MaxCount: 3}); err != nil {
 				return err
 			}
 			_, err := tx.TrimUser(st, "u", Retention{MaxCount: 3})
@@ -340,7 +340,7 @@ func TestUsersPages(t *testing.T) {
 func TestConversationAndUserConvs(t *testing.T) {
 	s := newMemShard(t, testShardID)
 	appendOK(t, s, Stamp{Index: 1, Time: 100}, Append{Conv: "g1", Sender: "a", ClientMsgID: "c", Kind: KindGroupCreate, Members: []string{"b"}})
-	appendOK(t, s, Stamp{Index: 2, Time: 100}, Append{Conv: "d1", Sender: "a", ClientMsgID: "m", Kind: KindMessage, Members: []string{"a", "c"}})
+	appendOK(t, s, Stamp{Index: 2, Time: 100}, Append{Conv: "d:a:c", Sender: "a", ClientMsgID: "m", Kind: KindMessage, Members: []string{"a", "c"}})
 	appendOK(t, s, Stamp{Index: 3, Time: 100}, Append{Conv: "g1", Sender: "b", ClientMsgID: "r", Kind: KindMessage, Body: []byte("x")})
 	appendOK(t, s, Stamp{Index: 4, Time: 100}, Append{Conv: "g1", Sender: "a", ClientMsgID: "rd", Kind: KindReceipt, ReadUpTo: 2})
 	mustApply(t, s, Stamp{Index: 5, Time: 100}, func(tx *Tx) error {
@@ -351,7 +351,7 @@ func TestConversationAndUserConvs(t *testing.T) {
 	if err != nil || g.Kind != ConvGroup || g.Info.Head != 3 || fmt.Sprint(g.Members) != "[a b]" || g.ReadMark != 2 {
 		t.Fatalf("group as a: %+v %v", g, err)
 	}
-	d, err := s.Conversation("d1", "c")
+	d, err := s.Conversation("d:a:c", "c")
 	if err != nil || d.Kind != ConvDirect || fmt.Sprint(d.Members) != "[a c]" || d.ReadMark != 0 {
 		t.Fatalf("direct as c: %+v %v", d, err)
 	}
@@ -362,14 +362,14 @@ func TestConversationAndUserConvs(t *testing.T) {
 		t.Fatalf("missing: %v", err)
 	}
 	page1, err := s.UserConvs("a", "", 1)
-	if err != nil || fmt.Sprint(page1) != "[d1]" {
+	if err != nil || fmt.Sprint(page1) != "[d:a:c]" {
 		t.Fatalf("a's first page: %v %v", page1, err)
 	}
 	page2, err := s.UserConvs("a", page1[0], 10)
 	if err != nil || fmt.Sprint(page2) != "[g1]" {
 		t.Fatalf("a's second page: %v %v", page2, err)
 	}
-	if c, _ := s.UserConvs("c", "", 10); fmt.Sprint(c) != "[d1]" {
+	if c, _ := s.UserConvs("c", "", 10); fmt.Sprint(c) != "[d:a:c]" {
 		t.Fatalf("c's conversations: %v", c)
 	}
 }

@@ -18,7 +18,7 @@ import (
 )
 
 var (
-	snapConvs = []string{"g1", "d1", "gone"}
+	snapConvs = []string{"g1", "d:alice:carol", "d:old:older"}
 	snapUsers = []string{"alice", "bob", "carol", "old"}
 )
 
@@ -73,7 +73,7 @@ func baseScript(s *Shard) script {
 	return script{
 		send(Append{Conv: "g1", Sender: "alice", ClientMsgID: "c", Kind: KindGroupCreate, Members: []string{"bob", "carol"}}),
 		send(Append{Conv: "g1", Sender: "bob", ClientMsgID: "b1", Kind: KindMessage, Body: []byte("hello")}),
-		send(Append{Conv: "d1", Sender: "alice", ClientMsgID: "a1", Kind: KindMessage, Body: []byte("psst"), Members: []string{"alice", "carol"}}),
+		send(Append{Conv: "d:alice:carol", Sender: "alice", ClientMsgID: "a1", Kind: KindMessage, Body: []byte("psst"), Members: []string{"alice", "carol"}}),
 		send(Append{Conv: "g1", Sender: "carol", ClientMsgID: "r1", Kind: KindReceipt, ReadUpTo: 2}),
 		send(Append{Conv: "g1", Sender: "bob", ClientMsgID: "x1", Kind: KindRecall, Target: MsgID{Shard: s.ID(), Index: 2}}),
 		deliverOwn(s, 0, 5),
@@ -102,7 +102,7 @@ func moreScript(s *Shard) script {
 // otherScript builds unrelated state, for restoring over existing data.
 func otherScript() script {
 	return script{
-		send(Append{Conv: "gone", Sender: "old", ClientMsgID: "o", Kind: KindMessage, Body: []byte("x"), Members: []string{"old", "older"}}),
+		send(Append{Conv: "d:old:older", Sender: "old", ClientMsgID: "o", Kind: KindMessage, Body: []byte("x"), Members: []string{"old", "older"}}),
 		func(tx *Tx, st Stamp) error {
 			_, err := tx.Deliver(st, &DeliveryBatch{Source: 9, Prev: 0, Last: 9, Items: []Delivery{{
 				Pos: 9, Users: []string{"old"}, Entry: Entry{Kind: KindMessage, MsgID: MsgID{9, 1, 0}, Conv: "z", ConvSeq: 1},
@@ -281,7 +281,7 @@ func TestSnapshotRoundTrip(t *testing.T) {
 	t.Run("over existing data", func(t *testing.T) {
 		dst := newMemShard(t, testShardID)
 		otherScript().run(t, dst, 1)
-		if _, err := dst.ConvInfo("gone"); err != nil {
+		if _, err := dst.ConvInfo("d:old:older"); err != nil {
 			t.Fatalf("setup: %v", err)
 		}
 		if err := restore(t, dst, data); err != nil {
@@ -293,7 +293,7 @@ func TestSnapshotRoundTrip(t *testing.T) {
 		if got := view(t, dst); got != wantView {
 			t.Fatalf("restored view:\n%s\nwant:\n%s", got, wantView)
 		}
-		if _, err := dst.ConvInfo("gone"); !errors.Is(err, ErrNoConversation) {
+		if _, err := dst.ConvInfo("d:old:older"); !errors.Is(err, ErrNoConversation) {
 			t.Fatalf("old conversation survived the restore: %v", err)
 		}
 	})
@@ -380,7 +380,7 @@ func TestSnapshotEmptyShard(t *testing.T) {
 func TestRestoreDropsCachedMetas(t *testing.T) {
 	s := newMemShard(t, testShardID)
 	msg := func(i uint64) Append {
-		return Append{Conv: "d", Sender: "a", ClientMsgID: fmt.Sprint("m", i), Kind: KindMessage,
+		return Append{Conv: "d:a:b", Sender: "a", ClientMsgID: fmt.Sprint("m", i), Kind: KindMessage,
 			Body: []byte("x"), Members: []string{"a", "b"}}
 	}
 	for i := uint64(1); i <= 2; i++ {

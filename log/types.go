@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/syncd-dev/syncd/log/ident"
 )
 
 // ShardID names one shard (one Raft group). Shard IDs are never reused, which is what makes
@@ -139,20 +141,8 @@ func (e *Entry) Size() int {
 }
 
 // MaxIDLen is the longest user, device, conversation or client message id accepted.
-const MaxIDLen = 128
+const MaxIDLen = ident.MaxLen
 
-// ValidID reports whether s may be used as a user, device, conversation or client message id:
-// 1 to MaxIDLen bytes of printable ASCII except space. Keys embed ids followed by a 0x00
-// separator, so ids must never contain 0x00; the narrower charset also keeps logs and metrics
-// readable.
-func ValidID(s string) bool {
-	if len(s) == 0 || len(s) > MaxIDLen {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		if s[i] <= ' ' || s[i] > '~' {
-			return false
-		}
-	}
-	return true
-}
+// ValidID reports whether s may be used as a user, device, conversation or client message id
+// (package ident holds the rule, shared with the wire protocol).
+func ValidID(s string) bool { return ident.Valid(s) }

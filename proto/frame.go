@@ -1,6 +1,10 @@
 package proto
 
-import "strconv"
+import (
+	"strconv"
+
+	"github.com/syncd-dev/syncd/log/ident"
+)
 
 // ALPN is the TLS application protocol a client offers and the server requires. Its number is
 // the protocol's major version: it changes only with an incompatible change, and a server may
@@ -31,7 +35,7 @@ const (
 	// MaxBody is the largest message body.
 	MaxBody = 64 << 10
 	// MaxIDLen is the longest user, device, conversation or client message id; see [ValidID].
-	MaxIDLen = 128
+	MaxIDLen = ident.MaxLen
 	// MaxMembers is the most users one CreateGroup, AddMembers or RemoveMembers names.
 	MaxMembers = 1000
 	// MaxPage is the most records (entries or conversations) one frame carries: the cap on

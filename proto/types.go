@@ -3,6 +3,8 @@ package proto
 import (
 	"strconv"
 	"strings"
+
+	"github.com/syncd-dev/syncd/log/ident"
 )
 
 // Position is a place in a log: the first entry is at 1, the next at 2, and so on without holes.
@@ -129,15 +131,10 @@ type ConvInfo struct {
 
 // ValidID reports whether s may be used as a user, device, conversation or client message id:
 // 1 to MaxIDLen bytes of printable ASCII except space (0x21 to 0x7e). It is the storage core's
-// rule, repeated here because proto imports nothing from this module.
-func ValidID(s string) bool {
-	if len(s) == 0 || len(s) > MaxIDLen {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		if s[i] <= ' ' || s[i] > '~' {
-			return false
-		}
-	}
-	return true
-}
+// rule (package ident, shared by both).
+func ValidID(s string) bool { return ident.Valid(s) }
+
+// DirectConv returns the id of the direct conversation of users a and b, in either order: the
+// only id under which the server creates it (§4). It returns "" if a or b is not a valid id or
+// a == b.
+func DirectConv(a, b string) string { return ident.DirectConv(a, b) }

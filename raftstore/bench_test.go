@@ -76,7 +76,7 @@ func BenchmarkDurableAppend(b *testing.B) {
 			var seq atomic.Uint64
 			runDurable(b, func(r *rand.Rand) error {
 				k := r.IntN(benchLogs)
-				conv := fmt.Sprintf("d:%d", k)
+				conv := fmt.Sprintf("d:a%d:b%d", k, k)
 				shard := ids[shardOf(conv, len(ids))]
 				cmd := raftstore.AppendCommand(&log.Append{
 					Conv: conv, Sender: fmt.Sprintf("a%d", k), ClientMsgID: fmt.Sprint(seq.Add(1)),

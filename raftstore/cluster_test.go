@@ -79,8 +79,8 @@ func TestClusterFailoverKeepsPositionsContiguous(t *testing.T) {
 	for _, s := range shards {
 		c.Leader(s)
 	}
-	seqs := sendN(t, c, 1, "g1", "a", 50)
-	sendN(t, c, 2, "g2", "a", 20) // the second shard on the same nodes works independently
+	seqs := sendN(t, c, 1, "d:alice:bob", "a", 50)
+	sendN(t, c, 2, "d:alice:bob", "a", 20) // the second shard on the same nodes works independently
 
 	old := c.Leader(1)
 	c.Stop(old)
@@ -88,7 +88,7 @@ func TestClusterFailoverKeepsPositionsContiguous(t *testing.T) {
 	if newLeader == old {
 		t.Fatalf("stopped node %d still leads", old)
 	}
-	seqs = append(seqs, sendN(t, c, 1, "g1", "b", 50)...)
+	seqs = append(seqs, sendN(t, c, 1, "d:alice:bob", "b", 50)...)
 	for i, s := range seqs {
 		if s != log.Position(i+1) {
 			t.Fatalf("ack %d got conv_seq %d: positions must continue contiguously across failover", i, s)
@@ -97,18 +97,18 @@ func TestClusterFailoverKeepsPositionsContiguous(t *testing.T) {
 	c.Start(old)
 	c.WaitConverged(1)
 	c.WaitConverged(2)
-	checkConv(t, c, 1, "g1", 100)
+	checkConv(t, c, 1, "d:alice:bob", 100)
 }
 
 func TestClusterMinorityCannotCommit(t *testing.T) {
 	c := raftstoretest.NewCluster(t, 3, []raftstore.ShardID{1}, nil)
-	sendN(t, c, 1, "g1", "a", 10)
+	sendN(t, c, 1, "d:alice:bob", "a", 10)
 	leader := c.Leader(1)
 	c.Partition(leader)
 
 	// The isolated leader cannot reach a quorum: its proposal must not be acknowledged.
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	_, err := c.Node(leader).Propose(ctx, 1, send("g1", "alice", "lost", "never acked", "alice", "bob"))
+	_, err := c.Node(leader).Propose(ctx, 1, send("d:alice:bob", "alice", "lost", "never acked", "alice", "bob"))
 	cancel()
 	if err == nil {
 		t.Fatal("a leader cut off from its followers acknowledged a write")
@@ -121,10 +121,10 @@ func TestClusterMinorityCannotCommit(t *testing.T) {
 		return st.State != "leader"
 	})
 	// The majority side elects a leader and goes on.
-	sendN(t, c, 1, "g1", "b", 10)
+	sendN(t, c, 1, "d:alice:bob", "b", 10)
 	c.Heal(leader)
 	c.WaitConverged(1)
-	checkConv(t, c, 1, "g1", 20) // the unacked write is gone everywhere
+	checkConv(t, c, 1, "d:alice:bob", 20) // the unacked write is gone everywhere
 }
 
 func TestClusterFollowerCatchesUpBySnapshot(t *testing.T) {
@@ -136,7 +136,7 @@ func TestClusterFollowerCatchesUpBySnapshot(t *testing.T) {
 	leader := c.Leader(1)
 	follower := (leader + 1) % 3
 	c.Stop(follower)
-	sendN(t, c, 1, "g1", "a", 200)
+	sendN(t, c, 1, "d:alice:bob", "a", 200)
 	leader = c.Leader(1)
 	if err := c.Node(leader).Snapshot(1); err != nil {
 		t.Fatal(err)
@@ -147,11 +147,11 @@ func TestClusterFollowerCatchesUpBySnapshot(t *testing.T) {
 	if st.Restores == 0 {
 		t.Fatalf("follower caught up without installing a snapshot: %+v", st)
 	}
-	checkConv(t, c, 1, "g1", 200)
+	checkConv(t, c, 1, "d:alice:bob", 200)
 	// It keeps up from the log afterwards, and survives a restart on restored state.
-	sendN(t, c, 1, "g1", "b", 20)
+	sendN(t, c, 1, "d:alice:bob", "b", 20)
 	c.Stop(follower)
 	c.Start(follower)
 	c.WaitConverged(1)
-	checkConv(t, c, 1, "g1", 220)
+	checkConv(t, c, 1, "d:alice:bob", 220)
 }

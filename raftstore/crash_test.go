@@ -65,10 +65,19 @@ func crashChildConfig(dir string, logger *slog.Logger) raftstore.Config {
 	}
 }
 
+// crashConv is the k-th conversation of the crash test: the direct conversation of uk and vk.
+func crashConv(k int) string { return fmt.Sprintf("d:u%d:v%d", k, k) }
+
+// crashKey is the k of crashConv(k).
+func crashKey(conv string) string {
+	k, _, _ := strings.Cut(strings.TrimPrefix(conv, "d:u"), ":")
+	return k
+}
+
 // crashPayload derives the sender and body of cmid in conv, so the checker can tell a stored
 // entry from anything that was never proposed.
 func crashPayload(conv, cmid string) (sender, body string) {
-	k := strings.TrimPrefix(conv, "c")
+	k := crashKey(conv)
 	h := fnv.New64a()
 	h.Write([]byte(conv + "/" + cmid))
 	sum := h.Sum64()
@@ -81,7 +90,7 @@ func crashPayload(conv, cmid string) (sender, body string) {
 
 func crashAppend(conv, cmid string) raftstore.Command {
 	sender, body := crashPayload(conv, cmid)
-	k := strings.TrimPrefix(conv, "c")
+	k := crashKey(conv)
 	return raftstore.AppendCommand(&log.Append{
 		Conv: conv, Sender: sender, ClientMsgID: cmid, Kind: log.KindMessage, Body: []byte(body),
 		Members: []string{"u" + k, "v" + k},
@@ -392,7 +401,7 @@ func crashVerify(t *testing.T, dir string, rec *crashRecord) {
 	where := map[string]string{} // cmid -> "conv/seq" of the entry holding it (G4)
 	total, userEntries := 0, 0
 	for k := range crashConvs {
-		conv := fmt.Sprintf("c%d", k)
+		conv := crashConv(k)
 		entries := crashReadAll(t, conv, func(from log.Position) (log.Read, error) {
 			return state.ReadConv(conv, 0, from, log.Limit{})
 		})
@@ -607,7 +616,7 @@ func crashChild(dir string) {
 					resend(mine[rng.IntN(len(mine))])
 					continue
 				}
-				conv := fmt.Sprintf("c%d", rng.IntN(crashConvs))
+				conv := crashConv(rng.IntN(crashConvs))
 				mine = append(mine, send(conv, fmt.Sprintf("w%d-%d-r%s", w, seq, run)))
 			}
 		}()

@@ -162,8 +162,8 @@ func TestRestartDoesNotReplay(t *testing.T) {
 			defer wg.Done()
 			ctx := context.Background()
 			for i := w; i < entries; i += workers {
-				conv := fmt.Sprintf("c%d", i%500)
-				_, err := n.Propose(ctx, 1, send(conv, "u1", fmt.Sprintf("m%d", i), "0123456789abcdef", "u1", "u2"))
+				peer := fmt.Sprintf("p%d", i%500)
+				_, err := n.Propose(ctx, 1, send("d:"+peer+":u1", "u1", fmt.Sprintf("m%d", i), "0123456789abcdef", "u1", peer))
 				if err != nil {
 					errs <- err
 					return

@@ -101,14 +101,6 @@ type workload struct {
 // wlUserName returns the name of user i (0-based).
 func wlUserName(i int) string { return fmt.Sprintf("u%d", i+1) }
 
-// directConv returns the id of the direct conversation of a and b (users sorted).
-func directConv(a, b string) string {
-	if b < a {
-		a, b = b, a
-	}
-	return "d:" + a + ":" + b
-}
-
 // newWorkload connects one device per user, user i to node i mod N, and creates the groups
 // (waiting for their acks, so every message afterwards has a group to go to). Conversations: a
 // ring of direct conversations (u1–u2, u2–u3, …, u6–u1), a group of everyone and a group of
@@ -123,7 +115,7 @@ func newWorkload(t *testing.T, c *testCluster, seed uint64) *workload {
 	}
 	for i := range wlUsers {
 		a, b := users[i], users[(i+1)%wlUsers]
-		w.convs = append(w.convs, &wlConv{id: directConv(a, b), members: sorted(a, b)})
+		w.convs = append(w.convs, &wlConv{id: proto.DirectConv(a, b), members: sorted(a, b)})
 	}
 	w.convs = append(w.convs,
 		&wlConv{id: "grp-all", members: sorted(users...), creator: users[0]},

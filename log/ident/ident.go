@@ -1,0 +1,72 @@
+// Package ident holds the rules for identifiers that the storage core and the wire protocol
+// share: which strings are valid ids, and the one canonical id of each direct conversation.
+//
+// It is its own package, with no dependencies, so that both the state machine (package log,
+// which decides) and the protocol (package proto, which clients build ids with) use one copy of
+// the rules: a direct conversation id that a client computes is exactly the one the server
+// checks.
+package ident
+
+import (
+	"crypto/sha256"
+	"encoding/base64"
+	"strings"
+)
+
+// MaxLen is the longest user, device, conversation or client message id accepted.
+const MaxLen = 128
+
+// Valid reports whether s may be used as a user, device, conversation or client message id:
+// 1 to MaxLen bytes of printable ASCII except space. Storage keys embed ids followed by a 0x00
+// separator, so ids must never contain 0x00; the narrower charset also keeps logs and metrics
+// readable.
+func Valid(s string) bool {
+	if len(s) == 0 || len(s) > MaxLen {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] <= ' ' || s[i] > '~' {
+			return false
+		}
+	}
+	return true
+}
+
+// Prefixes of direct conversation ids. No group may take an id that starts with either, so an
+// id of this shape always names the direct conversation of the users it encodes.
+const (
+	directPrefix       = "d:"
+	directHashedPrefix = "dh:"
+)
+
+// DirectConv returns the id of the direct conversation of users a and b (in either order): the
+// only id under which the server creates it. It is "d:" + lo + ":" + hi, lo and hi being the two
+// user ids in byte order with "%" written "%25" and ":" written "%3A" (so that no two pairs share
+// an id); when that is longer than MaxLen, it is "dh:" + the unpadded base64url SHA-256 of
+// lo + "\n" + hi (43 characters). It returns "" when a or b is not a valid id or a == b.
+//
+//	DirectConv("bob", "alice") == "d:alice:bob"
+func DirectConv(a, b string) string {
+	if !Valid(a) || !Valid(b) || a == b {
+		return ""
+	}
+	if b < a {
+		a, b = b, a
+	}
+	id := directPrefix + escape(a) + ":" + escape(b)
+	if len(id) <= MaxLen {
+		return id
+	}
+	sum := sha256.Sum256([]byte(a + "\n" + b))
+	return directHashedPrefix + base64.RawURLEncoding.EncodeToString(sum[:])
+}
+
+// ReservedForDirect reports whether conv has the shape of a direct conversation id, which only
+// DirectConv may produce: such an id cannot name a group.
+func ReservedForDirect(conv string) bool {
+	return strings.HasPrefix(conv, directPrefix) || strings.HasPrefix(conv, directHashedPrefix)
+}
+
+var escaper = strings.NewReplacer("%", "%25", ":", "%3A")
+
+func escape(uid string) string { return escaper.Replace(uid) }

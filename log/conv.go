@@ -1,6 +1,7 @@
 package log
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"encoding/binary"
 	"fmt"
@@ -25,6 +26,7 @@ type Append struct {
 	// KindMemberAdd/Remove the users concerned, and for a message to a direct conversation
 	// that does not exist yet exactly the two users, which creates it.
 	Members []string
+	Role    Role // KindRoleChange: the role to give Members
 
 	// DedupWindow is how long (ns) the dedup record of this request is kept. Zero means the
 	// default. It travels in the command so every replica uses the proposer's setting.
@@ -32,12 +34,17 @@ type Append struct {
 	// RecallWindow is how long (ns) after sending a message may be recalled (KindRecall only).
 	// Zero means the default.
 	RecallWindow int64
+	// MaxGroupSize is the most members a group may have after a KindGroupCreate or KindMemberAdd.
+	// Zero means the default. It travels in the command like the windows.
+	MaxGroupSize int64
 }
 
 // Defaults for the windows of an [Append].
 const (
 	DefaultDedupWindow  = int64(24 * 3600 * 1e9) // mobile apps retry after being killed for hours
 	DefaultRecallWindow = int64(2 * 60 * 1e9)
+	// DefaultMaxGroupSize is the group size limit when the request names none.
+	DefaultMaxGroupSize = 10_000
 	// MaxMembersPerRequest caps the users one membership request names.
 	MaxMembersPerRequest = 1000
 	// receiptScanLimit bounds the entries a group receipt inspects to find the senders it
@@ -126,10 +133,13 @@ func (t *Tx) Append(st Stamp, req *Append) (AppendResult, error) {
 // the recipients of the outbox record, and whether the request writes an entry at all.
 type appendPlan struct {
 	meta       logMeta
-	add        []string // members to add
-	remove     []string // members to remove
-	readMark   bool     // update the sender's read mark
-	recall     *msgRef  // the target's ref, to mark recalled
+	add        []string  // members to add
+	remove     []string  // members to remove
+	roles      []string  // members whose role becomes req.Role (KindRoleChange)
+	self       member    // the sender's member record, where the plan rewrites it
+	readMark   bool      // update the sender's read mark
+	demoteSelf bool      // the sender hands ownership over and becomes an admin
+	recall     *msgRef   // the target's ref, to mark recalled
 	recipients []string
 	noop       bool
 }
@@ -144,6 +154,10 @@ func (t *Tx) planAppend(st Stamp, req *Append, exists bool, p *appendPlan) error
 		}
 		p.meta = logMeta{Kind: ConvGroup, Epoch: newEpoch(st), First: 1}
 		p.add = sortedUnique(append([]string{req.Sender}, req.Members...))
+		if err := checkGroupSize(req, len(p.add)); err != nil {
+			return err
+		}
+		p.meta.MemberCount = len(p.add)
 		p.recipients = p.add
 		return nil
 	}
@@ -168,6 +182,7 @@ func (t *Tx) planAppend(st Stamp, req *Append, exists bool, p *appendPlan) error
 		if members, err = t.members(req.Conv); err != nil {
 			return err
 		}
+		p.meta.MemberCount = len(members) // kept from here on (values written before lack it)
 	}
 	if !slices.Contains(members, req.Sender) {
 		return ErrNotMember
@@ -185,24 +200,93 @@ func (t *Tx) planAppend(st Stamp, req *Append, exists bool, p *appendPlan) error
 		}
 		p.recall = &ref
 		p.recipients = members
-	case KindMemberAdd, KindMemberRemove:
+	case KindMemberAdd, KindMemberRemove, KindRoleChange:
 		if p.meta.Kind != ConvGroup {
 			return ErrNotGroup
 		}
-		for _, m := range sortedUnique(slices.Clone(req.Members)) {
-			in := slices.Contains(members, m)
-			if req.Kind == KindMemberAdd && !in {
-				p.add = append(p.add, m)
-			} else if req.Kind == KindMemberRemove && in {
-				p.remove = append(p.remove, m)
-			}
+		if err := t.planMembership(req, members, p); err != nil || p.noop {
+			return err
 		}
-		if len(p.add) == 0 && len(p.remove) == 0 {
-			p.noop = true // nothing changes; the request is still deduped and acked
-			return nil
-		}
+		p.meta.MemberCount = len(members) + len(p.add) - len(p.remove)
 		// Removed members learn of their removal; added members see the add.
 		p.recipients = sortedUnique(append(slices.Clone(members), p.add...))
+	}
+	return nil
+}
+
+// planMembership decides a KindMemberAdd, KindMemberRemove or KindRoleChange on a group with
+// members, checking the sender's rights (see [Role]): owners and admins add; a member may be
+// removed by one ranked above it, or leave (the owner only last, or after handing ownership
+// over); only the owner gives roles, and giving ownership away makes the owner an admin.
+func (t *Tx) planMembership(req *Append, members []string, p *appendPlan) error {
+	self, err := t.member(req.Conv, req.Sender)
+	if err != nil {
+		return err
+	}
+	p.self = self
+	named := sortedUnique(slices.Clone(req.Members))
+	switch req.Kind {
+	case KindMemberAdd:
+		if self.Role < RoleAdmin {
+			return fmt.Errorf("%w: only the group's owner and admins add members", ErrNotPermitted)
+		}
+		for _, m := range named {
+			if !slices.Contains(members, m) {
+				p.add = append(p.add, m)
+			}
+		}
+		if err := checkGroupSize(req, len(members)+len(p.add)); err != nil {
+			return err
+		}
+	case KindMemberRemove:
+		for _, m := range named {
+			if !slices.Contains(members, m) {
+				continue
+			}
+			if m == req.Sender {
+				if self.Role == RoleOwner && len(members) > 1 {
+					return fmt.Errorf("%w: the owner leaves last, or after giving ownership to another member", ErrNotPermitted)
+				}
+			} else if them, err := t.member(req.Conv, m); err != nil {
+				return err
+			} else if them.Role >= self.Role {
+				return fmt.Errorf("%w: %s is %s; as %s, the sender removes only members ranked below", ErrNotPermitted, m, them.Role, self.Role)
+			}
+			p.remove = append(p.remove, m)
+		}
+	case KindRoleChange:
+		if self.Role != RoleOwner {
+			return fmt.Errorf("%w: only the group's owner gives roles", ErrNotPermitted)
+		}
+		if slices.Contains(named, req.Sender) {
+			return invalidf("the owner cannot change its own role (give ownership to another member instead)")
+		}
+		if req.Role == RoleOwner && len(named) != 1 {
+			return invalidf("ownership goes to exactly one member, not %d", len(named))
+		}
+		for _, m := range named {
+			if !slices.Contains(members, m) {
+				continue
+			}
+			if them, err := t.member(req.Conv, m); err != nil {
+				return err
+			} else if them.Role != req.Role {
+				p.roles = append(p.roles, m)
+			}
+		}
+		p.demoteSelf = req.Role == RoleOwner && len(p.roles) == 1
+	}
+	if len(p.add) == 0 && len(p.remove) == 0 && len(p.roles) == 0 {
+		p.noop = true // nothing changes; the request is still deduped and acked
+	}
+	return nil
+}
+
+// checkGroupSize refuses a group of n members over req's size limit.
+func checkGroupSize(req *Append, n int) error {
+	limit := cmp.Or(req.MaxGroupSize, DefaultMaxGroupSize)
+	if int64(n) > limit {
+		return fmt.Errorf("%w: %d members, at most %d", ErrGroupFull, n, limit)
 	}
 	return nil
 }
@@ -216,6 +300,7 @@ func (t *Tx) planReceipt(req *Append, members []string, p *appendPlan) error {
 	if err != nil {
 		return err
 	}
+	p.self = m
 	if req.ReadUpTo <= m.ReadMark {
 		p.noop = true
 		return nil
@@ -297,9 +382,31 @@ func (t *Tx) writeConvEntry(st Stamp, req *Append, p *appendPlan, res AppendResu
 		e.Members = p.add
 	case KindMemberRemove:
 		e.Members = p.remove
+	case KindRoleChange:
+		e.Members, e.Role = p.roles, req.Role
 	}
 	for _, m := range p.add {
-		if err := t.set(k.member(req.Conv, m), member{}.encode()); err != nil {
+		role := RoleMember
+		if req.Kind == KindGroupCreate && m == req.Sender {
+			role = RoleOwner // the creator owns the group
+		}
+		if err := t.set(k.member(req.Conv, m), member{Role: role}.encode()); err != nil {
+			return err
+		}
+	}
+	for _, m := range p.roles {
+		them, err := t.member(req.Conv, m)
+		if err != nil {
+			return err
+		}
+		them.Role = req.Role
+		if err := t.set(k.member(req.Conv, m), them.encode()); err != nil {
+			return err
+		}
+	}
+	if p.demoteSelf {
+		p.self.Role = RoleAdmin
+		if err := t.set(k.member(req.Conv, req.Sender), p.self.encode()); err != nil {
 			return err
 		}
 	}
@@ -309,7 +416,8 @@ func (t *Tx) writeConvEntry(st Stamp, req *Append, p *appendPlan, res AppendResu
 		}
 	}
 	if p.readMark {
-		if err := t.set(k.member(req.Conv, req.Sender), member{ReadMark: req.ReadUpTo}.encode()); err != nil {
+		p.self.ReadMark = req.ReadUpTo
+		if err := t.set(k.member(req.Conv, req.Sender), p.self.encode()); err != nil {
 			return err
 		}
 	}
@@ -328,6 +436,11 @@ func (t *Tx) writeConvEntry(st Stamp, req *Append, p *appendPlan, res AppendResu
 	}
 	if err := t.putLogMeta(k.conv(req.Conv), p.meta); err != nil {
 		return err
+	}
+	// The copies for the recipients' logs carry a long member list only as its length: the
+	// conversation log holds it once (see MaxInlineMembers).
+	if len(e.Members) > MaxInlineMembers {
+		e.Members, e.MemberCount = nil, len(e.Members)
 	}
 	return t.appendOutbox(outboxRecord{Recipients: p.recipients, Entry: e})
 }
@@ -443,8 +556,14 @@ func (req *Append) validate() error {
 		return invalidf("negative window")
 	case req.Kind == KindRecall && req.Target.IsZero():
 		return invalidf("recall without a target msg_id")
-	case (req.Kind == KindMemberAdd || req.Kind == KindMemberRemove) && len(req.Members) == 0:
+	case (req.Kind == KindMemberAdd || req.Kind == KindMemberRemove || req.Kind == KindRoleChange) && len(req.Members) == 0:
 		return invalidf("%s names no members", req.Kind)
+	case req.Kind == KindRoleChange && !req.Role.Valid():
+		return invalidf("unknown role %d", req.Role)
+	case req.Kind != KindRoleChange && req.Role != 0:
+		return invalidf("a role in a %s request", req.Kind)
+	case req.MaxGroupSize < 0:
+		return invalidf("negative group size limit")
 	}
 	for _, m := range req.Members {
 		if !ValidID(m) {
@@ -465,6 +584,9 @@ func (req *Append) hash() [16]byte {
 	e.uvarint(uint64(req.ReadUpTo))
 	e.msgID(req.Target)
 	e.strs(sortedUnique(slices.Clone(req.Members)))
+	if req.Role != 0 { // requests without a role keep the hash they always had
+		e.u8(uint8(req.Role))
+	}
 	h.Write(e.b)
 	var out [16]byte
 	copy(out[:], h.Sum(nil))

@@ -1,18 +1,28 @@
 package log
 
+import (
+	"cmp"
+	"slices"
+
+	"github.com/cockroachdb/pebble/v2"
+)
+
 // ConvState describes one conversation as a member sees it: enough for a device to rebase (jump
 // to the head without replaying) and to page history.
 type ConvState struct {
-	Conv     string
-	Kind     ConvKind
-	Info     LogInfo  // the conversation log's epoch and retained range
-	Members  []string // sorted
-	ReadMark Position // the asking member's read mark
+	Conv        string
+	Kind        ConvKind
+	Info        LogInfo  // the conversation log's epoch and retained range
+	Members     []string // sorted; all of them when MemberCount <= MaxInlineMembers, else none
+	MemberCount int
+	ReadMark    Position // the asking member's read mark
+	Role        Role     // the asking member's role
 }
 
 // Conversation returns the state of conv as member uid sees it. It returns ErrNoConversation if
 // the conversation does not exist and ErrNotMember if uid is not a member: only members may look
-// (G7).
+// (G7). A group's members come inline up to MaxInlineMembers; page larger groups with
+// [Shard.MembersAfter].
 func (s *Shard) Conversation(conv, uid string) (ConvState, error) {
 	if !ValidID(conv) || !ValidID(uid) {
 		return ConvState{}, invalidf("bad conversation or user id %q/%q", conv, uid)
@@ -26,25 +36,86 @@ func (s *Shard) Conversation(conv, uid string) (ConvState, error) {
 	if !ok {
 		return ConvState{}, ErrNoConversation
 	}
-	members := m.Members
+	mem, err := memberOf(snap, s.k, conv, uid)
+	if err != nil {
+		return ConvState{}, err
+	}
+	st := ConvState{Conv: conv, Kind: m.Kind, Info: LogInfo{Epoch: m.Epoch, First: m.First, Head: m.Head},
+		Members: m.Members, MemberCount: len(m.Members), ReadMark: mem.ReadMark, Role: mem.Role}
 	if m.Kind == ConvGroup {
-		if members, err = readIDs(snap, s.k.memberPrefix(conv)); err != nil {
+		// One more than fits inline tells whether they all do; a group written before member
+		// counts were kept is counted once here.
+		limit := MaxInlineMembers + 1
+		if m.MemberCount == 0 {
+			limit = -1
+		}
+		if st.Members, err = readIDsAfter(snap, s.k.memberPrefix(conv), "", limit); err != nil {
 			return ConvState{}, err
 		}
+		st.MemberCount = cmp.Or(m.MemberCount, len(st.Members))
+		if st.MemberCount > MaxInlineMembers {
+			st.Members = nil
+		}
 	}
-	v, ok, err := getValue(snap, s.k.member(conv, uid))
+	return st, nil
+}
+
+// Member is one member of a group and its role.
+type Member struct {
+	User string
+	Role Role
+}
+
+// MembersAfter returns up to limit members of conv, in id order after the id after ("" for the
+// beginning), as member uid asks: ErrNotMember if uid is not one (G7), ErrNoConversation if conv
+// does not exist. more reports whether members follow.
+func (s *Shard) MembersAfter(conv, uid, after string, limit int) (page []Member, more bool, err error) {
+	if !ValidID(conv) || !ValidID(uid) || (after != "" && !ValidID(after)) || limit <= 0 {
+		return nil, false, invalidf("bad members query %q/%q after %q, limit %d", conv, uid, after, limit)
+	}
+	snap := s.db.NewSnapshot()
+	defer snap.Close()
+	m, ok, err := getLogMeta(snap, s.k.conv(conv))
 	if err != nil {
-		return ConvState{}, err
+		return nil, false, err
 	}
 	if !ok {
-		return ConvState{}, ErrNotMember
+		return nil, false, ErrNoConversation
 	}
-	mem, err := decodeMember(v)
+	if _, err := memberOf(snap, s.k, conv, uid); err != nil {
+		return nil, false, err
+	}
+	ids := m.Members // a direct conversation's two
+	if m.Kind == ConvGroup {
+		if ids, err = readIDsAfter(snap, s.k.memberPrefix(conv), after, limit+1); err != nil {
+			return nil, false, err
+		}
+	} else {
+		ids = slices.DeleteFunc(slices.Clone(ids), func(id string) bool { return id <= after })
+	}
+	if more = len(ids) > limit; more {
+		ids = ids[:limit]
+	}
+	for _, id := range ids {
+		mem, err := memberOf(snap, s.k, conv, id)
+		if err != nil {
+			return nil, false, err
+		}
+		page = append(page, Member{User: id, Role: mem.Role})
+	}
+	return page, more, nil
+}
+
+// memberOf reads uid's member record of conv: ErrNotMember if there is none.
+func memberOf(r pebble.Reader, k keys, conv, uid string) (member, error) {
+	v, ok, err := getValue(r, k.member(conv, uid))
 	if err != nil {
-		return ConvState{}, err
+		return member{}, err
 	}
-	return ConvState{Conv: conv, Kind: m.Kind, Info: LogInfo{Epoch: m.Epoch, First: m.First, Head: m.Head},
-		Members: members, ReadMark: mem.ReadMark}, nil
+	if !ok {
+		return member{}, ErrNotMember
+	}
+	return decodeMember(v)
 }
 
 // UserConvs returns up to limit ids of conversations whose entries reached uid's log, in id

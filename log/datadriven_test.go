@@ -20,7 +20,7 @@
 // exactly as the state machine skips a replayed Raft entry.
 //
 //	append [index] [time] conv sender cmid kind [body] [members=a,b] [target=s.i.n] [upto]
-//	       [dedup-window] [recall-window]
+//	       [dedup-window] [recall-window] [role=member|admin|owner] [max-group]
 //	deliver [index] [time] source prev last      input: one item per line
 //	        pos=N users=a,b conv=c convseq=N msgid=s.i.n kind=k sender=u [time] [body] [upto]
 //	        [target] [members]
@@ -29,6 +29,7 @@
 //	read-conv conv from [epoch] [count] [bytes]
 //	read-conv-before conv before [count] [bytes]
 //	user-info uid | conv-info conv | source-mark source
+//	conv-state conv uid | members conv uid [after] [limit]   a member's view; paged members
 //	outbox from [limit] | trim-outbox [index] upto
 //	trim-user [index] [time] uid [max-count] [max-age] | trim-conv … conv …
 //	reset-user [index] [time] uid
@@ -118,6 +119,33 @@ func (r *ddRunner) run(t *testing.T, d *datadriven.TestData) string {
 			return fmtErr(err)
 		}
 		return fmtRead(res)
+	case "conv-state":
+		var conv, uid string
+		d.ScanArgs(t, "conv", &conv)
+		d.ScanArgs(t, "uid", &uid)
+		st, err := r.s.Conversation(conv, uid)
+		if err != nil {
+			return fmtErr(err)
+		}
+		return fmt.Sprintf("kind=%d head=%d members=%s count=%d role=%s read=%d\n", st.Kind, st.Info.Head,
+			strings.Join(st.Members, ","), st.MemberCount, st.Role, st.ReadMark)
+	case "members":
+		var conv, uid, after string
+		limit := 100
+		d.ScanArgs(t, "conv", &conv)
+		d.ScanArgs(t, "uid", &uid)
+		d.MaybeScanArgs(t, "after", &after)
+		d.MaybeScanArgs(t, "limit", &limit)
+		page, more, err := r.s.MembersAfter(conv, uid, after, limit)
+		if err != nil {
+			return fmtErr(err)
+		}
+		var b strings.Builder
+		for _, m := range page {
+			fmt.Fprintf(&b, "%s %s\n", m.User, m.Role)
+		}
+		fmt.Fprintf(&b, "more=%v\n", more)
+		return b.String()
 	case "user-info", "conv-info":
 		var id string
 		var info LogInfo
@@ -401,7 +429,22 @@ func parseAppend(t *testing.T, d *datadriven.TestData) Append {
 	d.MaybeScanArgs(t, "upto", &req.ReadUpTo)
 	d.MaybeScanArgs(t, "dedup-window", &req.DedupWindow)
 	d.MaybeScanArgs(t, "recall-window", &req.RecallWindow)
+	d.MaybeScanArgs(t, "max-group", &req.MaxGroupSize)
+	var role string
+	if d.MaybeScanArgs(t, "role", &role) {
+		req.Role = parseRole(t, role)
+	}
 	return req
+}
+
+func parseRole(t *testing.T, s string) Role {
+	for r := RoleMember; r <= RoleOwner; r++ {
+		if r.String() == s {
+			return r
+		}
+	}
+	t.Fatalf("unknown role %q", s)
+	return 0
 }
 
 // parseDelivery parses "pos=1 users=a,b conv=c convseq=1 msgid=1.5.0 kind=message sender=a …".

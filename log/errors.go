@@ -37,6 +37,10 @@ var (
 	// ErrCorrupt reports a stored value that does not decode. It means disk corruption or a bug,
 	// never bad client input.
 	ErrCorrupt = errors.New("log: corrupt value")
+	// ErrNotPermitted reports a group change the sender's role does not allow (see [Role]).
+	ErrNotPermitted = errors.New("log: the sender's role in the group does not allow this")
+	// ErrGroupFull reports a group change that would take the group over its size limit.
+	ErrGroupFull = errors.New("log: the group would exceed its size limit")
 )
 
 // OutOfOrderError is returned by [Tx.Deliver] when a batch starts after the destination's
@@ -81,6 +85,7 @@ func Rejected(err error) bool {
 var rejections = []error{
 	ErrInvalid, ErrConflict, ErrNoConversation, ErrConversationExists, ErrNotMember, ErrNotGroup,
 	ErrNoMessage, ErrNotSender, ErrRecallWindow, ErrAlreadyRecalled, ErrOutOfOrder, ErrNoDeadLetter,
+	ErrNotPermitted, ErrGroupFull,
 }
 
 // RejectionCode returns a stable number for the refusal err wraps, for carrying it between nodes

@@ -38,8 +38,14 @@ var (
 		{Pos: 6, Users: []string{"a", "b"}, Entry: goldenEntry},
 		{Pos: 9, Users: []string{"c"}, Entry: Entry{Kind: KindReceipt, MsgID: MsgID{Shard: 3, Index: 120}, Conv: "g", ConvSeq: 13, ReadUpTo: 12}},
 	}}
-	goldenLogMeta = logMeta{Kind: ConvDirect, Epoch: 1_700_000_000_000_000_000, First: 4, Head: 1000, Members: []string{"a", "b"}}
-	goldenMember  = member{ReadMark: 77}
+	goldenLogMeta   = logMeta{Kind: ConvDirect, Epoch: 1_700_000_000_000_000_000, First: 4, Head: 1000, Members: []string{"a", "b"}}
+	goldenLogMetaV2 = logMeta{Kind: ConvGroup, Epoch: 1_700_000_000_000_000_000, First: 4, Head: 1000, MemberCount: 5000}
+	goldenMember    = member{ReadMark: 77, Role: RoleMember}
+	goldenMemberV2  = member{ReadMark: 77, Role: RoleAdmin}
+	goldenAppendV2  = Append{Conv: "g", Sender: "alice", ClientMsgID: "cm-2", Kind: KindRoleChange, Members: []string{"bob"},
+		Role: RoleOwner, DedupWindow: DefaultDedupWindow, MaxGroupSize: 5000}
+	goldenEntryV2 = Entry{Kind: KindMemberAdd, MsgID: MsgID{Shard: 3, Index: 99, Sub: 1}, Conv: "g", ConvSeq: 12,
+		Sender: "bob", Time: 1_700_000_000_000_000_000, Role: RoleAdmin, MemberCount: 40}
 	goldenMsgRef  = msgRef{Conv: "g", ConvSeq: 12, Recalled: true}
 	goldenDedup   = dedupRecord{
 		Hash:    [16]byte{0: 0xde, 1: 0xad, 14: 0xbe, 15: 0xef},
@@ -71,6 +77,14 @@ func goldenCases() []goldenCase {
 	return []goldenCase{
 		{"append.v1", func() []byte { return must(goldenAppend.MarshalBinary()) },
 			func(b []byte) (any, error) { var a Append; err := a.UnmarshalBinary(b); return a, err }, goldenAppend},
+		{"append.v2", func() []byte { return must(goldenAppendV2.MarshalBinary()) },
+			func(b []byte) (any, error) { var a Append; err := a.UnmarshalBinary(b); return a, err }, goldenAppendV2},
+		{"entry.v2", func() []byte { return encodeEntry(&goldenEntryV2) },
+			func(b []byte) (any, error) { return decodeEntry(b, 0) }, goldenEntryV2},
+		{"log_meta.v2", goldenLogMetaV2.encode,
+			func(b []byte) (any, error) { return decodeLogMeta(b) }, goldenLogMetaV2},
+		{"member.v2", goldenMemberV2.encode,
+			func(b []byte) (any, error) { return decodeMember(b) }, goldenMemberV2},
 		{"delivery_batch.v1", func() []byte { return must(goldenBatch.MarshalBinary()) },
 			func(b []byte) (any, error) { var d DeliveryBatch; err := d.UnmarshalBinary(b); return d, err }, goldenBatch},
 		{"entry.v1", func() []byte { return encodeEntry(&goldenEntry) },
@@ -185,6 +199,19 @@ func TestGoldenSnapshot(t *testing.T) {
 	}
 	if stateSum(t, dst) != wantSum || view(t, dst) != wantView {
 		t.Errorf("golden snapshot restores to\n%s\nwant\n%s", view(t, dst), wantView)
+	}
+}
+
+// TestGoldenSnapshotBeforeRoles: a snapshot of the same state written before values had their
+// v2 fields still restores, and reads as it did (every member a plain member, no member count).
+func TestGoldenSnapshotBeforeRoles(t *testing.T) {
+	dst := newMemShard(t, 4)
+	if err := restore(t, dst, readHex(t, filepath.Join("testdata", "golden", "snapshot.v1-values.v1.hex"))); err != nil {
+		t.Fatalf("snapshot no longer restores: %v", err)
+	}
+	st, err := dst.Conversation("g1", "alice")
+	if err != nil || st.Info.Head != 2 || fmt.Sprint(st.Members) != "[alice bob]" || st.Role != RoleMember || st.MemberCount != 2 {
+		t.Fatalf("g1 as alice: %+v, %v", st, err)
 	}
 }
 

@@ -217,6 +217,12 @@ func fmtEntry(e *Entry) string {
 	if e.Members != nil {
 		fmt.Fprintf(&b, " members=%s", strings.Join(e.Members, ","))
 	}
+	if e.Role != 0 {
+		fmt.Fprintf(&b, " role=%s", e.Role)
+	}
+	if e.MemberCount != 0 {
+		fmt.Fprintf(&b, " member-count=%d", e.MemberCount)
+	}
 	return b.String()
 }
 

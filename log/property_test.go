@@ -20,6 +20,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -90,6 +91,7 @@ type mConv struct {
 	members  []string // sorted
 	entries  []mEntry // conv_seq i+1
 	readMark map[string]Position
+	roles    map[string]Role // groups: every member's role
 }
 
 type mEntry struct {
@@ -117,8 +119,8 @@ func (m *model) entry(r mRef) *mEntry { return &m.convs[r.conv].entries[r.seq-1]
 // append predicts the outcome of req at st and, when it succeeds, updates the model.
 func (m *model) append(st Stamp, req *Append) (AppendResult, error) {
 	key := fmt.Sprintf("%s|%s|%d", req.Sender, req.ClientMsgID, req.Kind)
-	payload := fmt.Sprintf("%s|%d|%q|%d|%s|%v", req.Conv, req.Kind, req.Body, req.ReadUpTo, req.Target,
-		sortedUnique(slices.Clone(req.Members)))
+	payload := fmt.Sprintf("%s|%d|%q|%d|%s|%v|%d", req.Conv, req.Kind, req.Body, req.ReadUpTo, req.Target,
+		sortedUnique(slices.Clone(req.Members)), req.Role)
 	if rec, ok := m.dedup[key]; ok && rec.expires > st.Time {
 		if rec.payload != payload {
 			return AppendResult{}, ErrConflict
@@ -133,6 +135,7 @@ func (m *model) append(st Stamp, req *Append) (AppendResult, error) {
 	noop := false
 	var recall *mEntry
 	var readMark Position
+	roles := map[string]Role{} // role changes, the new owner's predecessor included
 	switch {
 	case req.Kind == KindGroupCreate:
 		if c != nil {
@@ -142,7 +145,11 @@ func (m *model) append(st Stamp, req *Append) (AppendResult, error) {
 			return AppendResult{}, ErrInvalid // the shape of a direct conversation's id
 		}
 		add = sortedUnique(append([]string{req.Sender}, req.Members...))
-		created = &mConv{kind: ConvGroup, epoch: Epoch(st.Time), readMark: map[string]Position{}}
+		created = &mConv{kind: ConvGroup, epoch: Epoch(st.Time), readMark: map[string]Position{}, roles: map[string]Role{}}
+		for _, u := range add {
+			roles[u] = RoleMember
+		}
+		roles[req.Sender] = RoleOwner
 		recipients = add
 	default:
 		if c == nil {
@@ -204,19 +211,49 @@ func (m *model) append(st Stamp, req *Append) (AppendResult, error) {
 			}
 			recall = target
 			recipients = members
-		case KindMemberAdd, KindMemberRemove:
+		case KindMemberAdd, KindMemberRemove, KindRoleChange:
 			if c.kind != ConvGroup {
 				return AppendResult{}, ErrNotGroup
 			}
-			for _, u := range sortedUnique(slices.Clone(req.Members)) {
+			mine := c.roles[req.Sender]
+			named := sortedUnique(slices.Clone(req.Members))
+			switch {
+			case req.Kind == KindMemberAdd && mine == RoleMember:
+				return AppendResult{}, ErrNotPermitted
+			case req.Kind == KindRoleChange && mine != RoleOwner:
+				return AppendResult{}, ErrNotPermitted
+			case req.Kind == KindRoleChange && (slices.Contains(named, req.Sender) || (req.Role == RoleOwner && len(named) != 1)):
+				return AppendResult{}, ErrInvalid
+			}
+			for _, u := range named {
 				in := slices.Contains(members, u)
-				if req.Kind == KindMemberAdd && !in {
+				switch {
+				case req.Kind == KindMemberAdd && !in:
 					add = append(add, u)
-				} else if req.Kind == KindMemberRemove && in {
+				case req.Kind == KindMemberRemove && in && u == req.Sender:
+					if mine == RoleOwner && len(members) > 1 {
+						return AppendResult{}, ErrNotPermitted
+					}
 					remove = append(remove, u)
+				case req.Kind == KindMemberRemove && in:
+					if c.roles[u] >= mine {
+						return AppendResult{}, ErrNotPermitted
+					}
+					remove = append(remove, u)
+				case req.Kind == KindRoleChange && in && c.roles[u] != req.Role:
+					roles[u] = req.Role
 				}
 			}
-			noop = len(add) == 0 && len(remove) == 0
+			if len(add)+len(members) > DefaultMaxGroupSize {
+				return AppendResult{}, ErrGroupFull
+			}
+			for _, u := range add {
+				roles[u] = RoleMember
+			}
+			if req.Role == RoleOwner && len(roles) == 1 {
+				roles[req.Sender] = RoleAdmin
+			}
+			noop = len(add) == 0 && len(remove) == 0 && len(roles) == 0
 			recipients = sortedUnique(append(slices.Clone(members), add...))
 		}
 	}
@@ -235,7 +272,9 @@ func (m *model) append(st Stamp, req *Append) (AppendResult, error) {
 		}
 		for _, u := range remove {
 			delete(c.readMark, u)
+			delete(c.roles, u)
 		}
+		maps.Copy(c.roles, roles)
 		c.members = sortedUnique(append(slices.DeleteFunc(slices.Clone(c.members),
 			func(u string) bool { return slices.Contains(remove, u) }), add...))
 		if readMark != 0 {
@@ -419,9 +458,12 @@ func (w *world) randomRecall() Append {
 }
 
 func (w *world) randomMembership() Append {
-	kind := rapid.SampledFrom([]Kind{KindGroupCreate, KindMemberAdd, KindMemberRemove}).Draw(w.t, "kind")
+	kind := rapid.SampledFrom([]Kind{KindGroupCreate, KindMemberAdd, KindMemberRemove, KindRoleChange}).Draw(w.t, "kind")
 	req := w.base(kind)
 	req.Members = rapid.SliceOfN(rapid.SampledFrom(propUsers), 0, 3).Draw(w.t, "members")
+	if kind == KindRoleChange {
+		req.Role = rapid.SampledFrom([]Role{RoleMember, RoleAdmin, RoleOwner}).Draw(w.t, "role")
+	}
 	if kind != KindGroupCreate && len(req.Members) == 0 {
 		req.Members = []string{"u3"}
 	}
@@ -522,6 +564,20 @@ func (w *world) check() {
 		for i, e := range entries {
 			if e.MsgID != c.entries[i].id || e.Sender != c.entries[i].sender || e.Kind != c.entries[i].kind {
 				w.t.Fatalf("conv %s/%d: got %s, want %+v", name, i+1, fmtEntry(&e), c.entries[i])
+			}
+		}
+		// Members and their roles, as any member pages them.
+		if c.kind == ConvGroup && len(c.members) > 0 {
+			page, _, err := s.MembersAfter(name, c.members[0], "", len(propUsers))
+			if err != nil {
+				w.t.Fatalf("members of %s: %v", name, err)
+			}
+			got := map[string]Role{}
+			for _, m := range page {
+				got[m.User] = m.Role
+			}
+			if !maps.Equal(got, c.roles) {
+				w.t.Fatalf("members of %s: %v, model has %v", name, got, c.roles)
 			}
 		}
 	}

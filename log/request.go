@@ -4,12 +4,21 @@ package log
 // start with a version byte, and a decoder for a version must be kept as long as a Raft log may
 // still hold it.
 
-const requestV1 = 1
+const (
+	requestV1 = 1
+	// requestV2 adds an Append's Role and MaxGroupSize; a DeliveryBatch is still v1.
+	requestV2 = 2
+)
 
 // MarshalBinary encodes the request.
 func (a *Append) MarshalBinary() ([]byte, error) {
+	v2 := a.Role != 0 || a.MaxGroupSize != 0
 	e := encoder{b: make([]byte, 0, 64+len(a.Body))}
-	e.u8(requestV1)
+	if v2 {
+		e.u8(requestV2)
+	} else {
+		e.u8(requestV1)
+	}
 	e.str(a.Conv)
 	e.str(a.Sender)
 	e.str(a.ClientMsgID)
@@ -20,13 +29,17 @@ func (a *Append) MarshalBinary() ([]byte, error) {
 	e.strs(a.Members)
 	e.varint(a.DedupWindow)
 	e.varint(a.RecallWindow)
+	if v2 {
+		e.u8(uint8(a.Role))
+		e.varint(a.MaxGroupSize)
+	}
 	return e.b, nil
 }
 
 // UnmarshalBinary decodes a request encoded by MarshalBinary. Errors wrap ErrCorrupt.
 func (a *Append) UnmarshalBinary(b []byte) error {
 	d := decoder{b: b}
-	d.version("append request", requestV1)
+	v := d.version("append request", requestV2)
 	*a = Append{
 		Conv:         d.str(),
 		Sender:       d.str(),
@@ -38,6 +51,9 @@ func (a *Append) UnmarshalBinary(b []byte) error {
 		Members:      d.strs(),
 		DedupWindow:  d.varint(),
 		RecallWindow: d.varint(),
+	}
+	if v >= requestV2 {
+		a.Role, a.MaxGroupSize = Role(d.u8()), d.varint()
 	}
 	return d.done("append request")
 }

@@ -291,7 +291,7 @@ func TestParseMsgID(t *testing.T) {
 }
 
 func TestNames(t *testing.T) {
-	for k, want := range map[Kind]string{KindMessage: "message", KindMemberRemove: "member_remove", 0: "kind(0)", 7: "kind(7)"} {
+	for k, want := range map[Kind]string{KindMessage: "message", KindMemberRemove: "member_remove", KindRoleChange: "role_change", 0: "kind(0)", 8: "kind(8)"} {
 		if k.String() != want || k.Valid() != (want[0] != 'k') {
 			t.Errorf("Kind(%d) = %q valid=%v", k, k.String(), k.Valid())
 		}
@@ -392,5 +392,35 @@ func TestRejectionCodes(t *testing.T) {
 	}
 	if RejectionFromCode(0, "x") != nil || RejectionFromCode(200, "x") != nil {
 		t.Fatal("an unknown code rebuilt an error")
+	}
+}
+
+// TestGroupStorageIsLinear: a group of n members costs O(n) bytes, not O(n²): the copies of its
+// creation in the n members' logs do not each carry the n-member list (MaxInlineMembers). With
+// 128-byte ids, a quadratic cost would make 1,000 members 16 times 250 members' bytes.
+func TestGroupStorageIsLinear(t *testing.T) {
+	size := func(n int) int {
+		s := newMemShard(t, testShardID)
+		members := make([]string, n-1)
+		for i := range members {
+			members[i] = fmt.Sprintf("%0128d", i)
+		}
+		appendOK(t, s, Stamp{Index: 1, Time: 1}, Append{Conv: "g", Sender: "owner", ClientMsgID: "c", Kind: KindGroupCreate, Members: members})
+		st := Stamp{Index: 2, Time: 2}
+		mustApply(t, s, st, func(tx *Tx) error { return deliverOwn(s, 0, 1)(tx, st) })
+		read, err := s.ReadUser(members[0], 0, 1, Limit{})
+		if err != nil || len(read.Entries) != 1 || read.Entries[0].Members != nil || read.Entries[0].MemberCount != n {
+			t.Fatalf("a member's copy: %+v, %v", read.Entries, err)
+		}
+		if conv, err := s.ReadConv("g", 0, 1, Limit{}); err != nil || len(conv.Entries[0].Members) != n {
+			t.Fatalf("the conversation log must keep the whole list: %v", err)
+		}
+		snap, _, _ := takeSnapshot(t, s)
+		t.Logf("a group of %d members with 128-byte ids: %d bytes of state", n, len(snap))
+		return len(snap)
+	}
+	small, large := size(250), size(1000)
+	if ratio := float64(large) / float64(small); ratio > 5 {
+		t.Fatalf("1,000 members cost %.1f times 250 members (%d vs %d bytes): not linear", ratio, large, small)
 	}
 }

@@ -88,9 +88,10 @@ const (
 	KindGroupCreate  Kind = 4 // a group was created with Members
 	KindMemberAdd    Kind = 5 // Members joined the group
 	KindMemberRemove Kind = 6 // Members left or were removed from the group
+	KindRoleChange   Kind = 7 // the owner gave Members the role Role
 )
 
-var kindNames = [...]string{"", "message", "receipt", "recall", "group_create", "member_add", "member_remove"}
+var kindNames = [...]string{"", "message", "receipt", "recall", "group_create", "member_add", "member_remove", "role_change"}
 
 // String returns the lower-case name of k ("message", "receipt", …).
 func (k Kind) String() string {
@@ -101,7 +102,41 @@ func (k Kind) String() string {
 }
 
 // Valid reports whether k is a known kind.
-func (k Kind) Valid() bool { return k >= KindMessage && k <= KindMemberRemove }
+func (k Kind) Valid() bool { return k >= KindMessage && k <= KindRoleChange }
+
+// Membership reports whether k changes who is in a group or what they may do.
+func (k Kind) Membership() bool { return k >= KindGroupCreate && k <= KindRoleChange }
+
+// Role is a member's rank in a group. The creator is its owner; the owner names admins; owners
+// and admins add members and remove those ranked below them; anyone may leave. Values are
+// persisted and sent on the wire: never renumber them.
+type Role uint8
+
+// Roles, lowest first.
+const (
+	RoleMember Role = 1
+	RoleAdmin  Role = 2
+	RoleOwner  Role = 3
+)
+
+// Valid reports whether r is a known role.
+func (r Role) Valid() bool { return r >= RoleMember && r <= RoleOwner }
+
+var roleNames = [...]string{"", "member", "admin", "owner"}
+
+// String returns the lower-case name of r ("member", "admin", "owner").
+func (r Role) String() string {
+	if r.Valid() {
+		return roleNames[r]
+	}
+	return "role(" + strconv.Itoa(int(r)) + ")"
+}
+
+// MaxInlineMembers is the most members a membership entry carries into user logs and a
+// conversation's state carries inline. A larger list stays in the conversation log only (and is
+// paged with [Shard.MembersAfter]); the copies say how many there were. Without the cap, building
+// a group of n members would write n copies of an n-member list: O(n²) bytes.
+const MaxInlineMembers = 32
 
 // ConvKind says whether a conversation is between two users or a group.
 type ConvKind uint8
@@ -128,7 +163,11 @@ type Entry struct {
 	Body     []byte   // message body (KindMessage)
 	ReadUpTo Position // KindReceipt: read up to this ConvSeq
 	Target   MsgID    // KindRecall: the recalled message
-	Members  []string // KindGroupCreate, KindMemberAdd, KindMemberRemove
+	Members  []string // membership kinds: the users concerned (left out of copies over MaxInlineMembers)
+	Role     Role     // KindRoleChange: the role given to Members
+	// MemberCount is how many users a membership entry concerned when its Members were left out
+	// of this copy (more than MaxInlineMembers); zero when Members is complete.
+	MemberCount int
 }
 
 // Size is the approximate number of bytes the entry occupies, used for read byte limits.

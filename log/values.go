@@ -3,7 +3,13 @@ package log
 // Encodings of stored values. Each starts with a format version byte so that a later release can
 // read what an earlier one wrote; decoders reject versions they do not know with ErrCorrupt.
 
-const valueV1 = 1
+const (
+	valueV1 = 1
+	// valueV2 adds fields at the end of a v1 value: a member's role, an entry's role and member
+	// count, a group's member count. Writers use v1 while those fields are zero, so values
+	// without them keep their bytes.
+	valueV2 = 2
+)
 
 // logMeta describes one log (a conversation log or a user log).
 type logMeta struct {
@@ -14,22 +20,36 @@ type logMeta struct {
 	// Members holds the two members of a direct conversation, so a send needs no member scan.
 	// Group members live under their own keys (tagMember); read marks do for both kinds.
 	Members []string
+	// MemberCount is a group's number of members; zero in values written before it was kept
+	// (then count the member keys).
+	MemberCount int
 }
 
 func (m logMeta) encode() []byte {
 	e := encoder{b: make([]byte, 0, 32)}
-	e.u8(valueV1)
+	e.u8(versionFor(m.MemberCount != 0))
 	e.u8(uint8(m.Kind))
 	e.uvarint(uint64(m.Epoch))
 	e.uvarint(uint64(m.First))
 	e.uvarint(uint64(m.Head))
 	e.strs(m.Members)
+	if m.MemberCount != 0 {
+		e.uvarint(uint64(m.MemberCount))
+	}
 	return e.b
+}
+
+// versionFor is the format version of a value whose v2 fields are all zero unless v2 is set.
+func versionFor(v2 bool) uint8 {
+	if v2 {
+		return valueV2
+	}
+	return valueV1
 }
 
 func decodeLogMeta(b []byte) (logMeta, error) {
 	d := decoder{b: b}
-	d.version("log meta", valueV1)
+	v := d.version("log meta", valueV2)
 	m := logMeta{
 		Kind:  ConvKind(d.u8()),
 		Epoch: Epoch(d.uvarint()),
@@ -37,32 +57,43 @@ func decodeLogMeta(b []byte) (logMeta, error) {
 		Head:  Position(d.uvarint()),
 	}
 	m.Members = d.strs()
+	if v >= valueV2 {
+		m.MemberCount = int(d.uvarint())
+	}
 	return m, d.done("log meta")
 }
 
 // member is one member of a conversation.
 type member struct {
 	ReadMark Position // highest conv_seq this member has reported read
+	Role     Role     // in a group; RoleMember in a direct conversation
 }
 
 func (m member) encode() []byte {
 	e := encoder{b: make([]byte, 0, 8)}
-	e.u8(valueV1)
+	e.u8(versionFor(m.Role > RoleMember))
 	e.uvarint(uint64(m.ReadMark))
+	if m.Role > RoleMember {
+		e.u8(uint8(m.Role))
+	}
 	return e.b
 }
 
 func decodeMember(b []byte) (member, error) {
 	d := decoder{b: b}
-	d.version("member", valueV1)
-	m := member{ReadMark: Position(d.uvarint())}
+	v := d.version("member", valueV2)
+	m := member{ReadMark: Position(d.uvarint()), Role: RoleMember}
+	if v >= valueV2 {
+		m.Role = Role(d.u8())
+	}
 	return m, d.done("member")
 }
 
 // encodeEntry encodes everything but Seq, which is part of the key.
 func encodeEntry(x *Entry) []byte {
+	v2 := x.Role != 0 || x.MemberCount != 0
 	e := encoder{b: make([]byte, 0, 48+len(x.Conv)+len(x.Sender)+len(x.Body))}
-	e.u8(valueV1)
+	e.u8(versionFor(v2))
 	e.u8(uint8(x.Kind))
 	e.msgID(x.MsgID)
 	e.str(x.Conv)
@@ -73,12 +104,16 @@ func encodeEntry(x *Entry) []byte {
 	e.uvarint(uint64(x.ReadUpTo))
 	e.msgID(x.Target)
 	e.strs(x.Members)
+	if v2 {
+		e.u8(uint8(x.Role))
+		e.uvarint(uint64(x.MemberCount))
+	}
 	return e.b
 }
 
 func decodeEntry(b []byte, seq Position) (Entry, error) {
 	d := decoder{b: b}
-	d.version("entry", valueV1)
+	v := d.version("entry", valueV2)
 	x := Entry{
 		Seq:      seq,
 		Kind:     Kind(d.u8()),
@@ -91,6 +126,9 @@ func decodeEntry(b []byte, seq Position) (Entry, error) {
 		ReadUpTo: Position(d.uvarint()),
 		Target:   d.msgID(),
 		Members:  d.strs(),
+	}
+	if v >= valueV2 {
+		x.Role, x.MemberCount = Role(d.u8()), int(d.uvarint())
 	}
 	return x, d.done("entry")
 }

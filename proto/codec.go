@@ -193,6 +193,8 @@ func (e *Entry) writeFields(w *fieldWriter) {
 	w.uint("up_to", uint64(e.UpTo))
 	w.str("target", string(e.Target))
 	w.strs("members", e.Members)
+	w.uint("role", uint64(e.Role))
+	w.uint("member_count", uint64(e.MemberCount))
 }
 
 // fieldWriter writes the non-zero fields of a map, or only counts them.

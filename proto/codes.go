@@ -81,6 +81,13 @@ const (
 	// different payload (within the dedup window, 24 h by default). Not retryable: it is a client
 	// bug; mark the message failed and never reuse ids.
 	CodeConflict Code = 30
+	// CodeNotPermitted: the user's role in the group does not allow the change (adding needs an
+	// admin or the owner, removing needs a higher rank, roles are the owner's, the owner leaves
+	// last). Not retryable.
+	CodeNotPermitted Code = 31
+	// CodeGroupFull: the change would take the group over the server's size limit. Not
+	// retryable as is.
+	CodeGroupFull Code = 32
 )
 
 // Load and availability codes (40–49).
@@ -136,6 +143,8 @@ var codeNames = map[Code]string{
 	CodeRecallWindow:       "recall_window",
 	CodeAlreadyRecalled:    "already_recalled",
 	CodeConflict:           "conflict",
+	CodeNotPermitted:       "not_permitted",
+	CodeGroupFull:          "group_full",
 	CodeRateLimited:        "rate_limited",
 	CodeOverloaded:         "overloaded",
 	CodeTooManyStreams:     "too_many_streams",

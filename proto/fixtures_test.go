@@ -11,7 +11,14 @@ var fixtureEntry = Entry{
 
 var fixtureConv = ConvInfo{
 	Conv: "g1", Kind: ConvGroup, Epoch: 1_700_000_000_000_000_001, First: 4, Head: 1000,
-	Members: []string{"alice", "bob"}, ReadMark: 999,
+	Members: []string{"alice", "bob"}, ReadMark: 999, MemberCount: 2, Role: RoleAdmin,
+}
+
+// fixtureRoleChange is an entry of the kind that sets Role, in a user log where its member list
+// was left out (MemberCount).
+var fixtureRoleChange = Entry{
+	Seq: 43, Kind: KindRoleChange, MsgID: "3.121.0", Conv: "g1", ConvSeq: 14, Sender: "alice",
+	Time: 2, Role: RoleAdmin, MemberCount: 40,
 }
 
 func fixtures() []Frame {
@@ -27,8 +34,9 @@ func fixtures() []Frame {
 		&CreateGroup{ID: 4, Conv: "g1", ClientMsgID: "cm-4", Members: []string{"bob", "carol"}},
 		&AddMembers{ID: 5, Conv: "g1", ClientMsgID: "cm-5", Members: []string{"dave"}},
 		&RemoveMembers{ID: 6, Conv: "g1", ClientMsgID: "cm-6", Members: []string{"carol", "dave"}},
+		&SetRole{ID: 12, Conv: "g1", ClientMsgID: "cm-12", Members: []string{"bob"}, Role: RoleOwner},
 		&SyncStart{Epoch: 9, Pos: 40, Ceiling: 100_000, MaxBatch: 500},
-		&Batch{Epoch: 9, Entries: []Entry{fixtureEntry, {Seq: 42, Kind: KindReceipt, MsgID: "3.120.0", Conv: "g1", ConvSeq: 13, Sender: "carol", Time: 1, UpTo: 12}}, Head: 1 << 40},
+		&Batch{Epoch: 9, Entries: []Entry{fixtureEntry, {Seq: 42, Kind: KindReceipt, MsgID: "3.120.0", Conv: "g1", ConvSeq: 13, Sender: "carol", Time: 1, UpTo: 12}, fixtureRoleChange}, Head: 1 << 40},
 		&Heartbeat{Epoch: 9, Head: 42, ServerTime: 1_700_000_000_000_000_000},
 		&TooOld{Epoch: 9, First: 100, Head: 200},
 		&EpochChanged{Epoch: 10, First: 1, Head: 3},
@@ -42,5 +50,7 @@ func fixtures() []Frame {
 		&HistoryResult{ID: 10, Entries: []Entry{fixtureEntry}, Epoch: 5, First: 4, Head: 1000},
 		&HeadCheck{ID: 11},
 		&Head{ID: 11, Epoch: 9, Head: 42},
+		&Members{ID: 13, Conv: "g1", After: "alice", Limit: 100},
+		&MembersResult{ID: 13, Members: []Member{{User: "bob", Role: RoleOwner}, {User: "carol", Role: RoleMember}}, More: true},
 	}
 }

@@ -36,8 +36,11 @@ const (
 	MaxBody = 64 << 10
 	// MaxIDLen is the longest user, device, conversation or client message id; see [ValidID].
 	MaxIDLen = ident.MaxLen
-	// MaxMembers is the most users one CreateGroup, AddMembers or RemoveMembers names.
+	// MaxMembers is the most users one CreateGroup, AddMembers, RemoveMembers or SetRole names.
 	MaxMembers = 1000
+	// MaxInlineMembers is the most members an entry's or a ConvInfo's Members carries; a longer
+	// list is left out (MemberCount says how long it was) and paged with [Members].
+	MaxInlineMembers = 32
 	// MaxPage is the most records (entries or conversations) one frame carries: the cap on
 	// SyncStart.MaxBatch, ConvList.Limit, History.Limit and Limits.MaxBatch.
 	MaxPage = 1000
@@ -66,6 +69,7 @@ const (
 	TypeCreateGroup   Type = 14 // [CreateGroup] → [Ack]
 	TypeAddMembers    Type = 15 // [AddMembers] → [Ack]
 	TypeRemoveMembers Type = 16 // [RemoveMembers] → [Ack]
+	TypeSetRole       Type = 17 // [SetRole] → [Ack]
 
 	// Sync stream.
 	TypeSyncStart    Type = 20 // client → server: [SyncStart]
@@ -85,6 +89,8 @@ const (
 	TypeHistoryResult   Type = 35
 	TypeHeadCheck       Type = 36 // [HeadCheck] → [Head]
 	TypeHead            Type = 37
+	TypeMembers         Type = 38 // [Members] → [MembersResult]
+	TypeMembersResult   Type = 39
 )
 
 // StreamKind is the role of a QUIC stream. A stream's role is set by its first frame: Hello
@@ -116,6 +122,7 @@ var types = [256]typeInfo{
 	TypeCreateGroup:     {"create_group", StreamRequest, true, func() Frame { return new(CreateGroup) }},
 	TypeAddMembers:      {"add_members", StreamRequest, true, func() Frame { return new(AddMembers) }},
 	TypeRemoveMembers:   {"remove_members", StreamRequest, true, func() Frame { return new(RemoveMembers) }},
+	TypeSetRole:         {"set_role", StreamRequest, true, func() Frame { return new(SetRole) }},
 	TypeSyncStart:       {"sync_start", StreamSync, true, func() Frame { return new(SyncStart) }},
 	TypeBatch:           {"batch", StreamSync, false, func() Frame { return new(Batch) }},
 	TypeHeartbeat:       {"heartbeat", StreamSync, false, func() Frame { return new(Heartbeat) }},
@@ -131,6 +138,8 @@ var types = [256]typeInfo{
 	TypeHistoryResult:   {"history_result", StreamRequest, false, func() Frame { return new(HistoryResult) }},
 	TypeHeadCheck:       {"head_check", StreamRequest, true, func() Frame { return new(HeadCheck) }},
 	TypeHead:            {"head", StreamRequest, false, func() Frame { return new(Head) }},
+	TypeMembers:         {"members", StreamRequest, true, func() Frame { return new(Members) }},
+	TypeMembersResult:   {"members_result", StreamRequest, false, func() Frame { return new(MembersResult) }},
 }
 
 // Types returns every frame type this version knows, in ascending order.

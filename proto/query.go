@@ -146,3 +146,46 @@ func (*Head) FrameType() Type { return TypeHead }
 
 // RequestID implements Response.
 func (h *Head) RequestID() uint64 { return h.ID }
+
+// Members pages through a conversation's members in ascending order of id, with their roles.
+// The user must be a member (CodeNotMember); an unknown conversation gets CodeNoConversation.
+type Members struct {
+	ID    uint64 `msgpack:"id"`    // request id
+	Conv  string `msgpack:"conv"`  // conversation id
+	After string `msgpack:"after"` // members with ids above this one; "" = from the start
+	Limit uint32 `msgpack:"limit"` // most members: 0 = MaxPage; larger values are lowered to it
+}
+
+// FrameType implements Frame.
+func (*Members) FrameType() Type { return TypeMembers }
+
+// RequestID implements Request.
+func (m *Members) RequestID() uint64 { return m.ID }
+
+// Validate checks the request id, the conversation id and After, when set (CodeInvalidArgument).
+func (m *Members) Validate() error {
+	if err := checkRequestID(m.ID); err != nil {
+		return err
+	}
+	if err := checkID("conversation id", m.Conv); err != nil {
+		return err
+	}
+	if m.After != "" {
+		return checkID("after", m.After)
+	}
+	return nil
+}
+
+// MembersResult answers Members. To get the next page, send Members with After set to the last
+// member's user.
+type MembersResult struct {
+	ID      uint64   `msgpack:"id"`      // request id
+	Members []Member `msgpack:"members"` // ascending by user id
+	More    bool     `msgpack:"more"`    // more members follow the last one
+}
+
+// FrameType implements Frame.
+func (*MembersResult) FrameType() Type { return TypeMembersResult }
+
+// RequestID implements Response.
+func (m *MembersResult) RequestID() uint64 { return m.ID }

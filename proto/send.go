@@ -180,3 +180,32 @@ func (r *RemoveMembers) Validate() error {
 	}
 	return checkMembers(r.Members, 1)
 }
+
+// SetRole gives Members the role Role in a group; only the owner may (CodeNotPermitted).
+// Giving RoleOwner names exactly one member, and the sender becomes an admin. Members not in the
+// group, and members who already have the role, are ignored (all of them: NoOp).
+type SetRole struct {
+	ID          uint64   `msgpack:"id"`      // request id
+	Conv        string   `msgpack:"conv"`    // group id
+	ClientMsgID string   `msgpack:"cmid"`    // client_msg_id
+	Members     []string `msgpack:"members"` // users whose role changes: 1 to MaxMembers, never the sender
+	Role        Role     `msgpack:"role"`    // the role to give them
+}
+
+// FrameType implements Frame.
+func (*SetRole) FrameType() Type { return TypeSetRole }
+
+// RequestID implements Request.
+func (r *SetRole) RequestID() uint64 { return r.ID }
+
+// Validate checks the ids, that Members is not empty and Role is known (CodeInvalidArgument),
+// and the member count (CodeTooLarge).
+func (r *SetRole) Validate() error {
+	if err := checkMutation(r.ID, r.Conv, r.ClientMsgID); err != nil {
+		return err
+	}
+	if !r.Role.Valid() {
+		return invalid("unknown role %d", r.Role)
+	}
+	return checkMembers(r.Members, 1)
+}

@@ -62,9 +62,10 @@ const (
 	KindGroupCreate  Kind = 4 // a group was created with Members
 	KindMemberAdd    Kind = 5 // Members joined the group
 	KindMemberRemove Kind = 6 // Members left or were removed from the group
+	KindRoleChange   Kind = 7 // the owner gave Members the role Role
 )
 
-var kindNames = [...]string{"", "message", "receipt", "recall", "group_create", "member_add", "member_remove"}
+var kindNames = [...]string{"", "message", "receipt", "recall", "group_create", "member_add", "member_remove", "role_change"}
 
 // String returns the lower-case name of k ("message", "receipt", …) or "kind(N)".
 func (k Kind) String() string {
@@ -76,7 +77,39 @@ func (k Kind) String() string {
 
 // Valid reports whether k is a kind this version knows. A client that receives an entry of an
 // unknown kind stores it (its position counts) and otherwise ignores it.
-func (k Kind) Valid() bool { return k >= KindMessage && k <= KindMemberRemove }
+func (k Kind) Valid() bool { return k >= KindMessage && k <= KindRoleChange }
+
+// Role is a member's rank in a group (§4 of docs/PROTOCOL.md): the creator is the owner; the
+// owner names admins ([SetRole]); the owner and admins add members and remove those ranked below
+// them; anyone may leave, the owner last or after giving ownership away. Wire values: never
+// renumber them.
+type Role uint8
+
+// Roles, lowest first.
+const (
+	RoleMember Role = 1
+	RoleAdmin  Role = 2
+	RoleOwner  Role = 3
+)
+
+var roleNames = [...]string{"", "member", "admin", "owner"}
+
+// Valid reports whether r is a role this version knows.
+func (r Role) Valid() bool { return r >= RoleMember && r <= RoleOwner }
+
+// String returns "member", "admin", "owner" or "role(N)".
+func (r Role) String() string {
+	if r.Valid() {
+		return roleNames[r]
+	}
+	return "role(" + strconv.Itoa(int(r)) + ")"
+}
+
+// Member is one member of a group and its role, in a [MembersResult].
+type Member struct {
+	User string `msgpack:"user"`
+	Role Role   `msgpack:"role"`
+}
 
 // ConvKind says whether a conversation is between two users or a group. Wire values: never
 // renumber them.
@@ -114,7 +147,11 @@ type Entry struct {
 	Body    []byte   `msgpack:"body"`     // KindMessage: the message body, at most MaxBody bytes
 	UpTo    Position `msgpack:"up_to"`    // KindReceipt: the sender has read up to this conv_seq
 	Target  MsgID    `msgpack:"target"`   // KindRecall: the recalled message
-	Members []string `msgpack:"members"`  // KindGroupCreate, KindMemberAdd, KindMemberRemove
+	Members []string `msgpack:"members"`  // membership kinds: the users concerned, unless more than MaxInlineMembers
+	Role    Role     `msgpack:"role"`     // KindRoleChange: the role given to Members
+	// MemberCount is how many users a membership entry in a user log concerned when Members was
+	// left out (more than MaxInlineMembers); 0 when Members is complete.
+	MemberCount uint32 `msgpack:"member_count"`
 }
 
 // ConvInfo describes one conversation as the requesting user sees it: what a client needs to
@@ -125,8 +162,11 @@ type ConvInfo struct {
 	Epoch    Epoch    `msgpack:"epoch"`     // the conversation log's epoch
 	First    Position `msgpack:"first"`     // first retained conv_seq
 	Head     Position `msgpack:"head"`      // last conv_seq (First-1 when nothing is retained)
-	Members  []string `msgpack:"members"`   // current members, sorted
+	Members  []string `msgpack:"members"`   // current members, sorted: all when MemberCount <= MaxInlineMembers, else none
 	ReadMark Position `msgpack:"read_mark"` // highest conv_seq the requesting user marked read
+	// MemberCount is the number of members; page them with [Members] when Members is empty.
+	MemberCount uint32 `msgpack:"member_count"`
+	Role        Role   `msgpack:"role"` // the requesting user's role (groups; RoleMember in a direct conversation)
 }
 
 // ValidID reports whether s may be used as a user, device, conversation or client message id:

@@ -22,6 +22,8 @@ var errorCodes = []struct {
 	{log.ErrConversationExists, proto.CodeConversationExists},
 	{log.ErrNotMember, proto.CodeNotMember},
 	{log.ErrNotGroup, proto.CodeNotGroup},
+	{log.ErrNotPermitted, proto.CodeNotPermitted},
+	{log.ErrGroupFull, proto.CodeGroupFull},
 	{log.ErrNoMessage, proto.CodeNoMessage},
 	{log.ErrNotSender, proto.CodeNotSender},
 	{log.ErrRecallWindow, proto.CodeRecallWindow},

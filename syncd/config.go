@@ -82,6 +82,19 @@ type Config struct {
 	// MaxHandshakes caps connections being authenticated at once; beyond it new connections are
 	// closed with Overloaded and a retry-after (reconnect storms). Default 256.
 	MaxHandshakes int
+	// QueryRate and QueryBurst bound each device's queries (ConvList, ConvState, History,
+	// Members, HeadCheck) like SendRate and SendBurst its mutations. Defaults 50/s and 200.
+	QueryRate  float64
+	QueryBurst int
+	// MaxConnectionsPerUser caps the connections one user may have open on this node, all its
+	// devices together; more get TooManyConnections with a retry-after. Default 32.
+	MaxConnectionsPerUser int
+	// MaxGroupSize caps a group's members. Default 10000 (log.DefaultMaxGroupSize).
+	MaxGroupSize int
+	// MembersPerMinute caps the users one user may name in group creations and additions per
+	// minute, so nobody fills others' logs with groups; at least proto.MaxMembers (one full
+	// request). Default 2000.
+	MembersPerMinute int
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 }
@@ -114,6 +127,12 @@ func DefaultConfig() Config {
 		SendBurst:         100,
 		MaxInFlight:       1024,
 		MaxHandshakes:     256,
+		QueryRate:         50,
+		QueryBurst:        200,
+
+		MaxConnectionsPerUser: 32,
+		MaxGroupSize:          log.DefaultMaxGroupSize,
+		MembersPerMinute:      2000,
 	}
 }
 
@@ -138,6 +157,11 @@ func (c Config) withDefaults() Config {
 	c.SendRate = cmp.Or(c.SendRate, d.SendRate)
 	c.SendBurst = cmp.Or(c.SendBurst, d.SendBurst)
 	c.MaxInFlight = cmp.Or(c.MaxInFlight, d.MaxInFlight)
+	c.QueryRate = cmp.Or(c.QueryRate, d.QueryRate)
+	c.QueryBurst = cmp.Or(c.QueryBurst, d.QueryBurst)
+	c.MaxConnectionsPerUser = cmp.Or(c.MaxConnectionsPerUser, d.MaxConnectionsPerUser)
+	c.MaxGroupSize = cmp.Or(c.MaxGroupSize, d.MaxGroupSize)
+	c.MembersPerMinute = cmp.Or(c.MembersPerMinute, d.MembersPerMinute)
 	c.MaxHandshakes = cmp.Or(c.MaxHandshakes, d.MaxHandshakes)
 	c.Limits.SendRatePerS = uint32(c.SendRate)
 	if c.Logger == nil {
@@ -178,6 +202,12 @@ func (c Config) Validate() error {
 	}
 	if c.SendRate < 0 || c.SendBurst < 1 || c.MaxInFlight < 1 || c.MaxHandshakes < 1 {
 		errs = append(errs, errors.New("syncd: SendRate must be ≥ 0 and SendBurst, MaxInFlight, MaxHandshakes ≥ 1"))
+	}
+	if c.QueryRate < 0 || c.QueryBurst < 1 || c.MaxConnectionsPerUser < 1 || c.MaxGroupSize < 2 {
+		errs = append(errs, errors.New("syncd: QueryRate must be ≥ 0, QueryBurst and MaxConnectionsPerUser ≥ 1, MaxGroupSize ≥ 2"))
+	}
+	if c.MembersPerMinute < proto.MaxMembers {
+		errs = append(errs, fmt.Errorf("syncd: MembersPerMinute %d must be at least %d, the members one request may name", c.MembersPerMinute, proto.MaxMembers))
 	}
 	return errors.Join(errs...)
 }

@@ -21,23 +21,77 @@ func newBucket(rate float64, burst int) *bucket {
 	return &bucket{rate: rate, burst: float64(burst), tokens: float64(burst), last: time.Now()}
 }
 
-// take spends one token, or says how long until one is available.
-func (b *bucket) take(now time.Time) (ok bool, wait time.Duration) {
+// take spends n tokens (n at most the burst), or says how long until they are available.
+func (b *bucket) take(now time.Time, n float64) (ok bool, wait time.Duration) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.tokens = min(b.burst, b.tokens+now.Sub(b.last).Seconds()*b.rate)
-	b.last = now
-	if b.tokens >= 1-1e-9 { // a caller that waited exactly the advised time must get its token
-		b.tokens = max(b.tokens-1, 0)
+	if now.After(b.last) { // callers read the clock before they find the bucket: an earlier now adds nothing
+		b.tokens = min(b.burst, b.tokens+now.Sub(b.last).Seconds()*b.rate)
+		b.last = now
+	}
+	if b.tokens >= n-1e-9 { // a caller that waited exactly the advised time must get its tokens
+		b.tokens = max(b.tokens-n, 0)
 		return true, 0
 	}
-	return false, time.Duration((1 - b.tokens) / b.rate * float64(time.Second))
+	return false, time.Duration((n - b.tokens) / b.rate * float64(time.Second))
+}
+
+// full reports whether b has refilled completely by now: it is then the same as a new bucket.
+func (b *bucket) full(now time.Time) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.tokens+now.Sub(b.last).Seconds()*b.rate >= b.burst
+}
+
+// buckets holds one token bucket per key (a device, a user), shared by all of the key's
+// connections, so that opening more connections buys no more rate. Safe for concurrent use.
+type buckets struct {
+	rate  float64
+	burst int
+
+	mu    sync.Mutex
+	m     map[string]*bucket
+	swept time.Time
+}
+
+func newBuckets(rate float64, burst int) *buckets {
+	return &buckets{rate: rate, burst: burst, m: map[string]*bucket{}, swept: time.Now()}
+}
+
+// bucketSweepEvery is how often buckets drops the buckets that have refilled; their keys get a
+// new, full bucket when they come back, which is what they would have had. So the map holds
+// only keys active in the last refill time, not every key ever seen.
+const bucketSweepEvery = time.Minute
+
+// take spends n tokens of key's bucket; see bucket.take.
+func (bs *buckets) take(key string, now time.Time, n float64) (ok bool, wait time.Duration) {
+	bs.mu.Lock()
+	if now.Sub(bs.swept) > bucketSweepEvery {
+		bs.swept = now
+		for k, b := range bs.m {
+			if b.full(now) {
+				delete(bs.m, k)
+			}
+		}
+	}
+	b := bs.m[key]
+	if b == nil {
+		b = newBucket(bs.rate, bs.burst)
+		bs.m[key] = b
+	}
+	bs.mu.Unlock()
+	return b.take(now, n)
 }
 
 // retryAfterMs rounds a wait up to whole milliseconds, at least one: a client that waits what it
 // was told must find the token there (rounding down made it come back a fraction too early).
 func retryAfterMs(wait time.Duration) uint32 {
 	return uint32(max((wait+time.Millisecond-1)/time.Millisecond, 1))
+}
+
+// rateLimited is the answer to a request over one of the rate limits.
+func rateLimited(id uint64, msg string, wait time.Duration) *proto.Error {
+	return &proto.Error{ID: id, Code: proto.CodeRateLimited, Message: msg, RetryAfterMs: retryAfterMs(wait)}
 }
 
 // gate is a non-blocking counting semaphore: admission either succeeds now or is refused, so
@@ -59,4 +113,33 @@ func (g gate) leave() { <-g }
 func overloaded(id uint64, what string, retry time.Duration) *proto.Error {
 	return &proto.Error{ID: id, Code: proto.CodeOverloaded, Message: "server overloaded (" + what + "); retry later",
 		RetryAfterMs: retryAfterMs(retry)}
+}
+
+// counts is a counter per key with a cap (the connections of each user). Safe for concurrent use.
+type counts struct {
+	mu sync.Mutex
+	m  map[string]int
+}
+
+// enter counts one more for key unless it has max already.
+func (c *counts) enter(key string, max int) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil {
+		c.m = map[string]int{}
+	}
+	if c.m[key] >= max {
+		return false
+	}
+	c.m[key]++
+	return true
+}
+
+// leave counts one less for key.
+func (c *counts) leave(key string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m[key]--; c.m[key] <= 0 {
+		delete(c.m, key)
+	}
 }

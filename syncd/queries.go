@@ -12,11 +12,21 @@ import (
 // prefix-consistent, like sync streams, and show a user only conversations it is a member of
 // (G7).
 
-// query answers ConvList, ConvState, History and HeadCheck; ok is false for other requests.
-func (ss *session) query(req proto.Request) (f proto.Frame, ok bool) {
+// isQuery reports whether req only reads: ConvList, ConvState, History, Members, HeadCheck.
+func isQuery(req proto.Request) bool {
+	switch req.(type) {
+	case *proto.HeadCheck, *proto.ConvList, *proto.ConvState, *proto.History, *proto.Members:
+		return true
+	}
+	return false
+}
+
+// query answers a request for which isQuery holds.
+func (ss *session) query(req proto.Request) proto.Frame {
 	id := req.RequestID()
 	ctx, cancel := context.WithTimeout(context.Background(), ss.s.cfg.RequestTimeout)
 	defer cancel()
+	var f proto.Frame
 	var err error
 	switch q := req.(type) {
 	case *proto.HeadCheck:
@@ -30,13 +40,15 @@ func (ss *session) query(req proto.Request) (f proto.Frame, ok bool) {
 		}
 	case *proto.History:
 		f, err = ss.history(ctx, q)
+	case *proto.Members:
+		f, err = ss.members(ctx, q)
 	default:
-		return nil, false
+		err = proto.Errorf(proto.CodeUnexpectedFrame, "%v is not a query", req.FrameType())
 	}
 	if err != nil {
-		return wireError(ss.s.logger, id, err), true
+		return wireError(ss.s.logger, id, err)
 	}
-	return f, true
+	return f
 }
 
 func (ss *session) headCheck(ctx context.Context, q *proto.HeadCheck) (proto.Frame, error) {
@@ -63,7 +75,28 @@ func (ss *session) convInfo(ctx context.Context, conv string) (proto.ConvInfo, e
 	}
 	return proto.ConvInfo{Conv: conv, Kind: proto.ConvKind(c.Kind), Epoch: proto.Epoch(c.Info.Epoch),
 		First: proto.Position(c.Info.First), Head: proto.Position(c.Info.Head), Members: c.Members,
-		ReadMark: proto.Position(c.ReadMark)}, nil
+		ReadMark: proto.Position(c.ReadMark), MemberCount: uint32(c.MemberCount), Role: proto.Role(c.Role)}, nil
+}
+
+// members pages conv's members, for a member of it.
+func (ss *session) members(ctx context.Context, q *proto.Members) (proto.Frame, error) {
+	state, err := ss.s.reader(ctx, ss.s.slots.ConvShard(q.Conv))
+	if err != nil {
+		return nil, err
+	}
+	limit := proto.MaxPage
+	if q.Limit > 0 {
+		limit = min(int(q.Limit), limit)
+	}
+	page, more, err := state.MembersAfter(q.Conv, ss.user, q.After, limit)
+	if err != nil {
+		return nil, err
+	}
+	res := &proto.MembersResult{ID: q.ID, More: more, Members: make([]proto.Member, len(page))}
+	for i, m := range page {
+		res.Members[i] = proto.Member{User: m.User, Role: proto.Role(m.Role)}
+	}
+	return res, nil
 }
 
 // convList pages through the conversations whose entries reached the user's log, skipping those

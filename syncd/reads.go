@@ -20,6 +20,7 @@ type shardReader interface {
 	UserInfo(uid string) (log.LogInfo, error)
 	Conversation(conv, uid string) (log.ConvState, error)
 	UserConvs(uid, after string, limit int) ([]string, error)
+	MembersAfter(conv, uid, after string, limit int) ([]log.Member, bool, error)
 	ReadConvBefore(conv string, before log.Position, lim log.Limit) (log.Read, error)
 	ReadUser(uid string, epoch log.Epoch, from log.Position, lim log.Limit) (log.Read, error)
 }
@@ -69,6 +70,15 @@ func (r *remoteReader) UserConvs(uid, after string, limit int) ([]string, error)
 	return a.IDs, err
 }
 
+func (r *remoteReader) MembersAfter(conv, uid, after string, limit int) ([]log.Member, bool, error) {
+	a, err := r.call(peer.OpMembers, peer.ReadArgs{Conv: conv, UID: uid, After: after, Count: limit})
+	page := make([]log.Member, len(a.Members))
+	for i, m := range a.Members {
+		page[i] = log.Member{User: m.User, Role: log.Role(m.Role)}
+	}
+	return page, a.More, err
+}
+
 func (r *remoteReader) ReadConvBefore(conv string, before log.Position, lim log.Limit) (log.Read, error) {
 	a, err := r.call(peer.OpReadConvBefore, peer.ReadArgs{Conv: conv, Pos: uint64(before)}.WithLimit(lim))
 	return a.Read.Log(), err
@@ -110,6 +120,14 @@ func (s *Server) handleReads(p *peer.Peer) {
 	read(peer.OpUserConvs, func(_ context.Context, state *log.Shard, _ raftstore.ShardID, a peer.ReadArgs) (peer.ReadAnswer, error) {
 		ids, err := state.UserConvs(a.UID, a.After, a.ConvCount())
 		return peer.ReadAnswer{IDs: ids}, err
+	})
+	read(peer.OpMembers, func(_ context.Context, state *log.Shard, _ raftstore.ShardID, a peer.ReadArgs) (peer.ReadAnswer, error) {
+		page, more, err := state.MembersAfter(a.Conv, a.UID, a.After, max(a.ConvCount(), 1))
+		ans := peer.ReadAnswer{More: more, Members: make([]peer.Member, len(page))}
+		for i, m := range page {
+			ans.Members[i] = peer.Member{User: m.User, Role: uint8(m.Role)}
+		}
+		return ans, err
 	})
 	read(peer.OpReadConvBefore, func(_ context.Context, state *log.Shard, _ raftstore.ShardID, a peer.ReadArgs) (peer.ReadAnswer, error) {
 		rd, err := state.ReadConvBefore(a.Conv, log.Position(a.Pos), a.Limit())

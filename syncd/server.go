@@ -49,6 +49,10 @@ type Server struct {
 	conns       atomic.Int64 // open client connections
 	inflight    gate         // requests being replicated (Config.MaxInFlight)
 	handshakes  gate         // connections being authenticated (Config.MaxHandshakes)
+	userConns   counts       // open connections per user (Config.MaxConnectionsPerUser)
+	// Rates per device and per user, shared by all of their connections (limits.go).
+	sends, queries *buckets // per device: Config.SendRate/SendBurst, QueryRate/QueryBurst
+	memberAdds     *buckets // per user: users named in group creations and adds, Config.MembersPerMinute
 }
 
 // NewServer opens the node's store and shards and binds the QUIC listener. On first start with
@@ -59,7 +63,9 @@ func NewServer(cfg Config) (*Server, error) {
 	}
 	cfg = cfg.withDefaults()
 	s := &Server{cfg: cfg, logger: cfg.Logger, notes: newNotifier(), secret: cfg.TokenSecret,
-		inflight: make(gate, cfg.MaxInFlight), handshakes: make(gate, cfg.MaxHandshakes)}
+		inflight: make(gate, cfg.MaxInFlight), handshakes: make(gate, cfg.MaxHandshakes),
+		sends: newBuckets(cfg.SendRate, cfg.SendBurst), queries: newBuckets(cfg.QueryRate, cfg.QueryBurst),
+		memberAdds: newBuckets(float64(cfg.MembersPerMinute)/60, cfg.MembersPerMinute)}
 	s.removed, s.markRemoved = context.WithCancel(context.Background())
 	var err error
 	if s.secret == nil {
@@ -272,6 +278,7 @@ func (s *Server) serveConn(ctx context.Context, conn *quic.Conn) {
 		s.logger.Debug("handshake failed", "remote", conn.RemoteAddr().String(), "err", err)
 		return
 	}
+	defer s.userConns.leave(sess.user)
 	for {
 		st, err := conn.AcceptStream(ctx)
 		if err != nil {
@@ -319,16 +326,20 @@ func (s *Server) handshake(ctx context.Context, conn *quic.Conn) (*session, erro
 	if claims.Device != hello.Device {
 		return nil, s.refuse(conn, st, proto.Errorf(proto.CodeForbidden, "the token is for device %q, not %q", claims.Device, hello.Device))
 	}
+	if !s.userConns.enter(claims.User, s.cfg.MaxConnectionsPerUser) {
+		return nil, s.refuse(conn, st, &proto.Error{Code: proto.CodeTooManyConnections, RetryAfterMs: 5000,
+			Message: fmt.Sprintf("user %s has %d connections open, the most allowed; close one", claims.User, s.cfg.MaxConnectionsPerUser)})
+	}
 	welcome := &proto.Welcome{
 		User: claims.User, Device: claims.Device, ServerTime: time.Now().UnixNano(),
 		Session:      fmt.Sprintf("%s-%x", s.cfg.NodeID, time.Now().UnixNano()),
 		ProtoVersion: min(hello.ProtoVersion, proto.ProtoVersion), Limits: s.cfg.Limits,
 	}
 	if err := proto.WriteFrame(st, welcome); err != nil {
+		s.userConns.leave(claims.User)
 		return nil, err
 	}
-	return &session{s: s, user: claims.User, device: claims.Device, control: st,
-		sends: newBucket(s.cfg.SendRate, s.cfg.SendBurst)}, nil
+	return &session{s: s, user: claims.User, device: claims.Device, control: st}, nil
 }
 
 // refuse answers the handshake with an error frame and closes the connection with its code.

@@ -3,6 +3,7 @@ package syncd
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"sync"
 	"time"
@@ -25,8 +26,10 @@ type session struct {
 	user    string
 	device  string
 	control *quic.Stream
-	sends   *bucket // the device's mutation rate (Config.SendRate, SendBurst)
 }
+
+// key names the session's device in the server's per-device rate limits.
+func (ss *session) key() string { return ss.user + "\x00" + ss.device }
 
 // serveStream serves one client-opened stream. Its first frame decides its role: SyncStart
 // makes it the sync stream, a request makes it a request stream.
@@ -102,16 +105,24 @@ func (ss *session) answer(ctx context.Context, req proto.Request) proto.Frame {
 	if err := req.Validate(); err != nil {
 		return wireError(ss.s.logger, id, err)
 	}
-	if f, ok := ss.query(req); ok {
-		return f
+	now := time.Now()
+	if isQuery(req) {
+		if ok, wait := ss.s.queries.take(ss.key(), now, 1); !ok {
+			return rateLimited(id, "query rate exceeded for this device", wait)
+		}
+		return ss.query(req)
 	}
 	app, err := ss.appendFor(req)
 	if err != nil {
 		return wireError(ss.s.logger, id, err)
 	}
-	if ok, wait := ss.sends.take(time.Now()); !ok {
-		return &proto.Error{ID: id, Code: proto.CodeRateLimited, Message: "send rate exceeded for this device",
-			RetryAfterMs: retryAfterMs(wait)}
+	if ok, wait := ss.s.sends.take(ss.key(), now, 1); !ok {
+		return rateLimited(id, "send rate exceeded for this device", wait)
+	}
+	if app.Kind == log.KindGroupCreate || app.Kind == log.KindMemberAdd {
+		if ok, wait := ss.s.memberAdds.take(ss.user, now, float64(len(app.Members))); !ok {
+			return rateLimited(id, fmt.Sprintf("this user may add at most %d members to groups per minute", ss.s.cfg.MembersPerMinute), wait)
+		}
 	}
 	if !ss.s.inflight.enter() {
 		return overloaded(id, "requests in flight", 100*time.Millisecond)
@@ -141,7 +152,8 @@ func (ss *session) answer(ctx context.Context, req proto.Request) proto.Frame {
 // is always the authenticated user, never a field of the request (G7).
 func (ss *session) appendFor(req proto.Request) (*log.Append, error) {
 	cfg := ss.s.cfg
-	a := &log.Append{Sender: ss.user, DedupWindow: int64(cfg.DedupWindow), RecallWindow: int64(cfg.RecallWindow)}
+	a := &log.Append{Sender: ss.user, DedupWindow: int64(cfg.DedupWindow), RecallWindow: int64(cfg.RecallWindow),
+		MaxGroupSize: int64(cfg.MaxGroupSize)}
 	switch f := req.(type) {
 	case *proto.Send:
 		a.Conv, a.ClientMsgID, a.Kind, a.Body = f.Conv, f.ClientMsgID, log.KindMessage, f.Body
@@ -162,6 +174,8 @@ func (ss *session) appendFor(req proto.Request) (*log.Append, error) {
 		a.Conv, a.ClientMsgID, a.Kind, a.Members = f.Conv, f.ClientMsgID, log.KindMemberAdd, f.Members
 	case *proto.RemoveMembers:
 		a.Conv, a.ClientMsgID, a.Kind, a.Members = f.Conv, f.ClientMsgID, log.KindMemberRemove, f.Members
+	case *proto.SetRole:
+		a.Conv, a.ClientMsgID, a.Kind, a.Members, a.Role = f.Conv, f.ClientMsgID, log.KindRoleChange, f.Members, log.Role(f.Role)
 	default:
 		return nil, proto.Errorf(proto.CodeUnexpectedFrame, "%v is not served yet", req.FrameType())
 	}

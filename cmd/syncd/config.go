@@ -55,6 +55,11 @@ type fileConfig struct {
 	SendBurst         int      `toml:"send_burst"`
 	MaxInFlight       int      `toml:"max_in_flight"`
 	MaxHandshakes     int      `toml:"max_handshakes"`
+	QueryRate         float64  `toml:"query_rate"`
+	QueryBurst        int      `toml:"query_burst"`
+	MaxConnsPerUser   int      `toml:"max_connections_per_user"`
+	MaxGroupSize      int      `toml:"max_group_size"`
+	MembersPerMinute  int      `toml:"members_per_minute"`
 	LogLevel          string   `toml:"log_level"`
 	LogFormat         string   `toml:"log_format"`
 }
@@ -195,6 +200,8 @@ func (o options) toConfig(logOut io.Writer) (syncd.Config, error) {
 		Retention:         log.Retention{MaxCount: s.RetentionMaxCount, MaxAge: int64(s.RetentionMaxAge)},
 		RetentionInterval: time.Duration(s.RetentionInterval), RequestTimeout: time.Duration(s.RequestTimeout),
 		SendRate: s.SendRate, SendBurst: s.SendBurst, MaxInFlight: s.MaxInFlight, MaxHandshakes: s.MaxHandshakes,
+		QueryRate: s.QueryRate, QueryBurst: s.QueryBurst, MaxConnectionsPerUser: s.MaxConnsPerUser,
+		MaxGroupSize: s.MaxGroupSize, MembersPerMinute: s.MembersPerMinute,
 	}
 
 	ids := map[string]bool{}
@@ -280,13 +287,18 @@ func (o options) toConfig(logOut io.Writer) (syncd.Config, error) {
 		flag         string
 		value, least int
 	}{{"max-connections", s.MaxConnections, 1}, {"max-streams-per-conn", s.MaxStreamsPerConn, 2},
-		{"send-burst", s.SendBurst, 1}, {"max-in-flight", s.MaxInFlight, 1}, {"max-handshakes", s.MaxHandshakes, 1}} {
+		{"send-burst", s.SendBurst, 1}, {"max-in-flight", s.MaxInFlight, 1}, {"max-handshakes", s.MaxHandshakes, 1},
+		{"query-burst", s.QueryBurst, 1}, {"max-connections-per-user", s.MaxConnsPerUser, 1},
+		{"max-group-size", s.MaxGroupSize, 2}, {"members-per-minute", s.MembersPerMinute, proto.MaxMembers}} {
 		if n.value < n.least {
 			bad(n.flag, "must be at least %d", n.least)
 		}
 	}
 	if !(s.SendRate > 0) { // also NaN
 		bad("send-rate", "must be a positive number of mutations per second")
+	}
+	if !(s.QueryRate > 0) {
+		bad("query-rate", "must be a positive number of queries per second")
 	}
 
 	var level slog.Level

@@ -51,6 +51,8 @@ func fromConfig(cfg syncd.Config) fileConfig {
 		RetentionMaxCount: cfg.Retention.MaxCount, RetentionMaxAge: duration(cfg.Retention.MaxAge),
 		RetentionInterval: duration(cfg.RetentionInterval), RequestTimeout: duration(cfg.RequestTimeout),
 		SendRate: cfg.SendRate, SendBurst: cfg.SendBurst, MaxInFlight: cfg.MaxInFlight, MaxHandshakes: cfg.MaxHandshakes,
+		QueryRate: cfg.QueryRate, QueryBurst: cfg.QueryBurst, MaxConnsPerUser: cfg.MaxConnectionsPerUser,
+		MaxGroupSize: cfg.MaxGroupSize, MembersPerMinute: cfg.MembersPerMinute,
 	}
 	for _, p := range cfg.Peers {
 		c.Peers = append(c.Peers, p.ID+"="+p.Addr)
@@ -194,6 +196,25 @@ var settings = []setting{
 		usage: "most connections being authenticated at once",
 		doc: "Most connections being authenticated at once; beyond it new connections are closed with " +
 			"Overloaded and a retry-after (reconnect storms)."},
+	{key: "query_rate", field: func(c *fileConfig) any { return &c.QueryRate },
+		usage: "queries per second each device may sustain",
+		doc: "Queries (ConvList, ConvState, History, Members, HeadCheck) per second each device may send " +
+			"sustained (and query_burst at once), across all its connections; excess gets RateLimited."},
+	{key: "query_burst", field: func(c *fileConfig) any { return &c.QueryBurst },
+		usage: "queries each device may send at once",
+		doc:   "Queries each device may send at once, with query_rate above."},
+	{key: "max_connections_per_user", field: func(c *fileConfig) any { return &c.MaxConnsPerUser },
+		usage: "most connections one user may have open on this node, all devices together",
+		doc: "Most connections one user may have open on this node, all its devices together; more get " +
+			"TooManyConnections with a retry-after."},
+
+	{key: "max_group_size", section: "Groups", field: func(c *fileConfig) any { return &c.MaxGroupSize },
+		usage: "most members of a group",
+		doc:   "Most members a group may have; a creation or addition beyond it gets GroupFull."},
+	{key: "members_per_minute", field: func(c *fileConfig) any { return &c.MembersPerMinute },
+		usage: "users one user may name in group creations and additions per minute (at least 1000)",
+		doc: "Users one user may name in group creations and additions per minute, so nobody fills others' " +
+			"logs with groups; excess gets RateLimited with a retry-after. At least 1000 (one full request)."},
 
 	{key: "log_level", section: "Logs (to stderr)", field: func(c *fileConfig) any { return &c.LogLevel },
 		usage: "debug, info, warn or error",

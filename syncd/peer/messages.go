@@ -52,6 +52,16 @@ type ReadAnswer struct {
 	Conv ConvState `msgpack:"conv"`
 	IDs  []string  `msgpack:"ids"`
 	Read Read      `msgpack:"read"`
+	// Members and More answer OpMembers. Fields added after version 1 of the codec are
+	// omitted when zero, so the answers of older operations keep their bytes.
+	Members []Member `msgpack:"members,omitempty"`
+	More    bool     `msgpack:"more,omitempty"`
+}
+
+// Member is log.Member on the wire.
+type Member struct {
+	User string `msgpack:"user"`
+	Role uint8  `msgpack:"role"`
 }
 
 // LogInfo is log.LogInfo on the wire.
@@ -68,6 +78,8 @@ type ConvState struct {
 	Info     LogInfo  `msgpack:"info"`
 	Members  []string `msgpack:"members"`
 	ReadMark uint64   `msgpack:"read_mark"`
+	Count    int      `msgpack:"member_count,omitempty"` // omitted when zero, like every later field
+	Role     uint8    `msgpack:"role,omitempty"`
 }
 
 // Read is log.Read on the wire.
@@ -97,6 +109,8 @@ type Entry struct {
 	ReadUpTo uint64   `msgpack:"read_up_to"`
 	Target   MsgID    `msgpack:"target"`
 	Members  []string `msgpack:"members"`
+	Role     uint8    `msgpack:"role,omitempty"`
+	Count    int      `msgpack:"member_count,omitempty"`
 }
 
 // CursorsArgs are the arguments of OpCursors.
@@ -182,12 +196,14 @@ func (i LogInfo) Log() log.LogInfo {
 
 // FromConvState converts a log.ConvState.
 func FromConvState(c log.ConvState) ConvState {
-	return ConvState{Conv: c.Conv, Kind: uint8(c.Kind), Info: FromLogInfo(c.Info), Members: c.Members, ReadMark: uint64(c.ReadMark)}
+	return ConvState{Conv: c.Conv, Kind: uint8(c.Kind), Info: FromLogInfo(c.Info), Members: c.Members, ReadMark: uint64(c.ReadMark),
+		Count: c.MemberCount, Role: uint8(c.Role)}
 }
 
 // Log converts back to a log.ConvState.
 func (c ConvState) Log() log.ConvState {
-	return log.ConvState{Conv: c.Conv, Kind: log.ConvKind(c.Kind), Info: c.Info.Log(), Members: c.Members, ReadMark: log.Position(c.ReadMark)}
+	return log.ConvState{Conv: c.Conv, Kind: log.ConvKind(c.Kind), Info: c.Info.Log(), Members: c.Members, ReadMark: log.Position(c.ReadMark),
+		MemberCount: c.Count, Role: log.Role(c.Role)}
 }
 
 // FromRead converts a log.Read; the entries' slices are shared, not copied.
@@ -228,14 +244,14 @@ func (id MsgID) Log() log.MsgID {
 func FromEntry(e *log.Entry) Entry {
 	return Entry{Seq: uint64(e.Seq), Kind: uint8(e.Kind), MsgID: FromMsgID(e.MsgID), Conv: e.Conv,
 		ConvSeq: uint64(e.ConvSeq), Sender: e.Sender, Time: e.Time, Body: e.Body,
-		ReadUpTo: uint64(e.ReadUpTo), Target: FromMsgID(e.Target), Members: e.Members}
+		ReadUpTo: uint64(e.ReadUpTo), Target: FromMsgID(e.Target), Members: e.Members, Role: uint8(e.Role), Count: e.MemberCount}
 }
 
 // Log converts back to a log.Entry.
 func (e Entry) Log() log.Entry {
 	return log.Entry{Seq: log.Position(e.Seq), Kind: log.Kind(e.Kind), MsgID: e.MsgID.Log(), Conv: e.Conv,
 		ConvSeq: log.Position(e.ConvSeq), Sender: e.Sender, Time: e.Time, Body: e.Body,
-		ReadUpTo: log.Position(e.ReadUpTo), Target: e.Target.Log(), Members: e.Members}
+		ReadUpTo: log.Position(e.ReadUpTo), Target: e.Target.Log(), Members: e.Members, Role: log.Role(e.Role), MemberCount: e.Count}
 }
 
 // FromDeadLetter converts a log.DeadLetter; withBody false leaves the body out (BodyBytes still

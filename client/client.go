@@ -174,9 +174,15 @@ func (c *Client) AddMembers(conv string, members []string) (string, error) {
 	return c.queue(store.OutboxItem{Kind: proto.KindMemberAdd, Conv: conv, Members: members})
 }
 
-// RemoveMembers queues removing members from group conv.
+// RemoveMembers queues removing members from group conv (naming only this user: leaving it).
 func (c *Client) RemoveMembers(conv string, members []string) (string, error) {
 	return c.queue(store.OutboxItem{Kind: proto.KindMemberRemove, Conv: conv, Members: members})
+}
+
+// SetRole queues giving members role in group conv; only the group's owner may (the server
+// refuses others with not_permitted). Giving proto.RoleOwner to one member hands the group over.
+func (c *Client) SetRole(conv string, members []string, role proto.Role) (string, error) {
+	return c.queue(store.OutboxItem{Kind: proto.KindRoleChange, Conv: conv, Members: members, Role: role})
 }
 
 func (c *Client) queue(it store.OutboxItem) (string, error) {
@@ -347,8 +353,39 @@ func (c *Client) ReadMark(conv, user string) (proto.Position, error) {
 }
 
 // Members returns the members of group conv as this device has stored them (direct
-// conversations carry no membership entries: their members are the two users of the id).
+// conversations carry no membership entries: their members are the two users of the id). It
+// returns ErrMembersIncomplete after a change to more than proto.MaxInlineMembers users, which
+// reaches the log as a count only: FetchMembers then gets them from the server.
 func (c *Client) Members(conv string) ([]string, error) { return c.st.Members(conv) }
+
+// ErrMembersIncomplete: see Members.
+var ErrMembersIncomplete = store.ErrMembersIncomplete
+
+// FetchMembers pages conv's current members and their roles from the server, stores the list
+// (Members then returns it) and returns it.
+func (c *Client) FetchMembers(ctx context.Context, conv string) ([]proto.Member, error) {
+	var all []proto.Member
+	for after := ""; ; {
+		f, err := c.query(ctx, func(id uint64) proto.Frame { return &proto.Members{ID: id, Conv: conv, After: after} })
+		if err != nil {
+			return nil, err
+		}
+		r, ok := f.(*proto.MembersResult)
+		if !ok {
+			return nil, fmt.Errorf("client: unexpected answer %v", f.FrameType())
+		}
+		all = append(all, r.Members...)
+		if !r.More || len(r.Members) == 0 {
+			break
+		}
+		after = r.Members[len(r.Members)-1].User
+	}
+	users := make([]string, len(all))
+	for i, m := range all {
+		users[i] = m.User
+	}
+	return all, c.st.SetMembers(conv, users)
+}
 
 // LocalConversations returns the ids of the conversations stored on this device.
 func (c *Client) LocalConversations() ([]string, error) { return c.st.Conversations() }

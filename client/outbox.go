@@ -128,6 +128,8 @@ func itemFrame(it *store.OutboxItem, id uint64) proto.Frame {
 		return &proto.AddMembers{ID: id, Conv: it.Conv, ClientMsgID: it.ClientMsgID, Members: it.Members}
 	case proto.KindMemberRemove:
 		return &proto.RemoveMembers{ID: id, Conv: it.Conv, ClientMsgID: it.ClientMsgID, Members: it.Members}
+	case proto.KindRoleChange:
+		return &proto.SetRole{ID: id, Conv: it.Conv, ClientMsgID: it.ClientMsgID, Members: it.Members, Role: it.Role}
 	}
 	return &proto.Send{ID: id, Conv: it.Conv, ClientMsgID: it.ClientMsgID, Body: it.Body, Peer: it.Peer}
 }

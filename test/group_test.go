@@ -2,12 +2,14 @@ package test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"testing"
 	"time"
 
 	"github.com/syncd-dev/syncd/client"
+	"github.com/syncd-dev/syncd/proto"
 	"github.com/syncd-dev/syncd/test/testkit"
 )
 
@@ -142,5 +144,46 @@ func checkPerSenderOrder(t *testing.T, conv string, history, queued []string) {
 			t.Fatalf("%s: %q stored before an earlier message of the same device", conv, b)
 		}
 		last[dev] = p
+	}
+}
+
+// TestLargeGroupMembersThroughTheSDK: a group over proto.MaxInlineMembers reaches a member's
+// device as a count only; the SDK says its members are incomplete until FetchMembers pages them
+// from the server, roles included; SetRole through the outbox hands the group over.
+func TestLargeGroupMembersThroughTheSDK(t *testing.T) {
+	srv := startServer(t)
+	owner := dialDevice(t, srv, "owner", "phone", t.TempDir())
+	defer owner.Close()
+	member := dialDevice(t, srv, "m00", "phone", t.TempDir())
+	defer member.Close()
+	var others []string
+	for i := range proto.MaxInlineMembers + 8 {
+		others = append(others, fmt.Sprintf("m%02d", i))
+	}
+	if _, err := owner.CreateGroup("big", others); err != nil {
+		t.Fatal(err)
+	}
+	waitSent(t, owner, 1)
+	testkit.WaitTrue(t, 20*time.Second, "the member's device to store the creation", func() bool {
+		_, err := member.Members("big")
+		return errors.Is(err, client.ErrMembersIncomplete)
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	all, err := member.FetchMembers(ctx, "big")
+	if err != nil || len(all) != len(others)+1 || all[len(all)-1] != (proto.Member{User: "owner", Role: proto.RoleOwner}) {
+		t.Fatalf("fetched %d members: %v, %v", len(all), all, err)
+	}
+	if stored, err := member.Members("big"); err != nil || len(stored) != len(others)+1 {
+		t.Fatalf("stored after the fetch: %d members, %v", len(stored), err)
+	}
+
+	if _, err := owner.SetRole("big", []string{"m00"}, proto.RoleOwner); err != nil {
+		t.Fatal(err)
+	}
+	waitSent(t, owner, 1)
+	all, err = member.FetchMembers(ctx, "big")
+	if err != nil || all[0] != (proto.Member{User: "m00", Role: proto.RoleOwner}) || all[len(all)-1].Role != proto.RoleAdmin {
+		t.Fatalf("after the handover: %v, %v", all, err)
 	}
 }

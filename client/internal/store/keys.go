@@ -54,6 +54,7 @@ const (
 	tagMember        = 0x14
 	tagConv          = 0x15
 	tagEarlyRecall   = 0x16
+	tagMembersStale  = 0x17
 )
 
 // keyBuilder builds the store's keys; sk is its only value.
@@ -139,6 +140,10 @@ func (keyBuilder) member(conv, user string) []byte {
 
 // memberPrefix prefixes the members of conv.
 func (keyBuilder) memberPrefix(conv string) []byte { return appendID([]byte{tagMember}, conv) }
+
+// membersStale is the key marking conv's stored members incomplete: a membership entry arrived
+// without its list (proto.MaxInlineMembers).
+func (keyBuilder) membersStale(conv string) []byte { return appendID([]byte{tagMembersStale}, conv) }
 
 // conv is the key marking conv known.
 func (keyBuilder) conv(conv string) []byte { return appendID([]byte{tagConv}, conv) }

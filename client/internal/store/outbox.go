@@ -54,7 +54,8 @@ type OutboxItem struct {
 	Body        []byte         `msgpack:"body"`         // KindMessage: the body
 	UpTo        proto.Position `msgpack:"up_to"`        // KindReceipt: read up to this conv_seq
 	Target      proto.MsgID    `msgpack:"target"`       // KindRecall: the message to recall
-	Members     []string       `msgpack:"members"`      // group create/add/remove
+	Members     []string       `msgpack:"members"`      // group create/add/remove/role change
+	Role        proto.Role     `msgpack:"role"`         // KindRoleChange: the role to give
 	Status      Status         `msgpack:"status"`       // sending, sent, failed
 	Attempts    int            `msgpack:"attempts"`     // send attempts so far (kept across restarts)
 	NextAttempt int64          `msgpack:"next_attempt"` // earliest next attempt, Unix ns

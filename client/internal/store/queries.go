@@ -2,7 +2,10 @@ package store
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
+
+	"github.com/cockroachdb/pebble/v2"
 
 	"github.com/syncd-dev/syncd/proto"
 )
@@ -76,6 +79,11 @@ func (s *Store) ReadMark(conv, user string) (proto.Position, error) {
 	return proto.Position(v), err
 }
 
+// ErrMembersIncomplete is returned by Members for a group whose stored members are incomplete:
+// a membership change to more than proto.MaxInlineMembers users reached the log as a count only.
+// SetMembers, with the list from the server, makes them complete again.
+var ErrMembersIncomplete = errors.New("client: this group's members are not all stored here; fetch them from the server")
+
 // Members returns the known members of conv, sorted. Direct conversations have no membership
 // entries: their members are empty here.
 func (s *Store) Members(conv string) ([]string, error) {
@@ -87,6 +95,11 @@ func (s *Store) Members(conv string) ([]string, error) {
 		return nil, err
 	}
 	defer s.mu.RUnlock()
+	if _, stale, err := getValue(db, sk.membersStale(conv)); err != nil {
+		return nil, err
+	} else if stale {
+		return nil, ErrMembersIncomplete
+	}
 	prefix := sk.memberPrefix(conv)
 	var out []string
 	err = scan(db, prefix, func(k, _ []byte) error {
@@ -94,6 +107,37 @@ func (s *Store) Members(conv string) ([]string, error) {
 		return nil
 	})
 	return out, err
+}
+
+// SetMembers replaces the stored members of conv with members, the whole list as the server
+// gave it, and marks them complete.
+func (s *Store) SetMembers(conv string, members []string) error {
+	if !keyableID(conv) {
+		return fmt.Errorf("client: bad conversation id %q", conv)
+	}
+	db, err := s.write()
+	if err != nil {
+		return err
+	}
+	defer s.mu.Unlock()
+	b := db.NewBatch()
+	defer b.Close()
+	prefix := sk.memberPrefix(conv)
+	if err := b.DeleteRange(prefix, prefixEnd(prefix), nil); err != nil {
+		return err
+	}
+	for _, u := range members {
+		if !keyableID(u) {
+			return fmt.Errorf("client: bad member id %q", u)
+		}
+		if err := b.Set(sk.member(conv, u), nil, nil); err != nil {
+			return err
+		}
+	}
+	if err := b.Delete(sk.membersStale(conv), nil); err != nil {
+		return err
+	}
+	return b.Commit(pebble.Sync)
 }
 
 // Conversations returns the ids of every conversation an entry was stored for, sorted.

@@ -175,23 +175,10 @@ func applyToView(b *pebble.Batch, e *proto.Entry) error {
 				return err
 			}
 		}
-	case proto.KindGroupCreate, proto.KindMemberAdd:
+	case proto.KindGroupCreate, proto.KindMemberAdd, proto.KindMemberRemove, proto.KindRoleChange:
 		m.Members = e.Members
-		add := e.Members
-		if e.Kind == proto.KindGroupCreate && e.Sender != "" {
-			add = append([]string{e.Sender}, add...) // the creator is always a member
-		}
-		for _, u := range add {
-			if err := b.Set(sk.member(e.Conv, u), nil, nil); err != nil {
-				return err
-			}
-		}
-	case proto.KindMemberRemove:
-		m.Members = e.Members
-		for _, u := range e.Members {
-			if err := b.Delete(sk.member(e.Conv, u), nil); err != nil {
-				return err
-			}
+		if err := applyMembership(b, e); err != nil {
+			return err
 		}
 	}
 	if e.ConvSeq == 0 {
@@ -202,6 +189,34 @@ func applyToView(b *pebble.Batch, e *proto.Entry) error {
 		return err
 	}
 	return b.Set(sk.view(e.Conv, e.ConvSeq), v, nil)
+}
+
+// applyMembership updates the stored members of e's group. An entry whose list was left out
+// (MemberCount: a change to more than proto.MaxInlineMembers users) marks them incomplete
+// until the app fetches them (Client.FetchMembers); a role change changes no one's membership.
+func applyMembership(b *pebble.Batch, e *proto.Entry) error {
+	if e.MemberCount > 0 {
+		return b.Set(sk.membersStale(e.Conv), nil, nil)
+	}
+	switch e.Kind {
+	case proto.KindGroupCreate, proto.KindMemberAdd:
+		add := e.Members
+		if e.Kind == proto.KindGroupCreate && e.Sender != "" {
+			add = append([]string{e.Sender}, add...) // the creator is always a member
+		}
+		for _, u := range add {
+			if err := b.Set(sk.member(e.Conv, u), nil, nil); err != nil {
+				return err
+			}
+		}
+	case proto.KindMemberRemove:
+		for _, u := range e.Members {
+			if err := b.Delete(sk.member(e.Conv, u), nil); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // markRecalled marks the stored message target recalled, or remembers the recall until the

@@ -42,7 +42,7 @@ var rules = map[string]rule{
 	"log":                     {deny: []string{msgpack, hashicorp, quic}},
 	"raftstore":               {repo: []string{"log"}, deny: []string{msgpack, quic}},
 	"raftstore/raftstoretest": {repo: []string{"log", "raftstore", "test/testkit"}},
-	"proto/prototest":         {repo: []string{"proto"}, deny: serverOnly},
+	"proto/prototest":         {repo: []string{"proto", "test/testkit"}, deny: serverOnly},
 	"client":                  {repo: []string{"proto", "client/internal/store"}, deny: serverOnly},
 	"client/internal/store":   {repo: []string{"proto"}, deny: append([]string{quic}, serverOnly...)},
 	"bench":                   {repo: []string{"client", "client/internal/store", "proto", "test/testkit"}, deny: serverOnly},

@@ -1,7 +1,9 @@
 // Package prototest is a raw client of the syncd protocol (docs/PROTOCOL.md) for tests. It speaks
 // frames directly over real QUIC, so a test sends exactly the frames it wants and sees exactly
-// what the server answers; the Go SDK (client) is the higher-level client apps use. It imports
-// only proto and quic-go: the server's tests and the tests of other packages share it.
+// what the server answers; the Go SDK (client) is the higher-level client apps use. Its Proxy
+// relays a real server's frames to a client and can change them, for fault injection in client
+// tests. It imports only proto, quic-go and test/testkit: the server's tests and the tests of
+// other packages share it.
 package prototest
 
 import (

@@ -61,7 +61,7 @@ type SyncFailedEvent struct {
 
 // SyncFailureThreshold is the number of failed attempts in a row after which the SDK reports a
 // SyncFailedEvent: a single dropped connection is routine and only delays; three in a row, with
-// the backoff between them (about 3.5 s in all), is not.
+// the backoff between them (1.5 to 2.25 s after the first), is not.
 const SyncFailureThreshold = 3
 
 func (EntryEvent) isEvent()  {}

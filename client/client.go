@@ -1,6 +1,7 @@
 package client
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -9,6 +10,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/syncd-dev/syncd/client/internal/store"
@@ -85,7 +87,8 @@ type Client struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
-	user string // from the first Welcome
+	user   string                       // from the first Welcome
+	limits atomic.Pointer[proto.Limits] // of the latest connection, defaults filled in
 
 	curMu sync.Mutex
 	cur   *conn // the live connection, nil while reconnecting
@@ -118,6 +121,7 @@ func Dial(ctx context.Context, cfg Config) (*Client, error) {
 		return nil, err
 	}
 	c := &Client{cfg: cfg, st: st, events: make(chan Event, 1024), kick: make(chan struct{}, 1), user: first.welcome.User}
+	c.limits.Store(&first.limits)
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.wg.Add(1)
 	go func() {
@@ -131,7 +135,9 @@ func Dial(ctx context.Context, cfg Config) (*Client, error) {
 func (c *Client) User() string { return c.user }
 
 // Events delivers what happened, in order, and is closed by Close. The app must keep reading
-// it: when the buffer is full the SDK waits (it never drops an event).
+// it: when the buffer is full the SDK waits (it never drops an event). Besides entries and
+// outbox statuses it says whether syncing works: SyncedEvent when the device is caught up,
+// SyncFailedEvent when syncing keeps failing.
 func (c *Client) Events() <-chan Event { return c.events }
 
 // Close stops the background work, closes the Events channel and the local store. Queued
@@ -149,8 +155,13 @@ func (c *Client) Close() error {
 
 // Send queues a message to conv and returns its client_msg_id at once; the message is stored
 // (status Sending) before Send returns, so it survives an app kill. peer names the other user
-// when conv is a direct conversation that may not exist yet.
+// when conv is a direct conversation that may not exist yet. A body larger than the server's
+// max_body (as its latest Welcome announced) is refused at once with an *proto.Error of code
+// proto.CodeTooLarge, and not queued.
 func (c *Client) Send(conv, peer string, body []byte) (string, error) {
+	if maxBody := int(c.limits.Load().MaxBody); len(body) > maxBody {
+		return "", proto.Errorf(proto.CodeTooLarge, "body of %d bytes, the server accepts at most %d (max_body)", len(body), maxBody)
+	}
 	return c.queue(store.OutboxItem{Kind: proto.KindMessage, Conv: conv, Peer: peer, Body: body})
 }
 
@@ -217,10 +228,51 @@ func (c *Client) emit(e Event) {
 	}
 }
 
-// run keeps a connection up: it serves the current one until it dies, then reconnects with
-// jittered exponential backoff (honoring a server's retry-after).
+// stableAfter is how long a connection must stay up for the reconnect backoff to start over. A
+// connection that ends sooner counts as a failed attempt, like a failed dial, so a failure that
+// persists past the handshake — a sync stream that keeps failing, a server that accepts and then
+// drops the connection — backs off to 30 s instead of redialing at once, forever (issue #10: a
+// batch beyond max_frame made the SDK redial 1,986 times in 10 s).
+const stableAfter = 10 * time.Second
+
+// reconnect is the reconnect schedule (PROTOCOL §8.6): after the n-th failed attempt in a row,
+// wait min(30 s, 500 ms × 2^(n-1)), never less than the server's retry-after, plus 0–50% jitter.
+// The zero value is ready: no failure yet.
+type reconnect struct{ backoff time.Duration }
+
+// failed records a failed attempt and returns the wait before the next one.
+func (r *reconnect) failed(retryAfter time.Duration) time.Duration {
+	r.backoff = min(max(2*r.backoff, 500*time.Millisecond), 30*time.Second)
+	r.backoff = max(r.backoff, retryAfter)
+	return r.backoff + rand.N(r.backoff/2+1)
+}
+
+// ended records the end of a connection that stayed up for up and returns the wait before
+// redialing: after a stable connection the schedule starts over and the wait is only the
+// server's retry-after, if any; after a shorter one it is a failed attempt.
+func (r *reconnect) ended(up, retryAfter time.Duration) time.Duration {
+	if up >= stableAfter {
+		r.backoff = 0
+		return retryAfter
+	}
+	return r.failed(retryAfter)
+}
+
+// retryAfterOf returns the retry-after an error from the server carries, or 0.
+func retryAfterOf(err error) time.Duration {
+	var pe *proto.Error
+	if errors.As(err, &pe) {
+		return pe.RetryAfter()
+	}
+	return 0
+}
+
+// run keeps a connection up: it serves the current one until it dies, then reconnects on the
+// reconnect schedule (honoring a server's retry-after). It counts the attempts in a row that
+// brought no sync progress and reports them with SyncFailedEvent from SyncFailureThreshold on.
 func (c *Client) run(cn *conn) {
-	backoff := time.Duration(0)
+	var rc reconnect
+	failures := 0
 	addrs, next := c.cfg.addrs(), 0
 	if cn != nil {
 		next = slices.Index(addrs, cn.addr)
@@ -232,29 +284,56 @@ func (c *Client) run(cn *conn) {
 			cn, err = dial(ctx, &c.cfg, addrs[next])
 			cancel()
 			if err != nil {
-				next = (next + 1) % len(addrs) // the next attempt tries another node
-				backoff = min(max(2*backoff, 500*time.Millisecond), 30*time.Second)
-				var pe *proto.Error
-				if errors.As(err, &pe) && pe.RetryAfter() > backoff {
-					backoff = pe.RetryAfter()
+				if c.ctx.Err() != nil {
+					break
 				}
-				c.cfg.Logger.Debug("reconnect failed", "err", err, "backoff", backoff)
-				sleep(c.ctx, backoff+rand.N(backoff/2+1))
+				next = (next + 1) % len(addrs) // the next attempt tries another node
+				wait := rc.failed(retryAfterOf(err))
+				c.cfg.Logger.Debug("reconnect failed", "err", err, "backoff", wait)
+				failures = c.syncFailed(failures, err)
+				sleep(c.ctx, wait)
 				continue
 			}
+			c.limits.Store(&cn.limits)
 		}
-		backoff = 0
-		c.serve(cn)
+		up := time.Now()
+		progressed, err := c.serve(cn)
 		cn.close()
 		cn = nil
+		if c.ctx.Err() != nil {
+			break
+		}
+		if progressed {
+			failures = 0
+		} else {
+			failures = c.syncFailed(failures, err)
+		}
+		wait := rc.ended(time.Since(up), retryAfterOf(err))
+		c.cfg.Logger.Debug("connection ended", "err", err, "up", time.Since(up), "sync_progressed", progressed, "backoff", wait)
+		sleep(c.ctx, wait)
 	}
 	if cn != nil {
 		cn.close()
 	}
 }
 
-// serve runs the outbox and the sync loop on cn until either fails or the client closes.
-func (c *Client) serve(cn *conn) {
+// syncFailed counts one more attempt without sync progress, reports it once the count reaches
+// SyncFailureThreshold, and returns the count.
+func (c *Client) syncFailed(failures int, err error) int {
+	failures++
+	if failures >= SyncFailureThreshold {
+		c.emit(SyncFailedEvent{Err: err, Failures: failures})
+	}
+	return failures
+}
+
+// errConnEnded stands for a connection that ended without saying why.
+var errConnEnded = errors.New("client: connection ended")
+
+// serve runs the outbox and the sync loop on cn until either fails or the client closes. It
+// reports whether the sync made progress on cn (syncLoop) and why the connection ended: the sync
+// loop's error, else the connection's.
+func (c *Client) serve(cn *conn) (progressed bool, err error) {
 	ctx, cancel := context.WithCancel(c.ctx)
 	defer cancel()
 	c.setConn(cn)
@@ -269,7 +348,7 @@ func (c *Client) serve(cn *conn) {
 	go func() {
 		defer wg.Done()
 		defer cancel()
-		c.syncLoop(ctx, cn)
+		progressed, err = c.syncLoop(ctx, cn)
 	}()
 	select {
 	case <-ctx.Done():
@@ -278,6 +357,10 @@ func (c *Client) serve(cn *conn) {
 	cancel()
 	cn.close()
 	wg.Wait()
+	if err == nil || errors.Is(err, context.Canceled) { // stopped from outside: say why
+		err = cmp.Or(cn.pend.Err(), errConnEnded)
+	}
+	return progressed, err
 }
 
 // sleep waits d or until ctx ends.

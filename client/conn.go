@@ -19,6 +19,7 @@ type conn struct {
 	addr    string // the node it is connected to
 	q       *quic.Conn
 	welcome *proto.Welcome
+	limits  proto.Limits // welcome's, with the protocol defaults filled in: what this connection allows
 
 	wmu  sync.Mutex // serializes writes on req
 	req  *quic.Stream
@@ -66,7 +67,7 @@ func (c *conn) hello(ctx context.Context, cfg *Config) error {
 	}
 	switch f := f.(type) {
 	case *proto.Welcome:
-		c.welcome = f
+		c.welcome, c.limits = f, f.Limits.WithDefaults()
 		return nil
 	case *proto.Error:
 		return f
@@ -77,7 +78,7 @@ func (c *conn) hello(ctx context.Context, cfg *Config) error {
 // readAnswers hands every answer read from the request stream to the request waiting for it,
 // until the stream fails; then it fails every waiter, now and later.
 func (c *conn) readAnswers() {
-	r := proto.NewReader(c.req, proto.DefaultMaxFrame)
+	r := proto.NewReader(c.req, int(c.limits.MaxFrame))
 	for {
 		f, err := r.Next()
 		if errors.Is(err, proto.ErrUnknownType) || errors.Is(err, proto.ErrMalformed) {
@@ -94,17 +95,22 @@ func (c *conn) readAnswers() {
 // dead is closed when the request stream's reader stops: the connection is no longer usable.
 func (c *conn) dead() <-chan struct{} { return c.pend.Done() }
 
-// do sends a request and waits for its answer, the connection's end, or ctx.
+// do sends a request and waits for its answer, the connection's end, or ctx. A request whose
+// frame would exceed the connection's max_frame is not sent (the server would have to reset the
+// stream, and a resend would do the same): do returns an *proto.Error with CodeTooLarge.
 func (c *conn) do(ctx context.Context, build func(id uint64) proto.Frame) (proto.Frame, error) {
 	id, ch, err := c.pend.Add()
 	if err != nil {
 		return nil, err
 	}
 	c.wmu.Lock()
-	err = proto.WriteFrame(c.req, build(id))
+	err = proto.WriteFrameWithin(c.req, build(id), int(c.limits.MaxFrame))
 	c.wmu.Unlock()
 	if err != nil {
 		c.pend.Forget(id)
+		if errors.Is(err, proto.ErrFrameTooLarge) {
+			return nil, proto.Errorf(proto.CodeTooLarge, "not sent: %v", err)
+		}
 		return nil, err
 	}
 	return c.pend.Wait(ctx, id, ch)

@@ -30,8 +30,23 @@
 // member and member lists. Entries are deduplicated by msg_id, so an entry that arrives twice
 // (through the sync stream and an ack, or replayed after an epoch change) appears once.
 //
+// # Limits and reconnecting
+//
+// The client keeps to the limits the server's Welcome announced: it reads frames up to
+// max_frame, refuses a body above max_body when it is queued, fails a request whose frame would
+// exceed max_frame without sending it (the server would have to reset the stream), and takes a
+// sync stream without any frame for three heartbeat_ms intervals for dead. It reconnects on its
+// own with a jittered backoff (500 ms doubling to 30 s, never less than a server's retry-after),
+// trying the next node of Config.Addrs after a failed dial. The backoff starts over only once a
+// connection has stayed up for 10 s: a connection that fails sooner — its sync stream refused,
+// a frame it cannot read — counts as a failed attempt, so a persistent failure is retried every
+// 30 s, not in a loop.
+//
 // # Events
 //
 // The client reports what happens — new entries, outbox status changes, gaps, rebases, epoch
-// changes — on an event channel, so an app can update its UI without polling.
+// changes — on an event channel, so an app can update its UI without polling. It also says
+// whether syncing works: SyncedEvent when the device has caught up with the server's head,
+// SyncFailedEvent when SyncFailureThreshold attempts in a row made no progress (with the last
+// error; repeated at each further failure until syncing works again).
 package client

@@ -3,7 +3,8 @@ package client
 import "github.com/syncd-dev/syncd/proto"
 
 // Event is something the app should know about: a new entry, a status change of a sent message, a
-// repaired gap, a rebase. Events arrive on Client.Events in the order they happened.
+// repaired gap, a rebase, whether syncing works. Events arrive on Client.Events in the order they
+// happened.
 type Event interface{ isEvent() }
 
 // EntryEvent: an entry of the user's log was stored locally (a message, receipt, recall or
@@ -35,8 +36,39 @@ type RebaseEvent struct {
 // resynced it from the start of the new epoch, keeping local history.
 type EpochEvent struct{ Epoch proto.Epoch }
 
+// SyncedEvent: the device has stored the user's log up to the head the server reported (Epoch,
+// Head): it is caught up. It comes once per sync stream when the stream catches up (after the
+// first Heartbeat or the Batch that reaches the head), and again after the device fell behind; a
+// steady stream of new entries shows as EntryEvents only. It also means syncing works again
+// after a SyncFailedEvent.
+type SyncedEvent struct {
+	Epoch proto.Epoch
+	Head  proto.Position
+}
+
+// SyncFailedEvent: syncing has failed Failures times in a row (SyncFailureThreshold or more)
+// without any progress — connections that could not be made, or ended before their sync stream
+// stored a batch or heard a heartbeat — most recently with Err. The SDK keeps trying, with a
+// backoff growing to 30 s, and sends one such event per further failure, until a SyncedEvent
+// says it works again. Causes that persist are worth showing the user: a token the server
+// refuses (Err is an *proto.Error with CodeUnauthenticated or CodeTokenExpired), a server that
+// cannot be reached, frames beyond the announced max_frame (a server bug or a hostile relay),
+// a local store that fails.
+type SyncFailedEvent struct {
+	Err      error
+	Failures int
+}
+
+// SyncFailureThreshold is the number of failed attempts in a row after which the SDK reports a
+// SyncFailedEvent: a single dropped connection is routine and only delays; three in a row, with
+// the backoff between them (1.5 to 2.25 s after the first), is not.
+const SyncFailureThreshold = 3
+
 func (EntryEvent) isEvent()  {}
 func (StatusEvent) isEvent() {}
 func (GapEvent) isEvent()    {}
 func (RebaseEvent) isEvent() {}
 func (EpochEvent) isEvent()  {}
+
+func (SyncedEvent) isEvent()     {}
+func (SyncFailedEvent) isEvent() {}

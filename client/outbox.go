@@ -66,6 +66,11 @@ func (c *Client) attempt(ctx context.Context, cn *conn, it store.OutboxItem) (lo
 	rctx, cancel := context.WithTimeout(ctx, c.cfg.RequestTimeout)
 	defer cancel()
 	ans, err := cn.do(rctx, func(id uint64) proto.Frame { return itemFrame(&it, id) })
+	var pe *proto.Error
+	if errors.As(err, &pe) && !pe.Code.Retryable() { // refused before sending: beyond max_frame
+		c.fail(it, pe)
+		return false, false
+	}
 	var retryAfter time.Duration
 	switch a := ans.(type) {
 	case *proto.Ack:

@@ -3,6 +3,8 @@ package client
 import (
 	"context"
 	"errors"
+	"fmt"
+	"os"
 	"time"
 
 	"github.com/quic-go/quic-go"
@@ -16,45 +18,68 @@ import (
 // cursor is acknowledged: the storage ack. A batch that does not continue the cursor is dropped
 // and the stream restarted from the cursor (GapEvent) — nothing is ever skipped. TooOld and
 // Rebase jump to the head (RebaseEvent); EpochChanged resyncs the new epoch from its start
-// (EpochEvent). A periodic head check restarts a stream that stalled while the head moved on.
+// (EpochEvent). A periodic head check restarts a stream that stalled while the head moved on, and
+// a stream silent for three heartbeat intervals is dead.
 //
-// It returns when the connection fails or ctx ends.
-func (c *Client) syncLoop(ctx context.Context, cn *conn) {
+// It returns when the connection fails, a stream fails, streams keep restarting without progress
+// (then the connection is dropped and redialed with backoff, not restarted in a loop), or ctx
+// ends; progressed says whether any of its streams stored a batch or heard a heartbeat.
+func (c *Client) syncLoop(ctx context.Context, cn *conn) (progressed bool, err error) {
+	idle := 0 // streams in a row that restarted without progress
 	for ctx.Err() == nil {
-		restart, err := c.syncOnce(ctx, cn)
+		restart, p, err := c.syncOnce(ctx, cn)
+		progressed = progressed || p
 		if err != nil || !restart {
 			if err != nil && ctx.Err() == nil {
 				c.cfg.Logger.Debug("sync stream ended", "err", err)
 			}
-			return
+			return progressed, err
+		}
+		if p {
+			idle = 0
+		} else if idle++; idle >= 2 {
+			return progressed, errRestartLoop
 		}
 	}
+	return progressed, ctx.Err()
 }
 
+// errRestartLoop ends a connection whose sync streams keep restarting without progress: a gap
+// that comes back, an epoch change that does not settle.
+var errRestartLoop = errors.New("client: the sync stream restarted twice in a row without progress")
+
 // syncOnce runs one sync stream. restart says the stream ended on purpose and a new one should
-// start from the (possibly updated) cursor.
-func (c *Client) syncOnce(ctx context.Context, cn *conn) (restart bool, err error) {
+// start from the (possibly updated) cursor; progressed that it stored a batch or heard a
+// heartbeat.
+func (c *Client) syncOnce(ctx context.Context, cn *conn) (restart, progressed bool, err error) {
 	epoch, pos, err := c.st.Cursor()
 	if err != nil {
-		return false, err
+		return false, false, err
 	}
 	st, err := cn.q.OpenStreamSync(ctx)
 	if err != nil {
-		return false, err
+		return false, false, err
 	}
 	defer st.CancelRead(quic.StreamErrorCode(0))
 	defer st.Close()
-	if err := proto.WriteFrame(st, &proto.SyncStart{Epoch: epoch, Pos: pos}); err != nil {
-		return false, err
+	if err := proto.WriteFrameWithin(st, &proto.SyncStart{Epoch: epoch, Pos: pos}, int(cn.limits.MaxFrame)); err != nil {
+		return false, false, err
 	}
+	// The server sends a heartbeat on a stream idle for heartbeat_ms: three intervals without any
+	// frame mean the stream is dead, whatever the connection's keep-alives say (PROTOCOL §8.4).
+	silence := 3 * time.Duration(cn.limits.HeartbeatMs) * time.Millisecond
 	frames := make(chan proto.Frame)
 	readErr := make(chan error, 1)
 	go func() {
-		r := proto.NewReader(st, int(cn.welcome.Limits.WithDefaults().MaxFrame))
+		r := proto.NewReader(st, int(cn.limits.MaxFrame)) // the server keeps every frame within it
 		for {
+			st.SetReadDeadline(time.Now().Add(silence))
 			f, err := r.Next()
 			if errors.Is(err, proto.ErrUnknownType) {
 				continue // a newer server's frame this SDK does not know
+			}
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				err = fmt.Errorf("client: no frame on the sync stream for %v (3 heartbeat intervals): %w", silence, err)
 			}
 			if err != nil {
 				readErr <- err
@@ -71,52 +96,68 @@ func (c *Client) syncOnce(ctx context.Context, cn *conn) (restart bool, err erro
 
 	check := time.NewTicker(c.cfg.HeadCheck)
 	defer check.Stop()
-	progressed := false
+	sinceCheck := false // a batch arrived since the last head check
+	synced := false     // caught up on this stream, SyncedEvent sent
+	caughtUp := func(epoch proto.Epoch, head proto.Position) {
+		if !synced {
+			synced = true
+			c.emit(SyncedEvent{Epoch: epoch, Head: head})
+		}
+	}
 	for {
 		select {
 		case <-ctx.Done():
-			return false, ctx.Err()
+			return false, progressed, ctx.Err()
 		case err := <-readErr:
-			return false, err
+			return false, progressed, err
 		case <-check.C:
-			stalled, err := c.headMovedWithoutUs(ctx, cn, progressed)
+			stalled, err := c.headMovedWithoutUs(ctx, cn, sinceCheck)
 			if err != nil || stalled {
-				return stalled, err
+				return stalled, progressed, err
 			}
-			progressed = false
+			sinceCheck = false
 		case f := <-frames:
 			switch f := f.(type) {
 			case *proto.Batch:
 				_, err := c.st.ApplyBatch(f.Epoch, f.Entries)
 				if errors.Is(err, store.ErrNotContiguous) {
 					c.emit(GapEvent{At: pos + 1})
-					return true, nil
+					return true, progressed, nil
 				}
 				if err != nil {
-					return false, err
+					return false, progressed, err
 				}
 				for _, e := range f.Entries {
 					c.emit(EntryEvent{Entry: e})
 				}
 				epoch, pos = f.Epoch, f.Entries[len(f.Entries)-1].Seq
-				progressed = true
-				if err := proto.WriteFrame(st, &proto.CursorAck{Epoch: epoch, Pos: pos}); err != nil {
-					return false, err
+				progressed, sinceCheck = true, true
+				if pos >= f.Head {
+					caughtUp(epoch, pos)
+				} else {
+					synced = false // catching up: say so again at the head
+				}
+				if err := proto.WriteFrameWithin(st, &proto.CursorAck{Epoch: epoch, Pos: pos}, int(cn.limits.MaxFrame)); err != nil {
+					return false, progressed, err
 				}
 			case *proto.Heartbeat:
-				// Liveness; the head check below uses HeadCheck answers, not heartbeats.
+				// Liveness (the read deadline above); the head check uses HeadCheck answers.
+				progressed = true
+				if f.Head <= pos && (f.Epoch == epoch || pos == 0) {
+					caughtUp(f.Epoch, pos)
+				}
 			case *proto.TooOld:
-				return true, c.rebase(f.Epoch, f.Head)
+				return true, progressed, c.rebase(f.Epoch, f.Head)
 			case *proto.Rebase:
-				return true, c.rebase(f.Epoch, f.Head)
+				return true, progressed, c.rebase(f.Epoch, f.Head)
 			case *proto.EpochChanged:
 				if err := c.st.ResetForEpoch(f.Epoch); err != nil {
-					return false, err
+					return false, progressed, err
 				}
 				c.emit(EpochEvent{Epoch: f.Epoch})
-				return true, nil
+				return true, progressed, nil
 			case *proto.Error:
-				return false, f
+				return false, progressed, f
 			}
 		}
 	}

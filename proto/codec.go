@@ -120,9 +120,17 @@ const maxPooledBuf = 64 << 10
 
 // WriteFrame encodes f and writes it to w with a single Write call. Calls for the same w must
 // not overlap (give each stream one writer). Errors are those of AppendFrame and of w.
-func WriteFrame(w io.Writer, f Frame) error {
+func WriteFrame(w io.Writer, f Frame) error { return WriteFrameWithin(w, f, MaxFrameLimit) }
+
+// WriteFrameWithin is WriteFrame for a peer that accepts frames of at most maxFrame bytes (the
+// length field's value; after Welcome, its max_frame): a longer frame is not written, and the
+// error wraps ErrFrameTooLarge. Nothing reaches w then, so the stream stays usable.
+func WriteFrameWithin(w io.Writer, f Frame, maxFrame int) error {
 	bp := bufPool.Get().(*[]byte)
 	b, err := AppendFrame((*bp)[:0], f)
+	if err == nil && len(b)-4 > maxFrame {
+		err = fmt.Errorf("%w: %s frame of %d bytes, the peer's limit is %d", ErrFrameTooLarge, f.FrameType(), len(b)-4, maxFrame)
+	}
 	if err == nil {
 		_, err = w.Write(b)
 	}

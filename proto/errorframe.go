@@ -89,8 +89,9 @@ func CodeOf(err error) Code {
 // [Decode] and [AppendFrame].
 var (
 	// ErrFrameTooLarge: a frame's declared length exceeds the reader's limit (or AppendFrame's
-	// MaxFrameLimit). The Reader cannot find the next frame: it returns this error from then on
-	// and the caller must close the stream.
+	// MaxFrameLimit, or the limit given to WriteFrameWithin, which then writes nothing). The
+	// Reader cannot find the next frame: it returns this error from then on and the caller must
+	// close the stream.
 	ErrFrameTooLarge = errors.New("proto: frame too large")
 	// ErrBadVersion: the frame's version byte is not FrameVersion. The frame was consumed.
 	ErrBadVersion = errors.New("proto: unsupported frame version")

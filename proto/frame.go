@@ -32,6 +32,10 @@ const (
 	// MaxFrameLimit is the largest frame any peer may announce or send: AppendFrame refuses
 	// longer frames and NewReader lowers larger limits to it.
 	MaxFrameLimit = 16 << 20
+	// MinFrameLimit is the smallest max_frame a server may announce: a page holding the largest
+	// entry fits it (MaxEntryLen(MaxBody) + PageOverhead is about 130.7 KB), so every entry can
+	// be sent.
+	MinFrameLimit = 128 << 10
 	// MaxBody is the largest message body.
 	MaxBody = 64 << 10
 	// MaxIDLen is the longest user, device, conversation or client message id; see [ValidID].

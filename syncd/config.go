@@ -53,7 +53,9 @@ type Config struct {
 	CertFile, KeyFile string
 	// Limits announced to clients; zero fields take the protocol defaults of
 	// proto.Limits.WithDefaults (MaxFrame 1 MiB, MaxBody 64 KiB, MaxBatch 256, HeartbeatMs
-	// 15000). SendRatePerS is always set from SendRate.
+	// 15000). SendRatePerS is always set from SendRate. MaxFrame must be at least
+	// proto.MinFrameLimit (128 KiB) and hold the largest entry in a page
+	// (proto.MaxEntryLen(MaxBody) + proto.PageOverhead); every frame the server sends fits it.
 	Limits proto.Limits
 	// DedupWindow is how long a client_msg_id is remembered. Default 24h.
 	DedupWindow time.Duration
@@ -208,6 +210,16 @@ func (c Config) Validate() error {
 	}
 	if c.MembersPerMinute < proto.MaxMembers {
 		errs = append(errs, fmt.Errorf("syncd: MembersPerMinute %d must be at least %d, the members one request may name", c.MembersPerMinute, proto.MaxMembers))
+	}
+	// Every entry must fit a page on its own, or a sync stream could never get past it: the
+	// largest entry (a full body, or a CreateGroup of proto.MaxMembers long ids) plus what a
+	// page frame adds (proto.PageOverhead) must fit max_frame. proto.MinFrameLimit is chosen to
+	// hold it (a proto test checks), and is the protocol's floor besides.
+	maxFrame, maxBody := int(c.Limits.MaxFrame), int(c.Limits.MaxBody)
+	entry := proto.MaxEntryLen(maxBody)
+	if need := max(proto.MinFrameLimit, entry+proto.PageOverhead); maxFrame < need {
+		errs = append(errs, fmt.Errorf("syncd: Limits.MaxFrame %d is too small: a frame must carry the largest entry (%d bytes encoded with MaxBody %d) in a page (up to %d bytes more), and the protocol's minimum is %d; set it to at least %d",
+			maxFrame, entry, maxBody, proto.PageOverhead, proto.MinFrameLimit, need))
 	}
 	return errors.Join(errs...)
 }

@@ -75,3 +75,17 @@ func TestConfigDefaultsComeFromDefaultConfig(t *testing.T) {
 		t.Errorf("withDefaults replaced set fields or missed zero ones: %+v", set)
 	}
 }
+
+// TestConfigMaxFrameHoldsTheLargestEntry: a max_frame that could not carry the largest entry in
+// a page (or is below the protocol's minimum) is refused with what to set instead; the minimum
+// itself is accepted, because the largest entry fits it.
+func TestConfigMaxFrameHoldsTheLargestEntry(t *testing.T) {
+	err := Config{Limits: proto.Limits{MaxFrame: proto.MinFrameLimit - 1}}.Validate()
+	if err == nil || !strings.Contains(err.Error(), "Limits.MaxFrame 131071 is too small") ||
+		!strings.Contains(err.Error(), "set it to at least 131072") {
+		t.Fatalf("Validate() = %v, want MaxFrame refused with the minimum to set", err)
+	}
+	if err := (Config{Limits: proto.Limits{MaxFrame: proto.MinFrameLimit}}).Validate(); err != nil {
+		t.Fatalf("MaxFrame at the protocol's minimum: %v", err)
+	}
+}

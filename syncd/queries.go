@@ -100,9 +100,11 @@ func (ss *session) members(ctx context.Context, q *proto.Members) (proto.Frame, 
 }
 
 // convList pages through the conversations whose entries reached the user's log, skipping those
-// the user has left.
+// the user has left. A page ends at the limit or where the next conversation would not fit the
+// frame (packed by encoded size, pack.go).
 func (ss *session) convList(ctx context.Context, q *proto.ConvList) (proto.Frame, error) {
 	limit := ss.pageLimit(q.Limit)
+	room, used := ss.s.pageRoom(), 0
 	state, err := ss.s.reader(ctx, ss.s.slots.UserShard(ss.user))
 	if err != nil {
 		return nil, err
@@ -121,6 +123,10 @@ func (ss *session) convList(ctx context.Context, q *proto.ConvList) (proto.Frame
 			c, err := ss.convInfo(ctx, conv)
 			switch {
 			case err == nil:
+				if used += c.EncodedLen(); used > room && len(res.Convs) > 0 {
+					res.More = true // the next page starts with conv
+					return res, nil
+				}
 				res.Convs = append(res.Convs, c)
 			case errors.Is(err, log.ErrNotMember):
 				// left or removed: not listed
@@ -150,14 +156,15 @@ func (ss *session) history(ctx context.Context, q *proto.History) (proto.Frame, 
 	if err != nil {
 		return nil, err
 	}
-	r, err := state.ReadConvBefore(q.Conv, before, log.Limit{Count: ss.pageLimit(q.Limit)})
+	room := ss.s.pageRoom()
+	r, err := state.ReadConvBefore(q.Conv, before, log.Limit{Count: ss.pageLimit(q.Limit), Bytes: room})
 	if err != nil {
 		return nil, err
 	}
 	res := &proto.HistoryResult{ID: q.ID, Epoch: proto.Epoch(r.Info.Epoch), First: proto.Position(r.Info.First),
 		Head: proto.Position(r.Info.Head)}
-	for i := range r.Entries {
-		res.Entries = append(res.Entries, wireEntry(&r.Entries[i]))
+	if len(r.Entries) > 0 {
+		res.Entries = packBackward(r.Entries, room) // the newest that fit: the page still ends at before-1
 	}
 	return res, nil
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/quic-go/quic-go"
@@ -26,6 +27,8 @@ type session struct {
 	user    string
 	device  string
 	control *quic.Stream
+
+	oversize atomic.Bool // an answer beyond max_frame was logged (send)
 }
 
 // key names the session's device in the server's per-device rate limits.
@@ -51,7 +54,7 @@ func (ss *session) serveRequests(ctx context.Context, st *quic.Stream, r *proto.
 	write := func(f proto.Frame) {
 		wmu.Lock()
 		defer wmu.Unlock()
-		proto.WriteFrame(st, f)
+		ss.send(st, f)
 	}
 	var wg sync.WaitGroup
 	defer wg.Wait()
@@ -156,6 +159,9 @@ func (ss *session) appendFor(req proto.Request) (*log.Append, error) {
 		MaxGroupSize: int64(cfg.MaxGroupSize)}
 	switch f := req.(type) {
 	case *proto.Send:
+		if maxBody := int(cfg.Limits.MaxBody); len(f.Body) > maxBody { // the announced limit, maybe below proto.MaxBody
+			return nil, proto.Errorf(proto.CodeTooLarge, "body of %d bytes, at most %d", len(f.Body), maxBody)
+		}
 		a.Conv, a.ClientMsgID, a.Kind, a.Body = f.Conv, f.ClientMsgID, log.KindMessage, f.Body
 		if f.Peer != "" {
 			a.Members = []string{ss.user, f.Peer}
@@ -188,7 +194,7 @@ func (ss *session) appendFor(req proto.Request) (*log.Append, error) {
 // are read concurrently and stored, coalesced.
 func (ss *session) serveSync(ctx context.Context, st *quic.Stream, r *proto.Reader, start *proto.SyncStart) {
 	if err := start.Validate(); err != nil {
-		proto.WriteFrame(st, wireError(ss.s.logger, 0, err))
+		ss.send(st, wireError(ss.s.logger, 0, err))
 		return
 	}
 	ctx, cancel := context.WithCancel(ctx)
@@ -198,7 +204,7 @@ func (ss *session) serveSync(ctx context.Context, st *quic.Stream, r *proto.Read
 	shard := ss.s.slots.UserShard(ss.user)
 	state, err := ss.s.reader(ctx, shard)
 	if err != nil {
-		proto.WriteFrame(st, wireError(ss.s.logger, 0, err))
+		ss.send(st, wireError(ss.s.logger, 0, err))
 		return
 	}
 	cursors := &cursorStore{ss: ss, shard: shard}
@@ -222,15 +228,17 @@ func (ss *session) serveSync(ctx context.Context, st *quic.Stream, r *proto.Read
 	first := true
 	live := false          // caught up once: later entries are pushed as they come, so their delay counts
 	var lastSent time.Time // of the last batch or heartbeat
+	room := ss.s.pageRoom()
 	for ctx.Err() == nil {
-		res, wake, err := ss.readUserLog(state, shard, epoch, pos+1, log.Limit{Count: maxBatch}, max(heartbeat-time.Since(lastSent), 100*time.Millisecond))
+		lim := log.Limit{Count: maxBatch, Bytes: room} // stored bytes: about what packForward keeps
+		res, wake, err := ss.readUserLog(state, shard, epoch, pos+1, lim, max(heartbeat-time.Since(lastSent), 100*time.Millisecond))
 		if err != nil {
-			proto.WriteFrame(st, wireError(ss.s.logger, 0, err))
+			ss.send(st, wireError(ss.s.logger, 0, err))
 			return
 		}
 		info := res.Info
 		if first && start.Ceiling > 0 && res.Status == log.ReadEntries && uint64(info.Head-pos) > start.Ceiling {
-			proto.WriteFrame(st, &proto.Rebase{Epoch: proto.Epoch(info.Epoch), Head: proto.Position(info.Head)})
+			ss.send(st, &proto.Rebase{Epoch: proto.Epoch(info.Epoch), Head: proto.Position(info.Head)})
 			return
 		}
 		first = false
@@ -238,15 +246,15 @@ func (ss *session) serveSync(ctx context.Context, st *quic.Stream, r *proto.Read
 		switch res.Status {
 		case log.ReadEntries:
 			epoch = info.Epoch
-			b := &proto.Batch{Epoch: proto.Epoch(epoch), Head: proto.Position(info.Head), Entries: make([]proto.Entry, len(res.Entries))}
-			for i := range res.Entries {
-				b.Entries[i] = wireEntry(&res.Entries[i])
-				if live {
-					ss.s.metrics.observeDelivery(time.Since(time.Unix(0, res.Entries[i].Time)))
+			// Packed by encoded size; entries that do not fit are read again for the next batch.
+			b := &proto.Batch{Epoch: proto.Epoch(epoch), Head: proto.Position(info.Head), Entries: packForward(res.Entries, room)}
+			if live {
+				for _, e := range b.Entries {
+					ss.s.metrics.observeDelivery(time.Since(time.Unix(0, e.Time)))
 				}
 			}
-			pos = res.Entries[len(res.Entries)-1].Seq
-			if err := proto.WriteFrame(st, b); err != nil {
+			pos = log.Position(b.Entries[len(b.Entries)-1].Seq)
+			if err := ss.send(st, b); err != nil {
 				return
 			}
 			lastSent = time.Now()
@@ -261,7 +269,7 @@ func (ss *session) serveSync(ctx context.Context, st *quic.Stream, r *proto.Read
 			// missed nothing.
 			if !live || time.Since(lastSent) >= heartbeat {
 				hb := &proto.Heartbeat{Epoch: proto.Epoch(info.Epoch), Head: proto.Position(info.Head), ServerTime: time.Now().UnixNano()}
-				if err := proto.WriteFrame(st, hb); err != nil {
+				if err := ss.send(st, hb); err != nil {
 					return
 				}
 				lastSent = time.Now()
@@ -274,7 +282,7 @@ func (ss *session) serveSync(ctx context.Context, st *quic.Stream, r *proto.Read
 			}
 			continue
 		}
-		proto.WriteFrame(st, f)
+		ss.send(st, f)
 		return
 	}
 }

@@ -43,7 +43,7 @@ var rules = map[string]rule{
 	"log":                     {repo: []string{"log/ident"}, deny: []string{msgpack, hashicorp, quic}},
 	"raftstore":               {repo: []string{"log/ident", "log"}, deny: []string{msgpack, quic}},
 	"raftstore/raftstoretest": {repo: []string{"log/ident", "log", "raftstore", "test/testkit"}},
-	"proto/prototest":         {repo: []string{"log/ident", "proto"}, deny: serverOnly},
+	"proto/prototest":         {repo: []string{"log/ident", "proto", "test/testkit"}, deny: serverOnly},
 	"client":                  {repo: []string{"log/ident", "proto", "client/internal/store"}, deny: serverOnly},
 	"client/internal/store":   {repo: []string{"log/ident", "proto"}, deny: append([]string{quic}, serverOnly...)},
 	"bench":                   {repo: []string{"log/ident", "client", "client/internal/store", "proto", "test/testkit"}, deny: serverOnly},

@@ -179,6 +179,8 @@ func hintFor(err error, c *connFlags) string {
 			return "the server's certificate is not the one pinned: pass the cert_sha256 that syncd logged at start with -fingerprint, or -data-dir of that server"
 		case errors.Is(err, context.DeadlineExceeded), strings.Contains(s, "connect to"), strings.Contains(s, "no recent network activity"):
 			return fmt.Sprintf("no answer from %s: is syncd running and listening there (UDP)? check -addr", c.addr)
+		case errors.Is(err, proto.ErrFrameTooLarge):
+			return "the server sent a frame larger than the max_frame it announced (a server bug, or a relay that alters frames): upgrade the server or check what sits between it and you"
 		case strings.Contains(s, "lock") || strings.Contains(s, "LOCK"):
 			return fmt.Sprintf("the store %s is in use: another syncctl (tail?) runs with this -store; stop it or pass another -store", c.store)
 		}

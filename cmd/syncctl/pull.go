@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/base64"
+	"fmt"
 	"time"
 	"unicode/utf8"
 
@@ -56,12 +57,14 @@ A fresh -store prints the whole retained log. Actions left queued in -store are 
 func runPull(ctx context.Context, e *env, args []string) int {
 	const cmd = "pull"
 	f := newFlagSet(e, cmd, "[-wait 2s] [connection flags]", `
-Connects as the device, prints every new entry of the user's log, and exits once no entry has
-arrived for -wait (the device has caught up).`+followNote, `
+Connects as the device, prints every new entry of the user's log, and exits once the device has
+caught up (the server said it holds the head) and no entry has arrived for -wait. If syncing
+keeps failing (the SDK's SyncFailedEvent: three attempts in a row without progress), it exits 1
+with the error instead.`+followNote, `
 syncctl pull -data-dir ./syncd-data -token "$(syncctl token -user bob -device laptop)"`)
 	var c connFlags
 	c.register(f, "how long to wait for the connection; 0 waits forever")
-	wait := f.Duration("wait", 2*time.Second, "exit after this long without a new entry")
+	wait := f.Duration("wait", 2*time.Second, "once caught up, exit after this long without a new entry")
 	if code, ok := parse(e, f, args); !ok {
 		return code
 	}
@@ -86,7 +89,8 @@ syncctl tail -data-dir ./syncd-data -token "$(syncctl token -user bob -device la
 	return follow(ctx, e, cmd, &c, 0)
 }
 
-// follow prints entries until ctx ends or, with quiet > 0, until none arrived for quiet.
+// follow prints entries until ctx ends or, with quiet > 0 (pull), until the device has caught up
+// and none arrived for quiet; pull fails when the SDK reports that syncing keeps failing.
 func follow(ctx context.Context, e *env, cmd string, c *connFlags, quiet time.Duration) int {
 	if err := c.resolve(); err != nil {
 		e.errorf(cmd, "%v", err)
@@ -117,6 +121,7 @@ func follow(ctx context.Context, e *env, cmd string, c *connFlags, quiet time.Du
 		}
 		return code
 	}
+	synced := false // the SDK said the device holds the head: pull may stop once quiet
 	for {
 		select {
 		case <-ctx.Done():
@@ -127,15 +132,29 @@ func follow(ctx context.Context, e *env, cmd string, c *connFlags, quiet time.Du
 			}
 			return stop(exitOK)
 		case <-idle:
-			return stop(exitOK)
+			if synced {
+				return stop(exitOK)
+			}
+			idle = nil // quiet but not caught up: wait for the SDK to say either way
 		case ev, ok := <-cl.Events():
 			if !ok {
 				e.errorf(cmd, "the SDK stopped")
 				return exitFail
 			}
+			switch ev := ev.(type) {
+			case client.SyncedEvent:
+				synced = true
+			case client.SyncFailedEvent:
+				if quiet > 0 { // pull: the entries printed so far are stored; say why the rest is not
+					code := stop(exitFail)
+					e.report(cmd, fmt.Sprintf("sync failed %d times in a row", ev.Failures), c, ev.Err)
+					return code
+				}
+			}
 			printEvent(e, cmd, ev)
 			if timer != nil {
 				timer.Reset(quiet)
+				idle = timer.C
 			}
 		}
 	}
@@ -157,7 +176,9 @@ func printEvent(e *env, cmd string, ev client.Event) {
 		} else {
 			e.errorf(cmd, "note: a previously queued action %s was %s", ev.ClientMsgID, ev.Status)
 		}
-	case client.GapEvent:
-		// refetched by the SDK; nothing skipped
+	case client.SyncFailedEvent:
+		e.errorf(cmd, "note: syncing failed %d times in a row (the SDK keeps retrying): %v", ev.Failures, ev.Err)
+	case client.GapEvent, client.SyncedEvent:
+		// refetched by the SDK, nothing skipped; caught up
 	}
 }

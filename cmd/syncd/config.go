@@ -252,8 +252,8 @@ func (o options) toConfig(logOut io.Writer) (syncd.Config, error) {
 		cfg.TokenSecret = secret
 	}
 
-	if s.MaxFrame < minFrame || s.MaxFrame > proto.MaxFrameLimit {
-		bad("max-frame", "must be between %d and %d", minFrame, proto.MaxFrameLimit)
+	if s.MaxFrame < proto.MinFrameLimit || s.MaxFrame > proto.MaxFrameLimit {
+		bad("max-frame", "must be between %d and %d", proto.MinFrameLimit, proto.MaxFrameLimit)
 	}
 	if s.MaxBody < 1 || s.MaxBody > proto.MaxBody {
 		bad("max-body", "must be between 1 and %d", proto.MaxBody)

@@ -139,9 +139,9 @@ var settings = []setting{
 		means: fmt.Sprintf(": data_dir/%s, created on first start", auth.TokenKeyFile)},
 
 	{key: "max_frame", section: "Protocol limits, announced to clients", field: func(c *fileConfig) any { return &c.MaxFrame },
-		usage: fmt.Sprintf("largest protocol frame in `bytes`, %d to %d", minFrame, proto.MaxFrameLimit),
+		usage: fmt.Sprintf("largest protocol frame in `bytes`, %d to %d", proto.MinFrameLimit, proto.MaxFrameLimit),
 		doc: fmt.Sprintf("Largest frame either side may send on a connection, in bytes, %d to %d.",
-			minFrame, proto.MaxFrameLimit)},
+			proto.MinFrameLimit, proto.MaxFrameLimit)},
 	{key: "max_body", field: func(c *fileConfig) any { return &c.MaxBody },
 		usage: fmt.Sprintf("largest message body in `bytes`, at most %d", proto.MaxBody),
 		doc:   fmt.Sprintf("Largest message body in bytes, at most %d.", proto.MaxBody)},
@@ -223,9 +223,6 @@ var settings = []setting{
 		usage: "text, or json for log shippers",
 		doc:   "text, or json for log shippers."},
 }
-
-// minFrame is the smallest max_frame the protocol allows (proto.Limits.MaxFrame).
-const minFrame = 128 << 10
 
 // flagName is the flag of a file key.
 func flagName(key string) string { return strings.ReplaceAll(key, "_", "-") }

@@ -1,7 +1,9 @@
 // Package prototest is a raw client of the syncd protocol (docs/PROTOCOL.md) for tests. It speaks
 // frames directly over real QUIC, so a test sends exactly the frames it wants and sees exactly
-// what the server answers; the Go SDK (client) is the higher-level client apps use. It imports
-// only proto and quic-go: the server's tests and the tests of other packages share it.
+// what the server answers; the Go SDK (client) is the higher-level client apps use. Its Proxy
+// relays a real server's frames to a client and can change them, for fault injection in client
+// tests. It imports only proto, quic-go and test/testkit: the server's tests and the tests of
+// other packages share it.
 package prototest
 
 import (
@@ -60,16 +62,19 @@ func Hello(t testing.TB, conn *quic.Conn, token, device string) proto.Frame {
 
 // Conn is an authenticated connection with one request stream, used sequentially, and at most
 // one sync stream. It is not safe for concurrent use. Its fields are there for tests that write
-// or read frames themselves.
+// or read frames themselves. Its readers accept frames up to the max_frame the Welcome
+// announced, as the protocol requires of a client: a longer frame from the server fails the
+// read with proto.ErrFrameTooLarge.
 type Conn struct {
-	T     testing.TB
-	QUIC  *quic.Conn
-	Req   *quic.Stream  // the request stream
-	ReqR  *proto.Reader // reads Req
-	Sync  *quic.Stream  // the sync stream, once StartSync opened it
-	SyncR *proto.Reader // reads Sync
-	Epoch proto.Epoch   // of the last batch Entries received
-	next  uint64
+	T       testing.TB
+	QUIC    *quic.Conn
+	Welcome *proto.Welcome // the server's answer to Hello
+	Req     *quic.Stream   // the request stream
+	ReqR    *proto.Reader  // reads Req
+	Sync    *quic.Stream   // the sync stream, once StartSync opened it
+	SyncR   *proto.Reader  // reads Sync
+	Epoch   proto.Epoch    // of the last batch Entries received
+	next    uint64
 }
 
 // Connect dials addr, says Hello as user's device with token, and opens a request stream. It
@@ -77,16 +82,26 @@ type Conn struct {
 func Connect(t testing.TB, addr, fingerprint, token, user, device string) *Conn {
 	t.Helper()
 	conn := Dial(t, addr, fingerprint)
-	if w, ok := Hello(t, conn, token, device).(*proto.Welcome); !ok || w.User != user {
+	w, ok := Hello(t, conn, token, device).(*proto.Welcome)
+	if !ok || w.User != user {
 		t.Fatalf("expected a welcome for %s, got %#v", user, w)
 	}
-	c := &Conn{T: t, QUIC: conn}
+	c := &Conn{T: t, QUIC: conn, Welcome: w}
 	var err error
 	if c.Req, err = conn.OpenStreamSync(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	c.ReqR = proto.NewReader(c.Req, proto.DefaultMaxFrame)
+	c.ReqR = proto.NewReader(c.Req, c.MaxFrame())
 	return c
+}
+
+// MaxFrame returns the connection's frame limit: the max_frame of its Welcome (the protocol's
+// default without one).
+func (c *Conn) MaxFrame() int {
+	if c.Welcome == nil {
+		return proto.DefaultMaxFrame
+	}
+	return int(c.Welcome.Limits.WithDefaults().MaxFrame)
 }
 
 // Do sends one request and returns its answer.
@@ -133,7 +148,7 @@ func (c *Conn) StartSync(epoch proto.Epoch, pos proto.Position) {
 	if err != nil {
 		c.T.Fatal(err)
 	}
-	c.Sync, c.SyncR = st, proto.NewReader(st, proto.DefaultMaxFrame)
+	c.Sync, c.SyncR = st, proto.NewReader(st, c.MaxFrame())
 	if err := proto.WriteFrame(st, &proto.SyncStart{Epoch: epoch, Pos: pos}); err != nil {
 		c.T.Fatal(err)
 	}

@@ -47,7 +47,7 @@ var rules = map[string]rule{
 	"client/internal/store":   {repo: []string{"proto"}, deny: append([]string{quic}, serverOnly...)},
 	"bench":                   {repo: []string{"client", "client/internal/store", "proto", "test/testkit"}, deny: serverOnly},
 	"syncd/adminapi":          {outside: []string{}},
-	"syncd/auth":              {repo: []string{"proto"}, outside: []string{msgpack}},
+	"syncd/auth":              {repo: []string{"proto", "syncd/adminapi"}, outside: []string{msgpack}},
 	"syncd/routing":           {repo: []string{"log", "raftstore"}},
 	"syncd/peer":              {repo: []string{"log", "proto", "raftstore", "syncd/adminapi"}},
 	"syncd/fanout":            {repo: []string{"log", "raftstore", "syncd/adminapi"}},

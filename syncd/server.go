@@ -73,7 +73,12 @@ func NewServer(cfg Config) (*Server, error) {
 	}
 	adminTokenFile := cfg.AdminTokenFile
 	if adminTokenFile == "" {
-		adminTokenFile = filepath.Join(cfg.Dir, adminapi.TokenFile)
+		// Absolute, as the 401's hint names it to operators who may be anywhere.
+		if dir, err := filepath.Abs(cfg.Dir); err == nil {
+			adminTokenFile = filepath.Join(dir, adminapi.TokenFile)
+		} else {
+			adminTokenFile = filepath.Join(cfg.Dir, adminapi.TokenFile)
+		}
 		s.adminToken, err = auth.LoadOrCreateAdminToken(cfg.Dir)
 	} else if s.adminToken, err = adminapi.ReadToken(adminTokenFile); errors.Is(err, fs.ErrNotExist) {
 		err = fmt.Errorf("syncd: %w; create it (openssl rand -hex 32 > %s; chmod 600 %[2]s), or name the file the "+

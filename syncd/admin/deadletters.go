@@ -189,5 +189,6 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.WriteHeader(status)
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
+	enc.SetEscapeHTML(false) // read by operators and scripts, never embedded in a page: keep "<", ">" and "&"
 	_ = enc.Encode(v) // the client hung up: nothing to do
 }

@@ -36,7 +36,7 @@ type config struct {
 
 // readyInfo describes a cluster whose nodes are all ready.
 type readyInfo struct {
-	Nodes       []nodeInfo
+	Nodes          []nodeInfo
 	Fingerprint    string // of the certificate every node serves
 	SecretFile     string // the token secret every node uses
 	AdminTokenFile string // the admin token every node requires

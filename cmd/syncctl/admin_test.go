@@ -46,7 +46,7 @@ func TestSyncctlAdminToken(t *testing.T) {
 	writeToken(t, copyFile, srv.AdminToken())
 	ok("-admin-token-file", "-admin-token-file", copyFile)
 	t.Setenv(adminapi.TokenEnv, srv.AdminToken())
-	ok("$"+adminapi.TokenEnv)
+	ok("$" + adminapi.TokenEnv)
 
 	// Another node's token: refused, naming where it came from. The file wins over the variable.
 	other := filepath.Join(t.TempDir(), "other.token")

@@ -6,6 +6,9 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"net"
+	"net/netip"
+	"strings"
 	"time"
 
 	"github.com/syncd-dev/syncd/log"
@@ -24,8 +27,17 @@ type Config struct {
 	// ListenAddr is the UDP address of the QUIC listener for clients. Default "127.0.0.1:7300".
 	ListenAddr string
 	// AdminAddr is the TCP address of the admin HTTP server (/metrics, /healthz, /readyz,
-	// /debug/pprof). Default adminapi.DefaultAddr, on loopback: expose it deliberately.
+	// /debug/pprof, the operator endpoints /v1/...). Default adminapi.DefaultAddr, on loopback:
+	// expose it deliberately. An address that is not loopback needs AdminTokenFile.
 	AdminAddr string
+	// AdminTokenFile is the file holding the admin token (adminapi.ReadToken), the bearer
+	// credential of /v1/... and /debug/pprof/; it must exist. Default: Dir/admin.token
+	// (adminapi.TokenFile), created on first start, which only a loopback AdminAddr may use: a
+	// node reachable from other machines runs with a token its operator made and keeps.
+	AdminTokenFile string
+	// AdminMetricsAuth makes /metrics need the admin token too. Default false: /metrics is open
+	// (like /healthz and /readyz), for Prometheus.
+	AdminMetricsAuth bool
 	// NodeID, RaftAddr, Peers: see raftstore.Config. Defaults "n1", "127.0.0.1:7400", none.
 	// Peers are the first nodes of a new cluster, each given the same list; a node joining an
 	// existing cluster sets Join instead.
@@ -105,8 +117,9 @@ type Config struct {
 // setup, each field's comment naming its default. It is the one place those defaults are
 // written: cmd/syncd derives its flags, config file keys and -print-config output from it, and
 // a Config field left zero and the same field copied from DefaultConfig give the same Server.
-// Peers, Join, PeerDial, TokenSecret, CertFile and KeyFile have no default (the zero value is
-// the documented behaviour); Logger stays nil, meaning slog.Default() as of NewServer.
+// Peers, Join, PeerDial, TokenSecret, CertFile, KeyFile, AdminTokenFile and AdminMetricsAuth have
+// no default (the zero value is the documented behaviour); Logger stays nil, meaning
+// slog.Default() as of NewServer.
 // Limits.SendRatePerS stays 0: the server always announces SendRate.
 func DefaultConfig() Config {
 	return Config{
@@ -193,6 +206,13 @@ func (c Config) Validate() error {
 	if (c.CertFile == "") != (c.KeyFile == "") {
 		errs = append(errs, errors.New("syncd: CertFile and KeyFile go together: set both or neither"))
 	}
+	if c.AdminTokenFile == "" && !loopback(c.AdminAddr) {
+		errs = append(errs, fmt.Errorf("syncd: the admin address %s is not loopback, and the admin token is the "+
+			"one generated in the data directory (%s), which serves loopback only: create a token of your own "+
+			"(openssl rand -hex 32 > admin.token; chmod 600 admin.token), give it with AdminTokenFile "+
+			"(syncd -admin-token-file), and hand it to operators only; or bind the admin address to 127.0.0.1",
+			c.AdminAddr, adminapi.TokenFile))
+	}
 	if c.TokenSecret != nil && len(c.TokenSecret) < 16 {
 		errs = append(errs, errors.New("syncd: TokenSecret must be at least 16 bytes"))
 	}
@@ -222,6 +242,21 @@ func (c Config) Validate() error {
 			maxFrame, entry, maxBody, proto.PageOverhead, proto.MinFrameLimit, need))
 	}
 	return errors.Join(errs...)
+}
+
+// loopback reports whether the host of hostport is a loopback address: an IP literal in
+// 127.0.0.0/8 or ::1, or "localhost". Any other name counts as not loopback (it may resolve to
+// anything), and so does an empty host (every interface).
+func loopback(hostport string) bool {
+	host, _, err := net.SplitHostPort(hostport)
+	if err != nil {
+		return false
+	}
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.Unmap().IsLoopback()
 }
 
 // peerAddr returns the raftstore.Config.PeerAddr for PeerDial, nil without overrides; a peer

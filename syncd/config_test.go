@@ -41,7 +41,7 @@ func TestConfigPeerDial(t *testing.T) {
 // field must have its default there, so a new setting cannot get its default written elsewhere.
 var configNoDefault = map[string]bool{
 	"Peers": true, "Join": true, "PeerDial": true, "TokenSecret": true, "CertFile": true,
-	"KeyFile": true, "Logger": true,
+	"KeyFile": true, "Logger": true, "AdminTokenFile": true, "AdminMetricsAuth": true,
 }
 
 func TestConfigDefaultsComeFromDefaultConfig(t *testing.T) {
@@ -87,5 +87,31 @@ func TestConfigMaxFrameHoldsTheLargestEntry(t *testing.T) {
 	}
 	if err := (Config{Limits: proto.Limits{MaxFrame: proto.MinFrameLimit}}).Validate(); err != nil {
 		t.Fatalf("MaxFrame at the protocol's minimum: %v", err)
+	}
+}
+
+// TestConfigAdminAddrNeedsTokenFile: an admin address other machines may reach is refused with the
+// generated token (which is for loopback), saying what to do, and accepted with a token file of
+// the operator's; loopback addresses need none.
+func TestConfigAdminAddrNeedsTokenFile(t *testing.T) {
+	for _, addr := range []string{"0.0.0.0:7380", ":7380", "[::]:7380", "192.168.1.20:7380", "10.0.0.1:0", "admin.example:7380"} {
+		err := Config{AdminAddr: addr}.Validate()
+		if err == nil {
+			t.Errorf("AdminAddr %s without AdminTokenFile: accepted", addr)
+			continue
+		}
+		for _, want := range []string{addr, "not loopback", "AdminTokenFile", "-admin-token-file", "openssl rand -hex 32", "127.0.0.1"} {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("AdminAddr %s: error %q does not say %q", addr, err, want)
+			}
+		}
+		if err := (Config{AdminAddr: addr, AdminTokenFile: "/etc/syncd/admin.token"}).Validate(); err != nil {
+			t.Errorf("AdminAddr %s with AdminTokenFile: %v", addr, err)
+		}
+	}
+	for _, addr := range []string{"127.0.0.1:7380", "127.0.0.3:0", "[::1]:7380", "localhost:7380", "[::ffff:127.0.0.1]:1"} {
+		if err := (Config{AdminAddr: addr}).Validate(); err != nil {
+			t.Errorf("loopback AdminAddr %s: %v", addr, err)
+		}
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/syncd-dev/syncd/log"
 	"github.com/syncd-dev/syncd/raftstore"
 	"github.com/syncd-dev/syncd/syncd/admin"
+	"github.com/syncd-dev/syncd/syncd/adminapi"
 	"github.com/syncd-dev/syncd/syncd/peer"
 	"github.com/syncd-dev/syncd/syncd/routing"
 	"github.com/syncd-dev/syncd/test/testkit"
@@ -79,8 +80,9 @@ func TestAdminServesMetricsHealthReadinessAndPprof(t *testing.T) {
 		}
 		return admin.LeadersReady(node)
 	}
-	adm, err := admin.Start(admin.Config{Addr: "127.0.0.1:0", Node: node, Routing: routing.Even(2), Peer: peer.New(node),
-		Registry: reg, Ready: ready, Logger: logger})
+	token := strings.Repeat("t", adminapi.MinTokenLen)
+	adm, err := admin.Start(admin.Config{Addr: "127.0.0.1:0", Token: token, TokenFile: "admin.token", Node: node,
+		Routing: routing.Even(2), Peer: peer.New(node), Registry: reg, Ready: ready, Logger: logger})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -155,13 +157,13 @@ func TestAdminServesMetricsHealthReadinessAndPprof(t *testing.T) {
 	if code, body := testkit.HTTP(t, http.MethodGet, base+"/healthz"); code != http.StatusOK {
 		t.Errorf("/healthz while not ready: %d %q", code, body)
 	}
-	if code, body := testkit.HTTP(t, http.MethodGet, base+"/debug/pprof/"); code != http.StatusOK || !strings.Contains(body, "goroutine") {
+	if code, body := testkit.HTTP(t, http.MethodGet, base+"/debug/pprof/", testkit.Bearer(token)); code != http.StatusOK || !strings.Contains(body, "goroutine") {
 		t.Errorf("/debug/pprof/: %d", code)
 	}
-	if code, _ := testkit.HTTP(t, http.MethodGet, base+"/debug/pprof/goroutine?debug=1"); code != http.StatusOK {
+	if code, _ := testkit.HTTP(t, http.MethodGet, base+"/debug/pprof/goroutine?debug=1", testkit.Bearer(token)); code != http.StatusOK {
 		t.Errorf("/debug/pprof/goroutine: %d", code)
 	}
-	if code, _ := testkit.HTTP(t, http.MethodGet, base+"/nope"); code != http.StatusNotFound {
+	if code, _ := testkit.HTTP(t, http.MethodGet, base+"/nope", testkit.Bearer(token)); code != http.StatusNotFound {
 		t.Errorf("/nope: %d, want 404", code)
 	}
 

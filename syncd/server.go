@@ -5,8 +5,10 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"net"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -36,6 +38,7 @@ type Server struct {
 	peer        *peer.Peer
 	notes       *notifier
 	secret      []byte
+	adminToken  string
 	fingerprint string
 	ln          *quic.Listener
 	metrics     *metrics
@@ -56,7 +59,8 @@ type Server struct {
 }
 
 // NewServer opens the node's store and shards and binds the QUIC listener. On first start with
-// default settings it creates the token secret and a self-signed certificate in Config.Dir.
+// default settings it creates the token secret, a self-signed certificate and the admin token in
+// Config.Dir.
 func NewServer(cfg Config) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -72,6 +76,24 @@ func NewServer(cfg Config) (*Server, error) {
 		if s.secret, err = auth.LoadOrCreateSecret(cfg.Dir); err != nil {
 			return nil, err
 		}
+	}
+	adminTokenFile := cfg.AdminTokenFile
+	if adminTokenFile == "" {
+		// Absolute, as the 401's hint names it to operators who may be anywhere.
+		if dir, err := filepath.Abs(cfg.Dir); err == nil {
+			adminTokenFile = filepath.Join(dir, adminapi.TokenFile)
+		} else {
+			adminTokenFile = filepath.Join(cfg.Dir, adminapi.TokenFile)
+		}
+		s.adminToken, err = auth.LoadOrCreateAdminToken(cfg.Dir)
+	} else if s.adminToken, err = adminapi.ReadToken(adminTokenFile); errors.Is(err, fs.ErrNotExist) {
+		err = fmt.Errorf("syncd: %w; create it (openssl rand -hex 32 > %s; chmod 600 %[2]s), or name the file the "+
+			"cluster's nodes share", err, adminTokenFile)
+	} else if err != nil {
+		err = fmt.Errorf("syncd: %w", err)
+	}
+	if err != nil {
+		return nil, err
 	}
 	var cert tls.Certificate
 	if cfg.CertFile != "" {
@@ -99,7 +121,8 @@ func NewServer(cfg Config) (*Server, error) {
 	s.handleReads(s.peer)
 	reg := prometheus.NewRegistry()
 	s.metrics = newMetrics(reg, s.node, s.conns.Load, s.fan)
-	s.admin, err = admin.Start(admin.Config{Addr: cfg.AdminAddr, Node: s.node, Routing: s.slots, Fanout: s.fan,
+	s.admin, err = admin.Start(admin.Config{Addr: cfg.AdminAddr, Token: s.adminToken, TokenFile: adminTokenFile,
+		MetricsAuth: cfg.AdminMetricsAuth, Node: s.node, Routing: s.slots, Fanout: s.fan,
 		Peer: s.peer, Registry: reg, Ready: s.Ready, Logger: s.logger})
 	if err != nil {
 		s.node.Close()
@@ -143,6 +166,10 @@ func (s *Server) MintToken(uid, device string, ttl time.Duration) (string, error
 	now := time.Now()
 	return auth.MintToken(s.secret, auth.TokenClaims{User: uid, Device: device, Issued: now, Expires: now.Add(ttl)})
 }
+
+// AdminToken returns the admin token, the bearer credential the admin HTTP server requires
+// (Config.AdminTokenFile).
+func (s *Server) AdminToken() string { return s.adminToken }
 
 // Node returns the server's storage node (status pages, tests).
 func (s *Server) Node() *raftstore.Node { return s.node }

@@ -53,6 +53,7 @@ func TestAdminAnyNode(t *testing.T) {
 	carol := pick("carol", func(s raftstore.ShardID) bool { return s != home && s != slots.UserShard(alice) })
 	carolShard := slots.UserShard(carol)
 	admin := "http://" + c.Server(asked).AdminAddr().String()
+	bearer := testkit.Bearer(c.Server(asked).AdminToken()) // every node has a token of its own
 	t.Logf("asking %s, which does not host shard %d (home of %s, and %s's log); %s is on shard %d",
 		ids[asked], home, conv, bob, carol, carolShard)
 
@@ -85,7 +86,7 @@ func TestAdminAnyNode(t *testing.T) {
 	var cur adminapi.CursorReport
 	testkit.WaitTrue(t, 20*time.Second, "bob's phone cursor at his head", func() bool {
 		var code int
-		cur, code = testkit.GetJSON[adminapi.CursorReport](t, admin+"/v1/cursors?user="+bob)
+		cur, code = testkit.GetJSON[adminapi.CursorReport](t, admin+"/v1/cursors?user="+bob, bearer)
 		return code == http.StatusOK && len(cur.Devices) == 1 && cur.Devices[0].Behind != nil && *cur.Devices[0].Behind == 0 && cur.Head >= 2
 	})
 	if cur.User != bob || cur.Shard != uint32(home) || !cur.Exists || cur.Epoch == 0 || cur.Devices[0].Device != "phone" ||
@@ -97,7 +98,7 @@ func TestAdminAnyNode(t *testing.T) {
 	var tr adminapi.TraceReport
 	testkit.WaitTrue(t, 20*time.Second, "every member delivered and every phone past the message", func() bool {
 		var code int
-		if tr, code = testkit.GetJSON[adminapi.TraceReport](t, admin+"/v1/trace?msg_id="+msgID); code != http.StatusOK || tr.Outbox.Retained || len(tr.Users) != 3 {
+		if tr, code = testkit.GetJSON[adminapi.TraceReport](t, admin+"/v1/trace?msg_id="+msgID, bearer); code != http.StatusOK || tr.Outbox.Retained || len(tr.Users) != 3 {
 			return false
 		}
 		for _, u := range tr.Users {
@@ -141,7 +142,8 @@ func TestAdminAnyNode(t *testing.T) {
 	for i := range c.Size() { // every node lists the cluster's dead letters, hosted or not
 		testkit.WaitTrue(t, 20*time.Second, ids[i]+" to list two dead letters", func() bool {
 			var code int
-			list, code = testkit.GetJSON[adminapi.DeadLetterList](t, "http://"+c.Server(i).AdminAddr().String()+"/v1/deadletters")
+			list, code = testkit.GetJSON[adminapi.DeadLetterList](t, "http://"+c.Server(i).AdminAddr().String()+"/v1/deadletters",
+				testkit.Bearer(c.Server(i).AdminToken()))
 			return code == http.StatusOK && list.Total == 2 && len(list.Items) == 2
 		})
 	}
@@ -155,17 +157,18 @@ func TestAdminAnyNode(t *testing.T) {
 		c.Server(i).SetDeliveryFault(nil) // the cause is fixed
 	}
 	first, second := list.Items[0].ID, list.Items[1].ID
-	if code, body := testkit.HTTP(t, http.MethodPost, admin+"/v1/deadletters/"+first+"/replay"); code != http.StatusOK || !strings.Contains(body, `"appended": 1`) {
+	if code, body := testkit.HTTP(t, http.MethodPost, admin+"/v1/deadletters/"+first+"/replay", bearer); code != http.StatusOK || !strings.Contains(body, `"appended": 1`) {
 		t.Fatalf("replay %s through %s: HTTP %d %s", first, ids[asked], code, body)
 	}
-	if code, body := testkit.HTTP(t, http.MethodDelete, admin+"/v1/deadletters/"+second); code != http.StatusOK || !strings.Contains(body, `"dropped": true`) {
+	if code, body := testkit.HTTP(t, http.MethodDelete, admin+"/v1/deadletters/"+second, bearer); code != http.StatusOK || !strings.Contains(body, `"dropped": true`) {
 		t.Fatalf("drop %s through %s: HTTP %d %s", second, ids[asked], code, body)
 	}
 	// A replay reads its dead letter on the source shard's leader: once the drop is acknowledged
 	// no node replays the dropped one, nor the replayed one again.
 	for i := range c.Size() {
 		for _, id := range []string{first, second} {
-			if code, body := testkit.HTTP(t, http.MethodPost, "http://"+c.Server(i).AdminAddr().String()+"/v1/deadletters/"+id+"/replay"); code != http.StatusNotFound {
+			if code, body := testkit.HTTP(t, http.MethodPost, "http://"+c.Server(i).AdminAddr().String()+"/v1/deadletters/"+id+"/replay",
+				testkit.Bearer(c.Server(i).AdminToken())); code != http.StatusNotFound {
 				t.Fatalf("replay of %s (replayed or dropped) through %s: HTTP %d %s, want 404", id, ids[i], code, body)
 			}
 		}
@@ -175,7 +178,7 @@ func TestAdminAnyNode(t *testing.T) {
 	})
 	// The list is read on a replica, which may apply the drops a moment after their leader.
 	testkit.WaitTrue(t, 20*time.Second, "no dead letter listed after the replay and the drop", func() bool {
-		list, code := testkit.GetJSON[adminapi.DeadLetterList](t, admin+"/v1/deadletters")
+		list, code := testkit.GetJSON[adminapi.DeadLetterList](t, admin+"/v1/deadletters", bearer)
 		return code == http.StatusOK && list.Total == 0 && len(list.Items) == 0
 	})
 	if got := bodies(t, devices[2], conv); !slices.Equal(slices.Sorted(slices.Values(got)), []string{"after", "hello", "poison 1"}) {

@@ -169,11 +169,10 @@ func TestManagedClusterServesFromAnyNode(t *testing.T) {
 			devices[k] = dialDevice(t, c.Server(0), users[k], "phone", dirs[k])
 		}
 	}
-	resp, err := http.Post("http://"+c.Server(0).AdminAddr().String()+"/v1/nodes/n4/remove", "", nil)
-	if err != nil || resp.StatusCode != http.StatusOK {
-		t.Fatalf("remove n4: %v %v", resp, err)
+	if code, body := testkit.HTTP(t, http.MethodPost, "http://"+c.Server(0).AdminAddr().String()+"/v1/nodes/n4/remove",
+		testkit.Bearer(c.Server(0).AdminToken())); code != http.StatusOK {
+		t.Fatalf("remove n4: HTTP %d %s", code, body)
 	}
-	resp.Body.Close()
 	for i := range 5 {
 		round(fmt.Sprint("while n4 leaves ", i))
 		time.Sleep(100 * time.Millisecond)

@@ -48,7 +48,7 @@ var rules = map[string]rule{
 	"client/internal/store":   {repo: []string{"log/ident", "proto"}, deny: append([]string{quic}, serverOnly...)},
 	"bench":                   {repo: []string{"log/ident", "client", "client/internal/store", "proto", "test/testkit"}, deny: serverOnly},
 	"syncd/adminapi":          {outside: []string{}},
-	"syncd/auth":              {repo: []string{"log/ident", "proto"}, outside: []string{msgpack}},
+	"syncd/auth":              {repo: []string{"log/ident", "proto", "syncd/adminapi"}, outside: []string{msgpack}},
 	"syncd/routing":           {repo: []string{"log/ident", "log", "raftstore"}},
 	"syncd/peer":              {repo: []string{"log/ident", "log", "proto", "raftstore", "syncd/adminapi"}},
 	"syncd/fanout":            {repo: []string{"log/ident", "log", "raftstore", "syncd/adminapi"}},

@@ -90,17 +90,13 @@ func TestEpochChangeResyncs(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	resp, err := http.Post("http://"+srv.AdminAddr().String()+"/v1/users/bob/reset", "", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	code, body := testkit.HTTP(t, http.MethodPost, "http://"+srv.AdminAddr().String()+"/v1/users/bob/reset",
+		testkit.Bearer(srv.AdminToken()))
 	var reset struct {
 		Epoch uint64 `json:"epoch"`
 	}
-	err = json.NewDecoder(resp.Body).Decode(&reset)
-	resp.Body.Close()
-	if err != nil || resp.StatusCode != http.StatusOK || reset.Epoch <= uint64(before.Epoch) {
-		t.Fatalf("reset: HTTP %d, %+v, %v (old epoch %d)", resp.StatusCode, reset, err, before.Epoch)
+	if err := json.Unmarshal([]byte(body), &reset); err != nil || code != http.StatusOK || reset.Epoch <= uint64(before.Epoch) {
+		t.Fatalf("reset: HTTP %d %s, %+v, %v (old epoch %d)", code, body, reset, err, before.Epoch)
 	}
 	select {
 	case e := <-bob.epochs:

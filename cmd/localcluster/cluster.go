@@ -36,9 +36,10 @@ type config struct {
 
 // readyInfo describes a cluster whose nodes are all ready.
 type readyInfo struct {
-	Nodes       []nodeInfo
-	Fingerprint string // of the certificate every node serves
-	SecretFile  string // the token secret every node uses
+	Nodes          []nodeInfo
+	Fingerprint    string // of the certificate every node serves
+	SecretFile     string // the token secret every node uses
+	AdminTokenFile string // the admin token every node requires
 }
 
 // nodeInfo is one running node.
@@ -148,7 +149,7 @@ func run(ctx context.Context, c config) error {
 		}
 		return errors.Join(err, stop(cl, c.Stderr))
 	}
-	info := readyInfo{Fingerprint: cl.Fingerprint(), SecretFile: cl.SecretFile()}
+	info := readyInfo{Fingerprint: cl.Fingerprint(), SecretFile: cl.SecretFile(), AdminTokenFile: cl.AdminTokenFile()}
 	for _, n := range cl.Nodes() {
 		info.Nodes = append(info.Nodes, nodeInfo{ID: n.ID, Client: n.ClientAddr, Admin: n.AdminAddr, Raft: n.RaftAddr,
 			PID: n.PID(), Log: n.Log})

@@ -55,7 +55,11 @@ func TestLocalCluster(t *testing.T) {
 			t.Errorf("%s clients %s, want %s", n.ID, n.Client, want)
 		}
 	}
-	waitClusterView(t, info.Nodes[0].Admin, 3, 4)
+	adminToken, err := adminapi.ReadToken(info.AdminTokenFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitClusterView(t, info.Nodes[0].Admin, adminToken, 3, 4)
 	secret, err := os.ReadFile(info.SecretFile)
 	if err != nil {
 		t.Fatal(err)
@@ -64,7 +68,7 @@ func TestLocalCluster(t *testing.T) {
 	// The printed commands work as printed: tokens, a send through n2, a pull through n3, status.
 	out := lc.stdout.String()
 	for _, want := range []string{info.Fingerprint, fmt.Sprintf("kill -9 %d", info.Nodes[1].PID),
-		"cluster status -admin " + info.Nodes[0].Admin} {
+		"cluster status -admin " + info.Nodes[0].Admin + " -data-dir " + dir} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
@@ -100,7 +104,10 @@ func TestLocalCluster(t *testing.T) {
 	if !strings.Contains(lc.stdout.String(), filepath.Join(dir, "bin", "syncctl")+" token") {
 		t.Errorf("with -syncd, the commands do not use the syncctl next to it:\n%s", lc.stdout.String())
 	}
-	waitClusterView(t, lc.info.Nodes[1].Admin, 3, 4)
+	if again, err := adminapi.ReadToken(lc.info.AdminTokenFile); err != nil || again != adminToken {
+		t.Errorf("admin token changed across restarts (err %v)", err)
+	}
+	waitClusterView(t, lc.info.Nodes[1].Admin, adminToken, 3, 4)
 	lc.stop(t)
 }
 
@@ -189,13 +196,18 @@ func runPrintedCommands(t *testing.T, out string) {
 	}
 }
 
-// waitClusterView polls GET /v1/cluster on admin until it lists nodes reachable nodes and shards
-// shards, each with a leader.
-func waitClusterView(t *testing.T, admin string, nodes, shards int) {
+// waitClusterView polls GET /v1/cluster on admin, with the admin token, until it lists nodes
+// reachable nodes and shards shards, each with a leader.
+func waitClusterView(t *testing.T, admin, token string, nodes, shards int) {
 	t.Helper()
 	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
 	testkit.Wait(t, 30*time.Second, "a full cluster view", func() (bool, string) {
-		resp, err := client.Get("http://" + admin + "/v1/cluster")
+		req, err := http.NewRequest(http.MethodGet, "http://"+admin+"/v1/cluster", nil)
+		if err != nil {
+			return false, err.Error()
+		}
+		adminapi.Authorize(req, token)
+		resp, err := client.Do(req)
 		if err != nil {
 			return false, err.Error()
 		}

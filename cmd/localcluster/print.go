@@ -10,7 +10,7 @@ import (
 )
 
 // printReady writes the node table and the commands to try the cluster with: tokens from the
-// shared secret, a send through one node and a pull through another, the cluster status, and a
+// shared secret (and the admin token, which syncctl finds in dir), a send through one node and a pull through another, the cluster status, and a
 // kill -9 to watch failover. syncctl is the syncctl command to print; dir is the cluster
 // directory.
 func printReady(w io.Writer, dir, syncctl string, info readyInfo, took time.Duration) {
@@ -26,7 +26,8 @@ func printReady(w io.Writer, dir, syncctl string, info readyInfo, took time.Dura
 	sender := info.Nodes[min(1, len(info.Nodes)-1)]
 	puller := info.Nodes[min(2, len(info.Nodes)-1)]
 	sc, q := shellQuote(syncctl), shellQuote
-	fmt.Fprintf(w, "\nEvery node uses the same token secret (%s) and certificate:\n  fingerprint %s\n", info.SecretFile, info.Fingerprint)
+	fmt.Fprintf(w, "\nEvery node uses the same token secret (%s), admin token (%s) and certificate:\n  fingerprint %s\n",
+		info.SecretFile, info.AdminTokenFile, info.Fingerprint)
 	fmt.Fprintf(w, "\nTry it from another terminal:\n\n")
 	fmt.Fprintf(w, "  # device tokens, signed with the shared secret: valid on every node\n")
 	fmt.Fprintf(w, "  ALICE=$(%s token -data-dir %s -user alice -device phone)\n", sc, q(dir))
@@ -36,14 +37,14 @@ func printReady(w io.Writer, dir, syncctl string, info readyInfo, took time.Dura
 		sc, sender.Client, info.Fingerprint, q(dir+"/syncctl-store/alice/phone"))
 	fmt.Fprintf(w, "  %s pull -addr %s -fingerprint %s -token \"$BOB\" -store %s\n\n",
 		sc, puller.Client, info.Fingerprint, q(dir+"/syncctl-store/bob/laptop"))
-	fmt.Fprintf(w, "  # nodes, shards, leaders and replica lag, asked of any node\n")
-	fmt.Fprintf(w, "  %s cluster status -admin %s\n", sc, first.Admin)
+	fmt.Fprintf(w, "  # nodes, shards, leaders and replica lag, asked of any node (-data-dir: where syncctl finds the admin token)\n")
+	fmt.Fprintf(w, "  %s cluster status -admin %s -data-dir %s\n", sc, first.Admin, q(dir))
 	if len(info.Nodes) >= 3 {
 		victim := info.Nodes[1]
 		fmt.Fprintf(w, "\n  # failover: kill %s hard, then ask again: it is unreachable and, after an election of a\n"+
 			"  # second or two (its shards show leader NONE until then), the other nodes lead its shards\n", victim.ID)
 		fmt.Fprintf(w, "  kill -9 %d\n", victim.PID)
-		fmt.Fprintf(w, "  %s cluster status -admin %s\n", sc, first.Admin)
+		fmt.Fprintf(w, "  %s cluster status -admin %s -data-dir %s\n", sc, first.Admin, q(dir))
 	}
 	fmt.Fprintf(w, "\nCtrl-C (or kill -INT %d) stops every node; run the same command again to restart them with their data.\n\n", os.Getpid())
 }

@@ -40,6 +40,7 @@ import (
 
 	"github.com/syncd-dev/syncd/bench"
 	"github.com/syncd-dev/syncd/syncd"
+	"github.com/syncd-dev/syncd/syncd/adminapi"
 	"github.com/syncd-dev/syncd/syncd/auth"
 )
 
@@ -308,7 +309,8 @@ func setupTarget(ctx context.Context, o options) (bench.Target, *inProcess, func
 	sctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- srv.Run(sctx) }()
-	progress("server on %s (admin/pprof on http://%s)", srv.Addr(), srv.AdminAddr())
+	progress("server on %s (admin/pprof on http://%s, admin token in %s)", srv.Addr(), srv.AdminAddr(),
+		filepath.Join(dir, adminapi.TokenFile))
 	t := bench.Target{Addr: srv.Addr().String(), Fingerprint: srv.Fingerprint(),
 		Token: func(user, device string) (string, error) { return srv.MintToken(user, device, time.Hour) }}
 	cleanup := func() {

@@ -165,7 +165,7 @@ func (c *procCluster) Profile(ctx context.Context, d time.Duration, dir, prefix 
 			continue
 		}
 		wg.Go(func() {
-			req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", n.AdminAddr, secs), nil)
+			req, err := n.AdminRequest(ctx, http.MethodGet, fmt.Sprintf("/debug/pprof/profile?seconds=%d", secs))
 			if err != nil {
 				errs[i] = err
 				return

@@ -15,6 +15,7 @@ import (
 // stops another node and sees it reported unreachable (exit 1) while every shard keeps a leader.
 func TestSyncctlClusterStatus(t *testing.T) {
 	c := syncdtest.StartCluster(t, 3, nil)
+	t.Setenv("SYNCD_ADMIN_TOKEN", c.Server(0).AdminToken()) // each node has its own: n1's, the one asked
 	admin := []string{"-admin", c.Server(0).AdminAddr().String()}
 	code, out, _ := syncctl(t, append([]string{"cluster", "status", "-json"}, admin...)...)
 	if code != 0 {

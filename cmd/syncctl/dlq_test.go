@@ -15,6 +15,7 @@ import (
 // bob's shard refuse two messages, which land in the dead letters.
 func TestSyncctlDLQ(t *testing.T) {
 	t.Setenv("SYNCD_TOKEN", "")
+	t.Setenv("SYNCD_ADMIN_TOKEN", "")
 	srv, dataDir := startServer(t)
 	srv.SetDeliveryFault(func(_ raftstore.ShardID, items []log.Delivery) {
 		for i := range items {
@@ -23,7 +24,7 @@ func TestSyncctlDLQ(t *testing.T) {
 			}
 		}
 	})
-	admin := []string{"-admin", srv.AdminAddr().String()}
+	admin := []string{"-admin", srv.AdminAddr().String(), "-data-dir", dataDir} // the admin token is in the data dir
 	alice := []string{"-addr", srv.Addr().String(), "-token", mustToken(t, dataDir, "alice", "phone"), "-data-dir", dataDir, "-store", t.TempDir()}
 	bob := []string{"-addr", srv.Addr().String(), "-token", mustToken(t, dataDir, "bob", "phone"), "-data-dir", dataDir, "-store", t.TempDir()}
 	for _, body := range []string{"poison a", "poison b"} {

@@ -16,8 +16,9 @@ import (
 // and as the server's JSON.
 func TestSyncctlCursorAndTrace(t *testing.T) {
 	t.Setenv("SYNCD_TOKEN", "")
+	t.Setenv("SYNCD_ADMIN_TOKEN", "")
 	srv, dataDir := startServer(t)
-	admin := []string{"-admin", srv.AdminAddr().String()}
+	admin := []string{"-admin", srv.AdminAddr().String(), "-data-dir", dataDir} // the admin token is in the data dir
 	slots := routing.Even(len(srv.Node().Shards()))
 	if slots.UserShard("bob") == slots.UserShard("dave") {
 		t.Fatal("bob and dave share a shard: pick users on different shards")

@@ -110,6 +110,9 @@ Quick start (with "go run ./cmd/syncd" running on its defaults):
   syncctl send -data-dir ./syncd-data -conv d:alice:bob -peer bob -body hi
   syncctl pull -data-dir ./syncd-data -token "$(syncctl token -user bob -device cli)"
 
+The commands marked (admin HTTP) send the node's admin token, read from ./syncd-data/admin.token
+where a local syncd creates it, or from -data-dir, -admin-token-file or $SYNCD_ADMIN_TOKEN.
+
 Run "syncctl <command> -h" for the flags of a command and an example.
 `)
 }

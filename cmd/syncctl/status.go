@@ -5,15 +5,11 @@ import (
 	"cmp"
 	"context"
 	"fmt"
-	"io"
 	"net/http"
 	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
-	"time"
-
-	"github.com/syncd-dev/syncd/syncd/adminapi"
 )
 
 func runStatus(ctx context.Context, e *env, args []string) int {
@@ -22,42 +18,34 @@ func runStatus(ctx context.Context, e *env, args []string) int {
 Asks a node's admin HTTP server for its readiness (/readyz) and metrics (/metrics) and prints
 whether it is ready and, per shard, this node's Raft view: whether it leads the shard, term,
 commit/applied/last index, fan-out lag and snapshot restores. Exits 1 if the node is not ready or
-cannot be reached. Needs no token: the admin server is on loopback unless exposed on purpose.`, `
+cannot be reached. Both endpoints are open unless the node runs with admin_metrics_auth; the
+admin token is sent if syncctl finds one (see -admin-token-file).`, `
 syncctl status -admin 127.0.0.1:7380`)
-	admin := f.String("admin", adminapi.DefaultAddr, "the node's admin HTTP address (syncd -admin), host:port or URL")
-	timeout := f.Duration("timeout", 5*time.Second, "HTTP timeout")
+	var admin adminFlags
+	admin.register(f)
 	if code, ok := parse(e, f, args); !ok {
 		return code
 	}
-	base := strings.TrimSuffix(*admin, "/")
-	if !strings.Contains(base, "://") {
-		base = "http://" + base
-	}
-	ctx, cancel := withTimeout(ctx, *timeout)
-	defer cancel()
-	hc := &http.Client{}
-
-	readyCode, readyBody, err := get(ctx, hc, base+"/readyz")
+	readyCode, readyBody, err := admin.send(ctx, http.MethodGet, "/readyz")
 	if err != nil {
-		e.errorf(cmd, "%v", err)
-		fmt.Fprintf(e.stderr, "  what to do: is syncd running with -admin %s? check -admin\n", *admin)
+		e.reportAdmin(cmd, err)
 		return exitFail
 	}
-	metricsCode, metricsBody, err := get(ctx, hc, base+"/metrics")
-	if err != nil || metricsCode != http.StatusOK {
-		if err == nil {
-			err = fmt.Errorf("GET %s/metrics: HTTP %d: %s", base, metricsCode, strings.TrimSpace(metricsBody))
-		}
-		e.errorf(cmd, "%v", err)
+	metricsCode, metricsBody, err := admin.send(ctx, http.MethodGet, "/metrics")
+	if err == nil && metricsCode != http.StatusOK {
+		err = admin.answerError(metricsCode, metricsBody)
+	}
+	if err != nil {
+		e.reportAdmin(cmd, err)
 		return exitFail
 	}
-	samples := parseMetrics(metricsBody)
+	samples := parseMetrics(string(metricsBody))
 
 	ready := readyCode == http.StatusOK
 	if ready {
-		fmt.Fprintf(e.stdout, "node %s: ready\n", *admin)
+		fmt.Fprintf(e.stdout, "node %s: ready\n", *admin.addr)
 	} else {
-		fmt.Fprintf(e.stdout, "node %s: NOT READY (HTTP %d): %s\n", *admin, readyCode, strings.TrimSpace(readyBody))
+		fmt.Fprintf(e.stdout, "node %s: NOT READY (HTTP %d): %s\n", *admin.addr, readyCode, strings.TrimSpace(string(readyBody)))
 	}
 	global := func(name string) string {
 		for _, s := range samples {
@@ -133,24 +121,6 @@ syncctl status -admin 127.0.0.1:7380`)
 		return exitFail
 	}
 	return exitOK
-}
-
-// get fetches url and returns the status code and (at most 8 MiB of) the body.
-func get(ctx context.Context, hc *http.Client, url string) (int, string, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return 0, "", err
-	}
-	resp, err := hc.Do(req)
-	if err != nil {
-		return 0, "", err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, 8<<20))
-	if err != nil {
-		return 0, "", fmt.Errorf("GET %s: %w", url, err)
-	}
-	return resp.StatusCode, string(b), nil
 }
 
 // sample is one line of the Prometheus text exposition format.

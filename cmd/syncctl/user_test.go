@@ -7,8 +7,9 @@ import (
 
 func TestSyncctlResetUser(t *testing.T) {
 	t.Setenv("SYNCD_TOKEN", "")
+	t.Setenv("SYNCD_ADMIN_TOKEN", "")
 	srv, dataDir := startServer(t)
-	admin := []string{"-admin", srv.AdminAddr().String()}
+	admin := []string{"-admin", srv.AdminAddr().String(), "-data-dir", dataDir} // the admin token is in the data dir
 	alice := []string{"-addr", srv.Addr().String(), "-token", mustToken(t, dataDir, "alice", "phone"), "-data-dir", dataDir, "-store", t.TempDir()}
 	if code, _, _ := syncctl(t, append([]string{"send", "-conv", "d:alice:bob", "-peer", "bob", "-body", "hi"}, alice...)...); code != 0 {
 		t.Fatalf("send: exit %d", code)

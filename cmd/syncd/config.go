@@ -29,6 +29,8 @@ type fileConfig struct {
 	DataDir           string   `toml:"data_dir"`
 	Listen            string   `toml:"listen"`
 	Admin             string   `toml:"admin"`
+	AdminTokenFile    string   `toml:"admin_token_file"`
+	AdminMetricsAuth  bool     `toml:"admin_metrics_auth"`
 	NodeID            string   `toml:"node_id"`
 	RaftAddr          string   `toml:"raft_addr"`
 	Shards            int      `toml:"shards"`
@@ -192,6 +194,7 @@ func (o options) toConfig(logOut io.Writer) (syncd.Config, error) {
 	}
 	cfg := syncd.Config{
 		Dir: s.DataDir, ListenAddr: s.Listen, AdminAddr: s.Admin, NodeID: s.NodeID, RaftAddr: s.RaftAddr,
+		AdminTokenFile: s.AdminTokenFile, AdminMetricsAuth: s.AdminMetricsAuth,
 		Shards: s.Shards, CertFile: s.Cert, KeyFile: s.Key,
 		Limits: proto.Limits{MaxFrame: uint32(s.MaxFrame), MaxBody: uint32(s.MaxBody), MaxBatch: uint32(s.MaxBatch),
 			HeartbeatMs: uint32(time.Duration(s.HeartbeatInterval) / time.Millisecond)},

@@ -2,8 +2,8 @@
 //
 // With no flags it runs a single node on embedded defaults (syncd.DefaultConfig; -print-config
 // lists them): clients over QUIC, admin HTTP and Raft on loopback, single-voter shards, and a data
-// directory under the working directory, where a token secret and a self-signed certificate are
-// created on first start. With -peers it starts a static cluster (every node gets the same list);
+// directory under the working directory, where a token secret, a self-signed certificate and the
+// admin token are created on first start. With -peers it starts a static cluster (every node gets the same list);
 // with -join it joins one.
 //
 // Settings come from the defaults, then an optional TOML file (-config), then the flags given on
@@ -29,6 +29,7 @@ import (
 	"syscall"
 
 	"github.com/syncd-dev/syncd/syncd"
+	"github.com/syncd-dev/syncd/syncd/adminapi"
 	"github.com/syncd-dev/syncd/syncd/auth"
 )
 
@@ -75,9 +76,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 func serve(ctx context.Context, cfg syncd.Config, s fileConfig) error {
 	// Where the files operators copy elsewhere are, and which of them NewServer is about to
 	// create: on a first start a newcomer learns that they exist.
-	files := []struct{ name, path string }{{"token_secret", s.TokenSecretFile}, {"cert", s.Cert}}
+	files := []struct{ name, path string }{{"token_secret", s.TokenSecretFile}, {"cert", s.Cert}, {"admin_token", s.AdminTokenFile}}
 	var created []string
-	for i, def := range []string{auth.TokenKeyFile, auth.TLSCertFile} {
+	for i, def := range []string{auth.TokenKeyFile, auth.TLSCertFile, adminapi.TokenFile} {
 		if files[i].path != "" {
 			continue // the operator's own file, which must exist
 		}
@@ -93,9 +94,17 @@ func serve(ctx context.Context, cfg syncd.Config, s fileConfig) error {
 	l := cfg.Logger
 	// One line per concern. The attribute names are stable: syncctl's help points at cert_sha256.
 	l.Info("clients: QUIC", "addr", srv.Addr().String(), "cert_sha256", srv.Fingerprint())
-	l.Info("admin: HTTP, no authentication (/metrics, /healthz, /readyz, syncctl)", "addr", srv.AdminAddr().String())
+	open := "/healthz, /readyz, /metrics"
+	if cfg.AdminMetricsAuth {
+		open = "/healthz, /readyz"
+	}
+	l.Info("admin: HTTP; /v1 (syncctl) and /debug/pprof need the admin token, "+open+" are open",
+		"addr", srv.AdminAddr().String())
 	l.Info("raft: TCP, shared by all shards", "addr", srv.Node().Addr(), "node", srv.Node().ID())
-	attrs := []any{"dir", cfg.Dir, files[0].name, files[0].path, files[1].name, files[1].path}
+	attrs := []any{"dir", cfg.Dir}
+	for _, f := range files {
+		attrs = append(attrs, f.name, f.path)
+	}
 	if len(created) > 0 {
 		attrs = append(attrs, "created", strings.Join(created, ","))
 	}

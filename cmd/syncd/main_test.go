@@ -23,6 +23,7 @@ import (
 	"github.com/syncd-dev/syncd/proto"
 	"github.com/syncd-dev/syncd/raftstore"
 	"github.com/syncd-dev/syncd/syncd"
+	"github.com/syncd-dev/syncd/syncd/adminapi"
 	"github.com/syncd-dev/syncd/syncd/auth"
 	"github.com/syncd-dev/syncd/test/testkit"
 )
@@ -297,6 +298,8 @@ func TestValidation(t *testing.T) {
 		{[]string{"-log-level", "loud"}, []string{`-log-level "loud" must be debug, info, warn or error`}},
 		{[]string{"-log-format", "xml"}, []string{`-log-format "xml" must be text or json`}},
 		{[]string{"-token-secret-file", filepath.Join(t.TempDir(), "none")}, []string{"-token-secret-file", "copy token.key"}},
+		{[]string{"-admin", "0.0.0.0:7380"}, []string{"0.0.0.0:7380 is not loopback", "-admin-token-file", "openssl rand -hex 32"}},
+		{[]string{"-admin", ":7380"}, []string{"not loopback", "-admin-token-file"}},
 		// Every problem at once.
 		{[]string{"-shards", "0", "-log-format", "xml"}, []string{"-shards", "-log-format"}},
 		{[]string{"extra"}, []string{`unexpected argument "extra"`}},
@@ -308,6 +311,23 @@ func TestValidation(t *testing.T) {
 				t.Errorf("%q: error %q does not contain %q", tc.args, msg, want)
 			}
 		}
+	}
+}
+
+// TestAdminTokenFile: the admin settings reach syncd.Config; a non-loopback admin address is
+// accepted once a token file is named (the file itself is read at start).
+func TestAdminTokenFile(t *testing.T) {
+	cfg := mustLoad(t, "-admin", "0.0.0.0:7380", "-admin-token-file", "/etc/syncd/admin.token", "-admin-metrics-auth")
+	if cfg.AdminAddr != "0.0.0.0:7380" || cfg.AdminTokenFile != "/etc/syncd/admin.token" || !cfg.AdminMetricsAuth {
+		t.Errorf("config %+v", cfg)
+	}
+	file := writeFile(t, "admin = \"10.0.0.1:7380\"\nadmin_token_file = \"/etc/syncd/admin.token\"\nadmin_metrics_auth = true\n")
+	if cfg := mustLoad(t, "-config", file); cfg.AdminAddr != "10.0.0.1:7380" || cfg.AdminTokenFile != "/etc/syncd/admin.token" || !cfg.AdminMetricsAuth {
+		t.Errorf("config from file %+v", cfg)
+	}
+	var out, errOut bytes.Buffer
+	if rc := run(context.Background(), []string{"-admin", "0.0.0.0:0"}, &out, &errOut); rc != 2 || !strings.Contains(errOut.String(), "-admin-token-file") {
+		t.Errorf("-admin 0.0.0.0:0 without a token file: exit %d, stderr %q; want 2 saying what to do", rc, errOut.String())
 	}
 }
 
@@ -475,6 +495,7 @@ func TestFirstStartIsQuiet(t *testing.T) {
 	admin, raft := attr("admin:", "addr"), attr("raft:", "addr")
 	clients, fp := attr("clients:", "addr"), attr("clients:", "cert_sha256")
 	secret := attr("data directory", "token_secret")
+	adminToken := attr("data directory", "admin_token")
 
 	// Wait until every shard has elected its leader, so that the first elections had their
 	// chance to be logged.
@@ -523,6 +544,11 @@ func TestFirstStartIsQuiet(t *testing.T) {
 		t.Errorf("token_secret=%s, want %s", secret, filepath.Join(dir, auth.TokenKeyFile))
 	} else if _, err := os.Stat(secret); err != nil {
 		t.Errorf("token_secret: %v", err)
+	}
+	if adminToken != filepath.Join(dir, adminapi.TokenFile) {
+		t.Errorf("admin_token=%s, want %s", adminToken, filepath.Join(dir, adminapi.TokenFile))
+	} else if fi, err := os.Stat(adminToken); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("admin_token: %v %v, want a file of mode 0600", fi, err)
 	}
 	for name, addr := range map[string]string{"clients": clients, "admin": admin, "raft": raft} {
 		if host, port, err := net.SplitHostPort(addr); err != nil || host != "127.0.0.1" || port == "0" {

@@ -15,6 +15,7 @@ import (
 	"github.com/syncd-dev/syncd/log"
 	"github.com/syncd-dev/syncd/proto"
 	"github.com/syncd-dev/syncd/syncd"
+	"github.com/syncd-dev/syncd/syncd/adminapi"
 	"github.com/syncd-dev/syncd/syncd/auth"
 	"github.com/syncd-dev/syncd/syncd/routing"
 )
@@ -40,6 +41,7 @@ func defaults() fileConfig {
 func fromConfig(cfg syncd.Config) fileConfig {
 	c := fileConfig{
 		DataDir: cfg.Dir, Listen: cfg.ListenAddr, Admin: cfg.AdminAddr, NodeID: cfg.NodeID,
+		AdminTokenFile: cfg.AdminTokenFile, AdminMetricsAuth: cfg.AdminMetricsAuth,
 		RaftAddr: cfg.RaftAddr, Shards: cfg.Shards, Join: cfg.Join, ReplicationFactor: cfg.ReplicationFactor,
 		Cert: cfg.CertFile, Key: cfg.KeyFile,
 		// Empty rather than nil lists, so that they are printed ("peers = []") like every key.
@@ -78,15 +80,28 @@ type setting struct {
 
 var settings = []setting{
 	{key: "data_dir", section: "Node", field: func(c *fileConfig) any { return &c.DataDir },
-		usage: "directory for the store, snapshots, token secret and certificate",
-		doc:   "Directory for the store, Raft snapshots, the token secret and the self-signed certificate."},
+		usage: "directory for the store, snapshots, token secret, admin token and certificate",
+		doc:   "Directory for the store, Raft snapshots, the token secret, the admin token and the self-signed certificate."},
 	{key: "listen", field: func(c *fileConfig) any { return &c.Listen },
 		usage: "UDP `host:port` of the QUIC listener for clients",
 		doc:   "UDP host:port of the QUIC listener for clients."},
 	{key: "admin", field: func(c *fileConfig) any { return &c.Admin },
 		usage: "TCP `host:port` of the admin HTTP server: /metrics, /healthz, /readyz, /debug/pprof",
 		doc: "TCP host:port of the admin HTTP server: /metrics, /healthz, /readyz, /debug/pprof and the " +
-			"operator endpoints syncctl uses. It has no authentication: expose it deliberately."},
+			"operator endpoints syncctl uses, which need the admin token (admin_token_file). An address " +
+			"that is not loopback needs admin_token_file set."},
+	{key: "admin_token_file", field: func(c *fileConfig) any { return &c.AdminTokenFile },
+		usage: "`file` holding the admin token, the bearer credential of /v1 and /debug/pprof (default: " +
+			adminapi.TokenFile + " in -data-dir, created on first start, for a loopback -admin only)",
+		doc: "File holding the admin token, the bearer credential syncctl and curl present " +
+			"(\"Authorization: Bearer <token>\") to /v1/... and /debug/pprof/: 32 to 512 characters of " +
+			"A-Z a-z 0-9 - . _ ~ + / =, e.g. made with \"openssl rand -hex 32\". Required when admin is " +
+			"not a loopback address.",
+		means: fmt.Sprintf(": data_dir/%s, created on first start (for a loopback admin address only)", adminapi.TokenFile)},
+	{key: "admin_metrics_auth", field: func(c *fileConfig) any { return &c.AdminMetricsAuth },
+		usage: "require the admin token for /metrics too",
+		doc:   "Require the admin token for /metrics too (a Prometheus scrape then sends it: authorization.credentials_file).",
+		means: ": /metrics is open, like /healthz and /readyz"},
 	{key: "node_id", field: func(c *fileConfig) any { return &c.NodeID },
 		usage: "this node's `id`, unique in the cluster",
 		doc: fmt.Sprintf("This node's id, unique in the cluster: 1-%d printable ASCII characters, no space, "+
@@ -241,6 +256,8 @@ func bindFlags(fs *flag.FlagSet, c *fileConfig) {
 			fs.Uint64Var(p, name, *p, s.usage)
 		case *float64:
 			fs.Float64Var(p, name, *p, s.usage)
+		case *bool:
+			fs.BoolVar(p, name, *p, s.usage)
 		case *duration:
 			fs.Var(p, name, s.usage)
 		case *[]string:

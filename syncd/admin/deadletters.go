@@ -189,5 +189,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.WriteHeader(status)
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
+	// Read by operators and scripts, never embedded in a page: "<", ">" and "&" stay as they are.
+	enc.SetEscapeHTML(false)
 	_ = enc.Encode(v) // the client hung up: nothing to do
 }

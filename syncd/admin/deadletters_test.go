@@ -24,6 +24,7 @@ import (
 func TestDeadLettersListReplayDrop(t *testing.T) {
 	ts := startServer(t, func(c *syncd.Config) { c.Shards = 2 })
 	admin := "http://" + ts.AdminAddr().String()
+	bearer := testkit.Bearer(ts.AdminToken())
 	aliceShard := ts.slots.UserShard("alice")
 	bob := "bob"
 	for i := 0; ts.slots.UserShard(bob) == aliceShard; i++ { // bob lives on the other shard
@@ -58,7 +59,7 @@ func TestDeadLettersListReplayDrop(t *testing.T) {
 
 	var list adminapi.DeadLetterList
 	testkit.WaitTrue(t, 5*time.Second, "two dead letters", func() bool {
-		code, body := testkit.HTTP(t, "GET", admin+"/v1/deadletters")
+		code, body := testkit.HTTP(t, "GET", admin+"/v1/deadletters", bearer)
 		return code == 200 && json.Unmarshal([]byte(body), &list) == nil && list.Total == 2
 	})
 	for i, dl := range list.Items {
@@ -81,28 +82,28 @@ func TestDeadLettersListReplayDrop(t *testing.T) {
 
 	// Replaying while the destination still refuses: 409, and the dead letter stays.
 	first, second := list.Items[0].ID, list.Items[1].ID
-	if code, body := testkit.HTTP(t, "POST", admin+"/v1/deadletters/"+first+"/replay"); code != http.StatusConflict || !strings.Contains(body, `"refused"`) {
+	if code, body := testkit.HTTP(t, "POST", admin+"/v1/deadletters/"+first+"/replay", bearer); code != http.StatusConflict || !strings.Contains(body, `"refused"`) {
 		t.Fatalf("replay while refused: %d %s", code, body)
 	}
 	ts.SetDeliveryFault(nil) // the cause is fixed
-	if code, body := testkit.HTTP(t, "POST", admin+"/v1/deadletters/"+first+"/replay"); code != 200 || !strings.Contains(body, `"appended": 1`) {
+	if code, body := testkit.HTTP(t, "POST", admin+"/v1/deadletters/"+first+"/replay", bearer); code != 200 || !strings.Contains(body, `"appended": 1`) {
 		t.Fatalf("replay: %d %s", code, body)
 	}
 	if got := bobDev.Entries(3, 1); got[0].MsgID != acks[1].MsgID || string(got[0].Body) != "poison 1" {
 		t.Fatalf("replayed entry: %+v", got[0])
 	}
 	// The same replay again finds nothing: never a duplicate.
-	if code, body := testkit.HTTP(t, "POST", admin+"/v1/deadletters/"+first+"/replay"); code != http.StatusNotFound {
+	if code, body := testkit.HTTP(t, "POST", admin+"/v1/deadletters/"+first+"/replay", bearer); code != http.StatusNotFound {
 		t.Fatalf("second replay: %d %s", code, body)
 	}
-	if code, body := testkit.HTTP(t, "DELETE", admin+"/v1/deadletters/"+second); code != 200 || !strings.Contains(body, `"dropped": true`) {
+	if code, body := testkit.HTTP(t, "DELETE", admin+"/v1/deadletters/"+second, bearer); code != 200 || !strings.Contains(body, `"dropped": true`) {
 		t.Fatalf("drop: %d %s", code, body)
 	}
-	code, body := testkit.HTTP(t, "GET", admin+"/v1/deadletters")
+	code, body := testkit.HTTP(t, "GET", admin+"/v1/deadletters", bearer)
 	if code != 200 || !strings.Contains(body, `"total": 0`) {
 		t.Fatalf("list after replay and drop: %d %s", code, body)
 	}
-	if code, body := testkit.HTTP(t, "DELETE", admin+"/v1/deadletters/1-x-3"); code != http.StatusBadRequest {
+	if code, body := testkit.HTTP(t, "DELETE", admin+"/v1/deadletters/1-x-3", bearer); code != http.StatusBadRequest {
 		t.Fatalf("bad id: %d %s", code, body)
 	}
 	// Bob's log holds every message once: the four delivered or replayed, not the dropped one.

@@ -33,10 +33,11 @@ func newInspector(t testing.TB) (*Server, *raftstore.Node) {
 	return s, node
 }
 
-// wantOpsError GETs url and checks the status and the error's code, and that it says what to do.
-func wantOpsError(t *testing.T, url string, status int, code string) adminapi.OpsError {
+// wantOpsError GETs url (the request adjusted by opts) and checks the status and the error's
+// code, and that it says what to do.
+func wantOpsError(t *testing.T, url string, status int, code string, opts ...testkit.RequestOption) adminapi.OpsError {
 	t.Helper()
-	e, got := testkit.GetJSON[adminapi.OpsError](t, url)
+	e, got := testkit.GetJSON[adminapi.OpsError](t, url, opts...)
 	if got != status || e.Code != code || e.Message == "" || e.Hint == "" {
 		t.Errorf("GET %s: HTTP %d %+v; want %d with code %q, a message and a hint", url, got, e, status, code)
 	}

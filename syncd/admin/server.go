@@ -14,15 +14,23 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/syncd-dev/syncd/raftstore"
+	"github.com/syncd-dev/syncd/syncd/adminapi"
 	"github.com/syncd-dev/syncd/syncd/fanout"
 	"github.com/syncd-dev/syncd/syncd/peer"
 	"github.com/syncd-dev/syncd/syncd/routing"
 )
 
-// Config is what the admin server serves. Every field but Logger is required.
+// Config is what the admin server serves. Every field but MetricsAuth and Logger is required.
 type Config struct {
 	// Addr is the TCP address to listen on (adminapi.DefaultAddr by default in syncd.Config).
 	Addr string
+	// Token is the admin token (adminapi.ParseToken) every request but /healthz, /readyz and,
+	// without MetricsAuth, /metrics must present as "Authorization: Bearer <token>".
+	Token string
+	// TokenFile is where operators find Token, named in the hint of a refusal.
+	TokenFile string
+	// MetricsAuth makes /metrics need Token too. Default false: Prometheus scrapes without it.
+	MetricsAuth bool
 	// Node is this node's raftstore node: cluster views, membership, proposals.
 	Node *raftstore.Node
 	// Routing routes users and conversations to shards.
@@ -54,8 +62,12 @@ type Server struct {
 }
 
 // Start registers the inspection handlers on cfg.Peer, listens on cfg.Addr (TCP) and serves the
-// admin endpoints there in a goroutine until Close.
+// admin endpoints there in a goroutine until Close, every request passing the guard (guard.go)
+// first. It fails if cfg.Token is not a valid admin token.
 func Start(cfg Config) (*Server, error) {
+	if _, err := adminapi.ParseToken(cfg.Token); err != nil {
+		return nil, fmt.Errorf("syncd: admin token: %w", err)
+	}
 	logger := cfg.Logger
 	if logger == nil {
 		logger = slog.Default()
@@ -71,7 +83,7 @@ func Start(cfg Config) (*Server, error) {
 	}
 	s.ln = ln
 	s.srv = &http.Server{
-		Handler:           mux,
+		Handler:           newGuard(mux, cfg.Token, cfg.TokenFile, cfg.MetricsAuth),
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		// No WriteTimeout: /debug/pprof/profile and /trace stream for ?seconds=N.
@@ -87,12 +99,12 @@ func Start(cfg Config) (*Server, error) {
 	return s, nil
 }
 
-// newAdminHandler serves the admin endpoints:
+// newHandler serves the admin endpoints:
 //
-//	/metrics        Prometheus exposition of reg
-//	/healthz        200 "ok" while the process serves HTTP (liveness)
-//	/readyz         200 "ok" when ready returns nil, else 503 with its error (readiness)
-//	/debug/pprof/   the net/http/pprof handlers
+//	/metrics        Prometheus exposition of reg (needs the admin token with Config.MetricsAuth)
+//	/healthz        200 "ok" while the process serves HTTP (liveness), open
+//	/readyz         200 "ok" when ready returns nil, else 503 with its error (readiness), open
+//	/debug/pprof/   the net/http/pprof handlers (read only; needs the admin token)
 //
 // Everything is registered on a mux of its own; http.DefaultServeMux is never served (importing
 // net/http/pprof still registers its handlers there, which nothing here exposes). The server adds

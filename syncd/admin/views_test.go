@@ -20,6 +20,7 @@ import (
 func TestInspectCursorsAndTrace(t *testing.T) {
 	ts := startServer(t, nil)
 	base := "http://" + ts.AdminAddr().String()
+	bearer := testkit.Bearer(ts.AdminToken())
 	users := []string{"alice", "erin", "dave"}
 	shards := map[raftstore.ShardID]bool{}
 	for _, u := range users {
@@ -56,7 +57,7 @@ func TestInspectCursorsAndTrace(t *testing.T) {
 	var cur adminapi.CursorReport
 	testkit.WaitTrue(t, 10*time.Second, "erin's two cursors to be stored", func() bool {
 		var code int
-		cur, code = testkit.GetJSON[adminapi.CursorReport](t, base+"/v1/cursors?user=erin")
+		cur, code = testkit.GetJSON[adminapi.CursorReport](t, base+"/v1/cursors?user=erin", bearer)
 		return code == http.StatusOK && len(cur.Devices) == 2
 	})
 	if cur.User != "erin" || cur.Shard != uint32(ts.slots.UserShard("erin")) || !cur.Exists ||
@@ -71,7 +72,7 @@ func TestInspectCursorsAndTrace(t *testing.T) {
 		t.Errorf("phone: %+v", phone)
 	}
 	// The wire names, as syncctl -json and scripts see them.
-	raw, _ := testkit.GetJSON[map[string]any](t, base+"/v1/cursors?user=erin")
+	raw, _ := testkit.GetJSON[map[string]any](t, base+"/v1/cursors?user=erin", bearer)
 	for _, key := range []string{"user", "shard", "epoch", "first", "head", "devices"} {
 		if _, ok := raw[key]; !ok {
 			t.Errorf("cursors JSON lacks %q: %v", key, raw)
@@ -81,7 +82,7 @@ func TestInspectCursorsAndTrace(t *testing.T) {
 		t.Errorf("cursors JSON device: %v", d)
 	}
 	// A user nothing was delivered to has no log yet.
-	if nobody, code := testkit.GetJSON[adminapi.CursorReport](t, base+"/v1/cursors?user=nobody"); code != http.StatusOK || nobody.Exists ||
+	if nobody, code := testkit.GetJSON[adminapi.CursorReport](t, base+"/v1/cursors?user=nobody", bearer); code != http.StatusOK || nobody.Exists ||
 		nobody.Epoch != 0 || nobody.Devices == nil || len(nobody.Devices) != 0 {
 		t.Errorf("cursors of nobody: HTTP %d %+v", code, nobody)
 	}
@@ -91,7 +92,7 @@ func TestInspectCursorsAndTrace(t *testing.T) {
 	url := base + "/v1/trace?msg_id=" + string(msg.MsgID)
 	testkit.WaitTrue(t, 10*time.Second, "the message in every log and out of the outbox", func() bool {
 		var code int
-		if tr, code = testkit.GetJSON[adminapi.TraceReport](t, url); code != http.StatusOK || tr.Outbox.Retained || len(tr.Users) != 3 {
+		if tr, code = testkit.GetJSON[adminapi.TraceReport](t, url, bearer); code != http.StatusOK || tr.Outbox.Retained || len(tr.Users) != 3 {
 			return false
 		}
 		for _, u := range tr.Users {
@@ -130,19 +131,19 @@ func TestInspectCursorsAndTrace(t *testing.T) {
 	// is not mistaken for it.
 	recall := alice.Ack(&proto.Recall{ID: alice.ID(), Conv: "team", ClientMsgID: "x1", Target: msg.MsgID})
 	testkit.WaitTrue(t, 10*time.Second, "the recall in erin's log", func() bool {
-		c, code := testkit.GetJSON[adminapi.CursorReport](t, base+"/v1/cursors?user=erin")
+		c, code := testkit.GetJSON[adminapi.CursorReport](t, base+"/v1/cursors?user=erin", bearer)
 		return code == http.StatusOK && c.Head == 3
 	})
-	tr, _ = testkit.GetJSON[adminapi.TraceReport](t, url+"&user=erin")
+	tr, _ = testkit.GetJSON[adminapi.TraceReport](t, url+"&user=erin", bearer)
 	if !tr.Recalled || len(tr.Users) != 1 || tr.Users[0].User != "erin" || tr.Users[0].Pos != 2 || tr.Users[0].Scanned != 2 {
 		t.Errorf("trace after the recall, for erin: %+v", tr)
 	}
-	rt, _ := testkit.GetJSON[adminapi.TraceReport](t, base+"/v1/trace?msg_id="+string(recall.MsgID)+"&user=erin")
+	rt, _ := testkit.GetJSON[adminapi.TraceReport](t, base+"/v1/trace?msg_id="+string(recall.MsgID)+"&user=erin", bearer)
 	if rt.Entry == nil || rt.Entry.Kind != "recall" || rt.Entry.Target != string(msg.MsgID) || len(rt.Users) != 1 || rt.Users[0].Pos != 3 {
 		t.Errorf("trace of the recall: %+v", rt)
 	}
 	// A scan that stops short of the message says so.
-	tr, _ = testkit.GetJSON[adminapi.TraceReport](t, url+"&user=erin&scan=1")
+	tr, _ = testkit.GetJSON[adminapi.TraceReport](t, url+"&user=erin&scan=1", bearer)
 	if len(tr.Users) != 1 || len(tr.Users[0].Devices) != 2 {
 		t.Fatalf("trace with scan=1: %+v", tr)
 	}
@@ -151,11 +152,11 @@ func TestInspectCursorsAndTrace(t *testing.T) {
 	}
 
 	// Bad requests and unknown messages.
-	admin.WantOpsError(t, base+"/v1/trace", http.StatusBadRequest, "bad_request")
-	admin.WantOpsError(t, base+"/v1/trace?msg_id=hello", http.StatusBadRequest, "bad_request")
-	admin.WantOpsError(t, url+"&scan=0", http.StatusBadRequest, "bad_request")
-	admin.WantOpsError(t, url+"&scan=lots", http.StatusBadRequest, "bad_request")
-	admin.WantOpsError(t, base+"/v1/cursors", http.StatusBadRequest, "bad_request")
-	admin.WantOpsError(t, base+"/v1/trace?msg_id=2.999999.0", http.StatusNotFound, "not_found")
-	admin.WantOpsError(t, base+"/v1/trace?msg_id=99.1.0", http.StatusNotFound, "not_found")
+	admin.WantOpsError(t, base+"/v1/trace", http.StatusBadRequest, "bad_request", bearer)
+	admin.WantOpsError(t, base+"/v1/trace?msg_id=hello", http.StatusBadRequest, "bad_request", bearer)
+	admin.WantOpsError(t, url+"&scan=0", http.StatusBadRequest, "bad_request", bearer)
+	admin.WantOpsError(t, url+"&scan=lots", http.StatusBadRequest, "bad_request", bearer)
+	admin.WantOpsError(t, base+"/v1/cursors", http.StatusBadRequest, "bad_request", bearer)
+	admin.WantOpsError(t, base+"/v1/trace?msg_id=2.999999.0", http.StatusNotFound, "not_found", bearer)
+	admin.WantOpsError(t, base+"/v1/trace?msg_id=99.1.0", http.StatusNotFound, "not_found", bearer)
 }

@@ -24,9 +24,10 @@ type Config struct {
 	// Syncd is the syncd binary every node runs (see Build): a path, or a name looked up in PATH
 	// as exec.Command does. Required.
 	Syncd string
-	// Dir holds the token secret (token.key), the certificate (tls.crt, tls.key) and one directory
-	// per node, Dir/<id>, with its data and its log file syncd.log. Required; created if missing.
-	// A later New on the same Dir reuses the secret, the certificate and the nodes' data.
+	// Dir holds the token secret (token.key), the admin token (admin.token), the certificate
+	// (tls.crt, tls.key) and one directory per node, Dir/<id>, with its data and its log file
+	// syncd.log. Required; created if missing. A later New on the same Dir reuses the secrets,
+	// the certificate and the nodes' data.
 	Dir string
 	// Nodes is the number of founding nodes n1…n<Nodes>: the voters of the new cluster (given to
 	// each other with -peers when there is more than one), started by Cluster.Start. Default 3.
@@ -169,6 +170,15 @@ func (c *Cluster) Fingerprint() string { return c.cred.fingerprint }
 
 // Secret returns the token-signing secret every node uses. The caller must not modify it.
 func (c *Cluster) Secret() []byte { return c.cred.secret }
+
+// AdminToken returns the admin token every node requires on its admin HTTP API (Node.AdminDo
+// sends it).
+func (c *Cluster) AdminToken() string { return c.cred.adminToken }
+
+// AdminTokenFile returns the file holding the admin token (Dir/admin.token, which every node is
+// started with as -admin-token-file, and the file the admin commands of `syncctl -data-dir Dir`
+// read).
+func (c *Cluster) AdminTokenFile() string { return c.cred.adminTokenFile }
 
 // SecretFile returns the file holding the token secret (Dir/token.key, the file `syncctl token
 // -data-dir Dir` reads).

@@ -19,8 +19,8 @@ import (
 )
 
 // TestNewLayout lays out clusters without starting them: free ports on 127.0.0.1 or the fixed
-// layout on 127.0.0.i, spares left out of -peers, the flags every node gets, and one secret and
-// certificate that a second New on the same directory finds again.
+// layout on 127.0.0.i, spares left out of -peers, the flags every node gets, and one secret,
+// admin token and certificate that a second New on the same directory finds again.
 func TestNewLayout(t *testing.T) {
 	dir := t.TempDir()
 	c, err := New(Config{Syncd: "/bin/true", Dir: dir, Nodes: 2, Spares: 1, Shards: 4, Args: []string{"-log-level", "warn"}})
@@ -49,7 +49,8 @@ func TestNewLayout(t *testing.T) {
 	n3.SetArgs("-join", n1.RaftAddr)
 	peers := "n1=" + n1.RaftAddr + ",n2=" + c.Node(1).RaftAddr
 	if args := strings.Join(n1.Args(), " "); !strings.Contains(args, "-peers "+peers) ||
-		!strings.Contains(args, "-token-secret-file "+c.SecretFile()) || !strings.HasSuffix(args, "-log-level warn") {
+		!strings.Contains(args, "-token-secret-file "+c.SecretFile()) || !strings.Contains(args, "-admin-token-file "+c.AdminTokenFile()) ||
+		!strings.HasSuffix(args, "-log-level warn") {
 		t.Errorf("n1 args: %s", args)
 	}
 	if args := strings.Join(n3.Args(), " "); strings.Contains(args, "-peers") || !strings.HasSuffix(args, "-log-level warn -join "+n1.RaftAddr) {
@@ -63,7 +64,8 @@ func TestNewLayout(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if again.Fingerprint() != c.Fingerprint() || !bytes.Equal(again.Secret(), c.Secret()) {
+	if again.Fingerprint() != c.Fingerprint() || !bytes.Equal(again.Secret(), c.Secret()) || again.AdminToken() != c.AdminToken() ||
+		c.AdminToken() == "" {
 		t.Error("a second New on the same directory has other credentials")
 	}
 	if n := again.Node(0); n.ClientAddr != "127.0.0.1:17300" || n.AdminAddr != "127.0.0.1:17380" || n.RaftAddr != "127.0.0.1:17400" {

@@ -1,8 +1,9 @@
 package proccluster
 
 // The one file that uses package syncd for what the cluster shares: the token secret (syncd's
-// token.key format, which `syncctl token -data-dir` also reads), the self-signed certificate and
-// token minting. These are syncd's own helpers rather than copies, so the harness cannot drift
+// token.key format, which `syncctl token -data-dir` also reads), the admin token (admin.token,
+// which the admin commands of `syncctl -data-dir` read), the self-signed certificate and token
+// minting. These are syncd's own helpers rather than copies, so the harness cannot drift
 // from the server's formats.
 
 import (
@@ -10,6 +11,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/syncd-dev/syncd/syncd/adminapi"
 	"github.com/syncd-dev/syncd/syncd/auth"
 )
 
@@ -17,14 +19,20 @@ import (
 type credentials struct {
 	secret                        []byte
 	fingerprint                   string
+	adminToken                    string
 	secretFile, certFile, keyFile string
+	adminTokenFile                string
 }
 
-// loadOrCreateCredentials returns the token secret and the certificate kept in dir, creating them
-// on first use. The certificate covers localhost, ::1 and ips (only at creation: an existing one
+// loadOrCreateCredentials returns the token secret, the admin token and the certificate kept in
+// dir, creating them on first use. The certificate covers localhost, ::1 and ips (only at creation: an existing one
 // is reused as it is, so the fingerprint stays across runs).
 func loadOrCreateCredentials(dir string, ips []string) (credentials, error) {
 	secret, err := auth.LoadOrCreateSecret(dir)
+	if err != nil {
+		return credentials{}, err
+	}
+	adminToken, err := auth.LoadOrCreateAdminToken(dir)
 	if err != nil {
 		return credentials{}, err
 	}
@@ -38,8 +46,9 @@ func loadOrCreateCredentials(dir string, ips []string) (credentials, error) {
 	if err != nil {
 		return credentials{}, err
 	}
-	return credentials{secret: secret, fingerprint: fp, secretFile: filepath.Join(dir, auth.TokenKeyFile),
-		certFile: filepath.Join(dir, auth.TLSCertFile), keyFile: filepath.Join(dir, auth.TLSKeyFile)}, nil
+	return credentials{secret: secret, fingerprint: fp, adminToken: adminToken, secretFile: filepath.Join(dir, auth.TokenKeyFile),
+		certFile: filepath.Join(dir, auth.TLSCertFile), keyFile: filepath.Join(dir, auth.TLSKeyFile),
+		adminTokenFile: filepath.Join(dir, adminapi.TokenFile)}, nil
 }
 
 // Token mints a token for user's device, valid for ttl from now, signed with the cluster's

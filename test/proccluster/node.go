@@ -63,7 +63,8 @@ func (n *Node) argsLocked() []string {
 	c := n.c
 	args := []string{"-data-dir", n.Dir, "-node-id", n.ID, "-listen", n.ClientAddr, "-admin", n.AdminAddr,
 		"-raft-addr", n.RaftAddr, "-shards", fmt.Sprint(c.cfg.Shards),
-		"-token-secret-file", c.cred.secretFile, "-cert", c.cred.certFile, "-key", c.cred.keyFile}
+		"-token-secret-file", c.cred.secretFile, "-cert", c.cred.certFile, "-key", c.cred.keyFile,
+		"-admin-token-file", c.cred.adminTokenFile}
 	// One founding node gets no -peers: it then runs exactly as a lone syncd does (raftstore
 	// bootstraps a node without peers as a cluster of itself, the same as -peers naming it alone).
 	if !n.Spare && len(c.peers) > 1 {
@@ -255,28 +256,6 @@ func (n *Node) Stop(timeout time.Duration) error {
 		return fmt.Errorf("%s stopped with %v; see %s", n.ID, err, n.Log)
 	}
 	return nil
-}
-
-// AdminDo sends a body-less request for path (e.g. "/v1/cluster") to n's admin HTTP server and
-// returns the status and body; see the package function AdminDo.
-func (n *Node) AdminDo(ctx context.Context, method, path string) (int, string, error) {
-	return AdminDo(ctx, n.c.http, method, "http://"+n.AdminAddr+path)
-}
-
-// AdminDo sends a body-less request to url with client and returns the status and the whole body
-// (for any status). Its error is the transport's or the body read's.
-func AdminDo(ctx context.Context, client *http.Client, method, url string) (int, string, error) {
-	req, err := http.NewRequestWithContext(ctx, method, url, nil)
-	if err != nil {
-		return 0, "", err
-	}
-	resp, err := client.Do(req)
-	if err != nil {
-		return 0, "", err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b), err
 }
 
 // Ready asks n's /readyz (200 once every shard has a known leader) and returns nil if it

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 )
@@ -12,13 +13,46 @@ import (
 // and a restarted server is never asked over a connection to its previous run.
 var httpClient = &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
 
-// HTTP sends a body-less request (GET, POST, DELETE…) and returns the status code and the body.
-// It fails t if no answer comes.
-func HTTP(t testing.TB, method, url string) (int, string) {
+// A RequestOption adjusts a request of HTTP or GetJSON before it is sent.
+type RequestOption func(*http.Request)
+
+// Bearer presents token in the Authorization header, as a syncd node's admin API requires
+// (its admin token: syncd.Server.AdminToken).
+func Bearer(token string) RequestOption {
+	return func(r *http.Request) { r.Header.Set("Authorization", "Bearer "+token) }
+}
+
+// Header sets a request header, e.g. the Origin a browser would send.
+func Header(key, value string) RequestOption {
+	return func(r *http.Request) { r.Header.Set(key, value) }
+}
+
+// Body gives the request a body of type contentType, e.g. what an HTML form posts.
+func Body(contentType, body string) RequestOption {
+	return func(r *http.Request) {
+		r.Body, r.ContentLength = io.NopCloser(strings.NewReader(body)), int64(len(body))
+		r.Header.Set("Content-Type", contentType)
+	}
+}
+
+// HTTP sends a request (GET, POST, DELETE…), body-less unless opts give one, and returns the
+// status code and the body. It fails t if no answer comes.
+func HTTP(t testing.TB, method, url string, opts ...RequestOption) (int, string) {
+	t.Helper()
+	resp, body := HTTPResponse(t, method, url, opts...)
+	return resp.StatusCode, body
+}
+
+// HTTPResponse is HTTP returning the whole response (its body already read and closed), for
+// tests of headers.
+func HTTPResponse(t testing.TB, method, url string, opts ...RequestOption) (*http.Response, string) {
 	t.Helper()
 	req, err := http.NewRequest(method, url, nil)
 	if err != nil {
 		t.Fatal(err)
+	}
+	for _, o := range opts {
+		o(req)
 	}
 	resp, err := httpClient.Do(req)
 	if err != nil {
@@ -29,15 +63,15 @@ func HTTP(t testing.TB, method, url string) (int, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return resp.StatusCode, string(b)
+	return resp, string(b)
 }
 
-// GetJSON GETs url and decodes its JSON body (also when the status is not 200) into a fresh T;
-// it fails t if the body is not JSON.
-func GetJSON[T any](t testing.TB, url string) (T, int) {
+// GetJSON GETs url (the request adjusted by opts) and decodes its JSON body (also when the status
+// is not 200) into a fresh T; it fails t if the body is not JSON.
+func GetJSON[T any](t testing.TB, url string, opts ...RequestOption) (T, int) {
 	t.Helper()
 	var v T
-	code, body := HTTP(t, http.MethodGet, url)
+	code, body := HTTP(t, http.MethodGet, url, opts...)
 	if err := json.Unmarshal([]byte(body), &v); err != nil {
 		t.Fatalf("GET %s: HTTP %d, body %q is not JSON: %v", url, code, body, err)
 	}

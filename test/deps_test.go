@@ -41,7 +41,7 @@ var rules = map[string]rule{
 	"proto":                   {outside: []string{msgpack}},
 	"log":                     {deny: []string{msgpack, hashicorp, quic}},
 	"raftstore":               {repo: []string{"log"}, deny: []string{msgpack, quic}},
-	"raftstore/raftstoretest": {repo: []string{"log", "raftstore", "test/testkit"}},
+	"raftstore/raftstoretest": {repo: []string{"log", "proto", "raftstore", "syncd/auth", "test/testkit"}},
 	"proto/prototest":         {repo: []string{"proto"}, deny: serverOnly},
 	"client":                  {repo: []string{"proto", "client/internal/store"}, deny: serverOnly},
 	"client/internal/store":   {repo: []string{"proto"}, deny: append([]string{quic}, serverOnly...)},

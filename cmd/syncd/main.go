@@ -75,15 +75,19 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 func serve(ctx context.Context, cfg syncd.Config, s fileConfig) error {
 	// Where the files operators copy elsewhere are, and which of them NewServer is about to
 	// create: on a first start a newcomer learns that they exist.
-	files := []struct{ name, path string }{{"token_secret", s.TokenSecretFile}, {"cert", s.Cert}}
+	files := []struct{ name, path, def string }{{"token_secret", s.TokenSecretFile, auth.TokenKeyFile},
+		{"cert", s.Cert, auth.TLSCertFile}, {"node_ca", s.NodeCA, auth.NodeCAFile}, {"node_cert", s.NodeCert, auth.NodeCertFile}}
+	if s.InsecureNodePlane {
+		files = files[:2]
+	}
 	var created []string
-	for i, def := range []string{auth.TokenKeyFile, auth.TLSCertFile} {
-		if files[i].path != "" {
+	for i, f := range files {
+		if f.path != "" {
 			continue // the operator's own file, which must exist
 		}
-		files[i].path = filepath.Join(cfg.Dir, def)
+		files[i].path = filepath.Join(cfg.Dir, f.def)
 		if _, err := os.Stat(files[i].path); errors.Is(err, fs.ErrNotExist) {
-			created = append(created, def)
+			created = append(created, f.def)
 		}
 	}
 	srv, err := syncd.NewServer(cfg)
@@ -94,8 +98,16 @@ func serve(ctx context.Context, cfg syncd.Config, s fileConfig) error {
 	// One line per concern. The attribute names are stable: syncctl's help points at cert_sha256.
 	l.Info("clients: QUIC", "addr", srv.Addr().String(), "cert_sha256", srv.Fingerprint())
 	l.Info("admin: HTTP, no authentication (/metrics, /healthz, /readyz, syncctl)", "addr", srv.AdminAddr().String())
-	l.Info("raft: TCP, shared by all shards", "addr", srv.Node().Addr(), "node", srv.Node().ID())
-	attrs := []any{"dir", cfg.Dir, files[0].name, files[0].path, files[1].name, files[1].path}
+	nodePlane := "mutual TLS 1.3 under the cluster CA"
+	if cfg.InsecureNodePlane {
+		nodePlane = "plain TCP, INSECURE"
+	}
+	l.Info("raft: TCP, shared by all shards", "addr", srv.Node().Addr(), "node", srv.Node().ID(), "security", nodePlane)
+	var attrs []any
+	for _, f := range files {
+		attrs = append(attrs, f.name, f.path)
+	}
+	attrs = append([]any{"dir", cfg.Dir}, attrs...)
 	if len(created) > 0 {
 		attrs = append(attrs, "created", strings.Join(created, ","))
 	}

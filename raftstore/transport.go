@@ -64,6 +64,9 @@ const (
 	// defaultRouteTimeout bounds how long a routed connection waits for
 	// room in a busy layer's backlog before it is dropped; raft redials.
 	defaultRouteTimeout = time.Second
+	// rejectLogInterval spaces the warnings about refused connections: a
+	// misconfigured peer redials all the time, and strangers can too.
+	rejectLogInterval = 10 * time.Second
 )
 
 // Mux is a node's single raft listener. It reads the shard header of every
@@ -93,6 +96,10 @@ type Mux struct {
 	// handshaking holds connections still sending their header, so Close
 	// can unblock their reads instead of waiting for the deadline.
 	handshaking map[net.Conn]struct{}
+	// lastReject is when a refused connection was last logged; suppressed
+	// counts those refused since without a log line.
+	lastReject time.Time
+	suppressed int
 }
 
 // newMux starts serving raft connections from ln, in mutual TLS under t
@@ -265,7 +272,7 @@ func (m *Mux) handshake(conn net.Conn) {
 		m.logger.Debug("mux connection closed before header", "remote", remote)
 		conn.Close()
 	case err != nil:
-		m.logger.Warn("mux rejected connection", "remote", remote, "peer", peer, "err", err)
+		m.warnRejected("remote", remote, "peer", peer, "err", err)
 		conn.Close()
 	case forward && fwd == nil:
 		m.logger.Warn("mux forwarding connection before the node is ready", "remote", remote, "peer", peer)
@@ -279,6 +286,26 @@ func (m *Mux) handshake(conn net.Conn) {
 		defer l.routing.Done()
 		m.route(l, conn, remote)
 	}
+}
+
+// warnRejected logs a refused connection (a failed TLS handshake, a bad
+// header) with args, at most once per rejectLogInterval, saying how many
+// were refused in between without a line.
+func (m *Mux) warnRejected(args ...any) {
+	m.mu.Lock()
+	now := time.Now()
+	if !m.lastReject.IsZero() && now.Sub(m.lastReject) < rejectLogInterval {
+		m.suppressed++
+		m.mu.Unlock()
+		return
+	}
+	n := m.suppressed
+	m.lastReject, m.suppressed = now, 0
+	m.mu.Unlock()
+	if n > 0 {
+		args = append(args, "refused_unlogged", n)
+	}
+	m.logger.Warn("mux rejected connection", args...)
 }
 
 // readHeader completes the TLS handshake of a TLS connection, then reads

@@ -24,6 +24,8 @@ type Cluster struct {
 	nodes []*raftstore.Node // nil while stopped
 	ids   []string          // node ids, n1…
 	mesh  *testkit.Mesh     // relay (ids[i], ids[j]) carries i's connections to j
+	// certDir holds the cluster CA (certDir/ca) and the nodes' certificates (certDir/<id>).
+	certDir string
 }
 
 // NewCluster starts n nodes hosting shards, each shard bootstrapped with all n nodes as voters.
@@ -43,7 +45,8 @@ func NewCluster(t testing.TB, n int, shards []raftstore.ShardID, tweak func(*raf
 	if err != nil {
 		t.Fatal(err)
 	}
-	certs := ClusterTLS(t, filepath.Join(dir, "certs"), c.ids...)
+	c.certDir = filepath.Join(dir, "certs")
+	certs := ClusterTLS(t, c.certDir, c.ids...)
 	c.mesh = mesh
 	t.Cleanup(c.Close) // registered now, so the relays are closed even if a start fails
 	for i := range n {

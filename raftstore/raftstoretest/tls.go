@@ -1,6 +1,7 @@
 package raftstoretest
 
 import (
+	"crypto/tls"
 	"path/filepath"
 	"testing"
 
@@ -28,26 +29,39 @@ func TLS(dir, id string) (*raftstore.TLS, error) {
 // configuration by id.
 func ClusterTLS(t testing.TB, dir string, ids ...string) map[string]*raftstore.TLS {
 	t.Helper()
-	caDir := filepath.Join(dir, "ca")
-	if err := auth.CreateCA(caDir); err != nil {
+	if err := auth.CreateCA(filepath.Join(dir, "ca")); err != nil {
 		t.Fatal(err)
 	}
 	out := map[string]*raftstore.TLS{}
 	for _, id := range ids {
-		d := filepath.Join(dir, id)
-		if err := auth.CreateNodeCert(d, filepath.Join(caDir, auth.NodeCAFile), filepath.Join(caDir, auth.NodeCAKeyFile), id, nil); err != nil {
-			t.Fatal(err)
-		}
-		certs, err := auth.LoadNodeCerts(filepath.Join(d, auth.NodeCAFile), filepath.Join(d, auth.NodeCertFile), filepath.Join(d, auth.NodeKeyFile))
-		if err != nil {
-			t.Fatal(err)
-		}
-		out[id] = FromCerts(certs)
+		out[id] = FromCerts(issueNodeCert(t, dir, id))
 	}
 	return out
+}
+
+// issueNodeCert issues a certificate for node id from the CA in dir/ca, into dir/<id>.
+func issueNodeCert(t testing.TB, dir, id string) auth.NodeCerts {
+	t.Helper()
+	ca, d := filepath.Join(dir, "ca"), filepath.Join(dir, id)
+	if err := auth.CreateNodeCert(d, filepath.Join(ca, auth.NodeCAFile), filepath.Join(ca, auth.NodeCAKeyFile), id, nil); err != nil {
+		t.Fatal(err)
+	}
+	certs, err := auth.LoadNodeCerts(filepath.Join(d, auth.NodeCAFile), filepath.Join(d, auth.NodeCertFile), filepath.Join(d, auth.NodeKeyFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return certs
 }
 
 // FromCerts is the raftstore configuration of certificates loaded by syncd/auth.
 func FromCerts(c auth.NodeCerts) *raftstore.TLS {
 	return &raftstore.TLS{Cert: c.Cert, CAs: c.CAs, NodeID: auth.NodeID}
+}
+
+// NodeCert issues a certificate of the cluster's CA for node id (one that need not be a member),
+// as `syncctl cert create-node` would: for tests that play a node, or someone holding a node's
+// key. Call it from the test goroutine, once per id.
+func (c *Cluster) NodeCert(id string) tls.Certificate {
+	c.t.Helper()
+	return issueNodeCert(c.t, c.certDir, id).Cert
 }

@@ -20,6 +20,10 @@ import (
 	"github.com/syncd-dev/syncd/test/testkit"
 )
 
+// The mux tests here run plain TCP (a nil *TLS): they are about the header, routing, backlogs and
+// raft over bare layers, which dial bare addresses (no "id@" target, so no certificate to
+// expect). The same mux with TLS is tested in tls_internal_test.go and under every node test.
+
 // testLogWriter forwards log output to t.Log until the test's cleanups run,
 // so a straggling goroutine can never log into a finished test.
 type testLogWriter struct {

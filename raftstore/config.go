@@ -40,6 +40,14 @@ type Config struct {
 	// PeerAddr, if set, overrides the address used to dial a peer by id (for NAT and for the
 	// fault-injecting relays of tests). It must return "" to use the configured address.
 	PeerAddr func(id string) string
+	// TLS secures the node's listener and every connection it dials to another node (Raft,
+	// forwarded proposals, calls) with mutual TLS 1.3 under the cluster CA (see tls.go). Required
+	// unless Insecure is set.
+	TLS *TLS
+	// Insecure runs the node plane in plain TCP: anyone who can reach RaftAddr can then propose
+	// any command and read every log. For tests of the transport itself and an operator's
+	// explicit choice only; it excludes TLS. Default false.
+	Insecure bool
 	// App is the application above the node (syncd's server): what the node tells it and asks
 	// of it. Nil means none: no calls are served and nobody is told of applies.
 	App App
@@ -190,6 +198,16 @@ func (c Config) Validate() error {
 	}
 	if c.Managed && (c.Shards != nil || c.ShardCount < 1) {
 		errs = append(errs, errors.New("raftstore: a managed node needs ShardCount ≥ 1 and no Shards list"))
+	}
+	switch {
+	case c.TLS == nil && !c.Insecure:
+		errs = append(errs, errors.New("raftstore: TLS is required (mutual TLS on the node plane); set Insecure to run it in plain TCP"))
+	case c.TLS != nil && c.Insecure:
+		errs = append(errs, errors.New("raftstore: TLS and Insecure exclude each other"))
+	case c.TLS != nil:
+		if err := c.TLS.validate(c.NodeID); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if c.Join != "" && c.Peers != nil {
 		errs = append(errs, errors.New("raftstore: Join and Peers exclude each other: join an existing cluster, or start a new one"))

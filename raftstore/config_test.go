@@ -14,6 +14,7 @@ var noDefault = map[string]bool{
 	"NodeID": true, "Dir": true, "AdvertiseAddr": true, "Shards": true, "Peers": true,
 	"PeerAddr": true, "App": true, "Managed": true, "ShardCount": true,
 	"Join": true, "Logger": true,
+	"TLS": true, "Insecure": true, // no default: one of them must be chosen (Validate)
 }
 
 func TestConfigDefaultsComeFromDefaultConfig(t *testing.T) {
@@ -52,12 +53,12 @@ func TestConfigDefaultsComeFromDefaultConfig(t *testing.T) {
 
 func TestConfigValidateReportsAll(t *testing.T) {
 	err := Config{NodeID: "n1", Dir: t.TempDir(), DeadAfter: -time.Second, ReconcileInterval: -1, CacheSize: -1}.Validate()
-	for _, want := range []string{"DeadAfter -1s must not be negative", "ReconcileInterval -1ns", "CacheSize -1"} {
+	for _, want := range []string{"DeadAfter -1s must not be negative", "ReconcileInterval -1ns", "CacheSize -1", "TLS is required"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("Validate() = %v, want it to contain %q", err, want)
 		}
 	}
-	if err := (Config{NodeID: "n1", Dir: t.TempDir()}).Validate(); err != nil {
+	if err := (Config{NodeID: "n1", Dir: t.TempDir(), Insecure: true}).Validate(); err != nil {
 		t.Errorf("defaults do not validate: %v", err)
 	}
 }

@@ -41,6 +41,7 @@ import (
 
 	"github.com/syncd-dev/syncd/log"
 	"github.com/syncd-dev/syncd/raftstore"
+	"github.com/syncd-dev/syncd/raftstore/raftstoretest"
 	"github.com/syncd-dev/syncd/test/testkit"
 )
 
@@ -55,14 +56,16 @@ const (
 )
 
 // crashChildConfig is the node configuration of the child: snapshots and Raft log compaction
-// happen within a run's lifetime, so kills land in them too.
-func crashChildConfig(dir string, logger *slog.Logger) raftstore.Config {
+// happen within a run's lifetime, so kills land in them too. The node-plane certificates are
+// created in dir on the first run, as syncd's embedded node does.
+func crashChildConfig(dir string, logger *slog.Logger) (raftstore.Config, error) {
+	tls, err := raftstoretest.TLS(dir, "n1")
 	return raftstore.Config{
-		NodeID: "n1", Dir: dir, Logger: logger,
+		NodeID: "n1", Dir: dir, Logger: logger, TLS: tls,
 		SnapshotThreshold: 4096,
 		SnapshotInterval:  300 * time.Millisecond,
 		TrailingLogs:      1024,
-	}
+	}, err
 }
 
 // crashConv is the k-th conversation of the crash test: the direct conversation of uk and vk.
@@ -363,7 +366,11 @@ func (r *crashRecord) writeState(path string) error {
 // crashVerify opens the data the children left, finishes fan-out and checks every guarantee.
 func crashVerify(t *testing.T, dir string, rec *crashRecord) {
 	t.Helper()
-	n, err := raftstore.New(raftstore.Config{NodeID: "n1", Dir: dir, Logger: slog.New(slog.DiscardHandler)})
+	tls, err := raftstoretest.TLS(dir, "n1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := raftstore.New(raftstore.Config{NodeID: "n1", Dir: dir, TLS: tls, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -564,7 +571,11 @@ func crashChild(dir string) {
 	}
 
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	n, err := raftstore.New(crashChildConfig(dir, logger))
+	cfg, err := crashChildConfig(dir, logger)
+	if err != nil {
+		out.fail("certificates: %v", err)
+	}
+	n, err := raftstore.New(cfg)
 	if err != nil {
 		out.fail("open: %v", err)
 	}

@@ -1,6 +1,7 @@
 // Package raftstore runs a node's shards: each shard is a hashicorp/raft group whose state machine
 // applies versioned commands to a log.Shard, all shards of a node share one Pebble store (the Raft
-// log, stable store and state, under per-shard key prefixes) and one TCP listener for Raft.
+// log, stable store and state, under per-shard key prefixes) and one TCP listener for Raft,
+// forwarded proposals and calls, which speaks mutual TLS 1.3 under the cluster CA ([TLS]).
 //
 // Use [New] to open a node, [Node.Propose] to replicate a [Command] and get its [Result] after a
 // durable quorum commit, and [Node.State] to read a shard's state on this replica. Errors from

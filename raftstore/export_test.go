@@ -1,5 +1,11 @@
 package raftstore
 
+import (
+	"encoding/binary"
+	"fmt"
+	"io"
+)
+
 // TransferLeadership hands this node's leadership of shard to voter id, whose replica has applied
 // targetApplied, through the guard the balancer and the membership loop use (for tests in
 // package raftstore_test).
@@ -23,4 +29,35 @@ var ErrTransferSpent = errTransferSpent
 func (n *Node) CurrentTerm(shard ShardID) uint64 {
 	r, _ := n.replica(shard)
 	return r.raft.CurrentTerm()
+}
+
+// ForwardProposal returns the bytes a forwarding connection carries for one proposal of cmd to
+// shard, mux header included, with cmd.Time as it is (Propose would strip it): what an outsider
+// writes to a node's Raft port, for the node-plane tests.
+func ForwardProposal(shard ShardID, cmd Command) ([]byte, error) {
+	data, err := cmd.encode()
+	if err != nil {
+		return nil, err
+	}
+	req := fwdRequest{id: 1, kind: fwdPropose, shard: shard, command: data}
+	return append(binary.BigEndian.AppendUint32([]byte(fwdMagic), 0), req.encode()...), nil
+}
+
+// ReadForwardAnswer reads one answer from a forwarding connection: the node's Result and error,
+// or the error that ended the connection.
+func ReadForwardAnswer(r io.Reader) (Result, error) {
+	body, err := readFrame(r)
+	if err != nil {
+		return Result{}, fmt.Errorf("reading the answer: %w", err)
+	}
+	resp, err := decodeFwdResponse(body)
+	if err != nil {
+		return Result{}, err
+	}
+	return resp.res, resp.err
+}
+
+// RaftHeader is the mux header that opens a Raft connection for shard.
+func RaftHeader(shard ShardID) []byte {
+	return binary.BigEndian.AppendUint32([]byte(muxMagic), uint32(shard))
 }

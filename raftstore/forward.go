@@ -22,8 +22,10 @@ import (
 // the same Result, the same sentinels (log refusals included).
 //
 // One long-lived TCP connection per peer carries every forwarded proposal to it, pipelined and
-// matched by request id. The forwarded command carries no proposer time: the leader stamps it
-// with its own clock, as for a local proposal. A leader answers only for itself (it never
+// matched by request id; with Config.TLS it is mutual TLS, and the peer's certificate must name
+// the node the forwarder meant to reach (tls.go). The forwarded command carries no proposer
+// time: the leader stamps it with its own clock, as for a local proposal, and refuses a forwarded
+// command that names one (decodeFwdRequest), so that no caller chooses the time entries get. A leader answers only for itself (it never
 // forwards again); if it has lost leadership meanwhile, its NotLeaderError names the new leader
 // and Propose follows it, a bounded number of times.
 //
@@ -44,24 +46,37 @@ const fwdDefaultWait = 30 * time.Second
 // fwdDialTimeout bounds connecting to a peer.
 const fwdDialTimeout = 2 * time.Second
 
-// forwarder sends proposals to other nodes: one connection per peer address, dialled on demand
-// and redialled after a failure.
+// forwarder sends proposals to other nodes: one connection per peer, dialled on demand and
+// redialled after a failure.
 type forwarder struct {
 	logger *slog.Logger
+	tls    *TLS // nil: plain TCP
 
 	mu     sync.Mutex
-	conns  map[string]*fwdConn // by address
+	conns  map[nodeAt]*fwdConn
 	closed bool
 	wg     sync.WaitGroup // reader goroutines
 }
 
-func newForwarder(logger *slog.Logger) *forwarder {
-	return &forwarder{logger: logger.With("component", "forward"), conns: map[string]*fwdConn{}}
+// nodeAt is a node to dial: its address and the node id its certificate must name ("": any node
+// of the cluster, for a joining node's Config.Join only).
+type nodeAt struct{ id, addr string }
+
+// String names the peer in errors and logs.
+func (p nodeAt) String() string {
+	if p.id == "" {
+		return p.addr
+	}
+	return p.id + " at " + p.addr
+}
+
+func newForwarder(t *TLS, logger *slog.Logger) *forwarder {
+	return &forwarder{logger: logger.With("component", "forward"), tls: t, conns: map[nodeAt]*fwdConn{}}
 }
 
 // fwdConn is one connection to a peer and the requests waiting for its answers.
 type fwdConn struct {
-	addr  string
+	to    nodeAt
 	ready chan struct{} // closed once dialled (c set) or failed (err set)
 	c     net.Conn
 	wmu   sync.Mutex // serializes writes
@@ -72,9 +87,9 @@ type fwdConn struct {
 	err     error // set once the connection failed; no new requests
 }
 
-// propose forwards cmd for shard to the node at addr and waits for its answer.
-func (f *forwarder) propose(ctx context.Context, addr string, shard ShardID, cmd []byte) (Result, error) {
-	r, err := f.roundTrip(ctx, addr, &fwdRequest{kind: fwdPropose, shard: shard, command: cmd})
+// propose forwards cmd for shard to node to and waits for its answer.
+func (f *forwarder) propose(ctx context.Context, to nodeAt, shard ShardID, cmd []byte) (Result, error) {
+	r, err := f.roundTrip(ctx, to, &fwdRequest{kind: fwdPropose, shard: shard, command: cmd})
 	if err != nil {
 		return Result{}, err
 	}
@@ -85,9 +100,9 @@ func (f *forwarder) propose(ctx context.Context, addr string, shard ShardID, cmd
 	return r.res, r.err
 }
 
-// status asks the node at addr for its NodeStatus.
-func (f *forwarder) status(ctx context.Context, addr string) (NodeStatus, error) {
-	r, err := f.roundTrip(ctx, addr, &fwdRequest{kind: fwdStatusReq})
+// status asks node to for its NodeStatus.
+func (f *forwarder) status(ctx context.Context, to nodeAt) (NodeStatus, error) {
+	r, err := f.roundTrip(ctx, to, &fwdRequest{kind: fwdStatusReq})
 	if err == nil {
 		err = r.err
 	}
@@ -96,24 +111,24 @@ func (f *forwarder) status(ctx context.Context, addr string) (NodeStatus, error)
 	}
 	var st NodeStatus
 	if err := json.Unmarshal(r.body, &st); err != nil {
-		return NodeStatus{}, fmt.Errorf("raftstore: status of %s: %w", addr, err)
+		return NodeStatus{}, fmt.Errorf("raftstore: status of %s: %w", to, err)
 	}
 	return st, nil
 }
 
-// call sends a call of method with payload to the node at addr and returns its answer.
-func (f *forwarder) call(ctx context.Context, addr, method string, payload []byte) ([]byte, error) {
-	r, err := f.roundTrip(ctx, addr, &fwdRequest{kind: fwdCall, method: method, command: payload})
+// call sends a call of method with payload to node to and returns its answer.
+func (f *forwarder) call(ctx context.Context, to nodeAt, method string, payload []byte) ([]byte, error) {
+	r, err := f.roundTrip(ctx, to, &fwdRequest{kind: fwdCall, method: method, command: payload})
 	if err == nil {
 		err = r.err
 	}
 	return r.body, err
 }
 
-// roundTrip sends req (its id and timeout filled in here) to the node at addr and waits for the
-// answer. The error return is for the trip itself; the answer's own error is in the response.
-func (f *forwarder) roundTrip(ctx context.Context, addr string, req *fwdRequest) (fwdResponse, error) {
-	c, err := f.conn(ctx, addr)
+// roundTrip sends req (its id and timeout filled in here) to node to and waits for the answer.
+// The error return is for the trip itself; the answer's own error is in the response.
+func (f *forwarder) roundTrip(ctx context.Context, to nodeAt, req *fwdRequest) (fwdResponse, error) {
+	c, err := f.conn(ctx, to)
 	if err != nil {
 		return fwdResponse{}, err
 	}
@@ -155,20 +170,20 @@ func (f *forwarder) roundTrip(ctx context.Context, addr string, req *fwdRequest)
 	c.mu.Lock()
 	delete(c.pending, req.id)
 	c.mu.Unlock()
-	return fwdResponse{}, fmt.Errorf("%w: no answer from %s in time", ErrUnreachable, addr)
+	return fwdResponse{}, fmt.Errorf("%w: no answer from %s in time", ErrUnreachable, to)
 }
 
-// conn returns the connection to addr, dialling it if there is none.
-func (f *forwarder) conn(ctx context.Context, addr string) (*fwdConn, error) {
+// conn returns the connection to node to, dialling it if there is none.
+func (f *forwarder) conn(ctx context.Context, to nodeAt) (*fwdConn, error) {
 	f.mu.Lock()
 	if f.closed {
 		f.mu.Unlock()
 		return nil, ErrShutdown
 	}
-	c := f.conns[addr]
+	c := f.conns[to]
 	if c == nil {
-		c = &fwdConn{addr: addr, ready: make(chan struct{}), pending: map[uint64]chan fwdResponse{}}
-		f.conns[addr] = c
+		c = &fwdConn{to: to, ready: make(chan struct{}), pending: map[uint64]chan fwdResponse{}}
+		f.conns[to] = c
 		f.wg.Add(1)
 		go f.dial(c)
 	}
@@ -176,7 +191,7 @@ func (f *forwarder) conn(ctx context.Context, addr string) (*fwdConn, error) {
 	select {
 	case <-c.ready:
 	case <-ctx.Done():
-		return nil, fmt.Errorf("%w: connecting to %s: %v", ErrUnreachable, addr, ctx.Err())
+		return nil, fmt.Errorf("%w: connecting to %s: %v", ErrUnreachable, to, ctx.Err())
 	}
 	c.mu.Lock()
 	err := c.err
@@ -190,8 +205,7 @@ func (f *forwarder) conn(ctx context.Context, addr string) (*fwdConn, error) {
 // dial connects c, then reads its answers until the connection fails.
 func (f *forwarder) dial(c *fwdConn) {
 	defer f.wg.Done()
-	d := net.Dialer{Timeout: fwdDialTimeout, KeepAlive: 5 * time.Second}
-	conn, err := d.Dial("tcp", c.addr)
+	conn, err := dialNode(f.tls, c.to.id, c.to.addr, fwdDialTimeout, 5*time.Second)
 	if err == nil {
 		hdr := binary.BigEndian.AppendUint32([]byte(fwdMagic), 0)
 		if err = writeHeader(conn, hdr, fwdDialTimeout); err != nil {
@@ -237,15 +251,15 @@ func (f *forwarder) dial(c *fwdConn) {
 // fail marks c broken: its waiting requests get ErrUnreachable and the next proposal redials.
 func (f *forwarder) fail(c *fwdConn, err error) {
 	f.mu.Lock()
-	if f.conns[c.addr] == c {
-		delete(f.conns, c.addr)
+	if f.conns[c.to] == c {
+		delete(f.conns, c.to)
 	}
 	f.mu.Unlock()
 	c.mu.Lock()
 	if c.err == nil {
-		c.err = fmt.Errorf("forwarding connection to %s: %w", c.addr, err)
+		c.err = fmt.Errorf("forwarding connection to %s: %w", c.to, err)
 		if !errors.Is(err, ErrShutdown) && !errors.Is(err, net.ErrClosed) {
-			f.logger.Debug("forwarding connection failed", "peer", c.addr, "err", err)
+			f.logger.Debug("forwarding connection failed", "peer", c.to.String(), "err", err)
 		}
 	}
 	pending := c.pending
@@ -328,7 +342,8 @@ func (s *fwdServer) serve(conn net.Conn) {
 			}
 			req, err := decodeFwdRequest(body)
 			if err != nil {
-				s.node.logger.Warn("bad forwarded request; closing the connection", "remote", conn.RemoteAddr().String(), "err", err)
+				s.node.logger.Warn("bad forwarded request; closing the connection", "remote", conn.RemoteAddr().String(),
+					"peer", peerNodeID(conn, s.node.cfg.TLS), "err", err)
 				return
 			}
 			s.wg.Add(1)
@@ -379,7 +394,7 @@ func (n *Node) Call(ctx context.Context, id, method string, payload []byte) ([]b
 	if addr == "" {
 		return nil, fmt.Errorf("%w: no address known for node %q", ErrUnreachable, id)
 	}
-	return n.fwd.call(ctx, n.dialAddr(id, addr), method, payload)
+	return n.fwd.call(ctx, nodeAt{id, n.dialAddr(id, addr)}, method, payload)
 }
 
 // serveCall answers a call with the App's Serve.

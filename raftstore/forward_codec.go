@@ -14,7 +14,9 @@ import (
 //
 // Request body:  version u8 (1) | id uvarint | kind u8 | fields of the kind
 //   kind 1, propose: shard uvarint | timeout_ms uvarint (0: none) |
-//                    command (the Raft command encoding, proposer time 0: the leader stamps it)
+//                    command (the Raft command encoding with proposer time 0, which the leader
+//                    stamps; a nonzero time is refused, closing the connection; for the meta
+//                    shard, a meta command)
 //   kind 2, status:  nothing (the node answers its NodeStatus)
 //   kind 3, call:    method string | payload (the rest): a request for the application's handler
 //                    (App.Serve), such as a read of a shard this node hosts
@@ -103,6 +105,15 @@ func decodeFwdRequest(body []byte) (fwdRequest, error) {
 			d.err = errors.New("raftstore: forwarded request: shard out of range")
 		}
 		r.shard, r.command = ShardID(shard), d.b
+		if d.err == nil && r.shard != MetaShard {
+			// Only the leader stamps a proposal's time: a forwarded command naming one is refused,
+			// so that no caller can choose the time its entries get (nor be trusted to).
+			if c, err := decodeCommand(r.command); err != nil {
+				d.err = fmt.Errorf("raftstore: forwarded proposal: %w", err)
+			} else if c.time != 0 {
+				d.err = fmt.Errorf("raftstore: forwarded proposal carries proposer time %d; only the leader stamps proposals", c.time)
+			}
+		}
 	default:
 		d.err = fmt.Errorf("raftstore: forwarded request of unknown kind %d", r.kind)
 	}

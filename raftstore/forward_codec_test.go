@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/syncd-dev/syncd/log"
@@ -59,7 +60,8 @@ func TestForwardCodec(t *testing.T) {
 		}
 	}
 	for _, req := range []fwdRequest{
-		{id: 77, kind: fwdPropose, shard: 1<<32 - 1, timeoutMS: 1500, command: []byte{1, 2, 3}},
+		{id: 77, kind: fwdPropose, shard: 1<<32 - 1, timeoutMS: 1500, command: []byte{1, 2, 0, 3}},
+		{id: 80, kind: fwdPropose, shard: MetaShard, command: []byte(`{"v":1,"op":"join"}`)},
 		{id: 78, kind: fwdStatusReq},
 		{id: 79, kind: fwdCall, timeoutMS: 20, method: "read", command: []byte(`{"op":"x"}`)},
 	} {
@@ -71,6 +73,37 @@ func TestForwardCodec(t *testing.T) {
 	status := fwdResponse{id: 10, body: []byte(`{"id":"n1"}`)}
 	if got, err := decodeFwdResponse(status.encode()[4:]); err != nil || string(got.body) != `{"id":"n1"}` || got.err != nil {
 		t.Fatalf("status response: %+v %v", got, err)
+	}
+}
+
+// TestForwardedProposalTimeRefused: a forwarded proposal names no proposer time (the leader
+// stamps it); one that does is refused by the decoder, whatever the time, so a caller cannot
+// choose the time its entries get. Forwarding itself strips a time set on the Command.
+func TestForwardedProposalTimeRefused(t *testing.T) {
+	cmd := AppendCommand(&log.Append{Conv: "d:alice:bob", Sender: "alice", ClientMsgID: "m1", Body: []byte("hi"),
+		Members: []string{"alice", "bob"}})
+	for _, stamp := range []int64{1, -1, 1_700_000_000_000_000_000} {
+		cmd.Time = stamp
+		data, err := cmd.encode()
+		if err != nil {
+			t.Fatal(err)
+		}
+		req := fwdRequest{id: 1, kind: fwdPropose, shard: 3, command: data}
+		if _, err := decodeFwdRequest(req.encode()[4:]); err == nil || !strings.Contains(err.Error(), "only the leader stamps") {
+			t.Fatalf("time %d: decoded with %v, want a refusal", stamp, err)
+		}
+		data, err = forwardable(cmd)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.command = data
+		got, err := decodeFwdRequest(req.encode()[4:])
+		if err != nil {
+			t.Fatalf("time %d, forwardable: %v", stamp, err)
+		}
+		if c, err := decodeCommand(got.command); err != nil || c.time != 0 {
+			t.Fatalf("time %d, forwardable: command time %d (%v), want 0", stamp, c.time, err)
+		}
 	}
 }
 

@@ -317,7 +317,7 @@ func ids(peers []Peer) []string {
 // caughtUp reports whether node's replica of r's shard has applied nearly everything this
 // leader has.
 func (n *Node) caughtUp(ctx context.Context, r *replica, node NodeInfo) bool {
-	st, err := n.fwd.status(ctx, n.dialAddr(node.ID, node.RaftAddr))
+	st, err := n.fwd.status(ctx, nodeAt{node.ID, n.dialAddr(node.ID, node.RaftAddr)})
 	if err != nil {
 		return false
 	}
@@ -337,7 +337,7 @@ func (n *Node) dropIfRemoved(ctx context.Context, r *replica, desired []string, 
 		if !ok {
 			continue
 		}
-		st, err := n.fwd.status(ctx, n.dialAddr(id, node.RaftAddr))
+		st, err := n.fwd.status(ctx, nodeAt{id, n.dialAddr(id, node.RaftAddr)})
 		if err != nil {
 			continue
 		}
@@ -536,19 +536,19 @@ func (n *Node) ProposeMeta(ctx context.Context, c metaCommand) error {
 	if err != nil {
 		return err
 	}
-	var hint string
+	var hint nodeAt
 	for hop := 0; hop <= fwdMaxHops; hop++ {
-		addr := hint
-		for addr == "" {
+		to := hint
+		for to.addr == "" {
 			if n.meta.raft.State() == raft.Leader {
 				return n.proposeMetaLocal(ctx, data)
 			}
 			a, id := n.meta.raft.LeaderWithID()
 			switch {
 			case id != "":
-				addr = n.dialAddr(string(id), string(a))
+				to = nodeAt{string(id), n.dialAddr(string(id), string(a))}
 			case n.cfg.Join != "":
-				addr = n.cfg.Join
+				to = nodeAt{"", n.cfg.Join} // an address only: any node of the cluster relays the join
 			default: // an election is under way: wait for its outcome, within ctx
 				select {
 				case <-ctx.Done():
@@ -557,7 +557,7 @@ func (n *Node) ProposeMeta(ctx context.Context, c metaCommand) error {
 				}
 			}
 		}
-		r, err := n.fwd.roundTrip(ctx, addr, &fwdRequest{kind: fwdPropose, shard: MetaShard, command: data})
+		r, err := n.fwd.roundTrip(ctx, to, &fwdRequest{kind: fwdPropose, shard: MetaShard, command: data})
 		if err == nil {
 			err = r.err
 		}
@@ -565,7 +565,7 @@ func (n *Node) ProposeMeta(ctx context.Context, c metaCommand) error {
 		if !errors.As(err, &nl) || nl.LeaderID == "" {
 			return err
 		}
-		hint = n.dialAddr(nl.LeaderID, nl.LeaderAddr)
+		hint = nodeAt{nl.LeaderID, n.dialAddr(nl.LeaderID, nl.LeaderAddr)}
 	}
 	return &NotLeaderError{Shard: MetaShard}
 }

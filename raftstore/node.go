@@ -38,7 +38,7 @@ type Node struct {
 	manageKick chan struct{} // wakes the management loop (managed.go)
 	fwd        *forwarder    // proposals this node forwards to leaders elsewhere
 	fwdSrv     *fwdServer    // proposals other nodes forward to this one
-	// leaderHints maps a shard hosted elsewhere to the address of its leader as last reached.
+	// leaderHints maps a shard hosted elsewhere to its leader (a nodeAt) as last reached.
 	leaderHints sync.Map
 
 	stop      chan struct{}  // closed by Close: stops the node's own goroutines
@@ -86,8 +86,8 @@ func New(cfg Config) (*Node, error) {
 		db.Close()
 		return nil, fmt.Errorf("raftstore: listen for raft on %s (is another syncd running? pick another address): %w", cfg.RaftAddr, err)
 	}
-	n.mux = newMux(ln, n.logger)
-	n.fwd = newForwarder(n.logger)
+	n.mux = newMux(ln, cfg.TLS, n.logger)
+	n.fwd = newForwarder(cfg.TLS, n.logger)
 	n.fwdSrv = &fwdServer{node: n, conns: map[net.Conn]struct{}{}}
 	n.addr = cfg.AdvertiseAddr
 	if n.addr == "" {
@@ -192,7 +192,8 @@ func (n *Node) startRaft(id ShardID, f raft.FSM, persistent bool, snaps raft.Sna
 	if err != nil {
 		return nil, err
 	}
-	trans := newShardTransport(layer, n.logger, n.addressProvider())
+	trans := newShardTransport(layer, n.logger)
+	rt := &peerTransport{NetworkTransport: trans, node: n} // what raft dials through
 
 	rc := raft.DefaultConfig()
 	rc.LocalID = raft.ServerID(cfg.NodeID)
@@ -228,13 +229,13 @@ func (n *Node) startRaft(id ShardID, f raft.FSM, persistent bool, snaps raft.Sna
 				servers = append(servers, raft.Server{ID: raft.ServerID(p.ID), Address: raft.ServerAddress(p.Addr)})
 			}
 		}
-		if err := raft.BootstrapCluster(rc, cached, logs, snaps, trans, raft.Configuration{Servers: servers}); err != nil {
+		if err := raft.BootstrapCluster(rc, cached, logs, snaps, rt, raft.Configuration{Servers: servers}); err != nil {
 			trans.Close()
 			return nil, fmt.Errorf("bootstrap: %w", err)
 		}
 		n.logger.Debug("bootstrapped shard", "shard", uint32(id), "voters", len(servers))
 	}
-	r, err := raft.NewRaft(rc, f, cached, logs, snaps, trans)
+	r, err := raft.NewRaft(rc, f, cached, logs, snaps, rt)
 	if err != nil {
 		trans.Close()
 		return nil, err
@@ -266,15 +267,6 @@ func restoreIfInterrupted(state *log.Shard, snaps raft.SnapshotStore, logger *sl
 	return state.Restore(rc)
 }
 
-// addressProvider resolves peer ids through Config.PeerAddr, when set, falling back to the
-// address the node knows for the id (raft would fall back too, but logs a warning each time).
-func (n *Node) addressProvider() raft.ServerAddressProvider {
-	if n.cfg.PeerAddr == nil {
-		return nil
-	}
-	return addrFunc(func(id string) string { return n.dialAddr(id, n.knownAddr(id)) })
-}
-
 // knownAddr returns the Raft address of node id from the configured peers or the cluster map,
 // or "" if neither names it.
 func (n *Node) knownAddr(id string) string {
@@ -303,15 +295,6 @@ func (n *Node) dialAddr(id, addr string) string {
 		}
 	}
 	return addr
-}
-
-type addrFunc func(id string) string
-
-func (f addrFunc) ServerAddr(id raft.ServerID) (raft.ServerAddress, error) {
-	if a := f(string(id)); a != "" {
-		return raft.ServerAddress(a), nil
-	}
-	return "", fmt.Errorf("raftstore: no address override for %s", id)
 }
 
 // Addr returns the node's advertised Raft address.
@@ -357,18 +340,18 @@ func (n *Node) Propose(ctx context.Context, shard ShardID, cmd Command) (Result,
 		if !errors.As(err, &nl) || hop >= fwdMaxHops {
 			return res, err
 		}
-		addr, local, lerr := n.leaderAddr(ctx, r)
+		leader, local, lerr := n.leaderAddr(ctx, r)
 		if lerr != nil {
 			return Result{}, lerr
 		}
 		if local {
 			continue // this node was elected meanwhile
 		}
-		data, eerr := cmd.encode() // unstamped: the leader stamps its own clock
+		data, eerr := forwardable(cmd)
 		if eerr != nil {
 			return Result{}, eerr
 		}
-		res, err = n.fwd.propose(ctx, addr, shard, data)
+		res, err = n.fwd.propose(ctx, leader, shard, data)
 		if !errors.As(err, &nl) {
 			return res, err
 		}
@@ -383,32 +366,32 @@ func (n *Node) proposeElsewhere(ctx context.Context, shard ShardID, cmd Command)
 	if !ok || len(m.Replicas[shard]) == 0 {
 		return Result{}, ErrNoShard
 	}
-	data, err := cmd.encode() // unstamped: the leader stamps its own clock
+	data, err := forwardable(cmd)
 	if err != nil {
 		return Result{}, err
 	}
-	var tries []string
+	var tries []nodeAt
 	if hint, ok := n.leaderHints.Load(shard); ok {
-		tries = append(tries, hint.(string))
+		tries = append(tries, hint.(nodeAt))
 	}
 	for _, id := range m.Replicas[shard] {
-		tries = append(tries, n.dialAddr(id, m.Nodes[id].RaftAddr))
+		tries = append(tries, nodeAt{id, n.dialAddr(id, m.Nodes[id].RaftAddr)})
 	}
 	last := error(ErrNoShard)
 	for i := 0; i < len(tries) && i < len(m.Replicas[shard])+fwdMaxHops; i++ {
-		addr := tries[i]
-		res, err := n.fwd.propose(ctx, addr, shard, data)
+		to := tries[i]
+		res, err := n.fwd.propose(ctx, to, shard, data)
 		var nl *NotLeaderError
 		switch {
 		case errors.As(err, &nl) && nl.LeaderID != "":
-			hint := n.dialAddr(nl.LeaderID, nl.LeaderAddr)
+			hint := nodeAt{nl.LeaderID, n.dialAddr(nl.LeaderID, nl.LeaderAddr)}
 			tries = slices.Insert(tries, i+1, hint)
 			last = err
 		case errors.As(err, &nl), errors.Is(err, ErrUnreachable), errors.Is(err, ErrNoShard):
 			last = err // no leader there, or not there: try the next node
 		default:
 			if err == nil {
-				n.leaderHints.Store(shard, addr)
+				n.leaderHints.Store(shard, to)
 			}
 			return res, err
 		}
@@ -440,7 +423,15 @@ func (n *Node) proposeForwarded(req fwdRequest) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	return n.proposeLocal(ctx, r, Command{op: d.op, payload: rawPayload(d.body), Time: d.time})
+	// No Time: this node stamps its own clock (decodeFwdRequest refused a command naming one).
+	return n.proposeLocal(ctx, r, Command{op: d.op, payload: rawPayload(d.body)})
+}
+
+// forwardable encodes cmd for forwarding to the leader: without a proposer time, which the leader
+// stamps (and would refuse), whatever cmd.Time says.
+func forwardable(cmd Command) ([]byte, error) {
+	cmd.Time = 0
+	return cmd.encode()
 }
 
 // rawPayload is a command payload that is already encoded.
@@ -448,26 +439,26 @@ type rawPayload []byte
 
 func (p rawPayload) MarshalBinary() ([]byte, error) { return p, nil }
 
-// leaderAddr returns the address to forward shard r's proposals to, waiting within ctx for an
+// leaderAddr returns the node to forward shard r's proposals to, waiting within ctx for an
 // election if no leader is known. local reports that this node is the leader.
-func (n *Node) leaderAddr(ctx context.Context, r *replica) (addr string, local bool, err error) {
+func (n *Node) leaderAddr(ctx context.Context, r *replica) (leader nodeAt, local bool, err error) {
 	t := time.NewTicker(10 * time.Millisecond)
 	defer t.Stop()
 	for {
 		a, id := r.raft.LeaderWithID()
 		switch {
 		case id == raft.ServerID(n.cfg.NodeID):
-			return "", true, nil
+			return nodeAt{}, true, nil
 		case id != "":
-			return n.dialAddr(string(id), string(a)), false, nil
+			return nodeAt{string(id), n.dialAddr(string(id), string(a))}, false, nil
 		}
 		select {
 		case <-ctx.Done():
-			return "", false, fmt.Errorf("%w: no leader for shard %d: %v", ErrTimeout, r.id, ctx.Err())
+			return nodeAt{}, false, fmt.Errorf("%w: no leader for shard %d: %v", ErrTimeout, r.id, ctx.Err())
 		case <-t.C:
 		}
 		if n.closed.Load() {
-			return "", false, ErrShutdown
+			return nodeAt{}, false, ErrShutdown
 		}
 	}
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/syncd-dev/syncd/log"
 	"github.com/syncd-dev/syncd/raftstore"
+	"github.com/syncd-dev/syncd/raftstore/raftstoretest"
 	"github.com/syncd-dev/syncd/test/testkit"
 )
 
@@ -26,7 +27,11 @@ func (discard) Write(p []byte) (int, error) { return len(p), nil }
 
 func startSingle(t *testing.T, dir string, tweak func(*raftstore.Config)) *raftstore.Node {
 	t.Helper()
-	cfg := raftstore.Config{NodeID: "n1", Dir: dir, Logger: quietLogger()}
+	tls, err := raftstoretest.TLS(dir, "n1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := raftstore.Config{NodeID: "n1", Dir: dir, TLS: tls, Logger: quietLogger()}
 	if tweak != nil {
 		tweak(&cfg)
 	}

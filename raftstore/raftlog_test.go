@@ -534,7 +534,7 @@ func TestRaftLogConcurrent(t *testing.T) {
 func TestRaftLogWithRaft(t *testing.T) {
 	logger := testSlog(t)
 	db := newTestDB(t)
-	mux := newMux(listenLoopback(t), logger)
+	mux := newMux(listenLoopback(t), nil, logger)
 	defer mux.Close()
 	const shard ShardID = 9
 	addr := raft.ServerAddress(mux.Addr().String())
@@ -546,7 +546,7 @@ func TestRaftLogWithRaft(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		tr := newShardTransport(layer, logger, nil)
+		tr := newShardTransport(layer, logger)
 		r, err := raft.NewRaft(testRaftConfig("n0", newRaftLogger(logger, shard)), fsm, rl, rl, raft.NewInmemSnapshotStore(), tr)
 		if err != nil {
 			t.Fatal(err)

@@ -94,7 +94,7 @@ func (n *Node) statusOf(ctx context.Context, peers map[string]string) []PeerStat
 			p.Status = &st
 			continue
 		}
-		dial := n.dialAddr(p.ID, p.Addr)
+		dial := nodeAt{p.ID, n.dialAddr(p.ID, p.Addr)}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

@@ -1,6 +1,9 @@
 package raftstore
 
 import (
+	"cmp"
+	"context"
+	"crypto/tls"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -33,6 +36,10 @@ import (
 // A connection whose magic is "SYF1" (shard field 0) instead carries proposals forwarded to
 // this node as a shard leader (see forward.go); the mux hands it to the forward handler.
 //
+// With TLS (Config.TLS, see tls.go) every connection is mutual TLS 1.3 first and the header is
+// the first thing sent inside it; a connection that does not complete the handshake within the
+// header timeout, with a certificate of the cluster CA, is closed before any header is read.
+//
 // Only the listener is shared. Every shard still runs its own
 // raft.NetworkTransport with its own connection pool, so shards dial
 // separate TCP connections to their peers and a slow shard (e.g. sending a
@@ -57,6 +64,9 @@ const (
 	// defaultRouteTimeout bounds how long a routed connection waits for
 	// room in a busy layer's backlog before it is dropped; raft redials.
 	defaultRouteTimeout = time.Second
+	// rejectLogInterval spaces the warnings about refused connections: a
+	// misconfigured peer redials all the time, and strangers can too.
+	rejectLogInterval = 10 * time.Second
 )
 
 // Mux is a node's single raft listener. It reads the shard header of every
@@ -64,6 +74,8 @@ const (
 // registered for that shard (see Layer). Safe for concurrent use.
 type Mux struct {
 	ln            net.Listener
+	tls           *TLS        // nil: plain TCP
+	serverTLS     *tls.Config // tls's listener configuration
 	logger        *slog.Logger
 	headerTimeout time.Duration
 	routeTimeout  time.Duration
@@ -84,24 +96,32 @@ type Mux struct {
 	// handshaking holds connections still sending their header, so Close
 	// can unblock their reads instead of waiting for the deadline.
 	handshaking map[net.Conn]struct{}
+	// lastReject is when a refused connection was last logged; suppressed
+	// counts those refused since without a log line.
+	lastReject time.Time
+	suppressed int
 }
 
-// newMux starts serving raft connections from ln; the Mux owns ln and
-// closes it in Close.
-func newMux(ln net.Listener, logger *slog.Logger) *Mux {
-	return startMux(ln, logger, defaultHeaderTimeout, defaultRouteTimeout)
+// newMux starts serving raft connections from ln, in mutual TLS under t
+// (nil: plain TCP); the Mux owns ln and closes it in Close.
+func newMux(ln net.Listener, t *TLS, logger *slog.Logger) *Mux {
+	return startMux(ln, t, logger, defaultHeaderTimeout, defaultRouteTimeout)
 }
 
 // startMux is newMux with explicit timeouts (tests shorten them).
-func startMux(ln net.Listener, logger *slog.Logger, headerTimeout, routeTimeout time.Duration) *Mux {
+func startMux(ln net.Listener, t *TLS, logger *slog.Logger, headerTimeout, routeTimeout time.Duration) *Mux {
 	m := &Mux{
 		ln:            ln,
+		tls:           t,
 		logger:        logger.With("component", "raft-mux", "addr", ln.Addr().String()),
 		headerTimeout: headerTimeout,
 		routeTimeout:  routeTimeout,
 		closing:       make(chan struct{}),
 		layers:        make(map[ShardID]*shardLayer),
 		handshaking:   make(map[net.Conn]struct{}),
+	}
+	if t != nil {
+		m.serverTLS = t.serverConfig()
 	}
 	m.wg.Add(1)
 	go m.acceptLoop()
@@ -203,6 +223,9 @@ func (m *Mux) acceptLoop() {
 			continue
 		}
 		delay = 0
+		if m.serverTLS != nil {
+			conn = tls.Server(conn, m.serverTLS) // the handshake runs in handshake(), under its deadline
+		}
 
 		m.mu.Lock()
 		if m.closed {
@@ -217,10 +240,12 @@ func (m *Mux) acceptLoop() {
 	}
 }
 
-// handshake reads conn's header under a deadline and routes it.
+// handshake completes conn's TLS handshake (if any) and reads its header, under one deadline,
+// and routes it.
 func (m *Mux) handshake(conn net.Conn) {
 	defer m.wg.Done()
 	forward, shard, err := m.readHeader(conn)
+	peer := peerNodeID(conn, m.tls)
 
 	m.mu.Lock()
 	delete(m.handshaking, conn)
@@ -247,15 +272,15 @@ func (m *Mux) handshake(conn net.Conn) {
 		m.logger.Debug("mux connection closed before header", "remote", remote)
 		conn.Close()
 	case err != nil:
-		m.logger.Warn("mux rejected connection", "remote", remote, "err", err)
+		m.warnRejected("remote", remote, "peer", peer, "err", err)
 		conn.Close()
 	case forward && fwd == nil:
-		m.logger.Warn("mux forwarding connection before the node is ready", "remote", remote)
+		m.logger.Warn("mux forwarding connection before the node is ready", "remote", remote, "peer", peer)
 		conn.Close()
 	case forward:
 		fwd(conn)
 	case l == nil:
-		m.logger.Warn("mux connection for unregistered shard", "remote", remote, "shard", uint32(shard))
+		m.logger.Warn("mux connection for unregistered shard", "remote", remote, "peer", peer, "shard", uint32(shard))
 		conn.Close()
 	default:
 		defer l.routing.Done()
@@ -263,12 +288,44 @@ func (m *Mux) handshake(conn net.Conn) {
 	}
 }
 
-// readHeader reads and validates the 8-byte header, then clears the
-// deadline so the stream is handed over clean. forward reports a
+// warnRejected logs a refused connection (a failed TLS handshake, a bad
+// header) with args, at most once per rejectLogInterval, saying how many
+// were refused in between without a line.
+func (m *Mux) warnRejected(args ...any) {
+	m.mu.Lock()
+	now := time.Now()
+	if !m.lastReject.IsZero() && now.Sub(m.lastReject) < rejectLogInterval {
+		m.suppressed++
+		m.mu.Unlock()
+		return
+	}
+	n := m.suppressed
+	m.lastReject, m.suppressed = now, 0
+	m.mu.Unlock()
+	if n > 0 {
+		args = append(args, "refused_unlogged", n)
+	}
+	m.logger.Warn("mux rejected connection", args...)
+}
+
+// readHeader completes the TLS handshake of a TLS connection, then reads
+// and validates the 8-byte header, all within the header timeout, then
+// clears the deadline so the stream is handed over clean. forward reports a
 // forwarding connection.
 func (m *Mux) readHeader(conn net.Conn) (forward bool, shard ShardID, err error) {
-	if err := conn.SetReadDeadline(time.Now().Add(m.headerTimeout)); err != nil {
+	deadline := time.Now().Add(m.headerTimeout)
+	if err := conn.SetDeadline(deadline); err != nil {
 		return false, 0, fmt.Errorf("raftstore: set header deadline: %w", err)
+	}
+	if tc, ok := conn.(*tls.Conn); ok {
+		// Explicitly, so that a plain-TCP client, a certificate of another CA or one naming no
+		// node is reported as a failed handshake (the client sees an alert), not a bad header.
+		ctx, cancel := context.WithDeadline(context.Background(), deadline)
+		err := tc.HandshakeContext(ctx)
+		cancel()
+		if err != nil {
+			return false, 0, fmt.Errorf("raftstore: TLS handshake: %w", err)
+		}
 	}
 	var hdr [muxHeaderLen]byte
 	if _, err := io.ReadFull(conn, hdr[:]); err != nil {
@@ -281,7 +338,7 @@ func (m *Mux) readHeader(conn net.Conn) (forward bool, shard ShardID, err error)
 	default:
 		return false, 0, fmt.Errorf("raftstore: bad mux header magic %q", hdr[:4])
 	}
-	if err := conn.SetReadDeadline(time.Time{}); err != nil {
+	if err := conn.SetDeadline(time.Time{}); err != nil {
 		return false, 0, fmt.Errorf("raftstore: clear header deadline: %w", err)
 	}
 	return forward, ShardID(binary.BigEndian.Uint32(hdr[4:])), nil
@@ -379,15 +436,21 @@ func (l *shardLayer) shutdown() {
 func (l *shardLayer) Addr() net.Addr { return l.mux.Addr() }
 
 // Dial implements raft.StreamLayer: it connects to the peer node's mux at
-// address and writes this shard's header, all within timeout.
+// address and writes this shard's header, each within timeout. With TLS,
+// address must name the server id (raftTarget, as peerTransport gives raft)
+// and the peer's certificate must name that id; a plain mux also takes a
+// bare host:port.
 func (l *shardLayer) Dial(address raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
-	d := net.Dialer{Timeout: timeout}
-	conn, err := d.Dial("tcp", string(address))
-	if err != nil {
-		return nil, fmt.Errorf("raftstore: shard %d dial %s: %w", l.shard, address, err)
+	id, addr, tagged := splitRaftTarget(address)
+	if !tagged && l.mux.tls != nil {
+		return nil, fmt.Errorf("raftstore: shard %d dial %s: no node id to expect of its certificate", l.shard, address)
 	}
 	if timeout <= 0 {
 		timeout = defaultHeaderTimeout
+	}
+	conn, err := dialNode(l.mux.tls, id, addr, timeout, 0)
+	if err != nil {
+		return nil, fmt.Errorf("raftstore: shard %d dial %s at %s: %w", l.shard, cmp.Or(id, "a node"), addr, err)
 	}
 	hdr := make([]byte, 0, muxHeaderLen)
 	hdr = append(hdr, muxMagic...)
@@ -414,14 +477,14 @@ func writeHeader(conn net.Conn, hdr []byte, timeout time.Duration) error {
 // newShardTransport wraps a shard's stream layer (from Mux.Layer) in a
 // raft.NetworkTransport with its own connection pool (MaxPool 3, 10 s I/O
 // timeout). Log lines are forwarded to logger, tagged with the shard when
-// layer is a mux layer. addrs, if non-nil, resolves a server ID to the
-// address to dial (raft otherwise dials the address in its configuration).
+// layer is a mux layer. A node gives raft the transport wrapped in a
+// peerTransport, which picks the address to dial and tags it with the id.
 //
 // Closing the transport closes the layer (unregistering the shard) but, as
 // in hashicorp/raft, not its pooled outbound connections: call
 // CloseStreams as well when the shard is shut down for good, or the peers'
 // inbound handlers stay blocked on those connections.
-func newShardTransport(layer raft.StreamLayer, logger *slog.Logger, addrs raft.ServerAddressProvider) *raft.NetworkTransport {
+func newShardTransport(layer raft.StreamLayer, logger *slog.Logger) *raft.NetworkTransport {
 	var hl hclog.Logger
 	if sl, ok := layer.(*shardLayer); ok {
 		hl = newRaftLogger(logger, sl.shard)
@@ -429,11 +492,10 @@ func newShardTransport(layer raft.StreamLayer, logger *slog.Logger, addrs raft.S
 		hl = newHclog(logger)
 	}
 	return raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
-		ServerAddressProvider: addrs,
-		Stream:                layer,
-		MaxPool:               3,
-		MaxRPCsInFlight:       16,
-		Timeout:               10 * time.Second,
-		Logger:                hl,
+		Stream:          layer,
+		MaxPool:         3,
+		MaxRPCsInFlight: 16,
+		Timeout:         10 * time.Second,
+		Logger:          hl,
 	})
 }

@@ -20,6 +20,10 @@ import (
 	"github.com/syncd-dev/syncd/test/testkit"
 )
 
+// The mux tests here run plain TCP (a nil *TLS): they are about the header, routing, backlogs and
+// raft over bare layers, which dial bare addresses (no "id@" target, so no certificate to
+// expect). The same mux with TLS is tested in tls_internal_test.go and under every node test.
+
 // testLogWriter forwards log output to t.Log until the test's cleanups run,
 // so a straggling goroutine can never log into a finished test.
 type testLogWriter struct {
@@ -150,7 +154,7 @@ func TestTransportTwoShardsThreeNodes(t *testing.T) {
 
 	muxes := make([]*Mux, nodes)
 	for i := range muxes {
-		muxes[i] = newMux(listenLoopback(t), logger.With("node", i))
+		muxes[i] = newMux(listenLoopback(t), nil, logger.With("node", i))
 	}
 	var servers []raft.Server
 	for i, m := range muxes {
@@ -198,7 +202,7 @@ func TestTransportTwoShardsThreeNodes(t *testing.T) {
 				t.Fatal(err)
 			}
 			nodeLog := logger.With("node", i)
-			tr := newShardTransport(layer, nodeLog, nil)
+			tr := newShardTransport(layer, nodeLog)
 			g.transp = append(g.transp, tr)
 			if got, want := string(tr.LocalAddr()), m.Addr().String(); got != want {
 				t.Fatalf("transport addr = %s, want mux addr %s", got, want)
@@ -308,7 +312,7 @@ func checkLayerRoundTrip(t testing.TB, layer raft.StreamLayer) {
 // TestMuxBadHeader checks garbage, unknown shards and silent clients are
 // disconnected and that the mux keeps serving afterwards.
 func TestMuxBadHeader(t *testing.T) {
-	m := startMux(listenLoopback(t), testSlog(t), 200*time.Millisecond, 200*time.Millisecond)
+	m := startMux(listenLoopback(t), nil, testSlog(t), 200*time.Millisecond, 200*time.Millisecond)
 	defer m.Close()
 	layer, err := m.Layer(7)
 	if err != nil {
@@ -337,7 +341,7 @@ func TestMuxBadHeader(t *testing.T) {
 // TestMuxLayerLifecycle covers registration, Accept after Close and
 // re-registration of a shard.
 func TestMuxLayerLifecycle(t *testing.T) {
-	m := newMux(listenLoopback(t), testSlog(t))
+	m := newMux(listenLoopback(t), nil, testSlog(t))
 	defer m.Close()
 
 	l1, err := m.Layer(1)
@@ -386,7 +390,7 @@ func TestMuxLayerLifecycle(t *testing.T) {
 // TestMuxBacklogFull checks a shard that stops accepting makes the mux drop
 // extra connections instead of blocking.
 func TestMuxBacklogFull(t *testing.T) {
-	m := startMux(listenLoopback(t), testSlog(t), time.Second, 100*time.Millisecond)
+	m := startMux(listenLoopback(t), nil, testSlog(t), time.Second, 100*time.Millisecond)
 	defer m.Close()
 	layer, err := m.Layer(3)
 	if err != nil {
@@ -415,7 +419,7 @@ func TestMuxBacklogFull(t *testing.T) {
 // mid-header, closes routed-but-unaccepted conns, fails the layers' Accept
 // and refuses new layers.
 func TestMuxCloseClosesPending(t *testing.T) {
-	m := newMux(listenLoopback(t), testSlog(t)) // 5 s header timeout
+	m := newMux(listenLoopback(t), nil, testSlog(t)) // 5 s header timeout
 	layer, err := m.Layer(5)
 	if err != nil {
 		t.Fatal(err)

@@ -8,6 +8,7 @@ import (
 	"maps"
 	"net"
 	"net/netip"
+	"slices"
 	"strings"
 	"time"
 
@@ -63,6 +64,17 @@ type Config struct {
 	// CertFile and KeyFile are the TLS certificate for clients. Default: a self-signed
 	// certificate in Dir, created on first start; clients pin its fingerprint.
 	CertFile, KeyFile string
+	// NodeCAFile, NodeCertFile and NodeKeyFile secure the node plane (Raft, forwarded proposals,
+	// calls: everything on RaftAddr) with mutual TLS 1.3: the cluster CA's certificate, and this
+	// node's certificate (issued by that CA, naming NodeID) and key; all three or none. Default:
+	// auth.NodeCAFile, auth.NodeCertFile and auth.NodeKeyFile in Dir. A node with no other peer
+	// and no Join creates a CA and its certificate there on first start; a node of a cluster must
+	// be given them (syncctl cert create-ca, create-node), as every node shares one CA.
+	NodeCAFile, NodeCertFile, NodeKeyFile string
+	// InsecureNodePlane turns the node plane's TLS off: anyone who can reach RaftAddr can then
+	// propose any command and read every log. For experiments only; logged as a warning at start.
+	// Default false.
+	InsecureNodePlane bool
 	// Limits announced to clients; zero fields take the protocol defaults of
 	// proto.Limits.WithDefaults (MaxFrame 1 MiB, MaxBody 64 KiB, MaxBatch 256, HeartbeatMs
 	// 15000). SendRatePerS is always set from SendRate. MaxFrame must be at least
@@ -117,9 +129,9 @@ type Config struct {
 // setup, each field's comment naming its default. It is the one place those defaults are
 // written: cmd/syncd derives its flags, config file keys and -print-config output from it, and
 // a Config field left zero and the same field copied from DefaultConfig give the same Server.
-// Peers, Join, PeerDial, TokenSecret, CertFile, KeyFile, AdminTokenFile and AdminMetricsAuth have
-// no default (the zero value is the documented behaviour); Logger stays nil, meaning
-// slog.Default() as of NewServer.
+// Peers, Join, PeerDial, TokenSecret, CertFile, KeyFile, AdminTokenFile, AdminMetricsAuth, the
+// node certificate files and InsecureNodePlane have no default (the zero value is the documented
+// behaviour); Logger stays nil, meaning slog.Default() as of NewServer.
 // Limits.SendRatePerS stays 0: the server always announces SendRate.
 func DefaultConfig() Config {
 	return Config{
@@ -212,6 +224,12 @@ func (c Config) Validate() error {
 			"(openssl rand -hex 32 > admin.token; chmod 600 admin.token), give it with AdminTokenFile "+
 			"(syncd -admin-token-file), and hand it to operators only; or bind the admin address to 127.0.0.1",
 			c.AdminAddr, adminapi.TokenFile))
+	}
+	if nodeFiles := []string{c.NodeCAFile, c.NodeCertFile, c.NodeKeyFile}; slices.Contains(nodeFiles, "") && slices.ContainsFunc(nodeFiles, func(f string) bool { return f != "" }) {
+		errs = append(errs, errors.New("syncd: NodeCAFile, NodeCertFile and NodeKeyFile go together: set all three or none"))
+	}
+	if c.InsecureNodePlane && c.NodeCAFile+c.NodeCertFile+c.NodeKeyFile != "" {
+		errs = append(errs, errors.New("syncd: InsecureNodePlane turns the node plane's TLS off: give it no node certificate files"))
 	}
 	if c.TokenSecret != nil && len(c.TokenSecret) < 16 {
 		errs = append(errs, errors.New("syncd: TokenSecret must be at least 16 bytes"))

@@ -42,6 +42,7 @@ func TestConfigPeerDial(t *testing.T) {
 var configNoDefault = map[string]bool{
 	"Peers": true, "Join": true, "PeerDial": true, "TokenSecret": true, "CertFile": true,
 	"KeyFile": true, "Logger": true, "AdminTokenFile": true, "AdminMetricsAuth": true,
+	"NodeCAFile": true, "NodeCertFile": true, "NodeKeyFile": true, "InsecureNodePlane": true,
 }
 
 func TestConfigDefaultsComeFromDefaultConfig(t *testing.T) {

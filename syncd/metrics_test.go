@@ -14,6 +14,7 @@ import (
 
 	"github.com/syncd-dev/syncd/log"
 	"github.com/syncd-dev/syncd/raftstore"
+	"github.com/syncd-dev/syncd/raftstore/raftstoretest"
 	"github.com/syncd-dev/syncd/syncd/admin"
 	"github.com/syncd-dev/syncd/syncd/adminapi"
 	"github.com/syncd-dev/syncd/syncd/peer"
@@ -25,7 +26,12 @@ import (
 func startMetricsNode(t testing.TB) *raftstore.Node {
 	t.Helper()
 	logger := slog.New(slog.NewTextHandler(testLog{t}, &slog.HandlerOptions{Level: slog.LevelError}))
-	node, err := raftstore.New(raftstore.Config{NodeID: "n1", Dir: t.TempDir(), Shards: []raftstore.ShardID{1, 2}, Logger: logger})
+	dir := t.TempDir()
+	tls, err := raftstoretest.TLS(dir, "n1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	node, err := raftstore.New(raftstore.Config{NodeID: "n1", Dir: dir, TLS: tls, Shards: []raftstore.ShardID{1, 2}, Logger: logger})
 	if err != nil {
 		t.Fatal(err)
 	}

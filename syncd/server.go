@@ -60,7 +60,8 @@ type Server struct {
 
 // NewServer opens the node's store and shards and binds the QUIC listener. On first start with
 // default settings it creates the token secret, a self-signed certificate and the admin token in
-// Config.Dir.
+// Config.Dir, and, for a node of no cluster, the node plane's CA and certificate (see
+// Config.NodeCAFile).
 func NewServer(cfg Config) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -104,10 +105,14 @@ func NewServer(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	nodeTLS, err := nodeTLS(cfg)
+	if err != nil {
+		return nil, err
+	}
 	s.app = &nodeApp{notes: s.notes}
 	s.node, err = raftstore.New(raftstore.Config{
 		NodeID: cfg.NodeID, Dir: cfg.Dir, RaftAddr: cfg.RaftAddr, Peers: cfg.Peers, Join: cfg.Join,
-		PeerAddr: cfg.peerAddr(), Logger: cfg.Logger,
+		PeerAddr: cfg.peerAddr(), Logger: cfg.Logger, TLS: nodeTLS, Insecure: nodeTLS == nil,
 		Managed: true, ShardCount: cfg.Shards, ReplicationFactor: cfg.ReplicationFactor,
 		App: s.app,
 	})

@@ -42,7 +42,7 @@ var rules = map[string]rule{
 	"proto":                   {repo: []string{"log/ident"}, outside: []string{msgpack}},
 	"log":                     {repo: []string{"log/ident"}, deny: []string{msgpack, hashicorp, quic}},
 	"raftstore":               {repo: []string{"log/ident", "log"}, deny: []string{msgpack, quic}},
-	"raftstore/raftstoretest": {repo: []string{"log/ident", "log", "raftstore", "test/testkit"}},
+	"raftstore/raftstoretest": {repo: []string{"log/ident", "log", "proto", "raftstore", "syncd/adminapi", "syncd/auth", "test/testkit"}},
 	"proto/prototest":         {repo: []string{"log/ident", "proto", "test/testkit"}, deny: serverOnly},
 	"client":                  {repo: []string{"log/ident", "proto", "client/internal/store"}, deny: serverOnly},
 	"client/internal/store":   {repo: []string{"log/ident", "proto"}, deny: append([]string{quic}, serverOnly...)},

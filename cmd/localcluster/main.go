@@ -10,13 +10,14 @@
 // It builds cmd/syncd and cmd/syncctl into <dir>/bin (unless -syncd names a binary), creates on
 // first start one token secret (<dir>/token.key), one admin token (<dir>/admin.token) and one
 // self-signed certificate (<dir>/tls.crt) that every node uses, so one device token, one admin
-// token and one fingerprint work on every node, and starts node i (1-based) on 127.0.0.i: clients
-// (QUIC) on port -base-port, admin HTTP on -base-port+80, Raft on -base-port+100, data in
-// <dir>/n<i>, its output in <dir>/n<i>/syncd.log. Once every node's /readyz answers 200 it prints
-// the nodes and syncctl commands to paste, then runs until Ctrl-C or SIGTERM and stops the nodes
-// (SIGTERM, then SIGKILL after 10s). A node that exits on its own is reported and the others keep
-// running. A later start with the same -dir reuses the secrets, the certificate and the nodes'
-// data.
+// token and one fingerprint work on every node, plus a cluster CA (<dir>/ca.crt, ca.key) and a
+// node certificate for each node (<dir>/certs/n<i>), so that the nodes talk in mutual TLS. It
+// starts node i (1-based) on 127.0.0.i: clients (QUIC) on port -base-port, admin HTTP on
+// -base-port+80, Raft on -base-port+100, data in <dir>/n<i>, its output in <dir>/n<i>/syncd.log.
+// Once every node's /readyz answers 200 it prints the nodes and syncctl commands to paste, then
+// runs until Ctrl-C or SIGTERM and stops the nodes (SIGTERM, then SIGKILL after 10s). A node
+// that exits on its own is reported and the others keep running. A later start with the same
+// -dir reuses the secrets, the certificates and the nodes' data.
 //
 // Linux routes all of 127.0.0.0/8 to loopback; macOS needs an alias per extra address
 // (sudo ifconfig lo0 alias 127.0.0.2 up), which localcluster tells when it cannot bind.

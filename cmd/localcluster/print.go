@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -28,6 +29,8 @@ func printReady(w io.Writer, dir, syncctl string, info readyInfo, took time.Dura
 	sc, q := shellQuote(syncctl), shellQuote
 	fmt.Fprintf(w, "\nEvery node uses the same token secret (%s), admin token (%s) and certificate:\n  fingerprint %s\n",
 		info.SecretFile, info.AdminTokenFile, info.Fingerprint)
+	fmt.Fprintf(w, "Nodes talk to each other in mutual TLS, each with a certificate of the cluster CA %s (in %s)\n",
+		filepath.Join(dir, "ca.crt"), filepath.Join(dir, "certs", "<node>"))
 	fmt.Fprintf(w, "\nTry it from another terminal:\n\n")
 	fmt.Fprintf(w, "  # device tokens, signed with the shared secret: valid on every node\n")
 	fmt.Fprintf(w, "  ALICE=$(%s token -data-dir %s -user alice -device phone)\n", sc, q(dir))

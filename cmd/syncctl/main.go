@@ -1,7 +1,8 @@
 // Command syncctl talks to a syncd server as a user device, through the Go SDK (package client):
 // it sends messages, receipts, recalls and group changes, prints the user's log, and shows a
 // node's shard status. `syncctl token` mints a device token with a server's signing secret (a
-// development and operations convenience).
+// development and operations convenience); `syncctl cert` creates the cluster CA and the node
+// certificates of the node plane.
 //
 // Run `syncctl help` for the commands and `syncctl <command> -h` for each one's flags and an
 // example.
@@ -40,6 +41,7 @@ type command struct {
 
 var commands = []command{
 	{"token", "mint a device token with a server's signing secret (dev/ops)", runToken},
+	{"cert", "create the cluster CA and node certificates of the node plane (mutual TLS)", runCert},
 	{"send", "send a message", runSend},
 	{"read", "mark a conversation read up to a conv_seq", runRead},
 	{"recall", "recall one of this user's messages", runRecall},

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -41,6 +42,10 @@ type fileConfig struct {
 	Cert              string   `toml:"cert"`
 	Key               string   `toml:"key"`
 	TokenSecretFile   string   `toml:"token_secret_file"`
+	NodeCA            string   `toml:"node_ca"`
+	NodeCert          string   `toml:"node_cert"`
+	NodeKey           string   `toml:"node_key"`
+	InsecureNodePlane bool     `toml:"insecure_node_plane"`
 	MaxFrame          int      `toml:"max_frame"`
 	MaxBody           int      `toml:"max_body"`
 	MaxBatch          int      `toml:"max_batch"`
@@ -196,6 +201,7 @@ func (o options) toConfig(logOut io.Writer) (syncd.Config, error) {
 		Dir: s.DataDir, ListenAddr: s.Listen, AdminAddr: s.Admin, NodeID: s.NodeID, RaftAddr: s.RaftAddr,
 		AdminTokenFile: s.AdminTokenFile, AdminMetricsAuth: s.AdminMetricsAuth,
 		Shards: s.Shards, CertFile: s.Cert, KeyFile: s.Key,
+		NodeCAFile: s.NodeCA, NodeCertFile: s.NodeCert, NodeKeyFile: s.NodeKey, InsecureNodePlane: s.InsecureNodePlane,
 		Limits: proto.Limits{MaxFrame: uint32(s.MaxFrame), MaxBody: uint32(s.MaxBody), MaxBatch: uint32(s.MaxBatch),
 			HeartbeatMs: uint32(time.Duration(s.HeartbeatInterval) / time.Millisecond)},
 		DedupWindow: time.Duration(s.DedupWindow), RecallWindow: time.Duration(s.RecallWindow),
@@ -246,6 +252,13 @@ func (o options) toConfig(logOut io.Writer) (syncd.Config, error) {
 	}
 	if (s.Cert == "") != (s.Key == "") {
 		errs = append(errs, fmt.Errorf("%s and %s go together: set both or neither", name("cert"), name("key")))
+	}
+	if nodeFiles := []string{s.NodeCA, s.NodeCert, s.NodeKey}; slices.Contains(nodeFiles, "") && slices.ContainsFunc(nodeFiles, func(f string) bool { return f != "" }) {
+		errs = append(errs, fmt.Errorf("%s, %s and %s go together: set all three or none", name("node-ca"), name("node-cert"), name("node-key")))
+	}
+	if s.InsecureNodePlane && s.NodeCA+s.NodeCert+s.NodeKey != "" {
+		errs = append(errs, fmt.Errorf("%s turns the node plane's TLS off: drop it, or drop %s, %s and %s",
+			name("insecure-node-plane"), name("node-ca"), name("node-cert"), name("node-key")))
 	}
 	if s.TokenSecretFile != "" {
 		secret, err := readSecretFile(s.TokenSecretFile)

@@ -76,15 +76,20 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 func serve(ctx context.Context, cfg syncd.Config, s fileConfig) error {
 	// Where the files operators copy elsewhere are, and which of them NewServer is about to
 	// create: on a first start a newcomer learns that they exist.
-	files := []struct{ name, path string }{{"token_secret", s.TokenSecretFile}, {"cert", s.Cert}, {"admin_token", s.AdminTokenFile}}
+	files := []struct{ name, path, def string }{{"token_secret", s.TokenSecretFile, auth.TokenKeyFile},
+		{"cert", s.Cert, auth.TLSCertFile}, {"admin_token", s.AdminTokenFile, adminapi.TokenFile}}
+	if !s.InsecureNodePlane {
+		files = append(files, struct{ name, path, def string }{"node_ca", s.NodeCA, auth.NodeCAFile},
+			struct{ name, path, def string }{"node_cert", s.NodeCert, auth.NodeCertFile})
+	}
 	var created []string
-	for i, def := range []string{auth.TokenKeyFile, auth.TLSCertFile, adminapi.TokenFile} {
-		if files[i].path != "" {
+	for i, f := range files {
+		if f.path != "" {
 			continue // the operator's own file, which must exist
 		}
-		files[i].path = filepath.Join(cfg.Dir, def)
+		files[i].path = filepath.Join(cfg.Dir, f.def)
 		if _, err := os.Stat(files[i].path); errors.Is(err, fs.ErrNotExist) {
-			created = append(created, def)
+			created = append(created, f.def)
 		}
 	}
 	srv, err := syncd.NewServer(cfg)
@@ -100,7 +105,11 @@ func serve(ctx context.Context, cfg syncd.Config, s fileConfig) error {
 	}
 	l.Info("admin: HTTP; /v1 (syncctl) and /debug/pprof need the admin token, "+open+" are open",
 		"addr", srv.AdminAddr().String())
-	l.Info("raft: TCP, shared by all shards", "addr", srv.Node().Addr(), "node", srv.Node().ID())
+	nodePlane := "mutual TLS 1.3 under the cluster CA"
+	if cfg.InsecureNodePlane {
+		nodePlane = "plain TCP, INSECURE"
+	}
+	l.Info("raft: TCP, shared by all shards", "addr", srv.Node().Addr(), "node", srv.Node().ID(), "security", nodePlane)
 	attrs := []any{"dir", cfg.Dir}
 	for _, f := range files {
 		attrs = append(attrs, f.name, f.path)

@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/pem"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"net/http"
 	"os"
@@ -146,6 +148,7 @@ func TestNoFlagConfig(t *testing.T) {
 	cfg.Peers = []raftstore.Peer{{ID: "n1", Addr: "a:1"}, {ID: "n2", Addr: "b:2"}}
 	cfg.PeerDial = map[string]string{"n2": "relay:2", "n1": "relay:1"}
 	cfg.CertFile, cfg.KeyFile, cfg.Shards, cfg.SendRate = "c.pem", "k.pem", 3, 0.5
+	cfg.NodeCAFile, cfg.NodeCertFile, cfg.NodeKeyFile = "ca.pem", "node.pem", "node-key.pem"
 	o := options{settings: fromConfig(cfg)}
 	o.settings.LogLevel, o.settings.LogFormat = defaultLogLevel, defaultLogFormat
 	got, err := o.toConfig(io.Discard)
@@ -289,6 +292,8 @@ func TestValidation(t *testing.T) {
 		{[]string{"-listen", "7300"}, []string{`-listen "7300" is not host:port`}},
 		{[]string{"-node-id", "a b"}, []string{"-node-id"}},
 		{[]string{"-cert", "c.pem"}, []string{"-cert and -key go together"}},
+		{[]string{"-node-cert", "n.crt", "-node-key", "n.key"}, []string{"-node-ca, -node-cert and -node-key go together"}},
+		{[]string{"-insecure-node-plane", "-node-ca", "a", "-node-cert", "b", "-node-key", "c"}, []string{"-insecure-node-plane turns the node plane's TLS off"}},
 		{[]string{"-dedup-window", "30s"}, []string{"-dedup-window 30s must be at least 1m"}},
 		{[]string{"-retention-max-age", "0"}, []string{"-retention-max-age and -retention-max-count are both 0"}},
 		{[]string{"-heartbeat-interval", "1500us"}, []string{"-heartbeat-interval 1.5ms must be a positive whole number of milliseconds"}},
@@ -446,6 +451,58 @@ func TestExitCodes(t *testing.T) {
 	}
 }
 
+// A node of a cluster (-peers naming others, or -join) without node certificates does not start:
+// every node of a cluster must hold a certificate of the same CA, which syncd cannot make up on
+// its own. The error says how to make them; once they are in the data directory it starts (and
+// is refused only later, for want of its peers). -insecure-node-plane is the explicit way out.
+func TestClusterNodeNeedsNodeCerts(t *testing.T) {
+	for _, cluster := range [][]string{
+		{"-peers", "n1=127.0.0.1:1,n2=127.0.0.1:2"},
+		{"-join", "127.0.0.1:1"},
+	} {
+		dir := filepath.Join(t.TempDir(), "data")
+		args := append([]string{"-data-dir", dir, "-listen", "127.0.0.1:0", "-admin", "127.0.0.1:0", "-raft-addr", "127.0.0.1:0"}, cluster...)
+		var stderr bytes.Buffer
+		if rc := run(context.Background(), args, io.Discard, &stderr); rc != 1 {
+			t.Fatalf("%q: exit %d, want 1:\n%s", cluster, rc, stderr.String())
+		}
+		for _, want := range []string{"no node certificates", "syncctl cert create-ca", "syncctl cert create-node -dir " + dir} {
+			if !strings.Contains(stderr.String(), want) {
+				t.Errorf("%q: error lacks %q:\n%s", cluster, want, stderr.String())
+			}
+		}
+		if _, err := os.Stat(filepath.Join(dir, auth.NodeCAFile)); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("%q: a cluster node made a CA of its own (%v)", cluster, err)
+		}
+	}
+}
+
+// -insecure-node-plane starts a node without TLS on the Raft port, and says so loudly: a warning
+// at start, and the raft line names it.
+func TestInsecureNodePlaneIsLoud(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "data")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var stderr testkit.Buffer
+	done := make(chan int, 1)
+	go func() {
+		done <- run(ctx, []string{"-data-dir", dir, "-listen", "127.0.0.1:0", "-admin", "127.0.0.1:0",
+			"-raft-addr", "127.0.0.1:0", "-insecure-node-plane"}, io.Discard, &stderr)
+	}()
+	testkit.WaitTrue(t, 20*time.Second, "the start to be logged", func() bool { return strings.Contains(stderr.String(), "syncd serving") })
+	cancel()
+	if rc := <-done; rc != 0 {
+		t.Fatalf("exit %d:\n%s", rc, stderr.String())
+	}
+	out := stderr.String()
+	if !regexp.MustCompile(`level=WARN msg="node plane: TLS is OFF`).MatchString(out) || !strings.Contains(out, `security="plain TCP, INSECURE"`) {
+		t.Errorf("an insecure node plane was not announced loudly:\n%s", out)
+	}
+	if _, err := os.Stat(filepath.Join(dir, auth.NodeCertFile)); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("an insecure node made node certificates (%v)", err)
+	}
+}
+
 func TestDurationFormat(t *testing.T) {
 	for d, want := range map[time.Duration]string{
 		10 * time.Minute: "10m", 720 * time.Hour: "720h", 90 * time.Second: "1m30s", 0: "0s",
@@ -496,6 +553,7 @@ func TestFirstStartIsQuiet(t *testing.T) {
 	clients, fp := attr("clients:", "addr"), attr("clients:", "cert_sha256")
 	secret := attr("data directory", "token_secret")
 	adminToken := attr("data directory", "admin_token")
+	nodeCert, security := attr("data directory", "node_cert"), attr("raft:", "security")
 
 	// Wait until every shard has elected its leader, so that the first elections had their
 	// chance to be logged.
@@ -549,6 +607,18 @@ func TestFirstStartIsQuiet(t *testing.T) {
 		t.Errorf("admin_token=%s, want %s", adminToken, filepath.Join(dir, adminapi.TokenFile))
 	} else if fi, err := os.Stat(adminToken); err != nil || fi.Mode().Perm() != 0o600 {
 		t.Errorf("admin_token: %v %v, want a file of mode 0600", fi, err)
+	}
+	// The node plane got its CA and certificate, keys private, like the token secret.
+	if nodeCert != filepath.Join(dir, auth.NodeCertFile) || !strings.Contains(security, "mutual") {
+		t.Errorf("node_cert=%s security=%s, want %s under mutual TLS", nodeCert, security, filepath.Join(dir, auth.NodeCertFile))
+	}
+	if _, err := auth.LoadNodeCerts(filepath.Join(dir, auth.NodeCAFile), nodeCert, filepath.Join(dir, auth.NodeKeyFile)); err != nil {
+		t.Errorf("node certificates: %v", err)
+	}
+	for _, key := range []string{auth.NodeKeyFile, auth.NodeCAKeyFile, auth.TokenKeyFile} {
+		if fi, err := os.Stat(filepath.Join(dir, key)); err != nil || fi.Mode().Perm() != 0o600 {
+			t.Errorf("%s: %v, mode %v, want 0600", key, err, fi.Mode().Perm())
+		}
 	}
 	for name, addr := range map[string]string{"clients": clients, "admin": admin, "raft": raft} {
 		if host, port, err := net.SplitHostPort(addr); err != nil || host != "127.0.0.1" || port == "0" {

@@ -44,6 +44,7 @@ func fromConfig(cfg syncd.Config) fileConfig {
 		AdminTokenFile: cfg.AdminTokenFile, AdminMetricsAuth: cfg.AdminMetricsAuth,
 		RaftAddr: cfg.RaftAddr, Shards: cfg.Shards, Join: cfg.Join, ReplicationFactor: cfg.ReplicationFactor,
 		Cert: cfg.CertFile, Key: cfg.KeyFile,
+		NodeCA: cfg.NodeCAFile, NodeCert: cfg.NodeCertFile, NodeKey: cfg.NodeKeyFile, InsecureNodePlane: cfg.InsecureNodePlane,
 		// Empty rather than nil lists, so that they are printed ("peers = []") like every key.
 		Peers: []string{}, PeerDial: []string{},
 		MaxFrame: int(cfg.Limits.MaxFrame), MaxBody: int(cfg.Limits.MaxBody), MaxBatch: int(cfg.Limits.MaxBatch),
@@ -152,6 +153,25 @@ var settings = []setting{
 		doc: "File holding the secret that signs device tokens (hex, the format of token.key in a data " +
 			"directory). Every node of a cluster needs the same secret: copy token.key from the first node.",
 		means: fmt.Sprintf(": data_dir/%s, created on first start", auth.TokenKeyFile)},
+	{key: "node_ca", field: func(c *fileConfig) any { return &c.NodeCA },
+		usage: "cluster CA certificate `file` of the node plane (mutual TLS on -raft-addr), with -node-cert and -node-key",
+		doc: "The node plane (Raft, forwarded proposals and calls, on raft_addr) runs mutual TLS 1.3 under one " +
+			"cluster CA: node_ca is the CA's certificate file (syncctl cert create-ca), node_cert and node_key this " +
+			"node's certificate, issued by that CA for node_id (syncctl cert create-node), and its key. All three or none.",
+		means: fmt.Sprintf(": data_dir/%s; a node with no other peer and no join creates a CA and its certificate "+
+			"in data_dir on first start, a node of a cluster must be given its cluster's", auth.NodeCAFile)},
+	{key: "node_cert", field: func(c *fileConfig) any { return &c.NodeCert },
+		usage: "this node's certificate `file`, issued by -node-ca for -node-id (syncctl cert create-node)",
+		doc:   "This node's node-plane certificate file, with node_ca.",
+		means: fmt.Sprintf(": data_dir/%s", auth.NodeCertFile)},
+	{key: "node_key", field: func(c *fileConfig) any { return &c.NodeKey },
+		usage: "the key `file` of -node-cert",
+		doc:   "The key file of node_cert.",
+		means: fmt.Sprintf(": data_dir/%s", auth.NodeKeyFile)},
+	{key: "insecure_node_plane", field: func(c *fileConfig) any { return &c.InsecureNodePlane },
+		usage: "turn the node plane's TLS off: anyone who reaches -raft-addr can propose commands and read every log",
+		doc: "Turns the node plane's TLS off: anyone who can reach raft_addr can then propose any command and read " +
+			"every log. For experiments only; logged as a warning at start."},
 
 	{key: "max_frame", section: "Protocol limits, announced to clients", field: func(c *fileConfig) any { return &c.MaxFrame },
 		usage: fmt.Sprintf("largest protocol frame in `bytes`, %d to %d", proto.MinFrameLimit, proto.MaxFrameLimit),
@@ -250,14 +270,14 @@ func bindFlags(fs *flag.FlagSet, c *fileConfig) {
 		switch p := s.field(c).(type) {
 		case *string:
 			fs.StringVar(p, name, *p, s.usage)
+		case *bool:
+			fs.BoolVar(p, name, *p, s.usage)
 		case *int:
 			fs.IntVar(p, name, *p, s.usage)
 		case *uint64:
 			fs.Uint64Var(p, name, *p, s.usage)
 		case *float64:
 			fs.Float64Var(p, name, *p, s.usage)
-		case *bool:
-			fs.BoolVar(p, name, *p, s.usage)
 		case *duration:
 			fs.Var(p, name, s.usage)
 		case *[]string:

@@ -15,7 +15,8 @@ import (
 )
 
 // Cluster is a static cluster of in-process nodes. Node i dials node j through a relay of a
-// testkit.Mesh, which Partition, Heal and Cut block and unblock.
+// testkit.Mesh, which Partition, Heal and Cut block and unblock. The nodes speak mutual TLS under
+// one cluster CA (ClusterTLS), as real ones do; the relays pass the TLS bytes through.
 // Methods must be called from the test goroutine unless noted.
 type Cluster struct {
 	t     testing.TB
@@ -23,6 +24,8 @@ type Cluster struct {
 	nodes []*raftstore.Node // nil while stopped
 	ids   []string          // node ids, n1…
 	mesh  *testkit.Mesh     // relay (ids[i], ids[j]) carries i's connections to j
+	// certDir holds the cluster CA (certDir/ca) and the nodes' certificates (certDir/<id>).
+	certDir string
 }
 
 // NewCluster starts n nodes hosting shards, each shard bootstrapped with all n nodes as voters.
@@ -42,6 +45,8 @@ func NewCluster(t testing.TB, n int, shards []raftstore.ShardID, tweak func(*raf
 	if err != nil {
 		t.Fatal(err)
 	}
+	c.certDir = filepath.Join(dir, "certs")
+	certs := ClusterTLS(t, c.certDir, c.ids...)
 	c.mesh = mesh
 	t.Cleanup(c.Close) // registered now, so the relays are closed even if a start fails
 	for i := range n {
@@ -49,6 +54,7 @@ func NewCluster(t testing.TB, n int, shards []raftstore.ShardID, tweak func(*raf
 			NodeID:   peers[i].ID,
 			Dir:      filepath.Join(dir, peers[i].ID),
 			RaftAddr: peers[i].Addr,
+			TLS:      certs[peers[i].ID],
 			Shards:   shards,
 			Peers:    peers,
 			PeerAddr: func(id string) string {

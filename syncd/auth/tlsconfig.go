@@ -1,6 +1,7 @@
 package auth
 
 import (
+	"crypto"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -105,6 +106,15 @@ func generateSelfSigned(hosts []string, now time.Time) (certPEM, keyPEM []byte, 
 		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 		BasicConstraintsValid: true,
 	}
+	if err := addHosts(tmpl, hosts); err != nil {
+		return nil, nil, err
+	}
+	return issue(tmpl, nil, nil)
+}
+
+// addHosts adds hosts to tmpl's subject alternative names: IP addresses as IP SANs, anything
+// else that is a host name as a DNS SAN.
+func addHosts(tmpl *x509.Certificate, hosts []string) error {
 	for _, h := range hosts {
 		h = strings.TrimSuffix(strings.TrimPrefix(strings.TrimSpace(h), "["), "]")
 		if ip := net.ParseIP(h); ip != nil {
@@ -112,9 +122,15 @@ func generateSelfSigned(hosts []string, now time.Time) (certPEM, keyPEM []byte, 
 		} else if validDNSName(h) {
 			tmpl.DNSNames = append(tmpl.DNSNames, h)
 		} else {
-			return nil, nil, fmt.Errorf("syncd: certificate host %q is neither an IP address nor a DNS name (no port, no scheme)", h)
+			return fmt.Errorf("syncd: certificate host %q is neither an IP address nor a DNS name (no port, no scheme)", h)
 		}
 	}
+	return nil
+}
+
+// issue gives tmpl a random serial number and a new ECDSA P-256 key, signs it with parentKey as
+// parent (both nil: self-signed), and returns the PEM encodings of the certificate and its key.
+func issue(tmpl, parent *x509.Certificate, parentKey crypto.Signer) (certPEM, keyPEM []byte, err error) {
 	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127))
 	if err != nil {
 		return nil, nil, fmt.Errorf("syncd: generate certificate serial: %w", err)
@@ -124,7 +140,10 @@ func generateSelfSigned(hosts []string, now time.Time) (certPEM, keyPEM []byte, 
 	if err != nil {
 		return nil, nil, fmt.Errorf("syncd: generate TLS key: %w", err)
 	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if parent == nil {
+		parent, parentKey = tmpl, key
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, parent, &key.PublicKey, parentKey)
 	if err != nil {
 		return nil, nil, fmt.Errorf("syncd: create certificate: %w", err)
 	}

@@ -3,7 +3,10 @@ package syncdtest
 import (
 	"context"
 	"crypto/rand"
+	"errors"
 	"fmt"
+	"io/fs"
+	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -19,10 +22,13 @@ import (
 // share one token secret and one certificate, as a real cluster would, so a token and a pinned
 // fingerprint are valid on any node. Every port comes from testkit.FreeAddr and a restarted
 // node binds the same ones, so peers and devices find it again: a port from ":0" lies in the
-// ephemeral range, where any outgoing socket may take it while the node is down.
-// Methods must be called from the test goroutine.
+// ephemeral range, where any outgoing socket may take it while the node is down. The node plane
+// runs mutual TLS under one cluster CA, each node's certificate in its data directory, as
+// `syncctl cert create-node -dir <data dir>` leaves it. Methods must be called from the test
+// goroutine.
 type Cluster struct {
 	t       testing.TB
+	caDir   string // the cluster CA (ca.crt, ca.key)
 	cfgs    []syncd.Config
 	servers []*syncd.Server
 	stops   []func()
@@ -44,7 +50,10 @@ func StartCluster(t testing.TB, n int, tweak func(i int, c *syncd.Config)) *Clus
 	for i := range peers {
 		peers[i] = raftstore.Peer{ID: fmt.Sprintf("n%d", i+1), Addr: testkit.FreeAddr(t)}
 	}
-	c := &Cluster{t: t, servers: make([]*syncd.Server, n), stops: make([]func(), n)}
+	c := &Cluster{t: t, caDir: filepath.Join(dir, "ca"), servers: make([]*syncd.Server, n), stops: make([]func(), n)}
+	if err := auth.CreateCA(c.caDir); err != nil {
+		t.Fatal(err)
+	}
 	for i := range n {
 		cfg := syncd.Config{Dir: filepath.Join(dir, peers[i].ID), NodeID: peers[i].ID, RaftAddr: peers[i].Addr, Peers: peers,
 			ListenAddr: testkit.FreeAddr(t), AdminAddr: testkit.FreeAddr(t), Shards: 4, TokenSecret: secret, Logger: Logger(t),
@@ -104,7 +113,14 @@ func (c *Cluster) Server(i int) *syncd.Server { return c.servers[i] }
 func (c *Cluster) Size() int { return len(c.servers) }
 
 func (c *Cluster) create(i int) {
-	srv, err := syncd.NewServer(c.cfgs[i])
+	cfg := c.cfgs[i]
+	if _, err := os.Stat(filepath.Join(cfg.Dir, auth.NodeCertFile)); errors.Is(err, fs.ErrNotExist) {
+		err := auth.CreateNodeCert(cfg.Dir, filepath.Join(c.caDir, auth.NodeCAFile), filepath.Join(c.caDir, auth.NodeCAKeyFile), cfg.NodeID, nil)
+		if err != nil {
+			c.t.Fatalf("node %d: %v", i, err)
+		}
+	}
+	srv, err := syncd.NewServer(cfg)
 	if err != nil {
 		c.t.Fatalf("node %d: %v", i, err)
 	}

@@ -25,9 +25,10 @@ type Config struct {
 	// as exec.Command does. Required.
 	Syncd string
 	// Dir holds the token secret (token.key), the admin token (admin.token), the certificate
-	// (tls.crt, tls.key) and one directory per node, Dir/<id>, with its data and its log file
-	// syncd.log. Required; created if missing. A later New on the same Dir reuses the secrets,
-	// the certificate and the nodes' data.
+	// (tls.crt, tls.key), the node plane's cluster CA (ca.crt, ca.key) with each node's
+	// certificate in Dir/certs/<id>, and one directory per node, Dir/<id>, with its data and its
+	// log file syncd.log. Required; created if missing. A later New on the same Dir reuses the
+	// secrets, the certificates and the nodes' data.
 	Dir string
 	// Nodes is the number of founding nodes n1…n<Nodes>: the voters of the new cluster (given to
 	// each other with -peers when there is more than one), started by Cluster.Start. Default 3.
@@ -129,6 +130,9 @@ func New(cfg Config) (*Cluster, error) {
 		}
 	}
 	if c.cred, err = loadOrCreateCredentials(cfg.Dir, ips); err != nil {
+		return nil, err
+	}
+	if err := createNodeCerts(cfg.Dir, c.nodes); err != nil {
 		return nil, err
 	}
 	return c, nil

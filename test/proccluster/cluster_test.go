@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/syncd-dev/syncd/raftstore"
+	"github.com/syncd-dev/syncd/syncd/auth"
 )
 
 // TestNewLayout lays out clusters without starting them: free ports on 127.0.0.1 or the fixed
@@ -58,6 +59,18 @@ func TestNewLayout(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dir, "tls.crt")); err != nil {
 		t.Error(err)
+	}
+	// Every node, spares included, has a node certificate of the one cluster CA, passed by flag.
+	for _, n := range c.Nodes() {
+		args := strings.Join(n.Args(), " ")
+		certDir := filepath.Join(dir, "certs", n.ID)
+		if !strings.Contains(args, "-node-ca "+filepath.Join(dir, auth.NodeCAFile)+" -node-cert "+filepath.Join(certDir, auth.NodeCertFile)) {
+			t.Errorf("%s args lack its node certificate: %s", n.ID, args)
+		}
+		certs, err := auth.LoadNodeCerts(filepath.Join(dir, auth.NodeCAFile), filepath.Join(certDir, auth.NodeCertFile), filepath.Join(certDir, auth.NodeKeyFile))
+		if err != nil || certs.NodeID != n.ID {
+			t.Errorf("%s: node certificate names %q, %v", n.ID, certs.NodeID, err)
+		}
 	}
 
 	again, err := New(Config{Syncd: "/bin/true", Dir: dir, BasePort: 17300, Nodes: 1})

@@ -1,9 +1,10 @@
 // Package proccluster runs a syncd cluster as child processes of the calling program: real
 // cmd/syncd binaries on loopback, each node with its own data directory, addresses and log file,
 // all sharing one token secret, one admin token and one certificate, so that one device token,
-// one admin token and one pinned fingerprint work on every node. It is the one process-cluster
-// harness of the repository, used by cmd/localcluster (the "try a cluster" command), by
-// cmd/syncbench's cluster scenario and by the fault suite in test/.
+// one admin token and one pinned fingerprint work on every node, and each with a node
+// certificate of one cluster CA, so that the node plane runs mutual TLS as a real cluster's does.
+// It is the one process-cluster harness of the repository, used by cmd/localcluster (the "try a
+// cluster" command), by cmd/syncbench's cluster scenario and by the fault suite in test/.
 //
 // A cluster is laid out by New (addresses, directories, credentials; nothing runs yet), started
 // by Cluster.Start, and its nodes are then killed (SIGKILL), paused (SIGSTOP), resumed, stopped
@@ -27,9 +28,10 @@
 // benchmark's CPU accounting and profiles, localcluster's directory layout file and messages.
 //
 // Imports from the server are kept to what has no admin-API equivalent, each in one file: the
-// token secret, the admin token, the certificate and token minting (credentials.go, package
+// token secret, the admin token, the certificates and token minting (credentials.go, package
 // syncd/auth: the one token format and TLS helper), the JSON type of the cluster view and the
-// admin token's header (adminapi.go) and the shard id type (metrics.go, package raftstore). Free ports come from testkit.PickAddr.
+// admin token's header (adminapi.go) and the shard id type (metrics.go, package raftstore). Free
+// ports come from testkit.PickAddr.
 //
 // Node processes get a parent-death signal on Linux (procattr_linux.go), so that no node
 // outlives the program that started it and keeps its ports, and their own process group on

@@ -65,6 +65,7 @@ func (n *Node) argsLocked() []string {
 		"-raft-addr", n.RaftAddr, "-shards", fmt.Sprint(c.cfg.Shards),
 		"-token-secret-file", c.cred.secretFile, "-cert", c.cred.certFile, "-key", c.cred.keyFile,
 		"-admin-token-file", c.cred.adminTokenFile}
+	args = append(args, c.nodeCertArgs(n.ID)...)
 	// One founding node gets no -peers: it then runs exactly as a lone syncd does (raftstore
 	// bootstraps a node without peers as a cluster of itself, the same as -peers naming it alone).
 	if !n.Spare && len(c.peers) > 1 {

@@ -1,0 +1,104 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"strings"
+
+	"github.com/syncd-dev/syncd/syncd/auth"
+)
+
+// runCert creates the node plane's certificates: a cluster CA, and a certificate per node issued
+// by it (as CockroachDB's cert create-ca and create-node do). The code that makes them is
+// syncd/auth's, the same syncd runs on a lone node's first start.
+func runCert(_ context.Context, e *env, args []string) int {
+	const cmd = "cert"
+	f := newFlagSet(e, cmd, "create-ca -dir DIR | create-node -dir DIR -ca CA.crt -ca-key CA.key -node-id ID [-host H ...]", `
+Creates the certificates of the node plane: every node's Raft port (Raft, forwarded proposals,
+calls) speaks mutual TLS 1.3, and each node must present a certificate issued by the cluster's
+CA that names its node id (in a syncd://node/<id> URI SAN; dialers check it).
+
+  create-ca     a new cluster CA in -dir: ca.crt (give it to every node) and ca.key (mode
+                0600; keep it off the nodes, it issues node certificates). Once per cluster.
+  create-node   a certificate for -node-id, issued by -ca/-ca-key, valid 5 years: node.crt and
+                node.key (0600) in -dir, plus a copy of ca.crt unless -dir has one. With -dir the
+                node's data directory, syncd finds all three there; or pass -node-ca, -node-cert
+                and -node-key. -host adds host names or IP addresses as SANs, for other tools
+                (syncd checks the node id, not the address).
+
+Neither replaces an existing file. A lone syncd with no certificates makes its own CA and
+certificate in its data directory; to grow it into a cluster, issue the new nodes' certificates
+from that CA (-ca <data dir>/ca.crt -ca-key <data dir>/ca.key).`, `
+syncctl cert create-ca -dir ./ca
+syncctl cert create-node -dir ./n1 -ca ./ca/ca.crt -ca-key ./ca/ca.key -node-id n1
+syncctl cert create-node -dir ./n2 -ca ./ca/ca.crt -ca-key ./ca/ca.key -node-id n2 -host 10.0.0.2`)
+	dir := f.String("dir", "", "directory to write the files into (created if missing; required)")
+	caCert := f.String("ca", "", "create-node: the CA certificate file (ca.crt of create-ca)")
+	caKey := f.String("ca-key", "", "create-node: the CA key file (ca.key of create-ca)")
+	nodeID := f.String("node-id", "", "create-node: the node id the certificate names (syncd -node-id)")
+	var hosts hostList
+	f.Var(&hosts, "host", "create-node: a host name or IP address to add as a SAN; repeat or comma-separate")
+	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
+		if len(args) > 0 && (args[0] == "-h" || args[0] == "-help" || args[0] == "--help") {
+			f.Usage()
+			return exitOK
+		}
+		fmt.Fprintln(e.stderr, "syncctl cert: want a subcommand: create-ca or create-node (see -h)")
+		return exitUsage
+	}
+	sub := args[0]
+	if code, ok := parse(e, f, args[1:]); !ok {
+		return code
+	}
+	if *dir == "" {
+		e.errorf(cmd+" "+sub, "-dir is required (see -h)")
+		return exitUsage
+	}
+	switch sub {
+	case "create-ca":
+		if *caCert != "" || *caKey != "" || *nodeID != "" || len(hosts) > 0 {
+			e.errorf(cmd+" "+sub, "takes only -dir (-ca, -ca-key, -node-id and -host are for create-node)")
+			return exitUsage
+		}
+		if err := auth.CreateCA(*dir); err != nil {
+			e.errorf(cmd+" "+sub, "%v", err)
+			return exitFail
+		}
+		fmt.Fprintf(e.stdout, "created the cluster CA: %s (for every node) and %s (keep it safe, off the nodes)\n",
+			filepath.Join(*dir, auth.NodeCAFile), filepath.Join(*dir, auth.NodeCAKeyFile))
+	case "create-node":
+		if *caCert == "" || *caKey == "" || *nodeID == "" {
+			e.errorf(cmd+" "+sub, "-ca, -ca-key and -node-id are required (see -h)")
+			return exitUsage
+		}
+		if err := auth.CreateNodeCert(*dir, *caCert, *caKey, *nodeID, hosts); err != nil {
+			e.errorf(cmd+" "+sub, "%v", err)
+			return exitFail
+		}
+		fmt.Fprintf(e.stdout, "created a certificate for node %s: %s, %s and %s; start syncd with -node-id %s and "+
+			"-data-dir %s, or pass them as -node-ca, -node-cert and -node-key\n", *nodeID,
+			filepath.Join(*dir, auth.NodeCAFile), filepath.Join(*dir, auth.NodeCertFile), filepath.Join(*dir, auth.NodeKeyFile),
+			*nodeID, *dir)
+	default:
+		e.errorf(cmd, "unknown subcommand %q: want create-ca or create-node (see -h)", sub)
+		return exitUsage
+	}
+	return exitOK
+}
+
+// hostList collects -host values: each use adds, and a value may hold several, comma-separated.
+type hostList []string
+
+// String implements flag.Value.
+func (h *hostList) String() string { return strings.Join(*h, ",") }
+
+// Set implements flag.Value.
+func (h *hostList) Set(s string) error {
+	for p := range strings.SplitSeq(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			*h = append(*h, p)
+		}
+	}
+	return nil
+}

@@ -45,7 +45,7 @@ var commands = []command{
 	{"send", "send a message", runSend},
 	{"read", "mark a conversation read up to a conv_seq", runRead},
 	{"recall", "recall one of this user's messages", runRecall},
-	{"group", "create a group, add or remove members", runGroup},
+	{"group", "create a group, add or remove members, give roles, list members", runGroup},
 	{"pull", "print the user's new log entries, then exit", runPull},
 	{"tail", "print the user's new log entries until Ctrl-C", runTail},
 	{"status", "show a node's readiness and per-shard Raft state (admin HTTP)", runStatus},

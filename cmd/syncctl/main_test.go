@@ -149,6 +149,7 @@ func TestSyncctl(t *testing.T) {
 		append([]string{"recall", "-conv", "d:alice:bob", "-msg-id", sent.MsgID}, alice...),
 		append([]string{"group", "create", "-conv", "g:team", "-members", "bob"}, alice...),
 		append([]string{"group", "add", "-conv", "g:team", "-members", "carol,dave"}, alice...),
+		append([]string{"group", "role", "-conv", "g:team", "-members", "bob", "-role", "admin"}, alice...),
 	} {
 		code, out, _ := syncctl(t, args...)
 		if code != 0 {
@@ -158,7 +159,14 @@ func TestSyncctl(t *testing.T) {
 			t.Fatalf("%s printed %+v", args[0], r)
 		}
 	}
-	got = pullUntil(t, 4, bob...)
+	code, out, _ = syncctl(t, append([]string{"group", "members", "-conv", "g:team"}, alice...)...)
+	if want := `{"user":"alice","role":"owner"}|{"user":"bob","role":"admin"}|{"user":"carol","role":"member"}|{"user":"dave","role":"member"}`; code != 0 || strings.Join(lines(out), "|") != want {
+		t.Fatalf("group members: exit %d, printed %q, want %s", code, out, want)
+	}
+	if code, _, errOut := syncctl(t, append([]string{"group", "role", "-conv", "g:team", "-members", "bob", "-role", "king"}, alice...)...); code != exitUsage || !strings.Contains(errOut, "member, admin or owner") {
+		t.Fatalf("group role -role king: exit %d, %s", code, errOut)
+	}
+	got = pullUntil(t, 5, bob...)
 	kinds := map[string]entryJSON{}
 	for _, en := range got {
 		kinds[en.Kind] = en
@@ -174,6 +182,9 @@ func TestSyncctl(t *testing.T) {
 	}
 	if g := kinds["member_add"]; g.Conv != "g:team" || strings.Join(g.Members, ",") != "carol,dave" {
 		t.Errorf("member_add: %+v", g)
+	}
+	if g := kinds["role_change"]; g.Role != "admin" || strings.Join(g.Members, ",") != "bob" {
+		t.Errorf("role_change: %+v", g)
 	}
 
 	// A refusal: exit 1, a failed JSON line, the code and what to do.
@@ -254,7 +265,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"send", "-conv", "c", "-body", "x", "-token", "t"}, "-fingerprint"},
 		{[]string{"send", "-conv", "c"}, "-body"},
 		{[]string{"recall", "-conv", "c", "-msg-id", "nope"}, "not a msg_id"},
-		{[]string{"group", "drop"}, "create|add|remove"},
+		{[]string{"group", "drop"}, "create|add|remove|role|members"},
 		{[]string{"nosuch"}, "unknown command"},
 	}
 	for _, c := range cases {

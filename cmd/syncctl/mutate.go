@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -118,7 +119,7 @@ syncctl recall -data-dir ./syncd-data -token "$TOKEN" -conv d:alice:bob -msg-id 
 
 func runGroup(ctx context.Context, e *env, args []string) int {
 	const cmd = "group"
-	if len(args) == 0 || (args[0] != "create" && args[0] != "add" && args[0] != "remove") {
+	if len(args) == 0 || !slices.Contains([]string{"create", "add", "remove", "role", "members"}, args[0]) {
 		if len(args) > 0 && (args[0] == "-h" || args[0] == "-help" || args[0] == "--help" || args[0] == "help") {
 			fmt.Fprint(e.stderr, groupUsage)
 			return exitOK
@@ -129,22 +130,46 @@ func runGroup(ctx context.Context, e *env, args []string) int {
 	op := args[0]
 	sub := cmd + " " + op
 	about := map[string]string{
-		"create": "Creates group -conv with -members (this user is always a member) and prints the acknowledgement as JSON.",
-		"add":    "Adds -members to group -conv and prints the acknowledgement as JSON (\"noop\":true if they all were members).",
-		"remove": "Removes -members from group -conv and prints the acknowledgement as JSON (\"noop\":true if none was a member).",
+		"create":  "Creates group -conv with -members (this user is always a member) and prints the acknowledgement as JSON.",
+		"add":     "Adds -members to group -conv and prints the acknowledgement as JSON (\"noop\":true if they all were members).",
+		"remove":  "Removes -members from group -conv and prints the acknowledgement as JSON (\"noop\":true if none was a member). Naming only this user leaves the group.",
+		"role":    "Gives -members the -role (member, admin, or owner: hands the group over to one member) in group -conv and prints the acknowledgement as JSON. Only the group's owner may.",
+		"members": "Prints group -conv's current members and their roles as JSON lines, paged from the server.",
 	}[op]
 	example := map[string]string{
-		"create": `syncctl group create -data-dir ./syncd-data -token "$TOKEN" -conv g:team -members bob,carol`,
-		"add":    `syncctl group add -data-dir ./syncd-data -token "$TOKEN" -conv g:team -members dave`,
-		"remove": `syncctl group remove -data-dir ./syncd-data -token "$TOKEN" -conv g:team -members dave`,
+		"create":  `syncctl group create -data-dir ./syncd-data -token "$TOKEN" -conv g:team -members bob,carol`,
+		"add":     `syncctl group add -data-dir ./syncd-data -token "$TOKEN" -conv g:team -members dave`,
+		"remove":  `syncctl group remove -data-dir ./syncd-data -token "$TOKEN" -conv g:team -members dave`,
+		"role":    `syncctl group role -data-dir ./syncd-data -token "$TOKEN" -conv g:team -members bob -role admin`,
+		"members": `syncctl group members -data-dir ./syncd-data -token "$TOKEN" -conv g:team`,
 	}[op]
-	f := newFlagSet(e, sub, "-conv C -members a,b,c [connection flags]", about+storeNote, example)
+	synopsis := "-conv C -members a,b,c [connection flags]"
+	switch op {
+	case "role":
+		synopsis = "-conv C -members a,b -role member|admin|owner [connection flags]"
+	case "members":
+		synopsis = "-conv C [connection flags]"
+	}
+	f := newFlagSet(e, sub, synopsis, about+storeNote, example)
 	var c connFlags
 	c.register(f, timeoutHelp)
 	conv := f.String("conv", "", "group conversation id (required)")
 	membersFlag := f.String("members", "", "comma-separated user ids")
+	roleFlag := f.String("role", "", "role: member, admin or owner (group role)")
 	if code, ok := parse(e, f, args[1:]); !ok {
 		return code
+	}
+	var role proto.Role
+	if op == "role" {
+		for r := proto.RoleMember; r <= proto.RoleOwner; r++ {
+			if r.String() == *roleFlag {
+				role = r
+			}
+		}
+		if role == 0 {
+			e.errorf(sub, "-role must be member, admin or owner, not %q", *roleFlag)
+			return exitUsage
+		}
 	}
 	var members []string
 	for m := range strings.SplitSeq(*membersFlag, ",") {
@@ -152,9 +177,12 @@ func runGroup(ctx context.Context, e *env, args []string) int {
 			members = append(members, m)
 		}
 	}
-	if *conv == "" || (op != "create" && len(members) == 0) {
+	if *conv == "" || (op != "create" && op != "members" && len(members) == 0) {
 		e.errorf(sub, "-conv and -members are required (see -h)")
 		return exitUsage
+	}
+	if op == "members" {
+		return groupMembers(ctx, e, sub, &c, *conv)
 	}
 	return mutate(ctx, e, sub, &c, func(cl *client.Client) (string, error) {
 		switch op {
@@ -162,15 +190,53 @@ func runGroup(ctx context.Context, e *env, args []string) int {
 			return cl.CreateGroup(*conv, members)
 		case "add":
 			return cl.AddMembers(*conv, members)
+		case "role":
+			return cl.SetRole(*conv, members, role)
 		}
 		return cl.RemoveMembers(*conv, members)
 	})
 }
 
-const groupUsage = `Usage: syncctl group create|add|remove -conv C -members a,b,c [connection flags]
+// memberJSON is one line of `syncctl group members`.
+type memberJSON struct {
+	User string `json:"user"`
+	Role string `json:"role"`
+}
 
-Creates a group conversation, or adds or removes members. Run "syncctl group create -h" (or
-add, remove) for the flags.
+// groupMembers prints conv's members, paged from the server, one JSON line each.
+func groupMembers(ctx context.Context, e *env, cmd string, c *connFlags, conv string) int {
+	if err := c.resolve(); err != nil {
+		e.errorf(cmd, "%v", err)
+		return exitUsage
+	}
+	ctx, cancel := withTimeout(ctx, c.timeout)
+	defer cancel()
+	cl, err := c.dial(ctx, e)
+	if err != nil {
+		e.report(cmd, "connect", c, err)
+		return exitFail
+	}
+	defer cl.Close()
+	members, err := cl.FetchMembers(ctx, conv)
+	for errors.Is(err, client.ErrOffline) && ctx.Err() == nil { // Dial returns before the connection is up
+		time.Sleep(50 * time.Millisecond)
+		members, err = cl.FetchMembers(ctx, conv)
+	}
+	if err != nil {
+		e.report(cmd, "members", c, err)
+		return exitFail
+	}
+	for _, m := range members {
+		writeJSON(e, memberJSON{User: m.User, Role: m.Role.String()})
+	}
+	return exitOK
+}
+
+const groupUsage = `Usage: syncctl group create|add|remove|role|members -conv C [-members a,b,c] [-role R] [connection flags]
+
+Creates a group conversation, adds or removes members, gives roles (the creator owns a group; the
+owner names admins; owners and admins add and remove), or lists the members. Run
+"syncctl group create -h" (or add, remove, role, members) for the flags.
 
 Example:
   syncctl group create -data-dir ./syncd-data -token "$TOKEN" -conv g:team -members bob,carol

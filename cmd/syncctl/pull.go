@@ -14,25 +14,30 @@ import (
 // entryJSON is one entry of the user's log as pull and tail print it. Only seq and kind are
 // always present.
 type entryJSON struct {
-	Seq        uint64   `json:"seq"`
-	Kind       string   `json:"kind"`
-	MsgID      string   `json:"msg_id,omitempty"`
-	Conv       string   `json:"conv,omitempty"`
-	ConvSeq    uint64   `json:"conv_seq,omitempty"`
-	From       string   `json:"from,omitempty"`
-	TS         string   `json:"ts,omitempty"`
-	Body       string   `json:"body,omitempty"`
-	BodyBase64 string   `json:"body_base64,omitempty"` // instead of body when it is not UTF-8
-	UpTo       uint64   `json:"up_to,omitempty"`
-	Target     string   `json:"target,omitempty"`
-	Members    []string `json:"members,omitempty"`
+	Seq         uint64   `json:"seq"`
+	Kind        string   `json:"kind"`
+	MsgID       string   `json:"msg_id,omitempty"`
+	Conv        string   `json:"conv,omitempty"`
+	ConvSeq     uint64   `json:"conv_seq,omitempty"`
+	From        string   `json:"from,omitempty"`
+	TS          string   `json:"ts,omitempty"`
+	Body        string   `json:"body,omitempty"`
+	BodyBase64  string   `json:"body_base64,omitempty"` // instead of body when it is not UTF-8
+	UpTo        uint64   `json:"up_to,omitempty"`
+	Target      string   `json:"target,omitempty"`
+	Members     []string `json:"members,omitempty"`
+	Role        string   `json:"role,omitempty"`         // role_change
+	MemberCount uint32   `json:"member_count,omitempty"` // a membership change too long to list (syncctl group members lists them)
 }
 
 func toEntryJSON(en proto.Entry) entryJSON {
 	out := entryJSON{
 		Seq: uint64(en.Seq), Kind: en.Kind.String(), MsgID: string(en.MsgID), Conv: en.Conv,
 		ConvSeq: uint64(en.ConvSeq), From: en.Sender, UpTo: uint64(en.UpTo), Target: string(en.Target),
-		Members: en.Members,
+		Members: en.Members, MemberCount: en.MemberCount,
+	}
+	if en.Role != 0 {
+		out.Role = en.Role.String()
 	}
 	if en.Time != 0 {
 		out.TS = time.Unix(0, en.Time).UTC().Format(time.RFC3339Nano)
@@ -46,7 +51,7 @@ func toEntryJSON(en proto.Entry) entryJSON {
 }
 
 const followNote = "\n\n" + `Each entry is one JSON line: seq, kind, msg_id, conv, conv_seq, from, ts, body, up_to, target,
-members (empty fields omitted).
+members, role, member_count (empty fields omitted).
 
 The SDK stores what it syncs in -store and keeps the cursor there, like a real device: a second
 run with the same -store prints only entries that are new since the last one. Use one -store per

@@ -205,16 +205,11 @@ type memberJSON struct {
 
 // groupMembers prints conv's members, paged from the server, one JSON line each.
 func groupMembers(ctx context.Context, e *env, cmd string, c *connFlags, conv string) int {
-	if err := c.resolve(); err != nil {
-		e.errorf(cmd, "%v", err)
-		return exitUsage
-	}
 	ctx, cancel := withTimeout(ctx, c.timeout)
 	defer cancel()
-	cl, err := c.dial(ctx, e)
-	if err != nil {
-		e.report(cmd, "connect", c, err)
-		return exitFail
+	cl, code := connect(ctx, e, cmd, c)
+	if cl == nil {
+		return code
 	}
 	defer cl.Close()
 	members, err := cl.FetchMembers(ctx, conv)
@@ -242,19 +237,29 @@ Example:
   syncctl group create -data-dir ./syncd-data -token "$TOKEN" -conv g:team -members bob,carol
 `
 
-// mutate connects, queues one action with queue, waits for its StatusEvent and prints the
-// outcome.
-func mutate(ctx context.Context, e *env, cmd string, c *connFlags, queue func(*client.Client) (string, error)) int {
+// connect checks the connection flags and dials; on failure it reports and returns a nil client
+// and the exit code.
+func connect(ctx context.Context, e *env, cmd string, c *connFlags) (*client.Client, int) {
 	if err := c.resolve(); err != nil {
 		e.errorf(cmd, "%v", err)
-		return exitUsage
+		return nil, exitUsage
 	}
-	ctx, cancel := withTimeout(ctx, c.timeout)
-	defer cancel()
 	cl, err := c.dial(ctx, e)
 	if err != nil {
 		e.report(cmd, "connect", c, err)
-		return exitFail
+		return nil, exitFail
+	}
+	return cl, exitOK
+}
+
+// mutate connects, queues one action with queue, waits for its StatusEvent and prints the
+// outcome.
+func mutate(ctx context.Context, e *env, cmd string, c *connFlags, queue func(*client.Client) (string, error)) int {
+	ctx, cancel := withTimeout(ctx, c.timeout)
+	defer cancel()
+	cl, code := connect(ctx, e, cmd, c)
+	if cl == nil {
+		return code
 	}
 	defer cl.Close()
 	cmid, err := queue(cl)

@@ -97,16 +97,11 @@ syncctl tail -data-dir ./syncd-data -token "$(syncctl token -user bob -device la
 // follow prints entries until ctx ends or, with quiet > 0 (pull), until the device has caught up
 // and none arrived for quiet; pull fails when the SDK reports that syncing keeps failing.
 func follow(ctx context.Context, e *env, cmd string, c *connFlags, quiet time.Duration) int {
-	if err := c.resolve(); err != nil {
-		e.errorf(cmd, "%v", err)
-		return exitUsage
-	}
 	dctx, cancel := withTimeout(ctx, c.timeout)
-	cl, err := c.dial(dctx, e)
+	cl, code := connect(dctx, e, cmd, c)
 	cancel()
-	if err != nil {
-		e.report(cmd, "connect", c, err)
-		return exitFail
+	if cl == nil {
+		return code
 	}
 	defer cl.Close()
 

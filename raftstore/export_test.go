@@ -1,5 +1,7 @@
 package raftstore
 
+import "time"
+
 // TransferLeadership hands this node's leadership of shard to voter id, whose replica has applied
 // targetApplied, through the guard the balancer and the membership loop use (for tests in
 // package raftstore_test).
@@ -24,3 +26,17 @@ func (n *Node) CurrentTerm(shard ShardID) uint64 {
 	r, _ := n.replica(shard)
 	return r.raft.CurrentTerm()
 }
+
+// SetDiskCheckInterval makes a node of cfg measure its free disk space every d instead of every
+// second (for tests).
+func SetDiskCheckInterval(cfg *Config, d time.Duration) { cfg.diskCheckEvery = d }
+
+// FlushStore starts a flush of the node's store's memtables and does not wait for it (for
+// tests: the disk-full tests make it fail).
+func (n *Node) FlushStore() error {
+	_, err := n.db.AsyncFlush()
+	return err
+}
+
+// NoSpaceRetry is how often Pebble retries a write that failed for lack of space (for tests).
+const NoSpaceRetry = noSpaceRetry

@@ -82,6 +82,11 @@ type Config struct {
 	// MaxHandshakes caps connections being authenticated at once; beyond it new connections are
 	// closed with Overloaded and a retry-after (reconnect storms). Default 256.
 	MaxHandshakes int
+	// MinFreeDisk is the free-space watermark, in bytes, of the disk holding Dir: below it the
+	// node refuses sends and group changes with Unavailable and a retry-after, and /readyz says
+	// why, while reads, syncs, deliveries and trims go on; below half of it the node does not
+	// start. Default 512 MiB; negative turns the watermark off. See raftstore.Config.MinFreeDisk.
+	MinFreeDisk int64
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 }
@@ -114,6 +119,7 @@ func DefaultConfig() Config {
 		SendBurst:         100,
 		MaxInFlight:       1024,
 		MaxHandshakes:     256,
+		MinFreeDisk:       raftstore.DefaultConfig().MinFreeDisk,
 	}
 }
 
@@ -139,6 +145,7 @@ func (c Config) withDefaults() Config {
 	c.SendBurst = cmp.Or(c.SendBurst, d.SendBurst)
 	c.MaxInFlight = cmp.Or(c.MaxInFlight, d.MaxInFlight)
 	c.MaxHandshakes = cmp.Or(c.MaxHandshakes, d.MaxHandshakes)
+	c.MinFreeDisk = cmp.Or(c.MinFreeDisk, d.MinFreeDisk)
 	c.Limits.SendRatePerS = uint32(c.SendRate)
 	if c.Logger == nil {
 		c.Logger = slog.Default()

@@ -27,6 +27,7 @@ import (
 // depend on TOML; toConfig turns it into a syncd.Config, fromConfig back.
 type fileConfig struct {
 	DataDir           string   `toml:"data_dir"`
+	MinFreeDisk       int      `toml:"min_free_disk"`
 	Listen            string   `toml:"listen"`
 	Admin             string   `toml:"admin"`
 	NodeID            string   `toml:"node_id"`
@@ -195,6 +196,13 @@ func (o options) toConfig(logOut io.Writer) (syncd.Config, error) {
 		Retention:         log.Retention{MaxCount: s.RetentionMaxCount, MaxAge: int64(s.RetentionMaxAge)},
 		RetentionInterval: time.Duration(s.RetentionInterval), RequestTimeout: time.Duration(s.RequestTimeout),
 		SendRate: s.SendRate, SendBurst: s.SendBurst, MaxInFlight: s.MaxInFlight, MaxHandshakes: s.MaxHandshakes,
+		MinFreeDisk: int64(s.MinFreeDisk),
+	}
+	switch {
+	case s.MinFreeDisk < 0:
+		bad("min-free-disk", "%d must not be negative (0 turns the watermark off)", s.MinFreeDisk)
+	case s.MinFreeDisk == 0:
+		cfg.MinFreeDisk = -1 // off; a zero syncd.Config field would mean the default
 	}
 
 	ids := map[string]bool{}

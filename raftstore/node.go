@@ -95,8 +95,8 @@ func New(cfg Config) (*Node, error) {
 	n.disk.check() // before any shard starts: a node that starts low on space says so at once
 	ln, err := net.Listen("tcp", cfg.RaftAddr)
 	if err != nil {
-		db.Close()
-		return nil, fmt.Errorf("raftstore: listen for raft on %s (is another syncd running? pick another address): %w", cfg.RaftAddr, err)
+		return nil, errors.Join(fmt.Errorf("raftstore: listen for raft on %s (is another syncd running? pick another address): %w",
+			cfg.RaftAddr, err), db.Close())
 	}
 	n.mux = newMux(ln, n.logger)
 	n.fwd = newForwarder(n.logger)

@@ -149,6 +149,9 @@ func (n *Node) DiskSpace() DiskSpace { return *n.disk.space.Load() }
 // that cannot report its usage is not checked (the guard then logs that it cannot measure).
 func checkStartSpace(fs vfs.FS, dir string, minFree int64) error {
 	du, err := fs.GetDiskUsage(dir)
+	if err != nil { // a first start: the store's directory is not there yet, its parent is
+		du, err = fs.GetDiskUsage(fs.PathDir(dir))
+	}
 	if err != nil {
 		return nil
 	}

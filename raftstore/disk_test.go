@@ -402,6 +402,12 @@ func TestWatermarkOnRealTmpfs(t *testing.T) {
 	if took := time.Since(began); took > 2*time.Second {
 		t.Errorf("the refusal took %v", took)
 	}
+	// A first start on the full disk, with no store yet, is refused the same way.
+	fresh := filepath.Join(mnt, "fresh")
+	if _, err := raftstore.New(raftstore.Config{NodeID: "n1", Dir: fresh, Logger: quietLogger()}); err == nil ||
+		!strings.Contains(err.Error(), "not starting") || !strings.Contains(err.Error(), filepath.Join(fresh, "db")) {
+		t.Fatalf("first start on a full tmpfs: %v", err)
+	}
 	if err := os.Remove(filler); err != nil {
 		t.Fatal(err)
 	}

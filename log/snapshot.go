@@ -52,17 +52,21 @@ func (sn *Snapshot) Applied() (uint64, error) {
 // Close releases the captured state.
 func (sn *Snapshot) Close() error { return sn.snap.Close() }
 
-// WriteTo streams the captured state to w in the snapshot format.
+// WriteTo streams the captured state to w in the snapshot format. It stops at the first error
+// of w (a full disk under a snapshot file, a closed connection) and returns it.
 func (sn *Snapshot) WriteTo(w io.Writer) (int64, error) {
 	crc := crc32.New(castagnoli)
 	cw := &countWriter{w: io.MultiWriter(w, crc)}
 	bw := bufio.NewWriterSize(cw, 256<<10)
+	fail := func(err error) (int64, error) { return cw.n, fmt.Errorf("log: snapshot: %w", err) }
 	hdr := binary.BigEndian.AppendUint32(append([]byte(snapMagic), snapVersion), uint32(sn.s.id))
-	bw.Write(hdr)
+	if _, err := bw.Write(hdr); err != nil {
+		return fail(err)
+	}
 	lower, upper := sn.s.k.shardBounds()
 	it, err := sn.snap.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
 	if err != nil {
-		return cw.n, fmt.Errorf("log: snapshot: %w", err)
+		return fail(err)
 	}
 	var count uint64
 	var buf []byte
@@ -72,20 +76,25 @@ func (sn *Snapshot) WriteTo(w io.Writer) (int64, error) {
 		buf = binary.AppendUvarint(buf, uint64(len(key)))
 		buf = append(buf, key...)
 		buf = binary.AppendUvarint(buf, uint64(len(val)))
-		bw.Write(buf)
-		bw.Write(val)
+		if _, err := bw.Write(buf); err != nil {
+			return fail(errors.Join(err, it.Close()))
+		}
+		if _, err := bw.Write(val); err != nil {
+			return fail(errors.Join(err, it.Close()))
+		}
 		count++
 	}
 	if err := errors.Join(it.Error(), it.Close()); err != nil {
-		return cw.n, fmt.Errorf("log: snapshot: %w", err)
+		return fail(err)
 	}
-	bw.Write(binary.BigEndian.AppendUint64([]byte{0}, count))
+	if _, err := bw.Write(binary.BigEndian.AppendUint64([]byte{0}, count)); err != nil {
+		return fail(err)
+	}
 	if err := bw.Flush(); err != nil {
-		return cw.n, fmt.Errorf("log: snapshot: %w", err)
+		return fail(err)
 	}
-	_, err = w.Write(binary.BigEndian.AppendUint32(nil, crc.Sum32()))
-	if err != nil {
-		return cw.n, fmt.Errorf("log: snapshot: %w", err)
+	if _, err := w.Write(binary.BigEndian.AppendUint32(nil, crc.Sum32())); err != nil {
+		return fail(err)
 	}
 	return cw.n + 4, nil
 }
@@ -110,12 +119,15 @@ func (c *countWriter) Write(p []byte) (int, error) {
 // an error wrapping ErrCorrupt and the marker stays.
 func (s *Shard) Restore(r io.Reader) error {
 	clear(s.metas) // every cached meta is about to be replaced
+	fail := func(err error) error { return fmt.Errorf("log: restore shard %d: %w", s.id, err) }
 	lower, upper := s.k.shardBounds()
 	start := s.db.NewBatch()
-	start.DeleteRange(lower, upper, nil)
-	start.Set(s.k.meta(metaRestoring), encodeUint(1), nil)
-	if err := start.Commit(pebble.Sync); err != nil {
-		return fmt.Errorf("log: restore shard %d: %w", s.id, err)
+	err := errors.Join(start.DeleteRange(lower, upper, nil), start.Set(s.k.meta(metaRestoring), encodeUint(1), nil))
+	if err == nil {
+		err = start.Commit(pebble.Sync)
+	}
+	if err = errors.Join(err, start.Close()); err != nil {
+		return fail(err)
 	}
 
 	br := &hashingReader{r: bufio.NewReaderSize(r, 256<<10), crc: crc32.New(castagnoli)}
@@ -128,7 +140,11 @@ func (s *Shard) Restore(r io.Reader) error {
 	}
 	var count uint64
 	b := s.db.NewBatch()
-	defer func() { b.Close() }()
+	defer func() {
+		if b != nil {
+			b.Close() // after its commit, or discarding it: it holds only memory then
+		}
+	}()
 	for {
 		tag, err := br.ReadByte()
 		if err != nil {
@@ -142,13 +158,16 @@ func (s *Shard) Restore(r io.Reader) error {
 		if tag != 1 || err1 != nil || err2 != nil || len(key) == 0 {
 			return corruptf("snapshot record %d malformed", count)
 		}
-		b.Set(append(append([]byte(nil), lower...), key...), val, nil)
+		if err := b.Set(append(append([]byte(nil), lower...), key...), val, nil); err != nil {
+			return fail(err)
+		}
 		count++
 		if b.Len() >= restoreBatchBytes {
-			if err := b.Commit(pebble.NoSync); err != nil {
-				return fmt.Errorf("log: restore shard %d: %w", s.id, err)
+			err := errors.Join(b.Commit(pebble.NoSync), b.Close())
+			b = nil // closed: the deferred Close must not release it a second time
+			if err != nil {
+				return fail(err)
 			}
-			b.Close()
 			b = s.db.NewBatch()
 		}
 	}
@@ -167,9 +186,11 @@ func (s *Shard) Restore(r io.Reader) error {
 	if binary.BigEndian.Uint32(crcBytes[:]) != sum {
 		return corruptf("snapshot checksum mismatch")
 	}
-	b.Delete(s.k.meta(metaRestoring), nil)
+	if err := b.Delete(s.k.meta(metaRestoring), nil); err != nil {
+		return fail(err)
+	}
 	if err := b.Commit(pebble.Sync); err != nil {
-		return fmt.Errorf("log: restore shard %d: %w", s.id, err)
+		return fail(err)
 	}
 	return nil
 }

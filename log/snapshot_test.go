@@ -398,3 +398,47 @@ func TestRestoreDropsCachedMetas(t *testing.T) {
 		t.Fatalf("append after restore got conv_seq %d, want 3", res.ConvSeq)
 	}
 }
+
+// failAfter accepts limit bytes, then fails every write: a snapshot file on a disk that filled
+// up, or a follower that went away mid-stream.
+type failAfter struct {
+	limit, n   int
+	afterFail  int // writes attempted after the first failure
+	failedOnce bool
+}
+
+var errDiskFull = errors.New("no space left on device")
+
+func (w *failAfter) Write(p []byte) (int, error) {
+	if w.failedOnce {
+		w.afterFail++
+	}
+	if w.n+len(p) <= w.limit {
+		w.n += len(p)
+		return len(p), nil
+	}
+	k := w.limit - w.n
+	w.n, w.failedOnce = w.limit, true
+	return k, errDiskFull
+}
+
+// TestSnapshotWriteToStopsAtWriterError: a writer failing anywhere in the stream (header,
+// records, trailer, checksum) makes WriteTo return its error at once, reporting no more bytes
+// than were written, and write nothing after it.
+func TestSnapshotWriteToStopsAtWriterError(t *testing.T) {
+	s := newMemShard(t, testShardID)
+	baseScript(s).run(t, s, 1)
+	full, _, _ := takeSnapshot(t, s)
+	for _, limit := range []int{0, 5, len(full) / 2, len(full) - 5, len(full) - 1} {
+		w := &failAfter{limit: limit}
+		sn := s.NewSnapshot()
+		n, err := sn.WriteTo(w)
+		sn.Close()
+		if !errors.Is(err, errDiskFull) {
+			t.Fatalf("writer failing after %d of %d bytes: WriteTo = %d, %v", limit, len(full), n, err)
+		}
+		if n > int64(limit) || w.afterFail > 0 {
+			t.Fatalf("writer failing after %d bytes: WriteTo reported %d bytes and wrote %d times after the failure", limit, n, w.afterFail)
+		}
+	}
+}

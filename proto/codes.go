@@ -105,7 +105,9 @@ const (
 	// The connection is closed. Retryable: reconnect after retry_after_ms with backoff.
 	CodeTooManyConnections Code = 43
 	// CodeUnavailable: the shard concerned has no leader right now, or the node is shutting down.
-	// The request may or may not have been applied. Retryable (same client_msg_id).
+	// The request may or may not have been applied. Retryable (same client_msg_id). Also: the
+	// node or the shard's leader is low on disk space; then retry_after_ms is set and nothing was
+	// applied (reads and syncs go on).
 	CodeUnavailable Code = 44
 	// CodeTimeout: the server gave up waiting for the outcome; the request may or may not have
 	// been applied. Retryable: resend with the same client_msg_id, dedup returns the original

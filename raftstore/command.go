@@ -40,6 +40,13 @@ const (
 
 const commandV1 = 1
 
+// addsData reports whether a command of op writes something new that a client asked for, which a
+// node low on disk refuses (ErrLowDisk). The others complete work already acknowledged (a
+// delivery, a dead letter or a replay of one write what an acked send owes its members, and
+// draining the outbox lets it trim), overwrite one small record (a cursor), or free space
+// (trims, dead-letter drops).
+func (o op) addsData() bool { return o == opAppend }
+
 // AppendCommand appends to a conversation log ([log.Tx.Append]).
 func AppendCommand(req *log.Append) Command { return Command{op: opAppend, payload: req} }
 

@@ -8,6 +8,8 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2/vfs"
+
 	"github.com/syncd-dev/syncd/log"
 )
 
@@ -90,6 +92,22 @@ type Config struct {
 	// CacheSize is Pebble's block cache size in bytes. Default 128 MiB.
 	CacheSize int64
 
+	// MinFreeDisk is the free-space watermark of the disk holding the store, in bytes (syncd's
+	// min_free_disk): while less is free, the node refuses the proposals that add what clients
+	// ask for (AppendCommand) with ErrLowDisk, and takes them again once free space is back above
+	// it by an eighth. Reads, cursors, deliveries of acknowledged messages, trims and dead-letter
+	// drops go on; they are what the headroom is for. New refuses to start below half of it.
+	// Free space is measured once a second. Default 512 MiB; negative turns the watermark off
+	// (a start still needs room to replay the write-ahead log).
+	MinFreeDisk int64
+	// FS is the store's file system (Pebble's vfs), which free space is measured on. Default
+	// vfs.Default; tests wrap it to inject faults (vfs/errorfs) or to report little free space.
+	FS vfs.FS
+	// diskCheckEvery is how often free space is measured. Default 1s: a statfs costs
+	// microseconds, and at the rates a node writes the headroom lasts far longer. Tests shorten
+	// it (SetDiskCheckInterval).
+	diskCheckEvery time.Duration
+
 	// Logger receives structured logs, Raft's included. Default slog.Default().
 	Logger *slog.Logger
 }
@@ -157,6 +175,9 @@ func DefaultConfig() Config {
 		ReconcileInterval: 500 * time.Millisecond,
 		BalanceInterval:   5 * time.Second,
 		CacheSize:         128 << 20,
+		MinFreeDisk:       512 << 20,
+		FS:                vfs.Default,
+		diskCheckEvery:    time.Second,
 	}
 }
 
@@ -180,6 +201,11 @@ func (c Config) withDefaults() Config {
 	c.ReconcileInterval = cmp.Or(c.ReconcileInterval, d.ReconcileInterval)
 	c.BalanceInterval = cmp.Or(c.BalanceInterval, d.BalanceInterval)
 	c.CacheSize = cmp.Or(c.CacheSize, d.CacheSize)
+	c.MinFreeDisk = cmp.Or(c.MinFreeDisk, d.MinFreeDisk)
+	if c.FS == nil {
+		c.FS = d.FS
+	}
+	c.diskCheckEvery = cmp.Or(c.diskCheckEvery, d.diskCheckEvery)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}

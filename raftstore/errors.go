@@ -25,6 +25,10 @@ var (
 	ErrShutdown = errors.New("raftstore: shutting down")
 	// ErrNoShard: this node does not host the shard.
 	ErrNoShard = errors.New("raftstore: shard not hosted on this node")
+	// ErrLowDisk: this node's disk, or for a forwarded proposal the leader's, has less free
+	// space than Config.MinFreeDisk, so the node refuses new writes. Nothing was applied. Retry
+	// later, or elsewhere: it lasts until space is freed on that disk.
+	ErrLowDisk = errors.New("raftstore: node low on disk space, new writes refused")
 )
 
 // NotLeaderError is ErrNotLeader with the leader's identity, when known (empty otherwise).

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"io"
+	"time"
 )
 
 // TransferLeadership hands this node's leadership of shard to voter id, whose replica has applied
@@ -61,3 +62,17 @@ func ReadForwardAnswer(r io.Reader) (Result, error) {
 func RaftHeader(shard ShardID) []byte {
 	return binary.BigEndian.AppendUint32([]byte(muxMagic), uint32(shard))
 }
+
+// SetDiskCheckInterval makes a node of cfg measure its free disk space every d instead of every
+// second (for tests).
+func SetDiskCheckInterval(cfg *Config, d time.Duration) { cfg.diskCheckEvery = d }
+
+// FlushStore starts a flush of the node's store's memtables and does not wait for it (for
+// tests: the disk-full tests make it fail).
+func (n *Node) FlushStore() error {
+	_, err := n.db.AsyncFlush()
+	return err
+}
+
+// NoSpaceRetry is how often Pebble retries a write that failed for lack of space (for tests).
+const NoSpaceRetry = noSpaceRetry

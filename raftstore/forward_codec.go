@@ -52,6 +52,7 @@ const (
 	fwdOther          uint8 = 8  // message
 	fwdBody           uint8 = 9  // a status (NodeStatus as JSON) or a call's answer
 	fwdMetaRefused    uint8 = 10 // message
+	fwdLowDisk        uint8 = 11
 )
 
 type fwdRequest struct {
@@ -171,6 +172,8 @@ func (r *fwdResponse) encode() []byte {
 		b = append(b, fwdShutdown)
 	case errors.Is(err, ErrNoShard):
 		b = append(b, fwdNoShard)
+	case errors.Is(err, ErrLowDisk):
+		b = append(b, fwdLowDisk)
 	default:
 		b = appendStr(append(b, fwdOther), err.Error())
 	}
@@ -223,6 +226,8 @@ func decodeFwdResponse(body []byte) (fwdResponse, error) {
 		r.body = []byte(d.str())
 	case fwdMetaRefused:
 		r.err = fmt.Errorf("%w (at the meta leader): %s", ErrMetaRefused, d.str())
+	case fwdLowDisk:
+		r.err = fmt.Errorf("%w (at the leader)", ErrLowDisk)
 	default:
 		return fwdResponse{}, fmt.Errorf("raftstore: forwarded response: unknown kind %d", kind)
 	}

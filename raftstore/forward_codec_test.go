@@ -24,6 +24,7 @@ func fwdResponses() []fwdResponse {
 		{id: 8, err: ErrNoShard},
 		{id: 9, err: errors.New("disk on fire")},
 		{id: 10, err: fmt.Errorf("%w: no node \"n9\"", ErrMetaRefused)},
+		{id: 11, err: ErrLowDisk},
 	}
 }
 
@@ -52,7 +53,7 @@ func TestForwardCodec(t *testing.T) {
 				t.Fatalf("response %d: %#v, want %#v", want.id, got.err, want.err)
 			}
 		default:
-			for _, s := range []error{ErrNotLeader, ErrTimeout, ErrLeadershipLost, ErrShutdown, ErrNoShard, ErrMetaRefused} {
+			for _, s := range []error{ErrNotLeader, ErrTimeout, ErrLeadershipLost, ErrShutdown, ErrNoShard, ErrMetaRefused, ErrLowDisk} {
 				if errors.Is(want.err, s) != errors.Is(got.err, s) {
 					t.Fatalf("response %d: %v came back as %v", want.id, want.err, got.err)
 				}

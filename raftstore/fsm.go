@@ -1,6 +1,7 @@
 package raftstore
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"sync/atomic"
@@ -145,8 +146,7 @@ type fsmSnapshot struct{ snap *log.Snapshot }
 
 func (s *fsmSnapshot) Persist(sink raft.SnapshotSink) error {
 	if _, err := s.snap.WriteTo(sink); err != nil {
-		sink.Cancel()
-		return err
+		return errors.Join(err, sink.Cancel()) // Cancel removes the partial snapshot
 	}
 	return sink.Close()
 }

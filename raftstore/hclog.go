@@ -5,6 +5,7 @@ import (
 	"context"
 	"log/slog"
 	"strings"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 )
@@ -35,7 +36,7 @@ func newRaftLogger(logger *slog.Logger, shard ShardID) hclog.Logger {
 func newHclog(logger *slog.Logger) hclog.Logger {
 	logger = logger.With("component", "raft")
 	return hclog.New(&hclog.LoggerOptions{
-		Output: &hclogAdapter{logger: logger},
+		Output: &hclogAdapter{logger: logger, limit: newLogLimiter()},
 		// hclog filters before formatting, so only pay for formatting
 		// the lines that become debug when the slog handler keeps debug.
 		Level: hclogLevelFor(logger),
@@ -62,9 +63,13 @@ func hclogLevelFor(logger *slog.Logger) hclog.Level {
 // hclogAdapter is the io.Writer behind newRaftLogger's hclog output. hclog
 // calls LevelWrite with the level once per formatted entry; Write is the
 // fallback for plain writes and recovers the level from hclog's "[LEVEL]"
-// prefix on each line. Safe for concurrent use because slog handlers are.
+// prefix on each line. Warnings and errors are limited by kind (limit, nil
+// for none): raft repeats a failing append or an unreachable peer's error as
+// often as it retries. Safe for concurrent use because slog handlers and
+// logLimiter are.
 type hclogAdapter struct {
 	logger *slog.Logger
+	limit  *logLimiter
 }
 
 // LevelWrite implements hclog.LevelWriter: p is one complete hclog entry.
@@ -110,9 +115,33 @@ func splitHclogLevel(line []byte) (hclog.Level, []byte) {
 	return hclog.Info, line
 }
 
-// log logs one formatted hclog entry at the level slogLevel gives it.
+// log logs one formatted hclog entry at the level slogLevel gives it, if
+// a warning or an error of its kind was not logged in the last
+// logLimitWindow.
 func (a *hclogAdapter) log(level hclog.Level, msg []byte) {
-	a.logger.Log(context.Background(), slogLevel(level, msg), string(msg))
+	l := slogLevel(level, msg)
+	if l < slog.LevelWarn {
+		a.logger.Log(context.Background(), l, string(msg))
+		return
+	}
+	switch ok, held := a.limit.allow(hclogKind(msg), time.Now()); {
+	case !ok:
+	case held > 0:
+		a.logger.Log(context.Background(), l, string(msg), "held_back", held,
+			"held_back_for", "repeats of this message in the previous "+logLimitWindow.String())
+	default:
+		a.logger.Log(context.Background(), l, string(msg))
+	}
+}
+
+// hclogKind returns what identifies the kind of an hclog entry: its text
+// before the first key=value pair, which carries the details (a peer, an
+// index, the error).
+func hclogKind(msg []byte) string {
+	if i := bytes.IndexByte(msg, '='); i >= 0 {
+		msg = msg[:bytes.LastIndexByte(msg[:i], ' ')+1]
+	}
+	return string(msg)
 }
 
 // routineWarning reports whether msg is the warning hashicorp/raft logs

@@ -264,8 +264,7 @@ type metaSnapshot []byte
 
 func (s metaSnapshot) Persist(sink raft.SnapshotSink) error {
 	if _, err := sink.Write(s); err != nil {
-		sink.Cancel()
-		return err
+		return errors.Join(err, sink.Cancel()) // Cancel removes the partial snapshot
 	}
 	return sink.Close()
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/bloom"
+	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/hashicorp/raft"
 
 	"github.com/syncd-dev/syncd/log"
@@ -41,8 +42,10 @@ type Node struct {
 	// leaderHints maps a shard hosted elsewhere to its leader (a nodeAt) as last reached.
 	leaderHints sync.Map
 
+	disk *diskGuard // free space of the store's disk; refuses new writes below the watermark
+
 	stop      chan struct{}  // closed by Close: stops the node's own goroutines
-	wg        sync.WaitGroup // the node's own goroutines (leader balancing)
+	wg        sync.WaitGroup // the node's own goroutines (leader balancing, disk checks)
 	closed    atomic.Bool
 	closeOnce sync.Once
 	closeErr  error
@@ -74,17 +77,26 @@ func New(cfg Config) (*Node, error) {
 	if err := os.MkdirAll(cfg.Dir, 0o750); err != nil {
 		return nil, fmt.Errorf("raftstore: create data dir: %w", err)
 	}
+	dbDir := filepath.Join(cfg.Dir, "db")
+	if err := checkStartSpace(cfg.FS, dbDir, cfg.MinFreeDisk); err != nil {
+		return nil, err
+	}
 	cache := pebble.NewCache(cfg.CacheSize)
 	defer cache.Unref()
-	db, err := pebble.Open(filepath.Join(cfg.Dir, "db"), pebbleOptions(cache, n.logger))
+	db, err := openPebble(dbDir, pebbleOptions(cache, cfg.FS), newPebbleLogger(n.logger))
 	if err != nil {
+		if vfs.IsNoSpaceError(err) {
+			return nil, err // openPebble's error says what to do
+		}
 		return nil, fmt.Errorf("raftstore: open store in %s (is another syncd using it?): %w", cfg.Dir, err)
 	}
 	n.db = db
+	n.disk = newDiskGuard(cfg.FS, dbDir, cfg.MinFreeDisk, n.logger)
+	n.disk.check() // before any shard starts: a node that starts low on space says so at once
 	ln, err := net.Listen("tcp", cfg.RaftAddr)
 	if err != nil {
-		db.Close()
-		return nil, fmt.Errorf("raftstore: listen for raft on %s (is another syncd running? pick another address): %w", cfg.RaftAddr, err)
+		return nil, errors.Join(fmt.Errorf("raftstore: listen for raft on %s (is another syncd running? pick another address): %w",
+			cfg.RaftAddr, err), db.Close())
 	}
 	n.mux = newMux(ln, cfg.TLS, n.logger)
 	n.fwd = newForwarder(cfg.TLS, n.logger)
@@ -114,6 +126,11 @@ func New(cfg Config) (*Node, error) {
 		n.wg.Add(1)
 		go n.balanceLoop(cfg.BalanceInterval, n.stop)
 	}
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		n.disk.run(n.stop, cfg.diskCheckEvery)
+	}()
 	return n, nil
 }
 
@@ -322,12 +339,20 @@ func (n *Node) State(shard ShardID) (*log.Shard, error) {
 // and the leader has applied it. A refused command returns the log package's sentinel (for
 // example log.ErrConflict) with a zero Result.
 //
+// A node low on disk space refuses an AppendCommand with ErrLowDisk (see Config.MinFreeDisk), as
+// does the leader it forwards one to.
+//
 // If this node does not lead the shard, Propose forwards cmd to the node that does (waiting for an
 // election if there is no leader yet, within ctx) and returns that node's answer; a forwarded
 // proposal whose outcome is unknown returns ErrUnreachable. The context's deadline bounds the
 // hand-off to Raft (ErrTimeout); once handed off, Propose waits for the outcome, which Raft
 // always delivers (commit, ErrLeadershipLost or ErrShutdown).
 func (n *Node) Propose(ctx context.Context, shard ShardID, cmd Command) (Result, error) {
+	if cmd.op.addsData() {
+		if err := n.disk.refuse(); err != nil {
+			return Result{}, err
+		}
+	}
 	r, ok := n.replica(shard)
 	if !ok {
 		return n.proposeElsewhere(ctx, shard, cmd)
@@ -422,6 +447,11 @@ func (n *Node) proposeForwarded(req fwdRequest) (Result, error) {
 	d, err := decodeCommand(req.command)
 	if err != nil {
 		return Result{}, err
+	}
+	if d.op.addsData() {
+		if err := n.disk.refuse(); err != nil {
+			return Result{}, err // the leader's disk is the one every replica's data comes from
+		}
 	}
 	// No Time: this node stamps its own clock (decodeFwdRequest refused a command naming one).
 	return n.proposeLocal(ctx, r, Command{op: d.op, payload: rawPayload(d.body)})
@@ -550,12 +580,13 @@ func (n *Node) Close() error {
 }
 
 // pebbleOptions tunes the node's store for its workload: many point reads that miss (every new
-// message's dedup key), so every level gets a bloom filter; Pebble's default is none.
-func pebbleOptions(cache *pebble.Cache, logger *slog.Logger) *pebble.Options {
+// message's dedup key), so every level gets a bloom filter; Pebble's default is none. openPebble
+// sets the logger and the event listener.
+func pebbleOptions(cache *pebble.Cache, fs vfs.FS) *pebble.Options {
 	opts := &pebble.Options{
 		Cache:        cache,
 		MemTableSize: 16 << 20,
-		Logger:       pebbleLogger{logger},
+		FS:           fs,
 	}
 	for i := range opts.Levels {
 		opts.Levels[i].FilterPolicy = bloom.FilterPolicy(10)
@@ -563,16 +594,42 @@ func pebbleOptions(cache *pebble.Cache, logger *slog.Logger) *pebble.Options {
 	return opts
 }
 
-// pebbleLogger forwards Pebble's logs to slog.
-type pebbleLogger struct{ l *slog.Logger }
+// pebbleLogger forwards Pebble's logs to slog. Its error lines are limited by format (Pebble
+// repeats a failing flush's error as fast as it retries; see logLimiter). While quiet is set and
+// true it drops every line but a fatal one (an abandoned Open, see openPebble).
+type pebbleLogger struct {
+	l     *slog.Logger
+	limit *logLimiter
+	quiet *atomic.Bool
+}
+
+func newPebbleLogger(l *slog.Logger) pebbleLogger {
+	return pebbleLogger{l: l.With("component", "pebble"), limit: newLogLimiter()}
+}
+
+func (p pebbleLogger) silenced() bool { return p.quiet != nil && p.quiet.Load() }
 
 func (p pebbleLogger) Infof(format string, args ...any) {
-	p.l.Debug(fmt.Sprintf(format, args...), "component", "pebble")
+	if !p.silenced() {
+		p.l.Debug(fmt.Sprintf(format, args...))
+	}
 }
+
 func (p pebbleLogger) Errorf(format string, args ...any) {
-	p.l.Error(fmt.Sprintf(format, args...), "component", "pebble")
+	if p.silenced() {
+		return
+	}
+	ok, held := p.limit.allow(format, time.Now())
+	switch {
+	case !ok:
+	case held > 0:
+		p.l.Error(fmt.Sprintf(format, args...), "held_back", held, "held_back_for", "repeats of this error in the previous "+logLimitWindow.String())
+	default:
+		p.l.Error(fmt.Sprintf(format, args...))
+	}
 }
+
 func (p pebbleLogger) Fatalf(format string, args ...any) {
-	p.l.Error(fmt.Sprintf(format, args...), "component", "pebble")
+	p.l.Error(fmt.Sprintf(format, args...))
 	os.Exit(1)
 }

@@ -121,6 +121,11 @@ type Config struct {
 	// minute, so nobody fills others' logs with groups; at least proto.MaxMembers (one full
 	// request). Default 2000.
 	MembersPerMinute int
+	// MinFreeDisk is the free-space watermark, in bytes, of the disk holding Dir: below it the
+	// node refuses sends and group changes with Unavailable and a retry-after, and /readyz says
+	// why, while reads, syncs, deliveries and trims go on; below half of it the node does not
+	// start. Default 512 MiB; negative turns the watermark off. See raftstore.Config.MinFreeDisk.
+	MinFreeDisk int64
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 }
@@ -160,6 +165,7 @@ func DefaultConfig() Config {
 		MaxConnectionsPerUser: 32,
 		MaxGroupSize:          log.DefaultMaxGroupSize,
 		MembersPerMinute:      2000,
+		MinFreeDisk:           raftstore.DefaultConfig().MinFreeDisk,
 	}
 }
 
@@ -190,6 +196,7 @@ func (c Config) withDefaults() Config {
 	c.MaxGroupSize = cmp.Or(c.MaxGroupSize, d.MaxGroupSize)
 	c.MembersPerMinute = cmp.Or(c.MembersPerMinute, d.MembersPerMinute)
 	c.MaxHandshakes = cmp.Or(c.MaxHandshakes, d.MaxHandshakes)
+	c.MinFreeDisk = cmp.Or(c.MinFreeDisk, d.MinFreeDisk)
 	c.Limits.SendRatePerS = uint32(c.SendRate)
 	if c.Logger == nil {
 		c.Logger = slog.Default()

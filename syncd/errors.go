@@ -3,6 +3,7 @@ package syncd
 import (
 	"errors"
 	"log/slog"
+	"time"
 
 	"github.com/syncd-dev/syncd/log"
 	"github.com/syncd-dev/syncd/proto"
@@ -36,7 +37,13 @@ var errorCodes = []struct {
 	{raftstore.ErrTimeout, proto.CodeTimeout},
 	{raftstore.ErrLeadershipLost, proto.CodeTimeout},
 	{raftstore.ErrUnreachable, proto.CodeTimeout}, // forwarded, outcome unknown: retry, dedup decides
+	{raftstore.ErrLowDisk, proto.CodeUnavailable}, // with lowDiskRetryAfter
 }
+
+// lowDiskRetryAfter is the retry_after_ms of a write refused because the node is low on disk
+// space: that lasts until retention or an operator frees space, minutes rather than
+// milliseconds, and the node checks its free space every second.
+const lowDiskRetryAfter = 10 * time.Second
 
 // wireError turns err into the Error frame for request id, logging what clients do not see.
 func wireError(logger *slog.Logger, id uint64, err error) *proto.Error {
@@ -48,7 +55,11 @@ func wireError(logger *slog.Logger, id uint64, err error) *proto.Error {
 	}
 	for _, e := range errorCodes {
 		if errors.Is(err, e.err) {
-			return &proto.Error{ID: id, Code: e.code, Message: err.Error()}
+			out := &proto.Error{ID: id, Code: e.code, Message: err.Error()}
+			if errors.Is(err, raftstore.ErrLowDisk) {
+				out.RetryAfterMs = retryAfterMs(lowDiskRetryAfter)
+			}
+			return out
 		}
 	}
 	logger.Error("internal error answering a request", "id", id, "err", err)

@@ -6,6 +6,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/syncd-dev/syncd/raftstore"
 )
 
 // Metrics (DESIGN §7). Everything registers on the server's own registry, never on
@@ -100,6 +102,26 @@ func newMetrics(reg *prometheus.Registry, node nodeShards, conns func() int64, f
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
 	return m
+}
+
+// registerDiskMetrics registers the free-space gauges of the disk holding the node's store, read
+// from disk (raftstore.Node.DiskSpace) at scrape time.
+func registerDiskMetrics(reg *prometheus.Registry, disk func() raftstore.DiskSpace) {
+	reg.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: "syncd", Subsystem: "disk", Name: "free_bytes",
+			Help: "Free space of the disk holding the store, as last measured (every second).",
+		}, func() float64 { return float64(disk().Free) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: "syncd", Subsystem: "disk", Name: "low",
+			Help: "1 while free disk space is below min_free_disk and the node refuses new writes, else 0.",
+		}, func() float64 {
+			if disk().Low {
+				return 1
+			}
+			return 0
+		}),
+	)
 }
 
 // fanoutStats are the fan-out counters the metrics read at scrape time (*Fanout).

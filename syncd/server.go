@@ -114,7 +114,7 @@ func NewServer(cfg Config) (*Server, error) {
 		NodeID: cfg.NodeID, Dir: cfg.Dir, RaftAddr: cfg.RaftAddr, Peers: cfg.Peers, Join: cfg.Join,
 		PeerAddr: cfg.peerAddr(), Logger: cfg.Logger, TLS: nodeTLS, Insecure: nodeTLS == nil,
 		Managed: true, ShardCount: cfg.Shards, ReplicationFactor: cfg.ReplicationFactor,
-		App: s.app,
+		MinFreeDisk: cfg.MinFreeDisk, App: s.app,
 	})
 	if err != nil {
 		return nil, err
@@ -126,6 +126,7 @@ func NewServer(cfg Config) (*Server, error) {
 	s.handleReads(s.peer)
 	reg := prometheus.NewRegistry()
 	s.metrics = newMetrics(reg, s.node, s.conns.Load, s.fan)
+	registerDiskMetrics(reg, s.node.DiskSpace)
 	s.admin, err = admin.Start(admin.Config{Addr: cfg.AdminAddr, Token: s.adminToken, TokenFile: adminTokenFile,
 		MetricsAuth: cfg.AdminMetricsAuth, Node: s.node, Routing: s.slots, Fanout: s.fan,
 		Peer: s.peer, Registry: reg, Ready: s.Ready, Logger: s.logger})
@@ -149,10 +150,15 @@ func NewServer(cfg Config) (*Server, error) {
 }
 
 // Ready reports whether the node can serve (what /readyz answers): it has the cluster map, knows
-// a leader for every shard it hosts, and was not removed from the cluster.
+// a leader for every shard it hosts, was not removed from the cluster, and has the free disk
+// space Config.MinFreeDisk asks for (it refuses new writes otherwise).
 func (s *Server) Ready() error {
 	if s.node.Removed() {
 		return errors.New("not ready: this node was removed from the cluster; stop it")
+	}
+	if d := s.node.DiskSpace(); d.Low {
+		return fmt.Errorf("not ready: disk space low: %v; reads and syncs go on. Free space on that disk "+
+			"(see docs/OPERATIONS.md, \"Disk space\")", d)
 	}
 	if s.node.SlotTable() == nil {
 		return errors.New("not ready: waiting for the cluster map (joining, or the cluster's first election)")

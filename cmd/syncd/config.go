@@ -28,6 +28,7 @@ import (
 // depend on TOML; toConfig turns it into a syncd.Config, fromConfig back.
 type fileConfig struct {
 	DataDir           string   `toml:"data_dir"`
+	MinFreeDisk       int      `toml:"min_free_disk"`
 	Listen            string   `toml:"listen"`
 	Admin             string   `toml:"admin"`
 	AdminTokenFile    string   `toml:"admin_token_file"`
@@ -211,6 +212,13 @@ func (o options) toConfig(logOut io.Writer) (syncd.Config, error) {
 		SendRate: s.SendRate, SendBurst: s.SendBurst, MaxInFlight: s.MaxInFlight, MaxHandshakes: s.MaxHandshakes,
 		QueryRate: s.QueryRate, QueryBurst: s.QueryBurst, MaxConnectionsPerUser: s.MaxConnsPerUser,
 		MaxGroupSize: s.MaxGroupSize, MembersPerMinute: s.MembersPerMinute,
+		MinFreeDisk: int64(s.MinFreeDisk),
+	}
+	switch {
+	case s.MinFreeDisk < 0:
+		bad("min-free-disk", "%d must not be negative (0 turns the watermark off)", s.MinFreeDisk)
+	case s.MinFreeDisk == 0:
+		cfg.MinFreeDisk = -1 // off; a zero syncd.Config field would mean the default
 	}
 
 	ids := map[string]bool{}

@@ -300,6 +300,7 @@ func TestValidation(t *testing.T) {
 		{[]string{"-max-frame", "1000"}, []string{"-max-frame must be between 131072"}},
 		{[]string{"-max-streams-per-conn", "1"}, []string{"-max-streams-per-conn must be at least 2"}},
 		{[]string{"-send-rate", "0"}, []string{"-send-rate must be a positive number"}},
+		{[]string{"-min-free-disk", "-1"}, []string{"-min-free-disk -1 must not be negative (0 turns the watermark off)"}},
 		{[]string{"-log-level", "loud"}, []string{`-log-level "loud" must be debug, info, warn or error`}},
 		{[]string{"-log-format", "xml"}, []string{`-log-format "xml" must be text or json`}},
 		{[]string{"-token-secret-file", filepath.Join(t.TempDir(), "none")}, []string{"-token-secret-file", "copy token.key"}},
@@ -407,6 +408,8 @@ func TestPrintConfigRoundTrip(t *testing.T) {
 		{"-config", file, "-node-id", "n2", "-peers", "n1=a:1,n2=b:2,n3=c:3", "-peer-dial", "n3=relay:3,n1=relay:1",
 			"-cert", "tls.crt", "-key", "tls.key", "-token-secret-file", secret, "-heartbeat-interval", "2500ms",
 			"-send-rate", "0.5", "-recall-window", "90s", "-max-frame", "4194304", "-log-level", "debug"},
+		{"-min-free-disk", "0"},
+		{"-min-free-disk", "1073741824"},
 	} {
 		var out, errOut bytes.Buffer
 		if rc := run(context.Background(), append(args, "-print-config"), &out, &errOut); rc != 0 {
@@ -624,5 +627,19 @@ func TestFirstStartIsQuiet(t *testing.T) {
 		if host, port, err := net.SplitHostPort(addr); err != nil || host != "127.0.0.1" || port == "0" {
 			t.Errorf("%s addr=%s is not the bound loopback address", name, addr)
 		}
+	}
+}
+
+// TestMinFreeDiskOff: min_free_disk = 0 turns the watermark off (a negative syncd.Config
+// value: its zero would mean the default), and a value is passed through in bytes.
+func TestMinFreeDiskOff(t *testing.T) {
+	if got := mustLoad(t, "-min-free-disk", "0").MinFreeDisk; got >= 0 {
+		t.Errorf("-min-free-disk 0 gives MinFreeDisk %d, want negative (off)", got)
+	}
+	if got := mustLoad(t, "-min-free-disk", "1073741824").MinFreeDisk; got != 1<<30 {
+		t.Errorf("-min-free-disk 1073741824 gives MinFreeDisk %d", got)
+	}
+	if got := mustLoad(t).MinFreeDisk; got != syncd.DefaultConfig().MinFreeDisk {
+		t.Errorf("default MinFreeDisk %d, want %d", got, syncd.DefaultConfig().MinFreeDisk)
 	}
 }

@@ -56,6 +56,7 @@ func fromConfig(cfg syncd.Config) fileConfig {
 		SendRate: cfg.SendRate, SendBurst: cfg.SendBurst, MaxInFlight: cfg.MaxInFlight, MaxHandshakes: cfg.MaxHandshakes,
 		QueryRate: cfg.QueryRate, QueryBurst: cfg.QueryBurst, MaxConnsPerUser: cfg.MaxConnectionsPerUser,
 		MaxGroupSize: cfg.MaxGroupSize, MembersPerMinute: cfg.MembersPerMinute,
+		MinFreeDisk: int(max(cfg.MinFreeDisk, 0)), // negative (off) is spelled 0
 	}
 	for _, p := range cfg.Peers {
 		c.Peers = append(c.Peers, p.ID+"="+p.Addr)
@@ -83,6 +84,13 @@ var settings = []setting{
 	{key: "data_dir", section: "Node", field: func(c *fileConfig) any { return &c.DataDir },
 		usage: "directory for the store, snapshots, token secret, admin token and certificate",
 		doc:   "Directory for the store, Raft snapshots, the token secret, the admin token and the self-signed certificate."},
+	{key: "min_free_disk", field: func(c *fileConfig) any { return &c.MinFreeDisk },
+		usage: "free `bytes` on data_dir's disk below which the node refuses new writes (0: off); it does not start below half",
+		doc: "Free space, in bytes, on the disk holding data_dir below which the node refuses sends and group " +
+			"changes with Unavailable and a retry-after (reads, syncs, deliveries and trims go on, /readyz " +
+			"says why), until an eighth more is free again. The node does not start below half of it. 0 turns " +
+			"the watermark off (a start still needs room to replay the write-ahead log).",
+		means: fmt.Sprintf(" (%d MiB)", syncd.DefaultConfig().MinFreeDisk>>20)},
 	{key: "listen", field: func(c *fileConfig) any { return &c.Listen },
 		usage: "UDP `host:port` of the QUIC listener for clients",
 		doc:   "UDP host:port of the QUIC listener for clients."},

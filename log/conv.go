@@ -133,13 +133,13 @@ func (t *Tx) Append(st Stamp, req *Append) (AppendResult, error) {
 // the recipients of the outbox record, and whether the request writes an entry at all.
 type appendPlan struct {
 	meta       logMeta
-	add        []string  // members to add
-	remove     []string  // members to remove
-	roles      []string  // members whose role becomes req.Role (KindRoleChange)
-	self       member    // the sender's member record, where the plan rewrites it
-	readMark   bool      // update the sender's read mark
-	demoteSelf bool      // the sender hands ownership over and becomes an admin
-	recall     *msgRef   // the target's ref, to mark recalled
+	add        []string // members to add
+	remove     []string // members to remove
+	roles      []string // members whose role becomes req.Role (KindRoleChange)
+	self       member   // the sender's member record, where the plan rewrites it
+	readMark   bool     // update the sender's read mark
+	demoteSelf bool     // the sender hands ownership over and becomes an admin
+	recall     *msgRef  // the target's ref, to mark recalled
 	recipients []string
 	noop       bool
 }

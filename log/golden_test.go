@@ -46,8 +46,8 @@ var (
 		Role: RoleOwner, DedupWindow: DefaultDedupWindow, MaxGroupSize: 5000}
 	goldenEntryV2 = Entry{Kind: KindMemberAdd, MsgID: MsgID{Shard: 3, Index: 99, Sub: 1}, Conv: "g", ConvSeq: 12,
 		Sender: "bob", Time: 1_700_000_000_000_000_000, Role: RoleAdmin, MemberCount: 40}
-	goldenMsgRef  = msgRef{Conv: "g", ConvSeq: 12, Recalled: true}
-	goldenDedup   = dedupRecord{
+	goldenMsgRef = msgRef{Conv: "g", ConvSeq: 12, Recalled: true}
+	goldenDedup  = dedupRecord{
 		Hash:    [16]byte{0: 0xde, 1: 0xad, 14: 0xbe, 15: 0xef},
 		Expires: 1_700_086_400_000_000_000,
 		Result:  AppendResult{MsgID: MsgID{Shard: 3, Index: 99}, ConvSeq: 12, Time: 1_700_000_000_000_000_000, Epoch: 5, NoOp: true},

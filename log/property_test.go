@@ -19,8 +19,8 @@ package log
 import (
 	"errors"
 	"fmt"
-	"reflect"
 	"maps"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"

@@ -193,6 +193,7 @@ func TestLowDiskLeaderRefusesForwardedWrites(t *testing.T) {
 // watermark, or than replaying its write-ahead log needs, and says so at once, naming the
 // directory, the free space and the setting, before it touches the store; between half the
 // watermark and the watermark it starts, refusing new writes from the first moment.
+// (Nodes of these tests have no peers: the node plane runs in plain TCP, Insecure.)
 func TestStartRefusedOnFullDisk(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
@@ -206,7 +207,7 @@ func TestStartRefusedOnFullDisk(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
 			began := time.Now()
-			_, err := raftstore.New(raftstore.Config{NodeID: "n1", Dir: dir, MinFreeDisk: tc.minFree,
+			_, err := raftstore.New(raftstore.Config{NodeID: "n1", Insecure: true, Dir: dir, MinFreeDisk: tc.minFree,
 				FS: newSpaceFS(vfs.Default, tc.free), Logger: quietLogger()})
 			if err == nil {
 				t.Fatal("New on a full disk: nil error")
@@ -227,7 +228,7 @@ func TestStartRefusedOnFullDisk(t *testing.T) {
 
 	t.Run("between half and the watermark", func(t *testing.T) {
 		var logs testkit.Buffer
-		n, err := raftstore.New(raftstore.Config{NodeID: "n1", Dir: t.TempDir(), MinFreeDisk: 512 << 20,
+		n, err := raftstore.New(raftstore.Config{NodeID: "n1", Insecure: true, Dir: t.TempDir(), MinFreeDisk: 512 << 20,
 			FS: newSpaceFS(vfs.Default, 300<<20), Logger: logTo(&logs)})
 		if err != nil {
 			t.Fatal(err)
@@ -266,7 +267,7 @@ func TestOpenReturnsWhenDiskFillsWhileOpening(t *testing.T) {
 
 	full.Store(true)
 	var logs testkit.Buffer
-	cfg := raftstore.Config{NodeID: "n1", Dir: dir, FS: fs, Logger: logTo(&logs)}
+	cfg := raftstore.Config{NodeID: "n1", Insecure: true, Dir: dir, FS: fs, Logger: logTo(&logs)}
 	began := time.Now()
 	n, err := raftstore.New(cfg)
 	took := time.Since(began)
@@ -395,7 +396,7 @@ func TestWatermarkOnRealTmpfs(t *testing.T) {
 
 	testkit.Fill(t, filler, 0)
 	began := time.Now()
-	if _, err := raftstore.New(raftstore.Config{NodeID: "n1", Dir: dir, MinFreeDisk: 32 << 20, Logger: quietLogger()}); err == nil ||
+	if _, err := raftstore.New(raftstore.Config{NodeID: "n1", Insecure: true, Dir: dir, MinFreeDisk: 32 << 20, Logger: quietLogger()}); err == nil ||
 		!strings.Contains(err.Error(), filepath.Join(dir, "db")) || !strings.Contains(err.Error(), "min_free_disk") {
 		t.Fatalf("start on a full tmpfs: %v", err)
 	}
@@ -404,7 +405,7 @@ func TestWatermarkOnRealTmpfs(t *testing.T) {
 	}
 	// A first start on the full disk, with no store yet, is refused the same way.
 	fresh := filepath.Join(mnt, "fresh")
-	if _, err := raftstore.New(raftstore.Config{NodeID: "n1", Dir: fresh, Logger: quietLogger()}); err == nil ||
+	if _, err := raftstore.New(raftstore.Config{NodeID: "n1", Insecure: true, Dir: fresh, Logger: quietLogger()}); err == nil ||
 		!strings.Contains(err.Error(), "not starting") || !strings.Contains(err.Error(), filepath.Join(fresh, "db")) {
 		t.Fatalf("first start on a full tmpfs: %v", err)
 	}

@@ -84,7 +84,9 @@ func decodeMember(b []byte) (member, error) {
 	v := d.version("member", valueV2)
 	m := member{ReadMark: Position(d.uvarint()), Role: RoleMember}
 	if v >= valueV2 {
-		m.Role = Role(d.u8())
+		if m.Role = Role(d.u8()); !m.Role.Valid() && d.err == nil {
+			d.err = corruptf("member: unknown role %d", m.Role)
+		}
 	}
 	return m, d.done("member")
 }

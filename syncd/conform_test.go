@@ -35,7 +35,10 @@ func next(t *testing.T, st *quic.Stream, r *proto.Reader) proto.Frame {
 // with code.
 func wantError(t *testing.T, st *quic.Stream, r *proto.Reader, code proto.Code) *proto.Error {
 	t.Helper()
-	for {
+	for deadline := time.Now().Add(prototest.Timeout); ; {
+		if time.Now().After(deadline) {
+			t.Fatalf("only heartbeats for %v, want an Error with code %v", prototest.Timeout, code)
+		}
 		f := next(t, st, r)
 		if _, ok := f.(*proto.Heartbeat); ok {
 			continue
@@ -52,8 +55,9 @@ func wantError(t *testing.T, st *quic.Stream, r *proto.Reader, code proto.Code) 
 // with a reset that could have discarded the frames before.
 func wantEnd(t *testing.T, st *quic.Stream, r *proto.Reader) {
 	t.Helper()
+	deadline := time.Now().Add(prototest.Timeout)
 	for {
-		st.SetReadDeadline(time.Now().Add(prototest.Timeout))
+		st.SetReadDeadline(deadline)
 		f, err := r.Next()
 		if errors.Is(err, io.EOF) {
 			return

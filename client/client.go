@@ -42,7 +42,8 @@ type Config struct {
 	// RequestTimeout bounds one attempt. Default 10s.
 	RequestTimeout time.Duration
 	// HeadCheck is how often the SDK asks the server for the head of the user's log to catch a
-	// stalled sync stream. Default 2m.
+	// stalled sync stream; at least twice per request_idle_ms the server announced, which keeps
+	// the request stream from being closed as idle. Default 2m.
 	HeadCheck time.Duration
 	// KeepAlive is the QUIC keep-alive period. Default 10s.
 	KeepAlive time.Duration
@@ -89,6 +90,7 @@ type Client struct {
 
 	user   string                       // from the first Welcome
 	limits atomic.Pointer[proto.Limits] // of the latest connection, defaults filled in
+	pace   pacer                        // the outbox's send rate (sendOutbox only)
 
 	curMu sync.Mutex
 	cur   *conn // the live connection, nil while reconnecting

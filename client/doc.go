@@ -35,7 +35,11 @@
 // The client keeps to the limits the server's Welcome announced: it reads frames up to
 // max_frame, refuses a body above max_body when it is queued, fails a request whose frame would
 // exceed max_frame without sending it (the server would have to reset the stream), and takes a
-// sync stream without any frame for three heartbeat_ms intervals for dead. It reconnects on its
+// sync stream without any frame for three heartbeat_ms intervals for dead. It paces its outbox
+// with a token bucket of send_burst mutations refilled at send_rate_per_s, the server's own, so
+// that rate_limited answers do not eat into a message's bounded retries, and sends its head
+// check at least twice per request_idle_ms, so the server never closes its request stream as
+// idle. It uses three streams (control, request, sync), within any max_streams. It reconnects on its
 // own with a jittered backoff (500 ms doubling to 30 s, never less than a server's retry-after),
 // trying the next node of Config.Addrs after a failed dial. The backoff starts over only once a
 // connection has stayed up for 10 s: a connection that fails sooner — its sync stream refused,

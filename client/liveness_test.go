@@ -160,6 +160,64 @@ func TestSDKKeepsToAnnouncedLimits(t *testing.T) {
 	}
 }
 
+// TestSDKPacesToAnnouncedSendRate: the SDK keeps its outbox within the send_rate_per_s and
+// send_burst the Welcome announced, so a burst of messages is sent without one rate_limited
+// answer — each would spend an attempt of the item's bounded retry schedule.
+func TestSDKPacesToAnnouncedSendRate(t *testing.T) {
+	const rate, burst, n = 10, 2, 8
+	srv := syncdtest.Start(t, func(c *syncd.Config) { c.Shards, c.SendRate, c.SendBurst = 2, rate, burst })
+	alice := dialTo(t, srv, srv.Addr().String(), srv.Fingerprint(), "alice", "phone")
+	if l := alice.limits.Load(); l.SendRatePerS != rate || l.SendBurst != burst {
+		t.Fatalf("announced send_rate_per_s %d, send_burst %d", l.SendRatePerS, l.SendBurst)
+	}
+	began := time.Now()
+	for i := range n {
+		if _, err := alice.Send(proto.DirectConv("alice", "bob"), "bob", []byte(fmt.Sprint(i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range n {
+		if ev := nextEvent[StatusEvent](t, alice, 20*time.Second); ev.Status != StatusSent {
+			t.Fatalf("%s: %v %v", ev.ClientMsgID, ev.Status, ev.Err)
+		}
+	}
+	took := time.Since(began)
+	out, err := alice.Outbox()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range out {
+		if q.Attempts != 1 {
+			t.Fatalf("%s took %d attempts (last error %q): the server refused it", q.ClientMsgID, q.Attempts, q.LastError)
+		}
+	}
+	if least := time.Duration(n-burst) * time.Second / rate; took < least*9/10 {
+		t.Fatalf("%d messages in %v: faster than the announced rate allows (%v)", n, took, least)
+	}
+}
+
+// TestSDKKeepsRequestStreamAlive: a server that closes request streams idle for
+// request_idle_ms does not close the SDK's: its head checks come at least twice as often, so
+// the connection stays the same and keeps serving the outbox.
+func TestSDKKeepsRequestStreamAlive(t *testing.T) {
+	const idle = 600 * time.Millisecond
+	srv := syncdtest.Start(t, func(c *syncd.Config) { c.Shards, c.RequestIdle = 2, idle })
+	proxy := prototest.NewProxy(t, srv.Addr().String(), srv.Fingerprint(), nil)
+	alice := dialTo(t, srv, proxy.Addr(), proxy.Fingerprint(), "alice", "phone")
+	nextEvent[SyncedEvent](t, alice, 10*time.Second)
+	time.Sleep(5 * idle)
+	id, err := alice.Send(proto.DirectConv("alice", "bob"), "bob", []byte("still the same connection"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ev := nextEvent[StatusEvent](t, alice, 10*time.Second); ev.ClientMsgID != id || ev.Status != StatusSent {
+		t.Fatalf("after %v idle: %v %v", 5*idle, ev.Status, ev.Err)
+	}
+	if n := proxy.Accepted(); n != 1 {
+		t.Fatalf("%d connections: the idle request stream was closed under the SDK", n)
+	}
+}
+
 // TestReconnectSchedule: failed attempts wait 500 ms, 1 s, 2 s, … up to 30 s (plus up to 50%
 // jitter), never less than the server's retry-after; a connection that ends before stableAfter
 // is a failed attempt, one that stayed up longer starts the schedule over.

@@ -34,6 +34,9 @@ func (c *Client) sendOutbox(ctx context.Context, cn *conn) {
 				}
 				break // keep order: nothing after a waiting item goes first
 			}
+			if c.pace.wait(ctx, cn.limits) != nil {
+				return
+			}
 			lost, waiting := c.attempt(ctx, cn, it)
 			if lost {
 				return
@@ -137,4 +140,51 @@ func itemFrame(it *store.OutboxItem, id uint64) proto.Frame {
 		return &proto.SetRole{ID: id, Conv: it.Conv, ClientMsgID: it.ClientMsgID, Members: it.Members, Role: it.Role}
 	}
 	return &proto.Send{ID: id, Conv: it.Conv, ClientMsgID: it.ClientMsgID, Body: it.Body, Peer: it.Peer}
+}
+
+// pacer keeps the outbox within the send rate the server announced: the same token bucket as the
+// server's (send_rate_per_s sustained, send_burst at once, per device), so that rate_limited
+// stays rare (PROTOCOL §8.3) — every rate_limited answer spends an attempt of the item's bounded
+// retry schedule. It lives as long as the Client, across connections, as the server's bucket is
+// the device's. Used by the outbox loop only.
+type pacer struct {
+	tokens float64
+	last   time.Time
+	primed bool
+}
+
+// wait returns once one mutation may be sent under l, or with ctx's error. Without an announced
+// rate it returns at once; without an announced burst the bucket holds one second's worth. The
+// bucket holds one mutation less than the server's: the server counts arrivals, which the network
+// spaces less evenly than the sends, and that token to spare absorbs up to 1/rate of jitter (the
+// race detector's jitter alone got sends refused by 2 ms).
+func (p *pacer) wait(ctx context.Context, l proto.Limits) error {
+	rate := float64(l.SendRatePerS)
+	if rate == 0 {
+		return nil
+	}
+	burst := float64(l.SendBurst)
+	if burst == 0 {
+		burst = rate
+	}
+	burst = max(burst-1, 1)
+	now := time.Now()
+	if !p.primed {
+		p.tokens, p.last, p.primed = burst, now, true
+	}
+	p.tokens = min(burst, p.tokens+now.Sub(p.last).Seconds()*rate)
+	p.last = now
+	if p.tokens < 1 {
+		wait := time.Duration((1 - p.tokens) / rate * float64(time.Second))
+		t := time.NewTimer(wait)
+		defer t.Stop()
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+		p.tokens, p.last = 1, time.Now()
+	}
+	p.tokens--
+	return nil
 }

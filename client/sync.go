@@ -94,7 +94,7 @@ func (c *Client) syncOnce(ctx context.Context, cn *conn) (restart, progressed bo
 		}
 	}()
 
-	check := time.NewTicker(c.cfg.HeadCheck)
+	check := time.NewTicker(headCheckEvery(c.cfg.HeadCheck, cn.limits))
 	defer check.Stop()
 	sinceCheck := false // a batch arrived since the last head check
 	synced := false     // caught up on this stream, SyncedEvent sent
@@ -189,4 +189,14 @@ func (c *Client) headMovedWithoutUs(ctx context.Context, cn *conn, progressed bo
 		return false, err
 	}
 	return h.Head > pos && !progressed, nil
+}
+
+// headCheckEvery returns the interval of head checks on a connection with limits l: every, or
+// half the request stream's idle timeout if that is shorter — the head checks then keep the
+// request stream in use, so the server never closes it under the outbox.
+func headCheckEvery(every time.Duration, l proto.Limits) time.Duration {
+	if l.RequestIdleMs > 0 {
+		every = min(every, time.Duration(l.RequestIdleMs)*time.Millisecond/2)
+	}
+	return max(every, time.Millisecond)
 }

@@ -99,7 +99,8 @@ const (
 	// during a reconnect storm. Nothing was applied. Retryable after retry_after_ms.
 	CodeOverloaded Code = 41
 	// CodeTooManyStreams: the connection has more open streams than the server allows. Not
-	// retryable as is: pipeline requests on the open request streams instead.
+	// retryable as is: pipeline requests on the open request streams instead. The reference
+	// server never sends it: its QUIC stream limit (Limits.MaxStreams) makes a client wait.
 	CodeTooManyStreams Code = 42
 	// CodeTooManyConnections: the user or device has too many connections, or the node is full.
 	// The connection is closed. Retryable: reconnect after retry_after_ms with backoff.

@@ -25,7 +25,8 @@ func fixtures() []Frame {
 	return []Frame{
 		&Hello{Token: "tok.en", Device: "phone", ClientVersion: "syncd-go/0.1.0", ProtoVersion: ProtoVersion},
 		&Welcome{User: "alice", Device: "phone", ServerTime: 1_700_000_000_123_456_789, Session: "s-1",
-			ProtoVersion: 1, Limits: Limits{MaxFrame: DefaultMaxFrame, MaxBody: MaxBody, MaxBatch: 256, SendRatePerS: 50, HeartbeatMs: 15000}},
+			ProtoVersion: 1, Limits: Limits{MaxFrame: DefaultMaxFrame, MaxBody: MaxBody, MaxBatch: 256, SendRatePerS: 50, HeartbeatMs: 15000,
+				MaxStreams: 16, SendBurst: 100, QueryRatePerS: 50, QueryBurst: 200, RequestIdleMs: 300_000}},
 		&Error{ID: 7, Code: CodeRateLimited, Message: "slow down", RetryAfterMs: 1500},
 		&Send{ID: 1, Conv: "d:alice:bob", ClientMsgID: "cm-1", Body: []byte("hello"), Peer: "bob"},
 		&Ack{ID: 1, MsgID: "3.99.0", Conv: "d:alice:bob", ConvSeq: 12, Time: 1_700_000_000_000_000_000, Epoch: 5, Duplicate: true, NoOp: true},
@@ -49,7 +50,7 @@ func fixtures() []Frame {
 		&History{ID: 10, Conv: "g1", Before: 500, Limit: 50},
 		&HistoryResult{ID: 10, Entries: []Entry{fixtureEntry}, Epoch: 5, First: 4, Head: 1000},
 		&HeadCheck{ID: 11},
-		&Head{ID: 11, Epoch: 9, Head: 42},
+		&Head{ID: 11, Epoch: 9, Head: 42, First: 7},
 		&Members{ID: 13, Conv: "g1", After: "alice", Limit: 100},
 		&MembersResult{ID: 13, Members: []Member{{User: "bob", Role: RoleOwner}, {User: "carol", Role: RoleMember}}, More: true},
 	}

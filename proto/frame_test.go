@@ -289,8 +289,8 @@ func TestLimitsWithDefaults(t *testing.T) {
 	if got != want {
 		t.Errorf("zero limits: %+v, want %+v", got, want)
 	}
-	big := Limits{MaxFrame: 1 << 30, MaxBody: 1 << 20, MaxBatch: 5000, SendRatePerS: 7, HeartbeatMs: 1}.WithDefaults()
-	if want := (Limits{MaxFrame: MaxFrameLimit, MaxBody: MaxBody, MaxBatch: MaxPage, SendRatePerS: 7, HeartbeatMs: 1}); big != want {
+	big := Limits{MaxFrame: 1 << 30, MaxBody: 1 << 20, MaxBatch: 5000, SendRatePerS: 7, HeartbeatMs: 1, MaxStreams: 3, SendBurst: 4, QueryRatePerS: 5, QueryBurst: 6, RequestIdleMs: 8}.WithDefaults()
+	if want := (Limits{MaxFrame: MaxFrameLimit, MaxBody: MaxBody, MaxBatch: MaxPage, SendRatePerS: 7, HeartbeatMs: 1, MaxStreams: 3, SendBurst: 4, QueryRatePerS: 5, QueryBurst: 6, RequestIdleMs: 8}); big != want {
 		t.Errorf("large limits: %+v, want %+v", big, want)
 	}
 }

@@ -69,6 +69,21 @@ type Limits struct {
 	// HeartbeatMs is the interval of Heartbeat frames on an idle sync stream. Default
 	// DefaultHeartbeatMs.
 	HeartbeatMs uint32 `msgpack:"heartbeat_ms"`
+	// MaxStreams is the most bidirectional streams the client may have open at once on this
+	// connection, the control stream included; QUIC's stream limit enforces it (opening one
+	// more waits until one closes). 0 means not announced.
+	MaxStreams uint32 `msgpack:"max_streams"`
+	// SendBurst is how many mutations this device may send at once, on top of SendRatePerS,
+	// before getting CodeRateLimited: the rate limit is a token bucket of this size, shared by
+	// all of the device's connections. 0 means not announced.
+	SendBurst uint32 `msgpack:"send_burst"`
+	// QueryRatePerS and QueryBurst are the same token bucket for queries (ConvList, ConvState,
+	// History, Members, HeadCheck), kept apart from mutations. 0 means not announced.
+	QueryRatePerS uint32 `msgpack:"query_rate_per_s"`
+	QueryBurst    uint32 `msgpack:"query_burst"`
+	// RequestIdleMs is how long a request stream may go without a frame from the client before
+	// the server closes it (after answering the requests it received). 0 means not announced.
+	RequestIdleMs uint32 `msgpack:"request_idle_ms"`
 }
 
 // Defaults of the Limits fields that have one.
@@ -78,8 +93,9 @@ const (
 )
 
 // WithDefaults returns l with every zero field set to its default and MaxFrame, MaxBody and
-// MaxBatch lowered to the protocol's caps (MaxFrameLimit, MaxBody, MaxPage). SendRatePerS stays
-// 0 (no limit announced).
+// MaxBatch lowered to the protocol's caps (MaxFrameLimit, MaxBody, MaxPage). The fields without
+// a default (SendRatePerS, SendBurst, QueryRatePerS, QueryBurst, MaxStreams, RequestIdleMs) stay
+// 0: not announced.
 func (l Limits) WithDefaults() Limits {
 	def := func(v *uint32, d, max uint32) {
 		if *v == 0 {

@@ -134,11 +134,13 @@ func (h *HeadCheck) RequestID() uint64 { return h.ID }
 // Validate checks the request id (CodeInvalidArgument).
 func (h *HeadCheck) Validate() error { return checkRequestID(h.ID) }
 
-// Head answers HeadCheck.
+// Head answers HeadCheck: the user log's epoch and retained range [First, Head]. A device whose
+// cursor is below First-1 (a new device's cursor 0 included) gets TooOld from SyncStart.
 type Head struct {
 	ID    uint64   `msgpack:"id"`    // request id
 	Epoch Epoch    `msgpack:"epoch"` // the user log's epoch (0 if it does not exist yet)
 	Head  Position `msgpack:"head"`  // the user log's last position
+	First Position `msgpack:"first"` // first retained position (Head+1 when none is; 1 for a log not created yet)
 }
 
 // FrameType implements Frame.

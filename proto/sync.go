@@ -9,8 +9,9 @@ package proto
 
 // SyncStart opens a sync stream from the client's cursor. It is the stream's first and only
 // client frame besides CursorAck. The server answers EpochChanged, TooOld or Rebase (checked in
-// that order), or else streams Batches from Pos+1; a Pos beyond the head (a lagging replica)
-// just waits for the log to get there.
+// that order), or else streams Batches from Pos+1; a Pos beyond the head (a lagging replica),
+// up to 2⁶⁴−1, just waits for the log to get there. A new SyncStart of the same device on the
+// same node supersedes the older stream (CodeSuperseded).
 type SyncStart struct {
 	// Epoch is the user log's epoch the cursor belongs to; 0 for a device that has never
 	// stored an entry (then Pos must be 0 and the client adopts the epoch of the first Batch).
@@ -114,6 +115,9 @@ func (*Rebase) FrameType() Type { return TypeRebase }
 // CursorAck is the storage ack: the device has durably stored the user log up to Pos. The
 // server records it as the device's cursor (delivery status, lag, retention); acks may be
 // coalesced and only move the cursor forward. The server does not wait for them to send more.
+// Besides Validate, the server refuses (CodeInvalidArgument, the stream going on) an ack of
+// another epoch than the stream's or beyond the last entry the stream sent: a device cannot have
+// stored more.
 type CursorAck struct {
 	Epoch Epoch    `msgpack:"epoch"` // the user log's epoch
 	Pos   Position `msgpack:"pos"`   // last stored position, at least 1

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"math"
 	"net"
 	"net/netip"
 	"slices"
@@ -77,7 +78,10 @@ type Config struct {
 	InsecureNodePlane bool
 	// Limits announced to clients; zero fields take the protocol defaults of
 	// proto.Limits.WithDefaults (MaxFrame 1 MiB, MaxBody 64 KiB, MaxBatch 256, HeartbeatMs
-	// 15000). SendRatePerS is always set from SendRate. MaxFrame must be at least
+	// 15000). The limits the server enforces from other fields are always announced from them:
+	// SendRatePerS and SendBurst from SendRate and SendBurst, QueryRatePerS and QueryBurst from
+	// QueryRate and QueryBurst, MaxStreams from MaxStreamsPerConn, RequestIdleMs from
+	// RequestIdle (rates rounded down to whole tokens per second). MaxFrame must be at least
 	// proto.MinFrameLimit (128 KiB) and hold the largest entry in a page
 	// (proto.MaxEntryLen(MaxBody) + proto.PageOverhead); every frame the server sends fits it.
 	Limits proto.Limits
@@ -88,8 +92,14 @@ type Config struct {
 	// MaxConnections caps concurrent client connections; more get TooManyConnections with a
 	// retry-after. Default 20000.
 	MaxConnections int
-	// MaxStreamsPerConn caps the streams a connection may have open. Default 16.
+	// MaxStreamsPerConn caps the bidirectional streams a connection may have open at once, the
+	// control stream included (QUIC's stream limit; announced as max_streams). Clients may open
+	// no unidirectional stream. Default 16.
 	MaxStreamsPerConn int
+	// RequestIdle is how long a request stream may go without a frame from the client before the
+	// server closes it, after answering what it received (announced as request_idle_ms); it also
+	// bounds the wait for a new stream's first frame. Default 5m.
+	RequestIdle time.Duration
 	// Retention bounds every user log; trimmed positions are answered "too old" and devices
 	// rebase. Zero fields mean no bound; the default keeps 30 days.
 	Retention log.Retention
@@ -137,7 +147,8 @@ type Config struct {
 // Peers, Join, PeerDial, TokenSecret, CertFile, KeyFile, AdminTokenFile, AdminMetricsAuth, the
 // node certificate files and InsecureNodePlane have no default (the zero value is the documented
 // behaviour); Logger stays nil, meaning slog.Default() as of NewServer.
-// Limits.SendRatePerS stays 0: the server always announces SendRate.
+// The Limits fields announced from other fields (SendRatePerS, SendBurst, QueryRatePerS,
+// QueryBurst, MaxStreams, RequestIdleMs) stay 0: the server always sets them from those.
 func DefaultConfig() Config {
 	return Config{
 		Dir:               "./syncd-data",
@@ -152,6 +163,7 @@ func DefaultConfig() Config {
 		RecallWindow:      time.Duration(log.DefaultRecallWindow),
 		MaxConnections:    20000,
 		MaxStreamsPerConn: 16,
+		RequestIdle:       5 * time.Minute,
 		Retention:         log.Retention{MaxAge: int64(30 * 24 * time.Hour)},
 		RetentionInterval: 10 * time.Minute,
 		RequestTimeout:    10 * time.Second,
@@ -184,6 +196,7 @@ func (c Config) withDefaults() Config {
 	c.RecallWindow = cmp.Or(c.RecallWindow, d.RecallWindow)
 	c.MaxConnections = cmp.Or(c.MaxConnections, d.MaxConnections)
 	c.MaxStreamsPerConn = cmp.Or(c.MaxStreamsPerConn, d.MaxStreamsPerConn)
+	c.RequestIdle = cmp.Or(c.RequestIdle, d.RequestIdle)
 	c.Retention = cmp.Or(c.Retention, d.Retention) // only as a whole: one bound set means the other is off
 	c.RetentionInterval = cmp.Or(c.RetentionInterval, d.RetentionInterval)
 	c.RequestTimeout = cmp.Or(c.RequestTimeout, d.RequestTimeout)
@@ -197,7 +210,10 @@ func (c Config) withDefaults() Config {
 	c.MembersPerMinute = cmp.Or(c.MembersPerMinute, d.MembersPerMinute)
 	c.MaxHandshakes = cmp.Or(c.MaxHandshakes, d.MaxHandshakes)
 	c.MinFreeDisk = cmp.Or(c.MinFreeDisk, d.MinFreeDisk)
-	c.Limits.SendRatePerS = uint32(c.SendRate)
+	c.Limits.SendRatePerS, c.Limits.SendBurst = uint32(c.SendRate), uint32(c.SendBurst)
+	c.Limits.QueryRatePerS, c.Limits.QueryBurst = uint32(c.QueryRate), uint32(c.QueryBurst)
+	c.Limits.MaxStreams = uint32(c.MaxStreamsPerConn)
+	c.Limits.RequestIdleMs = uint32(min(c.RequestIdle.Milliseconds(), math.MaxUint32))
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -246,6 +262,9 @@ func (c Config) Validate() error {
 	}
 	if c.MaxConnections < 1 || c.MaxStreamsPerConn < 2 {
 		errs = append(errs, errors.New("syncd: MaxConnections must be ≥ 1 and MaxStreamsPerConn ≥ 2"))
+	}
+	if c.RequestIdle < 0 || c.RequestIdle.Milliseconds() > math.MaxUint32 {
+		errs = append(errs, errors.New("syncd: RequestIdle must be positive and at most 49 days (request_idle_ms is a uint32)"))
 	}
 	if c.SendRate < 0 || c.SendBurst < 1 || c.MaxInFlight < 1 || c.MaxHandshakes < 1 {
 		errs = append(errs, errors.New("syncd: SendRate must be ≥ 0 and SendBurst, MaxInFlight, MaxHandshakes ≥ 1"))

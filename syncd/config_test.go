@@ -60,7 +60,9 @@ func TestConfigDefaultsComeFromDefaultConfig(t *testing.T) {
 
 	// A zero Config runs exactly DefaultConfig, plus what is derived at start.
 	want := d
-	want.Limits.SendRatePerS, want.Logger = uint32(d.SendRate), slog.Default()
+	want.Limits.SendRatePerS, want.Limits.SendBurst, want.Logger = uint32(d.SendRate), uint32(d.SendBurst), slog.Default()
+	want.Limits.QueryRatePerS, want.Limits.QueryBurst = uint32(d.QueryRate), uint32(d.QueryBurst)
+	want.Limits.MaxStreams, want.Limits.RequestIdleMs = uint32(d.MaxStreamsPerConn), uint32(d.RequestIdle.Milliseconds())
 	if got := (Config{}).withDefaults(); !reflect.DeepEqual(got, want) {
 		t.Errorf("Config{}.withDefaults() =\n%+v\nwant DefaultConfig()\n%+v", got, want)
 	}

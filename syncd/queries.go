@@ -60,7 +60,7 @@ func (ss *session) headCheck(ctx context.Context, q *proto.HeadCheck) (proto.Fra
 	if err != nil {
 		return nil, err
 	}
-	return &proto.Head{ID: q.ID, Epoch: proto.Epoch(info.Epoch), Head: proto.Position(info.Head)}, nil
+	return &proto.Head{ID: q.ID, Epoch: proto.Epoch(info.Epoch), Head: proto.Position(info.Head), First: proto.Position(info.First)}, nil
 }
 
 // convInfo returns conv as this session's user sees it, from the conversation's home shard.

@@ -54,8 +54,9 @@ type Server struct {
 	handshakes  gate         // connections being authenticated (Config.MaxHandshakes)
 	userConns   counts       // open connections per user (Config.MaxConnectionsPerUser)
 	// Rates per device and per user, shared by all of their connections (limits.go).
-	sends, queries *buckets // per device: Config.SendRate/SendBurst, QueryRate/QueryBurst
-	memberAdds     *buckets // per user: users named in group creations and adds, Config.MembersPerMinute
+	sends, queries *buckets    // per device: Config.SendRate/SendBurst, QueryRate/QueryBurst
+	memberAdds     *buckets    // per user: users named in group creations and adds, Config.MembersPerMinute
+	syncs          syncStreams // the live sync stream of each device (a new one supersedes it)
 }
 
 // NewServer opens the node's store and shards and binds the QUIC listener. On first start with
@@ -139,6 +140,9 @@ func NewServer(cfg Config) (*Server, error) {
 		MaxIdleTimeout:     30 * time.Second,
 		KeepAlivePeriod:    10 * time.Second,
 		MaxIncomingStreams: int64(cfg.MaxStreamsPerConn),
+		// The protocol has no unidirectional stream; quic-go's default would let a client open
+		// 100 that nobody reads, each pinning its receive window (issue #10).
+		MaxIncomingUniStreams: -1,
 	})
 	if err != nil {
 		s.admin.Close(context.Background())
@@ -377,7 +381,7 @@ func (s *Server) handshake(ctx context.Context, conn *quic.Conn) (*session, erro
 		s.userConns.leave(claims.User)
 		return nil, err
 	}
-	return &session{s: s, user: claims.User, device: claims.Device, control: st}, nil
+	return &session{s: s, conn: conn, user: claims.User, device: claims.Device, control: st}, nil
 }
 
 // refuse answers the handshake with an error frame and closes the connection with its code.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -24,6 +23,7 @@ const maxInFlightPerStream = 64
 // session is one authenticated connection: a user's device.
 type session struct {
 	s       *Server
+	conn    *quic.Conn // closed by the session on a fault that ends the connection (streams.go)
 	user    string
 	device  string
 	control *quic.Stream
@@ -31,16 +31,19 @@ type session struct {
 	oversize atomic.Bool // an answer beyond max_frame was logged (send)
 }
 
-// key names the session's device in the server's per-device rate limits.
+// key names the session's device in the server's per-device rate limits and sync streams.
 func (ss *session) key() string { return ss.user + "\x00" + ss.device }
 
 // serveStream serves one client-opened stream. Its first frame decides its role: SyncStart
-// makes it the sync stream, a request makes it a request stream.
+// makes it the sync stream, a request makes it a request stream. The first frame must come
+// within Config.RequestIdle, like every frame of a request stream.
 func (ss *session) serveStream(ctx context.Context, st *quic.Stream) {
 	defer st.Close()
 	r := proto.NewReader(st, int(ss.s.cfg.Limits.MaxFrame))
+	st.SetReadDeadline(time.Now().Add(ss.s.cfg.RequestIdle))
 	f, err := r.Next()
 	if start, ok := f.(*proto.SyncStart); ok && err == nil {
+		st.SetReadDeadline(time.Time{}) // cursor acks may be far apart: the server's heartbeats keep it alive
 		ss.serveSync(ctx, st, r, start)
 		return
 	}
@@ -48,58 +51,53 @@ func (ss *session) serveStream(ctx context.Context, st *quic.Stream) {
 }
 
 // serveRequests answers pipelined requests on st, each as soon as it completes (responses may
-// come out of order; the request id matches them up).
+// come out of order; the request id matches them up). A stream without a frame from the client
+// for Config.RequestIdle is closed: it pins a goroutine and buffers for nothing. Whatever ends
+// the stream, the requests already received are answered before the server's side ends (the
+// caller's Close).
 func (ss *session) serveRequests(ctx context.Context, st *quic.Stream, r *proto.Reader, first proto.Frame, firstErr error) {
-	var wmu sync.Mutex
-	write := func(f proto.Frame) {
-		wmu.Lock()
-		defer wmu.Unlock()
-		ss.send(st, f)
-	}
+	w := &streamWriter{ss: ss, st: st}
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	sem := make(chan struct{}, maxInFlightPerStream)
 	for f, err := first, firstErr; ; f, err = r.Next() {
-		switch {
-		case errors.Is(err, proto.ErrUnknownType), errors.Is(err, proto.ErrMalformed):
-			write(&proto.Error{Code: codeForFrameError(err), Message: err.Error()})
-			continue // the frame was consumed; the stream goes on
-		case err != nil:
-			if !errors.Is(err, io.EOF) && ctx.Err() == nil {
-				write(&proto.Error{Code: codeForFrameError(err), Message: err.Error()})
-			}
-			return
+		if ctx.Err() != nil {
+			return // the connection is closing: nothing to answer
 		}
-		req, ok := f.(proto.Request)
-		if !ok {
-			write(&proto.Error{Code: proto.CodeUnexpectedFrame, Message: "a request stream carries requests only, got " + f.FrameType().String()})
+		code, what := classify(err)
+		var msg string
+		var req proto.Request
+		if err != nil {
+			msg = err.Error()
+		} else if req, _ = f.(proto.Request); req == nil {
+			code, what, msg = proto.CodeUnexpectedFrame, faultReset, "a request stream carries requests only, got "+f.FrameType().String()
+		}
+		switch ss.onFault(w, code, what, msg) {
+		case faultSkip:
+			st.SetReadDeadline(time.Now().Add(ss.s.cfg.RequestIdle))
 			continue
+		case faultReset:
+			st.CancelRead(quic.StreamErrorCode(code))
+			return
+		case faultClose:
+			return
+		case faultEnd:
+			st.CancelRead(0) // idle, or the client is gone: nothing more is read
+			return
 		}
 		select {
 		case sem <- struct{}{}:
 		case <-ctx.Done():
 			return
 		}
+		st.SetReadDeadline(time.Now().Add(ss.s.cfg.RequestIdle))
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			write(ss.answer(ctx, req))
+			w.send(ss.answer(ctx, req))
 		}()
 	}
-}
-
-// codeForFrameError maps a framing error to its wire code.
-func codeForFrameError(err error) proto.Code {
-	switch {
-	case errors.Is(err, proto.ErrUnknownType):
-		return proto.CodeUnknownFrame
-	case errors.Is(err, proto.ErrFrameTooLarge):
-		return proto.CodeFrameTooLarge
-	case errors.Is(err, proto.ErrBadVersion):
-		return proto.CodeUnsupportedVersion
-	}
-	return proto.CodeMalformed
 }
 
 // answer runs one request and returns its response frame.
@@ -190,35 +188,72 @@ func (ss *session) appendFor(req proto.Request) (*log.Append, error) {
 
 // serveSync streams the user's log to the device from its cursor: contiguous batches, then new
 // entries as they are appended, heartbeats with the head while idle, and the explicit answers of
-// G3 (too old, epoch changed, rebase), after which the stream ends. Cursor acks from the device
-// are read concurrently and stored, coalesced.
+// G3 (too old, epoch changed, rebase), after which the stream ends. The device's upstream frames
+// are read concurrently (readUpstream): cursor acks are stored, coalesced, anything else is
+// answered. A newer sync stream of the same device on this node supersedes this one: it ends
+// with Error{superseded}.
 func (ss *session) serveSync(ctx context.Context, st *quic.Stream, r *proto.Reader, start *proto.SyncStart) {
+	w := &streamWriter{ss: ss, st: st}
 	if err := start.Validate(); err != nil {
-		ss.send(st, wireError(ss.s.logger, 0, err))
+		e := wireError(ss.s.logger, 0, err)
+		w.send(e)
+		st.CancelRead(quic.StreamErrorCode(e.Code))
 		return
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	me := &liveSync{end: cancel}
+	ss.s.syncs.take(ss.key(), me)
+	defer ss.s.syncs.release(ss.key(), me)
+	// An ending stream does not wait long for a device that does not read: its last frame gets
+	// a second to leave.
+	defer context.AfterFunc(ctx, func() { st.SetWriteDeadline(time.Now().Add(time.Second)) })()
 	ss.s.metrics.syncStreamOpened()
 	defer ss.s.metrics.syncStreamClosed()
+
 	shard := ss.s.slots.UserShard(ss.user)
-	state, err := ss.s.reader(ctx, shard)
-	if err != nil {
-		ss.send(st, wireError(ss.s.logger, 0, err))
-		return
-	}
 	cursors := &cursorStore{ss: ss, shard: shard}
 	defer cursors.close()
+	bound := &ackBound{c: log.Cursor{Epoch: log.Epoch(start.Epoch), Pos: log.Position(start.Pos)}}
 	var wg sync.WaitGroup
-	defer wg.Wait()
-	defer st.CancelRead(0) // ends the reader below
 	wg.Add(1)
-	go func() { // reader: cursor acks; the stream's end ends the sync
+	go func() { // the device's frames; the end of its side ends the sync
 		defer wg.Done()
-		defer cancel()
-		ss.readCursorAcks(r, cursors)
+		cancel(ss.readUpstream(r, w, cursors, bound))
 	}()
 
+	final := ss.syncLog(ctx, w, shard, start, bound)
+	code := proto.Code(0)
+	var reset *resetCause
+	switch cause := context.Cause(ctx); {
+	case final != nil:
+		if w.send(final) == nil {
+			if e, ok := final.(*proto.Error); ok {
+				code = e.Code
+			}
+		}
+	case errors.Is(cause, errSuperseded):
+		code = proto.CodeSuperseded
+		if w.send(&proto.Error{Code: code, Message: "another sync stream of this device replaced this one"}) != nil {
+			st.CancelWrite(quic.StreamErrorCode(code)) // the Error could not go: the reset carries the code
+		}
+	case errors.As(cause, &reset):
+		code = reset.code // its Error went out already
+	}
+	if w.failed() && code != proto.CodeSuperseded {
+		st.CancelWrite(quic.StreamErrorCode(code)) // part of a frame may be on the stream: never end it cleanly
+	}
+	st.CancelRead(quic.StreamErrorCode(code)) // ends readUpstream
+	wg.Wait()
+}
+
+// syncLog is serveSync's sending side. It returns the frame that ends the stream (TooOld,
+// EpochChanged, Rebase or an Error), or nil when ctx ended or a write failed.
+func (ss *session) syncLog(ctx context.Context, w *streamWriter, shard raftstore.ShardID, start *proto.SyncStart, bound *ackBound) proto.Frame {
+	state, err := ss.s.reader(ctx, shard)
+	if err != nil {
+		return wireError(ss.s.logger, 0, err)
+	}
 	maxBatch := int(ss.s.cfg.Limits.MaxBatch)
 	if start.MaxBatch > 0 && int(start.MaxBatch) < maxBatch {
 		maxBatch = int(start.MaxBatch)
@@ -231,18 +266,18 @@ func (ss *session) serveSync(ctx context.Context, st *quic.Stream, r *proto.Read
 	room := ss.s.pageRoom()
 	for ctx.Err() == nil {
 		lim := log.Limit{Count: maxBatch, Bytes: room} // stored bytes: about what packForward keeps
-		res, wake, err := ss.readUserLog(state, shard, epoch, pos+1, lim, max(heartbeat-time.Since(lastSent), 100*time.Millisecond))
+		res, wake, err := ss.readUserLog(state, shard, epoch, pos, lim, max(heartbeat-time.Since(lastSent), 100*time.Millisecond))
 		if err != nil {
-			ss.send(st, wireError(ss.s.logger, 0, err))
-			return
+			if ctx.Err() != nil {
+				return nil
+			}
+			return wireError(ss.s.logger, 0, err)
 		}
 		info := res.Info
 		if first && start.Ceiling > 0 && res.Status == log.ReadEntries && uint64(info.Head-pos) > start.Ceiling {
-			ss.send(st, &proto.Rebase{Epoch: proto.Epoch(info.Epoch), Head: proto.Position(info.Head)})
-			return
+			return &proto.Rebase{Epoch: proto.Epoch(info.Epoch), Head: proto.Position(info.Head)}
 		}
 		first = false
-		var f proto.Frame
 		switch res.Status {
 		case log.ReadEntries:
 			epoch = info.Epoch
@@ -254,23 +289,23 @@ func (ss *session) serveSync(ctx context.Context, st *quic.Stream, r *proto.Read
 				}
 			}
 			pos = log.Position(b.Entries[len(b.Entries)-1].Seq)
-			if err := ss.send(st, b); err != nil {
-				return
+			bound.set(log.Cursor{Epoch: epoch, Pos: pos}) // before the write: the ack may come back first
+			if err := w.send(b); err != nil {
+				return nil
 			}
 			lastSent = time.Now()
-			continue
 		case log.ReadTooOld:
-			f = &proto.TooOld{Epoch: proto.Epoch(info.Epoch), First: proto.Position(info.First), Head: proto.Position(info.Head)}
+			return &proto.TooOld{Epoch: proto.Epoch(info.Epoch), First: proto.Position(info.First), Head: proto.Position(info.Head)}
 		case log.ReadEpochChanged:
-			f = &proto.EpochChanged{Epoch: proto.Epoch(info.Epoch), First: proto.Position(info.First), Head: proto.Position(info.Head)}
+			return &proto.EpochChanged{Epoch: proto.Epoch(info.Epoch), First: proto.Position(info.First), Head: proto.Position(info.Head)}
 		case log.ReadCaughtUp:
 			// A heartbeat when the stream first catches up and then once per idle interval, not
 			// after every pushed batch: it tells an idle device the head, so it can prove it has
 			// missed nothing.
 			if !live || time.Since(lastSent) >= heartbeat {
 				hb := &proto.Heartbeat{Epoch: proto.Epoch(info.Epoch), Head: proto.Position(info.Head), ServerTime: time.Now().UnixNano()}
-				if err := ss.send(st, hb); err != nil {
-					return
+				if err := w.send(hb); err != nil {
+					return nil
 				}
 				lastSent = time.Now()
 			}
@@ -280,18 +315,26 @@ func (ss *session) serveSync(ctx context.Context, st *quic.Stream, r *proto.Read
 			case <-wake:
 			case <-time.After(heartbeat - time.Since(lastSent)):
 			}
-			continue
 		}
-		ss.send(st, f)
-		return
 	}
+	return nil
 }
 
-// readUserLog reads the user's log from from, and returns a channel closed when the log may have
-// grown since. A local replica is read at once and the channel comes from the notifier; a remote
-// replica waits up to wait for the log to grow before it answers (a long poll), so the channel is
-// closed already.
-func (ss *session) readUserLog(rd shardReader, shard raftstore.ShardID, epoch log.Epoch, from log.Position, lim log.Limit, wait time.Duration) (log.Read, <-chan struct{}, error) {
+// readUserLog reads the user's log after position pos, and returns a channel closed when the log
+// may have grown since. A local replica is read at once and the channel comes from the notifier; a
+// remote replica waits up to wait for the log to grow before it answers (a long poll), so the
+// channel is closed already. A cursor at the last position there can be (2⁶⁴−1) has nothing after
+// it, ever: the answer is caught up (or epoch changed), and the channel never closes.
+func (ss *session) readUserLog(rd shardReader, shard raftstore.ShardID, epoch log.Epoch, pos log.Position, lim log.Limit, wait time.Duration) (log.Read, <-chan struct{}, error) {
+	from := pos + 1
+	if from == 0 {
+		info, err := rd.UserInfo(ss.user)
+		status := log.ReadCaughtUp
+		if epoch != 0 && epoch != info.Epoch {
+			status = log.ReadEpochChanged
+		}
+		return log.Read{Status: status, Info: info}, nil, err
+	}
 	if remote, ok := rd.(*remoteReader); ok {
 		res, err := remote.readUserWait(ss.user, epoch, from, lim, wait)
 		return res, closedChan, err
@@ -370,21 +413,4 @@ func (c *cursorStore) close() {
 	c.mu.Unlock()
 	c.flushes.Wait()
 	c.flush(2 * time.Second)
-}
-
-func (ss *session) readCursorAcks(r *proto.Reader, cursors *cursorStore) {
-	for {
-		f, err := r.Next()
-		if errors.Is(err, proto.ErrUnknownType) || errors.Is(err, proto.ErrMalformed) {
-			continue
-		}
-		if err != nil {
-			return
-		}
-		ca, ok := f.(*proto.CursorAck)
-		if !ok || ca.Validate() != nil {
-			continue // only cursor acks travel upstream on a sync stream
-		}
-		cursors.ack(log.Cursor{Epoch: log.Epoch(ca.Epoch), Pos: log.Position(ca.Pos)})
-	}
 }

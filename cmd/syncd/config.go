@@ -55,6 +55,7 @@ type fileConfig struct {
 	RecallWindow      duration `toml:"recall_window"`
 	MaxConnections    int      `toml:"max_connections"`
 	MaxStreamsPerConn int      `toml:"max_streams_per_conn"`
+	RequestIdle       duration `toml:"request_idle"`
 	RetentionMaxCount uint64   `toml:"retention_max_count"`
 	RetentionMaxAge   duration `toml:"retention_max_age"`
 	RetentionInterval duration `toml:"retention_interval"`
@@ -206,7 +207,7 @@ func (o options) toConfig(logOut io.Writer) (syncd.Config, error) {
 		Limits: proto.Limits{MaxFrame: uint32(s.MaxFrame), MaxBody: uint32(s.MaxBody), MaxBatch: uint32(s.MaxBatch),
 			HeartbeatMs: uint32(time.Duration(s.HeartbeatInterval) / time.Millisecond)},
 		DedupWindow: time.Duration(s.DedupWindow), RecallWindow: time.Duration(s.RecallWindow),
-		MaxConnections: s.MaxConnections, MaxStreamsPerConn: s.MaxStreamsPerConn,
+		MaxConnections: s.MaxConnections, MaxStreamsPerConn: s.MaxStreamsPerConn, RequestIdle: time.Duration(s.RequestIdle),
 		Retention:         log.Retention{MaxCount: s.RetentionMaxCount, MaxAge: int64(s.RetentionMaxAge)},
 		RetentionInterval: time.Duration(s.RetentionInterval), RequestTimeout: time.Duration(s.RequestTimeout),
 		SendRate: s.SendRate, SendBurst: s.SendBurst, MaxInFlight: s.MaxInFlight, MaxHandshakes: s.MaxHandshakes,
@@ -295,7 +296,8 @@ func (o options) toConfig(logOut io.Writer) (syncd.Config, error) {
 	for _, d := range []struct {
 		flag  string
 		value duration
-	}{{"recall-window", s.RecallWindow}, {"retention-interval", s.RetentionInterval}, {"request-timeout", s.RequestTimeout}} {
+	}{{"recall-window", s.RecallWindow}, {"retention-interval", s.RetentionInterval}, {"request-timeout", s.RequestTimeout},
+		{"request-idle", s.RequestIdle}} {
 		if d.value <= 0 {
 			bad(d.flag, "%v must be positive", d.value)
 		}

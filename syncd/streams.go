@@ -1,0 +1,217 @@
+package syncd
+
+import (
+	"context"
+	"errors"
+	"io"
+	"sync"
+
+	"github.com/quic-go/quic-go"
+
+	"github.com/syncd-dev/syncd/log"
+	"github.com/syncd-dev/syncd/proto"
+)
+
+// How the server treats what a client sends on its request and sync streams (PROTOCOL §3, "A
+// receiver handles bad frames"): every bad frame gets an Error, and then either the stream goes
+// on, or it is reset, or the connection is closed. One table for both kinds of stream, so they
+// cannot drift apart.
+//
+// "Reset" means: the Error frame is written, the answers to requests already received follow,
+// the sending side ends normally (FIN — a QUIC RESET_STREAM would discard the Error), and the
+// receiving side is stopped with STOP_SENDING carrying the Error's code, so nothing the client
+// sent after the bad frame is read.
+
+// fault is what a frame read from a client stream means for that stream.
+type fault uint8
+
+const (
+	faultNone  fault = iota // a frame was read
+	faultSkip               // answered; the stream goes on (the frame was consumed)
+	faultReset              // answered; the stream is reset
+	faultClose              // answered; the connection is closed with the code
+	faultEnd                // the stream ended or failed: nothing to answer
+)
+
+// classify maps an error of proto.Reader.Next to its code and fault.
+func classify(err error) (proto.Code, fault) {
+	switch {
+	case err == nil:
+		return 0, faultNone
+	case errors.Is(err, proto.ErrUnknownType):
+		return proto.CodeUnknownFrame, faultSkip
+	case errors.Is(err, proto.ErrMalformed):
+		return proto.CodeMalformed, faultSkip
+	case errors.Is(err, proto.ErrBadVersion):
+		// Another frame version is another encoding: nothing else this client sends can be
+		// trusted to mean what it says, on this stream or another.
+		return proto.CodeUnsupportedVersion, faultClose
+	case errors.Is(err, proto.ErrFrameTooLarge):
+		return proto.CodeFrameTooLarge, faultReset // the next frame cannot be found
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return proto.CodeMalformed, faultReset // the client ended its side inside a frame
+	}
+	return 0, faultEnd // io.EOF, the read deadline, a reset by the client, the connection gone
+}
+
+// onFault answers a fault on a client stream: an Error (id 0) with code and msg, and for
+// faultClose the connection's close. It returns what the caller does with the stream next.
+func (ss *session) onFault(w *streamWriter, code proto.Code, what fault, msg string) fault {
+	switch what {
+	case faultSkip, faultReset:
+		w.send(&proto.Error{Code: code, Message: msg})
+	case faultClose:
+		w.send(&proto.Error{Code: code, Message: msg}) // best effort: the close may overtake it
+		ss.closeConn(code, msg)
+	}
+	return what
+}
+
+// closeConn closes the session's connection with code as the QUIC application error code.
+func (ss *session) closeConn(code proto.Code, msg string) {
+	if ss.conn != nil {
+		ss.conn.CloseWithError(quic.ApplicationErrorCode(code), msg)
+	}
+}
+
+// streamWriter writes frames to one stream for several goroutines (a request stream's answers,
+// a sync stream's batches and its answers to upstream frames). After a failed write the stream
+// may hold part of a frame, so nothing more is written to it. Safe for concurrent use.
+type streamWriter struct {
+	ss *session
+	st *quic.Stream
+
+	mu  sync.Mutex
+	err error // the first failed write
+}
+
+// send writes f within the connection's max_frame (session.send).
+func (w *streamWriter) send(f proto.Frame) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.err != nil {
+		return w.err
+	}
+	err := w.ss.send(w.st, f)
+	if err != nil && !errors.Is(err, proto.ErrFrameTooLarge) { // the replacement Error was a whole frame
+		w.err = err
+	}
+	return err
+}
+
+// failed reports whether a write has failed.
+func (w *streamWriter) failed() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.err != nil
+}
+
+// errSuperseded ends a sync stream that a newer one of the same device replaced.
+var errSuperseded = errors.New("superseded by a newer sync stream of this device")
+
+// syncStreams holds the live sync stream of each device on this node: a device has one sync
+// stream (PROTOCOL §2), and a new one supersedes the old, on the same connection or another.
+// Safe for concurrent use; the zero value is ready.
+type syncStreams struct {
+	mu sync.Mutex
+	m  map[string]*liveSync
+}
+
+// liveSync is one registered sync stream; end stops it with a cause.
+type liveSync struct{ end context.CancelCauseFunc }
+
+// take registers s as key's sync stream and ends the one it replaces, with errSuperseded.
+func (r *syncStreams) take(key string, s *liveSync) {
+	r.mu.Lock()
+	if r.m == nil {
+		r.m = map[string]*liveSync{}
+	}
+	old := r.m[key]
+	r.m[key] = s
+	r.mu.Unlock()
+	if old != nil {
+		old.end(errSuperseded)
+	}
+}
+
+// release unregisters s, unless a newer stream has taken its place already.
+func (r *syncStreams) release(key string, s *liveSync) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.m[key] == s {
+		delete(r.m, key)
+	}
+}
+
+// ackBound is the newest cursor a device may acknowledge on its sync stream: the SyncStart's,
+// then the last entry the stream sent. It is raised before a batch is written, so an ack that
+// overtakes the return of the write is not refused. Safe for concurrent use.
+type ackBound struct {
+	mu sync.Mutex
+	c  log.Cursor
+}
+
+func (b *ackBound) set(c log.Cursor) {
+	b.mu.Lock()
+	b.c = c
+	b.mu.Unlock()
+}
+
+func (b *ackBound) get() log.Cursor {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.c
+}
+
+// checkAck refuses a cursor ack that claims more than the stream delivered: a zero epoch or
+// position, another epoch than the stream's, or a position beyond the last entry sent (PROTOCOL
+// §6, CursorAck). Such a cursor could not be true, and storing it would tell operators and
+// retention that the device has entries it never got.
+func checkAck(ca *proto.CursorAck, bound log.Cursor) error {
+	if err := ca.Validate(); err != nil {
+		return err
+	}
+	if log.Epoch(ca.Epoch) != bound.Epoch || log.Position(ca.Pos) > bound.Pos {
+		return proto.Errorf(proto.CodeInvalidArgument, "cursor ack %d (epoch %d) is beyond what this stream sent: %d (epoch %d)",
+			ca.Pos, ca.Epoch, bound.Pos, bound.Epoch)
+	}
+	return nil
+}
+
+// readUpstream reads what the client sends on its sync stream after SyncStart — cursor acks,
+// stored coalesced — and answers everything else (PROTOCOL §3 and §6): a bad cursor ack gets
+// invalid_argument and the stream goes on; malformed and unknown frames are skipped with their
+// Error; any other frame (a request, a second SyncStart) gets unexpected_frame and resets the
+// stream. It returns why the sync ends: a *resetCause, or nil when the client ended its side,
+// the stream failed or the connection is closing.
+func (ss *session) readUpstream(r *proto.Reader, w *streamWriter, cursors *cursorStore, bound *ackBound) error {
+	for {
+		f, err := r.Next()
+		code, what := classify(err)
+		var msg string
+		if err != nil {
+			msg = err.Error()
+		} else if ca, ok := f.(*proto.CursorAck); ok {
+			if err := checkAck(ca, bound.get()); err != nil {
+				w.send(wireError(ss.s.logger, 0, err))
+				continue
+			}
+			cursors.ack(log.Cursor{Epoch: log.Epoch(ca.Epoch), Pos: log.Position(ca.Pos)})
+			continue
+		} else {
+			code, what, msg = proto.CodeUnexpectedFrame, faultReset, "a sync stream carries only cursor acks after sync_start, got "+f.FrameType().String()
+		}
+		switch ss.onFault(w, code, what, msg) {
+		case faultSkip:
+			continue
+		case faultReset:
+			return &resetCause{code: code}
+		}
+		return nil
+	}
+}
+
+// resetCause ends a sync stream that is to be reset with code, its Error already sent.
+type resetCause struct{ code proto.Code }
+
+func (r *resetCause) Error() string { return "sync stream reset: " + r.code.String() }

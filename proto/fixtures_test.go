@@ -25,8 +25,11 @@ func fixtures() []Frame {
 	return []Frame{
 		&Hello{Token: "tok.en", Device: "phone", ClientVersion: "syncd-go/0.1.0", ProtoVersion: ProtoVersion},
 		&Welcome{User: "alice", Device: "phone", ServerTime: 1_700_000_000_123_456_789, Session: "s-1",
-			ProtoVersion: 1, Limits: Limits{MaxFrame: DefaultMaxFrame, MaxBody: MaxBody, MaxBatch: 256, SendRatePerS: 50, HeartbeatMs: 15000}},
+			ProtoVersion: 1, Limits: Limits{MaxFrame: DefaultMaxFrame, MaxBody: MaxBody, MaxBatch: 256, SendRatePerS: 50, HeartbeatMs: 15000},
+			TokenExpires: 1_700_086_400_000_000_000},
 		&Error{ID: 7, Code: CodeRateLimited, Message: "slow down", RetryAfterMs: 1500},
+		&Refresh{Token: "v1.new.token"},
+		&Refreshed{TokenExpires: 1_700_172_800_000_000_000},
 		&Send{ID: 1, Conv: "d:alice:bob", ClientMsgID: "cm-1", Body: []byte("hello"), Peer: "bob"},
 		&Ack{ID: 1, MsgID: "3.99.0", Conv: "d:alice:bob", ConvSeq: 12, Time: 1_700_000_000_000_000_000, Epoch: 5, Duplicate: true, NoOp: true},
 		&MarkRead{ID: 2, Conv: "g1", ClientMsgID: "cm-2", UpTo: 12},

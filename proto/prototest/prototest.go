@@ -48,16 +48,26 @@ func Hello(t testing.TB, conn *quic.Conn, token, device string) proto.Frame {
 		st.SetReadDeadline(time.Now().Add(Timeout))
 		f, err = proto.NewReader(st, proto.DefaultMaxFrame).Next()
 	}
-	var closed *quic.ApplicationError
-	if errors.As(err, &closed) {
+	if e := ClosedWith(err); e != nil {
 		// The server closed the connection with the error's code (it may do so before the
 		// error frame arrives, even before the hello is written): as good as the frame.
-		return &proto.Error{Code: proto.Code(closed.ErrorCode), Message: closed.ErrorMessage}
+		return e
 	}
 	if err != nil {
 		t.Fatalf("hello: %v", err)
 	}
 	return f
+}
+
+// ClosedWith returns the error a connection close reported in err stands for (the code, the
+// retry-after and the message of proto.ErrorFromClose), or nil if err is not a close by the
+// server.
+func ClosedWith(err error) *proto.Error {
+	var closed *quic.ApplicationError
+	if errors.As(err, &closed) && closed.Remote {
+		return proto.ErrorFromClose(uint64(closed.ErrorCode), closed.ErrorMessage)
+	}
+	return nil
 }
 
 // Conn is an authenticated connection with one request stream, used sequentially, and at most

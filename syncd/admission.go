@@ -56,10 +56,17 @@ func (s *Server) listen(tlsConf *tls.Config) error {
 		MaxIncomingStreams: int64(s.cfg.MaxStreamsPerConn),
 	})
 	if err != nil {
-		s.transport.Close()
+		s.closeListener()
 		return err
 	}
 	return nil
+}
+
+// closeListener closes the client listener's transport and its socket (a Transport leaves a
+// socket it was given open).
+func (s *Server) closeListener() {
+	s.transport.Close()
+	s.transport.Conn.Close()
 }
 
 // source is the key of a connection's source address for the per-source handshake limit: the

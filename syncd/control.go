@@ -93,6 +93,12 @@ func (ss *session) end(e *proto.Error) {
 	closeConn(ss.conn, e)
 }
 
+// badVersion ends the session because a frame of a version other than 1 arrived, on any stream:
+// the peer speaks another framing, so nothing more it sends can be read (PROTOCOL §3).
+func (ss *session) badVersion(err error) {
+	ss.end(&proto.Error{Code: proto.CodeUnsupportedVersion, Message: err.Error() + ": this server speaks frame version 1"})
+}
+
 // closeConn closes conn because of e: e's code as the QUIC application error code, and e's
 // retry-after and message in the reason phrase (proto.CloseReason).
 func closeConn(conn *quic.Conn, e *proto.Error) {

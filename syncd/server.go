@@ -134,7 +134,8 @@ func NewServer(cfg Config) (*Server, error) {
 	reg := prometheus.NewRegistry()
 	s.metrics = newMetrics(reg, s.node, s.conns.Load, s.fan)
 	s.admin, err = admin.Start(admin.Config{Addr: cfg.AdminAddr, Token: s.adminToken, TokenFile: adminTokenFile,
-		MetricsAuth: cfg.AdminMetricsAuth, Node: s.node, Routing: s.slots, Fanout: s.fan,
+		MaxTokenLifetime: cfg.MaxTokenLifetime,
+		MetricsAuth:      cfg.AdminMetricsAuth, Node: s.node, Routing: s.slots, Fanout: s.fan,
 		Peer: s.peer, Registry: reg, Ready: s.Ready, Logger: s.logger})
 	if err != nil {
 		s.node.Close()
@@ -207,7 +208,7 @@ func (s *Server) Run(ctx context.Context) error {
 	cancel()
 	s.ln.Close()
 	wg.Wait()
-	s.transport.Close()
+	s.closeListener()
 	s.markRemoved() // releases the context; nothing watches it any more
 	closeCtx, done := context.WithTimeout(context.Background(), 5*time.Second)
 	defer done()

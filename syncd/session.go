@@ -63,6 +63,9 @@ func (ss *session) serveRequests(ctx context.Context, st *quic.Stream, r *proto.
 	sem := make(chan struct{}, maxInFlightPerStream)
 	for f, err := first, firstErr; ; f, err = r.Next() {
 		switch {
+		case errors.Is(err, proto.ErrBadVersion):
+			ss.badVersion(err)
+			return
 		case errors.Is(err, proto.ErrUnknownType), errors.Is(err, proto.ErrMalformed):
 			write(&proto.Error{Code: codeForFrameError(err), Message: err.Error()})
 			continue // the frame was consumed; the stream goes on
@@ -379,6 +382,9 @@ func (ss *session) readCursorAcks(r *proto.Reader, cursors *cursorStore) {
 		f, err := r.Next()
 		if errors.Is(err, proto.ErrUnknownType) || errors.Is(err, proto.ErrMalformed) {
 			continue
+		}
+		if errors.Is(err, proto.ErrBadVersion) {
+			ss.badVersion(err)
 		}
 		if err != nil {
 			return

@@ -359,6 +359,21 @@ func LoadOrCreateSecret(dir string) ([]byte, error) {
 	return secret, nil
 }
 
+// ReadKeyFile reads a token secret an operator keeps in a file of their own (syncd's
+// token_secret_file and token_keys, syncctl token -key-file): hex digits, surrounding white
+// space allowed, at least 16 bytes' worth — the format of token.key, which holds 32.
+func ReadKeyFile(path string) ([]byte, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	secret, err := hex.DecodeString(strings.TrimSpace(string(data)))
+	if err != nil || len(secret) < minSecretLen {
+		return nil, fmt.Errorf("%s is not a token secret (at least %d hex digits, as in %s in a data directory)", path, 2*minSecretLen, TokenKeyFile)
+	}
+	return secret, nil
+}
+
 // readSecret reads and checks a token key file. A missing file yields an error matching
 // fs.ErrNotExist.
 func readSecret(path string) ([]byte, error) {

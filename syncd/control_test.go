@@ -1,6 +1,7 @@
 package syncd
 
 import (
+	"bytes"
 	"strings"
 	"testing"
 	"time"
@@ -166,4 +167,33 @@ func TestControlStreamEndsSession(t *testing.T) {
 		stillServed(t, c)
 	}
 	stillServed(t, bob)
+}
+
+// TestHelloChecksKeysAndLifetime: at Hello, a token of a key in TokenKeys (one being rotated) is
+// accepted; one of a key the server does not hold is refused naming its key id; one valid for
+// longer than MaxTokenLifetime is refused.
+func TestHelloChecksKeysAndLifetime(t *testing.T) {
+	next, gone := bytes.Repeat([]byte{7}, 32), bytes.Repeat([]byte{9}, 32)
+	ts := startServer(t, func(c *Config) { c.TokenKeys, c.MaxTokenLifetime = [][]byte{next}, 24*time.Hour })
+	now := time.Now()
+	mintWith := func(secret []byte, ttl time.Duration) string {
+		t.Helper()
+		tok, err := auth.MintToken(secret, auth.TokenClaims{User: "alice", Device: "phone", Issued: now, Expires: now.Add(ttl)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tok
+	}
+	stillServed(t, prototest.Connect(t, ts.Addr().String(), ts.Fingerprint(), mintWith(next, time.Hour), "alice", "phone"))
+	for name, tc := range map[string]struct {
+		token, says string
+	}{
+		"a key the server does not hold": {mintWith(gone, time.Hour), auth.KeyID(gone)},
+		"lifetime over the maximum":      {mintAt(t, ts, "alice", "phone", now, now.Add(25*time.Hour)), "maximum token lifetime"},
+	} {
+		e, ok := hello(t, dialRaw(t, ts), tc.token, "phone").(*proto.Error)
+		if !ok || e.Code != proto.CodeUnauthenticated || !strings.Contains(e.Message, tc.says) {
+			t.Errorf("%s: %#v, want unauthenticated saying %q", name, e, tc.says)
+		}
+	}
 }

@@ -127,6 +127,7 @@ func (s *Server) serveConn(ctx context.Context, conn *quic.Conn) {
 	}
 	defer s.userConns.leave(sess.user)
 	defer s.sessions.remove(sess)
+	defer sess.finish()
 	sess.serveControl()
 }
 

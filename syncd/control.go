@@ -99,6 +99,17 @@ func (ss *session) badVersion(err error) {
 	ss.end(&proto.Error{Code: proto.CodeUnsupportedVersion, Message: err.Error() + ": this server speaks frame version 1"})
 }
 
+// finish marks the session ended however it ended, and stops its expiry timer, which would
+// otherwise keep the session in memory until its token expires (up to max_token_lifetime).
+func (ss *session) finish() {
+	ss.ctl.mu.Lock()
+	defer ss.ctl.mu.Unlock()
+	ss.ctl.ended = true
+	if ss.ctl.expiry != nil {
+		ss.ctl.expiry.Stop()
+	}
+}
+
 // closeConn closes conn because of e: e's code as the QUIC application error code, and e's
 // retry-after and message in the reason phrase (proto.CloseReason).
 func closeConn(conn *quic.Conn, e *proto.Error) {

@@ -9,6 +9,7 @@ import (
 	"github.com/syncd-dev/syncd/proto"
 	"github.com/syncd-dev/syncd/proto/prototest"
 	"github.com/syncd-dev/syncd/syncd/auth"
+	"github.com/syncd-dev/syncd/test/testkit"
 )
 
 // The token lifecycle and the control stream after Welcome, through real QUIC (issue #10: a
@@ -195,5 +196,24 @@ func TestHelloChecksKeysAndLifetime(t *testing.T) {
 		if !ok || e.Code != proto.CodeUnauthenticated || !strings.Contains(e.Message, tc.says) {
 			t.Errorf("%s: %#v, want unauthenticated saying %q", name, e, tc.says)
 		}
+	}
+}
+
+// TestSessionEndStopsItsTimer: a session that ends because the client went away releases its
+// expiry timer (else every such session would stay in memory until its token expired) and its
+// place in the revocation index.
+func TestSessionEndStopsItsTimer(t *testing.T) {
+	ts := startServer(t, nil)
+	c := connect(t, ts, "alice", "phone")
+	live := ts.sessions.of("alice", "phone")
+	if len(live) != 1 {
+		t.Fatalf("%d sessions indexed for alice's phone", len(live))
+	}
+	c.QUIC.CloseWithError(0, "gone")
+	testkit.WaitTrue(t, 5*time.Second, "the session to leave the index", func() bool { return len(ts.sessions.of("alice", "phone")) == 0 })
+	live[0].ctl.mu.Lock()
+	defer live[0].ctl.mu.Unlock()
+	if live[0].ctl.expiry.Stop() {
+		t.Fatal("the ended session's expiry timer was still armed")
 	}
 }

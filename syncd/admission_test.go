@@ -158,7 +158,7 @@ func TestHelloDeadline(t *testing.T) {
 // TestHandshakeRefusesBadFirstFrames: before Welcome nothing is skipped — a Hello in a version-2
 // frame closes the connection with unsupported_version, a malformed Hello with malformed, an
 // unknown first frame with unknown_frame, a request with unexpected_frame. After Welcome a frame
-// of version 2 on a request stream closes the connection too (not just the stream).
+// of version 2 on a request or a sync stream closes the connection too (not just the stream).
 func TestHandshakeRefusesBadFirstFrames(t *testing.T) {
 	ts := startServer(t, nil)
 	token, _ := ts.MintToken("alice", "phone", time.Hour)
@@ -193,6 +193,12 @@ func TestHandshakeRefusesBadFirstFrames(t *testing.T) {
 	alice.Req.Write([]byte{0, 0, 0, 3, 2, byte(proto.TypeHeadCheck), 0x80})
 	if e := prototest.Closed(t, alice.QUIC); e.Code != proto.CodeUnsupportedVersion {
 		t.Fatalf("version 2 on a request stream: closed with %+v", e)
+	}
+	carol := connect(t, ts, "carol", "phone")
+	carol.StartSync(0, 0)
+	carol.Sync.Write([]byte{0, 0, 0, 3, 2, byte(proto.TypeCursorAck), 0x80})
+	if e := prototest.Closed(t, carol.QUIC); e.Code != proto.CodeUnsupportedVersion {
+		t.Fatalf("version 2 on a sync stream: closed with %+v", e)
 	}
 	stillServed(t, connect(t, ts, "bob", "phone"))
 }

@@ -25,9 +25,20 @@ type Config struct {
 	// cannot be reached: any node serves any device. They must present a certificate that
 	// Fingerprint or TLS accepts (one certificate for the cluster, or a CA). Default none.
 	Addrs []string
-	// Token is the device's signed token; Device must be the device it names. Required.
+	// Token is the device's signed token; Device must be the device it names. Required unless
+	// TokenSource is set.
 	Token  string
 	Device string
+	// TokenSource, if set, returns a fresh token for Device from the app's authentication
+	// service. The SDK calls it ahead of the expiry the server announces (Welcome and Refreshed
+	// carry it: when a quarter of the remaining validity is left, at most 5 minutes before) and
+	// presents the new token with Refresh, so a session outlives its token without
+	// reconnecting; it also calls it for the first connection when Token is empty, and before
+	// redialing when the token in hand has expired or was refused. Calls come one at a time from
+	// the SDK's goroutines, bounded by ctx (RequestTimeout). Default none: the server closes the
+	// connection when Token expires (token_expired), and the SDK keeps redialing with it,
+	// reporting SyncFailedEvent.
+	TokenSource func(ctx context.Context) (string, error)
 	// Fingerprint pins the server certificate (SHA-256, hex, as syncd logs it). Leave empty
 	// and set TLS for a certificate verified by a CA.
 	Fingerprint string
@@ -55,8 +66,8 @@ type Config struct {
 func (cfg *Config) addrs() []string { return append([]string{cfg.Addr}, cfg.Addrs...) }
 
 func (cfg *Config) setDefaults() error {
-	if cfg.Addr == "" || cfg.Token == "" || cfg.Device == "" || cfg.StoreDir == "" {
-		return errors.New("client: Config needs Addr, Token, Device and StoreDir")
+	if cfg.Addr == "" || (cfg.Token == "" && cfg.TokenSource == nil) || cfg.Device == "" || cfg.StoreDir == "" {
+		return errors.New("client: Config needs Addr, Token (or TokenSource), Device and StoreDir")
 	}
 	if cfg.Retry == nil {
 		cfg.Retry = []time.Duration{time.Second, 3 * time.Second, 7 * time.Second, 15 * time.Second, 30 * time.Second}
@@ -91,6 +102,7 @@ type Client struct {
 	user   string                       // from the first Welcome
 	limits atomic.Pointer[proto.Limits] // of the latest connection, defaults filled in
 	pace   pacer                        // the outbox's send rate (sendOutbox only)
+	tokens tokens                       // the token in hand (token.go)
 
 	curMu sync.Mutex
 	cur   *conn // the live connection, nil while reconnecting
@@ -111,10 +123,12 @@ func Dial(ctx context.Context, cfg Config) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
+	c := &Client{cfg: cfg, st: st, events: make(chan Event, 1024), kick: make(chan struct{}, 1)}
+	c.tokens.cur = cfg.Token
 	var first *conn
 	for _, addr := range cfg.addrs() { // the first node that answers; a definitive refusal is final
 		var pe *proto.Error
-		if first, err = dial(ctx, &cfg, addr); err == nil || ctx.Err() != nil || (errors.As(err, &pe) && !pe.Code.Retryable()) {
+		if first, err = c.dial(ctx, addr); err == nil || ctx.Err() != nil || (errors.As(err, &pe) && !pe.Code.Retryable()) {
 			break
 		}
 	}
@@ -122,7 +136,7 @@ func Dial(ctx context.Context, cfg Config) (*Client, error) {
 		st.Close()
 		return nil, err
 	}
-	c := &Client{cfg: cfg, st: st, events: make(chan Event, 1024), kick: make(chan struct{}, 1), user: first.welcome.User}
+	c.user = first.welcome.User
 	c.limits.Store(&first.limits)
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.wg.Add(1)
@@ -283,7 +297,7 @@ func (c *Client) run(cn *conn) {
 		if cn == nil {
 			ctx, cancel := context.WithTimeout(c.ctx, c.cfg.RequestTimeout)
 			var err error
-			cn, err = dial(ctx, &c.cfg, addrs[next])
+			cn, err = c.dial(ctx, addrs[next])
 			cancel()
 			if err != nil {
 				if c.ctx.Err() != nil {
@@ -341,11 +355,15 @@ func (c *Client) serve(cn *conn) (progressed bool, err error) {
 	c.setConn(cn)
 	defer c.setConn(nil)
 	var wg sync.WaitGroup
-	wg.Add(2)
+	wg.Add(3)
 	go func() {
 		defer wg.Done()
 		defer cancel()
 		c.sendOutbox(ctx, cn)
+	}()
+	go func() {
+		defer wg.Done()
+		c.keepToken(ctx, cn) // ends with ctx; a failed refresh only means the server closes at expiry
 	}()
 	go func() {
 		defer wg.Done()
@@ -362,6 +380,13 @@ func (c *Client) serve(cn *conn) (progressed bool, err error) {
 	if err == nil || errors.Is(err, context.Canceled) { // stopped from outside: say why
 		err = cmp.Or(cn.pend.Err(), errConnEnded)
 	}
+	var pe *proto.Error
+	if err = closeError(err); !errors.As(err, &pe) {
+		if closed := cn.closedWith.Load(); closed != nil {
+			err = closed // the close says why, with its retry-after
+		}
+	}
+	c.tokens.refusedIf(err)
 	return progressed, err
 }
 

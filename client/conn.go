@@ -6,73 +6,123 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/quic-go/quic-go"
 
 	"github.com/syncd-dev/syncd/proto"
 )
 
-// conn is one authenticated QUIC connection: the control stream, one pipelined request stream
-// whose answers a reader goroutine hands to the waiting caller by request id, and the limits the
-// server announced.
+// conn is one authenticated QUIC connection: the control stream (kept open: closing it would end
+// the session) whose answers to Refresh a reader goroutine hands over, one pipelined request
+// stream whose answers a reader goroutine hands to the waiting caller by request id, and the
+// limits the server announced.
 type conn struct {
 	addr    string // the node it is connected to
 	q       *quic.Conn
 	welcome *proto.Welcome
 	limits  proto.Limits // welcome's, with the protocol defaults filled in: what this connection allows
 
+	control  *quic.Stream
+	answers  chan proto.Frame // Refreshed and Error frames read from control; capacity 1
+	ctlEnded chan struct{}    // closed when control's reader stops
+
+	closedWith atomic.Pointer[proto.Error] // what the server closed the connection with, once req's reader saw it
+
 	wmu  sync.Mutex // serializes writes on req
 	req  *quic.Stream
 	pend proto.Pending // requests waiting for their answer; failed when req's reader stops
 }
 
-// dial connects to the node at addr, says hello and starts the request stream's reader.
-func dial(ctx context.Context, cfg *Config, addr string) (*conn, error) {
+// dial connects to the node at addr with the token in hand (a fresh one from TokenSource when it
+// is needed), says hello and starts the readers of the control and request streams.
+func (cl *Client) dial(ctx context.Context, addr string) (*conn, error) {
+	cfg := &cl.cfg
+	token, err := cl.tokens.get(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
 	q, err := quic.DialAddr(ctx, addr, cfg.tlsConfig(), &quic.Config{KeepAlivePeriod: cfg.KeepAlive})
 	if err != nil {
 		return nil, fmt.Errorf("client: connect to %s: %w", addr, err)
 	}
-	c := &conn{addr: addr, q: q}
-	if err := c.hello(ctx, cfg); err != nil {
+	c := &conn{addr: addr, q: q, answers: make(chan proto.Frame, 1), ctlEnded: make(chan struct{})}
+	if err := c.hello(ctx, cfg, token); err != nil {
 		q.CloseWithError(0, "")
+		cl.tokens.refusedIf(err)
 		return nil, err
 	}
+	cl.tokens.welcomed(token, c.welcome.TokenExpires)
+	go c.readControl()
 	if c.req, err = q.OpenStreamSync(ctx); err != nil {
 		q.CloseWithError(0, "")
-		return nil, err
+		return nil, closeError(err)
 	}
 	go c.readAnswers()
 	return c, nil
 }
 
-func (c *conn) hello(ctx context.Context, cfg *Config) error {
+func (c *conn) hello(ctx context.Context, cfg *Config, token string) error {
 	st, err := c.q.OpenStreamSync(ctx)
 	if err != nil {
-		return err
+		return closeError(err)
 	}
 	if dl, ok := ctx.Deadline(); ok {
 		st.SetReadDeadline(dl)
 	}
-	h := &proto.Hello{Token: cfg.Token, Device: cfg.Device, ClientVersion: "syncd-go/0.1", ProtoVersion: proto.ProtoVersion}
+	h := &proto.Hello{Token: token, Device: cfg.Device, ClientVersion: "syncd-go/0.1", ProtoVersion: proto.ProtoVersion}
 	if err := proto.WriteFrame(st, h); err != nil {
-		return err
+		return closeError(err)
 	}
 	f, err := proto.NewReader(st, proto.DefaultMaxFrame).Next()
-	var closed *quic.ApplicationError
-	if errors.As(err, &closed) { // refused: the close code is the protocol error code
-		return &proto.Error{Code: proto.Code(closed.ErrorCode), Message: closed.ErrorMessage}
-	}
 	if err != nil {
+		if e := closeError(err); e != err { // refused: the close carries the error (PROTOCOL §2)
+			return e
+		}
 		return fmt.Errorf("client: hello: %w", err)
 	}
+	st.SetReadDeadline(time.Time{})
 	switch f := f.(type) {
 	case *proto.Welcome:
-		c.welcome, c.limits = f, f.Limits.WithDefaults()
+		c.welcome, c.limits, c.control = f, f.Limits.WithDefaults(), st
 		return nil
 	case *proto.Error:
 		return f
 	}
 	return fmt.Errorf("client: unexpected answer to hello: %v", f.FrameType())
+}
+
+// closeError returns the *proto.Error a connection close by the server stands for (its code, and
+// the retry-after and message of its reason phrase: proto.ErrorFromClose) when err reports one,
+// else err.
+func closeError(err error) error {
+	var closed *quic.ApplicationError
+	if errors.As(err, &closed) && closed.Remote && closed.ErrorCode != 0 {
+		return proto.ErrorFromClose(uint64(closed.ErrorCode), closed.ErrorMessage)
+	}
+	return err
+}
+
+// readControl hands the server's answers to Refresh to keepToken, until the control stream ends
+// (with the connection). Other frames are of no use to the SDK: an Error before a close comes
+// again in the close itself.
+func (c *conn) readControl() {
+	defer close(c.ctlEnded)
+	r := proto.NewReader(c.control, int(c.limits.MaxFrame))
+	for {
+		f, err := r.Next()
+		if errors.Is(err, proto.ErrUnknownType) || errors.Is(err, proto.ErrMalformed) {
+			continue
+		}
+		if err != nil {
+			return
+		}
+		select {
+		case c.answers <- f:
+		default: // nobody asked (an Error before a close): drop it
+		}
+	}
 }
 
 // readAnswers hands every answer read from the request stream to the request waiting for it,
@@ -85,6 +135,13 @@ func (c *conn) readAnswers() {
 			continue
 		}
 		if err != nil {
+			if pe, ok := closeError(err).(*proto.Error); ok {
+				// Not wrapped: a lost connection is no answer to the requests in flight (an
+				// outbox item must not fail with token_expired), but serve reports it.
+				c.closedWith.Store(pe)
+				c.pend.Fail(fmt.Errorf("client: connection lost: %v", pe))
+				return
+			}
 			c.pend.Fail(fmt.Errorf("client: connection lost: %w", err))
 			return
 		}

@@ -46,6 +46,15 @@
 // a frame it cannot read — counts as a failed attempt, so a persistent failure is retried every
 // 30 s, not in a loop.
 //
+// # Tokens
+//
+// The session runs under the device's token: the server closes the connection when it expires
+// (token_expired). With Config.TokenSource the SDK gets a fresh token ahead of each expiry the
+// server announces and presents it on the control stream (Refresh), so the connection outlives
+// its tokens; it also fetches one before redialing when the token in hand was refused or is
+// about to expire. Refusals of a connection carry their retry-after in the connection close,
+// which the SDK reads even when the Error frame was lost, and waits out before redialing.
+//
 // # Events
 //
 // The client reports what happens — new entries, outbox status changes, gaps, rebases, epoch

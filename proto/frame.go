@@ -61,9 +61,11 @@ type Type uint8
 // Frame types, grouped by the stream that carries them.
 const (
 	// Control stream.
-	TypeHello   Type = 1 // client → server: [Hello]
-	TypeWelcome Type = 2 // server → client: [Welcome]
-	TypeError   Type = 3 // server → client, any stream: [Error]
+	TypeHello     Type = 1 // client → server: [Hello]
+	TypeWelcome   Type = 2 // server → client: [Welcome]
+	TypeError     Type = 3 // server → client, any stream: [Error]
+	TypeRefresh   Type = 4 // client → server, after Welcome: [Refresh]
+	TypeRefreshed Type = 5 // server → client: [Refreshed], the answer to Refresh
 
 	// Request streams (each request carries an id that its response repeats).
 	TypeSend          Type = 10 // [Send] → [Ack]
@@ -119,6 +121,8 @@ var types = [256]typeInfo{
 	TypeHello:           {"hello", StreamControl, true, func() Frame { return new(Hello) }},
 	TypeWelcome:         {"welcome", StreamControl, false, func() Frame { return new(Welcome) }},
 	TypeError:           {"error", 0, false, func() Frame { return new(Error) }},
+	TypeRefresh:         {"refresh", StreamControl, true, func() Frame { return new(Refresh) }},
+	TypeRefreshed:       {"refreshed", StreamControl, false, func() Frame { return new(Refreshed) }},
 	TypeSend:            {"send", StreamRequest, true, func() Frame { return new(Send) }},
 	TypeAck:             {"ack", StreamRequest, false, func() Frame { return new(Ack) }},
 	TypeMarkRead:        {"mark_read", StreamRequest, true, func() Frame { return new(MarkRead) }},

@@ -1,9 +1,11 @@
 package proto
 
-// Hello is the first frame of a connection, on its first (control) stream. The server answers
-// with Welcome, or with an Error (CodeUnauthenticated, CodeTokenExpired, CodeForbidden,
-// CodeUnsupportedVersion, CodeOverloaded or CodeTooManyConnections with retry_after_ms) and
-// closes the connection.
+// Hello is the first frame of a connection, on its first (control) stream, and must arrive
+// within the server's Hello deadline (a few seconds). The server answers with Welcome, or with
+// an Error (CodeUnauthenticated, CodeTokenExpired, CodeForbidden, CodeUnsupportedVersion,
+// CodeOverloaded or CodeTooManyConnections with retry_after_ms, CodeTimeout when no Hello
+// came in time) and closes the connection with the same code and a reason phrase that carries
+// the retry hint ([CloseReason]), since the Error frame itself may be lost in the close.
 type Hello struct {
 	Token         string `msgpack:"token"`          // signed token naming user, device, expiry
 	Device        string `msgpack:"device"`         // this device's id; must match the token's
@@ -37,9 +39,11 @@ func (h *Hello) Validate() error {
 }
 
 // Welcome accepts a Hello. After it the client may open request and sync streams; the control
-// stream stays open for the life of the connection (closing it ends the session) and carries
-// only an Error before the server closes the connection (CodeTokenExpired, CodeUnavailable
-// when the node shuts down).
+// stream stays open for the life of the connection (closing it ends the session). On it the
+// client may send Refresh (answered by Refreshed or an Error); the server sends an Error before
+// it closes the connection (CodeTokenExpired when the token expires, CodeUnauthenticated when
+// an operator revokes the device, CodeUnavailable when the node shuts down or leaves the
+// cluster).
 type Welcome struct {
 	User         string `msgpack:"user"`          // the authenticated user
 	Device       string `msgpack:"device"`        // the device, as in Hello
@@ -47,10 +51,49 @@ type Welcome struct {
 	Session      string `msgpack:"session"`       // opaque id of this connection, for logs and support
 	ProtoVersion uint32 `msgpack:"proto_version"` // revision used on this connection: min(client's, server's)
 	Limits       Limits `msgpack:"limits"`        // the connection's limits
+	// TokenExpires is when the token of Hello expires, Unix nanoseconds (a whole second): the
+	// server closes the connection with CodeTokenExpired then, unless a Refresh presented a newer
+	// token before. Clients need not parse tokens to know it.
+	TokenExpires int64 `msgpack:"token_expires"`
 }
 
 // FrameType implements Frame.
 func (*Welcome) FrameType() Type { return TypeWelcome }
+
+// Refresh presents a new token for the connection's device on the control stream, after Welcome,
+// so that a session outlives its first token without reconnecting. The token must name the same
+// user and device as the connection's (else CodeForbidden) and pass the checks of Hello's token
+// (CodeUnauthenticated, CodeTokenExpired). The server answers Refreshed, or an Error after which
+// the session goes on under the token it had (and ends when that one expires). Send one at a
+// time: the answers carry no request id.
+type Refresh struct {
+	Token string `msgpack:"token"` // the new token
+}
+
+// FrameType implements Frame.
+func (*Refresh) FrameType() Type { return TypeRefresh }
+
+// Validate checks the token as Hello.Validate does: present (CodeUnauthenticated) and at most
+// MaxTokenLen bytes (CodeTooLarge).
+func (r *Refresh) Validate() error {
+	switch {
+	case r.Token == "":
+		return Errorf(CodeUnauthenticated, "no token")
+	case len(r.Token) > MaxTokenLen:
+		return Errorf(CodeTooLarge, "token of %d bytes, at most %d", len(r.Token), MaxTokenLen)
+	}
+	return nil
+}
+
+// Refreshed accepts a Refresh: the connection now runs under the new token.
+type Refreshed struct {
+	// TokenExpires is when the new token expires, Unix nanoseconds: the connection's new end
+	// unless another Refresh comes first.
+	TokenExpires int64 `msgpack:"token_expires"`
+}
+
+// FrameType implements Frame.
+func (*Refreshed) FrameType() Type { return TypeRefreshed }
 
 // Limits are the server's limits for one connection, announced in Welcome. A zero field means
 // the protocol default given for it.

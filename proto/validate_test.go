@@ -45,6 +45,9 @@ func TestValidate(t *testing.T) {
 		{"hello version with space", &Hello{Token: "t", Device: "d", ProtoVersion: 1, ClientVersion: "app 1.0"}, 0},
 		{"hello version control char", &Hello{Token: "t", Device: "d", ProtoVersion: 1, ClientVersion: "app\n"}, CodeInvalidArgument},
 		{"hello long version", &Hello{Token: "t", Device: "d", ProtoVersion: 1, ClientVersion: strings.Repeat("v", MaxClientVersionLen+1)}, CodeTooLarge},
+		{"refresh ok", &Refresh{Token: "t"}, 0},
+		{"refresh no token", &Refresh{}, CodeUnauthenticated},
+		{"refresh long token", &Refresh{Token: strings.Repeat("t", MaxTokenLen+1)}, CodeTooLarge},
 
 		{"send ok", &Send{ID: 1, Conv: long, ClientMsgID: "m"}, 0},
 		{"send max body", &Send{ID: 1, Conv: "c", ClientMsgID: "m", Body: make([]byte, MaxBody)}, 0},

@@ -134,6 +134,10 @@ type App interface {
 	// Attrs returns facts about this node that other nodes and operators learn from its status
 	// (NodeStatus.Attrs): syncd returns its client and admin addresses.
 	Attrs() map[string]string
+	// DeviceRevoked is called with every device revocation the meta shard applies (and with
+	// each one a snapshot installed on this node holds), on the meta shard's apply goroutine: it
+	// must not block. syncd closes the device's sessions on this node.
+	DeviceRevoked(r Revocation)
 }
 
 // Timing holds the Raft timeouts. The defaults suit a LAN or one machine: a follower that hears

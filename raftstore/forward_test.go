@@ -192,6 +192,7 @@ type testApp struct {
 
 func (testApp) Applied(raftstore.ShardID, uint64)           {}
 func (testApp) UserLogsChanged(raftstore.ShardID, []string) {}
+func (testApp) DeviceRevoked(raftstore.Revocation)          {}
 func (a testApp) Attrs() map[string]string                  { return a.attrs }
 func (a testApp) Serve(ctx context.Context, method string, payload []byte) ([]byte, error) {
 	if a.serve == nil {

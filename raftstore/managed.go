@@ -69,6 +69,10 @@ func (n *Node) startManaged() error {
 	}
 	fsm := newMetaFSM()
 	fsm.onChange = n.kickManage
+	if app := cfg.App; app != nil {
+		fsm.onRevoke = app.DeviceRevoked
+	}
+	n.metaStart = logs.last.Load() // what the meta replica must apply before its state is current
 	rg, err := n.startRaft(MetaShard, fsm, false, snaps, logs, peers)
 	if err != nil {
 		return fmt.Errorf("raftstore: start meta shard: %w", err)
@@ -593,6 +597,30 @@ func (n *Node) proposeMetaLocal(ctx context.Context, data []byte) error {
 		return err
 	}
 	return nil
+}
+
+// RevokeDevice replicates r in the meta shard (see Revocation): once applied, every node refuses
+// the device's tokens issued at or before r.Before and closes its sessions (App.DeviceRevoked).
+// It fails with ErrMetaRefused for a revocation without valid ids or times.
+func (n *Node) RevokeDevice(ctx context.Context, r Revocation) error {
+	return n.ProposeMeta(ctx, metaCommand{Op: "revoke", Revoke: &r})
+}
+
+// Revocation returns the revocation of user's device as this node's meta replica has it, if
+// any. A node that is not part of a managed cluster has none.
+func (n *Node) Revocation(user, device string) (Revocation, bool) {
+	if n.meta == nil {
+		return Revocation{}, false
+	}
+	return n.meta.fsm.revocation(user, device)
+}
+
+// MetaCurrent reports whether the meta replica has applied every entry its Raft log held when
+// the node started: until then its revocations (and map) may be older than what the node knew
+// before a restart, since Raft re-applies the log only once the node hears of the commit index.
+// True for a node that is not part of a managed cluster.
+func (n *Node) MetaCurrent() bool {
+	return n.meta == nil || n.meta.raft.AppliedIndex() >= n.metaStart
 }
 
 // AddNode registers node id at Raft address raftAddr in the cluster map before it starts (it can

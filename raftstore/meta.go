@@ -7,10 +7,13 @@ import (
 	"io"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 
 	"github.com/hashicorp/raft"
+
+	"github.com/syncd-dev/syncd/log"
 )
 
 // The meta shard is a Raft group, hosted by every node of a managed cluster, whose state is the
@@ -29,10 +32,20 @@ import (
 //	{"v":1, "op":"remove", "id":"n2"}            mark a node for removal: placement moves its replicas away
 //	{"v":1, "op":"forget", "id":"n2"}            drop a node that holds no replica any more
 //	{"v":1, "op":"place",  "replicas":{"3":[…]}} set the desired members of some shards
+//	{"v":1, "op":"revoke", "revoke":{"user":"alice","device":"phone","before":…,"until":…}}
+//	                                             revoke a device's tokens (Revocation)
 //
 // "place" and "forget" carry "if_index", the map's Index the decision was made on: if the map
 // changed since, they are refused and the meta leader decides again on the new map. Without it
 // a decision made just before a node was marked for removal could place replicas back on it.
+
+// Besides the map, the meta shard holds device revocations: every node hosts it, so every node
+// learns of a revocation by applying it (and closes the device's sessions, through
+// App.DeviceRevoked), and checks tokens against its own replica without asking anyone. A
+// revocation is kept until no token it covers can be valid any more (Revocation.Until), so the
+// set stays as small as the revocations of one maximum token lifetime. Revocations are not part
+// of ClusterMap (they neither change its Index nor wake the management loop); snapshots carry
+// them under "revoked" next to the map's fields.
 
 // MetaShard is the id of the meta shard. Data shards are numbered from 1.
 const MetaShard ShardID = 0
@@ -90,7 +103,26 @@ type metaCommand struct {
 	ID       string               `json:"id,omitempty"`
 	Replicas map[ShardID][]string `json:"replicas,omitempty"`
 	IfIndex  uint64               `json:"if_index,omitempty"`
+	Revoke   *Revocation          `json:"revoke,omitempty"`
 }
+
+// Revocation is an operator's revocation of a device: every token of User's Device issued at
+// or before Before is refused, and the device's sessions are closed. Tokens issued later are
+// accepted (a revoked device comes back only with a token minted after the revocation). Times
+// are Unix seconds, the precision of tokens, chosen by the proposer (the state machine reads no
+// clock).
+type Revocation struct {
+	User   string `json:"user"`
+	Device string `json:"device"`
+	Before int64  `json:"before"` // tokens with iat ≤ Before are refused
+	// Until is when the revocation may be forgotten: Before plus the longest token lifetime the
+	// cluster accepts, after which every token it covers has expired. A later revocation's apply
+	// drops those whose Until is before its Before.
+	Until int64 `json:"until"`
+}
+
+// revKey is a Revocation's key in metaFSM.revoked.
+func revKey(user, device string) string { return user + "\x00" + device }
 
 // metaFSM applies meta commands to the in-memory cluster map.
 type metaFSM struct {
@@ -99,12 +131,46 @@ type metaFSM struct {
 	// slots is m.Slots in lookup form, nil until the map is initialized; routing reads it on
 	// every request, so it is swapped atomically rather than read under mu.
 	slots atomic.Pointer[SlotTable]
-	// onChange, if set, is called after every applied change (on raft's apply goroutine).
+	// onChange, if set, is called after every applied change of the map (on raft's apply
+	// goroutine).
 	onChange func()
+
+	// revoked holds the revocations by revKey, under mu; onRevoke, if set, is called with each
+	// revocation applied (and each one a restored snapshot holds), on raft's apply goroutine.
+	revoked  map[string]Revocation
+	onRevoke func(Revocation)
 }
 
 func newMetaFSM() *metaFSM {
-	return &metaFSM{m: ClusterMap{Nodes: map[string]NodeInfo{}, Replicas: map[ShardID][]string{}}}
+	return &metaFSM{m: ClusterMap{Nodes: map[string]NodeInfo{}, Replicas: map[ShardID][]string{}}, revoked: map[string]Revocation{}}
+}
+
+// revocation returns the revocation of user's device, if any.
+func (f *metaFSM) revocation(user, device string) (Revocation, bool) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	r, ok := f.revoked[revKey(user, device)]
+	return r, ok
+}
+
+// applyRevoke records c's revocation (a later one of the same device replaces an earlier one)
+// and forgets those no token can be covered by any more.
+// REQUIRES: f.mu
+func (f *metaFSM) applyRevokeLocked(r *Revocation) error {
+	if r == nil || !log.ValidID(r.User) || !log.ValidID(r.Device) || r.Before <= 0 || r.Until < r.Before {
+		return fmt.Errorf("%w: revoke needs a user, a device, before > 0 and until ≥ before", ErrMetaRefused)
+	}
+	for k, old := range f.revoked {
+		if old.Until < r.Before {
+			delete(f.revoked, k)
+		}
+	}
+	k := revKey(r.User, r.Device)
+	if old, ok := f.revoked[k]; ok && old.Before > r.Before {
+		return nil // an earlier revocation covers more already
+	}
+	f.revoked[k] = *r
+	return nil
 }
 
 // snapshot returns a copy of the map.
@@ -122,6 +188,15 @@ func (f *metaFSM) Apply(l *raft.Log) any {
 	var c metaCommand
 	if err := json.Unmarshal(l.Data, &c); err != nil || c.V != metaCommandV1 {
 		return fmt.Errorf("%w: undecodable meta command (version %d): %v", ErrMetaRefused, c.V, err)
+	}
+	if c.Op == "revoke" {
+		f.mu.Lock()
+		err := f.applyRevokeLocked(c.Revoke)
+		f.mu.Unlock()
+		if err == nil && f.onRevoke != nil {
+			f.onRevoke(*c.Revoke)
+		}
+		return err
 	}
 	f.mu.Lock()
 	err := f.apply(&c)
@@ -224,9 +299,22 @@ func removing(m *ClusterMap) int {
 	return n
 }
 
+// metaState is the meta shard's snapshot: the map's fields and, next to them, the revocations
+// sorted by user and device (absent from snapshots written before revocations existed).
+type metaState struct {
+	ClusterMap
+	Revoked []Revocation `json:"revoked,omitempty"`
+}
+
 // Snapshot implements raft.FSM.
 func (f *metaFSM) Snapshot() (raft.FSMSnapshot, error) {
-	b, err := json.Marshal(f.snapshot())
+	f.mu.RLock()
+	st := metaState{ClusterMap: f.m.Clone(), Revoked: slices.Collect(maps.Values(f.revoked))}
+	f.mu.RUnlock()
+	slices.SortFunc(st.Revoked, func(a, b Revocation) int {
+		return strings.Compare(revKey(a.User, a.Device), revKey(b.User, b.Device))
+	})
+	b, err := json.Marshal(st)
 	if err != nil {
 		return nil, err
 	}
@@ -236,10 +324,11 @@ func (f *metaFSM) Snapshot() (raft.FSMSnapshot, error) {
 // Restore implements raft.FSM.
 func (f *metaFSM) Restore(rc io.ReadCloser) error {
 	defer rc.Close()
-	var m ClusterMap
-	if err := json.NewDecoder(rc).Decode(&m); err != nil {
+	var st metaState
+	if err := json.NewDecoder(rc).Decode(&st); err != nil {
 		return fmt.Errorf("raftstore: restore cluster map: %w", err)
 	}
+	m := st.ClusterMap
 	if m.Nodes == nil {
 		m.Nodes = map[string]NodeInfo{}
 	}
@@ -251,11 +340,20 @@ func (f *metaFSM) Restore(rc io.ReadCloser) error {
 			return fmt.Errorf("raftstore: restore cluster map: %w", err)
 		}
 	}
+	revoked := make(map[string]Revocation, len(st.Revoked))
+	for _, r := range st.Revoked {
+		revoked[revKey(r.User, r.Device)] = r
+	}
 	f.mu.Lock()
-	f.m = m
+	f.m, f.revoked = m, revoked
 	f.mu.Unlock()
 	if f.onChange != nil {
 		f.onChange()
+	}
+	if f.onRevoke != nil {
+		for _, r := range st.Revoked { // some may be new to this node: their sessions close
+			f.onRevoke(r)
+		}
 	}
 	return nil
 }

@@ -36,6 +36,7 @@ type Node struct {
 	shards     atomic.Pointer[map[ShardID]*replica]
 	shardsMu   sync.Mutex
 	meta       *metaReplica  // the meta shard's replica, in a managed cluster
+	metaStart  uint64        // the last index of the meta replica's Raft log at start (MetaCurrent)
 	manageKick chan struct{} // wakes the management loop (managed.go)
 	fwd        *forwarder    // proposals this node forwards to leaders elsewhere
 	fwdSrv     *fwdServer    // proposals other nodes forward to this one

@@ -115,6 +115,8 @@ func FuzzMetaApply(f *testing.F) {
 		`{"v":1,"op":"remove","id":"n1"}`,
 		`{"v":1,"op":"forget","id":"n1","if_index":1}`,
 		`{"v":1,"op":"init","map":{"shards":2,"rf":1,"slots":[{"first":0,"last":4095,"shard":2}]}}`,
+		`{"v":1,"op":"revoke","revoke":{"user":"alice","device":"phone","before":10,"until":20}}`,
+		`{"v":1,"op":"revoke","revoke":{"user":"a\u0000b","device":"","before":-1,"until":0}}`,
 		`{"v":2,"op":"init"}`,
 		`not json`,
 	} {

@@ -60,8 +60,18 @@ type Config struct {
 	// is created: a node joining a cluster or restarting on existing data follows the cluster
 	// map's count and slot table instead. Default 8.
 	Shards int
-	// TokenSecret signs device tokens. Default: Dir/token.key, created on first start.
+	// TokenSecret signs device tokens: the current key of the server's keyring, with which
+	// MintToken signs and whose tokens it accepts. Default: Dir/token.key, created on first start.
 	TokenSecret []byte
+	// TokenKeys are more secrets whose tokens the server accepts (each named by its key id,
+	// auth.KeyID): a new key rolled out to every node before it becomes TokenSecret, or an old
+	// one being retired after it was replaced (docs/OPERATIONS.md, "Rotating the token key").
+	// Default none.
+	TokenKeys [][]byte
+	// MaxTokenLifetime is the longest a token may be valid (its expiry minus its issue time);
+	// a token valid for longer is refused, at Hello and in Refresh. It also bounds how long a
+	// device revocation must be remembered. Default 720h (30 days).
+	MaxTokenLifetime time.Duration
 	// CertFile and KeyFile are the TLS certificate for clients. Default: a self-signed
 	// certificate in Dir, created on first start; clients pin its fingerprint.
 	CertFile, KeyFile string
@@ -116,8 +126,18 @@ type Config struct {
 	// Default 1024.
 	MaxInFlight int
 	// MaxHandshakes caps connections being authenticated at once; beyond it new connections are
-	// closed with Overloaded and a retry-after (reconnect storms). Default 256.
+	// closed with Overloaded and a retry-after (reconnect storms). Once half of them are in use,
+	// new connections must first prove their source address (QUIC Retry), so the other half
+	// cannot be taken from spoofed addresses. Default 256.
 	MaxHandshakes int
+	// MaxHandshakesPerSource caps the connections being authenticated at once from one source
+	// (an IPv4 address, or an IPv6 /64), so that one machine cannot take the whole MaxHandshakes
+	// gate with connections that never say Hello; more are closed with Overloaded and a
+	// retry-after. Default 16.
+	MaxHandshakesPerSource int
+	// HelloTimeout is how long a new connection has to send its Hello (from the end of the QUIC
+	// handshake); a connection that has not is closed with Timeout. Default 5s.
+	HelloTimeout time.Duration
 	// QueryRate and QueryBurst bound each device's queries (ConvList, ConvState, History,
 	// Members, HeadCheck) like SendRate and SendBurst its mutations. Defaults 50/s and 200.
 	QueryRate  float64
@@ -144,7 +164,7 @@ type Config struct {
 // setup, each field's comment naming its default. It is the one place those defaults are
 // written: cmd/syncd derives its flags, config file keys and -print-config output from it, and
 // a Config field left zero and the same field copied from DefaultConfig give the same Server.
-// Peers, Join, PeerDial, TokenSecret, CertFile, KeyFile, AdminTokenFile, AdminMetricsAuth, the
+// Peers, Join, PeerDial, TokenSecret, TokenKeys, CertFile, KeyFile, AdminTokenFile, AdminMetricsAuth, the
 // node certificate files and InsecureNodePlane have no default (the zero value is the documented
 // behaviour); Logger stays nil, meaning slog.Default() as of NewServer.
 // The Limits fields announced from other fields (SendRatePerS, SendBurst, QueryRatePerS,
@@ -171,6 +191,8 @@ func DefaultConfig() Config {
 		SendBurst:         100,
 		MaxInFlight:       1024,
 		MaxHandshakes:     256,
+		HelloTimeout:      5 * time.Second,
+		MaxTokenLifetime:  30 * 24 * time.Hour,
 		QueryRate:         50,
 		QueryBurst:        200,
 
@@ -178,6 +200,8 @@ func DefaultConfig() Config {
 		MaxGroupSize:          log.DefaultMaxGroupSize,
 		MembersPerMinute:      2000,
 		MinFreeDisk:           raftstore.DefaultConfig().MinFreeDisk,
+
+		MaxHandshakesPerSource: 16,
 	}
 }
 
@@ -214,6 +238,9 @@ func (c Config) withDefaults() Config {
 	c.Limits.QueryRatePerS, c.Limits.QueryBurst = uint32(c.QueryRate), uint32(c.QueryBurst)
 	c.Limits.MaxStreams = uint32(c.MaxStreamsPerConn)
 	c.Limits.RequestIdleMs = uint32(min(c.RequestIdle.Milliseconds(), math.MaxUint32))
+	c.MaxHandshakesPerSource = cmp.Or(c.MaxHandshakesPerSource, d.MaxHandshakesPerSource)
+	c.HelloTimeout = cmp.Or(c.HelloTimeout, d.HelloTimeout)
+	c.MaxTokenLifetime = cmp.Or(c.MaxTokenLifetime, d.MaxTokenLifetime)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -256,6 +283,20 @@ func (c Config) Validate() error {
 	}
 	if c.TokenSecret != nil && len(c.TokenSecret) < 16 {
 		errs = append(errs, errors.New("syncd: TokenSecret must be at least 16 bytes"))
+	}
+	for i, k := range c.TokenKeys {
+		if len(k) < 16 {
+			errs = append(errs, fmt.Errorf("syncd: TokenKeys[%d] must be at least 16 bytes", i))
+		}
+	}
+	if c.MaxTokenLifetime < time.Second {
+		errs = append(errs, errors.New("syncd: MaxTokenLifetime must be at least a second (tokens count whole seconds)"))
+	}
+	if c.HelloTimeout < 100*time.Millisecond || c.HelloTimeout > time.Minute {
+		errs = append(errs, fmt.Errorf("syncd: HelloTimeout %v must be between 100ms and 1m: a client says Hello right after the QUIC handshake", c.HelloTimeout))
+	}
+	if c.MaxHandshakesPerSource < 1 {
+		errs = append(errs, errors.New("syncd: MaxHandshakesPerSource must be ≥ 1"))
 	}
 	if c.DedupWindow < time.Minute {
 		errs = append(errs, errors.New("syncd: DedupWindow below a minute would let app retries duplicate messages"))

@@ -25,6 +25,16 @@ const (
 
 var sendResults = [...]string{sendOK, sendDuplicate, sendRefused, sendError}
 
+// Why a connection was refused before or at Hello for want of room, the values of the reason
+// label of syncd_handshake_refused_total.
+const (
+	refusedSource  = "source"        // Config.MaxHandshakesPerSource handshakes from its source already
+	refusedBusy    = "busy"          // Config.MaxHandshakes handshakes on the node already
+	refusedTimeout = "hello_timeout" // no Hello within Config.HelloTimeout
+)
+
+var refusedReasons = [...]string{refusedSource, refusedBusy, refusedTimeout}
+
 // latencyBuckets spans 0.5 ms to 5 s exponentially: three buckets a decade (1-2-5, factor ≈ 2.15),
 // with boundaries an operator can read. For a finer P99, the histograms are also native
 // histograms (factor 1.1) for scrapers that negotiate them; the text format keeps these buckets.
@@ -46,6 +56,8 @@ type metrics struct {
 	delivery    prometheus.Histogram
 	syncStreams prometheus.Gauge
 	clientGaps  prometheus.Counter
+	refused     [len(refusedReasons)]prometheus.Counter
+	validated   prometheus.Counter
 }
 
 // newMetrics registers the server's metrics on reg, which must be private to this server (a
@@ -79,8 +91,19 @@ func newMetrics(reg *prometheus.Registry, node nodeShards, conns func() int64, f
 	for i, r := range sendResults { // every result exists from the start, at zero
 		m.sendAck[i] = sendAck.WithLabelValues(r)
 	}
+	refused := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "syncd", Subsystem: "handshake", Name: "refused_total",
+		Help: "Client connections closed before or at Hello for want of room, by reason: source (the per-source handshake limit), busy (the node's handshake limit), hello_timeout.",
+	}, []string{"reason"})
+	for i, r := range refusedReasons {
+		m.refused[i] = refused.WithLabelValues(r)
+	}
+	m.validated = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: "syncd", Subsystem: "handshake", Name: "address_validated_total",
+		Help: "Client connections that proved their source address (a QUIC Retry, asked for while half the handshake limit is in use, or an address token).",
+	})
 	reg.MustRegister(
-		sendAck, m.delivery, m.syncStreams, m.clientGaps,
+		sendAck, m.delivery, m.syncStreams, m.clientGaps, refused, m.validated,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Namespace: "syncd", Name: "connections",
 			Help: "Open client connections.",
@@ -244,5 +267,24 @@ func (c *shardCollector) Collect(ch chan<- prometheus.Metric) {
 				gauge(c.deadLetters, n, shard)
 			}
 		}
+	}
+}
+
+// handshakeRefused counts a connection refused for reason (one of the refused* constants).
+func (m *metrics) handshakeRefused(reason string) {
+	if m == nil {
+		return
+	}
+	for i, r := range refusedReasons {
+		if r == reason {
+			m.refused[i].Inc()
+		}
+	}
+}
+
+// addressValidated counts a connection that proved its source address.
+func (m *metrics) addressValidated() {
+	if m != nil {
+		m.validated.Inc()
 	}
 }

@@ -37,9 +37,10 @@ type Server struct {
 	fan         *fanout.Fanout
 	peer        *peer.Peer
 	notes       *notifier
-	secret      []byte
+	keys        *auth.Keyring // token keys: TokenSecret (current) and TokenKeys
 	adminToken  string
 	fingerprint string
+	transport   *quic.Transport // the client listener's UDP socket (admission.go)
 	ln          *quic.Listener
 	metrics     *metrics
 	admin       *admin.Server
@@ -52,7 +53,9 @@ type Server struct {
 	conns       atomic.Int64 // open client connections
 	inflight    gate         // requests being replicated (Config.MaxInFlight)
 	handshakes  gate         // connections being authenticated (Config.MaxHandshakes)
+	sources     counts       // connections being authenticated per source (Config.MaxHandshakesPerSource)
 	userConns   counts       // open connections per user (Config.MaxConnectionsPerUser)
+	sessions    sessions     // authenticated connections by device, for revocations (control.go)
 	// Rates per device and per user, shared by all of their connections (limits.go).
 	sends, queries *buckets    // per device: Config.SendRate/SendBurst, QueryRate/QueryBurst
 	memberAdds     *buckets    // per user: users named in group creations and adds, Config.MembersPerMinute
@@ -68,16 +71,20 @@ func NewServer(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	s := &Server{cfg: cfg, logger: cfg.Logger, notes: newNotifier(), secret: cfg.TokenSecret,
+	s := &Server{cfg: cfg, logger: cfg.Logger, notes: newNotifier(),
 		inflight: make(gate, cfg.MaxInFlight), handshakes: make(gate, cfg.MaxHandshakes),
 		sends: newBuckets(cfg.SendRate, cfg.SendBurst), queries: newBuckets(cfg.QueryRate, cfg.QueryBurst),
 		memberAdds: newBuckets(float64(cfg.MembersPerMinute)/60, cfg.MembersPerMinute)}
 	s.removed, s.markRemoved = context.WithCancel(context.Background())
 	var err error
-	if s.secret == nil {
-		if s.secret, err = auth.LoadOrCreateSecret(cfg.Dir); err != nil {
+	secret := cfg.TokenSecret
+	if secret == nil {
+		if secret, err = auth.LoadOrCreateSecret(cfg.Dir); err != nil {
 			return nil, err
 		}
+	}
+	if s.keys, err = auth.NewKeyring(secret, cfg.TokenKeys...); err != nil {
+		return nil, err
 	}
 	adminTokenFile := cfg.AdminTokenFile
 	if adminTokenFile == "" {
@@ -110,7 +117,7 @@ func NewServer(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s.app = &nodeApp{notes: s.notes}
+	s.app = &nodeApp{notes: s.notes, revoked: s.deviceRevoked}
 	s.node, err = raftstore.New(raftstore.Config{
 		NodeID: cfg.NodeID, Dir: cfg.Dir, RaftAddr: cfg.RaftAddr, Peers: cfg.Peers, Join: cfg.Join,
 		PeerAddr: cfg.peerAddr(), Logger: cfg.Logger, TLS: nodeTLS, Insecure: nodeTLS == nil,
@@ -129,22 +136,15 @@ func NewServer(cfg Config) (*Server, error) {
 	s.metrics = newMetrics(reg, s.node, s.conns.Load, s.fan)
 	registerDiskMetrics(reg, s.node.DiskSpace)
 	s.admin, err = admin.Start(admin.Config{Addr: cfg.AdminAddr, Token: s.adminToken, TokenFile: adminTokenFile,
-		MetricsAuth: cfg.AdminMetricsAuth, Node: s.node, Routing: s.slots, Fanout: s.fan,
+		MaxTokenLifetime: cfg.MaxTokenLifetime,
+		MetricsAuth:      cfg.AdminMetricsAuth, Node: s.node, Routing: s.slots, Fanout: s.fan,
 		Peer: s.peer, Registry: reg, Ready: s.Ready, Logger: s.logger})
 	if err != nil {
 		s.node.Close()
 		return nil, err
 	}
 	s.app.peer.Store(s.peer)
-	s.ln, err = quic.ListenAddr(cfg.ListenAddr, auth.ServerTLSConfig(cert, proto.ALPN), &quic.Config{
-		MaxIdleTimeout:     30 * time.Second,
-		KeepAlivePeriod:    10 * time.Second,
-		MaxIncomingStreams: int64(cfg.MaxStreamsPerConn),
-		// The protocol has no unidirectional stream; quic-go's default would let a client open
-		// 100 that nobody reads, each pinning its receive window (issue #10).
-		MaxIncomingUniStreams: -1,
-	})
-	if err != nil {
+	if err := s.listen(auth.ServerTLSConfig(cert, proto.ALPN)); err != nil {
 		s.admin.Close(context.Background())
 		s.node.Close()
 		return nil, fmt.Errorf("syncd: listen for clients on %s (is another syncd running? pick another -listen): %w", cfg.ListenAddr, err)
@@ -176,10 +176,11 @@ func (s *Server) Addr() net.Addr { return s.ln.Addr() }
 // Fingerprint returns the SHA-256 fingerprint of the server certificate, which clients pin.
 func (s *Server) Fingerprint() string { return s.fingerprint }
 
-// MintToken signs a token for device of user uid, valid for ttl.
+// MintToken signs a token for device of user uid, valid for ttl, with the current token key
+// (Config.TokenSecret).
 func (s *Server) MintToken(uid, device string, ttl time.Duration) (string, error) {
 	now := time.Now()
-	return auth.MintToken(s.secret, auth.TokenClaims{User: uid, Device: device, Issued: now, Expires: now.Add(ttl)})
+	return s.keys.Mint(auth.TokenClaims{User: uid, Device: device, Issued: now, Expires: now.Add(ttl)})
 }
 
 // AdminToken returns the admin token, the bearer credential the admin HTTP server requires
@@ -214,6 +215,7 @@ func (s *Server) Run(ctx context.Context) error {
 	cancel()
 	s.ln.Close()
 	wg.Wait()
+	s.closeListener()
 	s.markRemoved() // releases the context; nothing watches it any more
 	closeCtx, done := context.WithTimeout(context.Background(), 5*time.Second)
 	defer done()
@@ -237,6 +239,19 @@ func (s *Server) awaitClusterMap(ctx context.Context) error {
 		case <-tick.C:
 		}
 	}
+	// A restarted node replays its meta log only once it hears the commit index: until then its
+	// revocations may be older than before the restart, and a revoked device would get in.
+	for wait := time.Now().Add(10 * time.Second); !s.node.MetaCurrent(); {
+		if time.Now().After(wait) {
+			s.logger.Warn("serving with the cluster map not yet caught up with this node's log: device revocations made while it was down may take effect late")
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
+		}
+	}
 	if m, _ := s.node.ClusterMap(); m.Shards != s.cfg.Shards {
 		s.logger.Info("the cluster's shard count is fixed when it is created: following the cluster map",
 			"cluster_shards", m.Shards, "configured_shards", s.cfg.Shards)
@@ -252,7 +267,7 @@ func (s *Server) acceptLoop(ctx context.Context, wg *sync.WaitGroup) {
 			return
 		}
 		if int(s.conns.Load()) >= s.cfg.MaxConnections {
-			conn.CloseWithError(quic.ApplicationErrorCode(proto.CodeTooManyConnections), "too many connections; retry after 5s")
+			closeConn(conn, &proto.Error{Code: proto.CodeTooManyConnections, Message: "this node has the most connections it serves; try another node", RetryAfterMs: 5000})
 			continue
 		}
 		s.conns.Add(1)
@@ -293,102 +308,3 @@ func (s *Server) SetDeliveryFault(fault fanout.Fault) { s.fan.SetFault(fault) }
 
 // AdminAddr returns the admin HTTP server's address.
 func (s *Server) AdminAddr() net.Addr { return s.admin.Addr() }
-
-// serveConn authenticates a connection on its first stream, then serves its streams.
-func (s *Server) serveConn(ctx context.Context, conn *quic.Conn) {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var streams sync.WaitGroup
-	defer streams.Wait()
-	defer conn.CloseWithError(0, "bye")
-	// A closed connection ends ctx, and the other way round; AfterFunc costs no goroutine
-	// while the connection lives (10,000 idle devices per node are the target).
-	defer context.AfterFunc(conn.Context(), cancel)()
-	defer context.AfterFunc(ctx, func() { conn.CloseWithError(0, "server shutting down") })()
-
-	defer context.AfterFunc(s.removed, func() { conn.CloseWithError(quic.ApplicationErrorCode(proto.CodeUnavailable), removedMsg) })()
-	if s.removed.Err() != nil {
-		return
-	}
-	if !s.handshakes.enter() {
-		conn.CloseWithError(quic.ApplicationErrorCode(proto.CodeOverloaded), "server overloaded (handshakes); retry after 1s")
-		return
-	}
-	sess, err := s.handshake(ctx, conn)
-	s.handshakes.leave()
-	if err != nil {
-		s.logger.Debug("handshake failed", "remote", conn.RemoteAddr().String(), "err", err)
-		return
-	}
-	defer s.userConns.leave(sess.user)
-	for {
-		st, err := conn.AcceptStream(ctx)
-		if err != nil {
-			return
-		}
-		streams.Add(1)
-		go func() {
-			defer streams.Done()
-			sess.serveStream(ctx, st)
-		}()
-	}
-}
-
-// handshake reads Hello on the connection's first stream, checks the token and answers Welcome
-// (or an Error, then closes).
-func (s *Server) handshake(ctx context.Context, conn *quic.Conn) (*session, error) {
-	hctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	st, err := conn.AcceptStream(hctx)
-	if err != nil {
-		return nil, err
-	}
-	go func() { // the handshake deadline also bounds a client that opens a stream and stalls
-		<-hctx.Done()
-		if errors.Is(hctx.Err(), context.DeadlineExceeded) {
-			st.CancelRead(quic.StreamErrorCode(proto.CodeTimeout))
-		}
-	}()
-	r := proto.NewReader(st, int(s.cfg.Limits.MaxFrame))
-	f, err := r.Next()
-	if err != nil {
-		return nil, s.refuse(conn, st, proto.Errorf(proto.CodeMalformed, "first frame: %v", err))
-	}
-	hello, ok := f.(*proto.Hello)
-	if !ok {
-		return nil, s.refuse(conn, st, proto.Errorf(proto.CodeUnexpectedFrame, "the first frame must be hello, got %v", f.FrameType()))
-	}
-	if err := hello.Validate(); err != nil {
-		return nil, s.refuse(conn, st, err)
-	}
-	claims, err := auth.VerifyToken(s.secret, hello.Token, time.Now())
-	if err != nil {
-		return nil, s.refuse(conn, st, err)
-	}
-	if claims.Device != hello.Device {
-		return nil, s.refuse(conn, st, proto.Errorf(proto.CodeForbidden, "the token is for device %q, not %q", claims.Device, hello.Device))
-	}
-	if !s.userConns.enter(claims.User, s.cfg.MaxConnectionsPerUser) {
-		return nil, s.refuse(conn, st, &proto.Error{Code: proto.CodeTooManyConnections, RetryAfterMs: 5000,
-			Message: fmt.Sprintf("user %s has %d connections open, the most allowed; close one", claims.User, s.cfg.MaxConnectionsPerUser)})
-	}
-	welcome := &proto.Welcome{
-		User: claims.User, Device: claims.Device, ServerTime: time.Now().UnixNano(),
-		Session:      fmt.Sprintf("%s-%x", s.cfg.NodeID, time.Now().UnixNano()),
-		ProtoVersion: min(hello.ProtoVersion, proto.ProtoVersion), Limits: s.cfg.Limits,
-	}
-	if err := proto.WriteFrame(st, welcome); err != nil {
-		s.userConns.leave(claims.User)
-		return nil, err
-	}
-	return &session{s: s, conn: conn, user: claims.User, device: claims.Device, control: st}, nil
-}
-
-// refuse answers the handshake with an error frame and closes the connection with its code.
-func (s *Server) refuse(conn *quic.Conn, st *quic.Stream, err error) error {
-	e := wireError(s.logger, 0, err)
-	proto.WriteFrame(st, e)
-	st.Close()
-	conn.CloseWithError(quic.ApplicationErrorCode(e.Code), e.Message)
-	return e
-}

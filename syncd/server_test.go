@@ -154,7 +154,7 @@ func TestServerRefusesBadInput(t *testing.T) {
 	if e, ok := hello(t, conn, "v1.bad.token", "phone").(*proto.Error); !ok || e.Code != proto.CodeUnauthenticated {
 		t.Fatalf("bad token: %#v", e)
 	}
-	expired, err := auth.MintToken(ts.secret, auth.TokenClaims{User: "eve", Device: "phone", Issued: time.Now().Add(-2 * time.Hour), Expires: time.Now().Add(-time.Hour)})
+	expired, err := ts.keys.Mint(auth.TokenClaims{User: "eve", Device: "phone", Issued: time.Now().Add(-2 * time.Hour), Expires: time.Now().Add(-time.Hour)})
 	if err != nil {
 		t.Fatal(err)
 	}

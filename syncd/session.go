@@ -20,13 +20,14 @@ import (
 // pushes back on the client).
 const maxInFlightPerStream = 64
 
-// session is one authenticated connection: a user's device.
+// session is one authenticated connection: a user's device. Its control stream and token
+// lifecycle are in control.go.
 type session struct {
-	s       *Server
-	conn    *quic.Conn // closed by the session on a fault that ends the connection (streams.go)
-	user    string
-	device  string
-	control *quic.Stream
+	s      *Server
+	conn   *quic.Conn // closed by the session on a fault that ends the connection (streams.go)
+	user   string
+	device string
+	ctl    control
 
 	oversize atomic.Bool // an answer beyond max_frame was logged (send)
 }

@@ -61,17 +61,20 @@ func (ss *session) onFault(w *streamWriter, code proto.Code, what fault, msg str
 	case faultSkip, faultReset:
 		w.send(&proto.Error{Code: code, Message: msg})
 	case faultClose:
-		w.send(&proto.Error{Code: code, Message: msg}) // best effort: the close may overtake it
-		ss.closeConn(code, msg)
+		e := &proto.Error{Code: code, Message: msg}
+		w.send(e) // best effort: the close may overtake it, and the close's reason carries it too
+		ss.end(e)
 	}
 	return what
 }
 
-// closeConn closes the session's connection with code as the QUIC application error code.
-func (ss *session) closeConn(code proto.Code, msg string) {
-	if ss.conn != nil {
-		ss.conn.CloseWithError(quic.ApplicationErrorCode(code), msg)
+// codeForFrameError is the wire code of a framing error, as classify maps it; malformed for an
+// error classify has no code for.
+func codeForFrameError(err error) proto.Code {
+	if code, _ := classify(err); code != 0 {
+		return code
 	}
+	return proto.CodeMalformed
 }
 
 // streamWriter writes frames to one stream for several goroutines (a request stream's answers,

@@ -188,7 +188,7 @@ func hintFor(err error, c *connFlags) string {
 	}
 	switch pe.Code {
 	case proto.CodeUnauthenticated:
-		return "the server does not accept this token (malformed, or signed with another secret): mint a new one with syncctl token -data-dir <that server's data dir> -user <user> -device " + c.device + " and pass it with -token or SYNCD_TOKEN"
+		return "the server does not accept this token (malformed; signed with another or a retired key; valid for longer than the server's max_token_lifetime; or its device was revoked — the message says which): mint a new one with syncctl token -data-dir <that server's data dir> -user <user> -device " + c.device + " and pass it with -token or SYNCD_TOKEN"
 	case proto.CodeTokenExpired:
 		return "mint a new token (syncctl token ... -ttl 24h); the local store (outbox and cursor) carries over"
 	case proto.CodeForbidden:

@@ -55,6 +55,7 @@ var commands = []command{
 	{"trace", "show where a message went: its entry, fan-out, each member's log and devices (admin HTTP)", runTrace},
 	{"dlq", "list, replay or drop dead letters: deliveries a shard refused (admin HTTP)", runDLQ},
 	{"reset-user", "drop a user's log and restart it under a new epoch (admin HTTP)", runResetUser},
+	{"revoke-device", "close a device's sessions and refuse its tokens issued so far, on every node (admin HTTP)", runRevokeDevice},
 }
 
 // env is what a command writes to. stderr is safe for concurrent use (the SDK logs to it from its

@@ -5,6 +5,9 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"time"
+
+	"github.com/syncd-dev/syncd/syncd/adminapi"
 )
 
 func runResetUser(ctx context.Context, e *env, args []string) int {
@@ -34,5 +37,37 @@ syncctl reset-user -user bob -yes`)
 		return exitFail
 	}
 	fmt.Fprintf(e.stdout, "%s: log reset, new epoch %d; the user's devices resync\n", *user, res.Epoch)
+	return exitOK
+}
+
+func runRevokeDevice(ctx context.Context, e *env, args []string) int {
+	const cmd = "revoke-device"
+	f := newFlagSet(e, cmd, "-user uid -device id [-admin host:port]", `
+Revokes a device: every node of the cluster closes its sessions now and refuses its tokens
+issued up to this second (unauthenticated, "revoked"). Tokens minted for it later are accepted,
+so a device comes back only when your token service gives it a new one: stop minting for a lost
+or stolen device first. The revocation is replicated (the meta shard): it holds on every node
+and across restarts, and is forgotten once max_token_lifetime has passed, when no token it
+covers can still be valid.`, `
+syncctl revoke-device -user alice -device phone`)
+	var admin adminFlags
+	admin.register(f)
+	user := f.String("user", "", "the user whose device to revoke (required)")
+	device := f.String("device", "", "the device to revoke (required)")
+	if code, ok := parse(e, f, args); !ok {
+		return code
+	}
+	if *user == "" || *device == "" {
+		fmt.Fprintln(e.stderr, "syncctl revoke-device: needs -user and -device")
+		return exitUsage
+	}
+	var res adminapi.Revocation
+	path := "/v1/users/" + url.PathEscape(*user) + "/devices/" + url.PathEscape(*device) + "/revoke"
+	if err := admin.call(ctx, http.MethodPost, path, &res); err != nil {
+		e.reportAdmin(cmd, err)
+		return exitFail
+	}
+	fmt.Fprintf(e.stdout, "%s/%s: revoked; its sessions close and its tokens issued up to %s are refused (kept until %s)\n",
+		res.User, res.Device, time.Unix(res.Before, 0).UTC().Format(time.RFC3339), time.Unix(res.Until, 0).UTC().Format(time.RFC3339))
 	return exitOK
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
@@ -20,6 +19,7 @@ import (
 	"github.com/syncd-dev/syncd/proto"
 	"github.com/syncd-dev/syncd/raftstore"
 	"github.com/syncd-dev/syncd/syncd"
+	"github.com/syncd-dev/syncd/syncd/auth"
 	"github.com/syncd-dev/syncd/syncd/routing"
 )
 
@@ -27,50 +27,54 @@ import (
 // documents each key and gives it a flag. It stays in cmd/syncd so that package syncd does not
 // depend on TOML; toConfig turns it into a syncd.Config, fromConfig back.
 type fileConfig struct {
-	DataDir           string   `toml:"data_dir"`
-	MinFreeDisk       int      `toml:"min_free_disk"`
-	Listen            string   `toml:"listen"`
-	Admin             string   `toml:"admin"`
-	AdminTokenFile    string   `toml:"admin_token_file"`
-	AdminMetricsAuth  bool     `toml:"admin_metrics_auth"`
-	NodeID            string   `toml:"node_id"`
-	RaftAddr          string   `toml:"raft_addr"`
-	Shards            int      `toml:"shards"`
-	Peers             []string `toml:"peers"`     // id=host:port
-	PeerDial          []string `toml:"peer_dial"` // id=host:port
-	Join              string   `toml:"join"`
-	ReplicationFactor int      `toml:"replication_factor"`
-	Cert              string   `toml:"cert"`
-	Key               string   `toml:"key"`
-	TokenSecretFile   string   `toml:"token_secret_file"`
-	NodeCA            string   `toml:"node_ca"`
-	NodeCert          string   `toml:"node_cert"`
-	NodeKey           string   `toml:"node_key"`
-	InsecureNodePlane bool     `toml:"insecure_node_plane"`
-	MaxFrame          int      `toml:"max_frame"`
-	MaxBody           int      `toml:"max_body"`
-	MaxBatch          int      `toml:"max_batch"`
-	HeartbeatInterval duration `toml:"heartbeat_interval"`
-	DedupWindow       duration `toml:"dedup_window"`
-	RecallWindow      duration `toml:"recall_window"`
-	MaxConnections    int      `toml:"max_connections"`
-	MaxStreamsPerConn int      `toml:"max_streams_per_conn"`
-	RequestIdle       duration `toml:"request_idle"`
-	RetentionMaxCount uint64   `toml:"retention_max_count"`
-	RetentionMaxAge   duration `toml:"retention_max_age"`
-	RetentionInterval duration `toml:"retention_interval"`
-	RequestTimeout    duration `toml:"request_timeout"`
-	SendRate          float64  `toml:"send_rate"`
-	SendBurst         int      `toml:"send_burst"`
-	MaxInFlight       int      `toml:"max_in_flight"`
-	MaxHandshakes     int      `toml:"max_handshakes"`
-	QueryRate         float64  `toml:"query_rate"`
-	QueryBurst        int      `toml:"query_burst"`
-	MaxConnsPerUser   int      `toml:"max_connections_per_user"`
-	MaxGroupSize      int      `toml:"max_group_size"`
-	MembersPerMinute  int      `toml:"members_per_minute"`
-	LogLevel          string   `toml:"log_level"`
-	LogFormat         string   `toml:"log_format"`
+	DataDir                string   `toml:"data_dir"`
+	MinFreeDisk            int      `toml:"min_free_disk"`
+	Listen                 string   `toml:"listen"`
+	Admin                  string   `toml:"admin"`
+	AdminTokenFile         string   `toml:"admin_token_file"`
+	AdminMetricsAuth       bool     `toml:"admin_metrics_auth"`
+	NodeID                 string   `toml:"node_id"`
+	RaftAddr               string   `toml:"raft_addr"`
+	Shards                 int      `toml:"shards"`
+	Peers                  []string `toml:"peers"`     // id=host:port
+	PeerDial               []string `toml:"peer_dial"` // id=host:port
+	Join                   string   `toml:"join"`
+	ReplicationFactor      int      `toml:"replication_factor"`
+	Cert                   string   `toml:"cert"`
+	Key                    string   `toml:"key"`
+	TokenSecretFile        string   `toml:"token_secret_file"`
+	TokenKeys              []string `toml:"token_keys"` // files
+	MaxTokenLifetime       duration `toml:"max_token_lifetime"`
+	NodeCA                 string   `toml:"node_ca"`
+	NodeCert               string   `toml:"node_cert"`
+	NodeKey                string   `toml:"node_key"`
+	InsecureNodePlane      bool     `toml:"insecure_node_plane"`
+	MaxFrame               int      `toml:"max_frame"`
+	MaxBody                int      `toml:"max_body"`
+	MaxBatch               int      `toml:"max_batch"`
+	HeartbeatInterval      duration `toml:"heartbeat_interval"`
+	DedupWindow            duration `toml:"dedup_window"`
+	RecallWindow           duration `toml:"recall_window"`
+	MaxConnections         int      `toml:"max_connections"`
+	MaxStreamsPerConn      int      `toml:"max_streams_per_conn"`
+	RequestIdle            duration `toml:"request_idle"`
+	RetentionMaxCount      uint64   `toml:"retention_max_count"`
+	RetentionMaxAge        duration `toml:"retention_max_age"`
+	RetentionInterval      duration `toml:"retention_interval"`
+	RequestTimeout         duration `toml:"request_timeout"`
+	SendRate               float64  `toml:"send_rate"`
+	SendBurst              int      `toml:"send_burst"`
+	MaxInFlight            int      `toml:"max_in_flight"`
+	MaxHandshakes          int      `toml:"max_handshakes"`
+	MaxHandshakesPerSource int      `toml:"max_handshakes_per_source"`
+	HelloTimeout           duration `toml:"hello_timeout"`
+	QueryRate              float64  `toml:"query_rate"`
+	QueryBurst             int      `toml:"query_burst"`
+	MaxConnsPerUser        int      `toml:"max_connections_per_user"`
+	MaxGroupSize           int      `toml:"max_group_size"`
+	MembersPerMinute       int      `toml:"members_per_minute"`
+	LogLevel               string   `toml:"log_level"`
+	LogFormat              string   `toml:"log_format"`
 }
 
 // options is what a command line asks for.
@@ -213,7 +217,9 @@ func (o options) toConfig(logOut io.Writer) (syncd.Config, error) {
 		SendRate: s.SendRate, SendBurst: s.SendBurst, MaxInFlight: s.MaxInFlight, MaxHandshakes: s.MaxHandshakes,
 		QueryRate: s.QueryRate, QueryBurst: s.QueryBurst, MaxConnectionsPerUser: s.MaxConnsPerUser,
 		MaxGroupSize: s.MaxGroupSize, MembersPerMinute: s.MembersPerMinute,
-		MinFreeDisk: int64(s.MinFreeDisk),
+		MaxTokenLifetime: time.Duration(s.MaxTokenLifetime), HelloTimeout: time.Duration(s.HelloTimeout),
+		MaxHandshakesPerSource: s.MaxHandshakesPerSource,
+		MinFreeDisk:            int64(s.MinFreeDisk),
 	}
 	switch {
 	case s.MinFreeDisk < 0:
@@ -276,6 +282,19 @@ func (o options) toConfig(logOut io.Writer) (syncd.Config, error) {
 		}
 		cfg.TokenSecret = secret
 	}
+	for _, f := range s.TokenKeys {
+		key, err := readSecretFile(f)
+		if err != nil {
+			bad("token-keys", "%v", err)
+		}
+		cfg.TokenKeys = append(cfg.TokenKeys, key)
+	}
+	if s.MaxTokenLifetime < duration(time.Second) {
+		bad("max-token-lifetime", "%v must be at least 1s: tokens count whole seconds", s.MaxTokenLifetime)
+	}
+	if hello := time.Duration(s.HelloTimeout); hello < 100*time.Millisecond || hello > time.Minute {
+		bad("hello-timeout", "%v must be between 100ms and 1m: a client says hello right after connecting", hello)
+	}
 
 	if s.MaxFrame < proto.MinFrameLimit || s.MaxFrame > proto.MaxFrameLimit {
 		bad("max-frame", "must be between %d and %d", proto.MinFrameLimit, proto.MaxFrameLimit)
@@ -314,6 +333,7 @@ func (o options) toConfig(logOut io.Writer) (syncd.Config, error) {
 		value, least int
 	}{{"max-connections", s.MaxConnections, 1}, {"max-streams-per-conn", s.MaxStreamsPerConn, 2},
 		{"send-burst", s.SendBurst, 1}, {"max-in-flight", s.MaxInFlight, 1}, {"max-handshakes", s.MaxHandshakes, 1},
+		{"max-handshakes-per-source", s.MaxHandshakesPerSource, 1},
 		{"query-burst", s.QueryBurst, 1}, {"max-connections-per-user", s.MaxConnsPerUser, 1},
 		{"max-group-size", s.MaxGroupSize, 2}, {"members-per-minute", s.MembersPerMinute, proto.MaxMembers}} {
 		if n.value < n.least {
@@ -363,17 +383,11 @@ func splitPeer(s string) (id, addr string, err error) {
 	return id, addr, nil
 }
 
-// readSecretFile reads a token secret in the format of token.key in the data directory: hex
-// digits, at least 16 bytes' worth.
+// readSecretFile reads a token secret file (auth.ReadKeyFile), saying where to get one.
 func readSecretFile(path string) ([]byte, error) {
-	data, err := os.ReadFile(path)
+	secret, err := auth.ReadKeyFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("%w; copy token.key from the data directory of a node of the cluster", err)
-	}
-	secret, err := hex.DecodeString(strings.TrimSpace(string(data)))
-	if err != nil || len(secret) < 16 {
-		return nil, fmt.Errorf("%s is not a token secret (hex digits, as in token.key in a data directory); "+
-			"copy token.key from a node of the cluster", path)
 	}
 	return secret, nil
 }

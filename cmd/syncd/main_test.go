@@ -304,6 +304,10 @@ func TestValidation(t *testing.T) {
 		{[]string{"-log-level", "loud"}, []string{`-log-level "loud" must be debug, info, warn or error`}},
 		{[]string{"-log-format", "xml"}, []string{`-log-format "xml" must be text or json`}},
 		{[]string{"-token-secret-file", filepath.Join(t.TempDir(), "none")}, []string{"-token-secret-file", "copy token.key"}},
+		{[]string{"-token-keys", filepath.Join(t.TempDir(), "none")}, []string{"-token-keys", "copy token.key"}},
+		{[]string{"-max-token-lifetime", "500ms"}, []string{"-max-token-lifetime 500ms must be at least 1s"}},
+		{[]string{"-hello-timeout", "10ms"}, []string{"-hello-timeout 10ms must be between 100ms and 1m"}},
+		{[]string{"-max-handshakes-per-source", "0"}, []string{"-max-handshakes-per-source must be at least 1"}},
 		{[]string{"-admin", "0.0.0.0:7380"}, []string{"0.0.0.0:7380 is not loopback", "-admin-token-file", "openssl rand -hex 32"}},
 		{[]string{"-admin", ":7380"}, []string{"not loopback", "-admin-token-file"}},
 		// Every problem at once.
@@ -351,6 +355,20 @@ func TestTokenSecretFile(t *testing.T) {
 	}
 	if msg := loadErr(t, "-token-secret-file", path); !strings.Contains(msg, "is not a token secret") {
 		t.Errorf("error %q", msg)
+	}
+	// token_keys: more accepted keys, in the same format, in the order given.
+	dir := t.TempDir()
+	var files []string
+	for i, b := range []byte{0x01, 0x02} {
+		f := filepath.Join(dir, fmt.Sprintf("k%d.key", i))
+		if err := os.WriteFile(f, []byte(strings.Repeat(fmt.Sprintf("%02x", b), 32)), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		files = append(files, f)
+	}
+	cfg := mustLoad(t, "-token-keys", strings.Join(files, ","), "-max-token-lifetime", "48h")
+	if len(cfg.TokenKeys) != 2 || !bytes.Equal(cfg.TokenKeys[1], bytes.Repeat([]byte{2}, 32)) || cfg.MaxTokenLifetime != 48*time.Hour {
+		t.Errorf("TokenKeys %x, MaxTokenLifetime %v", cfg.TokenKeys, cfg.MaxTokenLifetime)
 	}
 }
 

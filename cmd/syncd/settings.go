@@ -36,8 +36,9 @@ func defaults() fileConfig {
 	return c
 }
 
-// fromConfig spells cfg as settings; toConfig is its inverse. TokenSecret has no spelling (the
-// file names a path to it) and is left out; so are the log settings, which cfg holds as a Logger.
+// fromConfig spells cfg as settings; toConfig is its inverse. TokenSecret and TokenKeys have no
+// spelling (the file names paths to them) and are left out; so are the log settings, which cfg
+// holds as a Logger.
 func fromConfig(cfg syncd.Config) fileConfig {
 	c := fileConfig{
 		DataDir: cfg.Dir, Listen: cfg.ListenAddr, Admin: cfg.AdminAddr, NodeID: cfg.NodeID,
@@ -46,7 +47,7 @@ func fromConfig(cfg syncd.Config) fileConfig {
 		Cert: cfg.CertFile, Key: cfg.KeyFile,
 		NodeCA: cfg.NodeCAFile, NodeCert: cfg.NodeCertFile, NodeKey: cfg.NodeKeyFile, InsecureNodePlane: cfg.InsecureNodePlane,
 		// Empty rather than nil lists, so that they are printed ("peers = []") like every key.
-		Peers: []string{}, PeerDial: []string{},
+		Peers: []string{}, PeerDial: []string{}, TokenKeys: []string{},
 		MaxFrame: int(cfg.Limits.MaxFrame), MaxBody: int(cfg.Limits.MaxBody), MaxBatch: int(cfg.Limits.MaxBatch),
 		HeartbeatInterval: duration(time.Duration(cfg.Limits.HeartbeatMs) * time.Millisecond),
 		DedupWindow:       duration(cfg.DedupWindow), RecallWindow: duration(cfg.RecallWindow),
@@ -56,7 +57,9 @@ func fromConfig(cfg syncd.Config) fileConfig {
 		SendRate: cfg.SendRate, SendBurst: cfg.SendBurst, MaxInFlight: cfg.MaxInFlight, MaxHandshakes: cfg.MaxHandshakes,
 		QueryRate: cfg.QueryRate, QueryBurst: cfg.QueryBurst, MaxConnsPerUser: cfg.MaxConnectionsPerUser,
 		MaxGroupSize: cfg.MaxGroupSize, MembersPerMinute: cfg.MembersPerMinute,
-		MinFreeDisk: int(max(cfg.MinFreeDisk, 0)), // negative (off) is spelled 0
+		MinFreeDisk:      int(max(cfg.MinFreeDisk, 0)), // negative (off) is spelled 0
+		MaxTokenLifetime: duration(cfg.MaxTokenLifetime), HelloTimeout: duration(cfg.HelloTimeout),
+		MaxHandshakesPerSource: cfg.MaxHandshakesPerSource,
 	}
 	for _, p := range cfg.Peers {
 		c.Peers = append(c.Peers, p.ID+"="+p.Addr)
@@ -161,6 +164,19 @@ var settings = []setting{
 		doc: "File holding the secret that signs device tokens (hex, the format of token.key in a data " +
 			"directory). Every node of a cluster needs the same secret: copy token.key from the first node.",
 		means: fmt.Sprintf(": data_dir/%s, created on first start", auth.TokenKeyFile)},
+	{key: "token_keys", field: func(c *fileConfig) any { return &c.TokenKeys },
+		usage: "comma-separated `files` of more token secrets whose tokens are accepted (rotating the token key)",
+		doc: "Files of more token secrets (same format as token_secret_file) whose tokens are accepted too; " +
+			"token_secret_file's key still signs. Tokens name their key (\"kid\"), so this is how the key is " +
+			"rotated without logging devices out: roll the new key out here on every node, make it " +
+			"token_secret_file (the old one moving here), and drop the old one once max_token_lifetime has " +
+			"passed (docs/OPERATIONS.md).\n" +
+			`Example: token_keys = ["/etc/syncd/token-2025.key"]`,
+		means: " (none)"},
+	{key: "max_token_lifetime", field: func(c *fileConfig) any { return &c.MaxTokenLifetime },
+		usage: "longest `duration` a device token may be valid (expiry minus issue time); longer ones are refused",
+		doc: "Longest a device token may be valid (its expiry minus its issue time): longer tokens are refused " +
+			"at hello and in refresh. Also how long device revocations are kept. Give every node the same value."},
 	{key: "node_ca", field: func(c *fileConfig) any { return &c.NodeCA },
 		usage: "cluster CA certificate `file` of the node plane (mutual TLS on -raft-addr), with -node-cert and -node-key",
 		doc: "The node plane (Raft, forwarded proposals and calls, on raft_addr) runs mutual TLS 1.3 under one " +
@@ -243,7 +259,16 @@ var settings = []setting{
 	{key: "max_handshakes", field: func(c *fileConfig) any { return &c.MaxHandshakes },
 		usage: "most connections being authenticated at once",
 		doc: "Most connections being authenticated at once; beyond it new connections are closed with " +
-			"Overloaded and a retry-after (reconnect storms)."},
+			"Overloaded and a retry-after (reconnect storms). From half of it on, new connections must first " +
+			"prove their source address (a QUIC Retry)."},
+	{key: "max_handshakes_per_source", field: func(c *fileConfig) any { return &c.MaxHandshakesPerSource },
+		usage: "most connections being authenticated at once from one address (IPv4, or IPv6 /64)",
+		doc: "Most connections being authenticated at once from one source address (an IPv4 address, or an " +
+			"IPv6 /64), so that one machine opening connections that never say hello cannot take " +
+			"max_handshakes from everyone; more get Overloaded with a retry-after."},
+	{key: "hello_timeout", field: func(c *fileConfig) any { return &c.HelloTimeout },
+		usage: "`duration` a new connection has to send its hello",
+		doc:   "How long a new connection has to send its hello after the QUIC handshake, 100ms to 1m; then it is closed with Timeout."},
 	{key: "query_rate", field: func(c *fileConfig) any { return &c.QueryRate },
 		usage: "queries per second each device may sustain",
 		doc: "Queries (ConvList, ConvState, History, Members, HeadCheck) per second each device may send " +

@@ -9,6 +9,7 @@ package prototest
 import (
 	"context"
 	"errors"
+	"net"
 	"testing"
 	"time"
 
@@ -34,10 +35,57 @@ func Dial(t testing.TB, addr, fingerprint string) *quic.Conn {
 	return conn
 }
 
+// Source is a client's UDP socket on a loopback address of the test's choosing (127.0.0.2,
+// say), so that a test can show what a server does with many connections from one source and
+// one from another. Its connections and socket are closed when the test ends.
+type Source struct {
+	t  testing.TB
+	tr *quic.Transport
+}
+
+// NewSource binds a UDP socket on ip (any free port).
+func NewSource(t testing.TB, ip string) *Source {
+	t.Helper()
+	udp, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.ParseIP(ip)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := &quic.Transport{Conn: udp}
+	t.Cleanup(func() {
+		tr.Close()
+		udp.Close() // a Transport leaves a socket it was given open
+	})
+	return &Source{t: t, tr: tr}
+}
+
+// Dial opens a QUIC connection from the source to addr, pinning the certificate fingerprint;
+// the QUIC handshake completes (a Retry the server asks for included) before it returns.
+func (s *Source) Dial(addr, fingerprint string) (*quic.Conn, error) {
+	ua, err := net.ResolveUDPAddr("udp", addr)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), Timeout)
+	defer cancel()
+	conn, err := s.tr.Dial(ctx, ua, proto.PinnedTLSConfig(fingerprint), &quic.Config{})
+	if err == nil {
+		s.t.Cleanup(func() { conn.CloseWithError(0, "") })
+	}
+	return conn, err
+}
+
 // Hello opens the control stream of conn, sends Hello with token and device, and returns the
 // server's first answer: a Welcome, or the Error the server refused with (also when the server
 // closed the connection with the error's code before the frame arrived).
 func Hello(t testing.TB, conn *quic.Conn, token, device string) proto.Frame {
+	t.Helper()
+	_, f := Handshake(t, conn, token, device)
+	return f
+}
+
+// Handshake is Hello returning the control stream as well, which the session needs open for
+// as long as it lasts (closing it ends the session).
+func Handshake(t testing.TB, conn *quic.Conn, token, device string) (*quic.Stream, proto.Frame) {
 	t.Helper()
 	var f proto.Frame
 	st, err := conn.OpenStreamSync(context.Background())
@@ -48,16 +96,42 @@ func Hello(t testing.TB, conn *quic.Conn, token, device string) proto.Frame {
 		st.SetReadDeadline(time.Now().Add(Timeout))
 		f, err = proto.NewReader(st, proto.DefaultMaxFrame).Next()
 	}
-	var closed *quic.ApplicationError
-	if errors.As(err, &closed) {
+	if e := ClosedWith(err); e != nil {
 		// The server closed the connection with the error's code (it may do so before the
 		// error frame arrives, even before the hello is written): as good as the frame.
-		return &proto.Error{Code: proto.Code(closed.ErrorCode), Message: closed.ErrorMessage}
+		return st, e
 	}
 	if err != nil {
 		t.Fatalf("hello: %v", err)
 	}
-	return f
+	return st, f
+}
+
+// Closed waits for conn to be closed by the server and returns the error the close stands for
+// (ClosedWith); it fails the test if conn is still open after Timeout or ended another way.
+func Closed(t testing.TB, conn *quic.Conn) *proto.Error {
+	t.Helper()
+	select {
+	case <-conn.Context().Done():
+	case <-time.After(Timeout):
+		t.Fatalf("the connection is still open after %v", Timeout)
+	}
+	e := ClosedWith(context.Cause(conn.Context()))
+	if e == nil {
+		t.Fatalf("the connection ended with %v, not a close by the server", context.Cause(conn.Context()))
+	}
+	return e
+}
+
+// ClosedWith returns the error a connection close reported in err stands for (the code, the
+// retry-after and the message of proto.ErrorFromClose), or nil if err is not a close by the
+// server.
+func ClosedWith(err error) *proto.Error {
+	var closed *quic.ApplicationError
+	if errors.As(err, &closed) && closed.Remote {
+		return proto.ErrorFromClose(uint64(closed.ErrorCode), closed.ErrorMessage)
+	}
+	return nil
 }
 
 // Conn is an authenticated connection with one request stream, used sequentially, and at most
@@ -69,6 +143,7 @@ type Conn struct {
 	T       testing.TB
 	QUIC    *quic.Conn
 	Welcome *proto.Welcome // the server's answer to Hello
+	Control *quic.Stream   // the control stream, open for the session's life
 	Req     *quic.Stream   // the request stream
 	ReqR    *proto.Reader  // reads Req
 	Sync    *quic.Stream   // the sync stream, once StartSync opened it
@@ -82,11 +157,12 @@ type Conn struct {
 func Connect(t testing.TB, addr, fingerprint, token, user, device string) *Conn {
 	t.Helper()
 	conn := Dial(t, addr, fingerprint)
-	w, ok := Hello(t, conn, token, device).(*proto.Welcome)
+	control, f := Handshake(t, conn, token, device)
+	w, ok := f.(*proto.Welcome)
 	if !ok || w.User != user {
-		t.Fatalf("expected a welcome for %s, got %#v", user, w)
+		t.Fatalf("expected a welcome for %s, got %#v", user, f)
 	}
-	c := &Conn{T: t, QUIC: conn, Welcome: w}
+	c := &Conn{T: t, QUIC: conn, Welcome: w, Control: control}
 	var err error
 	if c.Req, err = conn.OpenStreamSync(context.Background()); err != nil {
 		t.Fatal(err)

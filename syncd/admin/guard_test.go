@@ -259,7 +259,7 @@ func TestAdminNoStateChangeOnGet(t *testing.T) {
 		}
 		// Arguments that would work, so that a GET would act if it were served.
 		url := base + param.ReplaceAllStringFunc(path, func(p string) string {
-			return map[string]string{"{uid}": "alice", "{id}": "1-2-3"}[p]
+			return map[string]string{"{uid}": "alice", "{id}": "1-2-3", "{dev}": "phone"}[p]
 		})
 		if path == "/v1/nodes" {
 			url += "?id=n9&raft_addr=127.0.0.1:9"

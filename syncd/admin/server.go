@@ -44,6 +44,9 @@ type Config struct {
 	Registry *prometheus.Registry
 	// Ready is /readyz's condition: nil when the node can serve.
 	Ready func() error
+	// MaxTokenLifetime is the longest a device token may be valid (syncd.Config), which bounds
+	// how long a device revocation must be kept. Required by the revoke endpoint.
+	MaxTokenLifetime time.Duration
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 }
@@ -55,6 +58,8 @@ type Server struct {
 	fan    *fanout.Fanout
 	peer   *peer.Peer
 	logger *slog.Logger
+
+	maxTokenLifetime time.Duration
 
 	srv  *http.Server
 	ln   net.Listener
@@ -73,7 +78,8 @@ func Start(cfg Config) (*Server, error) {
 		logger = slog.Default()
 	}
 	logger = logger.With("component", "admin")
-	s := &Server{node: cfg.Node, slots: cfg.Routing, fan: cfg.Fanout, peer: cfg.Peer, logger: logger, done: make(chan struct{})}
+	s := &Server{node: cfg.Node, slots: cfg.Routing, fan: cfg.Fanout, peer: cfg.Peer, logger: logger,
+		maxTokenLifetime: cfg.MaxTokenLifetime, done: make(chan struct{})}
 	s.handleInspections(cfg.Peer)
 	mux := newHandler(cfg.Registry, cfg.Ready)
 	s.routes(mux)

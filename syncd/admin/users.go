@@ -2,12 +2,14 @@ package admin
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"time"
 
 	"github.com/syncd-dev/syncd/log"
 	"github.com/syncd-dev/syncd/raftstore"
+	"github.com/syncd-dev/syncd/syncd/adminapi"
 )
 
 // ResetUserLog drops the whole log of uid and its device cursors and restarts it empty under a
@@ -29,10 +31,44 @@ func (s *Server) ResetUserLog(ctx context.Context, uid string) (log.Epoch, error
 	return info.Epoch, err
 }
 
-// userRoutes serves the user-log endpoints on the admin mux:
+// RevokeDevice revokes device of uid now: every node refuses its tokens issued up to this
+// second and closes its sessions (raftstore.Node.RevokeDevice). The revocation is replicated in
+// the meta shard, so it holds on every node and across restarts, until no token it covers can
+// be valid any more.
+func (s *Server) RevokeDevice(ctx context.Context, uid, device string) (adminapi.Revocation, error) {
+	if !log.ValidID(uid) || !log.ValidID(device) {
+		return adminapi.Revocation{}, fmt.Errorf("%w: bad user or device id %q/%q", log.ErrInvalid, uid, device)
+	}
+	now := time.Now().Unix()
+	r := raftstore.Revocation{User: uid, Device: device, Before: now,
+		Until: now + int64((s.maxTokenLifetime+time.Second-1)/time.Second)}
+	if err := s.node.RevokeDevice(ctx, r); err != nil {
+		return adminapi.Revocation{}, err
+	}
+	return adminapi.Revocation{User: r.User, Device: r.Device, Before: r.Before, Until: r.Until}, nil
+}
+
+// userRoutes serves the user endpoints on the admin mux:
 //
-//	POST /v1/users/{uid}/reset    reset the user's log: {"user", "epoch"}
+//	POST /v1/users/{uid}/reset                  reset the user's log: {"user", "epoch"}
+//	POST /v1/users/{uid}/devices/{dev}/revoke   revoke the device's tokens: adminapi.Revocation
 func (s *Server) userRoutes(mux *http.ServeMux) {
+	mux.HandleFunc("POST /v1/users/{uid}/devices/{dev}/revoke", func(w http.ResponseWriter, r *http.Request) {
+		uid, dev := r.PathValue("uid"), r.PathValue("dev")
+		ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
+		defer cancel()
+		rev, err := s.RevokeDevice(ctx, uid, dev)
+		if errors.Is(err, log.ErrInvalid) {
+			writeOpsError(w, http.StatusBadRequest, "bad_request", err.Error(), "user and device ids are 1-128 printable ASCII characters, no space")
+			return
+		}
+		if err != nil {
+			writeProposeError(w, err, "")
+			return
+		}
+		s.logger.Warn("device revoked by an operator: its tokens issued until now are refused, its sessions close", "user", uid, "device", dev)
+		writeJSON(w, http.StatusOK, rev)
+	})
 	mux.HandleFunc("POST /v1/users/{uid}/reset", func(w http.ResponseWriter, r *http.Request) {
 		uid := r.PathValue("uid")
 		ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)

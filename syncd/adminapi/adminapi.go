@@ -210,6 +210,18 @@ type DeadLetterList struct {
 	Items []DeadLetterView `json:"items"` // at most limit of them, in id order per shard, shards in order
 }
 
+// Revocation answers POST /v1/users/{uid}/devices/{dev}/revoke: every token of the device issued
+// at or before Before (Unix seconds) is refused by every node, and its sessions are closed; a
+// token minted later is accepted. Until (Unix seconds) is when the cluster forgets the
+// revocation: by then no token it covers can be valid (Before plus the node's maximum token
+// lifetime).
+type Revocation struct {
+	User   string `json:"user"`
+	Device string `json:"device"`
+	Before int64  `json:"before"`
+	Until  int64  `json:"until"`
+}
+
 // OpsError is the JSON body of an admin endpoint's error answer.
 type OpsError struct {
 	Code    string `json:"code"`

@@ -38,7 +38,7 @@ func TestTokenRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := `{"u":"alice","d":"phone-1","exp":1700086400,"iat":1700000000}`; string(payload) != want {
+	if want := `{"u":"alice","d":"phone-1","exp":1700086400,"iat":1700000000,"kid":"3eb1bd43"}`; string(payload) != want {
 		t.Errorf("payload %s, want %s (the format is stable)", payload, want)
 	}
 	got, err := VerifyToken(testSecret, tok, testIssued.Add(time.Hour))
@@ -46,20 +46,80 @@ func TestTokenRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	if got.User != testClaims.User || got.Device != testClaims.Device ||
-		!got.Expires.Equal(testClaims.Expires) || !got.Issued.Equal(testClaims.Issued) {
+		!got.Expires.Equal(testClaims.Expires) || !got.Issued.Equal(testClaims.Issued) || got.KeyID != KeyID(testSecret) {
 		t.Errorf("claims %+v, want %+v", got, testClaims)
 	}
 }
 
-// TestTokenGolden pins the format: a token minted by this version must verify forever. The
-// golden value was cross-checked with Python's hmac/hashlib/base64, i.e. from the spec alone.
+// TestTokenGolden pins the format: a token minted by this version must verify forever, and so
+// must one of the format before key ids (no "kid"), which devices may still hold. Both golden
+// values were cross-checked with Python's hmac/hashlib/base64, i.e. from the spec alone.
 func TestTokenGolden(t *testing.T) {
-	const golden = "v1.eyJ1IjoiYWxpY2UiLCJkIjoicGhvbmUtMSIsImV4cCI6MTcwMDA4NjQwMCwiaWF0IjoxNzAwMDAwMDAwfQ.SkNKXe60Xgf6BheBvGvGQWNGEwKaKQ5RLnAfJCrgfHA"
+	const golden = "v1.eyJ1IjoiYWxpY2UiLCJkIjoicGhvbmUtMSIsImV4cCI6MTcwMDA4NjQwMCwiaWF0IjoxNzAwMDAwMDAwLCJraWQiOiIzZWIxYmQ0MyJ9.jOXDVu-MkyqlxRWpg2fDdMKWiKlkXeL31e7wU40jFv0"
+	const legacy = "v1.eyJ1IjoiYWxpY2UiLCJkIjoicGhvbmUtMSIsImV4cCI6MTcwMDA4NjQwMCwiaWF0IjoxNzAwMDAwMDAwfQ.SkNKXe60Xgf6BheBvGvGQWNGEwKaKQ5RLnAfJCrgfHA"
+	if KeyID(testSecret) != "3eb1bd43" {
+		t.Errorf("KeyID = %s, want 3eb1bd43 (the first 8 hex digits of SHA-256 of the secret)", KeyID(testSecret))
+	}
 	if tok := mustMint(t, testSecret, testClaims); tok != golden {
 		t.Errorf("MintToken = %s, want the golden %s", tok, golden)
 	}
-	if _, err := VerifyToken(testSecret, golden, testIssued); err != nil {
-		t.Errorf("golden token: %v", err)
+	if tok, err := mint(testSecret, testClaims, ""); err != nil || tok != legacy {
+		t.Errorf("a token without key id = %s, %v; want %s", tok, err, legacy)
+	}
+	for name, tok := range map[string]string{"golden": golden, "without key id": legacy} {
+		c, err := VerifyToken(testSecret, tok, testIssued)
+		if err != nil || c.User != "alice" {
+			t.Errorf("%s token: %+v, %v", name, c, err)
+		}
+	}
+}
+
+// TestKeyring: a ring mints with its current key and accepts tokens of every key it holds; a
+// token of a key it does not hold is refused, naming the key id (the operator's clue that a key
+// was retired); a token without key id verifies against any key of the ring.
+func TestKeyring(t *testing.T) {
+	old, cur, gone := bytes.Repeat([]byte{1}, 32), bytes.Repeat([]byte{2}, 32), bytes.Repeat([]byte{3}, 32)
+	ring, err := NewKeyring(cur, old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ring.Current() != KeyID(cur) || len(ring.IDs()) != 2 {
+		t.Fatalf("ring: current %s, ids %v", ring.Current(), ring.IDs())
+	}
+	tok, err := ring.Mint(testClaims)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c, err := VerifyToken(cur, tok, testIssued); err != nil || c.KeyID != KeyID(cur) {
+		t.Errorf("the ring's token: %+v, %v; want it signed with the current key", c, err)
+	}
+	for name, secret := range map[string][]byte{"current": cur, "old": old} {
+		if c, err := ring.Verify(mustMint(t, secret, testClaims), testIssued); err != nil || c.KeyID != KeyID(secret) {
+			t.Errorf("token of the %s key: %+v, %v", name, c, err)
+		}
+		legacy, _ := mint(secret, testClaims, "")
+		if c, err := ring.Verify(legacy, testIssued); err != nil || c.KeyID != "" {
+			t.Errorf("token of the %s key without key id: %+v, %v", name, c, err)
+		}
+	}
+	_, err = ring.Verify(mustMint(t, gone, testClaims), testIssued)
+	if !errors.Is(err, ErrTokenUnknownKey) || !errors.Is(err, ErrTokenInvalid) || !strings.Contains(err.Error(), KeyID(gone)) {
+		t.Errorf("token of a retired key: %v, want ErrTokenUnknownKey naming %s", err, KeyID(gone))
+	}
+	legacyGone, _ := mint(gone, testClaims, "")
+	if _, err := ring.Verify(legacyGone, testIssued); !errors.Is(err, ErrTokenInvalid) || errors.Is(err, ErrTokenUnknownKey) {
+		t.Errorf("token without key id of no key of the ring: %v, want a bad signature", err)
+	}
+	// A token signed with one key of the ring but naming another is forged or broken.
+	lying, _ := mint(old, testClaims, KeyID(cur))
+	if _, err := ring.Verify(lying, testIssued); !errors.Is(err, ErrTokenInvalid) {
+		t.Errorf("token naming another key of the ring: %v", err)
+	}
+	if _, err := NewKeyring(cur, []byte("short")); err == nil {
+		t.Error("a short secret in the ring was accepted")
+	}
+	if r, err := NewKeyring(cur, cur); err != nil || len(r.IDs()) != 1 {
+		t.Errorf("the same secret twice: %v, %v", r, err)
 	}
 }
 
@@ -182,6 +242,8 @@ func TestVerifyTokenRejects(t *testing.T) {
 		"signed: bad user id":   forge(testSecret, "v1", `{"u":"a b","d":"b","exp":10,"iat":1}`),
 		"signed: exp <= iat":    forge(testSecret, "v1", `{"u":"a","d":"b","exp":10,"iat":10}`),
 		"signed: float exp":     forge(testSecret, "v1", `{"u":"a","d":"b","exp":1e3,"iat":1}`),
+		"signed: other key id":  forge(testSecret, "v1", `{"u":"a","d":"b","exp":10,"iat":1,"kid":"00000000"}`),
+		"signed: kid a number":  forge(testSecret, "v1", `{"u":"a","d":"b","exp":10,"iat":1,"kid":7}`),
 		"signed v2":             forge(testSecret, "v2", `{"u":"a","d":"b","exp":10,"iat":1}`),
 	}
 	for name, tok := range cases {
@@ -350,7 +412,7 @@ func FuzzVerifyToken(f *testing.F) {
 		case err == nil, errors.Is(err, ErrTokenExpired):
 			// Only a canonical token verifies: re-minting its claims must give the same bytes
 			// (no second spelling of a signed token, no malleability).
-			if again, err := MintToken(testSecret, c); err == nil && again != s {
+			if again, err := mint(testSecret, c, c.KeyID); err == nil && again != s {
 				t.Errorf("accepted %q, but its claims mint %q", s, again)
 			}
 		case errors.Is(err, ErrTokenInvalid):

@@ -1,0 +1,99 @@
+package admin_test
+
+import (
+	"encoding/json"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/syncd-dev/syncd/proto"
+	"github.com/syncd-dev/syncd/proto/prototest"
+	"github.com/syncd-dev/syncd/syncd"
+	"github.com/syncd-dev/syncd/syncd/adminapi"
+	"github.com/syncd-dev/syncd/syncd/syncdtest"
+	"github.com/syncd-dev/syncd/test/testkit"
+)
+
+// revoke revokes user's device through the admin endpoint of the node at adminAddr.
+func revoke(t *testing.T, adminAddr, adminToken, user, device string) adminapi.Revocation {
+	t.Helper()
+	code, body := testkit.HTTP(t, http.MethodPost, "http://"+adminAddr+"/v1/users/"+user+"/devices/"+device+"/revoke",
+		testkit.Bearer(adminToken))
+	var r adminapi.Revocation
+	if code != http.StatusOK || json.Unmarshal([]byte(body), &r) != nil {
+		t.Fatalf("revoke %s/%s: HTTP %d %s", user, device, code, body)
+	}
+	return r
+}
+
+// TestRevokeDeviceEverywhere: revoking a device through one node's admin endpoint closes its
+// sessions on every node of the cluster with unauthenticated, and every node refuses its tokens
+// issued until then — also a node restarted afterwards; a token minted later is accepted, and
+// the user's other devices and other users are not touched.
+func TestRevokeDeviceEverywhere(t *testing.T) {
+	c := syncdtest.StartCluster(t, 3, func(_ int, cfg *syncd.Config) { cfg.MaxTokenLifetime = 48 * time.Hour })
+	srv := c.Server(0)
+	old, err := srv.MintToken("alice", "phone", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var phones []*prototest.Conn
+	for i := range c.Size() {
+		s := c.Server(i)
+		phones = append(phones, prototest.Connect(t, s.Addr().String(), s.Fingerprint(), old, "alice", "phone"))
+	}
+	laptop := connect(t, &testServer{Server: c.Server(2)}, "alice", "laptop")
+	bob := connect(t, &testServer{Server: c.Server(1)}, "bob", "phone")
+
+	before := time.Now().Unix()
+	r := revoke(t, srv.AdminAddr().String(), srv.AdminToken(), "alice", "phone")
+	if r.User != "alice" || r.Device != "phone" || r.Before < before || r.Before > time.Now().Unix() || r.Until != r.Before+48*3600 {
+		t.Fatalf("revocation %+v", r)
+	}
+	for i, p := range phones {
+		if e := prototest.Closed(t, p.QUIC); e.Code != proto.CodeUnauthenticated || !strings.Contains(e.Message, "revoked") {
+			t.Fatalf("node %d: the phone's session closed with %+v, want unauthenticated (revoked)", i, e)
+		}
+	}
+	for _, other := range []*prototest.Conn{laptop, bob} {
+		if _, ok := other.Do(&proto.HeadCheck{ID: other.ID()}).(*proto.Head); !ok {
+			t.Fatal("another device's session was touched")
+		}
+	}
+	refusedEverywhere := func() {
+		t.Helper()
+		for i := range c.Size() {
+			s := c.Server(i)
+			e, ok := prototest.Hello(t, prototest.Dial(t, s.Addr().String(), s.Fingerprint()), old, "phone").(*proto.Error)
+			if !ok || e.Code != proto.CodeUnauthenticated || !strings.Contains(e.Message, "revoked") {
+				t.Fatalf("node %d: the revoked token got %#v", i, e)
+			}
+		}
+	}
+	refusedEverywhere()
+
+	// Replicated in the meta shard: a node restarted after the revocation still knows it.
+	c.Stop(2)
+	c.Start(2)
+	refusedEverywhere()
+
+	time.Sleep(time.Until(time.Unix(r.Before+1, 0))) // a token of a later second than the revocation
+	fresh, _ := srv.MintToken("alice", "phone", time.Hour)
+	s := c.Server(2)
+	prototest.Connect(t, s.Addr().String(), s.Fingerprint(), fresh, "alice", "phone")
+}
+
+// TestRevokeRefusesBadIDs: a revocation names valid ids, or is refused with 400 and nothing is
+// revoked.
+func TestRevokeRefusesBadIDs(t *testing.T) {
+	ts := startServer(t, nil)
+	base := "http://" + ts.AdminAddr().String()
+	for _, path := range []string{"/v1/users/a%20b/devices/phone/revoke", "/v1/users/alice/devices/" + strings.Repeat("d", 129) + "/revoke"} {
+		wantRefused(t, http.MethodPost, base+path, http.StatusBadRequest, "bad_request", testkit.Bearer(ts.AdminToken()))
+	}
+	c := connect(t, ts, "alice", "phone")
+	if _, ok := c.Do(&proto.HeadCheck{ID: c.ID()}).(*proto.Head); !ok {
+		t.Fatal("alice's session ended")
+	}
+}

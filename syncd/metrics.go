@@ -6,6 +6,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/syncd-dev/syncd/raftstore"
 )
 
 // Metrics (DESIGN §7). Everything registers on the server's own registry, never on
@@ -43,6 +44,7 @@ type metrics struct {
 	sendAck     [len(sendResults)]prometheus.Observer
 	delivery    prometheus.Histogram
 	syncStreams prometheus.Gauge
+	staleTurns  prometheus.Counter
 	clientGaps  prometheus.Counter
 }
 
@@ -51,7 +53,7 @@ type metrics struct {
 // conns returns the number of open client connections, fan supplies the fan-out's counters, and
 // node supplies per-shard Raft state, outbox positions and dead-letter counts. It panics if reg
 // already holds these metrics.
-func newMetrics(reg *prometheus.Registry, node nodeShards, conns func() int64, fan fanoutStats) *metrics {
+func newMetrics(reg *prometheus.Registry, node metricsNode, conns func() int64, fan fanoutStats) *metrics {
 	sendAck := prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Namespace: "syncd", Subsystem: "send", Name: "ack_seconds",
 		Help:                        "Time from receiving a send request to writing its answer, by result (ok, duplicate, refused, error).",
@@ -69,6 +71,10 @@ func newMetrics(reg *prometheus.Registry, node nodeShards, conns func() int64, f
 			Namespace: "syncd", Name: "sync_streams",
 			Help: "Open sync streams.",
 		}),
+		staleTurns: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "syncd", Subsystem: "sync", Name: "stale_total",
+			Help: "Times an idle sync stream found the replica it reads stale (not heard from its shard's leader within the lease) and told its device so instead of heartbeating.",
+		}),
 		clientGaps: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: "syncd", Subsystem: "client", Name: "gaps_total",
 			Help: "Gaps in their logs reported by clients.",
@@ -78,7 +84,7 @@ func newMetrics(reg *prometheus.Registry, node nodeShards, conns func() int64, f
 		m.sendAck[i] = sendAck.WithLabelValues(r)
 	}
 	reg.MustRegister(
-		sendAck, m.delivery, m.syncStreams, m.clientGaps,
+		sendAck, m.delivery, m.syncStreams, m.staleTurns, m.clientGaps,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Namespace: "syncd", Name: "connections",
 			Help: "Open client connections.",
@@ -100,6 +106,13 @@ func newMetrics(reg *prometheus.Registry, node nodeShards, conns func() int64, f
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
 	return m
+}
+
+// metricsNode is what the metrics read of the node at scrape time (*raftstore.Node): its
+// replicas' Raft state and stores, and their leases.
+type metricsNode interface {
+	nodeShards
+	WatchLease(shard raftstore.ShardID) (raftstore.Lease, <-chan struct{}, error)
 }
 
 // fanoutStats are the fan-out counters the metrics read at scrape time (*Fanout).
@@ -148,6 +161,13 @@ func (m *metrics) syncStreamClosed() {
 	}
 }
 
+// syncStale counts a sync stream turning stale (session.idleStale).
+func (m *metrics) syncStale() {
+	if m != nil {
+		m.staleTurns.Inc()
+	}
+}
+
 // clientGap counts a gap a client reported in its log.
 func (m *metrics) clientGap() {
 	if m != nil {
@@ -158,12 +178,12 @@ func (m *metrics) clientGap() {
 // shardCollector reports per-shard state read at scrape time: this node's Raft view of every
 // shard it hosts and the fan-out lag of its outbox replica.
 type shardCollector struct {
-	node                                            nodeShards
+	node                                            metricsNode
 	isLeader, term, commit, applied, last, restores *prometheus.Desc
-	lag, deadLetters                                *prometheus.Desc
+	lag, deadLetters, leaseHeld                     *prometheus.Desc
 }
 
-func newShardCollector(node nodeShards) *shardCollector {
+func newShardCollector(node metricsNode) *shardCollector {
 	desc := func(name, help string) *prometheus.Desc {
 		return prometheus.NewDesc(name, help, []string{"shard"}, nil)
 	}
@@ -177,13 +197,15 @@ func newShardCollector(node nodeShards) *shardCollector {
 		restores: desc("syncd_raft_snapshot_restores_total", "Snapshots installed in this node's replica of the shard since start."),
 		lag: desc("syncd_fanout_lag_entries",
 			"Outbox records of the shard not yet delivered everywhere and trimmed (head − first retained + 1), as this node's replica sees them."),
+		leaseHeld: desc("syncd_raft_lease_held",
+			"1 if this node's replica of the shard holds its lease (it leads, or heard from its leader within the lease), else 0: its sync streams send Stale instead of heartbeats."),
 		deadLetters: desc("syncd_dead_letters",
 			"Dead letters held by the shard (deliveries its fan-out could not complete), as this node's replica sees them; list them with syncctl dlq list."),
 	}
 }
 
 func (c *shardCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.isLeader, c.term, c.commit, c.applied, c.last, c.restores, c.lag, c.deadLetters} {
+	for _, d := range []*prometheus.Desc{c.isLeader, c.term, c.commit, c.applied, c.last, c.restores, c.lag, c.deadLetters, c.leaseHeld} {
 		ch <- d
 	}
 }
@@ -199,6 +221,13 @@ func (c *shardCollector) Collect(ch chan<- prometheus.Metric) {
 			leader = 1
 		}
 		gauge(c.isLeader, leader, shard)
+		if l, _, err := c.node.WatchLease(st.Shard); err == nil {
+			var held uint64
+			if l.Held {
+				held = 1
+			}
+			gauge(c.leaseHeld, held, shard)
+		}
 		gauge(c.term, st.Term, shard)
 		gauge(c.commit, st.CommitIndex, shard)
 		gauge(c.applied, st.AppliedIndex, shard)

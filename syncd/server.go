@@ -371,7 +371,7 @@ func (s *Server) handshake(ctx context.Context, conn *quic.Conn) (*session, erro
 		s.userConns.leave(claims.User)
 		return nil, err
 	}
-	return &session{s: s, user: claims.User, device: claims.Device, control: st}, nil
+	return &session{s: s, user: claims.User, device: claims.Device, control: st, proto: welcome.ProtoVersion}, nil
 }
 
 // refuse answers the handshake with an error frame and closes the connection with its code.

@@ -23,6 +23,12 @@ import (
 // not reached a quorum for LeaderLeaseTimeout, far below StaleAfter. A replica that has not heard
 // from a leader since it started does not hold the lease: its state is whatever was on disk.
 //
+// Hearing from the leader again is not enough to hold it again: the leader's first contact after
+// a partition (or a restart) is a heartbeat that carries no entries, and the replica's state is
+// still the old one. So a follower that regains contact asks the leader for its commit index (one
+// status call per replica per regain, made by the lease loop) and holds the lease only once it
+// has applied that far.
+//
 // Each look at a replica's lease (WatchLease, and the node's lease loop every StaleAfter/10)
 // closes the replica's change channel when it finds the lease lost or regained since the last
 // look, so that readers waiting for something to send (sync streams) learn of it within a tick of
@@ -31,7 +37,8 @@ import (
 // Lease is what a replica knows of how current it is; see Node.WatchLease.
 type Lease struct {
 	// Held: the replica leads its shard, or heard from its leader less than Timing.StaleAfter
-	// ago. Only then does its state show the shard as of at most StaleAfter ago.
+	// ago (and, since it last regained contact, has applied what the leader had committed then).
+	// Only then does its state show the shard as of at most StaleAfter ago.
 	Held bool
 	// Unheard is how long ago the replica last heard from its shard's leader: 0 while it leads,
 	// the time since the replica started when it never has.
@@ -46,6 +53,11 @@ type leaseState struct {
 	ledAt   time.Time     // the last time the replica was seen leading
 	held    bool          // as of the last look (observe)
 	changed chan struct{} // closed (and replaced) when a look finds held changed
+	// Catching up after regaining contact: the leader's commit index to apply before holding the
+	// lease again (valid when catchUpKnown), and whether the lease loop is asking for it.
+	catchUp      uint64
+	catchUpKnown bool
+	asking       bool
 }
 
 func newLeaseState(now time.Time) *leaseState {
@@ -73,7 +85,54 @@ func (r *replica) leaseLocked(now time.Time, staleAfter time.Duration) Lease {
 		return Lease{Unheard: now.Sub(r.ls.started)}
 	}
 	unheard := max(now.Sub(heard), 0)
-	return Lease{Held: unheard < staleAfter, Unheard: unheard}
+	switch {
+	case unheard >= staleAfter:
+		r.ls.catchUpKnown = false // the next regain asks again
+		return Lease{Unheard: unheard}
+	case r.ls.held: // held all along (a leader that stepped down, a follower in touch)
+		return Lease{Held: true, Unheard: unheard}
+	default: // regained: held once caught up with the leader's commit (learnCommit)
+		return Lease{Held: r.ls.catchUpKnown && r.raft.AppliedIndex() >= r.ls.catchUp, Unheard: unheard}
+	}
+}
+
+// catchUpTarget returns the leader to ask for its commit index if r has regained contact but
+// does not know how far to catch up, and no one is asking yet; it marks the asking begun.
+func (r *replica) catchUpTarget(now time.Time, staleAfter time.Duration) (raft.ServerAddress, raft.ServerID, bool) {
+	r.ls.mu.Lock()
+	defer r.ls.mu.Unlock()
+	l := r.leaseLocked(now, staleAfter)
+	if l.Held || r.ls.catchUpKnown || r.ls.asking || l.Unheard >= staleAfter || r.raft.LastContact().IsZero() {
+		return "", "", false
+	}
+	addr, id := r.raft.LeaderWithID()
+	if id == "" {
+		return "", "", false
+	}
+	r.ls.asking = true
+	return addr, id, true
+}
+
+// learnCommit asks leader for its commit index of r's shard and records it as what r must apply
+// before it holds its lease again. A failed or unfit answer (the node asked no longer leads) is
+// retried at a later tick of the lease loop.
+func (n *Node) learnCommit(r *replica, leader nodeAt) {
+	defer n.wg.Done()
+	ctx, cancel := context.WithTimeout(n.stopCtx, n.cfg.Timing.StaleAfter)
+	defer cancel()
+	st, err := n.fwd.status(ctx, leader)
+	r.ls.mu.Lock()
+	defer r.ls.mu.Unlock()
+	r.ls.asking = false
+	if err != nil {
+		n.logger.Debug("asking the leader for its commit index", "shard", uint32(r.id), "leader", leader.String(), "err", err)
+		return
+	}
+	for _, s := range st.Shards {
+		if s.Shard == r.id && s.State == "leader" {
+			r.ls.catchUp, r.ls.catchUpKnown = s.CommitIndex, true
+		}
+	}
 }
 
 // watch returns r's lease now and a channel closed when it changes from that (seen by a later
@@ -137,6 +196,10 @@ func (n *Node) leaseLoop() {
 			return
 		case now := <-t.C:
 			for id, r := range *n.shards.Load() {
+				if addr, lid, ask := r.catchUpTarget(now, n.cfg.Timing.StaleAfter); ask {
+					n.wg.Add(1)
+					go n.learnCommit(r, nodeAt{string(lid), n.dialAddr(string(lid), string(addr))})
+				}
 				l, _ := r.observe(now, n.cfg.Timing.StaleAfter)
 				switch {
 				case l.Held:

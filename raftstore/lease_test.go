@@ -1,7 +1,8 @@
 package raftstore_test
 
 // Replica leases (lease.go) on a real three-node cluster: a replica cut off from its shard's
-// leader says so within Timing.StaleAfter and holds its lease again once healed; proposals through
+// leader says so within Timing.StaleAfter and holds its lease again once healed and caught up;
+// proposals through
 // it fail at once with ErrNoLeader instead of waiting out their deadline, and a forwarded proposal
 // whose link goes silent gives up when the lease lapses.
 
@@ -105,14 +106,24 @@ func TestLeaseLapsesOnACutOffFollowerAndReturns(t *testing.T) {
 	waitHeld(t, c, leader, 3-leader-f)
 	noLeaderFast(t, c, f)
 
-	_, ch = lease(t, c, f)
-	c.Heal(f)
-	select {
-	case <-ch:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the healed node's lease did not come back")
+	// Healed, it holds its lease again only once it has applied what it missed: its first
+	// contact is a heartbeat without entries.
+	st, err := c.Node(leader).ShardStatus(1)
+	if err != nil {
+		t.Fatal(err)
 	}
-	waitHeld(t, c, f)
+	c.Heal(f)
+	testkit.WaitTrue(t, 10*time.Second, "the healed node's lease to come back", func() bool {
+		l, _ := lease(t, c, f)
+		if !l.Held {
+			return false
+		}
+		fs, err := c.Node(f).ShardStatus(1)
+		if err != nil || fs.AppliedIndex < st.CommitIndex {
+			t.Fatalf("node %d holds its lease again at applied index %d, before the %d its leader had committed (%v)", f, fs.AppliedIndex, st.CommitIndex, err)
+		}
+		return true
+	})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if _, err := c.Node(f).Propose(ctx, 1, send("d:alice:bob", "alice", "c-0", "x", "alice", "bob")); err != nil {

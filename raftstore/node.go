@@ -41,8 +41,10 @@ type Node struct {
 	// leaderHints maps a shard hosted elsewhere to its leader (a nodeAt) as last reached.
 	leaderHints sync.Map
 
-	stop      chan struct{}  // closed by Close: stops the node's own goroutines
-	wg        sync.WaitGroup // the node's own goroutines (leader balancing)
+	stop      chan struct{} // closed by Close: stops the node's own goroutines
+	stopCtx   context.Context
+	cancelCtx context.CancelFunc // ends stopCtx, with stop
+	wg        sync.WaitGroup     // the node's own goroutines (leader balancing)
 	closed    atomic.Bool
 	closeOnce sync.Once
 	closeErr  error
@@ -72,6 +74,7 @@ func New(cfg Config) (*Node, error) {
 	cfg = cfg.withDefaults()
 	n := &Node{cfg: cfg, logger: cfg.Logger.With("node", cfg.NodeID), stop: make(chan struct{}), manageKick: make(chan struct{}, 1)}
 	n.shards.Store(&map[ShardID]*replica{})
+	n.stopCtx, n.cancelCtx = context.WithCancel(context.Background())
 	if err := os.MkdirAll(cfg.Dir, 0o750); err != nil {
 		return nil, fmt.Errorf("raftstore: create data dir: %w", err)
 	}
@@ -534,6 +537,7 @@ func (n *Node) Close() error {
 	n.closeOnce.Do(func() {
 		n.closed.Store(true)
 		close(n.stop)
+		n.cancelCtx()
 		n.wg.Wait()
 		var errs []error
 		n.shardsMu.Lock() // no replica is added or removed from here on

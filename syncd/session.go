@@ -229,15 +229,23 @@ func (ss *session) serveSync(ctx context.Context, st *quic.Stream, r *proto.Read
 	first := true
 	live := false          // caught up once: later entries are pushed as they come, so their delay counts
 	stale := false         // the replica read was found stale while idle, and no heartbeat sent since
+	heldLast := false      // the last read's replica held its lease
 	var lastSent time.Time // of the last batch, heartbeat or stale frame (or its turn, see idleStale)
 	room := ss.s.pageRoom()
 	for ctx.Err() == nil {
 		lim := log.Limit{Count: maxBatch, Bytes: room} // stored bytes: about what packForward keeps
-		rd, err := ss.readUserLog(state, shard, epoch, pos+1, lim, max(heartbeat-time.Since(lastSent), 100*time.Millisecond))
+		wait := max(heartbeat-time.Since(lastSent), 100*time.Millisecond) // a remote replica's long poll
+		if !live && !stale || stale && heldLast {
+			// A heartbeat is owed as soon as the stream is caught up (first, or with the lease
+			// back): a remote replica answers at once rather than an interval later.
+			wait = 0
+		}
+		rd, err := ss.readUserLog(state, shard, epoch, pos+1, lim, wait)
 		if err != nil {
 			ss.send(st, wireError(ss.s.logger, 0, err))
 			return
 		}
+		heldLast = rd.lease.Held
 		res := rd.res
 		info := res.Info
 		if first && start.Ceiling > 0 && res.Status == log.ReadEntries && uint64(info.Head-pos) > start.Ceiling {

@@ -18,6 +18,9 @@ import (
 	"github.com/syncd-dev/syncd/proto"
 	"github.com/syncd-dev/syncd/proto/prototest"
 	"github.com/syncd-dev/syncd/raftstore"
+	"github.com/syncd-dev/syncd/syncd"
+	"github.com/syncd-dev/syncd/syncd/routing"
+	"github.com/syncd-dev/syncd/syncd/syncdtest"
 	"github.com/syncd-dev/syncd/test/testkit"
 )
 
@@ -325,4 +328,111 @@ func TestIsolatedNodeSaysStaleAndFailsFast(t *testing.T) {
 	if !slices.Equal(bodies, wantBodies) {
 		t.Fatalf("alice's log holds %q, want each of %q once", bodies, wantBodies)
 	}
+}
+
+// TestStaleReplicaOnAnotherNode: a node that hosts no replica of alice's log serves her sync
+// stream from a replica on another node (syncd/reads.go). Four in-process nodes, each shard on
+// three; the links are cut so that the serving node reaches only that replica, and the replica
+// only the serving node: the replica loses its lease, its answers say so, and the stream sends
+// Stale — no Heartbeat — while bob goes on through the other two. Cut from every replica, the
+// stream neither ends nor heartbeats. Healed, it gets bob's messages and a Heartbeat at the head.
+func TestStaleReplicaOnAnotherNode(t *testing.T) {
+	c := syncdtest.StartClusterThroughRelays(t, 4, nil)
+	mesh := c.Mesh()
+	m, _ := c.Server(0).Node().ClusterMap()
+	slots := routing.Even(m.Shards)
+	ids := []string{"n1", "n2", "n3", "n4"}
+	home := m.Replicas[slots.UserShard("alice")]
+	far := slices.IndexFunc(ids, func(id string) bool { return !slices.Contains(home, id) })
+	via, rest := home[0], home[1:]                // far reads through via; rest keeps a quorum of alice's shard
+	keeps := func(shard raftstore.ShardID) bool { // a quorum of shard stays on rest's side
+		return slices.Contains(m.Replicas[shard], rest[0]) && slices.Contains(m.Replicas[shard], rest[1])
+	}
+	bobID, conv := "", ""
+	for i := 0; bobID == "" || conv == ""; i++ {
+		if u := fmt.Sprint("bob", i); bobID == "" && keeps(slots.UserShard(u)) {
+			bobID = u
+		}
+		if g := fmt.Sprint("g:lease", i); conv == "" && keeps(slots.ConvShard(g)) {
+			conv = g
+		}
+	}
+	t.Logf("alice's shard on %v: her device on %s reads through %s; %s and %s in %s", home, ids[far], via, bobID, "alice", conv)
+	server := func(id string) *syncd.Server { return c.Server(slices.Index(ids, id)) }
+	connect := func(srv *syncd.Server, user, device string) *prototest.Conn {
+		tok, err := srv.MintToken(user, device, time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return prototest.Connect(t, srv.Addr().String(), srv.Fingerprint(), tok, user, device)
+	}
+	cut := func(a, b string, blocked bool) {
+		for _, r := range []*testkit.Relay{mesh.Relay(a, b), mesh.Relay(b, a)} {
+			if blocked {
+				r.Block()
+			} else {
+				r.Unblock()
+			}
+		}
+	}
+
+	bob := connect(server(rest[0]), bobID, "phone")
+	sendAcked(t, bob, func(id uint64) proto.Frame {
+		return &proto.CreateGroup{ID: id, Conv: conv, ClientMsgID: "create", Members: []string{"alice"}}
+	})
+	alice := connect(c.Server(far), "alice", "phone")
+	testkit.WaitTrue(t, 30*time.Second, "the group in alice's log", func() bool {
+		h, ok := alice.Do(&proto.HeadCheck{ID: alice.ID()}).(*proto.Head)
+		return ok && h.Head >= 1
+	})
+	alice.StartSync(0, 0)
+	raw := &rawSync{t: t, frames: readSync(alice)}
+	raw.caughtUp(1, 10*time.Second)
+
+	began := time.Now()
+	for _, r := range rest {
+		cut(ids[far], r, true)
+		cut(via, r, true)
+	}
+	for {
+		sf := raw.next(staleLease+5*time.Second, "Stale from the replica on "+via)
+		if st, ok := sf.f.(*proto.Stale); ok {
+			t.Logf("Stale %v after the cut: %+v", sf.at.Sub(began).Round(time.Millisecond), *st)
+			if st.Head != raw.pos {
+				t.Fatalf("Stale names head %d, want the last known %d", st.Head, raw.pos)
+			}
+			break
+		}
+		if _, ok := sf.f.(*proto.Heartbeat); ok && sf.at.Sub(began) > staleLease {
+			t.Fatalf("a heartbeat %v after the cut, beyond the lease", sf.at.Sub(began))
+		}
+	}
+	for i := range 3 {
+		sendAcked(t, bob, func(id uint64) proto.Frame {
+			return &proto.Send{ID: id, Conv: conv, ClientMsgID: fmt.Sprint("m", i), Body: []byte(fmt.Sprint("during ", i))}
+		})
+	}
+	silent := func(d time.Duration, what string) {
+		for end := time.Now().Add(d); time.Until(end) > 0; {
+			select {
+			case sf, ok := <-raw.frames:
+				if !ok {
+					t.Fatalf("the sync stream ended %s", what)
+				}
+				switch f := sf.f.(type) {
+				case *proto.Heartbeat, *proto.Batch, *proto.Error:
+					t.Fatalf("%T %+v %s", f, f, what)
+				}
+			case <-time.After(time.Until(end)):
+			}
+		}
+	}
+	silent(2*time.Second, "while the replica it reads is stale")
+	cut(ids[far], via, true) // no replica reachable at all
+	silent(3*time.Second, "while no replica can be reached")
+
+	mesh.Heal()
+	healed := time.Now()
+	hb := raw.caughtUp(4, 10*time.Second)
+	t.Logf("caught up at %d, %v after the heal", raw.pos, hb.at.Sub(healed).Round(time.Millisecond))
 }

@@ -233,7 +233,7 @@ func (ss *session) serveSync(ctx context.Context, st *quic.Stream, r *proto.Read
 	var lastSent time.Time // of the last batch, heartbeat or stale frame (or its turn, see idleStale)
 	room := ss.s.pageRoom()
 	for ctx.Err() == nil {
-		lim := log.Limit{Count: maxBatch, Bytes: room} // stored bytes: about what packForward keeps
+		lim := log.Limit{Count: maxBatch, Bytes: room}                    // stored bytes: about what packForward keeps
 		wait := max(heartbeat-time.Since(lastSent), 100*time.Millisecond) // a remote replica's long poll
 		if !live && !stale || stale && heldLast {
 			// A heartbeat is owed as soon as the stream is caught up (first, or with the lease

@@ -233,8 +233,9 @@ func (ss *session) serveSync(ctx context.Context, st *quic.Stream, r *proto.Read
 	var lastSent time.Time // of the last batch, heartbeat or stale frame (or its turn, see idleStale)
 	room := ss.s.pageRoom()
 	for ctx.Err() == nil {
-		lim := log.Limit{Count: maxBatch, Bytes: room}                    // stored bytes: about what packForward keeps
-		wait := max(heartbeat-time.Since(lastSent), 100*time.Millisecond) // a remote replica's long poll
+		lim := log.Limit{Count: maxBatch, Bytes: room} // stored bytes: about what packForward keeps
+		// How long a remote replica may hold its answer (a long poll) for the log to grow.
+		wait := max(heartbeat-time.Since(lastSent), 100*time.Millisecond)
 		if !live && !stale || stale && heldLast {
 			// A heartbeat is owed as soon as the stream is caught up (first, or with the lease
 			// back): a remote replica answers at once rather than an interval later.

@@ -129,6 +129,32 @@ func (ev *events) find(since time.Time, match func(client.Event) bool) (syncEven
 	return syncEvent{}, false
 }
 
+// connectRevision1 connects alice's device (the token's) to addr as a client of protocol
+// revision 1, with a request stream.
+func connectRevision1(t *testing.T, addr, fp, token string) *prototest.Conn {
+	t.Helper()
+	q := prototest.Dial(t, addr, fp)
+	st, err := q.OpenStreamSync(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := proto.WriteFrame(st, &proto.Hello{Token: token, Device: "old", ClientVersion: "rev1", ProtoVersion: 1}); err != nil {
+		t.Fatal(err)
+	}
+	st.SetReadDeadline(time.Now().Add(prototest.Timeout))
+	f, err := proto.NewReader(st, proto.DefaultMaxFrame).Next()
+	w, ok := f.(*proto.Welcome)
+	if err != nil || !ok || w.ProtoVersion != 1 {
+		t.Fatalf("hello of revision 1: %#v, %v", f, err)
+	}
+	c := &prototest.Conn{T: t, QUIC: q, Welcome: w}
+	if c.Req, err = q.OpenStreamSync(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	c.ReqR = proto.NewReader(c.Req, c.MaxFrame())
+	return c
+}
+
 // sendAcked sends f through c until it is acknowledged: a retryable refusal (a shard electing a
 // leader) is retried with the same client_msg_id, which the server dedups.
 func sendAcked(t *testing.T, c *prototest.Conn, build func(id uint64) proto.Frame) *proto.Ack {
@@ -196,6 +222,11 @@ func TestIsolatedNodeSaysStaleAndFailsFast(t *testing.T) {
 	raw := &rawSync{t: t, frames: readSync(alice)}
 	raw.caughtUp(1, 10*time.Second)
 	tl.add("alice's raw stream on %s caught up at %d", iso.ID, raw.pos)
+	// A client of protocol revision 1 does not know Stale: it must be sent nothing while stale.
+	old := connectRevision1(t, iso.ClientAddr, fp, token("alice", "old"))
+	old.StartSync(0, 0)
+	oldRaw := &rawSync{t: t, frames: readSync(old)}
+	oldRaw.caughtUp(1, 10*time.Second)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -297,14 +328,22 @@ func TestIsolatedNodeSaysStaleAndFailsFast(t *testing.T) {
 		case <-time.After(time.Until(end)):
 		}
 	}
+	for len(oldRaw.frames) > 0 {
+		if sf := <-oldRaw.frames; sf.at.Sub(cut) > staleLease {
+			t.Fatalf("the revision-1 stream on the cut-off node got %T %+v %v after the cut", sf.f, sf.f, sf.at.Sub(cut))
+		}
+	}
 	c.mesh.Heal()
 	healed := time.Now()
 	tl.add("healed after %v", healed.Sub(cut).Round(time.Millisecond))
 
 	// Healed, the stream gets what it missed, then at once a Heartbeat at the head: the replica
-	// holds its lease again only once it has applied what its leader had committed.
-	hb := raw.caughtUp(7, 15*time.Second)
+	// holds its lease again only once it has applied what its leader had committed. (The leader's
+	// heartbeats reach it at once; hashicorp/raft resumes sending it entries after a backoff that
+	// grows with the failures of the partition, up to 41 s: Stale goes on until then.)
+	hb := raw.caughtUp(7, 60*time.Second)
 	tl.add("alice's raw stream on %s caught up at %d, %v after the heal", iso.ID, raw.pos, hb.at.Sub(healed).Round(time.Millisecond))
+	oldRaw.caughtUp(7, 20*time.Second) // the revision-1 stream heartbeats again too
 	// The refused send, resent with its client_msg_id, lands once.
 	sendAcked(t, alice, send("alice", "a-1", "from the island"))
 	for len(raw.entries) < 8 {

@@ -472,6 +472,6 @@ func TestStaleReplicaOnAnotherNode(t *testing.T) {
 
 	mesh.Heal()
 	healed := time.Now()
-	hb := raw.caughtUp(4, 10*time.Second)
+	hb := raw.caughtUp(4, 30*time.Second) // raft resends entries to a healed follower after a backoff
 	t.Logf("caught up at %d, %v after the heal", raw.pos, hb.at.Sub(healed).Round(time.Millisecond))
 }

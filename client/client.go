@@ -22,7 +22,8 @@ type Config struct {
 	// Addr is the server's QUIC address (host:port). Required.
 	Addr string
 	// Addrs are more nodes of the same cluster (host:port), tried in turn when the current node
-	// cannot be reached: any node serves any device. They must present a certificate that
+	// cannot be reached or cannot serve the device (StaleFailover; sends refused as unavailable
+	// twice in a row): any node serves any device. They must present a certificate that
 	// Fingerprint or TLS accepts (one certificate for the cluster, or a CA). Default none.
 	Addrs []string
 	// Token is the device's signed token; Device must be the device it names. Required unless
@@ -58,6 +59,11 @@ type Config struct {
 	HeadCheck time.Duration
 	// KeepAlive is the QUIC keep-alive period. Default 10s.
 	KeepAlive time.Duration
+	// StaleFailover is how long the SDK stays on a node that says it cannot prove the head of the
+	// user's log (StaleEvent) before it reconnects through the next node of Addrs; with no other
+	// node it stays (the node resumes by itself once it hears from the cluster again). Default
+	// 5s; negative: never move for that.
+	StaleFailover time.Duration
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 }
@@ -80,6 +86,9 @@ func (cfg *Config) setDefaults() error {
 	}
 	if cfg.KeepAlive == 0 {
 		cfg.KeepAlive = 10 * time.Second
+	}
+	if cfg.StaleFailover == 0 {
+		cfg.StaleFailover = 5 * time.Second
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -324,6 +333,9 @@ func (c *Client) run(cn *conn) {
 		} else {
 			failures = c.syncFailed(failures, err)
 		}
+		if errors.Is(err, errMoveOn) {
+			next = (next + 1) % len(addrs)
+		}
 		wait := rc.ended(time.Since(up), retryAfterOf(err))
 		c.cfg.Logger.Debug("connection ended", "err", err, "up", time.Since(up), "sync_progressed", progressed, "backoff", wait)
 		sleep(c.ctx, wait)
@@ -346,9 +358,19 @@ func (c *Client) syncFailed(failures int, err error) int {
 // errConnEnded stands for a connection that ended without saying why.
 var errConnEnded = errors.New("client: connection ended")
 
+// errMoveOn ends a connection to a node that cannot serve the device right now although it
+// answers — its sync stream has been stale for Config.StaleFailover, or it refused sends with
+// unavailable twice in a row (it cannot reach the shard's leader) — when Config.Addrs names other
+// nodes: run then reconnects through the next one.
+var errMoveOn = errors.New("client: moving to another node")
+
+// movesOn reports whether the SDK may move to another node: Config.Addrs names one.
+func (c *Client) movesOn() bool { return len(c.cfg.Addrs) > 0 }
+
 // serve runs the outbox and the sync loop on cn until either fails or the client closes. It
-// reports whether the sync made progress on cn (syncLoop) and why the connection ended: the sync
-// loop's error, else the connection's.
+// reports whether the sync made progress on cn (syncLoop) and why the connection ended: a reason
+// to move to another node (errMoveOn) from either, else the sync loop's error, else the
+// connection's.
 func (c *Client) serve(cn *conn) (progressed bool, err error) {
 	ctx, cancel := context.WithCancel(c.ctx)
 	defer cancel()
@@ -356,10 +378,11 @@ func (c *Client) serve(cn *conn) (progressed bool, err error) {
 	defer c.setConn(nil)
 	var wg sync.WaitGroup
 	wg.Add(3)
+	var sendErr error
 	go func() {
 		defer wg.Done()
 		defer cancel()
-		c.sendOutbox(ctx, cn)
+		sendErr = c.sendOutbox(ctx, cn)
 	}()
 	go func() {
 		defer wg.Done()
@@ -377,6 +400,9 @@ func (c *Client) serve(cn *conn) (progressed bool, err error) {
 	cancel()
 	cn.close()
 	wg.Wait()
+	if errors.Is(sendErr, errMoveOn) && !errors.Is(err, errMoveOn) {
+		err = sendErr
+	}
 	if err == nil || errors.Is(err, context.Canceled) { // stopped from outside: say why
 		err = cmp.Or(cn.pend.Err(), errConnEnded)
 	}

@@ -41,7 +41,9 @@
 // check at least twice per request_idle_ms, so the server never closes its request stream as
 // idle. It uses three streams (control, request, sync), within any max_streams. It reconnects on its
 // own with a jittered backoff (500 ms doubling to 30 s, never less than a server's retry-after),
-// trying the next node of Config.Addrs after a failed dial. The backoff starts over only once a
+// trying the next node of Config.Addrs after a failed dial, and also when the node it is on
+// cannot serve it: its sync stream has said Stale for Config.StaleFailover (the node is cut off
+// from the log's shard leader), or it answered two sends in a row with unavailable. The backoff starts over only once a
 // connection has stayed up for 10 s: a connection that fails sooner — its sync stream refused,
 // a frame it cannot read — counts as a failed attempt, so a persistent failure is retried every
 // 30 s, not in a loop.
@@ -59,7 +61,8 @@
 //
 // The client reports what happens — new entries, outbox status changes, gaps, rebases, epoch
 // changes — on an event channel, so an app can update its UI without polling. It also says
-// whether syncing works: SyncedEvent when the device has caught up with the server's head,
-// SyncFailedEvent when SyncFailureThreshold attempts in a row made no progress (with the last
+// whether syncing works: SyncedEvent when the device has caught up with the server's head (as a
+// Heartbeat proves it), StaleEvent when the node it is on cannot prove the head (show
+// "connecting…"), SyncFailedEvent when SyncFailureThreshold attempts in a row made no progress (with the last
 // error; repeated at each further failure until syncing works again).
 package client

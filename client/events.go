@@ -1,9 +1,13 @@
 package client
 
-import "github.com/syncd-dev/syncd/proto"
+import (
+	"time"
+
+	"github.com/syncd-dev/syncd/proto"
+)
 
 // Event is something the app should know about: a new entry, a status change of a sent message, a
-// repaired gap, a rebase, whether syncing works. Events arrive on Client.Events in the order they
+// repaired gap, a rebase, whether syncing works or the serving node is stale. Events arrive on Client.Events in the order they
 // happened.
 type Event interface{ isEvent() }
 
@@ -46,6 +50,19 @@ type SyncedEvent struct {
 	Head  proto.Position
 }
 
+// StaleEvent: the node serving this device cannot currently prove the head of the user's log —
+// its replica has not heard from the log's shard leader for Unheard (the node is cut off from the
+// rest of the cluster, or the cluster has lost its quorum) — so new entries may arrive late. Head
+// is the last head that node knows. Show the user that the app is connecting rather than up to
+// date; a SyncedEvent says when it is current again. The SDK keeps the stream, and after
+// Config.StaleFailover moves to another node of Config.Addrs if there is one. It comes once per
+// such episode.
+type StaleEvent struct {
+	Epoch   proto.Epoch
+	Head    proto.Position
+	Unheard time.Duration
+}
+
 // SyncFailedEvent: syncing has failed Failures times in a row (SyncFailureThreshold or more)
 // without any progress — connections that could not be made, or ended before their sync stream
 // stored a batch or heard a heartbeat — most recently with Err. The SDK keeps trying, with a
@@ -71,4 +88,5 @@ func (RebaseEvent) isEvent() {}
 func (EpochEvent) isEvent()  {}
 
 func (SyncedEvent) isEvent()     {}
+func (StaleEvent) isEvent()      {}
 func (SyncFailedEvent) isEvent() {}

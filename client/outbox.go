@@ -17,13 +17,17 @@ import (
 // jitter, or the server's retry-after if longer), with the same client_msg_id so the server
 // dedups it; after the last wait, or on a definitive refusal, it is Failed.
 //
-// It returns when the connection fails (the caller reconnects) or ctx ends.
-func (c *Client) sendOutbox(ctx context.Context, cn *conn) {
+// It returns when the connection fails (the caller reconnects) or ctx ends, with nil, or, when the
+// node answered unavailable to unavailableMoveOn attempts in a row and Config.Addrs names another
+// node, with an error wrapping errMoveOn and that answer: the caller reconnects elsewhere, where
+// the mutation is resent on its schedule.
+func (c *Client) sendOutbox(ctx context.Context, cn *conn) error {
+	refusals := 0 // unavailable answers in a row on cn
 	for ctx.Err() == nil {
 		items, err := c.st.PendingOutbox()
 		if err != nil {
 			c.cfg.Logger.Error("read outbox", "err", err)
-			return
+			return nil
 		}
 		now := time.Now()
 		var next time.Time // when the first waiting item is due, if the loop stopped at one
@@ -34,12 +38,19 @@ func (c *Client) sendOutbox(ctx context.Context, cn *conn) {
 				}
 				break // keep order: nothing after a waiting item goes first
 			}
-			if c.pace.wait(ctx, cn.limits) != nil {
-				return
+			if err := c.pace.wait(ctx, cn.limits); err != nil {
+				return nil // ctx ended: the connection is going away
 			}
-			lost, waiting := c.attempt(ctx, cn, it)
+			lost, waiting, ans := c.attempt(ctx, cn, it)
+			if e, ok := ans.(*proto.Error); ok && e.Code == proto.CodeUnavailable {
+				if refusals++; refusals >= unavailableMoveOn && c.movesOn() {
+					return fmt.Errorf("%w: %s answered unavailable %d times in a row: %w", errMoveOn, cn.addr, refusals, e)
+				}
+			} else if ans != nil {
+				refusals = 0
+			}
 			if lost {
-				return
+				return nil
 			}
 			if waiting {
 				// It waits for its retry, and holds back every item after it: read the outbox
@@ -61,14 +72,27 @@ func (c *Client) sendOutbox(ctx context.Context, cn *conn) {
 		case <-time.After(wait):
 		}
 	}
+	return nil
 }
 
+// unavailableMoveOn is how many unavailable answers in a row make the SDK leave a node: one may
+// come from an election in progress; a node that answers so again a second or more later cannot
+// reach the shard's leader (PROTOCOL §8.3).
+const unavailableMoveOn = 2
+
 // attempt sends one mutation and records the outcome. It reports whether the connection is lost,
-// and whether the mutation now waits for a retry.
-func (c *Client) attempt(ctx context.Context, cn *conn, it store.OutboxItem) (lost, waiting bool) {
+// whether the mutation now waits for a retry, and the server's answer, if any.
+func (c *Client) attempt(ctx context.Context, cn *conn, it store.OutboxItem) (lost, waiting bool, ans proto.Frame) {
 	rctx, cancel := context.WithTimeout(ctx, c.cfg.RequestTimeout)
 	defer cancel()
 	ans, err := cn.do(rctx, func(id uint64) proto.Frame { return itemFrame(&it, id) })
+	lost, waiting = c.record(ctx, cn, it, ans, err)
+	return lost, waiting, ans
+}
+
+// record stores the outcome of one attempt at it: the answer ans or the error err. It reports
+// whether the connection is lost, and whether the mutation now waits for a retry.
+func (c *Client) record(ctx context.Context, cn *conn, it store.OutboxItem, ans proto.Frame, err error) (lost, waiting bool) {
 	var pe *proto.Error
 	if errors.As(err, &pe) && !pe.Code.Retryable() { // refused before sending: beyond max_frame
 		c.fail(it, pe)

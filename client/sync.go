@@ -19,7 +19,9 @@ import (
 // and the stream restarted from the cursor (GapEvent) — nothing is ever skipped. TooOld and
 // Rebase jump to the head (RebaseEvent); EpochChanged resyncs the new epoch from its start
 // (EpochEvent). A periodic head check restarts a stream that stalled while the head moved on, and
-// a stream silent for three heartbeat intervals is dead.
+// a stream silent for three heartbeat intervals is dead. Stale says the serving node cannot prove
+// the head (StaleEvent): the stream is kept, and after Config.StaleFailover left for another node
+// if Config.Addrs names one (errMoveOn).
 //
 // It returns when the connection fails, a stream fails, streams keep restarting without progress
 // (then the connection is dropped and redialed with backoff, not restarted in a loop), or ctx
@@ -104,12 +106,17 @@ func (c *Client) syncOnce(ctx context.Context, cn *conn) (restart, progressed bo
 			c.emit(SyncedEvent{Epoch: epoch, Head: head})
 		}
 	}
+	var stale *staleEpisode // the serving node said Stale, and no Heartbeat came since
+	defer func() { stale.end() }()
 	for {
 		select {
 		case <-ctx.Done():
 			return false, progressed, ctx.Err()
 		case err := <-readErr:
 			return false, progressed, err
+		case <-stale.failover():
+			return false, progressed, fmt.Errorf("%w: %s has said for %v that it cannot prove the head of this user's log",
+				errMoveOn, cn.addr, c.cfg.StaleFailover)
 		case <-check.C:
 			stalled, err := c.headMovedWithoutUs(ctx, cn, sinceCheck)
 			if err != nil || stalled {
@@ -132,7 +139,7 @@ func (c *Client) syncOnce(ctx context.Context, cn *conn) (restart, progressed bo
 				}
 				epoch, pos = f.Epoch, f.Entries[len(f.Entries)-1].Seq
 				progressed, sinceCheck = true, true
-				if pos >= f.Head {
+				if pos >= f.Head && stale == nil { // a stale node's head proves nothing
 					caughtUp(epoch, pos)
 				} else {
 					synced = false // catching up: say so again at the head
@@ -143,8 +150,16 @@ func (c *Client) syncOnce(ctx context.Context, cn *conn) (restart, progressed bo
 			case *proto.Heartbeat:
 				// Liveness (the read deadline above); the head check uses HeadCheck answers.
 				progressed = true
+				stale.end()
+				stale = nil
 				if f.Head <= pos && (f.Epoch == epoch || pos == 0) {
 					caughtUp(f.Epoch, pos)
+				}
+			case *proto.Stale:
+				if stale == nil {
+					stale = c.staleEpisode()
+					synced = false // say so again once a Heartbeat proves the head
+					c.emit(StaleEvent{Epoch: f.Epoch, Head: f.Head, Unheard: time.Duration(f.UnheardMs) * time.Millisecond})
 				}
 			case *proto.TooOld:
 				return true, progressed, c.rebase(f.Epoch, f.Head)
@@ -160,6 +175,37 @@ func (c *Client) syncOnce(ctx context.Context, cn *conn) (restart, progressed bo
 				return false, progressed, f
 			}
 		}
+	}
+}
+
+// staleEpisode is a sync stream's time on a node that said Stale: when it began, and the timer
+// that moves the device to another node once it has lasted Config.StaleFailover. A nil
+// *staleEpisode is no episode.
+type staleEpisode struct{ timer *time.Timer }
+
+// staleEpisode starts an episode, with a failover timer when the SDK may move (Config.Addrs
+// names another node and StaleFailover is positive).
+func (c *Client) staleEpisode() *staleEpisode {
+	e := &staleEpisode{}
+	if c.movesOn() && c.cfg.StaleFailover > 0 {
+		e.timer = time.NewTimer(c.cfg.StaleFailover)
+	}
+	return e
+}
+
+// failover returns a channel that fires when the episode has lasted long enough to move; nil (never)
+// when there is no episode or no timer.
+func (e *staleEpisode) failover() <-chan time.Time {
+	if e == nil || e.timer == nil {
+		return nil
+	}
+	return e.timer.C
+}
+
+// end stops the episode's timer.
+func (e *staleEpisode) end() {
+	if e != nil && e.timer != nil {
+		e.timer.Stop()
 	}
 }
 

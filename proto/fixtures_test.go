@@ -23,7 +23,7 @@ var fixtureRoleChange = Entry{
 
 func fixtures() []Frame {
 	return []Frame{
-		&Hello{Token: "tok.en", Device: "phone", ClientVersion: "syncd-go/0.1.0", ProtoVersion: ProtoVersion},
+		&Hello{Token: "tok.en", Device: "phone", ClientVersion: "syncd-go/0.1.0", ProtoVersion: 1},
 		&Welcome{User: "alice", Device: "phone", ServerTime: 1_700_000_000_123_456_789, Session: "s-1",
 			ProtoVersion: 1, Limits: Limits{MaxFrame: DefaultMaxFrame, MaxBody: MaxBody, MaxBatch: 256, SendRatePerS: 50, HeartbeatMs: 15000,
 				MaxStreams: 16, SendBurst: 100, QueryRatePerS: 50, QueryBurst: 200, RequestIdleMs: 300_000},
@@ -46,6 +46,7 @@ func fixtures() []Frame {
 		&EpochChanged{Epoch: 10, First: 1, Head: 3},
 		&Rebase{Epoch: 9, Head: 1 << 33},
 		&CursorAck{Epoch: 9, Pos: 42},
+		&Stale{Epoch: 9, Head: 42, UnheardMs: 2500},
 		&ConvList{ID: 8, After: "d:alice:bob", Limit: 100},
 		&ConvListResult{ID: 8, Convs: []ConvInfo{fixtureConv, {Conv: "g2", Kind: ConvDirect, Epoch: 1, First: 1}}, More: true},
 		&ConvState{ID: 9, Conv: "g1"},

@@ -18,8 +18,10 @@ const (
 	FrameVersion = 1
 	// ProtoVersion is the protocol revision within the ALPN major this package speaks, sent in
 	// Hello.ProtoVersion and answered in Welcome.ProtoVersion. Revisions only add frame types,
-	// fields and codes, which older peers ignore or treat as documented.
-	ProtoVersion = 1
+	// fields and codes, which older peers ignore or treat as documented. Revision 2 adds [Stale]
+	// on the sync stream, which a server sends only on connections of revision 2 or later, and
+	// Refresh, SetRole, Members and the role_change kind (docs/PROTOCOL.md §9).
+	ProtoVersion = 2
 )
 
 // Limits. The ones a server may lower or raise are announced in [Welcome.Limits].
@@ -85,6 +87,7 @@ const (
 	TypeEpochChanged Type = 24 // server → client: [EpochChanged], ends the stream
 	TypeRebase       Type = 25 // server → client: [Rebase], ends the stream
 	TypeCursorAck    Type = 26 // client → server: [CursorAck]
+	TypeStale        Type = 27 // server → client: [Stale] (revision 2)
 
 	// Queries (request streams).
 	TypeConvList        Type = 30 // [ConvList] → [ConvListResult]
@@ -138,6 +141,7 @@ var types = [256]typeInfo{
 	TypeEpochChanged:    {"epoch_changed", StreamSync, false, func() Frame { return new(EpochChanged) }},
 	TypeRebase:          {"rebase", StreamSync, false, func() Frame { return new(Rebase) }},
 	TypeCursorAck:       {"cursor_ack", StreamSync, true, func() Frame { return new(CursorAck) }},
+	TypeStale:           {"stale", StreamSync, false, func() Frame { return new(Stale) }},
 	TypeConvList:        {"conv_list", StreamRequest, true, func() Frame { return new(ConvList) }},
 	TypeConvListResult:  {"conv_list_result", StreamRequest, false, func() Frame { return new(ConvListResult) }},
 	TypeConvState:       {"conv_state", StreamRequest, true, func() Frame { return new(ConvState) }},

@@ -2,7 +2,8 @@ package proto
 
 // The sync stream. The client opens it with SyncStart carrying its stored cursor; the server
 // answers with Batches of contiguous entries from there, then keeps the stream open, pushing
-// new entries as they are appended and a Heartbeat while idle. TooOld, EpochChanged and Rebase
+// new entries as they are appended and a Heartbeat while idle (or Stale, while the replica
+// serving the stream is cut off from its shard's leader). TooOld, EpochChanged and Rebase
 // are final: the server closes the stream after sending one, and the client restarts with a
 // new stream. The client sends CursorAck after storing entries. Restarting a sync (after a gap,
 // for example) always means closing the stream and opening a new one.
@@ -68,7 +69,10 @@ func (b *Batch) Follows(pos Position) bool {
 // Heartbeat is sent on an idle sync stream every Limits.HeartbeatMs, and right after SyncStart
 // when there is nothing to replay (so the client learns the head at once). Head is the user
 // log's last position: a client whose stored position stays below Head for several heartbeats without a
-// Batch knows the stream is stalled and restarts it.
+// Batch knows the stream is stalled and restarts it. A Heartbeat proves the head: the replica
+// serving the stream heard from its shard's leader within the server's lease (a few seconds), so
+// a client at Head has everything that was committed up to that long ago. A replica that cannot
+// say so sends [Stale] instead, and no Heartbeat until it can again.
 type Heartbeat struct {
 	Epoch      Epoch    `msgpack:"epoch"`       // the user log's epoch (0 while it does not exist)
 	Head       Position `msgpack:"head"`        // the user log's last position
@@ -77,6 +81,25 @@ type Heartbeat struct {
 
 // FrameType implements Frame.
 func (*Heartbeat) FrameType() Type { return TypeHeartbeat }
+
+// Stale is sent on a sync stream instead of a Heartbeat while the replica serving it has not
+// heard from the leader of the user log's shard within the server's lease: the node is cut off
+// from its cluster, or the shard has no leader. Head is the last head it knows, which may be
+// behind: entries after it may exist and arrive late. Stale comes when the stream is idle and the
+// lease lapses (within a tick), then once per Limits.HeartbeatMs while it lasts; the stream stays
+// open, and Batches and Heartbeats resume once the replica hears from a leader again. A client
+// shows that it is connecting, keeps the stream, and after a while (the Go SDK: 5 s) reconnects
+// through another node of the cluster if it knows one. Protocol revision 2; a server never sends
+// it on a connection of revision 1 (it sends nothing there while stale, and such a client's
+// silence check restarts the stream).
+type Stale struct {
+	Epoch     Epoch    `msgpack:"epoch"`      // the user log's epoch as last known (0 if none)
+	Head      Position `msgpack:"head"`       // the user log's last position as last known
+	UnheardMs uint64   `msgpack:"unheard_ms"` // since the replica last heard from its leader, in ms
+}
+
+// FrameType implements Frame.
+func (*Stale) FrameType() Type { return TypeStale }
 
 // TooOld answers a SyncStart whose next position (Pos+1) was trimmed by retention: the retained
 // log is [First, Head]. The client rebases (ConvList/ConvState), then syncs from Head. The

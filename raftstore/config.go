@@ -143,12 +143,18 @@ type App interface {
 // Timing holds the Raft timeouts. The defaults suit a LAN or one machine: a follower that hears
 // nothing for HeartbeatTimeout starts an election; the leader steps down when it cannot reach a
 // quorum for LeaderLeaseTimeout; CommitTimeout bounds how long followers wait to learn a new
-// commit index when the leader is idle.
+// commit index when the leader is idle. StaleAfter is this package's own: a replica that has not
+// heard from its shard's leader for that long no longer holds its lease (lease.go) — its reads
+// stop proving the shard's head, and a proposal through it stops waiting for a leader.
 type Timing struct {
 	HeartbeatTimeout   time.Duration // default 500ms (hashicorp default 1s, tuned for WANs)
 	ElectionTimeout    time.Duration // default 500ms
 	LeaderLeaseTimeout time.Duration // default 250ms
 	CommitTimeout      time.Duration // default 20ms (hashicorp default 50ms)
+	// StaleAfter is the replica lease: default 4 × ElectionTimeout (2s with the defaults), long
+	// enough for a routine election after a leader's crash not to lapse it; at least
+	// 2 × ElectionTimeout.
+	StaleAfter time.Duration
 }
 
 // DefaultTiming returns the LAN defaults described on Timing.
@@ -158,6 +164,7 @@ func DefaultTiming() Timing {
 		ElectionTimeout:    500 * time.Millisecond,
 		LeaderLeaseTimeout: 250 * time.Millisecond,
 		CommitTimeout:      20 * time.Millisecond,
+		StaleAfter:         2 * time.Second,
 	}
 }
 
@@ -197,6 +204,9 @@ func (c Config) withDefaults() Config {
 	c.Timing.ElectionTimeout = cmp.Or(c.Timing.ElectionTimeout, d.Timing.ElectionTimeout)
 	c.Timing.LeaderLeaseTimeout = cmp.Or(c.Timing.LeaderLeaseTimeout, d.Timing.LeaderLeaseTimeout)
 	c.Timing.CommitTimeout = cmp.Or(c.Timing.CommitTimeout, d.Timing.CommitTimeout)
+	// Derived from the election timeout, so that slower timings get a longer lease by themselves
+	// (DefaultTiming's 2s is this for its 500ms).
+	c.Timing.StaleAfter = cmp.Or(c.Timing.StaleAfter, 4*c.Timing.ElectionTimeout)
 	c.SnapshotThreshold = cmp.Or(c.SnapshotThreshold, d.SnapshotThreshold)
 	c.SnapshotInterval = cmp.Or(c.SnapshotInterval, d.SnapshotInterval)
 	c.TrailingLogs = cmp.Or(c.TrailingLogs, d.TrailingLogs)
@@ -282,6 +292,10 @@ func (c Config) Validate() error {
 	}
 	if t.ElectionTimeout < t.HeartbeatTimeout {
 		errs = append(errs, errors.New("raftstore: Timing.ElectionTimeout must be at least HeartbeatTimeout"))
+	}
+	if t.StaleAfter < 2*t.ElectionTimeout {
+		errs = append(errs, fmt.Errorf("raftstore: Timing.StaleAfter %v must be at least 2 × ElectionTimeout (%v): "+
+			"a routine election would lapse the lease", t.StaleAfter, 2*t.ElectionTimeout))
 	}
 	return errors.Join(errs...)
 }

@@ -61,4 +61,20 @@ func TestConfigValidateReportsAll(t *testing.T) {
 	if err := (Config{NodeID: "n1", Dir: t.TempDir(), Insecure: true}).Validate(); err != nil {
 		t.Errorf("defaults do not validate: %v", err)
 	}
+	short := Config{NodeID: "n1", Dir: t.TempDir(), Insecure: true, Timing: Timing{StaleAfter: 900 * time.Millisecond}}
+	if err := short.Validate(); err == nil || !strings.Contains(err.Error(), "StaleAfter 900ms must be at least 2 × ElectionTimeout") {
+		t.Errorf("a lease shorter than two elections: Validate() = %v", err)
+	}
+}
+
+// The replica lease follows the election timeout when left zero: slower timings get a longer
+// lease, and DefaultTiming's is the same rule applied to its own election timeout.
+func TestStaleAfterFollowsTheElectionTimeout(t *testing.T) {
+	slow := Config{Timing: Timing{HeartbeatTimeout: time.Second, ElectionTimeout: 2 * time.Second}}.withDefaults()
+	if slow.Timing.StaleAfter != 8*time.Second {
+		t.Errorf("StaleAfter with a 2s election timeout = %v, want 8s", slow.Timing.StaleAfter)
+	}
+	if d := DefaultTiming(); d.StaleAfter != 4*d.ElectionTimeout {
+		t.Errorf("DefaultTiming: StaleAfter %v, want 4 × ElectionTimeout %v", d.StaleAfter, d.ElectionTimeout)
+	}
 }

@@ -6,10 +6,12 @@
 // Use [New] to open a node, [Node.Propose] to replicate a [Command] and get its [Result] after a
 // durable quorum commit, and [Node.State] to read a shard's state on this replica. Errors from
 // hashicorp/raft are mapped to this package's sentinels ([ErrNotLeader], [ErrTimeout],
-// [ErrLeadershipLost], [ErrShutdown], [ErrNoShard]); refusals of a command are the log package's
+// [ErrLeadershipLost], [ErrShutdown], [ErrNoShard], [ErrNoLeader]); refusals of a command are the log package's
 // sentinels (see log.Rejected). The application above (syncd's server) is told of applies and
 // answers other nodes' calls through the one interface it implements, [App]; [Node.Call] makes
-// such a call to another node over the forwarding connection.
+// such a call to another node over the forwarding connection. [Node.WatchLease] says whether a
+// replica still hears from its shard's leader (its lease), so that readers stop presenting a cut-off
+// replica's head as the shard's.
 //
 // See DESIGN.md in this folder and docs/ARCHITECTURE.md for the formats and the restart and
 // catch-up paths.

@@ -21,6 +21,11 @@ var (
 	// leader could not be reached or did not answer in time, so it may or may not have been
 	// applied. Retry: every command is idempotent (dedup by client_msg_id, delivery marks).
 	ErrUnreachable = errors.New("raftstore: peer unreachable (a proposal's outcome is unknown)")
+	// ErrNoLeader: no leader of the shard is known and this node's replica has not heard from
+	// one within its lease (Timing.StaleAfter; see Node.WatchLease): the node is cut off from
+	// its shard's group, or the group has no quorum. Nothing was replicated; retry, preferably
+	// through another node.
+	ErrNoLeader = errors.New("raftstore: no leader heard from within the lease")
 	// ErrShutdown: the node is shutting down.
 	ErrShutdown = errors.New("raftstore: shutting down")
 	// ErrNoShard: this node does not host the shard.

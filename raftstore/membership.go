@@ -43,7 +43,8 @@ func (n *Node) RemoveReplica(shard ShardID) error {
 	}
 	m := maps.Clone(*n.shards.Load())
 	delete(m, shard)
-	n.shards.Store(&m) // from here on the shard is not hosted: callers get ErrNoShard
+	n.shards.Store(&m)    // from here on the shard is not hosted: callers get ErrNoShard
+	r.wakeLeaseWatchers() // they look again and find it gone
 	err := r.raft.Shutdown().Error()
 	r.logs.closed.Store(true)
 	r.trans.CloseStreams()

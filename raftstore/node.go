@@ -45,8 +45,10 @@ type Node struct {
 
 	disk *diskGuard // free space of the store's disk; refuses new writes below the watermark
 
-	stop      chan struct{}  // closed by Close: stops the node's own goroutines
-	wg        sync.WaitGroup // the node's own goroutines (leader balancing, disk checks)
+	stop      chan struct{} // closed by Close: stops the node's own goroutines
+	stopCtx   context.Context
+	cancelCtx context.CancelFunc // ends stopCtx, with stop
+	wg        sync.WaitGroup     // the node's own goroutines (leader balancing, disk checks, leases)
 	closed    atomic.Bool
 	closeOnce sync.Once
 	closeErr  error
@@ -63,6 +65,7 @@ type replica struct {
 	// failedTransfer is the last leadership transfer from this replica that failed, if any
 	// (see transferLeadership).
 	failedTransfer atomic.Pointer[failedTransfer]
+	ls             *leaseState // how current the replica knows itself to be (lease.go)
 }
 
 // New opens (or creates) the node's store, starts every configured shard and, on first start,
@@ -75,6 +78,7 @@ func New(cfg Config) (*Node, error) {
 	cfg = cfg.withDefaults()
 	n := &Node{cfg: cfg, logger: cfg.Logger.With("node", cfg.NodeID), stop: make(chan struct{}), manageKick: make(chan struct{}, 1)}
 	n.shards.Store(&map[ShardID]*replica{})
+	n.stopCtx, n.cancelCtx = context.WithCancel(context.Background())
 	if err := os.MkdirAll(cfg.Dir, 0o750); err != nil {
 		return nil, fmt.Errorf("raftstore: create data dir: %w", err)
 	}
@@ -123,6 +127,8 @@ func New(cfg Config) (*Node, error) {
 		}
 	}
 	n.mux.handleForward(n.fwdSrv.serve)
+	n.wg.Add(1)
+	go n.leaseLoop()
 	if cfg.BalanceInterval > 0 && (cfg.Managed || len(cfg.Peers) > 1) {
 		n.wg.Add(1)
 		go n.balanceLoop(cfg.BalanceInterval, n.stop)
@@ -191,7 +197,7 @@ func (n *Node) startReplica(id ShardID, peers []Peer) (*replica, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &replica{id: id, raft: rg.raft, fsm: f, trans: rg.trans, logs: logs, state: state}, nil
+	return &replica{id: id, raft: rg.raft, fsm: f, trans: rg.trans, logs: logs, state: state, ls: newLeaseState(time.Now())}, nil
 }
 
 // raftGroup is this node's member of one Raft group: its raft instance and transport.
@@ -343,9 +349,12 @@ func (n *Node) State(shard ShardID) (*log.Shard, error) {
 // A node low on disk space refuses an AppendCommand with ErrLowDisk (see Config.MinFreeDisk), as
 // does the leader it forwards one to.
 //
-// If this node does not lead the shard, Propose forwards cmd to the node that does (waiting for an
-// election if there is no leader yet, within ctx) and returns that node's answer; a forwarded
-// proposal whose outcome is unknown returns ErrUnreachable. The context's deadline bounds the
+// If this node does not lead the shard, Propose forwards cmd to the node that does and returns
+// that node's answer; a forwarded proposal whose outcome is unknown returns ErrUnreachable, as
+// does one whose wait outlives this replica's lease (it no longer hears from the leader it
+// forwarded to). With no leader known it waits for an election, within ctx, but only while this
+// replica holds its lease (or is new): then it returns ErrNoLeader at once, so that a node cut off
+// from its shard's group refuses within Timing.StaleAfter instead of at the caller's deadline. The context's deadline bounds the
 // hand-off to Raft (ErrTimeout); once handed off, Propose waits for the outcome, which Raft
 // always delivers (commit, ErrLeadershipLost or ErrShutdown).
 func (n *Node) Propose(ctx context.Context, shard ShardID, cmd Command) (Result, error) {
@@ -377,7 +386,12 @@ func (n *Node) Propose(ctx context.Context, shard ShardID, cmd Command) (Result,
 		if eerr != nil {
 			return Result{}, eerr
 		}
-		res, err = n.fwd.propose(ctx, leader, shard, data)
+		fctx, release := n.whileLeased(ctx, r)
+		res, err = n.fwd.propose(fctx, leader, shard, data)
+		if fctx.Err() != nil && ctx.Err() == nil { // the lease lapsed meanwhile: say so
+			err = fmt.Errorf("%w: %v", ErrUnreachable, context.Cause(fctx))
+		}
+		release()
 		if !errors.As(err, &nl) {
 			return res, err
 		}
@@ -471,7 +485,8 @@ type rawPayload []byte
 func (p rawPayload) MarshalBinary() ([]byte, error) { return p, nil }
 
 // leaderAddr returns the node to forward shard r's proposals to, waiting within ctx for an
-// election if no leader is known. local reports that this node is the leader.
+// election if no leader is known, while leaderWaitOver allows. local reports that this node is
+// the leader.
 func (n *Node) leaderAddr(ctx context.Context, r *replica) (leader nodeAt, local bool, err error) {
 	t := time.NewTicker(10 * time.Millisecond)
 	defer t.Stop()
@@ -482,6 +497,10 @@ func (n *Node) leaderAddr(ctx context.Context, r *replica) (leader nodeAt, local
 			return nodeAt{}, true, nil
 		case id != "":
 			return nodeAt{string(id), n.dialAddr(string(id), string(a))}, false, nil
+		}
+		if over, l := n.leaderWaitOver(r, time.Now()); over {
+			return nodeAt{}, false, fmt.Errorf("%w: shard %d has no known leader, and this replica last heard from one %v ago",
+				ErrNoLeader, r.id, l.Unheard.Round(time.Millisecond))
 		}
 		select {
 		case <-ctx.Done():
@@ -549,6 +568,7 @@ func (n *Node) Close() error {
 	n.closeOnce.Do(func() {
 		n.closed.Store(true)
 		close(n.stop)
+		n.cancelCtx()
 		n.wg.Wait()
 		var errs []error
 		n.shardsMu.Lock() // no replica is added or removed from here on

@@ -208,6 +208,7 @@ func (s *Server) handshake(ctx context.Context, conn *quic.Conn, streams *sync.W
 	}
 	// Streams accepted from here on are served: set before Welcome goes out, so that no stream
 	// the client opens after reading it can be refused (one racing the Welcome out is served).
+	ss.proto = welcome.ProtoVersion
 	welcomed.Store(true)
 	st.SetReadDeadline(time.Time{})
 	if err := proto.WriteFrame(st, welcome); err != nil {

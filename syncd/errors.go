@@ -11,34 +11,43 @@ import (
 	"github.com/syncd-dev/syncd/syncd/auth"
 )
 
-// errorCodes is the one table that maps internal errors to wire codes. Anything not listed is
+// errorCodes is the one table that maps internal errors to wire codes, with the retry-after the
+// client is told when the condition is known to last a while. Anything not listed is
 // CodeInternal, and is logged: a client never sees an internal error's text.
 var errorCodes = []struct {
-	err  error
-	code proto.Code
+	err        error
+	code       proto.Code
+	retryAfter time.Duration
 }{
-	{log.ErrInvalid, proto.CodeInvalidArgument},
-	{log.ErrConflict, proto.CodeConflict},
-	{log.ErrNoConversation, proto.CodeNoConversation},
-	{log.ErrConversationExists, proto.CodeConversationExists},
-	{log.ErrNotMember, proto.CodeNotMember},
-	{log.ErrNotGroup, proto.CodeNotGroup},
-	{log.ErrNotPermitted, proto.CodeNotPermitted},
-	{log.ErrGroupFull, proto.CodeGroupFull},
-	{log.ErrNoMessage, proto.CodeNoMessage},
-	{log.ErrNotSender, proto.CodeNotSender},
-	{log.ErrRecallWindow, proto.CodeRecallWindow},
-	{log.ErrAlreadyRecalled, proto.CodeAlreadyRecalled},
-	{auth.ErrTokenExpired, proto.CodeTokenExpired},
-	{auth.ErrTokenInvalid, proto.CodeUnauthenticated},
-	{raftstore.ErrNotLeader, proto.CodeUnavailable},
-	{raftstore.ErrNoShard, proto.CodeUnavailable},
-	{raftstore.ErrShutdown, proto.CodeUnavailable},
-	{raftstore.ErrTimeout, proto.CodeTimeout},
-	{raftstore.ErrLeadershipLost, proto.CodeTimeout},
-	{raftstore.ErrUnreachable, proto.CodeTimeout}, // forwarded, outcome unknown: retry, dedup decides
-	{raftstore.ErrLowDisk, proto.CodeUnavailable}, // with lowDiskRetryAfter
+	{log.ErrInvalid, proto.CodeInvalidArgument, 0},
+	{log.ErrConflict, proto.CodeConflict, 0},
+	{log.ErrNoConversation, proto.CodeNoConversation, 0},
+	{log.ErrConversationExists, proto.CodeConversationExists, 0},
+	{log.ErrNotMember, proto.CodeNotMember, 0},
+	{log.ErrNotGroup, proto.CodeNotGroup, 0},
+	{log.ErrNotPermitted, proto.CodeNotPermitted, 0},
+	{log.ErrGroupFull, proto.CodeGroupFull, 0},
+	{log.ErrNoMessage, proto.CodeNoMessage, 0},
+	{log.ErrNotSender, proto.CodeNotSender, 0},
+	{log.ErrRecallWindow, proto.CodeRecallWindow, 0},
+	{log.ErrAlreadyRecalled, proto.CodeAlreadyRecalled, 0},
+	{auth.ErrTokenExpired, proto.CodeTokenExpired, 0},
+	{auth.ErrTokenInvalid, proto.CodeUnauthenticated, 0},
+	{raftstore.ErrNotLeader, proto.CodeUnavailable, 0},
+	// This node is cut off from the shard's group (or the group has no quorum): refused at once,
+	// not at RequestTimeout, so the client retries after a second or moves to another node.
+	{raftstore.ErrNoLeader, proto.CodeUnavailable, noLeaderRetry},
+	{raftstore.ErrNoShard, proto.CodeUnavailable, 0},
+	{raftstore.ErrShutdown, proto.CodeUnavailable, 0},
+	{raftstore.ErrTimeout, proto.CodeTimeout, 0},
+	{raftstore.ErrLeadershipLost, proto.CodeTimeout, 0},
+	{raftstore.ErrUnreachable, proto.CodeTimeout, 0}, // forwarded, outcome unknown: retry, dedup decides
+	{raftstore.ErrLowDisk, proto.CodeUnavailable, lowDiskRetryAfter},
 }
+
+// noLeaderRetry is the retry-after of a refusal for want of a leader: about an election's length,
+// after which the shard may have one again (or the client has moved on).
+const noLeaderRetry = time.Second
 
 // lowDiskRetryAfter is the retry_after_ms of a write refused because the node is low on disk
 // space: that lasts until retention or an operator frees space, minutes rather than
@@ -56,8 +65,8 @@ func wireError(logger *slog.Logger, id uint64, err error) *proto.Error {
 	for _, e := range errorCodes {
 		if errors.Is(err, e.err) {
 			out := &proto.Error{ID: id, Code: e.code, Message: err.Error()}
-			if errors.Is(err, raftstore.ErrLowDisk) {
-				out.RetryAfterMs = retryAfterMs(lowDiskRetryAfter)
+			if e.retryAfter > 0 {
+				out.RetryAfterMs = retryAfterMs(e.retryAfter)
 			}
 			return out
 		}

@@ -55,6 +55,7 @@ type metrics struct {
 	sendAck     [len(sendResults)]prometheus.Observer
 	delivery    prometheus.Histogram
 	syncStreams prometheus.Gauge
+	staleTurns  prometheus.Counter
 	clientGaps  prometheus.Counter
 	refused     [len(refusedReasons)]prometheus.Counter
 	validated   prometheus.Counter
@@ -65,7 +66,7 @@ type metrics struct {
 // conns returns the number of open client connections, fan supplies the fan-out's counters, and
 // node supplies per-shard Raft state, outbox positions and dead-letter counts. It panics if reg
 // already holds these metrics.
-func newMetrics(reg *prometheus.Registry, node nodeShards, conns func() int64, fan fanoutStats) *metrics {
+func newMetrics(reg *prometheus.Registry, node metricsNode, conns func() int64, fan fanoutStats) *metrics {
 	sendAck := prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Namespace: "syncd", Subsystem: "send", Name: "ack_seconds",
 		Help:                        "Time from receiving a send request to writing its answer, by result (ok, duplicate, refused, error).",
@@ -82,6 +83,10 @@ func newMetrics(reg *prometheus.Registry, node nodeShards, conns func() int64, f
 		syncStreams: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: "syncd", Name: "sync_streams",
 			Help: "Open sync streams.",
+		}),
+		staleTurns: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "syncd", Subsystem: "sync", Name: "stale_total",
+			Help: "Times an idle sync stream found the replica it reads stale (not heard from its shard's leader within the lease) and told its device so instead of heartbeating.",
 		}),
 		clientGaps: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: "syncd", Subsystem: "client", Name: "gaps_total",
@@ -103,7 +108,7 @@ func newMetrics(reg *prometheus.Registry, node nodeShards, conns func() int64, f
 		Help: "Client connections that proved their source address (a QUIC Retry, asked for while half the handshake limit is in use, or an address token).",
 	})
 	reg.MustRegister(
-		sendAck, m.delivery, m.syncStreams, m.clientGaps, refused, m.validated,
+		sendAck, m.delivery, m.syncStreams, m.staleTurns, m.clientGaps, refused, m.validated,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Namespace: "syncd", Name: "connections",
 			Help: "Open client connections.",
@@ -145,6 +150,13 @@ func registerDiskMetrics(reg *prometheus.Registry, disk func() raftstore.DiskSpa
 			return 0
 		}),
 	)
+}
+
+// metricsNode is what the metrics read of the node at scrape time (*raftstore.Node): its
+// replicas' Raft state and stores, and their leases.
+type metricsNode interface {
+	nodeShards
+	WatchLease(shard raftstore.ShardID) (raftstore.Lease, <-chan struct{}, error)
 }
 
 // fanoutStats are the fan-out counters the metrics read at scrape time (*Fanout).
@@ -193,6 +205,13 @@ func (m *metrics) syncStreamClosed() {
 	}
 }
 
+// syncStale counts a sync stream turning stale (session.idleStale).
+func (m *metrics) syncStale() {
+	if m != nil {
+		m.staleTurns.Inc()
+	}
+}
+
 // clientGap counts a gap a client reported in its log.
 func (m *metrics) clientGap() {
 	if m != nil {
@@ -203,12 +222,12 @@ func (m *metrics) clientGap() {
 // shardCollector reports per-shard state read at scrape time: this node's Raft view of every
 // shard it hosts and the fan-out lag of its outbox replica.
 type shardCollector struct {
-	node                                            nodeShards
+	node                                            metricsNode
 	isLeader, term, commit, applied, last, restores *prometheus.Desc
-	lag, deadLetters                                *prometheus.Desc
+	lag, deadLetters, leaseHeld                     *prometheus.Desc
 }
 
-func newShardCollector(node nodeShards) *shardCollector {
+func newShardCollector(node metricsNode) *shardCollector {
 	desc := func(name, help string) *prometheus.Desc {
 		return prometheus.NewDesc(name, help, []string{"shard"}, nil)
 	}
@@ -222,13 +241,15 @@ func newShardCollector(node nodeShards) *shardCollector {
 		restores: desc("syncd_raft_snapshot_restores_total", "Snapshots installed in this node's replica of the shard since start."),
 		lag: desc("syncd_fanout_lag_entries",
 			"Outbox records of the shard not yet delivered everywhere and trimmed (head − first retained + 1), as this node's replica sees them."),
+		leaseHeld: desc("syncd_raft_lease_held",
+			"1 if this node's replica of the shard holds its lease (it leads, or heard from its leader within the lease), else 0: its sync streams send Stale instead of heartbeats."),
 		deadLetters: desc("syncd_dead_letters",
 			"Dead letters held by the shard (deliveries its fan-out could not complete), as this node's replica sees them; list them with syncctl dlq list."),
 	}
 }
 
 func (c *shardCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.isLeader, c.term, c.commit, c.applied, c.last, c.restores, c.lag, c.deadLetters} {
+	for _, d := range []*prometheus.Desc{c.isLeader, c.term, c.commit, c.applied, c.last, c.restores, c.lag, c.deadLetters, c.leaseHeld} {
 		ch <- d
 	}
 }
@@ -244,6 +265,13 @@ func (c *shardCollector) Collect(ch chan<- prometheus.Metric) {
 			leader = 1
 		}
 		gauge(c.isLeader, leader, shard)
+		if l, _, err := c.node.WatchLease(st.Shard); err == nil {
+			var held uint64
+			if l.Held {
+				held = 1
+			}
+			gauge(c.leaseHeld, held, shard)
+		}
 		gauge(c.term, st.Term, shard)
 		gauge(c.commit, st.CommitIndex, shard)
 		gauge(c.applied, st.AppliedIndex, shard)

@@ -78,6 +78,7 @@ func TestAdminServesMetricsHealthReadinessAndPprof(t *testing.T) {
 	m.syncStreamOpened()
 	m.syncStreamClosed()
 	m.clientGap()
+	m.syncStale()
 
 	var notReady atomic.Bool
 	ready := func() error {
@@ -117,6 +118,8 @@ func TestAdminServesMetricsHealthReadinessAndPprof(t *testing.T) {
 		`syncd_delivery_seconds_sum 0.02`,
 		`syncd_delivery_seconds_bucket{le="5"} 2`,
 		`syncd_fanout_delivered_total 7`,
+		`syncd_sync_stale_total 1`,
+		`syncd_raft_lease_held{shard="1"} 1`,
 		`syncd_fanout_failures_total 2`,
 		`syncd_fanout_dead_lettered_total 1`,
 		`syncd_dead_letters{shard="1"} 0`,

@@ -44,6 +44,12 @@ type remoteReader struct {
 	ctx   context.Context
 	shard raftstore.ShardID
 	last  string // the node that answered last, asked first next time
+
+	// Of the last read of a user log that was answered (readUserWait): the answering replica's
+	// lease, the log it found and when, for a stream that cannot reach any replica afterwards.
+	lease  raftstore.Lease
+	info   log.LogInfo
+	readAt time.Time
 }
 
 func (r *remoteReader) call(op peer.Op, args peer.ReadArgs) (peer.ReadAnswer, error) {
@@ -92,10 +98,33 @@ func (r *remoteReader) ReadUser(uid string, epoch log.Epoch, from log.Position, 
 // readUserWait reads like ReadUser, but a remote replica that is caught up waits up to wait for
 // the log to grow before it answers: a long poll, so a proxied sync stream gets new entries as
 // soon as the replica applies them.
-func (r *remoteReader) readUserWait(uid string, epoch log.Epoch, from log.Position, lim log.Limit, wait time.Duration) (log.Read, error) {
+//
+// It also returns the answering replica's lease. When no replica can be reached
+// (raftstore.ErrUnreachable) after one was, it answers "caught up" at the head last read, with a
+// lease that is not held and counts from that read, and reached false: a sync stream then says it
+// is stale rather than end, and tries again a little later.
+func (r *remoteReader) readUserWait(uid string, epoch log.Epoch, from log.Position, lim log.Limit, wait time.Duration) (rd log.Read, l raftstore.Lease, reached bool, err error) {
 	args := peer.ReadArgs{UID: uid, Epoch: uint64(epoch), Pos: uint64(from), WaitMS: wait.Milliseconds()}.WithLimit(lim)
 	a, err := r.call(peer.OpReadUserWait, args)
-	return a.Read.Log(), err
+	if errors.Is(err, raftstore.ErrUnreachable) && !r.readAt.IsZero() {
+		return log.Read{Status: log.ReadCaughtUp, Info: r.info}, raftstore.Lease{Unheard: time.Since(r.readAt) + r.lease.Unheard}, false, nil
+	}
+	if err != nil {
+		return log.Read{}, raftstore.Lease{}, false, err
+	}
+	rd = a.Read.Log()
+	r.lease = raftstore.Lease{Held: !a.Stale, Unheard: time.Duration(a.UnheardMS) * time.Millisecond}
+	r.info, r.readAt = rd.Info, time.Now()
+	return rd, r.lease, true, nil
+}
+
+// withLease returns a with the lease of this node's replica of shard as l says (see
+// peer.ReadAnswer.Stale).
+func withLease(a peer.ReadAnswer, l raftstore.Lease) peer.ReadAnswer {
+	if !l.Held {
+		a.Stale, a.UnheardMS = true, max(l.Unheard.Milliseconds(), 1)
+	}
+	return a
 }
 
 // handleReads registers the answers to other nodes' reads of a replica hosted here.
@@ -133,24 +162,28 @@ func (s *Server) handleReads(p *peer.Peer) {
 		rd, err := state.ReadConvBefore(a.Conv, log.Position(a.Pos), a.Limit())
 		return peer.ReadAnswer{Read: peer.FromRead(rd)}, err
 	})
-	read(peer.OpReadUser, func(_ context.Context, state *log.Shard, _ raftstore.ShardID, a peer.ReadArgs) (peer.ReadAnswer, error) {
+	read(peer.OpReadUser, func(_ context.Context, state *log.Shard, shard raftstore.ShardID, a peer.ReadArgs) (peer.ReadAnswer, error) {
+		l, _, _ := s.node.WatchLease(shard) // a replica gone meanwhile counts as stale
 		rd, err := state.ReadUser(a.UID, log.Epoch(a.Epoch), log.Position(a.Pos), a.Limit())
-		return peer.ReadAnswer{Read: peer.FromRead(rd)}, err
+		return withLease(peer.ReadAnswer{Read: peer.FromRead(rd)}, l), err
 	})
 	read(peer.OpReadUserWait, func(ctx context.Context, state *log.Shard, shard raftstore.ShardID, a peer.ReadArgs) (peer.ReadAnswer, error) {
 		wake := s.notes.wait(shard, a.UID) // before reading, so an append after the read wakes us
+		l, leaseCh, _ := s.node.WatchLease(shard)
 		rd, err := state.ReadUser(a.UID, log.Epoch(a.Epoch), log.Position(a.Pos), a.Limit())
 		if err == nil && rd.Status == log.ReadCaughtUp && a.WaitMS > 0 {
 			t := time.NewTimer(time.Duration(min(a.WaitMS, maxReadWait.Milliseconds())) * time.Millisecond)
 			select {
 			case <-ctx.Done():
 			case <-wake:
+			case <-leaseCh: // lost or regained: the stream has something to say
 			case <-t.C:
 			}
 			t.Stop()
+			l, _, _ = s.node.WatchLease(shard)
 			rd, err = state.ReadUser(a.UID, log.Epoch(a.Epoch), log.Position(a.Pos), a.Limit())
 		}
-		return peer.ReadAnswer{Read: peer.FromRead(rd)}, err
+		return withLease(peer.ReadAnswer{Read: peer.FromRead(rd)}, l), err
 	})
 }
 

@@ -28,6 +28,7 @@ type session struct {
 	user   string
 	device string
 	ctl    control
+	proto  uint32 // the protocol revision of the connection (Welcome.ProtoVersion)
 
 	oversize atomic.Bool // an answer beyond max_frame was logged (send)
 }
@@ -263,17 +264,28 @@ func (ss *session) syncLog(ctx context.Context, w *streamWriter, shard raftstore
 	epoch, pos := log.Epoch(start.Epoch), log.Position(start.Pos)
 	first := true
 	live := false          // caught up once: later entries are pushed as they come, so their delay counts
-	var lastSent time.Time // of the last batch or heartbeat
+	stale := false         // the replica read was found stale while idle, and no heartbeat sent since
+	heldLast := false      // the last read's replica held its lease
+	var lastSent time.Time // of the last batch, heartbeat or stale frame (or its turn, see idleStale)
 	room := ss.s.pageRoom()
 	for ctx.Err() == nil {
 		lim := log.Limit{Count: maxBatch, Bytes: room} // stored bytes: about what packForward keeps
-		res, wake, err := ss.readUserLog(state, shard, epoch, pos, lim, max(heartbeat-time.Since(lastSent), 100*time.Millisecond))
+		// How long a remote replica may hold its answer (a long poll) for the log to grow.
+		wait := max(heartbeat-time.Since(lastSent), 100*time.Millisecond)
+		if !live && !stale || stale && heldLast {
+			// A heartbeat is owed as soon as the stream is caught up (first, or with the lease
+			// back): a remote replica answers at once rather than an interval later.
+			wait = 0
+		}
+		rd, err := ss.readUserLog(state, shard, epoch, pos+1, lim, wait)
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
 			}
 			return wireError(ss.s.logger, 0, err)
 		}
+		heldLast = rd.lease.Held
+		res := rd.res
 		info := res.Info
 		if first && start.Ceiling > 0 && res.Status == log.ReadEntries && uint64(info.Head-pos) > start.Ceiling {
 			return &proto.Rebase{Epoch: proto.Epoch(info.Epoch), Head: proto.Position(info.Head)}
@@ -300,20 +312,27 @@ func (ss *session) syncLog(ctx context.Context, w *streamWriter, shard raftstore
 		case log.ReadEpochChanged:
 			return &proto.EpochChanged{Epoch: proto.Epoch(info.Epoch), First: proto.Position(info.First), Head: proto.Position(info.Head)}
 		case log.ReadCaughtUp:
-			// A heartbeat when the stream first catches up and then once per idle interval, not
-			// after every pushed batch: it tells an idle device the head, so it can prove it has
-			// missed nothing.
-			if !live || time.Since(lastSent) >= heartbeat {
+			if !rd.lease.Held { // no heartbeat: the head is not proven
+				if err := ss.idleStale(ctx, w, rd, &stale, &lastSent, heartbeat); err != nil {
+					return nil
+				}
+				continue
+			}
+			// A heartbeat when the stream first catches up (or the replica is current again) and
+			// then once per idle interval, not after every pushed batch: it tells an idle device
+			// the head, so it can prove it has missed nothing.
+			if !live || stale || time.Since(lastSent) >= heartbeat {
 				hb := &proto.Heartbeat{Epoch: proto.Epoch(info.Epoch), Head: proto.Position(info.Head), ServerTime: time.Now().UnixNano()}
 				if err := w.send(hb); err != nil {
 					return nil
 				}
-				lastSent = time.Now()
+				lastSent, stale = time.Now(), false
 			}
 			live = true
 			select {
 			case <-ctx.Done():
-			case <-wake:
+			case <-rd.wake:
+			case <-rd.leaseCh:
 			case <-time.After(heartbeat - time.Since(lastSent)):
 			}
 		}
@@ -321,28 +340,94 @@ func (ss *session) syncLog(ctx context.Context, w *streamWriter, shard raftstore
 	return nil
 }
 
-// readUserLog reads the user's log after position pos, and returns a channel closed when the log
-// may have grown since. A local replica is read at once and the channel comes from the notifier; a
-// remote replica waits up to wait for the log to grow before it answers (a long poll), so the
-// channel is closed already. A cursor at the last position there can be (2⁶⁴−1) has nothing after
-// it, ever: the answer is caught up (or epoch changed), and the channel never closes.
-func (ss *session) readUserLog(rd shardReader, shard raftstore.ShardID, epoch log.Epoch, pos log.Position, lim log.Limit, wait time.Duration) (log.Read, <-chan struct{}, error) {
-	from := pos + 1
+// userRead is one read of the user's log by a sync stream, with how current the replica read is.
+type userRead struct {
+	res     log.Read
+	lease   raftstore.Lease // of the replica read, as of just before the read
+	wake    <-chan struct{} // closed when the log may have grown since
+	leaseCh <-chan struct{} // closed when the lease may have changed since (nil: see wake)
+}
+
+// readUserLog reads the user's log from from. A local replica is read at once, wake comes from
+// the notifier and leaseCh from the replica's lease (raftstore.Node.WatchLease), both taken before
+// the read, so a change after it wakes the stream. A remote replica waits up to wait for the log
+// to grow or its lease to change before it answers (a long poll), so wake is closed already and
+// the lease is the one its answer carries; when none can be reached, it answers "caught up" at
+// the head last read, not holding the lease, and wake closes after a second, when the stream tries
+// again (remoteReader.readUserWait). from 0 means the cursor is at the last position there can be
+// (2⁶⁴−1): nothing comes after it, ever, so the answer is caught up (or epoch changed) and wake
+// never closes.
+func (ss *session) readUserLog(rd shardReader, shard raftstore.ShardID, epoch log.Epoch, from log.Position, lim log.Limit, wait time.Duration) (userRead, error) {
 	if from == 0 {
 		info, err := rd.UserInfo(ss.user)
+		if err != nil {
+			return userRead{}, err
+		}
 		status := log.ReadCaughtUp
 		if epoch != 0 && epoch != info.Epoch {
 			status = log.ReadEpochChanged
 		}
-		return log.Read{Status: status, Info: info}, nil, err
+		l := raftstore.Lease{Held: true} // a remote replica's lease comes only with a read
+		if _, remote := rd.(*remoteReader); !remote {
+			if l, _, err = ss.s.node.WatchLease(shard); err != nil {
+				return userRead{}, err
+			}
+		}
+		return userRead{res: log.Read{Status: status, Info: info}, lease: l}, nil
 	}
 	if remote, ok := rd.(*remoteReader); ok {
-		res, err := remote.readUserWait(ss.user, epoch, from, lim, wait)
-		return res, closedChan, err
+		res, l, reached, err := remote.readUserWait(ss.user, epoch, from, lim, wait)
+		out := userRead{res: res, lease: l, wake: closedChan}
+		if !reached {
+			out.wake = after(min(wait, time.Second)) // not a long poll: do not ask again in a loop
+		}
+		return out, err
 	}
 	wake := ss.s.notes.wait(shard, ss.user) // before reading, so an append after the read wakes us
+	l, leaseCh, err := ss.s.node.WatchLease(shard)
+	if err != nil {
+		return userRead{}, err // the replica went away (moved): the device resyncs elsewhere
+	}
 	res, err := rd.ReadUser(ss.user, epoch, from, lim)
-	return res, wake, err
+	return userRead{res: res, lease: l, wake: wake, leaseCh: leaseCh}, err
+}
+
+// after returns a channel closed once d has passed, without a goroutine.
+func after(d time.Duration) <-chan struct{} {
+	ch := make(chan struct{})
+	time.AfterFunc(d, func() { close(ch) })
+	return ch
+}
+
+// idleStale is the idle part of a sync stream while the replica it reads does not hold its lease:
+// a Heartbeat would claim a head the replica cannot vouch for (it may be cut off from its shard's
+// leader while the others go on), so the stream sends Stale instead — when it finds the lease
+// lapsed, then once per heartbeat interval, which also keeps the stream from looking dead — and
+// waits for the log to grow, the lease to change, the next interval or the stream's end. A
+// revision-1 connection, whose client does not know Stale, is sent nothing: its client's silence
+// check restarts the stream after three intervals. The first Heartbeat after it goes out as soon as
+// the lease is held again (serveSync).
+func (ss *session) idleStale(ctx context.Context, w *streamWriter, rd userRead, stale *bool, lastSent *time.Time, heartbeat time.Duration) error {
+	if !*stale || time.Since(*lastSent) >= heartbeat {
+		if ss.proto >= 2 {
+			info := rd.res.Info
+			f := &proto.Stale{Epoch: proto.Epoch(info.Epoch), Head: proto.Position(info.Head), UnheardMs: uint64(max(rd.lease.Unheard.Milliseconds(), 1))}
+			if err := w.send(f); err != nil {
+				return err
+			}
+		}
+		if !*stale {
+			ss.s.metrics.syncStale()
+		}
+		*stale, *lastSent = true, time.Now() // also when nothing was sent: the interval paces the next turn
+	}
+	select {
+	case <-ctx.Done():
+	case <-rd.wake:
+	case <-rd.leaseCh:
+	case <-time.After(heartbeat - time.Since(*lastSent)):
+	}
+	return nil
 }
 
 // closedChan is a closed channel: a wait on it returns at once.

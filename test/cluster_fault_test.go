@@ -164,8 +164,8 @@ func TestClusterFaultFollowerKill(t *testing.T) {
 
 // TestClusterFaultMinorityPartition: one node (a different one each round) is cut off from both
 // others, in both directions, for several seconds while every device keeps sending (those
-// connected to the cut-off node cannot reach any leader: their sends wait and retry), then the
-// partition heals.
+// connected to the cut-off node are told it is stale, get their sends refused as unavailable and
+// move to another node), then the partition heals.
 func TestClusterFaultMinorityPartition(t *testing.T) {
 	skipShort(t)
 	runFault(t, true, func(f *faultRun) {

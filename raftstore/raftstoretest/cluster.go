@@ -130,6 +130,19 @@ func (c *Cluster) Cut(i, j int, blocked bool) {
 	}
 }
 
+// Delay holds back everything node i sends and receives by d (0: none), on every link: with a
+// d far beyond the test's timeouts the links stay up but carry nothing, a silent partition (as a
+// dropped route makes) rather than the refused connections of Partition.
+func (c *Cluster) Delay(i int, d time.Duration) {
+	for _, id := range c.ids {
+		if id == c.ids[i] {
+			continue
+		}
+		c.mesh.Relay(c.ids[i], id).SetDelay(d)
+		c.mesh.Relay(id, c.ids[i]).SetDelay(d)
+	}
+}
+
 // Close stops every node and relay.
 func (c *Cluster) Close() {
 	for i := range c.nodes {

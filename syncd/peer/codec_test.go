@@ -32,6 +32,8 @@ var golden = []struct {
 	{"read_conv_before", OpReadConvBefore, &ReadArgs{Conv: "g:x", Pos: 9, LimitCount: 2, LimitBytes: 4096}, &ReadAnswer{Read: goldenRead()}},
 	{"read_user", OpReadUser, &ReadArgs{UID: "bob", Epoch: 5, Pos: 3, LimitCount: 256, LimitBytes: 1 << 20}, &ReadAnswer{Read: goldenRead()}},
 	{"read_user_wait", OpReadUserWait, &ReadArgs{UID: "bob", Epoch: 5, Pos: 4, WaitMS: 10000}, &ReadAnswer{Read: Read{Status: 2, Info: LogInfo{Epoch: 5, First: 1, Head: 3}}}},
+	{"read_user_wait.stale", OpReadUserWait, &ReadArgs{UID: "bob", Epoch: 5, Pos: 4, WaitMS: 10000},
+		&ReadAnswer{Read: Read{Status: 2, Info: LogInfo{Epoch: 5, First: 1, Head: 3}}, Stale: true, UnheardMS: 2500}},
 	{"cursors", OpCursors, &CursorsArgs{User: "bob"}, &adminapi.CursorReport{Node: "n2", User: "bob", Shard: 3, Exists: true, Epoch: 5,
 		First: 1, Head: 3, Devices: []adminapi.DeviceCursor{{Device: "phone", Epoch: 5, Pos: 2, Behind: ptr(uint64(1))}, {Device: "old", Epoch: 4, Pos: 9, EpochChanged: true}}}},
 	{"trace_home", OpTraceHome, &TraceHomeArgs{MsgID: MsgID{Shard: 2, Index: 17}}, &TraceHome{Found: true, Members: []string{"alice", "bob"},

@@ -56,6 +56,12 @@ type ReadAnswer struct {
 	// omitted when zero, so the answers of older operations keep their bytes.
 	Members []Member `msgpack:"members,omitempty"`
 	More    bool     `msgpack:"more,omitempty"`
+	// Stale and UnheardMS carry the lease of the answering replica (raftstore.Lease) with the
+	// reads of a user log (OpReadUser, OpReadUserWait), taken before the read: Stale when it does
+	// not hold it, UnheardMS how long it has not heard from its shard's leader. Omitted while it
+	// holds it, so an answer from a node of before them reads as current, as it was taken then.
+	Stale     bool  `msgpack:"stale,omitempty"`
+	UnheardMS int64 `msgpack:"unheard_ms,omitempty"`
 }
 
 // Member is log.Member on the wire.

@@ -24,11 +24,13 @@ import (
 // node binds the same ones, so peers and devices find it again: a port from ":0" lies in the
 // ephemeral range, where any outgoing socket may take it while the node is down. The node plane
 // runs mutual TLS under one cluster CA, each node's certificate in its data directory, as
-// `syncctl cert create-node -dir <data dir>` leaves it. Methods must be called from the test
-// goroutine.
+// `syncctl cert create-node -dir <data dir>` leaves it. Started with StartClusterThroughRelays,
+// the nodes reach each other through relays a test can cut (Mesh). Methods must be called from
+// the test goroutine.
 type Cluster struct {
 	t       testing.TB
-	caDir   string // the cluster CA (ca.crt, ca.key)
+	mesh    *testkit.Mesh // the relays node-to-node traffic goes through; nil: none
+	caDir   string        // the cluster CA (ca.crt, ca.key)
 	cfgs    []syncd.Config
 	servers []*syncd.Server
 	stops   []func()
@@ -38,6 +40,22 @@ type Cluster struct {
 // node, and knows a leader for every shard it hosts. tweak, if not nil,
 // adjusts each node's config (index i) first. Everything is stopped when the test ends.
 func StartCluster(t testing.TB, n int, tweak func(i int, c *syncd.Config)) *Cluster {
+	t.Helper()
+	return startCluster(t, n, tweak, false)
+}
+
+// StartClusterThroughRelays is StartCluster with every node-to-node connection (Raft, forwarded
+// proposals, calls) going through a relay of a testkit.Mesh (Mesh), so a test can cut links:
+// each node's PeerDial names the relays.
+func StartClusterThroughRelays(t testing.TB, n int, tweak func(i int, c *syncd.Config)) *Cluster {
+	t.Helper()
+	return startCluster(t, n, tweak, true)
+}
+
+// Mesh returns the relays of a cluster started with StartClusterThroughRelays, else nil.
+func (c *Cluster) Mesh() *testkit.Mesh { return c.mesh }
+
+func startCluster(t testing.TB, n int, tweak func(i int, c *syncd.Config), relays bool) *Cluster {
 	t.Helper()
 	secret := make([]byte, 32)
 	rand.Read(secret)
@@ -54,10 +72,24 @@ func StartCluster(t testing.TB, n int, tweak func(i int, c *syncd.Config)) *Clus
 	if err := auth.CreateCA(c.caDir); err != nil {
 		t.Fatal(err)
 	}
+	if relays {
+		addrs := map[string]string{}
+		for _, p := range peers {
+			addrs[p.ID] = p.Addr
+		}
+		var err error
+		if c.mesh, err = testkit.NewMesh(addrs); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(c.mesh.Close) // after the servers' cleanup below: cleanups run last first
+	}
 	for i := range n {
 		cfg := syncd.Config{Dir: filepath.Join(dir, peers[i].ID), NodeID: peers[i].ID, RaftAddr: peers[i].Addr, Peers: peers,
 			ListenAddr: testkit.FreeAddr(t), AdminAddr: testkit.FreeAddr(t), Shards: 4, TokenSecret: secret, Logger: Logger(t),
 			CertFile: certFile, KeyFile: keyFile}
+		if c.mesh != nil {
+			cfg.PeerDial = c.mesh.DialMap(peers[i].ID)
+		}
 		if tweak != nil {
 			tweak(i, &cfg)
 		}

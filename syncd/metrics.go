@@ -89,7 +89,7 @@ func newMetrics(reg *prometheus.Registry, node nodeShards, conns func() int64, f
 		}, func() float64 { return float64(fan.Delivered()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Namespace: "syncd", Subsystem: "fanout", Name: "failures_total",
-			Help: "Fan-out rounds that failed and were retried.",
+			Help: "Fan-out deliveries to a destination, and rounds of a source (outbox read, trim), that failed and were retried.",
 		}, func() float64 { return float64(fan.Failures()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Namespace: "syncd", Subsystem: "fanout", Name: "dead_lettered_total",
@@ -105,7 +105,7 @@ func newMetrics(reg *prometheus.Registry, node nodeShards, conns func() int64, f
 // fanoutStats are the fan-out counters the metrics read at scrape time (*Fanout).
 type fanoutStats interface {
 	Delivered() uint64    // user-log entries written
-	Failures() uint64     // rounds that failed and were retried
+	Failures() uint64     // deliveries and rounds that failed and were retried
 	DeadLettered() uint64 // deliveries moved to dead letters
 }
 

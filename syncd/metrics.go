@@ -119,7 +119,7 @@ func newMetrics(reg *prometheus.Registry, node metricsNode, conns func() int64, 
 		}, func() float64 { return float64(fan.Delivered()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Namespace: "syncd", Subsystem: "fanout", Name: "failures_total",
-			Help: "Fan-out rounds that failed and were retried.",
+			Help: "Fan-out deliveries to a destination, and rounds of a source (outbox read, trim), that failed and were retried.",
 		}, func() float64 { return float64(fan.Failures()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Namespace: "syncd", Subsystem: "fanout", Name: "dead_lettered_total",
@@ -162,7 +162,7 @@ type metricsNode interface {
 // fanoutStats are the fan-out counters the metrics read at scrape time (*Fanout).
 type fanoutStats interface {
 	Delivered() uint64    // user-log entries written
-	Failures() uint64     // rounds that failed and were retried
+	Failures() uint64     // deliveries and rounds that failed and were retried
 	DeadLettered() uint64 // deliveries moved to dead letters
 }
 

@@ -47,10 +47,17 @@ func dialDeviceAt(t *testing.T, srv *syncd.Server, addr, user, dev, dir string, 
 	if err != nil {
 		t.Fatal(err)
 	}
+	return dialDeviceWith(t, client.Config{Addr: addr, Addrs: more, Token: token, Device: dev,
+		Fingerprint: srv.Fingerprint(), StoreDir: dir, Logger: quiet(t)})
+}
+
+// dialDeviceWith connects a device configured by cfg (a server of another process: its token
+// and fingerprint) and collects its events.
+func dialDeviceWith(t *testing.T, cfg client.Config) *device {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	c, err := client.Dial(ctx, client.Config{Addr: addr, Addrs: more, Token: token, Device: dev,
-		Fingerprint: srv.Fingerprint(), StoreDir: dir, Logger: quiet(t)})
+	c, err := client.Dial(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -22,16 +23,18 @@ import (
 // server's.
 //
 // Local implements the node methods those layers declare interfaces for (Shards, ShardStatus,
-// State, Propose, Status). It is safe for concurrent use; proposals are serialized, as a shard's
-// Raft log serializes them.
+// State, Propose, Status). It is safe for concurrent use; the proposals of one shard are
+// serialized, as its Raft log serializes them, and those of different shards are independent, so
+// a shard whose proposals hang (see FailProposals) holds up only its own.
 type Local struct {
 	db     *pebble.DB
 	shards map[raftstore.ShardID]*log.Shard
 	ids    []raftstore.ShardID
+	apply  map[raftstore.ShardID]*sync.Mutex // per shard: one proposal applies at a time
+	index  atomic.Uint64                     // the last index handed out, across shards
 
-	mu    sync.Mutex // guards index, fail, applied
-	index uint64
-	fail  func(shard raftstore.ShardID, cmd raftstore.Command) error
+	mu   sync.Mutex // guards fail and applied
+	fail func(shard raftstore.ShardID, cmd raftstore.Command) error
 	// applied, if set, is called after each applied proposal, as raftstore.App.Applied is.
 	applied func(shard raftstore.ShardID)
 }
@@ -44,10 +47,11 @@ func OpenLocal(t testing.TB, dir string, n int) *Local {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l := &Local{db: db, shards: map[raftstore.ShardID]*log.Shard{}}
+	l := &Local{db: db, shards: map[raftstore.ShardID]*log.Shard{}, apply: map[raftstore.ShardID]*sync.Mutex{}}
 	for i := 1; i <= n; i++ {
 		id := raftstore.ShardID(i)
 		l.ids = append(l.ids, id)
+		l.apply[id] = new(sync.Mutex)
 		if l.shards[id], err = log.OpenShard(db, id); err != nil {
 			t.Fatal(err)
 		}
@@ -55,7 +59,7 @@ func OpenLocal(t testing.TB, dir string, n int) *Local {
 		if err != nil {
 			t.Fatal(err)
 		}
-		l.index = max(l.index, idx) // indexes stay unique across a reopen: msg_ids derive from them
+		l.index.Store(max(l.index.Load(), idx)) // indexes stay unique across a reopen: msg_ids derive from them
 	}
 	return l
 }
@@ -69,7 +73,9 @@ func (l *Local) OnApplied(f func(shard raftstore.ShardID)) {
 }
 
 // FailProposals makes every later proposal ask f first; a non-nil error is returned instead of
-// applying the command (a transient failure such as a lost leader). nil removes it.
+// applying the command (a transient failure such as a lost leader). f runs on the proposer's
+// goroutine outside Local's locks and may block, as a proposal to a shard without quorum does
+// until it times out; proposals to other shards go on meanwhile. nil removes it.
 func (l *Local) FailProposals(f func(shard raftstore.ShardID, cmd raftstore.Command) error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -114,23 +120,25 @@ func (l *Local) Propose(_ context.Context, shard raftstore.ShardID, cmd raftstor
 		return raftstore.Result{}, err
 	}
 	l.mu.Lock()
-	if l.fail != nil {
-		if err := l.fail(shard, cmd); err != nil {
-			l.mu.Unlock()
+	fail, applied := l.fail, l.applied
+	l.mu.Unlock()
+	if fail != nil {
+		if err := fail(shard, cmd); err != nil {
 			return raftstore.Result{}, err
 		}
 	}
-	l.index++
+	mu := l.apply[shard]
+	mu.Lock()
+	index := l.index.Add(1) // under the shard's lock: its applied index only grows
 	tx := state.Begin()
-	res, err := raftstore.Apply(tx, log.Stamp{Index: l.index, Time: time.Now().UnixNano()}, cmd)
+	res, err := raftstore.Apply(tx, log.Stamp{Index: index, Time: time.Now().UnixNano()}, cmd)
 	if err == nil || log.Rejected(err) {
-		if cerr := errors.Join(tx.SetApplied(l.index), tx.Commit(false)); cerr != nil {
+		if cerr := errors.Join(tx.SetApplied(index), tx.Commit(false)); cerr != nil {
 			err = cerr
 		}
 	}
 	tx.Close()
-	applied := l.applied
-	l.mu.Unlock()
+	mu.Unlock()
 	if applied != nil {
 		applied(shard)
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -234,4 +235,171 @@ func checkUserLog(t *testing.T, fn *fanoutNode, uid, conv string, want []log.Msg
 			t.Fatalf("%s: entry %d of %s is %v, want %v", uid, i, conv, got[i], want[i])
 		}
 	}
+}
+
+// TestFanoutDestinationWithoutQuorumDelaysOnlyItself: while one destination shard has no quorum
+// (every proposal to it hangs until released) and another fails every proposal at once, the
+// members on every other shard get every entry, in order, promptly; the outboxes are never trimmed
+// past what every destination has; once the failing shard heals its members catch up while the
+// hanging one still hangs; once that one is released its members get everything exactly once and
+// in order, and the outboxes trim (point 8 of the edges issue). Neither broken shard piles up
+// proposals: at most one delivery per source is in flight to the hanging one.
+func TestFanoutDestinationWithoutQuorumDelaysOnlyItself(t *testing.T) {
+	const hung, failing = raftstore.ShardID(3), raftstore.ShardID(6)
+	fn := startFanoutNode(t, t.TempDir())
+	defer fn.stop(t)
+	release := make(chan struct{})
+	var releaseOnce sync.Once
+	unhang := func() { releaseOnce.Do(func() { close(release) }) }
+	defer unhang() // before stop: a hanging proposal must return for the fan-out to end
+	var healed atomic.Bool
+	var hanging, maxHanging, failed atomic.Int64
+	fn.node.FailProposals(func(shard raftstore.ShardID, _ raftstore.Command) error {
+		switch {
+		case shard == hung:
+			n := hanging.Add(1)
+			defer hanging.Add(-1)
+			for m := maxHanging.Load(); n > m && !maxHanging.CompareAndSwap(m, n); m = maxHanging.Load() {
+			}
+			<-release // a shard without quorum: the proposal waits for one
+		case shard == failing && !healed.Load():
+			failed.Add(1)
+			return fmt.Errorf("%w: shard %d has no leader", raftstore.ErrTimeout, shard)
+		}
+		return nil
+	})
+
+	// Groups homed on healthy shards, each with a member on either broken shard and three
+	// elsewhere.
+	var onHung, onFailing, elsewhere []string
+	for i := 0; len(onHung) < 4 || len(onFailing) < 4 || len(elsewhere) < 12; i++ {
+		uid := fmt.Sprintf("u%03d", i)
+		switch s := fn.slots.UserShard(uid); {
+		case s == hung && len(onHung) < 4:
+			onHung = append(onHung, uid)
+		case s == failing && len(onFailing) < 4:
+			onFailing = append(onFailing, uid)
+		case s != hung && s != failing && len(elsewhere) < 12:
+			elsewhere = append(elsewhere, uid)
+		}
+	}
+	var convs []string
+	for i := 0; len(convs) < 4; i++ {
+		if conv := fmt.Sprintf("g%d", i); fn.slots.ConvShard(conv) != hung && fn.slots.ConvShard(conv) != failing {
+			convs = append(convs, conv)
+		}
+	}
+	acks := &sent{convs: map[string][]log.MsgID{}}
+	members := map[string][]string{}
+	propose := func(conv string, req *log.Append) {
+		t.Helper()
+		res, err := fn.node.Propose(context.Background(), fn.slots.ConvShard(conv), raftstore.AppendCommand(req))
+		if err != nil {
+			t.Fatalf("%s: %v", conv, err)
+		}
+		acks.ack(conv, res.Append)
+	}
+	send := func(from, to int) {
+		t.Helper()
+		for _, conv := range convs {
+			for j := from; j < to; j++ {
+				propose(conv, &log.Append{Conv: conv, Sender: members[conv][2+j%3], ClientMsgID: fmt.Sprint("m", j),
+					Kind: log.KindMessage, Body: []byte(fmt.Sprint("hello ", j))})
+			}
+		}
+	}
+	for i, conv := range convs {
+		members[conv] = append([]string{onHung[i], onFailing[i]}, elsewhere[3*i:3*i+3]...)
+		slices.Sort(members[conv])
+		propose(conv, &log.Append{Conv: conv, Sender: elsewhere[3*i], ClientMsgID: "create", Kind: log.KindGroupCreate, Members: members[conv]})
+	}
+	send(0, 40)
+
+	// complete reports whether every one of uids holds every entry of its conversations; have
+	// checks what they hold: each entry once, in conversation order.
+	complete := func(uids []string) func() (bool, string) {
+		return func() (bool, string) {
+			for conv, ms := range members {
+				for _, uid := range ms {
+					if !slices.Contains(uids, uid) {
+						continue
+					}
+					state, _ := fn.node.State(fn.slots.UserShard(uid))
+					if info, _ := state.UserInfo(uid); int(info.Head) < len(acks.convs[conv]) {
+						return false, fmt.Sprintf("%s has %d of %d entries of %s", uid, info.Head, len(acks.convs[conv]), conv)
+					}
+				}
+			}
+			return true, ""
+		}
+	}
+	have := func(uids []string) {
+		t.Helper()
+		for conv, ms := range members {
+			for _, uid := range ms {
+				if slices.Contains(uids, uid) {
+					checkUserLog(t, fn, uid, conv, acks.convs[conv])
+				}
+			}
+		}
+	}
+	none := func(uids []string) {
+		t.Helper()
+		for _, uid := range uids {
+			state, _ := fn.node.State(fn.slots.UserShard(uid))
+			if info, _ := state.UserInfo(uid); info.Head != 0 {
+				t.Fatalf("%s, on a shard without quorum, got %d entries", uid, info.Head)
+			}
+		}
+	}
+	// trimmedOnlyWhatAllHave checks every source's outbox against every destination's own mark.
+	trimmedOnlyWhatAllHave := func() {
+		t.Helper()
+		for _, src := range fn.node.Shards() {
+			state, _ := fn.node.State(src)
+			info, _ := state.Outbox()
+			for _, d := range fn.node.Shards() {
+				dstate, _ := fn.node.State(d)
+				if mark, _ := dstate.SourceMark(src); info.First-1 > mark {
+					t.Fatalf("shard %d's outbox is trimmed up to %d, but shard %d has only up to %d", src, info.First-1, d, mark)
+				}
+			}
+		}
+	}
+
+	testkit.Wait(t, 10*time.Second, "the members on healthy shards to get every entry", complete(elsewhere))
+	have(elsewhere)
+	none(onHung)
+	none(onFailing)
+	trimmedOnlyWhatAllHave()
+	if failed.Load() == 0 || fn.fan.Failures() == 0 {
+		t.Fatal("the failing shard was never tried")
+	}
+
+	healed.Store(true)
+	send(40, 60)
+	testkit.Wait(t, 15*time.Second, "the members of the healed shard to catch up while the other still hangs",
+		complete(append(slices.Clone(elsewhere), onFailing...)))
+	have(elsewhere)
+	have(onFailing)
+	none(onHung)
+	trimmedOnlyWhatAllHave()
+	if n := maxHanging.Load(); n == 0 || n > int64(len(fn.node.Shards())) {
+		t.Fatalf("%d proposals hung on shard %d at once; want 1 to %d (one per source)", n, hung, len(fn.node.Shards()))
+	}
+
+	unhang()
+	all := append(append(slices.Clone(elsewhere), onFailing...), onHung...)
+	testkit.Wait(t, 15*time.Second, "the members of the released shard to catch up", complete(all))
+	have(all)
+	testkit.WaitTrue(t, 10*time.Second, "outboxes to be trimmed", func() bool {
+		for _, s := range fn.node.Shards() {
+			state, _ := fn.node.State(s)
+			if info, _ := state.Outbox(); info.First <= info.Head {
+				return false
+			}
+		}
+		return true
+	})
+	trimmedOnlyWhatAllHave()
 }

@@ -66,11 +66,7 @@ func hello(t *testing.T, conn *quic.Conn, token, device string) proto.Frame {
 // connect authenticates uid's device on ts with a fresh token and opens a request stream.
 func connect(t *testing.T, ts *testServer, uid, device string) *prototest.Conn {
 	t.Helper()
-	token, err := ts.MintToken(uid, device, time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return prototest.Connect(t, ts.Addr().String(), ts.Fingerprint(), token, uid, device)
+	return prototest.Connect(t, ts.Addr().String(), ts.Fingerprint(), mustToken(t, ts, uid, device), uid, device)
 }
 
 // TestServerMessagesReceiptsRecalls: two users, a direct conversation created by the first send,

@@ -498,18 +498,24 @@ func TestClusterNodeNeedsNodeCerts(t *testing.T) {
 	}
 }
 
+// runOnFreePorts runs syncd (run, as main does) on dir with ports the system picks and the extra
+// flags, until cancel; done gets its exit code, stderr its log.
+func runOnFreePorts(t *testing.T, dir string, extra ...string) (cancel context.CancelFunc, done <-chan int, stderr *testkit.Buffer) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	stderr = new(testkit.Buffer)
+	exit := make(chan int, 1)
+	args := append([]string{"-data-dir", dir, "-listen", "127.0.0.1:0", "-admin", "127.0.0.1:0", "-raft-addr", "127.0.0.1:0"}, extra...)
+	go func() { exit <- run(ctx, args, io.Discard, stderr) }()
+	return cancel, exit, stderr
+}
+
 // -insecure-node-plane starts a node without TLS on the Raft port, and says so loudly: a warning
 // at start, and the raft line names it.
 func TestInsecureNodePlaneIsLoud(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "data")
-	ctx, cancel := context.WithCancel(context.Background())
+	cancel, done, stderr := runOnFreePorts(t, dir, "-insecure-node-plane")
 	defer cancel()
-	var stderr testkit.Buffer
-	done := make(chan int, 1)
-	go func() {
-		done <- run(ctx, []string{"-data-dir", dir, "-listen", "127.0.0.1:0", "-admin", "127.0.0.1:0",
-			"-raft-addr", "127.0.0.1:0", "-insecure-node-plane"}, io.Discard, &stderr)
-	}()
 	testkit.WaitTrue(t, 20*time.Second, "the start to be logged", func() bool { return strings.Contains(stderr.String(), "syncd serving") })
 	cancel()
 	if rc := <-done; rc != 0 {
@@ -544,14 +550,8 @@ func TestDurationFormat(t *testing.T) {
 // Raft's per-shard narrative of the first elections is not among them.
 func TestFirstStartIsQuiet(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "data")
-	ctx, cancel := context.WithCancel(context.Background())
+	cancel, done, stderr := runOnFreePorts(t, dir)
 	defer cancel()
-	var stderr testkit.Buffer
-	done := make(chan int, 1)
-	go func() {
-		done <- run(ctx, []string{"-data-dir", dir, "-listen", "127.0.0.1:0", "-admin", "127.0.0.1:0",
-			"-raft-addr", "127.0.0.1:0"}, io.Discard, &stderr)
-	}()
 
 	// attr returns the value of key on the first line logged with msg, polling until it is there.
 	attr := func(msg, key string) string {

@@ -437,11 +437,8 @@ func (t *Tx) writeConvEntry(st Stamp, req *Append, p *appendPlan, res AppendResu
 	if err := t.putLogMeta(k.conv(req.Conv), p.meta); err != nil {
 		return err
 	}
-	// The copies for the recipients' logs carry a long member list only as its length: the
-	// conversation log holds it once (see MaxInlineMembers).
-	if len(e.Members) > MaxInlineMembers {
-		e.Members, e.MemberCount = nil, len(e.Members)
-	}
+	// The outbox record keeps the whole member list, once; each destination gets only the ids of
+	// its own recipients (Entry.CopyFor) and user logs only a count (see MaxInlineMembers).
 	return t.appendOutbox(outboxRecord{Recipients: p.recipients, Entry: e})
 }
 

@@ -85,7 +85,22 @@ func (r *ddRunner) run(t *testing.T, d *datadriven.TestData) string {
 		var prev, last uint64
 		d.ScanArgs(t, "prev", &prev)
 		d.ScanArgs(t, "last", &last)
-		return r.deliver(t, d, outboxBatch(t, r.s, prev, last))
+		var only string
+		d.MaybeScanArgs(t, "users", &only)
+		return r.deliver(t, d, outboxBatch(t, r.s, prev, last, splitList(only)...))
+	case "user-groups":
+		var uids string
+		d.ScanArgs(t, "uids", &uids)
+		ids := splitList(uids)
+		counts, err := r.s.UserGroups(ids)
+		if err != nil {
+			return fmtErr(err)
+		}
+		var b strings.Builder
+		for i, uid := range ids {
+			fmt.Fprintf(&b, "%s %d\n", uid, counts[i])
+		}
+		return b.String()
 	case "read-user", "read-conv":
 		var id string
 		var from Position

@@ -102,6 +102,8 @@ func (a *userAppender) add(uid string, e Entry) error {
 		a.users = append(a.users, uid)
 	}
 	m.Head++
+	m.Groups = max(m.Groups+e.groupsDelta(uid), 0)
+	e = e.userCopy()
 	e.Seq = m.Head
 	if err := t.set(k.userEntry(uid, m.Head), encodeEntry(&e)); err != nil {
 		return err
@@ -156,6 +158,9 @@ func (b *DeliveryBatch) validate() error {
 		}
 		if !it.Entry.Kind.Valid() || it.Entry.MsgID.IsZero() || it.Entry.ConvSeq == 0 {
 			return invalidf("delivery item at %d: incomplete entry", it.Pos)
+		}
+		if !slices.IsSorted(it.Entry.Members) { // groupsDelta searches them
+			return invalidf("delivery item at %d: entry members must be sorted", it.Pos)
 		}
 	}
 	return nil

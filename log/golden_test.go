@@ -40,6 +40,7 @@ var (
 	}}
 	goldenLogMeta   = logMeta{Kind: ConvDirect, Epoch: 1_700_000_000_000_000_000, First: 4, Head: 1000, Members: []string{"a", "b"}}
 	goldenLogMetaV2 = logMeta{Kind: ConvGroup, Epoch: 1_700_000_000_000_000_000, First: 4, Head: 1000, MemberCount: 5000}
+	goldenLogMetaV3 = logMeta{Epoch: 1_700_000_000_000_000_000, First: 1, Head: 70, Groups: 12}
 	goldenMember    = member{ReadMark: 77, Role: RoleMember}
 	goldenMemberV2  = member{ReadMark: 77, Role: RoleAdmin}
 	goldenAppendV2  = Append{Conv: "g", Sender: "alice", ClientMsgID: "cm-2", Kind: KindRoleChange, Members: []string{"bob"},
@@ -83,6 +84,8 @@ func goldenCases() []goldenCase {
 			func(b []byte) (any, error) { return decodeEntry(b, 0) }, goldenEntryV2},
 		{"log_meta.v2", goldenLogMetaV2.encode,
 			func(b []byte) (any, error) { return decodeLogMeta(b) }, goldenLogMetaV2},
+		{"log_meta.v3", goldenLogMetaV3.encode,
+			func(b []byte) (any, error) { return decodeLogMeta(b) }, goldenLogMetaV3},
 		{"member.v2", goldenMemberV2.encode,
 			func(b []byte) (any, error) { return decodeMember(b) }, goldenMemberV2},
 		{"delivery_batch.v1", func() []byte { return must(goldenBatch.MarshalBinary()) },

@@ -122,8 +122,9 @@ func stateSum(t tb, s *Shard) [2]uint64 {
 }
 
 // outboxBatch builds the delivery batch (prev, last] from the shard's own outbox, delivering every
-// recipient to the shard itself, as a single-shard fan-out worker would.
-func outboxBatch(t tb, s *Shard, prev, last uint64) *DeliveryBatch {
+// recipient to the shard itself, as a single-shard fan-out worker would; with only set, just the
+// recipients among only, as a worker would for a destination holding those users.
+func outboxBatch(t tb, s *Shard, prev, last uint64, only ...string) *DeliveryBatch {
 	t.Helper()
 	b := &DeliveryBatch{Source: s.ID(), Prev: prev, Last: last}
 	if last <= prev {
@@ -137,7 +138,13 @@ func outboxBatch(t tb, s *Shard, prev, last uint64) *DeliveryBatch {
 		if it.Pos > last {
 			break
 		}
-		b.Items = append(b.Items, Delivery{Pos: it.Pos, Users: it.Recipients, Entry: it.Entry})
+		users := it.Recipients
+		if only != nil {
+			users = slices.DeleteFunc(slices.Clone(users), func(u string) bool { return !slices.Contains(only, u) })
+		}
+		if len(users) > 0 {
+			b.Items = append(b.Items, Delivery{Pos: it.Pos, Users: users, Entry: it.Entry.CopyFor(users)})
+		}
 	}
 	return b
 }

@@ -99,6 +99,22 @@ func (s *Shard) UserInfo(uid string) (LogInfo, error) {
 	return LogInfo{Epoch: m.Epoch, First: m.First, Head: m.Head}, err
 }
 
+// UserGroups returns how many groups each of uids is a member of, as the membership entries
+// delivered to their logs so far say (a user without a log is in none). The count trails the
+// groups' own shards by the delivery delay: a cap checked against it can be passed by the
+// additions still in flight.
+func (s *Shard) UserGroups(uids []string) ([]int, error) {
+	counts := make([]int, len(uids))
+	for i, uid := range uids {
+		m, _, err := getLogMeta(s.db, s.k.user(uid))
+		if err != nil {
+			return nil, err
+		}
+		counts[i] = m.Groups
+	}
+	return counts, nil
+}
+
 // ConvInfo returns the epoch and retained range of conversation conv's log. It returns
 // ErrNoConversation if the conversation does not exist.
 func (s *Shard) ConvInfo(conv string) (LogInfo, error) {

@@ -45,7 +45,8 @@ func (t *Tx) ResetUser(st Stamp, uid string) (Epoch, error) {
 	if err := t.b.DeleteRange(k.cursorPrefix(uid), prefixEnd(k.cursorPrefix(uid)), nil); err != nil {
 		return 0, fmt.Errorf("log: write: %w", err)
 	}
-	if err := t.putLogMeta(k.user(uid), logMeta{Epoch: epoch, First: 1}); err != nil {
+	// The user stays in their groups, so the count of them stays too.
+	if err := t.putLogMeta(k.user(uid), logMeta{Epoch: epoch, First: 1, Groups: m.Groups}); err != nil {
 		return 0, err
 	}
 	if t.touched == nil {

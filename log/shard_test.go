@@ -424,3 +424,28 @@ func TestGroupStorageIsLinear(t *testing.T) {
 		t.Fatalf("1,000 members cost %.1f times 250 members (%d vs %d bytes): not linear", ratio, large, small)
 	}
 }
+
+// TestCopyForNamesOnlyTheDestinationsUsers shows what makes group deliveries O(n): a change of
+// more than MaxInlineMembers users travels to each destination naming only its recipients, with
+// the total, while a small change travels whole.
+func TestCopyForNamesOnlyTheDestinationsUsers(t *testing.T) {
+	var many []string
+	for i := range MaxInlineMembers + 1 {
+		many = append(many, fmt.Sprintf("u%02d", i))
+	}
+	big := Entry{Kind: KindMemberAdd, Members: many}
+	got := big.CopyFor([]string{"owner", "u03", "u17"})
+	if !slices.Equal(got.Members, []string{"u03", "u17"}) || got.MemberCount != len(many) {
+		t.Fatalf("copy of a %d-member change: members %v, count %d; want [u03 u17], %d", len(many), got.Members, got.MemberCount, len(many))
+	}
+	if again := got.CopyFor([]string{"u03"}); !slices.Equal(again.Members, got.Members) {
+		t.Fatalf("a copy is not cut again: %v", again.Members)
+	}
+	small := Entry{Kind: KindMemberAdd, Members: many[:3]}
+	if got := small.CopyFor([]string{"u01"}); !slices.Equal(got.Members, many[:3]) || got.MemberCount != 0 {
+		t.Fatalf("a small change travels whole: %v, count %d", got.Members, got.MemberCount)
+	}
+	if !slices.Equal(big.Members, many) {
+		t.Fatal("CopyFor changed the entry it copies")
+	}
+}

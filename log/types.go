@@ -3,6 +3,7 @@ package log
 import (
 	"encoding/binary"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -165,9 +166,58 @@ type Entry struct {
 	Target   MsgID    // KindRecall: the recalled message
 	Members  []string // membership kinds: the users concerned (left out of copies over MaxInlineMembers)
 	Role     Role     // KindRoleChange: the role given to Members
-	// MemberCount is how many users a membership entry concerned when its Members were left out
-	// of this copy (more than MaxInlineMembers); zero when Members is complete.
+	// MemberCount is how many users a membership entry concerned when Members is not all of
+	// them (more than MaxInlineMembers): empty in a user log's copy, cut to one destination's
+	// recipients in a delivery (CopyFor). Zero when Members is complete.
 	MemberCount int
+}
+
+// CopyFor returns the copy of e for recipients users of one destination shard (sorted, as an
+// outbox item's recipients are). A membership entry concerning more than MaxInlineMembers users
+// names only those among users, and says in MemberCount how many it concerned in all: a group
+// of n members then costs O(n) bytes of deliveries, not n per destination, and each destination
+// still learns which of its users joined or left.
+func (e Entry) CopyFor(users []string) Entry {
+	if len(e.Members) <= MaxInlineMembers || e.MemberCount != 0 {
+		return e
+	}
+	e.MemberCount = len(e.Members)
+	var mine []string
+	for _, m := range e.Members {
+		if _, ok := slices.BinarySearch(users, m); ok {
+			mine = append(mine, m)
+		}
+	}
+	e.Members = mine
+	return e
+}
+
+// groupsDelta is how the entry changes the number of groups uid is a member of: +1 for a group
+// creation or addition naming uid, -1 for a removal (or leave) naming uid. Membership entries'
+// Members are sorted.
+func (e *Entry) groupsDelta(uid string) int {
+	if _, named := slices.BinarySearch(e.Members, uid); !named {
+		return 0
+	}
+	switch e.Kind {
+	case KindGroupCreate, KindMemberAdd:
+		return 1
+	case KindMemberRemove:
+		return -1
+	}
+	return 0
+}
+
+// userCopy is the entry as a user log stores it: a member list longer than MaxInlineMembers, or
+// one already cut down by CopyFor, only as its length.
+func (e Entry) userCopy() Entry {
+	switch {
+	case e.MemberCount != 0:
+		e.Members = nil
+	case len(e.Members) > MaxInlineMembers:
+		e.Members, e.MemberCount = nil, len(e.Members)
+	}
+	return e
 }
 
 // Size is the approximate number of bytes the entry occupies, used for read byte limits.

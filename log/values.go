@@ -9,6 +9,8 @@ const (
 	// count, a group's member count. Writers use v1 while those fields are zero, so values
 	// without them keep their bytes.
 	valueV2 = 2
+	// valueV3 adds a user log's group count to a log meta, after the v2 member count.
+	valueV3 = 3
 )
 
 // logMeta describes one log (a conversation log or a user log).
@@ -23,18 +25,29 @@ type logMeta struct {
 	// MemberCount is a group's number of members; zero in values written before it was kept
 	// (then count the member keys).
 	MemberCount int
+	// Groups is, for a user log, how many groups the user is a member of, kept from the
+	// membership entries delivered to the log (Config.MaxGroupsPerUser is checked against it).
+	// Memberships delivered before it was kept are not counted.
+	Groups int
 }
 
 func (m logMeta) encode() []byte {
 	e := encoder{b: make([]byte, 0, 32)}
-	e.u8(versionFor(m.MemberCount != 0))
+	v := versionFor(m.MemberCount != 0)
+	if m.Groups != 0 {
+		v = valueV3
+	}
+	e.u8(v)
 	e.u8(uint8(m.Kind))
 	e.uvarint(uint64(m.Epoch))
 	e.uvarint(uint64(m.First))
 	e.uvarint(uint64(m.Head))
 	e.strs(m.Members)
-	if m.MemberCount != 0 {
+	if v >= valueV2 {
 		e.uvarint(uint64(m.MemberCount))
+	}
+	if v >= valueV3 {
+		e.uvarint(uint64(m.Groups))
 	}
 	return e.b
 }
@@ -49,7 +62,7 @@ func versionFor(v2 bool) uint8 {
 
 func decodeLogMeta(b []byte) (logMeta, error) {
 	d := decoder{b: b}
-	v := d.version("log meta", valueV2)
+	v := d.version("log meta", valueV3)
 	m := logMeta{
 		Kind:  ConvKind(d.u8()),
 		Epoch: Epoch(d.uvarint()),
@@ -59,6 +72,9 @@ func decodeLogMeta(b []byte) (logMeta, error) {
 	m.Members = d.strs()
 	if v >= valueV2 {
 		m.MemberCount = int(d.uvarint())
+	}
+	if v >= valueV3 {
+		m.Groups = int(d.uvarint())
 	}
 	return m, d.done("log meta")
 }

@@ -88,6 +88,10 @@ const (
 	// CodeGroupFull: the change would take the group over the server's size limit. Not
 	// retryable as is.
 	CodeGroupFull Code = 32
+	// CodeTooManyGroups: a user the change adds to a group (the creator included) is already a
+	// member of the server's limit of groups. Nothing was applied; the message names the user.
+	// Not retryable as is: leave that user out, or the user leaves a group first.
+	CodeTooManyGroups Code = 33
 )
 
 // Load and availability codes (40–49).
@@ -148,6 +152,7 @@ var codeNames = map[Code]string{
 	CodeConflict:           "conflict",
 	CodeNotPermitted:       "not_permitted",
 	CodeGroupFull:          "group_full",
+	CodeTooManyGroups:      "too_many_groups",
 	CodeRateLimited:        "rate_limited",
 	CodeOverloaded:         "overloaded",
 	CodeTooManyStreams:     "too_many_streams",

@@ -2,6 +2,7 @@ package syncd
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -183,4 +184,56 @@ func mustToken(t *testing.T, ts *testServer, user, device string) string {
 		t.Fatal(err)
 	}
 	return token
+}
+
+// TestGroupsPerUserQuota: nobody can put another user into more than max_groups_per_user groups,
+// the creator included; the refusal names the user and applies nothing, and a user who leaves a
+// group can be added to another again.
+func TestGroupsPerUserQuota(t *testing.T) {
+	ts := startServer(t, func(c *Config) { c.MaxGroupsPerUser = 2 })
+	mallory := connect(t, ts, "mallory", "laptop")
+	victim := connect(t, ts, "victim", "phone")
+	// waitHead waits until the victim's log has n entries: the membership entries are delivered
+	// a few ms after their Ack, and the count is the victim's shard's.
+	waitHead := func(n proto.Position) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+			h, ok := victim.Do(&proto.HeadCheck{ID: victim.ID()}).(*proto.Head)
+			if ok && h.Head >= n {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("victim's log did not reach %d: %v", n, h)
+			}
+		}
+	}
+	mallory.Ack(&proto.CreateGroup{ID: mallory.ID(), Conv: "spam1", ClientMsgID: "g1", Members: []string{"victim"}})
+	mallory.Ack(&proto.CreateGroup{ID: mallory.ID(), Conv: "spam2", ClientMsgID: "g2", Members: []string{"victim"}})
+	waitHead(2)
+
+	refused := func(c *prototest.Conn, req proto.Request, who string) {
+		t.Helper()
+		e, ok := c.Do(req).(*proto.Error)
+		if !ok || e.Code != proto.CodeTooManyGroups || !strings.Contains(e.Message, who) {
+			t.Fatalf("%T: %#v, want too_many_groups naming %s", req, e, who)
+		}
+	}
+	// The creator is in two groups already.
+	refused(mallory, &proto.CreateGroup{ID: mallory.ID(), Conv: "spam3", ClientMsgID: "g3", Members: []string{"victim"}}, "mallory")
+	trudy := connect(t, ts, "trudy", "laptop")
+	trudy.Ack(&proto.CreateGroup{ID: trudy.ID(), Conv: "t1", ClientMsgID: "t1", Members: []string{"carol"}})
+	refused(trudy, &proto.AddMembers{ID: trudy.ID(), Conv: "t1", ClientMsgID: "t2", Members: []string{"dan", "victim"}}, "victim")
+	// Nothing was applied: dan was not added along.
+	m, ok := trudy.Do(&proto.Members{ID: trudy.ID(), Conv: "t1"}).(*proto.MembersResult)
+	if !ok || len(m.Members) != 2 {
+		t.Fatalf("t1's members after the refused addition: %#v", m)
+	}
+
+	// The victim leaves a group; then trudy may add them.
+	victim.Ack(&proto.RemoveMembers{ID: victim.ID(), Conv: "spam1", ClientMsgID: "v1", Members: []string{"victim"}})
+	waitHead(3)
+	trudy.Ack(&proto.AddMembers{ID: trudy.ID(), Conv: "t1", ClientMsgID: "t3", Members: []string{"dan", "victim"}})
+	// Others are served as before.
+	alice := connect(t, ts, "alice", "phone")
+	alice.Ack(&proto.CreateGroup{ID: alice.ID(), Conv: "fine", ClientMsgID: "a1", Members: []string{"bob"}})
 }

@@ -151,6 +151,12 @@ type Config struct {
 	// minute, so nobody fills others' logs with groups; at least proto.MaxMembers (one full
 	// request). Default 2000.
 	MembersPerMinute int
+	// MaxGroupsPerUser caps the groups one user may be a member of: a creation or an addition
+	// naming a user already in that many is refused with TooManyGroups, so nobody can bury
+	// another user's conversation list. The count is the user's own shard's (log.Shard.UserGroups);
+	// additions still being delivered are not in it yet, so a burst of them can pass the cap by
+	// what is in flight. Default 1000.
+	MaxGroupsPerUser int
 	// MinFreeDisk is the free-space watermark, in bytes, of the disk holding Dir: below it the
 	// node refuses sends and group changes with Unavailable and a retry-after, and /readyz says
 	// why, while reads, syncs, deliveries and trims go on; below half of it the node does not
@@ -199,6 +205,7 @@ func DefaultConfig() Config {
 		MaxConnectionsPerUser: 32,
 		MaxGroupSize:          log.DefaultMaxGroupSize,
 		MembersPerMinute:      2000,
+		MaxGroupsPerUser:      1000,
 		MinFreeDisk:           raftstore.DefaultConfig().MinFreeDisk,
 
 		MaxHandshakesPerSource: 16,
@@ -232,6 +239,7 @@ func (c Config) withDefaults() Config {
 	c.MaxConnectionsPerUser = cmp.Or(c.MaxConnectionsPerUser, d.MaxConnectionsPerUser)
 	c.MaxGroupSize = cmp.Or(c.MaxGroupSize, d.MaxGroupSize)
 	c.MembersPerMinute = cmp.Or(c.MembersPerMinute, d.MembersPerMinute)
+	c.MaxGroupsPerUser = cmp.Or(c.MaxGroupsPerUser, d.MaxGroupsPerUser)
 	c.MaxHandshakes = cmp.Or(c.MaxHandshakes, d.MaxHandshakes)
 	c.MinFreeDisk = cmp.Or(c.MinFreeDisk, d.MinFreeDisk)
 	c.Limits.SendRatePerS, c.Limits.SendBurst = uint32(c.SendRate), uint32(c.SendBurst)
@@ -310,8 +318,8 @@ func (c Config) Validate() error {
 	if c.SendRate < 0 || c.SendBurst < 1 || c.MaxInFlight < 1 || c.MaxHandshakes < 1 {
 		errs = append(errs, errors.New("syncd: SendRate must be ≥ 0 and SendBurst, MaxInFlight, MaxHandshakes ≥ 1"))
 	}
-	if c.QueryRate < 0 || c.QueryBurst < 1 || c.MaxConnectionsPerUser < 1 || c.MaxGroupSize < 2 {
-		errs = append(errs, errors.New("syncd: QueryRate must be ≥ 0, QueryBurst and MaxConnectionsPerUser ≥ 1, MaxGroupSize ≥ 2"))
+	if c.QueryRate < 0 || c.QueryBurst < 1 || c.MaxConnectionsPerUser < 1 || c.MaxGroupSize < 2 || c.MaxGroupsPerUser < 1 {
+		errs = append(errs, errors.New("syncd: QueryRate must be ≥ 0, QueryBurst, MaxConnectionsPerUser and MaxGroupsPerUser ≥ 1, MaxGroupSize ≥ 2"))
 	}
 	if c.MembersPerMinute < proto.MaxMembers {
 		errs = append(errs, fmt.Errorf("syncd: MembersPerMinute %d must be at least %d, the members one request may name", c.MembersPerMinute, proto.MaxMembers))

@@ -1,10 +1,13 @@
 package syncd
 
 import (
+	"context"
 	"sync"
 	"time"
 
+	"github.com/syncd-dev/syncd/log"
 	"github.com/syncd-dev/syncd/proto"
+	"github.com/syncd-dev/syncd/raftstore"
 )
 
 // bucket is a token bucket: rate tokens per second, at most burst saved up. Safe for concurrent
@@ -142,4 +145,38 @@ func (c *counts) leave(key string) {
 	if c.m[key]--; c.m[key] <= 0 {
 		delete(c.m, key)
 	}
+}
+
+// checkGroupsPerUser refuses a group creation or addition naming a user who is already in
+// Config.MaxGroupsPerUser groups (the creator counts as named). Each user's count lives on the
+// user's own shard, read here from a replica; so it trails the additions being delivered, and
+// one naming a user already in the group counts that user too (the change would be no change
+// for them anyway).
+func (s *Server) checkGroupsPerUser(ctx context.Context, app *log.Append) error {
+	named := app.Members
+	if app.Kind == log.KindGroupCreate {
+		named = append([]string{app.Sender}, named...)
+	}
+	byShard := map[raftstore.ShardID][]string{}
+	for _, uid := range named {
+		sh := s.slots.UserShard(uid)
+		byShard[sh] = append(byShard[sh], uid)
+	}
+	for sh, uids := range byShard {
+		r, err := s.reader(ctx, sh)
+		if err != nil {
+			return err
+		}
+		counts, err := r.UserGroups(uids)
+		if err != nil {
+			return err
+		}
+		for i, n := range counts {
+			if n >= s.cfg.MaxGroupsPerUser {
+				return proto.Errorf(proto.CodeTooManyGroups, "%s is already in %d groups, at most %d (leave them out, or they leave a group first)",
+					uids[i], n, s.cfg.MaxGroupsPerUser)
+			}
+		}
+	}
+	return nil
 }

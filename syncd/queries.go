@@ -3,9 +3,12 @@ package syncd
 import (
 	"context"
 	"errors"
+	"fmt"
+	"time"
 
 	"github.com/syncd-dev/syncd/log"
 	"github.com/syncd-dev/syncd/proto"
+	"github.com/syncd-dev/syncd/raftstore"
 )
 
 // Queries read a replica of each shard involved — this node's, or another node's (reads.go) —
@@ -51,14 +54,29 @@ func (ss *session) query(req proto.Request) proto.Frame {
 	return f
 }
 
+// headCheck answers with the head of the user's log, which claims "you have everything up to
+// head" like a heartbeat does; so, like heartbeats (Stale), only from a replica holding its lease.
+// One cut off from its shard's leader refuses with unavailable and a retry-after instead, and the
+// client asks another node.
 func (ss *session) headCheck(ctx context.Context, q *proto.HeadCheck) (proto.Frame, error) {
-	state, err := ss.s.reader(ctx, ss.s.slots.UserShard(ss.user))
+	shard := ss.s.slots.UserShard(ss.user)
+	state, err := ss.s.reader(ctx, shard)
 	if err != nil {
 		return nil, err
 	}
-	info, err := state.UserInfo(ss.user)
+	var info log.LogInfo
+	var lease raftstore.Lease
+	if r, ok := state.(*remoteReader); ok {
+		info, lease, err = r.userInfoLeased(ss.user)
+	} else if lease, _, err = ss.s.node.WatchLease(shard); err == nil {
+		info, err = state.UserInfo(ss.user)
+	}
 	if err != nil {
 		return nil, err
+	}
+	if !lease.Held {
+		return nil, fmt.Errorf("%w: the replica of shard %d answering has not heard from its leader for %v, so its head may be behind",
+			raftstore.ErrNoLeader, shard, lease.Unheard.Round(time.Millisecond))
 	}
 	return &proto.Head{ID: q.ID, Epoch: proto.Epoch(info.Epoch), Head: proto.Position(info.Head), First: proto.Position(info.First)}, nil
 }

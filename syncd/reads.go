@@ -3,6 +3,7 @@ package syncd
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/syncd-dev/syncd/log"
@@ -21,6 +22,7 @@ type shardReader interface {
 	Conversation(conv, uid string) (log.ConvState, error)
 	UserConvs(uid, after string, limit int) ([]string, error)
 	MembersAfter(conv, uid, after string, limit int) ([]log.Member, bool, error)
+	UserGroups(uids []string) ([]int, error)
 	ReadConvBefore(conv string, before log.Position, lim log.Limit) (log.Read, error)
 	ReadUser(uid string, epoch log.Epoch, from log.Position, lim log.Limit) (log.Read, error)
 }
@@ -62,8 +64,14 @@ func (r *remoteReader) call(op peer.Op, args peer.ReadArgs) (peer.ReadAnswer, er
 }
 
 func (r *remoteReader) UserInfo(uid string) (log.LogInfo, error) {
+	info, _, err := r.userInfoLeased(uid)
+	return info, err
+}
+
+// userInfoLeased is UserInfo with the answering replica's lease.
+func (r *remoteReader) userInfoLeased(uid string) (log.LogInfo, raftstore.Lease, error) {
 	a, err := r.call(peer.OpUserInfo, peer.ReadArgs{UID: uid})
-	return a.Info.Log(), err
+	return a.Info.Log(), raftstore.Lease{Held: !a.Stale, Unheard: time.Duration(a.UnheardMS) * time.Millisecond}, err
 }
 
 func (r *remoteReader) Conversation(conv, uid string) (log.ConvState, error) {
@@ -83,6 +91,14 @@ func (r *remoteReader) MembersAfter(conv, uid, after string, limit int) ([]log.M
 		page[i] = log.Member{User: m.User, Role: log.Role(m.Role)}
 	}
 	return page, a.More, err
+}
+
+func (r *remoteReader) UserGroups(uids []string) ([]int, error) {
+	a, err := r.call(peer.OpUserGroups, peer.ReadArgs{UIDs: uids})
+	if err == nil && len(a.Counts) != len(uids) {
+		err = fmt.Errorf("%w: %d group counts for %d users", peer.ErrFormat, len(a.Counts), len(uids))
+	}
+	return a.Counts, err
 }
 
 func (r *remoteReader) ReadConvBefore(conv string, before log.Position, lim log.Limit) (log.Read, error) {
@@ -138,9 +154,10 @@ func (s *Server) handleReads(p *peer.Peer) {
 			return f(ctx, state, req.Shard, a)
 		})
 	}
-	read(peer.OpUserInfo, func(_ context.Context, state *log.Shard, _ raftstore.ShardID, a peer.ReadArgs) (peer.ReadAnswer, error) {
+	read(peer.OpUserInfo, func(_ context.Context, state *log.Shard, shard raftstore.ShardID, a peer.ReadArgs) (peer.ReadAnswer, error) {
+		l, _, _ := s.node.WatchLease(shard)
 		info, err := state.UserInfo(a.UID)
-		return peer.ReadAnswer{Info: peer.FromLogInfo(info)}, err
+		return withLease(peer.ReadAnswer{Info: peer.FromLogInfo(info)}, l), err
 	})
 	read(peer.OpConversation, func(_ context.Context, state *log.Shard, _ raftstore.ShardID, a peer.ReadArgs) (peer.ReadAnswer, error) {
 		c, err := state.Conversation(a.Conv, a.UID)
@@ -157,6 +174,13 @@ func (s *Server) handleReads(p *peer.Peer) {
 			ans.Members[i] = peer.Member{User: m.User, Role: uint8(m.Role)}
 		}
 		return ans, err
+	})
+	read(peer.OpUserGroups, func(_ context.Context, state *log.Shard, _ raftstore.ShardID, a peer.ReadArgs) (peer.ReadAnswer, error) {
+		if len(a.UIDs) > peer.MaxReadCount {
+			return peer.ReadAnswer{}, fmt.Errorf("%w: %d users, at most %d", peer.ErrFormat, len(a.UIDs), peer.MaxReadCount)
+		}
+		counts, err := state.UserGroups(a.UIDs)
+		return peer.ReadAnswer{Counts: counts}, err
 	})
 	read(peer.OpReadConvBefore, func(_ context.Context, state *log.Shard, _ raftstore.ShardID, a peer.ReadArgs) (peer.ReadAnswer, error) {
 		rd, err := state.ReadConvBefore(a.Conv, log.Position(a.Pos), a.Limit())

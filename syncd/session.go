@@ -126,6 +126,9 @@ func (ss *session) answer(ctx context.Context, req proto.Request) proto.Frame {
 		if ok, wait := ss.s.memberAdds.take(ss.user, now, float64(len(app.Members))); !ok {
 			return rateLimited(id, fmt.Sprintf("this user may add at most %d members to groups per minute", ss.s.cfg.MembersPerMinute), wait)
 		}
+		if err := ss.s.checkGroupsPerUser(ctx, app); err != nil {
+			return wireError(ss.s.logger, id, err)
+		}
 	}
 	if !ss.s.inflight.enter() {
 		return overloaded(id, "requests in flight", 100*time.Millisecond)

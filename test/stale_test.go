@@ -279,6 +279,10 @@ func TestIsolatedNodeSaysStaleAndFailsFast(t *testing.T) {
 	if took > time.Second {
 		t.Fatalf("the refusal took %v: it must not wait for a leader (request timeout 10 s)", took)
 	}
+	// So does a HeadCheck: its head would claim as much as a heartbeat.
+	if e, ok := alice.Do(&proto.HeadCheck{ID: alice.ID()}).(*proto.Error); !ok || e.Code != proto.CodeUnavailable || e.RetryAfterMs == 0 {
+		t.Fatalf("HeadCheck on the cut-off node: %#v, want unavailable with a retry-after", e)
+	}
 
 	// bob goes on through the majority; the tablet queues a message on the cut-off node.
 	for i := 1; i <= 5; i++ {
@@ -445,6 +449,10 @@ func TestStaleReplicaOnAnotherNode(t *testing.T) {
 		if _, ok := sf.f.(*proto.Heartbeat); ok && sf.at.Sub(began) > staleLease {
 			t.Fatalf("a heartbeat %v after the cut, beyond the lease", sf.at.Sub(began))
 		}
+	}
+	// A HeadCheck read through the stale replica is refused like a heartbeat is withheld.
+	if e, ok := alice.Do(&proto.HeadCheck{ID: alice.ID()}).(*proto.Error); !ok || e.Code != proto.CodeUnavailable || e.RetryAfterMs == 0 {
+		t.Fatalf("HeadCheck through the stale replica on %s: %#v, want unavailable with a retry-after", via, e)
 	}
 	for i := range 3 {
 		sendAcked(t, bob, func(id uint64) proto.Frame {

@@ -73,6 +73,7 @@ type fileConfig struct {
 	MaxConnsPerUser        int      `toml:"max_connections_per_user"`
 	MaxGroupSize           int      `toml:"max_group_size"`
 	MembersPerMinute       int      `toml:"members_per_minute"`
+	MaxGroupsPerUser       int      `toml:"max_groups_per_user"`
 	LogLevel               string   `toml:"log_level"`
 	LogFormat              string   `toml:"log_format"`
 }
@@ -216,7 +217,7 @@ func (o options) toConfig(logOut io.Writer) (syncd.Config, error) {
 		RetentionInterval: time.Duration(s.RetentionInterval), RequestTimeout: time.Duration(s.RequestTimeout),
 		SendRate: s.SendRate, SendBurst: s.SendBurst, MaxInFlight: s.MaxInFlight, MaxHandshakes: s.MaxHandshakes,
 		QueryRate: s.QueryRate, QueryBurst: s.QueryBurst, MaxConnectionsPerUser: s.MaxConnsPerUser,
-		MaxGroupSize: s.MaxGroupSize, MembersPerMinute: s.MembersPerMinute,
+		MaxGroupSize: s.MaxGroupSize, MembersPerMinute: s.MembersPerMinute, MaxGroupsPerUser: s.MaxGroupsPerUser,
 		MaxTokenLifetime: time.Duration(s.MaxTokenLifetime), HelloTimeout: time.Duration(s.HelloTimeout),
 		MaxHandshakesPerSource: s.MaxHandshakesPerSource,
 		MinFreeDisk:            int64(s.MinFreeDisk),
@@ -335,7 +336,8 @@ func (o options) toConfig(logOut io.Writer) (syncd.Config, error) {
 		{"send-burst", s.SendBurst, 1}, {"max-in-flight", s.MaxInFlight, 1}, {"max-handshakes", s.MaxHandshakes, 1},
 		{"max-handshakes-per-source", s.MaxHandshakesPerSource, 1},
 		{"query-burst", s.QueryBurst, 1}, {"max-connections-per-user", s.MaxConnsPerUser, 1},
-		{"max-group-size", s.MaxGroupSize, 2}, {"members-per-minute", s.MembersPerMinute, proto.MaxMembers}} {
+		{"max-group-size", s.MaxGroupSize, 2}, {"members-per-minute", s.MembersPerMinute, proto.MaxMembers},
+		{"max-groups-per-user", s.MaxGroupsPerUser, 1}} {
 		if n.value < n.least {
 			bad(n.flag, "must be at least %d", n.least)
 		}

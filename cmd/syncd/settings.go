@@ -56,7 +56,7 @@ func fromConfig(cfg syncd.Config) fileConfig {
 		RetentionInterval: duration(cfg.RetentionInterval), RequestTimeout: duration(cfg.RequestTimeout),
 		SendRate: cfg.SendRate, SendBurst: cfg.SendBurst, MaxInFlight: cfg.MaxInFlight, MaxHandshakes: cfg.MaxHandshakes,
 		QueryRate: cfg.QueryRate, QueryBurst: cfg.QueryBurst, MaxConnsPerUser: cfg.MaxConnectionsPerUser,
-		MaxGroupSize: cfg.MaxGroupSize, MembersPerMinute: cfg.MembersPerMinute,
+		MaxGroupSize: cfg.MaxGroupSize, MembersPerMinute: cfg.MembersPerMinute, MaxGroupsPerUser: cfg.MaxGroupsPerUser,
 		MinFreeDisk:      int(max(cfg.MinFreeDisk, 0)), // negative (off) is spelled 0
 		MaxTokenLifetime: duration(cfg.MaxTokenLifetime), HelloTimeout: duration(cfg.HelloTimeout),
 		MaxHandshakesPerSource: cfg.MaxHandshakesPerSource,
@@ -288,6 +288,10 @@ var settings = []setting{
 		usage: "users one user may name in group creations and additions per minute (at least 1000)",
 		doc: "Users one user may name in group creations and additions per minute, so nobody fills others' " +
 			"logs with groups; excess gets RateLimited with a retry-after. At least 1000 (one full request)."},
+	{key: "max_groups_per_user", field: func(c *fileConfig) any { return &c.MaxGroupsPerUser },
+		usage: "most groups one user may be a member of",
+		doc: "Most groups one user may be a member of; a creation or addition naming a user already in that many " +
+			"gets TooManyGroups, so nobody can bury another user's conversation list in groups."},
 
 	{key: "log_level", section: "Logs (to stderr)", field: func(c *fileConfig) any { return &c.LogLevel },
 		usage: "debug, info, warn or error",

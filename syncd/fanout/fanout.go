@@ -553,7 +553,7 @@ func (f *Fanout) batchFor(src, d raftstore.ShardID, prev, last uint64, items []l
 			}
 		}
 		if len(users) > 0 {
-			b.Items = append(b.Items, log.Delivery{Pos: it.Pos, Users: users, Entry: it.Entry})
+			b.Items = append(b.Items, log.Delivery{Pos: it.Pos, Users: users, Entry: it.Entry.CopyFor(users)})
 		}
 	}
 	return b

@@ -32,6 +32,7 @@ const (
 	OpReadUser       Op = 5 // ReadArgs{UID, Epoch, Pos, Limit} → ReadAnswer.Read
 	OpReadUserWait   Op = 6 // as OpReadUser, but a caught-up replica waits up to WaitMS for more
 	OpMembers        Op = 7 // ReadArgs{Conv, UID, After, Count} → ReadAnswer.Members, ReadAnswer.More
+	OpUserGroups     Op = 8 // ReadArgs{UIDs} → ReadAnswer.Counts, one per uid
 )
 
 // Inspections of a replica (the admin API's operator views).
@@ -46,7 +47,7 @@ const (
 var opNames = map[Op]string{
 	OpUserInfo: "user_info", OpConversation: "conversation", OpUserConvs: "user_convs",
 	OpReadConvBefore: "read_conv_before", OpReadUser: "read_user", OpReadUserWait: "read_user_wait",
-	OpMembers: "members",
+	OpMembers: "members", OpUserGroups: "user_groups",
 	OpCursors: "cursors", OpTraceHome: "trace_home", OpTraceUsers: "trace_users",
 	OpDeadLetters: "dead_letters", OpDeadLetter: "dead_letter",
 }

@@ -21,6 +21,8 @@ type ReadArgs struct {
 	LimitBytes int    `msgpack:"limit_bytes"`
 	Count      int    `msgpack:"count"` // UserConvs' limit
 	WaitMS     int64  `msgpack:"wait_ms"`
+	// UIDs are OpUserGroups' users, at most MaxReadCount. Omitted when empty (see ReadAnswer).
+	UIDs []string `msgpack:"uids,omitempty"`
 }
 
 // Bounds of one answer, whatever the asking node sends: a read returns at most MaxReadCount
@@ -56,8 +58,10 @@ type ReadAnswer struct {
 	// omitted when zero, so the answers of older operations keep their bytes.
 	Members []Member `msgpack:"members,omitempty"`
 	More    bool     `msgpack:"more,omitempty"`
+	// Counts answers OpUserGroups.
+	Counts []int `msgpack:"counts,omitempty"`
 	// Stale and UnheardMS carry the lease of the answering replica (raftstore.Lease) with the
-	// reads of a user log (OpReadUser, OpReadUserWait), taken before the read: Stale when it does
+	// reads of a user log (OpUserInfo, OpReadUser, OpReadUserWait), taken before the read: Stale when it does
 	// not hold it, UnheardMS how long it has not heard from its shard's leader. Omitted while it
 	// holds it, so an answer from a node of before them reads as current, as it was taken then.
 	Stale     bool  `msgpack:"stale,omitempty"`

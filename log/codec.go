@@ -3,6 +3,7 @@ package log
 import (
 	"encoding/binary"
 	"math"
+	"math/bits"
 )
 
 // A tiny append-style binary codec shared by every persisted value and request encoding in this
@@ -23,6 +24,24 @@ func (e *encoder) strs(v []string) {
 	for _, s := range v {
 		e.str(s)
 	}
+}
+
+// Encoded lengths, for sizing buffers once.
+func uvarintLen(v uint64) int { return (bits.Len64(v|1) + 6) / 7 }
+func varintLen(v int64) int {
+	u := uint64(v) << 1
+	if v < 0 {
+		u = ^u
+	}
+	return uvarintLen(u)
+}
+func strLen(s string) int { return uvarintLen(uint64(len(s))) + len(s) }
+func strsLen(v []string) int {
+	n := uvarintLen(uint64(len(v)))
+	for _, s := range v {
+		n += strLen(s)
+	}
+	return n
 }
 
 type decoder struct {

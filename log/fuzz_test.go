@@ -89,7 +89,13 @@ func FuzzDeliveryBatchUnmarshal(f *testing.F) {
 func FuzzDecodeEntry(f *testing.F) {
 	addSeeds(f, encodeEntry(&goldenEntry), encodeEntry(&Entry{}))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		roundTrip(t, data, func(b []byte) (Entry, error) { return decodeEntry(b, 5) }, func(e Entry) []byte { return encodeEntry(&e) })
+		roundTrip(t, data, func(b []byte) (Entry, error) { return decodeEntry(b, 5) }, func(e Entry) []byte {
+			b := encodeEntry(&e)
+			if len(b) != entryLen(&e) || cap(b) != len(b) { // sized exactly, allocated once
+				t.Fatalf("entryLen %d, encoding %d bytes in a buffer of %d", entryLen(&e), len(b), cap(b))
+			}
+			return b
+		})
 	})
 }
 

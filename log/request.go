@@ -1,5 +1,10 @@
 package log
 
+import (
+	"encoding/binary"
+	"slices"
+)
+
 // Binary encodings of the requests that travel inside Raft commands. Like stored values they
 // start with a version byte, and a decoder for a version must be kept as long as a Raft log may
 // still hold it.
@@ -11,9 +16,14 @@ const (
 )
 
 // MarshalBinary encodes the request.
-func (a *Append) MarshalBinary() ([]byte, error) {
+func (a *Append) MarshalBinary() ([]byte, error) { return a.AppendBinary(nil) }
+
+// AppendBinary appends the encoding of the request to b (encoding.BinaryAppender), growing b
+// once: a Raft command puts its header in front without copying the request.
+func (a *Append) AppendBinary(b []byte) ([]byte, error) {
 	v2 := a.Role != 0 || a.MaxGroupSize != 0
-	e := encoder{b: make([]byte, 0, 64+len(a.Body))}
+	e := encoder{b: slices.Grow(b, 2+8*binary.MaxVarintLen64+strLen(a.Conv)+strLen(a.Sender)+strLen(a.ClientMsgID)+
+		uvarintLen(uint64(len(a.Body)))+len(a.Body)+16+strsLen(a.Members))}
 	if v2 {
 		e.u8(requestV2)
 	} else {
@@ -59,8 +69,18 @@ func (a *Append) UnmarshalBinary(b []byte) error {
 }
 
 // MarshalBinary encodes the batch.
-func (b *DeliveryBatch) MarshalBinary() ([]byte, error) {
-	e := encoder{b: make([]byte, 0, 64)}
+func (b *DeliveryBatch) MarshalBinary() ([]byte, error) { return b.AppendBinary(nil) }
+
+// AppendBinary appends the encoding of the batch to buf, growing it once (see
+// Append.AppendBinary).
+func (b *DeliveryBatch) AppendBinary(buf []byte) ([]byte, error) {
+	size := 1 + 4*binary.MaxVarintLen64
+	for i := range b.Items {
+		it := &b.Items[i]
+		n := entryLen(&it.Entry)
+		size += uvarintLen(it.Pos) + strsLen(it.Users) + uvarintLen(uint64(n)) + n
+	}
+	e := encoder{b: slices.Grow(buf, size)}
 	e.u8(requestV1)
 	e.uvarint(uint64(b.Source))
 	e.uvarint(b.Prev)
@@ -70,7 +90,8 @@ func (b *DeliveryBatch) MarshalBinary() ([]byte, error) {
 		it := &b.Items[i]
 		e.uvarint(it.Pos)
 		e.strs(it.Users)
-		e.bytes(encodeEntry(&it.Entry))
+		e.uvarint(uint64(entryLen(&it.Entry)))
+		e.entry(&it.Entry)
 	}
 	return e.b, nil
 }

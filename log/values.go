@@ -109,8 +109,27 @@ func decodeMember(b []byte) (member, error) {
 
 // encodeEntry encodes everything but Seq, which is part of the key.
 func encodeEntry(x *Entry) []byte {
+	e := encoder{b: make([]byte, 0, entryLen(x))}
+	e.entry(x)
+	return e.b
+}
+
+// entryLen is the exact length of x's encoding, so that buffers holding entries are allocated
+// once: entries are encoded several times per send (the conversation log, the outbox, the
+// delivery batch, every recipient's log), and growing the buffer was a good part of the
+// allocations of the write path.
+func entryLen(x *Entry) int {
+	n := 2 + 16 + strLen(x.Conv) + uvarintLen(uint64(x.ConvSeq)) + strLen(x.Sender) + varintLen(x.Time) +
+		uvarintLen(uint64(len(x.Body))) + len(x.Body) + uvarintLen(uint64(x.ReadUpTo)) + 16 + strsLen(x.Members)
+	if x.Role != 0 || x.MemberCount != 0 {
+		n += 1 + uvarintLen(uint64(x.MemberCount))
+	}
+	return n
+}
+
+// entry appends the encoding of x (see encodeEntry).
+func (e *encoder) entry(x *Entry) {
 	v2 := x.Role != 0 || x.MemberCount != 0
-	e := encoder{b: make([]byte, 0, 48+len(x.Conv)+len(x.Sender)+len(x.Body))}
 	e.u8(versionFor(v2))
 	e.u8(uint8(x.Kind))
 	e.msgID(x.MsgID)
@@ -126,7 +145,6 @@ func encodeEntry(x *Entry) []byte {
 		e.u8(uint8(x.Role))
 		e.uvarint(uint64(x.MemberCount))
 	}
-	return e.b
 }
 
 func decodeEntry(b []byte, seq Position) (Entry, error) {
@@ -232,11 +250,12 @@ type outboxRecord struct {
 }
 
 func (r outboxRecord) encode() []byte {
-	entry := encodeEntry(&r.Entry)
-	e := encoder{b: make([]byte, 0, 8+len(entry)+16*len(r.Recipients))}
+	n := entryLen(&r.Entry)
+	e := encoder{b: make([]byte, 0, 1+strsLen(r.Recipients)+uvarintLen(uint64(n))+n)}
 	e.u8(valueV1)
 	e.strs(r.Recipients)
-	e.bytes(entry)
+	e.uvarint(uint64(n))
+	e.entry(&r.Entry)
 	return e.b
 }
 

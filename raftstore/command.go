@@ -4,6 +4,7 @@ import (
 	"encoding"
 	"encoding/binary"
 	"fmt"
+	"slices"
 
 	"github.com/syncd-dev/syncd/log"
 )
@@ -85,14 +86,17 @@ func (c Command) encode() ([]byte, error) {
 	if c.payload == nil {
 		return nil, fmt.Errorf("raftstore: empty command")
 	}
+	var header [2 + binary.MaxVarintLen64]byte
+	b := append(header[:0], commandV1, byte(c.op))
+	b = binary.AppendVarint(b, c.Time)
+	if a, ok := c.payload.(encoding.BinaryAppender); ok { // the hot commands: one allocation, no copy
+		return a.AppendBinary(b)
+	}
 	p, err := c.payload.MarshalBinary()
 	if err != nil {
 		return nil, err
 	}
-	b := make([]byte, 0, 12+len(p))
-	b = append(b, commandV1, byte(c.op))
-	b = binary.AppendVarint(b, c.Time)
-	return append(b, p...), nil
+	return append(slices.Clip(b), p...), nil
 }
 
 // decodedCommand is a command read back from the Raft log.

@@ -309,6 +309,18 @@ func setupTarget(ctx context.Context, o options) (bench.Target, *inProcess, func
 	sctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- srv.Run(sctx) }()
+	// Load only a ready server, as an operator's load test waits for /readyz: until it has the
+	// cluster map it does not accept, and QUIC refuses handshakes beyond its accept queue
+	// (CONNECTION_REFUSED) — which is what the bench's first dials used to meet.
+	for wait := time.Now().Add(20 * time.Second); srv.Ready() != nil; {
+		if time.Now().After(wait) {
+			cancel()
+			<-done
+			os.RemoveAll(dir)
+			return bench.Target{}, nil, nil, fmt.Errorf("in-process server: %w", srv.Ready())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 	progress("server on %s (admin/pprof on http://%s, admin token in %s)", srv.Addr(), srv.AdminAddr(),
 		filepath.Join(dir, adminapi.TokenFile))
 	t := bench.Target{Addr: srv.Addr().String(), Fingerprint: srv.Fingerprint(),

@@ -90,6 +90,7 @@ func run(args []string) error {
 	fs.IntVar(&sh.catchup, "catchup", 100000, "catchup: entries in the backlog")
 	fs.IntVar(&sh.page, "page", 1000, "catchup: entries per read")
 	fs.IntVar(&sh.conns, "conns", 8, "etcd: client connections the writers and subscribers are spread over")
+	check := fs.Bool("check", false, "check the flags and exit (syncbench does, before its own runs)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -98,8 +99,6 @@ func run(args []string) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	progress("%d CPUs; shapes: %d writers over %d logs, %d-byte values, %v; push %d subscribers at %d/s; catch-up %d in pages of %d",
-		runtime.NumCPU(), sh.writers, sh.users, sh.body, sh.duration, sh.subscribers, sh.rate, sh.catchup, sh.page)
 	var todo []func() error
 	for _, name := range strings.Split(*systems, ",") {
 		name = strings.TrimSpace(name)
@@ -111,6 +110,11 @@ func run(args []string) error {
 			return fmt.Errorf("unknown system %q in -systems: etcd<N> (N members, 1 to 9) or redis", name)
 		}
 	}
+	if *check {
+		return nil
+	}
+	progress("%d CPUs; shapes: %d writers over %d logs, %d-byte values, %v; push %d subscribers at %d/s; catch-up %d in pages of %d",
+		runtime.NumCPU(), sh.writers, sh.users, sh.body, sh.duration, sh.subscribers, sh.rate, sh.catchup, sh.page)
 	for _, measure := range todo {
 		if err := measure(); err != nil {
 			return err

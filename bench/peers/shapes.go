@@ -309,8 +309,19 @@ func measure(ctx context.Context, st store, sys system, sh shapes) {
 		if r.Failed != "" {
 			progress("%s: %s failed: %s", sys.name, shape.name, r.Failed)
 		} else {
-			progress("%s: %s: %.0f/s, p50 %v, p99 %v, count %d, errors %d; %s", sys.name, shape.name, r.PerSec, r.P50, r.P99, r.Count, r.Errors, r.Note)
+			progress("%s: %s: %s; %s", sys.name, shape.name, summary(r), r.Note)
 		}
 		emit(r)
 	}
+}
+
+// summary is a result's figures, for a progress line.
+func summary(r peerresult.Result) string {
+	switch r.Shape {
+	case peerresult.Appends:
+		return fmt.Sprintf("%.0f acked/s, p50 %v, p99 %v, %d failed", r.PerSec, r.P50, r.P99, r.Errors)
+	case peerresult.Push:
+		return fmt.Sprintf("%d values pushed, p50 %v, p99 %v, %d appends failed", r.Count, r.P50, r.P99, r.Errors)
+	}
+	return fmt.Sprintf("%.0f entries/s", r.PerSec)
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -49,6 +50,9 @@ func runPeers(ctx context.Context, o options) error {
 	gen, err := buildPeers(ctx, dir)
 	if err != nil {
 		return err
+	}
+	if out, err := exec.CommandContext(ctx, gen, append(peerArgs(o), "-check")...).CombinedOutput(); err != nil {
+		return fmt.Errorf("peer load generator: %s", bytes.TrimSpace(out))
 	}
 	bin := o.syncd
 	if bin == "" {
@@ -156,9 +160,7 @@ func buildPeers(ctx context.Context, dir string) (string, error) {
 // (its standard error) go to standard output, in order with this program's own. On an interrupt
 // it gets SIGINT, to stop its servers and remove their directories, and is killed 30 s later.
 func runPeerGenerator(ctx context.Context, bin string, o options) ([]peerresult.Result, error) {
-	cmd := exec.CommandContext(ctx, bin, "-systems", o.peers, "-duration", o.duration.String(),
-		"-writers", strconv.Itoa(o.senders), "-users", strconv.Itoa(o.users), "-body", strconv.Itoa(o.body),
-		"-subscribers", strconv.Itoa(o.subscribers), "-rate", strconv.Itoa(o.rate), "-catchup", strconv.Itoa(o.catchup))
+	cmd := exec.CommandContext(ctx, bin, peerArgs(o)...)
 	cmd.Stderr = os.Stdout
 	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGINT) }
 	cmd.WaitDelay = 30 * time.Second
@@ -175,6 +177,14 @@ func runPeerGenerator(ctx context.Context, bin string, o options) ([]peerresult.
 		return results, errors.Join(rerr, fmt.Errorf("peer load generator: %w", err))
 	}
 	return results, rerr
+}
+
+// peerArgs are the generator's flags for o's shapes: syncbench's own sizes where the shapes
+// share them (-senders writers, -body, -rate, -catchup, -duration).
+func peerArgs(o options) []string {
+	return []string{"-systems", o.peers, "-duration", o.duration.String(),
+		"-writers", strconv.Itoa(o.senders), "-users", strconv.Itoa(o.users), "-body", strconv.Itoa(o.body),
+		"-subscribers", strconv.Itoa(o.subscribers), "-rate", strconv.Itoa(o.rate), "-catchup", strconv.Itoa(o.catchup)}
 }
 
 // peerRows turns the generator's results into table rows, each with the figure for the same

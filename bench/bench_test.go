@@ -4,6 +4,10 @@ import (
 	"context"
 	"testing"
 	"time"
+
+	"github.com/quic-go/quic-go"
+
+	"github.com/syncd-dev/syncd/proto"
 )
 
 // TestBareQUIC runs the bare-QUIC reference briefly: it needs no server.
@@ -30,5 +34,37 @@ func TestPercentile(t *testing.T) {
 	}
 	if p := percentile(nil, 0.5); p != 0 {
 		t.Errorf("p50 of nothing = %v", p)
+	}
+}
+
+// TestRefusedBusy: a handshake refused for want of room is retried after the server's own
+// retry-after, read from the close reason (proto.ErrorFromClose), and one QUIC refuses before
+// the server accepts after a short growing pause; any other failure is not retried.
+func TestRefusedBusy(t *testing.T) {
+	closed := asProtoError(&quic.ApplicationError{Remote: true, ErrorCode: quic.ApplicationErrorCode(proto.CodeOverloaded),
+		ErrorMessage: proto.CloseReason(&proto.Error{Code: proto.CodeOverloaded, RetryAfterMs: 1500, Message: "handshakes"})})
+	for _, c := range []struct {
+		name    string
+		err     error
+		attempt int
+		wait    time.Duration
+		busy    bool
+	}{
+		{"overloaded, its retry-after", closed, 1, 1500 * time.Millisecond, true},
+		{"too many connections, its retry-after", &proto.Error{Code: proto.CodeTooManyConnections, RetryAfterMs: 5000}, 3, 5 * time.Second, true},
+		{"overloaded without a hint", &proto.Error{Code: proto.CodeOverloaded}, 2, 200 * time.Millisecond, true},
+		{"CONNECTION_REFUSED", &quic.TransportError{Remote: true, ErrorCode: quic.ConnectionRefused}, 1, 100 * time.Millisecond, true},
+		{"CONNECTION_REFUSED, late attempt", &quic.TransportError{Remote: true, ErrorCode: quic.ConnectionRefused}, 9, 2 * time.Second, true},
+		{"our own refusal", &quic.TransportError{Remote: false, ErrorCode: quic.ConnectionRefused}, 1, 0, false},
+		{"unauthenticated", &proto.Error{Code: proto.CodeUnauthenticated}, 1, 0, false},
+		{"a timeout", context.DeadlineExceeded, 1, 0, false},
+	} {
+		wait, busy := refusedBusy(c.err, c.attempt)
+		if wait != c.wait || busy != c.busy {
+			t.Errorf("%s: refusedBusy = %v, %v; want %v, %v", c.name, wait, busy, c.wait, c.busy)
+		}
+	}
+	if pe, ok := closed.(*proto.Error); !ok || pe.Message != "handshakes" {
+		t.Errorf("asProtoError of a close = %#v", closed)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -88,28 +89,53 @@ type client struct {
 
 func (c *client) close() { c.conn.CloseWithError(0, "") }
 
-// connect dials and authenticates user's device on node k mod len(d.addrs), retrying a
-// handshake refused as overloaded or with too many connections after the server's retry-after (a
-// few times).
+// connect dials and authenticates user's device on node k mod len(d.addrs). A handshake the
+// server refuses for want of room (overloaded: its handshake gate or this address's share of it;
+// too many connections) is retried after the server's retry-after, from the close reason; one
+// that QUIC itself refuses (CONNECTION_REFUSED: the server's accept queue is full, or it is not
+// accepting yet) after a short growing pause. Both are a busy server, not a failure, so connect
+// tries up to connectTries times before giving up.
 func (d *dialer) connect(ctx context.Context, user string, k int) (*client, error) {
 	token, err := d.t.Token(user, device)
 	if err != nil {
 		return nil, err
 	}
-	for attempt := 0; ; attempt++ {
+	for attempt := 1; ; attempt++ {
 		c, err := d.connectOnce(ctx, d.addrs[k%len(d.addrs)], user, token)
-		var pe *proto.Error
-		if err == nil || attempt >= 5 || !errors.As(err, &pe) ||
-			(pe.Code != proto.CodeOverloaded && pe.Code != proto.CodeTooManyConnections) {
+		wait, busy := refusedBusy(err, attempt)
+		if err == nil || !busy || attempt >= connectTries {
 			return c, err
 		}
-		wait := max(pe.RetryAfter(), 200*time.Millisecond) << attempt
+		// Up to a quarter more than asked, so that refused dials do not all come back at once.
+		wait += time.Duration(rand.Int64N(int64(wait/4) + 1))
 		select {
 		case <-time.After(wait):
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		}
 	}
+}
+
+// connectTries bounds the attempts of one connect refused as busy (refusedBusy).
+const connectTries = 10
+
+// refusedBusy reports whether err is a handshake refused because the server is busy, and how
+// long to wait before attempt+1: the server's retry-after when it gave one, else 100 ms doubling
+// with each attempt, at most 2 s.
+func refusedBusy(err error, attempt int) (time.Duration, bool) {
+	backoff := min(100*time.Millisecond<<min(attempt-1, 5), 2*time.Second)
+	var pe *proto.Error
+	if errors.As(err, &pe) && (pe.Code == proto.CodeOverloaded || pe.Code == proto.CodeTooManyConnections) {
+		if pe.RetryAfterMs > 0 {
+			return pe.RetryAfter(), true
+		}
+		return backoff, true
+	}
+	var te *quic.TransportError
+	if errors.As(err, &te) && te.Remote && te.ErrorCode == quic.ConnectionRefused {
+		return backoff, true
+	}
+	return 0, false
 }
 
 func (d *dialer) connectOnce(ctx context.Context, addr *net.UDPAddr, user, token string) (*client, error) {
@@ -154,11 +180,12 @@ func (d *dialer) connectOnce(ctx context.Context, addr *net.UDPAddr, user, token
 }
 
 // asProtoError turns a connection closed by the server with an application code into the
-// matching *proto.Error (the server may close before its Error frame arrives).
+// matching *proto.Error, with the code, retry-after and message of the close (the server may
+// close before its Error frame arrives; proto.ErrorFromClose).
 func asProtoError(err error) error {
 	var ae *quic.ApplicationError
-	if errors.As(err, &ae) && ae.Remote {
-		return &proto.Error{Code: proto.Code(ae.ErrorCode), Message: ae.ErrorMessage, RetryAfterMs: 1000}
+	if errors.As(err, &ae) && ae.Remote && ae.ErrorCode != 0 {
+		return proto.ErrorFromClose(uint64(ae.ErrorCode), ae.ErrorMessage)
 	}
 	return err
 }

@@ -18,6 +18,15 @@
 //
 //	go run ./cmd/syncbench -scenario cluster
 //	go run ./cmd/syncbench -scenario cluster -repeat 5 -cpuprofile /tmp/prof
+//
+// -scenario peers (issue #11) is separate from "all" too: it measures syncd's sends, delivery and
+// catchup on a 1-node and a -nodes syncd (child processes, as for cluster), then the same shapes
+// on the systems syncd's users would pick instead, where they are installed — etcd with one
+// member and with three, Redis streams with appendfsync always — run by the peer load generator
+// bench/peers (a Go module of its own, built here), and reads each peer figure as a ratio of
+// syncd's with as many nodes, from the same invocation:
+//
+//	go run ./cmd/syncbench -scenario peers
 package main
 
 import (
@@ -67,12 +76,15 @@ type options struct {
 	// -scenario cluster only
 	nodes, repeat, failovers int
 	syncd, cpuprofile        string
+	// -scenario peers only
+	peers              string
+	users, subscribers int
 }
 
 func run(args []string) error {
 	fs := flag.NewFlagSet("syncbench", flag.ContinueOnError)
 	var o options
-	fs.StringVar(&o.scenario, "scenario", "all", "all, bare, sends, overload, delivery, catchup, idle, or cluster (not part of all)")
+	fs.StringVar(&o.scenario, "scenario", "all", "all, bare, sends, overload, delivery, catchup, idle; or cluster, peers (not part of all)")
 	fs.DurationVar(&o.duration, "duration", 10*time.Second, "duration of each timed scenario")
 	fs.IntVar(&o.devices, "devices", 1000, "connected devices in sends and overload")
 	fs.IntVar(&o.senders, "senders", 64, "concurrent senders in sends")
@@ -85,11 +97,14 @@ func run(args []string) error {
 	fs.StringVar(&o.dataDir, "data-dir", "", "the external server's data directory (token secret, tls.crt/tls.key)")
 	fs.IntVar(&o.shards, "shards", 8, "shards of the in-process server, and of every node of -scenario cluster")
 	fs.StringVar(&o.fingerprint, "fingerprint", "", "internal: certificate fingerprint for -scenario idle-client")
-	fs.IntVar(&o.nodes, "nodes", 3, "cluster: nodes of the cluster")
+	fs.IntVar(&o.nodes, "nodes", 3, "cluster, peers: nodes of the cluster")
 	fs.IntVar(&o.repeat, "repeat", 3, "cluster: runs of sends and delivery on each side, and catch-up replays through each node")
 	fs.IntVar(&o.failovers, "failovers", 3, "cluster: leader kills")
-	fs.StringVar(&o.syncd, "syncd", "", "cluster: syncd binary for the nodes (default: go build ./cmd/syncd into a temp dir)")
+	fs.StringVar(&o.syncd, "syncd", "", "cluster, peers: syncd binary for the nodes (default: go build ./cmd/syncd into a temp dir)")
 	fs.StringVar(&o.cpuprofile, "cpuprofile", "", "cluster: directory for CPU profiles of every node during the first sends run on each side")
+	fs.StringVar(&o.peers, "peers", "etcd1,etcd3,redis", "peers: the peers to measure: etcd<N> (an etcd cluster of N members), redis")
+	fs.IntVar(&o.users, "users", 10000, "peers: logs the peers' appends go to at random")
+	fs.IntVar(&o.subscribers, "subscribers", 200, "peers: live subscribers in the peers' push shape")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -100,6 +115,9 @@ func run(args []string) error {
 	}
 	if o.scenario == "cluster" {
 		return runCluster(ctx, o)
+	}
+	if o.scenario == "peers" {
+		return runPeers(ctx, o)
 	}
 	want := map[string]bool{}
 	for _, s := range []string{"bare", "sends", "overload", "delivery", "catchup", "idle"} {
@@ -309,6 +327,18 @@ func setupTarget(ctx context.Context, o options) (bench.Target, *inProcess, func
 	sctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- srv.Run(sctx) }()
+	// Load only a ready server, as an operator's load test waits for /readyz: until it has the
+	// cluster map it does not accept, and QUIC refuses handshakes beyond its accept queue
+	// (CONNECTION_REFUSED) — which is what the bench's first dials used to meet.
+	for wait := time.Now().Add(20 * time.Second); srv.Ready() != nil; {
+		if time.Now().After(wait) {
+			cancel()
+			<-done
+			os.RemoveAll(dir)
+			return bench.Target{}, nil, nil, fmt.Errorf("in-process server: %w", srv.Ready())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 	progress("server on %s (admin/pprof on http://%s, admin token in %s)", srv.Addr(), srv.AdminAddr(),
 		filepath.Join(dir, adminapi.TokenFile))
 	t := bench.Target{Addr: srv.Addr().String(), Fingerprint: srv.Fingerprint(),

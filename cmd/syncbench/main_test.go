@@ -1,0 +1,32 @@
+package main
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/syncd-dev/syncd/bench"
+)
+
+// TestInProcessSends runs the sends scenario the way `syncbench -scenario sends` does: against a
+// fresh in-process server, with more devices dialled than the server admits handshakes from one
+// address at once (max_handshakes_per_source, 16) and than QUIC queues before the server accepts
+// (32). It used to fail at once with CONNECTION_REFUSED; every device must now connect and sends
+// be acked.
+func TestInProcessSends(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	target, _, cleanup, err := setupTarget(ctx, options{shards: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cleanup()
+	r, err := bench.Sends(ctx, target, 100, 8, 500*time.Millisecond, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Acked == 0 || r.Errors != 0 {
+		t.Fatalf("sends: %+v", r)
+	}
+	t.Logf("%.0f acked/s, p99 %v", r.PerSec, r.P99)
+}

@@ -30,9 +30,9 @@ import (
 // DefaultConfig.
 const (
 	// startHeadroom is what a start needs on top of replaying the write-ahead log: Pebble
-	// creates a new log (preallocated up to a memtable, 16 MiB here) and writes its manifest
-	// and options, and Raft records its terms and votes before anything else is written.
-	startHeadroom = 32 << 20
+	// creates a new log (preallocated to 110% of a memtable, 64 MiB here) and writes its
+	// manifest and options, and Raft records its terms and votes before anything else is written.
+	startHeadroom = 96 << 20
 	// diskWALSuffix names Pebble's write-ahead log files in the store directory.
 	diskWALSuffix = ".log"
 	// noSpaceRetry is how often Pebble retries a flush or compaction that failed for lack of

@@ -202,7 +202,7 @@ func TestStartRefusedOnFullDisk(t *testing.T) {
 		want    []string
 	}{
 		{"below half the watermark", 0, 10 << 20, []string{"10.0 MiB free", "needs 256.0 MiB", "half of min_free_disk 512.0 MiB is 256.0 MiB"}},
-		{"watermark off", -1, 1 << 20, []string{"1.0 MiB free", "needs 32.0 MiB", "min_free_disk is off", "replaying 0 B of write-ahead log"}},
+		{"watermark off", -1, 1 << 20, []string{"1.0 MiB free", "needs 96.0 MiB", "min_free_disk is off", "replaying 0 B of write-ahead log"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
@@ -371,7 +371,7 @@ func TestFullDiskKeepsAckedDataAndReads(t *testing.T) {
 // system (a tmpfs; needs root, skipped otherwise): filling it below the watermark stops writes
 // and emptying it resumes them; a full one refuses the start and names the directory.
 func TestWatermarkOnRealTmpfs(t *testing.T) {
-	mnt := testkit.Tmpfs(t, 96<<20)
+	mnt := testkit.Tmpfs(t, 192<<20)
 	dir := filepath.Join(mnt, "node")
 	tweak := func(c *raftstore.Config) {
 		c.MinFreeDisk = 32 << 20

@@ -19,7 +19,7 @@ import (
 // retry-after of lowDiskRetryAfter, while devices keep syncing what was acknowledged, queries
 // answer, and /readyz and /metrics say why; once space is freed the same send is taken.
 func TestLowDiskRefusesWritesKeepsReads(t *testing.T) {
-	mnt := testkit.Tmpfs(t, 128<<20)
+	mnt := testkit.Tmpfs(t, 256<<20)
 	ts := startServer(t, func(c *Config) { c.Dir, c.MinFreeDisk = filepath.Join(mnt, "data"), 40<<20 })
 	alice := connect(t, ts, "alice", "phone")
 	bob := connect(t, ts, "bob", "laptop")

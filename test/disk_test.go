@@ -15,7 +15,7 @@ import (
 	"github.com/syncd-dev/syncd/test/testkit"
 )
 
-// TestFullDiskProcess runs a real syncd process on a real, small disk (a 128 MiB tmpfs; needs
+// TestFullDiskProcess runs a real syncd process on a real, small disk (a 256 MiB tmpfs; needs
 // root, skipped otherwise) and fills it. Below min_free_disk the node refuses sends with
 // unavailable and a retry-after, says why in /readyz and its log (once), and keeps serving what
 // it acknowledged. Restarted on the full disk, it exits within seconds with a message naming
@@ -24,7 +24,7 @@ import (
 // it acknowledged.
 func TestFullDiskProcess(t *testing.T) {
 	skipShort(t)
-	mnt := testkit.Tmpfs(t, 128<<20)
+	mnt := testkit.Tmpfs(t, 256<<20)
 	data := filepath.Join(mnt, "n1")
 	c, err := proccluster.New(proccluster.Config{Syncd: buildServer(t), Dir: t.TempDir(), Nodes: 1, Shards: 2,
 		Args: []string{"-data-dir", data, "-min-free-disk", strconv.Itoa(40 << 20)}})

@@ -35,10 +35,17 @@ func (t *Tx) appendOutbox(rec outboxRecord) error {
 		t.outboxHead, t.outboxHeadLoaded = head, true
 	}
 	t.outboxHead++
-	if err := t.set(k.outbox(t.outboxHead), rec.encode()); err != nil {
-		return err
+	t.outboxHeadDirty = true // written once, at Commit: one write per batch, not per append
+	return t.set(k.outbox(t.outboxHead), rec.encode())
+}
+
+// outboxInfo is the outbox's retained range as this Tx sees it.
+func (t *Tx) outboxInfo() (OutboxInfo, error) {
+	info, err := outboxInfo(t.b, t.s.k)
+	if t.outboxHeadLoaded {
+		info.Head = t.outboxHead
 	}
-	return t.set(k.meta(metaOutboxHead), encodeUint(t.outboxHead))
+	return info, err
 }
 
 // Outbox returns the retained range of the outbox.
@@ -95,7 +102,7 @@ func (s *Shard) ReadOutbox(from uint64, limit int) ([]OutboxItem, error) {
 // destination has applied them. Trimming past the head is clamped to the head.
 func (t *Tx) TrimOutbox(upTo uint64) error {
 	k := t.s.k
-	info, err := outboxInfo(t.b, k)
+	info, err := t.outboxInfo()
 	if err != nil {
 		return err
 	}

@@ -83,7 +83,7 @@ func (t *Tx) Trim(st Stamp, r *Trim) (uint64, error) {
 		if err := t.TrimOutbox(r.UpTo); err != nil {
 			return 0, err
 		}
-		info, err := outboxInfo(t.b, t.s.k)
+		info, err := t.outboxInfo()
 		return info.First, err
 	}
 	return 0, invalidf("unknown trim target %d", r.Target)

@@ -20,6 +20,7 @@ type Tx struct {
 
 	outboxHead       uint64 // cached by appendOutbox
 	outboxHeadLoaded bool
+	outboxHeadDirty  bool // outboxHead moved; Commit writes it
 
 	// pending holds the log metas written by this Tx, by key; Commit moves them into the
 	// shard's cache of committed metas.
@@ -61,7 +62,13 @@ func (t *Tx) Commit(sync bool) error {
 	if sync {
 		opts = pebble.Sync
 	}
-	err := t.b.Commit(opts)
+	var err error
+	if t.outboxHeadDirty {
+		err = t.set(t.s.k.meta(metaOutboxHead), encodeUint(t.outboxHead))
+	}
+	if err == nil {
+		err = t.b.Commit(opts)
+	}
 	t.Close()
 	if err != nil {
 		return fmt.Errorf("log: commit shard %d: %w", t.s.id, err)

@@ -225,7 +225,8 @@ func (e *Entry) DecodeMsgpack(d *msgpack.Decoder) error {
 	return nil
 }
 
-// reflectEntry is Entry without its methods: what the reflective decoder decodes.
+// reflectEntry is Entry without its methods (EncodeMsgpack, DecodeMsgpack): what the reflective
+// encoder and decoder see, from the struct tags; the tests hold the methods to it.
 type reflectEntry Entry
 
 // decodeField decodes the value of the field named key (or skips it), as the reflective decoder

@@ -277,8 +277,9 @@ type Scan struct {
 	strs    map[string]string
 }
 
-// maxScanStrings bounds the strings a Scan keeps: beyond it they are dropped and made again.
-const maxScanStrings = 1024
+// maxScanStrings bounds the strings a Scan keeps (a few KB): beyond it they are dropped and made
+// again. A backlog of a few conversations needs a handful.
+const maxScanStrings = 256
 
 // ScanUser reads user uid's log like [Shard.ReadUser], but hands each entry to fn as it is
 // decoded, in position order, instead of returning them: fn returns false to stop before the

@@ -3,6 +3,8 @@ package proto
 import (
 	"bytes"
 	"math/rand/v2"
+	"reflect"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -33,6 +35,14 @@ func randomEntry(r *rand.Rand, seq Position) Entry {
 // boundary up to MaxPage — in one builder reused from batch to batch, so that no batch carries
 // bytes of the one before.
 func TestBatchBuilderIsAppendFrame(t *testing.T) {
+	// Frame writes Batch's fields itself: a field added to Batch must be added there too.
+	var fields []string
+	for f := range reflect.TypeFor[Batch]().Fields() {
+		fields = append(fields, f.Name)
+	}
+	if want := []string{"Epoch", "Entries", "Head"}; !slices.Equal(fields, want) {
+		t.Fatalf("Batch has the fields %v; BatchBuilder.Frame writes %v: teach it the new ones", fields, want)
+	}
 	r := rand.New(rand.NewPCG(1, 2))
 	var b BatchBuilder
 	counts := []int{0, 1, 2, 15, 16, 17, 255, 256, MaxPage, 3, 1}

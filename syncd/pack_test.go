@@ -260,16 +260,22 @@ func TestSessionSendNeverExceedsMaxFrame(t *testing.T) {
 // bodies from empty to several KB, receipts, recalls, membership entries with and without their
 // member list.
 func userLog(t *testing.T, n int) (*log.Shard, log.LogInfo) {
+	return fillUserLog(t, n, func(pos uint64) log.Kind { return log.Kind(pos%7 + 1) }, func(pos uint64) int { return int(pos * pos % 5000) })
+}
+
+// fillUserLog delivers n entries to user "u", of kind kind(pos) and, for messages, bodies of
+// size(pos) bytes.
+func fillUserLog(t testing.TB, n int, kind func(pos uint64) log.Kind, size func(pos uint64) int) (*log.Shard, log.LogInfo) {
 	t.Helper()
 	node := raftstoretest.OpenLocal(t, t.TempDir(), 1)
 	t.Cleanup(func() { node.Close() })
 	d := &log.DeliveryBatch{Source: 2, Prev: 0, Last: uint64(n)}
 	for pos := uint64(1); pos <= uint64(n); pos++ {
-		e := log.Entry{Kind: log.Kind(pos%7 + 1), MsgID: log.MsgID{Shard: 2, Index: pos, Sub: uint32(pos % 2)},
+		e := log.Entry{Kind: kind(pos), MsgID: log.MsgID{Shard: 2, Index: pos, Sub: uint32(pos % 2)},
 			Conv: fmt.Sprintf("g%d", pos%3), ConvSeq: log.Position(pos), Sender: fmt.Sprintf("s%d", pos%5), Time: int64(pos) << 40}
 		switch e.Kind {
 		case log.KindMessage:
-			e.Body = body(int(pos), int(pos*pos%5000))
+			e.Body = body(int(pos), size(pos))
 		case log.KindReceipt:
 			e.ReadUpTo = log.Position(pos - 1)
 		case log.KindRecall:
@@ -385,4 +391,57 @@ func TestSessionSendEncodedNeverExceedsMaxFrame(t *testing.T) {
 	if err := ss.sendEncoded(&w, proto.TypeBatch, frame); err != nil || !bytes.Equal(w.Bytes(), frame) {
 		t.Fatalf("a batch that fits: %v, %d bytes written of %d", err, w.Len(), len(frame))
 	}
+}
+
+// BenchmarkSyncBatch is a catching-up sync stream's read and encode of one batch: 256 messages
+// of 256 bytes from a real shard, into the frame that is written. "stream" is the server's path
+// (syncBatch: scanned, encoded once into a kept buffer); "read-pack-append" is the path it
+// replaced (ReadUser copies, wire entries measured with EncodedLen, AppendFrame into a new
+// buffer), kept here as the reference.
+//
+//	go test -run='^$' -bench=SyncBatch -benchmem ./syncd/
+func BenchmarkSyncBatch(b *testing.B) {
+	const n, batch = 20_000, 256
+	st, info := fillUserLog(b, n, func(uint64) log.Kind { return log.KindMessage }, func(uint64) int { return 256 })
+	room := proto.DefaultMaxFrame - proto.PageOverhead
+	lim := log.Limit{Count: batch, Bytes: room}
+	from := func(i int) log.Position { return log.Position(i*batch%(n-batch)) + 1 }
+	b.Run("stream", func(b *testing.B) {
+		var sb syncBatch
+		i := 0
+		b.ReportAllocs()
+		for b.Loop() {
+			res, err := sb.readInto(st, "u", info.Epoch, from(i), lim, room)
+			if err != nil || res.Status != log.ReadEntries || len(sb.times) != batch {
+				b.Fatalf("read: %v %v, %d entries", res.Status, err, len(sb.times))
+			}
+			_ = sb.frame(res.Info.Epoch, res.Info.Head)
+			i++
+		}
+		b.ReportMetric(float64(batch*b.N)/b.Elapsed().Seconds(), "entries/s")
+	})
+	b.Run("read-pack-append", func(b *testing.B) {
+		i := 0
+		b.ReportAllocs()
+		for b.Loop() {
+			res, err := st.ReadUser("u", info.Epoch, from(i), lim)
+			if err != nil || len(res.Entries) != batch {
+				b.Fatalf("read: %v %v", res.Status, err)
+			}
+			out := &proto.Batch{Epoch: proto.Epoch(res.Info.Epoch), Head: proto.Position(res.Info.Head)}
+			used := 0
+			for k := range res.Entries {
+				e := wireEntry(&res.Entries[k])
+				if used += e.EncodedLen(); used > room {
+					break
+				}
+				out.Entries = append(out.Entries, e)
+			}
+			if _, err := proto.AppendFrame(nil, out); err != nil {
+				b.Fatal(err)
+			}
+			i++
+		}
+		b.ReportMetric(float64(batch*b.N)/b.Elapsed().Seconds(), "entries/s")
+	})
 }

@@ -41,21 +41,11 @@ func BenchmarkAppend(b *testing.B) {
 }
 
 // BenchmarkReadUser reads DefaultReadCount entries from a 10,000-entry user log, from rotating
-// positions.
+// positions (BenchmarkScanUser: the same through ScanUser).
 func BenchmarkReadUser(b *testing.B) {
-	const n, batch = 10_000, 500
+	const n = 10_000
 	s := newMemShard(b, testShardID)
-	for start := uint64(0); start < n; start += batch {
-		d := &DeliveryBatch{Source: 2, Prev: start, Last: start + batch}
-		for pos := start + 1; pos <= start+batch; pos++ {
-			d.Items = append(d.Items, Delivery{Pos: pos, Users: []string{"u"}, Entry: Entry{
-				Kind: KindMessage, MsgID: MsgID{Shard: 2, Index: pos}, Conv: "c", ConvSeq: Position(pos),
-				Sender: "v", Time: int64(pos), Body: make([]byte, 100),
-			}})
-		}
-		st := Stamp{Index: start/batch + 1, Time: 1}
-		mustApply(b, s, st, func(tx *Tx) error { _, err := tx.Deliver(st, d); return err })
-	}
+	fillBenchLog(b, s, n)
 	info, err := s.UserInfo("u")
 	if err != nil || info.Head != n {
 		b.Fatalf("setup: %+v %v", info, err)
@@ -69,5 +59,21 @@ func BenchmarkReadUser(b *testing.B) {
 		if err != nil || r.Status != ReadEntries || len(r.Entries) != DefaultReadCount {
 			b.Fatalf("read from %d: %v %d %v", from, r.Status, len(r.Entries), err)
 		}
+	}
+}
+
+// fillBenchLog delivers n messages with 100-byte bodies to user "u", 500 per batch.
+func fillBenchLog(b *testing.B, s *Shard, n uint64) {
+	const batch = 500
+	for start := uint64(0); start < n; start += batch {
+		d := &DeliveryBatch{Source: 2, Prev: start, Last: start + batch}
+		for pos := start + 1; pos <= start+batch; pos++ {
+			d.Items = append(d.Items, Delivery{Pos: pos, Users: []string{"u"}, Entry: Entry{
+				Kind: KindMessage, MsgID: MsgID{Shard: 2, Index: pos}, Conv: "c", ConvSeq: Position(pos),
+				Sender: "v", Time: int64(pos), Body: make([]byte, 100),
+			}})
+		}
+		st := Stamp{Index: start/batch + 1, Time: 1}
+		mustApply(b, s, st, func(tx *Tx) error { _, err := tx.Deliver(st, d); return err })
 	}
 }

@@ -170,66 +170,206 @@ func (s *Shard) ReadConvBefore(conv string, before Position, lim Limit) (Read, e
 // readForward reads a log from position from. A log that does not exist reads as empty, or
 // returns missing if that is not nil.
 func readForward(r pebble.Reader, metaKey, prefix []byte, epoch Epoch, from Position, lim Limit, missing error) (Read, error) {
-	m, ok, err := getLogMeta(r, metaKey)
-	if err == nil && !ok && missing != nil {
-		return Read{}, missing
-	}
-	if from == 0 {
-		return Read{}, invalidf("read position must be 1 or more")
+	rd, m, err := readMeta(r, metaKey, epoch, from, lim, missing)
+	if err != nil || rd.Status != ReadEntries {
+		return rd, err
 	}
 	lim = lim.withDefaults()
-	if err != nil {
-		return Read{}, err
-	}
-	info := LogInfo{Epoch: m.Epoch, First: m.First, Head: m.Head}
-	switch {
-	case epoch != 0 && epoch != m.Epoch:
-		return Read{Status: ReadEpochChanged, Info: info}, nil
-	case from < m.First:
-		return Read{Status: ReadTooOld, Info: info}, nil
-	case from > m.Head:
-		return Read{Status: ReadCaughtUp, Info: info}, nil
-	}
 	entries, err := scanEntries(r, prefix, from, m.Head, lim.Count, lim.Bytes)
 	if err != nil {
 		return Read{}, err
 	}
-	return Read{Status: ReadEntries, Info: info, Entries: entries}, nil
+	rd.Entries = entries
+	return rd, nil
+}
+
+// readMeta is the first half of a forward read from position from: the answer without its
+// entries, and the log's meta. Status ReadEntries means entries from..Head are retained and are
+// to be read next.
+func readMeta(r pebble.Reader, metaKey []byte, epoch Epoch, from Position, lim Limit, missing error) (Read, logMeta, error) {
+	m, ok, err := getLogMeta(r, metaKey)
+	if err == nil && !ok && missing != nil {
+		return Read{}, m, missing
+	}
+	if from == 0 {
+		return Read{}, m, invalidf("read position must be 1 or more")
+	}
+	if err != nil {
+		return Read{}, m, err
+	}
+	info := LogInfo{Epoch: m.Epoch, First: m.First, Head: m.Head}
+	switch {
+	case epoch != 0 && epoch != m.Epoch:
+		return Read{Status: ReadEpochChanged, Info: info}, m, nil
+	case from < m.First:
+		return Read{Status: ReadTooOld, Info: info}, m, nil
+	case from > m.Head:
+		return Read{Status: ReadCaughtUp, Info: info}, m, nil
+	}
+	return Read{Status: ReadEntries, Info: info}, m, nil
 }
 
 // scanEntries returns the entries at positions from..to (inclusive), which the caller knows are
 // retained, up to count entries and about maxBytes bytes (at least one). A missing position is
 // reported as corruption rather than skipped: contiguity is the product.
 func scanEntries(r pebble.Reader, prefix []byte, from, to Position, count, maxBytes int) ([]Entry, error) {
+	out := make([]Entry, 0, min(count, int(to-from)+1))
+	err := scanRange(r, prefix, from, to, count, maxBytes, func(val []byte, seq Position) (int, bool, error) {
+		e, err := decodeEntry(val, seq)
+		if err != nil {
+			return 0, false, err
+		}
+		out = append(out, e)
+		return e.Size(), true, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// scanRange visits the stored values at positions from..to (inclusive), which the caller knows
+// are retained, in order, while fewer than count were taken and their sizes (as visit reports
+// them) add up to less than maxBytes; the first one is always visited. visit reports whether it
+// took the value and whether to go on. A missing position is corruption.
+func scanRange(r pebble.Reader, prefix []byte, from, to Position, count, maxBytes int,
+	visit func(val []byte, seq Position) (size int, more bool, err error)) error {
 	it, err := r.NewIter(&pebble.IterOptions{LowerBound: entryKey(prefix, from), UpperBound: entryKey(prefix, to+1)})
 	if err != nil {
-		return nil, fmt.Errorf("log: read: %w", err)
+		return fmt.Errorf("log: read: %w", err)
 	}
 	defer it.Close()
-	var out []Entry
-	size := 0
+	taken, size := 0, 0
 	want := from
-	for ok := it.First(); ok && len(out) < count && (len(out) == 0 || size < maxBytes); ok = it.Next() {
+	seen := false
+	for ok := it.First(); ok && taken < count && (taken == 0 || size < maxBytes); ok = it.Next() {
+		seen = true
 		key := it.Key()
 		seq := Position(binary.BigEndian.Uint64(key[len(key)-8:]))
 		if seq != want {
-			return nil, corruptf("log has a hole: expected position %d, found %d", want, seq)
+			return corruptf("log has a hole: expected position %d, found %d", want, seq)
 		}
-		e, err := decodeEntry(it.Value(), seq)
+		n, more, err := visit(it.Value(), seq)
 		if err != nil {
-			return nil, fmt.Errorf("position %d: %w", seq, err)
+			return fmt.Errorf("position %d: %w", seq, err)
 		}
-		out = append(out, e)
-		size += e.Size()
-		want++
+		if !more {
+			break
+		}
+		taken, size, want = taken+1, size+n, want+1
 	}
 	if err := it.Error(); err != nil {
-		return nil, fmt.Errorf("log: read: %w", err)
+		return fmt.Errorf("log: read: %w", err)
 	}
-	if len(out) == 0 {
-		return nil, corruptf("log has a hole: position %d missing", from)
+	if !seen {
+		return corruptf("log has a hole: position %d missing", from)
 	}
-	return out, nil
+	return nil
+}
+
+// Scan is the reusable state of [Shard.ScanUser]: the entry it decodes into, the Members list it
+// reuses and the strings it has made, so that ids repeated from entry to entry (a backlog's few
+// conversations and senders) are allocated once. The zero value is ready. A Scan may be reused
+// for any number of scans, one at a time; it is not safe for concurrent use.
+type Scan struct {
+	e       Entry
+	members []string
+	strs    map[string]string
+}
+
+// maxScanStrings bounds the strings a Scan keeps (a few KB): beyond it they are dropped and made
+// again. A backlog of a few conversations needs a handful.
+const maxScanStrings = 256
+
+// ScanUser reads user uid's log like [Shard.ReadUser], but hands each entry to fn as it is
+// decoded, in position order, instead of returning them: fn returns false to stop before the
+// entry it was given (which then does not count as read). The answer's Status and Info are
+// ReadUser's; Entries is always nil. With Status ReadEntries, fn was called at least once.
+//
+// The *Entry given to fn, its Body and its Members are valid only until fn returns: Body aliases
+// the store's memory, and all three are reused for the next entry, so fn copies what it keeps.
+// Its strings (Conv, Sender, Members' items) are ordinary immutable strings and may be kept.
+// ScanUser is for a reader that consumes entries at once (a sync stream encoding a batch); it
+// saves ReadUser's copy of every entry.
+func (s *Shard) ScanUser(sc *Scan, uid string, epoch Epoch, from Position, lim Limit, fn func(*Entry) bool) (Read, error) {
+	if !ValidID(uid) {
+		return Read{}, invalidf("bad user id %q", uid)
+	}
+	snap := s.db.NewSnapshot() // meta and entries from one point in time, despite the writer
+	defer snap.Close()
+	rd, m, err := readMeta(snap, s.k.user(uid), epoch, from, lim, nil)
+	if err != nil || rd.Status != ReadEntries {
+		return rd, err
+	}
+	lim = lim.withDefaults()
+	err = scanRange(snap, s.k.userEntryPrefix(uid), from, m.Head, lim.Count, lim.Bytes, func(val []byte, seq Position) (int, bool, error) {
+		if err := sc.decode(val, seq); err != nil {
+			return 0, false, err
+		}
+		if !fn(&sc.e) {
+			return 0, false, nil
+		}
+		return sc.e.Size(), true, nil
+	})
+	sc.e = Entry{} // keep nothing of the store's memory past the scan
+	if err != nil {
+		return Read{}, err
+	}
+	return rd, nil
+}
+
+// decode decodes the stored entry b at position seq into sc.e (see [Shard.ScanUser]).
+func (sc *Scan) decode(b []byte, seq Position) error {
+	if sc.strs == nil || len(sc.strs) >= maxScanStrings {
+		sc.strs = make(map[string]string, 16)
+	}
+	sc.members = sc.members[:0]
+	return decodeEntryInto(&sc.e, b, seq, sc)
+}
+
+// decodeEntryInto is decodeEntry (values.go) for a Scan: Body aliases b, Members reuses sc's
+// list, strings come from sc.str. The two must decode the same fields in the same order
+// (TestScanDecodesLikeRead holds them together).
+func decodeEntryInto(x *Entry, b []byte, seq Position, sc *Scan) error {
+	d := decoder{b: b}
+	v := d.version("entry", valueV2)
+	*x = Entry{
+		Seq:      seq,
+		Kind:     Kind(d.u8()),
+		MsgID:    d.msgID(),
+		Conv:     sc.str(d.raw(d.uvarint(), "string")),
+		ConvSeq:  Position(d.uvarint()),
+		Sender:   sc.str(d.raw(d.uvarint(), "string")),
+		Time:     d.varint(),
+		Body:     d.raw(d.uvarint(), "bytes"),
+		ReadUpTo: Position(d.uvarint()),
+		Target:   d.msgID(),
+	}
+	if len(x.Body) == 0 {
+		x.Body = nil
+	}
+	if n := d.uvarint(); n > uint64(len(d.b)) { // each string takes at least one byte
+		d.fail("string list")
+	} else if n > 0 {
+		for i := uint64(0); i < n && d.err == nil; i++ {
+			sc.members = append(sc.members, sc.str(d.raw(d.uvarint(), "string")))
+		}
+		x.Members = sc.members
+	}
+	if v >= valueV2 {
+		x.Role, x.MemberCount = Role(d.u8()), int(d.uvarint())
+	}
+	return d.done("entry")
+}
+
+// str returns b as a string, made once per Scan.
+func (sc *Scan) str(b []byte) string {
+	if s, ok := sc.strs[string(b)]; ok { // the lookup does not allocate
+		return s
+	}
+	s := string(b)
+	sc.strs[s] = s
+	return s
 }
 
 // Users returns up to limit user ids of this shard whose logs exist, in id order, starting after

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"io"
+	"reflect"
 	"sync"
 
 	"github.com/vmihailenco/msgpack/v5"
@@ -187,6 +188,120 @@ func (e *Entry) EncodeMsgpack(enc *msgpack.Encoder) error {
 	e.writeFields(&w)
 	return w.err
 }
+
+// DecodeMsgpack decodes e exactly as the pinned reflective decoder would, without reflection:
+// entries are the bulk of what a catching-up client decodes. A map (what every encoder writes)
+// is decoded field by field with the decoder's own functions for each field's type, in whatever
+// order and repetition the keys come, unknown keys skipped; anything else (an array-encoded
+// struct) goes to the reflective decoder. It implements msgpack.CustomDecoder;
+// TestEntryDecodeMsgpackIsReflective and FuzzEntryDecodeMsgpack hold it to the reflective one.
+func (e *Entry) DecodeMsgpack(d *msgpack.Decoder) error {
+	if c, err := d.PeekCode(); err != nil || !isMapCode(c) {
+		return d.DecodeValue(reflect.ValueOf((*reflectEntry)(e)).Elem())
+	}
+	n, err := d.DecodeMapLen()
+	if err != nil {
+		return err
+	}
+	var scratch [16]byte // every key of Entry is shorter
+	for range n {
+		kl, err := d.DecodeBytesLen() // as the reflective decoder reads a key: str, bin or nil
+		if err != nil {
+			return err
+		}
+		var key []byte
+		if kl > len(scratch) {
+			key = make([]byte, kl) // no field has such a name: it is read and skipped
+		} else {
+			key = scratch[:max(kl, 0)]
+		}
+		if err := d.ReadFull(key); err != nil {
+			return err
+		}
+		if err := e.decodeField(d, key); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// reflectEntry is Entry without its methods (EncodeMsgpack, DecodeMsgpack): what the reflective
+// encoder and decoder see, from the struct tags; the tests hold the methods to it.
+type reflectEntry Entry
+
+// decodeField decodes the value of the field named key (or skips it), as the reflective decoder
+// does for the field's kind: uints with DecodeUint64 (truncated to the field's width, as
+// reflect's SetUint does), strings with DecodeString, the body with DecodeBytes, the member list
+// as a string slice decoded into the one there (nil leaves it as it is).
+func (e *Entry) decodeField(d *msgpack.Decoder, key []byte) (err error) {
+	u := func() uint64 {
+		var v uint64
+		v, err = d.DecodeUint64()
+		return v
+	}
+	str := func() string {
+		var v string
+		v, err = d.DecodeString()
+		return v
+	}
+	switch string(key) {
+	case "seq":
+		e.Seq = Position(u())
+	case "kind":
+		e.Kind = Kind(u())
+	case "msg_id":
+		e.MsgID = MsgID(str())
+	case "conv":
+		e.Conv = str()
+	case "conv_seq":
+		e.ConvSeq = Position(u())
+	case "sender":
+		e.Sender = str()
+	case "time":
+		e.Time, err = d.DecodeInt64()
+	case "body":
+		e.Body, err = d.DecodeBytes()
+	case "up_to":
+		e.UpTo = Position(u())
+	case "target":
+		e.Target = MsgID(str())
+	case "members":
+		err = decodeStrings(d, &e.Members)
+	case "role":
+		e.Role = Role(u())
+	case "member_count":
+		e.MemberCount = uint32(u())
+	default:
+		err = d.Skip()
+	}
+	return err
+}
+
+// decodeStrings decodes a string array into *ss as the reflective decoder decodes a []string
+// field: nil leaves *ss as it is, an array replaces it (a non-nil slice, even when empty).
+func decodeStrings(d *msgpack.Decoder, ss *[]string) error {
+	n, err := d.DecodeArrayLen()
+	if err != nil || n == -1 {
+		return err
+	}
+	out := (*ss)[:0]
+	if out == nil {
+		out = make([]string, 0, min(n, maxDecodedStrings))
+	}
+	for range n {
+		s, err := d.DecodeString()
+		if err != nil {
+			return err
+		}
+		out = append(out, s)
+	}
+	*ss = out
+	return nil
+}
+
+// maxDecodedStrings is the most items decodeStrings allocates room for before it has read them,
+// the reflective decoder's own limit.
+const maxDecodedStrings = 1e6
 
 // writeFields visits the fields in declaration order, as the reflective encoder does.
 func (e *Entry) writeFields(w *fieldWriter) {

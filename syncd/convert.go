@@ -1,6 +1,8 @@
 package syncd
 
 import (
+	"strconv"
+
 	"github.com/syncd-dev/syncd/log"
 	"github.com/syncd-dev/syncd/proto"
 )
@@ -20,11 +22,17 @@ func wireEntry(e *log.Entry) proto.Entry {
 	return out
 }
 
+// wireMsgID formats id as log.MsgID.String does, without fmt: every entry of a sync stream
+// carries one.
 func wireMsgID(id log.MsgID) proto.MsgID {
 	if id.IsZero() {
 		return ""
 	}
-	return proto.MsgID(id.String())
+	var b [48]byte // "4294967295.18446744073709551615.4294967295"
+	s := strconv.AppendUint(b[:0], uint64(id.Shard), 10)
+	s = strconv.AppendUint(append(s, '.'), id.Index, 10)
+	s = strconv.AppendUint(append(s, '.'), uint64(id.Sub), 10)
+	return proto.MsgID(s)
 }
 
 func wireAck(id uint64, conv string, r log.AppendResult) *proto.Ack {

@@ -2,6 +2,7 @@ package syncd
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -10,8 +11,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/syncd-dev/syncd/log"
 	"github.com/syncd-dev/syncd/proto"
 	"github.com/syncd-dev/syncd/proto/prototest"
+	"github.com/syncd-dev/syncd/raftstore"
+	"github.com/syncd-dev/syncd/raftstore/raftstoretest"
 	"github.com/syncd-dev/syncd/test/testkit"
 )
 
@@ -250,4 +254,194 @@ func TestSessionSendNeverExceedsMaxFrame(t *testing.T) {
 	if err := ss.send(&w, &proto.HistoryResult{ID: 8, Entries: big.Entries[:1]}); err != nil || w.Len() == 0 {
 		t.Fatalf("a page that fits: %v, %d bytes written", err, w.Len())
 	}
+}
+
+// userLog delivers n entries of every kind to user "u" of a real shard without Raft: message
+// bodies from empty to several KB, receipts, recalls, membership entries with and without their
+// member list.
+func userLog(t *testing.T, n int) (*log.Shard, log.LogInfo) {
+	return fillUserLog(t, n, func(pos uint64) log.Kind { return log.Kind(pos%7 + 1) }, func(pos uint64) int { return int(pos * pos % 5000) })
+}
+
+// fillUserLog delivers n entries to user "u", of kind kind(pos) and, for messages, bodies of
+// size(pos) bytes.
+func fillUserLog(t testing.TB, n int, kind func(pos uint64) log.Kind, size func(pos uint64) int) (*log.Shard, log.LogInfo) {
+	t.Helper()
+	node := raftstoretest.OpenLocal(t, t.TempDir(), 1)
+	t.Cleanup(func() { node.Close() })
+	d := &log.DeliveryBatch{Source: 2, Prev: 0, Last: uint64(n)}
+	for pos := uint64(1); pos <= uint64(n); pos++ {
+		e := log.Entry{Kind: kind(pos), MsgID: log.MsgID{Shard: 2, Index: pos, Sub: uint32(pos % 2)},
+			Conv: fmt.Sprintf("g%d", pos%3), ConvSeq: log.Position(pos), Sender: fmt.Sprintf("s%d", pos%5), Time: int64(pos) << 40}
+		switch e.Kind {
+		case log.KindMessage:
+			e.Body = body(int(pos), size(pos))
+		case log.KindReceipt:
+			e.ReadUpTo = log.Position(pos - 1)
+		case log.KindRecall:
+			e.Target = log.MsgID{Shard: 2, Index: pos - 2}
+		case log.KindRoleChange:
+			e.Members, e.Role = []string{fmt.Sprintf("m%d", pos), "u"}, log.RoleAdmin
+		default:
+			if pos%2 == 0 {
+				e.Members = []string{fmt.Sprintf("m%d", pos), "u"}
+			} else {
+				e.MemberCount = 40
+			}
+		}
+		d.Items = append(d.Items, log.Delivery{Pos: pos, Users: []string{"u"}, Entry: e})
+	}
+	if _, err := node.Propose(context.Background(), 1, raftstore.DeliverCommand(d)); err != nil {
+		t.Fatal(err)
+	}
+	st, err := node.State(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := st.UserInfo("u")
+	if err != nil || info.Head != log.Position(n) {
+		t.Fatalf("setup: %+v %v", info, err)
+	}
+	return st, info
+}
+
+// readOnly hides a replica's ScanUser: the path of a remote replica's answer (syncBatch.take).
+type readOnly struct{ shardReader }
+
+// TestSyncBatchFramesAsBefore: a sync stream's batches, encoded entry by entry into a buffer kept
+// from batch to batch (syncBatch), are byte for byte the frames the server sent before it had
+// one — ReadUser, each entry converted and measured (EncodedLen) while the sum fits the room,
+// then AppendFrame — through a local replica (scanned) and through an answer read whole (a
+// remote replica's), batch after batch with a room of a few entries, so every batch leaves
+// entries for the next and reuses a buffer that held larger ones; and after release.
+func TestSyncBatchFramesAsBefore(t *testing.T) {
+	st, info := userLog(t, 300)
+	room := 6_000 // some batches are cut by the room, some by the count
+	lim := log.Limit{Count: 20, Bytes: room}
+	for _, rd := range []shardReader{st, readOnly{st}} {
+		var sb syncBatch
+		batches := 0
+		for pos := log.Position(0); pos < info.Head; batches++ {
+			if batches%7 == 6 {
+				sb.release() // as when the stream catches up in between
+			}
+			res, err := sb.readInto(rd, "u", info.Epoch, pos+1, lim, room)
+			if err != nil || res.Status != log.ReadEntries || res.Entries != nil {
+				t.Fatalf("read from %d: %v, %v (%d entries left in the answer)", pos+1, res.Status, err, len(res.Entries))
+			}
+			got := sb.frame(res.Info.Epoch, res.Info.Head)
+
+			old, err := st.ReadUser("u", info.Epoch, pos+1, lim)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b := &proto.Batch{Epoch: proto.Epoch(old.Info.Epoch), Head: proto.Position(old.Info.Head)}
+			used := 0
+			for i := range old.Entries {
+				e := wireEntry(&old.Entries[i])
+				if used += e.EncodedLen(); used > room && len(b.Entries) > 0 {
+					break
+				}
+				b.Entries = append(b.Entries, e)
+			}
+			if want := mustAppendFrame(t, b); !bytes.Equal(got, want) {
+				t.Fatalf("%T: batch from %d: %d bytes, the old path's %d entries in %d bytes differ", rd, pos+1, len(got), len(b.Entries), len(want))
+			}
+			if sb.last != log.Position(b.Entries[len(b.Entries)-1].Seq) || len(sb.times) != len(b.Entries) {
+				t.Fatalf("batch from %d: last %d, %d times; want %d, %d", pos+1, sb.last, len(sb.times), b.Entries[len(b.Entries)-1].Seq, len(b.Entries))
+			}
+			pos = sb.last
+		}
+		if batches < 20 {
+			t.Fatalf("%T: %d batches: the room did not cut them", rd, batches)
+		}
+	}
+}
+
+func mustAppendFrame(t *testing.T, f proto.Frame) []byte {
+	t.Helper()
+	b, err := proto.AppendFrame(nil, f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// TestSessionSendEncodedNeverExceedsMaxFrame: a Batch encoded already (syncBatch) passes the same
+// last line of defence as any frame: beyond max_frame it is not written, an internal error is.
+func TestSessionSendEncodedNeverExceedsMaxFrame(t *testing.T) {
+	cfg := Config{Limits: proto.Limits{MaxFrame: proto.MinFrameLimit}}.withDefaults()
+	ss := &session{s: &Server{cfg: cfg, logger: slog.New(slog.NewTextHandler(testLog{t}, nil))}, user: "alice", device: "phone"}
+	var b proto.BatchBuilder
+	b.Reset(1 << 30)
+	for i := range 3 {
+		b.Add(&proto.Entry{Seq: proto.Position(i + 1), Body: make([]byte, proto.MaxBody)})
+	}
+	var w bytes.Buffer
+	if err := ss.sendEncoded(&w, proto.TypeBatch, b.Frame(1, 3)); !errors.Is(err, proto.ErrFrameTooLarge) {
+		t.Fatalf("send of an oversize batch: %v, want ErrFrameTooLarge", err)
+	}
+	f, err := proto.NewReader(&w, proto.MinFrameLimit).Next()
+	if e, ok := f.(*proto.Error); err != nil || !ok || e.Code != proto.CodeInternal || w.Len() != 0 {
+		t.Fatalf("written instead: %#v, %v (%d bytes left); want only an internal error", f, err, w.Len())
+	}
+	b.Reset(1 << 30)
+	b.Add(&proto.Entry{Seq: 1, Body: make([]byte, proto.MaxBody)})
+	frame := b.Frame(1, 1)
+	if err := ss.sendEncoded(&w, proto.TypeBatch, frame); err != nil || !bytes.Equal(w.Bytes(), frame) {
+		t.Fatalf("a batch that fits: %v, %d bytes written of %d", err, w.Len(), len(frame))
+	}
+}
+
+// BenchmarkSyncBatch is a catching-up sync stream's read and encode of one batch: 256 messages
+// of 256 bytes from a real shard, into the frame that is written. "stream" is the server's path
+// (syncBatch: scanned, encoded once into a kept buffer); "read-pack-append" is the path it
+// replaced (ReadUser copies, wire entries measured with EncodedLen, AppendFrame into a new
+// buffer), kept here as the reference.
+//
+//	go test -run='^$' -bench=SyncBatch -benchmem ./syncd/
+func BenchmarkSyncBatch(b *testing.B) {
+	const n, batch = 20_000, 256
+	st, info := fillUserLog(b, n, func(uint64) log.Kind { return log.KindMessage }, func(uint64) int { return 256 })
+	room := proto.DefaultMaxFrame - proto.PageOverhead
+	lim := log.Limit{Count: batch, Bytes: room}
+	from := func(i int) log.Position { return log.Position(i*batch%(n-batch)) + 1 }
+	b.Run("stream", func(b *testing.B) {
+		var sb syncBatch
+		i := 0
+		b.ReportAllocs()
+		for b.Loop() {
+			res, err := sb.readInto(st, "u", info.Epoch, from(i), lim, room)
+			if err != nil || res.Status != log.ReadEntries || len(sb.times) != batch {
+				b.Fatalf("read: %v %v, %d entries", res.Status, err, len(sb.times))
+			}
+			_ = sb.frame(res.Info.Epoch, res.Info.Head)
+			i++
+		}
+		b.ReportMetric(float64(batch*b.N)/b.Elapsed().Seconds(), "entries/s")
+	})
+	b.Run("read-pack-append", func(b *testing.B) {
+		i := 0
+		b.ReportAllocs()
+		for b.Loop() {
+			res, err := st.ReadUser("u", info.Epoch, from(i), lim)
+			if err != nil || len(res.Entries) != batch {
+				b.Fatalf("read: %v %v", res.Status, err)
+			}
+			out := &proto.Batch{Epoch: proto.Epoch(res.Info.Epoch), Head: proto.Position(res.Info.Head)}
+			used := 0
+			for k := range res.Entries {
+				e := wireEntry(&res.Entries[k])
+				if used += e.EncodedLen(); used > room {
+					break
+				}
+				out.Entries = append(out.Entries, e)
+			}
+			if _, err := proto.AppendFrame(nil, out); err != nil {
+				b.Fatal(err)
+			}
+			i++
+		}
+		b.ReportMetric(float64(batch*b.N)/b.Elapsed().Seconds(), "entries/s")
+	})
 }

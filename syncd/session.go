@@ -271,8 +271,9 @@ func (ss *session) syncLog(ctx context.Context, w *streamWriter, shard raftstore
 	heldLast := false      // the last read's replica held its lease
 	var lastSent time.Time // of the last batch, heartbeat or stale frame (or its turn, see idleStale)
 	room := ss.s.pageRoom()
+	var batch syncBatch // each read's entries, encoded into the next Batch frame
 	for ctx.Err() == nil {
-		lim := log.Limit{Count: maxBatch, Bytes: room} // stored bytes: about what packForward keeps
+		lim := log.Limit{Count: maxBatch, Bytes: room} // stored bytes: about what the batch keeps
 		// How long a remote replica may hold its answer (a long poll) for the log to grow.
 		wait := max(heartbeat-time.Since(lastSent), 100*time.Millisecond)
 		if !live && !stale || stale && heldLast {
@@ -280,7 +281,7 @@ func (ss *session) syncLog(ctx context.Context, w *streamWriter, shard raftstore
 			// back): a remote replica answers at once rather than an interval later.
 			wait = 0
 		}
-		rd, err := ss.readUserLog(state, shard, epoch, pos+1, lim, wait)
+		rd, err := ss.readUserLog(state, shard, epoch, pos+1, lim, wait, &batch)
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
@@ -297,16 +298,15 @@ func (ss *session) syncLog(ctx context.Context, w *streamWriter, shard raftstore
 		switch res.Status {
 		case log.ReadEntries:
 			epoch = info.Epoch
-			// Packed by encoded size; entries that do not fit are read again for the next batch.
-			b := &proto.Batch{Epoch: proto.Epoch(epoch), Head: proto.Position(info.Head), Entries: packForward(res.Entries, room)}
+			// Packed by encoded size as read; entries that do not fit are read again for the next batch.
 			if live {
-				for _, e := range b.Entries {
-					ss.s.metrics.observeDelivery(time.Since(time.Unix(0, e.Time)))
+				for _, t := range batch.times {
+					ss.s.metrics.observeDelivery(time.Since(time.Unix(0, t)))
 				}
 			}
-			pos = log.Position(b.Entries[len(b.Entries)-1].Seq)
+			pos = batch.last
 			bound.set(log.Cursor{Epoch: epoch, Pos: pos}) // before the write: the ack may come back first
-			if err := w.send(b); err != nil {
+			if err := w.sendEncoded(proto.TypeBatch, batch.frame(epoch, info.Head)); err != nil {
 				return nil
 			}
 			lastSent = time.Now()
@@ -315,6 +315,8 @@ func (ss *session) syncLog(ctx context.Context, w *streamWriter, shard raftstore
 		case log.ReadEpochChanged:
 			return &proto.EpochChanged{Epoch: proto.Epoch(info.Epoch), First: proto.Position(info.First), Head: proto.Position(info.Head)}
 		case log.ReadCaughtUp:
+			// Caught up: the batch's buffers go, so an idle stream holds none.
+			batch.release()
 			if !rd.lease.Held { // no heartbeat: the head is not proven
 				if err := ss.idleStale(ctx, w, rd, &stale, &lastSent, heartbeat); err != nil {
 					return nil
@@ -351,16 +353,16 @@ type userRead struct {
 	leaseCh <-chan struct{} // closed when the lease may have changed since (nil: see wake)
 }
 
-// readUserLog reads the user's log from from. A local replica is read at once, wake comes from
-// the notifier and leaseCh from the replica's lease (raftstore.Node.WatchLease), both taken before
-// the read, so a change after it wakes the stream. A remote replica waits up to wait for the log
-// to grow or its lease to change before it answers (a long poll), so wake is closed already and
-// the lease is the one its answer carries; when none can be reached, it answers "caught up" at
-// the head last read, not holding the lease, and wake closes after a second, when the stream tries
-// again (remoteReader.readUserWait). from 0 means the cursor is at the last position there can be
-// (2⁶⁴−1): nothing comes after it, ever, so the answer is caught up (or epoch changed) and wake
-// never closes.
-func (ss *session) readUserLog(rd shardReader, shard raftstore.ShardID, epoch log.Epoch, from log.Position, lim log.Limit, wait time.Duration) (userRead, error) {
+// readUserLog reads the user's log from from, its entries into batch (syncBatch.readInto). A
+// local replica is read at once, wake comes from the notifier and leaseCh from the replica's
+// lease (raftstore.Node.WatchLease), both taken before the read, so a change after it wakes the
+// stream. A remote replica waits up to wait for the log to grow or its lease to change before it
+// answers (a long poll), so wake is closed already and the lease is the one its answer carries;
+// when none can be reached, it answers "caught up" at the head last read, not holding the lease,
+// and wake closes after a second, when the stream tries again (remoteReader.readUserWait). from 0
+// means the cursor is at the last position there can be (2⁶⁴−1): nothing comes after it, ever, so
+// the answer is caught up (or epoch changed) and wake never closes.
+func (ss *session) readUserLog(rd shardReader, shard raftstore.ShardID, epoch log.Epoch, from log.Position, lim log.Limit, wait time.Duration, batch *syncBatch) (userRead, error) {
 	if from == 0 {
 		info, err := rd.UserInfo(ss.user)
 		if err != nil {
@@ -380,6 +382,7 @@ func (ss *session) readUserLog(rd shardReader, shard raftstore.ShardID, epoch lo
 	}
 	if remote, ok := rd.(*remoteReader); ok {
 		res, l, reached, err := remote.readUserWait(ss.user, epoch, from, lim, wait)
+		batch.take(&res, ss.s.pageRoom())
 		out := userRead{res: res, lease: l, wake: closedChan}
 		if !reached {
 			out.wake = after(min(wait, time.Second)) // not a long poll: do not ask again in a loop
@@ -391,7 +394,7 @@ func (ss *session) readUserLog(rd shardReader, shard raftstore.ShardID, epoch lo
 	if err != nil {
 		return userRead{}, err // the replica went away (moved): the device resyncs elsewhere
 	}
-	res, err := rd.ReadUser(ss.user, epoch, from, lim)
+	res, err := batch.readInto(rd, ss.user, epoch, from, lim, ss.s.pageRoom())
 	return userRead{res: res, lease: l, wake: wake, leaseCh: leaseCh}, err
 }
 

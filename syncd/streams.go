@@ -102,6 +102,20 @@ func (w *streamWriter) send(f proto.Frame) error {
 	return err
 }
 
+// sendEncoded writes a frame of type t encoded already, like send (session.sendEncoded).
+func (w *streamWriter) sendEncoded(t proto.Type, frame []byte) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.err != nil {
+		return w.err
+	}
+	err := w.ss.sendEncoded(w.st, t, frame)
+	if err != nil && !errors.Is(err, proto.ErrFrameTooLarge) {
+		w.err = err
+	}
+	return err
+}
+
 // failed reports whether a write has failed.
 func (w *streamWriter) failed() bool {
 	w.mu.Lock()

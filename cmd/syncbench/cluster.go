@@ -40,6 +40,15 @@ func clusterScenario(ctx context.Context, o options) ([]row, error) {
 		}
 		bin = bins.Syncd
 	}
+	if o.scenario == "cluster-catchup" { // the catch-up part alone: no reference, no failovers
+		progress("starting the %d-node cluster (%d shards, syncd child processes); waiting until settled", o.nodes, o.shards)
+		cl, err := startProcCluster(ctx, bin, filepath.Join(dir, "cluster"), o.nodes, o.shards)
+		if err != nil {
+			return nil, fmt.Errorf("cluster: %w", err)
+		}
+		defer closeCluster("cluster", cl)
+		return clusterCatchUp(ctx, o, cl), nil
+	}
 	progress("starting the 1-node reference (%d shards, a syncd child process)", o.shards)
 	ref, err := startProcCluster(ctx, bin, filepath.Join(dir, "ref"), 1, o.shards)
 	if err != nil {

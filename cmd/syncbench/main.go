@@ -19,6 +19,11 @@
 //	go run ./cmd/syncbench -scenario cluster
 //	go run ./cmd/syncbench -scenario cluster -repeat 5 -cpuprofile /tmp/prof
 //
+// -scenario cluster-catchup is its catch-up part alone: a -nodes cluster, one backlog, -repeat
+// replays through the leader's node and through a follower's (issue #11).
+//
+//	go run ./cmd/syncbench -scenario cluster-catchup -repeat 5
+//
 // -scenario peers (issue #11) is separate from "all" too: it measures syncd's sends, delivery and
 // catchup on a 1-node and a -nodes syncd (child processes, as for cluster), then the same shapes
 // on the systems syncd's users would pick instead, where they are installed — etcd with one
@@ -42,6 +47,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -76,6 +82,7 @@ type options struct {
 	// -scenario cluster only
 	nodes, repeat, failovers int
 	syncd, cpuprofile        string
+	selfprofile              string // -scenario catchup only
 	// -scenario peers only
 	peers              string
 	users, subscribers int
@@ -84,7 +91,7 @@ type options struct {
 func run(args []string) error {
 	fs := flag.NewFlagSet("syncbench", flag.ContinueOnError)
 	var o options
-	fs.StringVar(&o.scenario, "scenario", "all", "all, bare, sends, overload, delivery, catchup, idle; or cluster, peers (not part of all)")
+	fs.StringVar(&o.scenario, "scenario", "all", "all, bare, sends, overload, delivery, catchup, idle; or cluster, cluster-catchup, peers (not part of all)")
 	fs.DurationVar(&o.duration, "duration", 10*time.Second, "duration of each timed scenario")
 	fs.IntVar(&o.devices, "devices", 1000, "connected devices in sends and overload")
 	fs.IntVar(&o.senders, "senders", 64, "concurrent senders in sends")
@@ -98,10 +105,11 @@ func run(args []string) error {
 	fs.IntVar(&o.shards, "shards", 8, "shards of the in-process server, and of every node of -scenario cluster")
 	fs.StringVar(&o.fingerprint, "fingerprint", "", "internal: certificate fingerprint for -scenario idle-client")
 	fs.IntVar(&o.nodes, "nodes", 3, "cluster, peers: nodes of the cluster")
-	fs.IntVar(&o.repeat, "repeat", 3, "cluster: runs of sends and delivery on each side, and catch-up replays through each node")
+	fs.IntVar(&o.repeat, "repeat", 3, "catchup: replays of the backlog; cluster: runs of sends and delivery on each side, and catch-up replays through each node")
 	fs.IntVar(&o.failovers, "failovers", 3, "cluster: leader kills")
 	fs.StringVar(&o.syncd, "syncd", "", "cluster, peers: syncd binary for the nodes (default: go build ./cmd/syncd into a temp dir)")
 	fs.StringVar(&o.cpuprofile, "cpuprofile", "", "cluster: directory for CPU profiles of every node during the first sends run on each side")
+	fs.StringVar(&o.selfprofile, "selfprofile", "", "catchup: file for a CPU profile of this process (the load generator's side) during the replays")
 	fs.StringVar(&o.peers, "peers", "etcd1,etcd3,redis", "peers: the peers to measure: etcd<N> (an etcd cluster of N members), redis")
 	fs.IntVar(&o.users, "users", 10000, "peers: logs the peers' appends go to at random")
 	fs.IntVar(&o.subscribers, "subscribers", 200, "peers: live subscribers in the peers' push shape")
@@ -113,7 +121,7 @@ func run(args []string) error {
 	if o.scenario == "idle-client" {
 		return idleClient(ctx, o)
 	}
-	if o.scenario == "cluster" {
+	if o.scenario == "cluster" || o.scenario == "cluster-catchup" {
 		return runCluster(ctx, o)
 	}
 	if o.scenario == "peers" {
@@ -198,19 +206,7 @@ func run(args []string) error {
 			}
 		}
 		if want["catchup"] {
-			progress("catchup: filling a %d-entry backlog", o.catchup)
-			r, err := bench.CatchUp(ctx, target, o.catchup)
-			if err != nil {
-				progress("catchup: %v", err)
-				rows = append(rows, row{name: "catch-up", value: "FAILED", note: err.Error()})
-			} else {
-				note := fmt.Sprintf("%d entries in %v, batches of %d; backlog written at %.0f sends/s", r.Entries, r.Duration.Round(time.Millisecond), r.Batch, r.FillPerSec)
-				if bare.BulkFramesPerSec > 0 {
-					note += fmt.Sprintf("; %.1f%% of bare bulk frames/s", 100*r.PerSec/bare.BulkFramesPerSec)
-				}
-				rows = append(rows, row{name: "catch-up", value: fmt.Sprintf("%.0f entries/s", r.PerSec), ratio: ratio(r.PerSec), note: note})
-				progress("catchup: %.0f entries/s (%d in %v)", r.PerSec, r.Entries, r.Duration)
-			}
+			rows = append(rows, catchUpRow(ctx, o, target, bare, ratio))
 		}
 		if want["idle"] {
 			progress("idle: opening %d connections, each with a live sync stream", o.idle)
@@ -230,18 +226,18 @@ func run(args []string) error {
 // runCluster is -scenario cluster.
 func runCluster(ctx context.Context, o options) error {
 	if o.addr != "" {
-		return errors.New("-scenario cluster starts its own nodes: -addr does not apply")
+		return fmt.Errorf("-scenario %s starts its own nodes: -addr does not apply", o.scenario)
 	}
 	if o.nodes < 3 || o.repeat < 1 || o.failovers < 0 {
-		return errors.New("-scenario cluster needs -nodes ≥ 3, -repeat ≥ 1 and -failovers ≥ 0")
+		return fmt.Errorf("-scenario %s needs -nodes ≥ 3, -repeat ≥ 1 and -failovers ≥ 0", o.scenario)
 	}
 	if o.cpuprofile != "" {
 		if err := os.MkdirAll(o.cpuprofile, 0o755); err != nil {
 			return err
 		}
 	}
-	fmt.Printf("# syncbench: scenario cluster, %d nodes, %d shards, duration %v, devices %d, senders %d, rate %d/s, catch-up %d, repeat %d, failovers %d; %d CPUs, GOMAXPROCS %d\n",
-		o.nodes, o.shards, o.duration, o.devices, o.senders, o.rate, o.catchup, o.repeat, o.failovers, runtime.NumCPU(), runtime.GOMAXPROCS(0))
+	fmt.Printf("# syncbench: scenario %s, %d nodes, %d shards, duration %v, devices %d, senders %d, rate %d/s, catch-up %d, repeat %d, failovers %d; %d CPUs, GOMAXPROCS %d\n",
+		o.scenario, o.nodes, o.shards, o.duration, o.devices, o.senders, o.rate, o.catchup, o.repeat, o.failovers, runtime.NumCPU(), runtime.GOMAXPROCS(0))
 	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
 		progress("load average before: %s", strings.TrimSpace(string(b)))
 	}
@@ -478,4 +474,46 @@ func idleClient(ctx context.Context, o options) error {
 	fmt.Println("READY", r.Conns)
 	io.Copy(io.Discard, os.Stdin)
 	return nil
+}
+
+// catchUpRow is -scenario catchup: one backlog of o.catchup entries, replayed o.repeat times
+// through new sync streams (each from position 0); the row holds the median and every run.
+func catchUpRow(ctx context.Context, o options, target bench.Target, bare bench.BareResult, ratio func(float64) string) row {
+	progress("catchup: filling a %d-entry backlog", o.catchup)
+	b, err := bench.FillBacklog(ctx, target, o.catchup)
+	if err != nil {
+		progress("catchup: %v", err)
+		return row{name: "catch-up", value: "FAILED", note: err.Error()}
+	}
+	var rates []float64
+	var runs []string
+	var last bench.CatchUpResult
+	if o.selfprofile != "" {
+		f, err := os.Create(o.selfprofile)
+		if err == nil {
+			err = pprof.StartCPUProfile(f)
+		}
+		if err != nil {
+			return row{name: "catch-up", value: "FAILED", note: err.Error()}
+		}
+		defer f.Close()
+		defer pprof.StopCPUProfile()
+	}
+	for k := range max(o.repeat, 1) {
+		progress("catchup: replay %d of %d", k+1, max(o.repeat, 1))
+		r, err := bench.Replay(ctx, target, b)
+		if err != nil {
+			progress("catchup: %v", err)
+			return row{name: "catch-up", value: "FAILED", note: err.Error()}
+		}
+		progress("catchup: %.0f entries/s (%d in %v)", r.PerSec, r.Entries, r.Duration)
+		rates, runs, last = append(rates, r.PerSec), append(runs, fmt.Sprintf("%.0f", r.PerSec)), r
+	}
+	m := median(rates)
+	note := fmt.Sprintf("%d entries, batches of %d, median of %d: %s; backlog written at %.0f sends/s",
+		last.Entries, last.Batch, len(runs), strings.Join(runs, " "), b.FillPerSec)
+	if bare.BulkFramesPerSec > 0 {
+		note += fmt.Sprintf("; %.1f%% of bare bulk frames/s", 100*m/bare.BulkFramesPerSec)
+	}
+	return row{name: "catch-up", value: fmt.Sprintf("%.0f entries/s", m), ratio: ratio(m), note: note}
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -29,4 +30,21 @@ func TestInProcessSends(t *testing.T) {
 		t.Fatalf("sends: %+v", r)
 	}
 	t.Logf("%.0f acked/s, p99 %v", r.PerSec, r.P99)
+}
+
+// TestInProcessCatchUp runs -scenario catchup's replays the way syncbench does (one backlog,
+// -repeat replays, the median): every replay reads the whole backlog, in order.
+func TestInProcessCatchUp(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	target, _, cleanup, err := setupTarget(ctx, options{shards: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cleanup()
+	r := catchUpRow(ctx, options{catchup: 2000, repeat: 2}, target, bench.BareResult{}, func(float64) string { return "-" })
+	if r.value == "FAILED" || !strings.Contains(r.note, "2000 entries") || !strings.Contains(r.note, "median of 2") {
+		t.Fatalf("catch-up row: %+v", r)
+	}
+	t.Logf("%s: %s", r.value, r.note)
 }

@@ -14,7 +14,8 @@ import (
 
 // TestProposeOnFollowerForwards: a follower forwards proposals to the leader and returns the
 // leader's answers as if it had proposed itself — results, refusals with their sentinels, an
-// out-of-order answer with its fields — and the leader's clock stamps them.
+// out-of-order answer with its fields, the per-batch answers of a DeliverBatchesCommand — and the
+// leader's clock stamps them.
 func TestProposeOnFollowerForwards(t *testing.T) {
 	const shard = raftstore.ShardID(1)
 	c := raftstoretest.NewCluster(t, 3, []raftstore.ShardID{shard}, nil)
@@ -47,6 +48,13 @@ func TestProposeOnFollowerForwards(t *testing.T) {
 	d, err := follower.Propose(ctx, shard, raftstore.DeliverCommand(&log.DeliveryBatch{Source: 9, Prev: 0, Last: 6}))
 	if err != nil || d.Deliver.Mark != 6 {
 		t.Fatalf("forwarded delivery: %+v %v", d, err)
+	}
+	// Batches of several sources in one entry: each its own answer, a refused one among them.
+	m, err := follower.Propose(ctx, shard, raftstore.DeliverBatchesCommand([]*log.DeliveryBatch{
+		{Source: 9, Prev: 6, Last: 8}, {Source: 10, Prev: 3, Last: 4}, {Source: 11, Prev: 0, Last: 2}}))
+	if err != nil || len(m.Deliveries) != 3 || m.Deliveries[0] != (raftstore.DeliveryOutcome{Result: log.DeliverResult{Mark: 8}}) ||
+		!errors.As(m.Deliveries[1].Err, &ooo) || ooo.Source != 10 || ooo.Prev != 3 || m.Deliveries[2].Err != nil || m.Deliveries[2].Result.Mark != 2 {
+		t.Fatalf("forwarded batches: %+v %v", m, err)
 	}
 	c.WaitConverged(shard)
 	checkConv(t, c, shard, "d:alice:bob", 1)

@@ -99,7 +99,7 @@ func TestDeliverBatchesCommand(t *testing.T) {
 	}
 	batches := []*log.DeliveryBatch{
 		{Source: 2, Prev: 0, Last: 2, Items: []log.Delivery{{Pos: 1, Users: []string{"a", "b"}, Entry: entry(1)}, {Pos: 2, Users: []string{"a"}, Entry: entry(2)}}},
-		{Source: 3, Prev: 4, Last: 7, Items: []log.Delivery{{Pos: 5, Users: []string{"a"}, Entry: entry(3)}}}, // source 3's mark is 0
+		{Source: 3, Prev: 4, Last: 7, Items: []log.Delivery{{Pos: 5, Users: []string{"a"}, Entry: entry(3)}}},      // source 3's mark is 0
 		{Source: 4, Prev: 0, Last: 3, Items: []log.Delivery{{Pos: 3, Users: []string{"b", "a"}, Entry: entry(4)}}}, // users unsorted
 		{Source: 2, Prev: 1, Last: 3, Items: []log.Delivery{{Pos: 2, Users: []string{"a"}, Entry: entry(2)}, {Pos: 3, Users: []string{"b"}, Entry: entry(5)}}},
 	}

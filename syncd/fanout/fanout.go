@@ -17,8 +17,8 @@ import (
 	"github.com/syncd-dev/syncd/syncd/adminapi"
 )
 
-// How it works. Fan-out moves every conversation entry from its home shard's outbox into the user logs of its
-// recipients, on whatever shards those users live (DESIGN §4).
+// How it works. Fan-out moves every conversation entry from its home shard's outbox into the user
+// logs of its recipients, on whatever shards those users live (DESIGN §4).
 //
 // For each (source, destination) pair the stream is ordered and idempotent: a batch covers the
 // source outbox positions (Prev, Last] and the destination applies it only past its high-water
@@ -41,14 +41,25 @@ import (
 // dead letter in the source shard with the reason, and the destination's mark is moved past it
 // (G5: it is set aside for an operator, never lost). See log/deadletter.go.
 //
-// Failures are isolated per destination. A round reads the outbox once for the destinations
-// whose marks are close and proposes each its batch in a goroutine of its own, waiting for each
-// answer for at most RoundWait. A destination that fails backs off on its own, and one whose
-// delivery hangs (a shard without quorum) keeps it in flight until it answers or DeliverTimeout
-// ends it; until then the rounds leave it out and go on with the others. When it answers, its
-// stream resumes from its mark. The outbox is trimmed only up to the lowest mark of all
-// destinations, so a destination down for long holds back the trim (not the deliveries): the
-// outbox then grows with the source's traffic until it recovers (the outbox metric shows it).
+// Deliveries are pipelined per destination. A source's drainer runs a round whenever something
+// may have changed — its shard applied entries (an append that created work wakes it at once, no
+// timer), a delivery answered, a backoff ended — and each round proposes to every destination
+// with nothing in flight the outbox records it has not been sent, without waiting for the
+// answers: at most one delivery per (source, destination) is in flight, all destinations are in
+// flight at once, and each next batch holds everything that arrived while the last one was
+// committing. The deliveries of all the sources a node drains meet in one lane per destination
+// (lane.go), which has one proposal in flight and puts the batches queued meanwhile into the
+// next one, so a destination takes one Raft entry per commit however many sources feed it:
+// that is the batching the sequential rounds had, without their wait (D36). The outbox is trimmed
+// every TrimEvery, not after every round.
+//
+// Failures are isolated per destination. A destination that fails backs off on its own, and one
+// whose delivery hangs (a shard without quorum) keeps it in flight until it answers or
+// DeliverTimeout ends it; until then it is sent nothing else, and nothing else waits for it (its
+// lane holds only batches for it). When it answers, its stream resumes from its mark. The outbox
+// is trimmed only up to the lowest mark of all destinations, so a destination down for long holds
+// back the trim (not the deliveries): the outbox then grows with the source's traffic until it
+// recovers (the outbox metric shows it).
 
 // Shards is what the fan-out needs of this node's shards: the replicas it hosts, whether it
 // leads one, a replica's state (to read the outbox) and proposals, which reach a shard's leader
@@ -439,8 +450,10 @@ func (f *Fanout) settleTrim(ctx context.Context, s *source, o outcome) {
 // committing. An entry then waits for at most the one commit before its own, not for a round of
 // commits to every destination in turn, as it did when the rounds proposed to the destinations
 // one after another (D34, D36). Destinations read one window of the outbox together when they
-// are close (one read, a batch each); one far behind (back after an outage) reads its own window,
-// so it catches up without holding the others to its pace.
+// are close (one read, a batch each; the records read stay in memory for the next rounds, see
+// read); one far behind (back after an outage) reads its own window, so it catches up without
+// holding the others to its pace. moved says whether the source may have applied something since
+// its outbox range was last read; if not, the range read then is used.
 func (f *Fanout) round(ctx context.Context, s *source, moved bool) error {
 	state, err := f.node.State(s.id)
 	if err != nil {

@@ -95,6 +95,10 @@ type Config struct {
 	// DeliverTimeout bounds one delivery (with the steps of setting refused entries aside) and
 	// one trim; a delivery that runs out of it fails and is retried after a backoff. Default 10 s.
 	DeliverTimeout time.Duration
+	// Observe, if set, is called for every entry a delivery wrote, once its destination
+	// answered, with the time since the entry's append (its entry time): how long the fan-out
+	// took, the part of the push latency before a sync stream is woken (a metric).
+	Observe func(time.Duration)
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 }
@@ -607,6 +611,12 @@ func (f *Fanout) launch(ctx context.Context, s *source, d *dest, b *log.Delivery
 		ctx, cancel := context.WithTimeout(ctx, f.cfg.DeliverTimeout)
 		defer cancel()
 		mark, err := f.deliver(ctx, src, id, b)
+		if err == nil && f.cfg.Observe != nil {
+			now := time.Now().UnixNano()
+			for _, it := range b.Items {
+				f.cfg.Observe(time.Duration(now - it.Entry.Time))
+			}
+		}
 		if refused(err) && len(b.Items) > 0 {
 			mark, err = f.isolate(ctx, src, id, b)
 		}

@@ -60,8 +60,8 @@ func DeliverCommand(b *log.DeliveryBatch) Command { return Command{op: opDeliver
 // one Raft entry ([log.Tx.Deliver] each): the fan-out's deliveries from every source it drains to
 // one destination, gathered while the previous one was committing (syncd/fanout). Each batch has
 // its own outcome in Result.Deliveries; a refused batch (a log rejection, such as an out-of-order
-// one) writes nothing and leaves the others applied, exactly as if each had been an entry of its
-// own in one applied Raft batch.
+// one, or one that does not decode) writes nothing and leaves the others applied, exactly as if
+// each had been an entry of its own in one applied Raft batch.
 func DeliverBatchesCommand(bs []*log.DeliveryBatch) Command {
 	return Command{op: opDeliverBatches, payload: deliveryBatches(bs)}
 }
@@ -112,20 +112,21 @@ func (bs deliveryBatches) MarshalBinary() ([]byte, error) {
 	if len(bs) == 0 {
 		return nil, fmt.Errorf("raftstore: a delivery command without batches")
 	}
-	b := binary.AppendUvarint(nil, uint64(len(bs)))
-	for _, d := range bs {
-		p, err := d.MarshalBinary()
-		if err != nil {
+	enc := make([][]byte, len(bs))
+	for i, d := range bs {
+		var err error
+		if enc[i], err = d.MarshalBinary(); err != nil {
 			return nil, err
 		}
-		b = binary.AppendUvarint(b, uint64(len(p)))
-		b = append(b, p...)
 	}
-	return b, nil
+	return joinDeliveryBatches(enc), nil
 }
 
-// decodeDeliveryBatches decodes a deliveryBatches payload.
-func decodeDeliveryBatches(b []byte) ([]log.DeliveryBatch, error) {
+// splitDeliveryBatches splits a deliveryBatches payload into the encodings of its batches,
+// without decoding them: the state machine decodes each on its own (so one that does not decode
+// is refused alone), and the leader's combiner joins the batches of several proposals
+// (delivercombine.go).
+func splitDeliveryBatches(b []byte) ([][]byte, error) {
 	n, k := binary.Uvarint(b)
 	// Every batch takes at least its length byte: a count beyond the bytes left is garbage, not
 	// an allocation to make.
@@ -133,21 +134,34 @@ func decodeDeliveryBatches(b []byte) ([]log.DeliveryBatch, error) {
 		return nil, errors.New("delivery batches: bad count")
 	}
 	b = b[k:]
-	out := make([]log.DeliveryBatch, n)
+	out := make([][]byte, n)
 	for i := range out {
 		l, k := binary.Uvarint(b)
 		if k <= 0 || l > uint64(len(b)-k) {
 			return nil, fmt.Errorf("delivery batches: batch %d truncated", i)
 		}
-		if err := out[i].UnmarshalBinary(b[k : k+int(l)]); err != nil {
-			return nil, fmt.Errorf("delivery batches: batch %d: %w", i, err)
-		}
+		out[i] = b[k : k+int(l)]
 		b = b[k+int(l):]
 	}
 	if len(b) != 0 {
 		return nil, errors.New("delivery batches: trailing bytes")
 	}
 	return out, nil
+}
+
+// joinDeliveryBatches encodes batches (each a log.DeliveryBatch encoding) as a deliveryBatches
+// payload.
+func joinDeliveryBatches(batches [][]byte) []byte {
+	size := binary.MaxVarintLen64
+	for _, b := range batches {
+		size += binary.MaxVarintLen64 + len(b)
+	}
+	out := binary.AppendUvarint(make([]byte, 0, size), uint64(len(batches)))
+	for _, b := range batches {
+		out = binary.AppendUvarint(out, uint64(len(b)))
+		out = append(out, b...)
+	}
+	return out
 }
 
 func (c Command) encode() ([]byte, error) {
@@ -201,13 +215,18 @@ func (c decodedCommand) apply(tx *log.Tx, st log.Stamp) (Result, error) {
 		r, err := tx.Deliver(st, &b)
 		return Result{Deliver: r}, err
 	case opDeliverBatches:
-		bs, err := decodeDeliveryBatches(c.body)
+		bs, err := splitDeliveryBatches(c.body)
 		if err != nil {
 			return Result{}, rejectDecode(err)
 		}
 		res := Result{Deliveries: make([]DeliveryOutcome, len(bs))}
-		for i := range bs {
-			r, err := tx.Deliver(st, &bs[i])
+		for i, enc := range bs {
+			var b log.DeliveryBatch
+			if err := b.UnmarshalBinary(enc); err != nil {
+				res.Deliveries[i].Err = rejectDecode(err)
+				continue
+			}
+			r, err := tx.Deliver(st, &b)
 			if err != nil && !log.Rejected(err) {
 				return Result{}, err
 			}

@@ -81,7 +81,11 @@ func FuzzDecodeCommand(f *testing.F) {
 		case opTrim:
 			payload = &log.Trim{}
 		case opDeliverBatches:
-			_, _ = decodeDeliveryBatches(d.body)
+			if bs, err := splitDeliveryBatches(d.body); err == nil {
+				for _, b := range bs {
+					_ = (&log.DeliveryBatch{}).UnmarshalBinary(b)
+				}
+			}
 			return
 		default:
 			return
@@ -170,8 +174,21 @@ func TestDeliverBatchesCommand(t *testing.T) {
 		}
 	}
 
+	// A batch that does not decode, joined to good ones (as the leader joins forwarded
+	// batches): refused alone.
+	good, _ := (&log.DeliveryBatch{Source: 7, Prev: 0, Last: 1}).MarshalBinary()
+	tx = together.Begin()
+	res, err = Apply(tx, st, Command{op: opDeliverBatches, payload: rawPayload(joinDeliveryBatches([][]byte{good, {0xff, 0xff}, good}))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tx.Close()
+	if len(res.Deliveries) != 3 || res.Deliveries[0].Err != nil || !errors.Is(res.Deliveries[1].Err, log.ErrInvalid) ||
+		res.Deliveries[2] != (DeliveryOutcome{Result: log.DeliverResult{Mark: 1}}) {
+		t.Fatalf("outcomes with an undecodable batch: %+v", res.Deliveries)
+	}
 	for _, bad := range [][]byte{nil, {0}, {5, 1, 0}, {1, 200, 1}} {
-		if _, err := decodeDeliveryBatches(bad); err == nil {
+		if _, err := splitDeliveryBatches(bad); err == nil {
 			t.Fatalf("decoded %v", bad)
 		}
 	}

@@ -432,6 +432,9 @@ func FillBacklog(ctx context.Context, t Target, entries int) (Backlog, error) {
 	// flight.
 	payload := make([]byte, 256)
 	var next atomic.Int64
+	// acked counts what the log will hold: a sender's first send, made after other senders'
+	// workers took the last numbers, comes on top of entries.
+	var acked atomic.Int64
 	var failed atomic.Value
 	var wg sync.WaitGroup
 	fillStart := time.Now()
@@ -446,6 +449,7 @@ func FillBacklog(ctx context.Context, t Target, entries int) (Backlog, error) {
 			return Backlog{}, fmt.Errorf("bench: catch-up: first send of %s: %v", c.user, err)
 		}
 		next.Add(1)
+		acked.Add(1)
 		for range catchUpWindow {
 			wg.Go(func() {
 				for {
@@ -457,6 +461,7 @@ func FillBacklog(ctx context.Context, t Target, entries int) (Backlog, error) {
 					for tries := 0; ; tries++ {
 						out, wait, err := attempt(ctx, rs, msg)
 						if out == outAcked {
+							acked.Add(1)
 							break
 						}
 						if out == outError || tries > 50 || ctx.Err() != nil {
@@ -479,7 +484,7 @@ func FillBacklog(ctx context.Context, t Target, entries int) (Backlog, error) {
 		return Backlog{}, err
 	}
 	defer rcv.close()
-	b.Head, err = waitHead(ctx, rcv, proto.Position(entries))
+	b.Head, err = waitHead(ctx, rcv, proto.Position(acked.Load()))
 	return b, err
 }
 

@@ -3,6 +3,7 @@ package raftstore
 import (
 	"encoding"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"slices"
 
@@ -37,6 +38,8 @@ const (
 	opDeadLetter     op = 5
 	opDropDeadLetter op = 6
 	opRedeliver      op = 7
+	// Fan-out batches of several sources to one destination (DeliverBatchesCommand).
+	opDeliverBatches op = 8
 )
 
 const commandV1 = 1
@@ -53,6 +56,16 @@ func AppendCommand(req *log.Append) Command { return Command{op: opAppend, paylo
 
 // DeliverCommand appends a fan-out batch to user logs ([log.Tx.Deliver]).
 func DeliverCommand(b *log.DeliveryBatch) Command { return Command{op: opDeliver, payload: b} }
+
+// DeliverBatchesCommand appends several fan-out batches, in order, to user logs of one shard in
+// one Raft entry ([log.Tx.Deliver] each): the fan-out's deliveries from every source it drains to
+// one destination, gathered while the previous one was committing (syncd/fanout). Each batch has
+// its own outcome in Result.Deliveries; a refused batch (a log rejection, such as an out-of-order
+// one, or one that does not decode) writes nothing and leaves the others applied, exactly as if
+// each had been an entry of its own in one applied Raft batch.
+func DeliverBatchesCommand(bs []*log.DeliveryBatch) Command {
+	return Command{op: opDeliverBatches, payload: deliveryBatches(bs)}
+}
 
 // CursorCommand stores a device cursor ([log.Tx.SetCursor]).
 func CursorCommand(u *log.CursorUpdate) Command { return Command{op: opCursor, payload: u} }
@@ -80,6 +93,76 @@ type Result struct {
 	Append  log.AppendResult  // AppendCommand
 	Deliver log.DeliverResult // DeliverCommand; RedeliverCommand sets Appended only
 	First   uint64            // TrimCommand: first retained position afterwards
+	// Deliveries has one outcome per batch of a DeliverBatchesCommand, in the command's order.
+	Deliveries []DeliveryOutcome
+}
+
+// DeliveryOutcome is the outcome of one batch of a DeliverBatchesCommand: the destination's
+// answer, or the refusal of that batch alone (a log rejection, *log.OutOfOrderError among them).
+type DeliveryOutcome struct {
+	Result log.DeliverResult
+	Err    error
+}
+
+// deliveryBatches is the payload of DeliverBatchesCommand:
+//
+//	count uvarint | per batch: length uvarint | the batch's encoding (log.DeliveryBatch)
+type deliveryBatches []*log.DeliveryBatch
+
+func (bs deliveryBatches) MarshalBinary() ([]byte, error) {
+	if len(bs) == 0 {
+		return nil, fmt.Errorf("raftstore: a delivery command without batches")
+	}
+	enc := make([][]byte, len(bs))
+	for i, d := range bs {
+		var err error
+		if enc[i], err = d.MarshalBinary(); err != nil {
+			return nil, err
+		}
+	}
+	return joinDeliveryBatches(enc), nil
+}
+
+// splitDeliveryBatches splits a deliveryBatches payload into the encodings of its batches,
+// without decoding them: the state machine decodes each on its own (so one that does not decode
+// is refused alone), and the leader's combiner joins the batches of several proposals
+// (delivercombine.go).
+func splitDeliveryBatches(b []byte) ([][]byte, error) {
+	n, k := binary.Uvarint(b)
+	// Every batch takes at least its length byte: a count beyond the bytes left is garbage, not
+	// an allocation to make.
+	if k <= 0 || n == 0 || n > uint64(len(b)-k) {
+		return nil, errors.New("delivery batches: bad count")
+	}
+	b = b[k:]
+	out := make([][]byte, n)
+	for i := range out {
+		l, k := binary.Uvarint(b)
+		if k <= 0 || l > uint64(len(b)-k) {
+			return nil, fmt.Errorf("delivery batches: batch %d truncated", i)
+		}
+		out[i] = b[k : k+int(l)]
+		b = b[k+int(l):]
+	}
+	if len(b) != 0 {
+		return nil, errors.New("delivery batches: trailing bytes")
+	}
+	return out, nil
+}
+
+// joinDeliveryBatches encodes batches (each a log.DeliveryBatch encoding) as a deliveryBatches
+// payload.
+func joinDeliveryBatches(batches [][]byte) []byte {
+	size := binary.MaxVarintLen64
+	for _, b := range batches {
+		size += binary.MaxVarintLen64 + len(b)
+	}
+	out := binary.AppendUvarint(make([]byte, 0, size), uint64(len(batches)))
+	for _, b := range batches {
+		out = binary.AppendUvarint(out, uint64(len(b)))
+		out = append(out, b...)
+	}
+	return out
 }
 
 func (c Command) encode() ([]byte, error) {
@@ -135,6 +218,25 @@ func (c decodedCommand) apply(tx *log.Tx, st log.Stamp) (Result, error) {
 		}
 		r, err := tx.Deliver(st, &b)
 		return Result{Deliver: r}, err
+	case opDeliverBatches:
+		bs, err := splitDeliveryBatches(c.body)
+		if err != nil {
+			return Result{}, rejectDecode(err)
+		}
+		res := Result{Deliveries: make([]DeliveryOutcome, len(bs))}
+		for i, enc := range bs {
+			var b log.DeliveryBatch
+			if err := b.UnmarshalBinary(enc); err != nil {
+				res.Deliveries[i].Err = rejectDecode(err)
+				continue
+			}
+			r, err := tx.Deliver(st, &b)
+			if err != nil && !log.Rejected(err) {
+				return Result{}, err
+			}
+			res.Deliveries[i] = DeliveryOutcome{Result: r, Err: err}
+		}
+		return res, nil
 	case opCursor:
 		var u log.CursorUpdate
 		if err := u.UnmarshalBinary(c.body); err != nil {

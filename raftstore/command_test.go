@@ -5,6 +5,8 @@ import (
 	"reflect"
 	"testing"
 
+	"github.com/cockroachdb/pebble/v2"
+
 	"github.com/syncd-dev/syncd/log"
 )
 
@@ -20,6 +22,11 @@ func sampleCommands() []Command {
 		DropDeadLetterCommand(&log.DeadLetterDrop{Dest: 3, Pos: 1}),
 		RedeliverCommand(&log.Redelivery{Source: 2, Item: log.Delivery{Pos: 1, Users: []string{"a"},
 			Entry: log.Entry{Kind: log.KindMessage, MsgID: log.MsgID{Shard: 2, Index: 9}, Conv: "c", ConvSeq: 1, Sender: "b"}}}),
+		DeliverBatchesCommand([]*log.DeliveryBatch{
+			{Source: 2, Prev: 0, Last: 1, Items: []log.Delivery{{Pos: 1, Users: []string{"a"},
+				Entry: log.Entry{Kind: log.KindMessage, MsgID: log.MsgID{Shard: 2, Index: 9}, Conv: "c", ConvSeq: 1, Sender: "b"}}}},
+			{Source: 3, Prev: 4, Last: 7},
+		}),
 	}
 }
 
@@ -73,9 +80,119 @@ func FuzzDecodeCommand(f *testing.F) {
 			payload = &log.CursorUpdate{}
 		case opTrim:
 			payload = &log.Trim{}
+		case opDeliverBatches:
+			if bs, err := splitDeliveryBatches(d.body); err == nil {
+				for _, b := range bs {
+					_ = (&log.DeliveryBatch{}).UnmarshalBinary(b)
+				}
+			}
+			return
 		default:
 			return
 		}
 		_ = payload.UnmarshalBinary(d.body)
 	})
+}
+
+// TestDeliverBatchesCommand: the batches of one DeliverBatchesCommand apply exactly as the same
+// batches proposed one by one in one applied Raft batch (same user logs, marks and answers), and
+// a refused batch — out of order, or invalid — writes nothing and leaves the others applied.
+func TestDeliverBatchesCommand(t *testing.T) {
+	entry := func(seq log.Position) log.Entry {
+		return log.Entry{Kind: log.KindMessage, MsgID: log.MsgID{Shard: 2, Index: uint64(seq)}, Conv: "c", ConvSeq: seq, Sender: "b"}
+	}
+	batches := []*log.DeliveryBatch{
+		{Source: 2, Prev: 0, Last: 2, Items: []log.Delivery{{Pos: 1, Users: []string{"a", "b"}, Entry: entry(1)}, {Pos: 2, Users: []string{"a"}, Entry: entry(2)}}},
+		{Source: 3, Prev: 4, Last: 7, Items: []log.Delivery{{Pos: 5, Users: []string{"a"}, Entry: entry(3)}}},      // source 3's mark is 0
+		{Source: 4, Prev: 0, Last: 3, Items: []log.Delivery{{Pos: 3, Users: []string{"b", "a"}, Entry: entry(4)}}}, // users unsorted
+		{Source: 2, Prev: 1, Last: 3, Items: []log.Delivery{{Pos: 2, Users: []string{"a"}, Entry: entry(2)}, {Pos: 3, Users: []string{"b"}, Entry: entry(5)}}},
+	}
+	db, err := pebble.Open(t.TempDir(), &pebble.Options{Logger: pebbleTestLogger{testSlog(t)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	apart, err := log.OpenShard(db, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	together, err := log.OpenShard(db, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := log.Stamp{Index: 10, Time: 1_700_000_000_000_000_000}
+
+	tx := apart.Begin()
+	var want []DeliveryOutcome
+	for _, b := range batches {
+		res, err := Apply(tx, st, DeliverCommand(b))
+		if err != nil && !log.Rejected(err) {
+			t.Fatal(err)
+		}
+		want = append(want, DeliveryOutcome{Result: res.Deliver, Err: err})
+	}
+	if err := tx.Commit(false); err != nil {
+		t.Fatal(err)
+	}
+	tx.Close()
+
+	tx = together.Begin()
+	res, err := Apply(tx, st, DeliverBatchesCommand(batches))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(false); err != nil {
+		t.Fatal(err)
+	}
+	tx.Close()
+
+	if len(res.Deliveries) != len(batches) {
+		t.Fatalf("%d outcomes for %d batches", len(res.Deliveries), len(batches))
+	}
+	for i, got := range res.Deliveries {
+		if got.Result != want[i].Result || (got.Err == nil) != (want[i].Err == nil) || got.Err != nil && got.Err.Error() != want[i].Err.Error() {
+			t.Errorf("batch %d: %+v, want %+v", i, got, want[i])
+		}
+	}
+	var ooo *log.OutOfOrderError
+	if !errors.As(res.Deliveries[1].Err, &ooo) || ooo.Source != 3 || !errors.Is(res.Deliveries[2].Err, log.ErrInvalid) ||
+		res.Deliveries[0].Result.Appended != 3 || res.Deliveries[3].Result != (log.DeliverResult{Mark: 3, Appended: 1}) {
+		t.Fatalf("outcomes: %+v", res.Deliveries)
+	}
+	for _, uid := range []string{"a", "b"} {
+		a, _ := apart.ReadUser(uid, 0, 1, log.Limit{})
+		b, _ := together.ReadUser(uid, 0, 1, log.Limit{})
+		if len(a.Entries) == 0 || !reflect.DeepEqual(a.Entries, b.Entries) {
+			t.Fatalf("%s's log: one by one %+v, together %+v", uid, a.Entries, b.Entries)
+		}
+	}
+	for src := log.ShardID(2); src <= 4; src++ {
+		a, _ := apart.SourceMark(src)
+		b, _ := together.SourceMark(src)
+		if a != b {
+			t.Fatalf("source %d's mark: one by one %d, together %d", src, a, b)
+		}
+	}
+
+	// A batch that does not decode, joined to good ones (as the leader joins forwarded
+	// batches): refused alone.
+	good, _ := (&log.DeliveryBatch{Source: 7, Prev: 0, Last: 1}).MarshalBinary()
+	tx = together.Begin()
+	res, err = Apply(tx, st, Command{op: opDeliverBatches, payload: rawPayload(joinDeliveryBatches([][]byte{good, {0xff, 0xff}, good}))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tx.Close()
+	if len(res.Deliveries) != 3 || res.Deliveries[0].Err != nil || !errors.Is(res.Deliveries[1].Err, log.ErrInvalid) ||
+		res.Deliveries[2] != (DeliveryOutcome{Result: log.DeliverResult{Mark: 1}}) {
+		t.Fatalf("outcomes with an undecodable batch: %+v", res.Deliveries)
+	}
+	for _, bad := range [][]byte{nil, {0}, {5, 1, 0}, {1, 200, 1}} {
+		if _, err := splitDeliveryBatches(bad); err == nil {
+			t.Fatalf("decoded %v", bad)
+		}
+	}
+	if _, err := DeliverBatchesCommand(nil).encode(); err == nil {
+		t.Fatal("encoded a command without batches")
+	}
 }

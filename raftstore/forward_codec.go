@@ -22,7 +22,8 @@ import (
 //                    (App.Serve), such as a read of a shard this node hosts
 // Response body: version u8 (1) | id uvarint | answer kind u8 | result, status or error fields
 //
-// A response with kind fwdOK carries the Result, fwdBody the bytes of a status (NodeStatus as
+// A response with kind fwdOK carries the Result (for a DeliverBatchesCommand followed by each
+// batch's outcome, see appendDeliveries; the other answers end before), fwdBody the bytes of a status (NodeStatus as
 // JSON, an operator view free to grow) or of a call's answer; any other kind carries an error's fields, so that errors.Is and errors.As
 // work on the forwarding node as if it had proposed locally.
 
@@ -152,6 +153,9 @@ func (r *fwdResponse) encode() []byte {
 		b = binary.AppendUvarint(b, r.res.Deliver.Mark)
 		b = binary.AppendUvarint(b, uint64(r.res.Deliver.Appended))
 		b = binary.AppendUvarint(b, r.res.First)
+		if len(r.res.Deliveries) > 0 {
+			b = appendDeliveries(b, r.res.Deliveries)
+		}
 	case errors.As(err, &ooo):
 		b = append(b, fwdOutOfOrder)
 		b = binary.AppendUvarint(b, uint64(ooo.Source))
@@ -203,6 +207,9 @@ func decodeFwdResponse(body []byte) (fwdResponse, error) {
 		r.res.Deliver.Mark = d.uvarint()
 		r.res.Deliver.Appended = int(d.uvarint())
 		r.res.First = d.uvarint()
+		if len(d.b) > 0 {
+			r.res.Deliveries = d.deliveries()
+		}
 	case fwdRejected:
 		code, msg := d.u8(), d.str()
 		if r.err = log.RejectionFromCode(code, msg); r.err == nil && d.err == nil {
@@ -235,6 +242,71 @@ func decodeFwdResponse(body []byte) (fwdResponse, error) {
 		d.err = errors.New("raftstore: forwarded response: trailing bytes")
 	}
 	return r, d.err
+}
+
+// Outcome kinds of one batch of a DeliverBatchesCommand.
+const (
+	fwdBatchOK         uint8 = 0 // mark | appended
+	fwdBatchRejected   uint8 = 1 // code u8 | message
+	fwdBatchOutOfOrder uint8 = 2 // source | mark | prev
+)
+
+// appendDeliveries encodes the outcomes of a DeliverBatchesCommand, which follow the fixed fields
+// of an OK answer (and only an answer to that command has them, so the others keep their bytes):
+//
+//	count uvarint | per batch: kind u8 | its fields
+//
+// A batch's error is a refusal of the state machine, the only kind it can have.
+func appendDeliveries(b []byte, outs []DeliveryOutcome) []byte {
+	b = binary.AppendUvarint(b, uint64(len(outs)))
+	for _, o := range outs {
+		var ooo *log.OutOfOrderError
+		switch {
+		case o.Err == nil:
+			b = append(b, fwdBatchOK)
+			b = binary.AppendUvarint(b, o.Result.Mark)
+			b = binary.AppendUvarint(b, uint64(o.Result.Appended))
+		case errors.As(o.Err, &ooo):
+			b = append(b, fwdBatchOutOfOrder)
+			b = binary.AppendUvarint(b, uint64(ooo.Source))
+			b = binary.AppendUvarint(b, ooo.Mark)
+			b = binary.AppendUvarint(b, ooo.Prev)
+		default:
+			code, _ := log.RejectionCode(o.Err)
+			b = appendStr(append(b, fwdBatchRejected, code), o.Err.Error())
+		}
+	}
+	return b
+}
+
+// deliveries decodes what appendDeliveries encoded.
+func (d *fwdDecoder) deliveries() []DeliveryOutcome {
+	n := d.uvarint()
+	if n == 0 || n > uint64(len(d.b)) { // each outcome takes a byte at least
+		d.fail()
+		return nil
+	}
+	outs := make([]DeliveryOutcome, n)
+	for i := range outs {
+		switch kind := d.u8(); kind {
+		case fwdBatchOK:
+			outs[i].Result.Mark = d.uvarint()
+			outs[i].Result.Appended = int(d.uvarint())
+		case fwdBatchOutOfOrder:
+			outs[i].Err = &log.OutOfOrderError{Source: log.ShardID(d.uvarint()), Mark: d.uvarint(), Prev: d.uvarint()}
+		case fwdBatchRejected:
+			code, msg := d.u8(), d.str()
+			if outs[i].Err = log.RejectionFromCode(code, msg); outs[i].Err == nil && d.err == nil {
+				d.err = fmt.Errorf("raftstore: forwarded response: unknown refusal %d (%s)", code, msg)
+			}
+		default:
+			d.fail()
+		}
+		if d.err != nil {
+			return nil
+		}
+	}
+	return outs
 }
 
 func boolByte(v bool) byte {

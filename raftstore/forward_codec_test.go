@@ -25,6 +25,11 @@ func fwdResponses() []fwdResponse {
 		{id: 9, err: errors.New("disk on fire")},
 		{id: 10, err: fmt.Errorf("%w: no node \"n9\"", ErrMetaRefused)},
 		{id: 11, err: ErrLowDisk},
+		{id: 12, res: Result{First: 3, Deliveries: []DeliveryOutcome{
+			{Result: log.DeliverResult{Mark: 40, Appended: 7}},
+			{Err: &log.OutOfOrderError{Source: 5, Mark: 2, Prev: 9}},
+			{Err: log.RejectionFromCode(1, "log: delivery item at 3: users must be valid, sorted and unique")},
+		}}},
 	}
 }
 

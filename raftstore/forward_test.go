@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -14,7 +15,8 @@ import (
 
 // TestProposeOnFollowerForwards: a follower forwards proposals to the leader and returns the
 // leader's answers as if it had proposed itself — results, refusals with their sentinels, an
-// out-of-order answer with its fields — and the leader's clock stamps them.
+// out-of-order answer with its fields, the per-batch answers of a DeliverBatchesCommand — and the
+// leader's clock stamps them.
 func TestProposeOnFollowerForwards(t *testing.T) {
 	const shard = raftstore.ShardID(1)
 	c := raftstoretest.NewCluster(t, 3, []raftstore.ShardID{shard}, nil)
@@ -47,6 +49,13 @@ func TestProposeOnFollowerForwards(t *testing.T) {
 	d, err := follower.Propose(ctx, shard, raftstore.DeliverCommand(&log.DeliveryBatch{Source: 9, Prev: 0, Last: 6}))
 	if err != nil || d.Deliver.Mark != 6 {
 		t.Fatalf("forwarded delivery: %+v %v", d, err)
+	}
+	// Batches of several sources in one entry: each its own answer, a refused one among them.
+	m, err := follower.Propose(ctx, shard, raftstore.DeliverBatchesCommand([]*log.DeliveryBatch{
+		{Source: 9, Prev: 6, Last: 8}, {Source: 10, Prev: 3, Last: 4}, {Source: 11, Prev: 0, Last: 2}}))
+	if err != nil || len(m.Deliveries) != 3 || m.Deliveries[0] != (raftstore.DeliveryOutcome{Result: log.DeliverResult{Mark: 8}}) ||
+		!errors.As(m.Deliveries[1].Err, &ooo) || ooo.Source != 10 || ooo.Prev != 3 || m.Deliveries[2].Err != nil || m.Deliveries[2].Result.Mark != 2 {
+		t.Fatalf("forwarded batches: %+v %v", m, err)
 	}
 	c.WaitConverged(shard)
 	checkConv(t, c, shard, "d:alice:bob", 1)
@@ -199,4 +208,76 @@ func (a testApp) Serve(ctx context.Context, method string, payload []byte) ([]by
 		return nil, fmt.Errorf("testApp serves no calls")
 	}
 	return a.serve(ctx, method, payload)
+}
+
+// TestLeaderCombinesDeliveries: deliveries proposed to a shard at the same time — by the
+// leader's node and forwarded by the followers, as the fan-out of every node does — are
+// combined by the leader into fewer Raft entries than proposals, and each proposer still gets its
+// own answer: its mark, its refusal (an out-of-order batch among them), every entry once.
+func TestLeaderCombinesDeliveries(t *testing.T) {
+	const shard = raftstore.ShardID(1)
+	const sources, rounds = 12, 8
+	c := raftstoretest.NewCluster(t, 3, []raftstore.ShardID{shard}, nil)
+	leader := c.Leader(shard)
+	before, err := c.Node(leader).ShardStatus(shard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	errs := make(chan error, sources)
+	var wg sync.WaitGroup
+	for s := range sources {
+		wg.Go(func() {
+			node := c.Node(s % 3)
+			src := log.ShardID(100 + s)
+			for i := range rounds {
+				pos := uint64(i + 1)
+				b := &log.DeliveryBatch{Source: src, Prev: pos - 1, Last: pos, Items: []log.Delivery{{Pos: pos, Users: []string{fmt.Sprintf("u%02d", s)},
+					Entry: log.Entry{Kind: log.KindMessage, MsgID: log.MsgID{Shard: src, Index: pos}, Conv: "c", ConvSeq: log.Position(pos), Sender: "x"}}}}
+				res, err := node.Propose(ctx, shard, raftstore.DeliverCommand(b))
+				if err != nil || res.Deliver != (log.DeliverResult{Mark: pos, Appended: 1}) {
+					errs <- fmt.Errorf("source %d, batch %d via node %d: %+v %v", src, pos, s%3, res.Deliver, err)
+					return
+				}
+				// A batch past the mark, among the others: refused alone.
+				_, err = node.Propose(ctx, shard, raftstore.DeliverCommand(&log.DeliveryBatch{Source: src, Prev: pos + 5, Last: pos + 6}))
+				var ooo *log.OutOfOrderError
+				if !errors.As(err, &ooo) || ooo.Source != src || ooo.Mark != pos {
+					errs <- fmt.Errorf("source %d: out-of-order batch answered %v", src, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	after, err := c.Node(leader).ShardStatus(shard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proposals := uint64(sources * rounds * 2)
+	entries := after.LastIndex - before.LastIndex
+	t.Logf("%d delivery proposals took %d Raft entries", proposals, entries)
+	if entries >= proposals {
+		t.Errorf("%d delivery proposals took %d Raft entries: none combined", proposals, entries)
+	}
+	c.WaitConverged(shard)
+	for i := range c.Size() {
+		state, err := c.Node(i).State(shard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for s := range sources {
+			if mark, _ := state.SourceMark(log.ShardID(100 + s)); mark != rounds {
+				t.Fatalf("node %d: source %d's mark is %d, want %d", i, 100+s, mark, rounds)
+			}
+			if info, _ := state.UserInfo(fmt.Sprintf("u%02d", s)); info.Head != rounds {
+				t.Fatalf("node %d: u%02d has %d entries, want %d", i, s, info.Head, rounds)
+			}
+		}
+	}
 }

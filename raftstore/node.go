@@ -65,7 +65,8 @@ type replica struct {
 	// failedTransfer is the last leadership transfer from this replica that failed, if any
 	// (see transferLeadership).
 	failedTransfer atomic.Pointer[failedTransfer]
-	ls             *leaseState // how current the replica knows itself to be (lease.go)
+	ls             *leaseState      // how current the replica knows itself to be (lease.go)
+	deliveries     deliveryCombiner // fan-out deliveries proposed here, combined (delivercombine.go)
 }
 
 // New opens (or creates) the node's store, starts every configured shard and, on first start,
@@ -517,6 +518,9 @@ func (n *Node) leaderAddr(ctx context.Context, r *replica) (leader nodeAt, local
 func (n *Node) proposeLocal(ctx context.Context, r *replica, cmd Command) (Result, error) {
 	if n.closed.Load() {
 		return Result{}, ErrShutdown
+	}
+	if cmd.Time == 0 && cmd.op.delivers() {
+		return n.proposeDelivery(ctx, r, cmd) // one entry per commit for all of them
 	}
 	if cmd.Time == 0 {
 		cmd.Time = time.Now().UnixNano()

@@ -54,6 +54,7 @@ const (
 type metrics struct {
 	sendAck     [len(sendResults)]prometheus.Observer
 	delivery    prometheus.Histogram
+	fanout      prometheus.Histogram
 	syncStreams prometheus.Gauge
 	staleTurns  prometheus.Counter
 	clientGaps  prometheus.Counter
@@ -77,6 +78,12 @@ func newMetrics(reg *prometheus.Registry, node metricsNode, conns func() int64, 
 		delivery: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Namespace: "syncd", Name: "delivery_seconds",
 			Help:                        "Time from a conversation entry's append (its entry time) to its push on a device's sync stream; the commit-to-device latency.",
+			Buckets:                     latencyBuckets,
+			NativeHistogramBucketFactor: nativeBucketFactor, NativeHistogramMaxBucketNumber: nativeMaxBuckets,
+		}),
+		fanout: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: "syncd", Subsystem: "fanout", Name: "delivery_seconds",
+			Help:                        "Time from a conversation entry's append (its entry time) to the commit of its delivery to a recipient's shard, by this node's fan-out: the part of syncd_delivery_seconds spent before the sync stream is woken.",
 			Buckets:                     latencyBuckets,
 			NativeHistogramBucketFactor: nativeBucketFactor, NativeHistogramMaxBucketNumber: nativeMaxBuckets,
 		}),
@@ -108,7 +115,7 @@ func newMetrics(reg *prometheus.Registry, node metricsNode, conns func() int64, 
 		Help: "Client connections that proved their source address (a QUIC Retry, asked for while half the handshake limit is in use, or an address token).",
 	})
 	reg.MustRegister(
-		sendAck, m.delivery, m.syncStreams, m.staleTurns, m.clientGaps, refused, m.validated,
+		sendAck, m.delivery, m.fanout, m.syncStreams, m.staleTurns, m.clientGaps, refused, m.validated,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Namespace: "syncd", Name: "connections",
 			Help: "Open client connections.",
@@ -192,6 +199,15 @@ func (m *metrics) observeDelivery(d time.Duration) {
 	m.delivery.Observe(max(d, 0).Seconds())
 }
 
+// observeFanout records the append→delivered latency of one entry the fan-out delivered (a
+// fanout.Config.Observe). Clock skew counts as zero, as in observeDelivery.
+func (m *metrics) observeFanout(d time.Duration) {
+	if m == nil {
+		return
+	}
+	m.fanout.Observe(max(d, 0).Seconds())
+}
+
 // syncStreamOpened and syncStreamClosed track the open sync streams; call them in pairs.
 func (m *metrics) syncStreamOpened() {
 	if m != nil {
@@ -240,7 +256,7 @@ func newShardCollector(node metricsNode) *shardCollector {
 		last:     desc("syncd_raft_last_index", "Last index in the Raft log of this node's replica of the shard."),
 		restores: desc("syncd_raft_snapshot_restores_total", "Snapshots installed in this node's replica of the shard since start."),
 		lag: desc("syncd_fanout_lag_entries",
-			"Outbox records of the shard not yet delivered everywhere and trimmed (head − first retained + 1), as this node's replica sees them."),
+			"Outbox records of the shard not yet delivered everywhere and trimmed (head − first retained + 1), as this node's replica sees them. The outbox is trimmed every 100 ms, so a busy shard shows about that much of its traffic; a lag that keeps growing is a destination behind."),
 		leaseHeld: desc("syncd_raft_lease_held",
 			"1 if this node's replica of the shard holds its lease (it leads, or heard from its leader within the lease), else 0: its sync streams send Stale instead of heartbeats."),
 		deadLetters: desc("syncd_dead_letters",

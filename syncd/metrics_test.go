@@ -74,6 +74,7 @@ func TestAdminServesMetricsHealthReadinessAndPprof(t *testing.T) {
 	m.observeSend(time.Second, "bogus") // counted as error: the label set stays fixed
 	m.observeDelivery(20 * time.Millisecond)
 	m.observeDelivery(-time.Second) // clock skew counts as zero
+	m.observeFanout(3 * time.Millisecond)
 	m.syncStreamOpened()
 	m.syncStreamOpened()
 	m.syncStreamClosed()
@@ -117,6 +118,9 @@ func TestAdminServesMetricsHealthReadinessAndPprof(t *testing.T) {
 		`syncd_delivery_seconds_count 2`,
 		`syncd_delivery_seconds_sum 0.02`,
 		`syncd_delivery_seconds_bucket{le="5"} 2`,
+		`syncd_fanout_delivery_seconds_count 1`,
+		`syncd_fanout_delivery_seconds_bucket{le="0.002"} 0`,
+		`syncd_fanout_delivery_seconds_bucket{le="0.005"} 1`,
 		`syncd_fanout_delivered_total 7`,
 		`syncd_sync_stale_total 1`,
 		`syncd_raft_lease_held{shard="1"} 1`,

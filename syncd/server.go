@@ -128,7 +128,8 @@ func NewServer(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s.slots = routing.Cluster(s.node.SlotTable)
-	s.fan = fanout.New(s.node, s.slots, fanout.Config{Logger: cfg.Logger})
+	// s.metrics is set below, before the fan-out runs.
+	s.fan = fanout.New(s.node, s.slots, fanout.Config{Logger: cfg.Logger, Observe: func(d time.Duration) { s.metrics.observeFanout(d) }})
 	s.app.fan.Store(s.fan)
 	s.peer = peer.New(s.node)
 	s.handleReads(s.peer)

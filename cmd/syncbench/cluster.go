@@ -216,9 +216,9 @@ type deliveryRun struct {
 func measureDelivery(ctx context.Context, o options, name string, c *procCluster) []deliveryRun {
 	var runs []deliveryRun
 	for k := range o.repeat {
-		progress("delivery on %s (run %d of %d): %d sends/s for %v", name, k+1, o.repeat, o.rate, o.duration)
+		progress("delivery on %s (run %d of %d): %d sends/s for %v to %d receivers", name, k+1, o.repeat, o.rate, o.duration, o.receivers)
 		before := takeCPU(c)
-		r, err := bench.Delivery(ctx, c.Target(), o.rate, o.duration)
+		r, err := bench.Delivery(ctx, c.Target(), o.rate, o.receivers, o.duration)
 		use := before.since(takeCPU(c), r.Sent)
 		if err != nil {
 			progress("delivery on %s: %v", name, err)

@@ -41,7 +41,7 @@ func TestClusterScenarios(t *testing.T) {
 	}
 	t.Logf("sends: %.0f acked/s, p50 %v, p99 %v", s.PerSec, s.P50, s.P99)
 
-	d, err := bench.Delivery(ctx, c.Target(), 50, time.Second)
+	d, err := bench.Delivery(ctx, c.Target(), 50, 4, time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}

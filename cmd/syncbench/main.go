@@ -74,6 +74,7 @@ type options struct {
 	overloadSenders int
 	body            int
 	rate            int
+	receivers       int
 	catchup         int
 	idle            int
 	addr, dataDir   string
@@ -98,6 +99,7 @@ func run(args []string) error {
 	fs.IntVar(&o.overloadSenders, "overload-senders", 512, "concurrent senders in overload")
 	fs.IntVar(&o.body, "body", 256, "message body bytes in sends and overload")
 	fs.IntVar(&o.rate, "rate", 1000, "sends per second in delivery")
+	fs.IntVar(&o.receivers, "receivers", 200, "live receivers in delivery, each with a sender of its own; the rate is spread over them")
 	fs.IntVar(&o.catchup, "catchup", 100000, "backlog entries in catchup")
 	fs.IntVar(&o.idle, "idle", 10000, "idle connections in idle")
 	fs.StringVar(&o.addr, "addr", "", "client address of an external server (with -data-dir); default: run one in-process")
@@ -194,13 +196,13 @@ func run(args []string) error {
 			}
 		}
 		if want["delivery"] {
-			progress("delivery: %d sends/s for %v to a live sync stream", o.rate, o.duration)
-			r, err := bench.Delivery(ctx, target, o.rate, o.duration)
+			progress("delivery: %d sends/s for %v to %d live sync streams", o.rate, o.duration, o.receivers)
+			r, err := bench.Delivery(ctx, target, o.rate, o.receivers, o.duration)
 			if err != nil {
 				progress("delivery: %v", err)
 				rows = append(rows, row{name: "delivery", value: "FAILED", note: err.Error()})
 			} else {
-				rows = append(rows, row{name: fmt.Sprintf("delivery (%d/s)", o.rate), value: fmt.Sprintf("%d entries", r.Count),
+				rows = append(rows, row{name: fmt.Sprintf("delivery (%d/s, %d receivers)", o.rate, o.receivers), value: fmt.Sprintf("%d entries", r.Count),
 					p50: r.P50, p99: r.P99, ratio: "-", note: fmt.Sprintf("append→delivery; sends acked %d, failed %d", r.Sent, r.Errors)})
 				progress("delivery: %d entries, p50 %v, p99 %v", r.Count, r.P50, r.P99)
 			}

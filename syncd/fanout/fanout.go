@@ -17,8 +17,8 @@ import (
 	"github.com/syncd-dev/syncd/syncd/adminapi"
 )
 
-// How it works. Fan-out moves every conversation entry from its home shard's outbox into the user logs of its
-// recipients, on whatever shards those users live (DESIGN §4).
+// How it works. Fan-out moves every conversation entry from its home shard's outbox into the user
+// logs of its recipients, on whatever shards those users live (DESIGN §4).
 //
 // For each (source, destination) pair the stream is ordered and idempotent: a batch covers the
 // source outbox positions (Prev, Last] and the destination applies it only past its high-water
@@ -41,14 +41,25 @@ import (
 // dead letter in the source shard with the reason, and the destination's mark is moved past it
 // (G5: it is set aside for an operator, never lost). See log/deadletter.go.
 //
-// Failures are isolated per destination. A round reads the outbox once for the destinations
-// whose marks are close and proposes each its batch in a goroutine of its own, waiting for each
-// answer for at most RoundWait. A destination that fails backs off on its own, and one whose
-// delivery hangs (a shard without quorum) keeps it in flight until it answers or DeliverTimeout
-// ends it; until then the rounds leave it out and go on with the others. When it answers, its
-// stream resumes from its mark. The outbox is trimmed only up to the lowest mark of all
-// destinations, so a destination down for long holds back the trim (not the deliveries): the
-// outbox then grows with the source's traffic until it recovers (the outbox metric shows it).
+// Deliveries are pipelined per destination. A source's drainer runs a round whenever something
+// may have changed — its shard applied entries (an append that created work wakes it at once, no
+// timer), a delivery answered, a backoff ended — and each round proposes to every destination
+// with nothing in flight the outbox records it has not been sent, without waiting for the
+// answers: at most one delivery per (source, destination) is in flight, all destinations are in
+// flight at once, and each next batch holds everything that arrived while the last one was
+// committing. The deliveries of all the sources a node drains meet in one lane per destination
+// (lane.go), which has one proposal in flight and puts the batches queued meanwhile into the
+// next one, so a destination takes one Raft entry per commit however many sources feed it:
+// that is the batching the sequential rounds had, without their wait (D36). The outbox is trimmed
+// every TrimEvery, not after every round.
+//
+// Failures are isolated per destination. A destination that fails backs off on its own, and one
+// whose delivery hangs (a shard without quorum) keeps it in flight until it answers or
+// DeliverTimeout ends it; until then it is sent nothing else, and nothing else waits for it (its
+// lane holds only batches for it). When it answers, its stream resumes from its mark. The outbox
+// is trimmed only up to the lowest mark of all destinations, so a destination down for long holds
+// back the trim (not the deliveries): the outbox then grows with the source's traffic until it
+// recovers (the outbox metric shows it).
 
 // Shards is what the fan-out needs of this node's shards: the replicas it hosts, whether it
 // leads one, a replica's state (to read the outbox) and proposals, which reach a shard's leader
@@ -69,19 +80,25 @@ type Router interface {
 
 // Config tunes the fan-out. Zero fields take the defaults.
 type Config struct {
-	// Batch is how many outbox records one round reads. Default 256.
+	// Batch is how many outbox records one read takes, and so the most one batch carries.
+	// Default 256.
 	Batch int
-	// IdleLag is how far a destination that receives nothing may trail the outbox, while others
-	// are receiving, before it is sent an empty batch to move its mark on (so the outbox can be
-	// trimmed). When the outbox goes quiet every trailing mark is moved at once. Default 1024.
+	// IdleLag is how far a destination that receives nothing may trail the outbox before it is
+	// sent an empty batch to move its mark on (so the outbox can be trimmed), even before the
+	// next trim is due. Default 1024.
 	IdleLag uint64
-	// RoundWait is how long a round waits for a destination's answer before it goes on without
-	// it: a slower destination (one without quorum, say) keeps its delivery in flight and is left
-	// out of the rounds until it answers. Default 50 ms.
-	RoundWait time.Duration
+	// TrimEvery is how often a source's outbox is trimmed up to the lowest mark while it holds
+	// anything: one Raft entry per interval and source instead of one per round. A destination
+	// that received nothing for a whole interval is then sent an empty batch, so that the next
+	// trim can pass it. Default 100 ms.
+	TrimEvery time.Duration
 	// DeliverTimeout bounds one delivery (with the steps of setting refused entries aside) and
 	// one trim; a delivery that runs out of it fails and is retried after a backoff. Default 10 s.
 	DeliverTimeout time.Duration
+	// Observe, if set, is called for every entry a delivery wrote, once its destination
+	// answered, with the time since the entry's append (its entry time): how long the fan-out
+	// took, the part of the push latency before a sync stream is woken (a metric).
+	Observe func(time.Duration)
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 }
@@ -93,8 +110,12 @@ type Fanout struct {
 	cfg    Config
 	logger *slog.Logger
 
-	mu   sync.Mutex
-	wake map[raftstore.ShardID]chan struct{} // per hosted shard, created on first use
+	mu    sync.Mutex
+	wake  map[raftstore.ShardID]chan struct{} // per hosted shard, created on first use
+	lanes map[raftstore.ShardID]*lane         // per destination, created on first use
+	// lanesRunning counts the lanes' goroutines, which Run waits for: a proposal may outlast
+	// the delivery that asked for it.
+	lanesRunning sync.WaitGroup
 
 	delivered    atomic.Uint64 // user-log entries written by this node's fan-out
 	failures     atomic.Uint64 // deliveries, and rounds of a source, that failed and were retried
@@ -114,8 +135,8 @@ func New(node Shards, slots Router, cfg Config) *Fanout {
 	if cfg.IdleLag == 0 {
 		cfg.IdleLag = 1024
 	}
-	if cfg.RoundWait <= 0 {
-		cfg.RoundWait = 50 * time.Millisecond
+	if cfg.TrimEvery <= 0 {
+		cfg.TrimEvery = 100 * time.Millisecond
 	}
 	if cfg.DeliverTimeout <= 0 {
 		cfg.DeliverTimeout = 10 * time.Second
@@ -124,7 +145,7 @@ func New(node Shards, slots Router, cfg Config) *Fanout {
 		cfg.Logger = slog.Default()
 	}
 	return &Fanout{node: node, slots: slots, cfg: cfg, logger: cfg.Logger.With("component", "fanout"),
-		wake: map[raftstore.ShardID]chan struct{}{}}
+		wake: map[raftstore.ShardID]chan struct{}{}, lanes: map[raftstore.ShardID]*lane{}}
 }
 
 // wakeCh returns shard's wake channel, creating it.
@@ -162,6 +183,7 @@ func (f *Fanout) DeadLettered() uint64 { return f.deadLettered.Load() }
 // per hosted shard, started and stopped as the node gains and loses replicas. It returns once
 // all of its goroutines have stopped.
 func (f *Fanout) Run(ctx context.Context) {
+	defer f.lanesRunning.Wait()
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	running := map[raftstore.ShardID]context.CancelFunc{}
@@ -198,54 +220,82 @@ func (f *Fanout) Run(ctx context.Context) {
 	}
 }
 
-// drain runs rounds for one source shard while this node leads it, until ctx ends. It returns
-// once the deliveries it started have answered (they end with ctx).
+// drain runs rounds for one source shard while this node leads it, until ctx ends: one after
+// each wake-up (an apply of the source, an answer of a delivery, the end of a backoff, a trim
+// due). It returns once the deliveries and the trim it started have answered (they end with
+// ctx).
 func (f *Fanout) drain(ctx context.Context, src raftstore.ShardID) {
 	s := &source{id: src, dests: map[raftstore.ShardID]*dest{}, answered: make(chan struct{}, 1)}
 	defer s.wg.Wait()
 	backoff := time.Duration(0)
 	wake := f.wakeCh(src)
+	// moved: the source may have applied something since the last look at its outbox range.
+	// Only its applies move the outbox, and each wakes the drainer, so the rounds that follow
+	// only an answer reuse the range last read (there are about two answers per apply).
+	moved := true
 	for ctx.Err() == nil {
-		f.settle(ctx, s)
-		progressed, err := false, error(nil)
-		if st, serr := f.node.ShardStatus(src); serr == nil && st.State == "leader" {
-			progressed, err = f.round(ctx, s)
+		select {
+		case <-wake:
+			moved = true
+		default:
 		}
-		switch {
-		case err != nil && ctx.Err() == nil:
+		f.settle(ctx, s)
+		var err error
+		if st, serr := f.node.ShardStatus(src); serr == nil && st.State == "leader" {
+			if err = f.round(ctx, s, moved); err == nil {
+				moved = false
+			}
+		} else {
+			moved = true // look again once leading
+		}
+		if err != nil && ctx.Err() == nil {
 			f.failures.Add(1)
 			backoff = min(max(2*backoff, 50*time.Millisecond), 5*time.Second)
 			f.logger.Warn("fan-out of a shard failed; retrying", "shard", src, "err", err, "backoff", backoff)
 			sleep(ctx, backoff+rand.N(backoff/2))
-		case progressed:
-			backoff = 0
-		default:
-			backoff = 0
-			// Idle: wait for new entries, an answer of a delivery in flight, the end of a
-			// destination's backoff, or poll for a change of leadership.
-			poll := time.Second
-			if at, ok := s.nextRetry(); ok {
-				poll = min(poll, max(time.Until(at), time.Millisecond))
-			}
-			t := time.NewTimer(poll)
-			select {
-			case <-ctx.Done():
-			case <-wake:
-			case <-s.answered:
-			case <-t.C:
-			}
-			t.Stop()
+			continue
 		}
+		backoff = 0
+		// Wait for new entries, an answer of a delivery or trim in flight, the end of a
+		// destination's backoff, the next trim, or poll for a change of leadership.
+		poll := time.Second
+		if at, ok := s.nextTimer(); ok {
+			poll = min(poll, max(time.Until(at), time.Millisecond))
+		}
+		t := time.NewTimer(poll)
+		select {
+		case <-ctx.Done():
+		case <-wake:
+			moved = true
+		case <-s.answered:
+		case <-t.C:
+			moved = true
+		}
+		t.Stop()
 	}
 }
 
 // source is the fan-out of one source shard: what its drainer knows of each destination, and the
-// deliveries in flight. Only the drainer's goroutine touches dests; a delivery's goroutine hands
-// its answer back through outcomes.
+// deliveries in flight. Only the drainer's goroutine touches dests and the trim fields; a
+// delivery's or trim's goroutine hands its answer back through outcomes.
 type source struct {
 	id    raftstore.ShardID
 	dests map[raftstore.ShardID]*dest
-	wg    sync.WaitGroup // deliveries in flight
+	wg    sync.WaitGroup // deliveries and the trim in flight
+
+	trimming   bool      // a trim is in flight
+	trimAt     time.Time // when the next trim is due
+	trimHeld   bool      // the last round left records in the outbox: trimAt is a wake-up
+	trimHead   uint64    // the outbox head when the last trim was due (see round)
+	trimBack   time.Duration
+	trimFailed int       // consecutive failed trims
+	trimWarned time.Time // the last warning about them
+
+	info log.OutboxInfo // the outbox range as last read
+
+	// recent holds the outbox records read last, contiguous, for the next rounds: destinations
+	// answer one at a time, and each would otherwise read again what the others just read.
+	recent []log.OutboxItem
 
 	mu       sync.Mutex // guards outcomes
 	outcomes []outcome
@@ -254,19 +304,25 @@ type source struct {
 
 // dest is what a source's drainer knows of one destination: the stream (source, destination).
 type dest struct {
-	id       raftstore.ShardID
-	mark     uint64        // learned from its answers: may be stale, never ahead
-	inflight bool          // a delivery is in flight: the rounds leave it out until it answers
-	backoff  time.Duration // after a failure: the rounds leave it out until retryAt
+	id   raftstore.ShardID
+	mark uint64 // learned from its answers: may be stale, never ahead
+	// clean ≥ mark: the outbox holds nothing for this destination in (mark, clean], so the next
+	// batch covers (mark, last] but needs to read only from clean+1 (no record is read again
+	// for a destination that had nothing in it).
+	clean    uint64
+	inflight bool          // a delivery is in flight: it gets no other until this one answers
+	backoff  time.Duration // after a failure: it gets nothing until retryAt
 	retryAt  time.Time
 	failing  int       // consecutive failed deliveries
 	since    time.Time // the first failure of the streak
 	warned   time.Time // the last warning about the streak
 }
 
-// outcome is a delivery's answer: the destination's mark afterwards, or why it failed.
+// outcome is a delivery's answer (the destination's mark afterwards, or why it failed), or a
+// trim's.
 type outcome struct {
 	dest raftstore.ShardID
+	trim bool
 	mark uint64
 	err  error
 }
@@ -290,15 +346,24 @@ func (s *source) report(o outcome) {
 	}
 }
 
-// nextRetry returns the earliest end of a destination's backoff still to come, if one is backing
-// off. An end already past is not one: a round has seen it (or will, once this node leads).
-func (s *source) nextRetry() (time.Time, bool) {
+// nextTimer returns when the drainer must look again without being woken: the earliest end of a
+// destination's backoff still to come, or the next trim while the outbox holds records. A time
+// already past is not one: a round has seen it (or will, once this node leads).
+func (s *source) nextTimer() (time.Time, bool) {
 	var at time.Time
 	now := time.Now()
-	for _, d := range s.dests {
-		if !d.inflight && d.retryAt.After(now) && (at.IsZero() || d.retryAt.Before(at)) {
-			at = d.retryAt
+	earliest := func(t time.Time) {
+		if t.After(now) && (at.IsZero() || t.Before(at)) {
+			at = t
 		}
+	}
+	for _, d := range s.dests {
+		if !d.inflight {
+			earliest(d.retryAt)
+		}
+	}
+	if s.trimHeld && !s.trimming {
+		earliest(s.trimAt)
 	}
 	return at, !at.IsZero()
 }
@@ -306,30 +371,38 @@ func (s *source) nextRetry() (time.Time, bool) {
 // warnEvery is how often a destination that keeps failing is logged again.
 const warnEvery = time.Minute
 
-// settle takes in the answers of the deliveries that finished: a success moves the
-// destination's mark, a failure puts the destination (only it) in backoff. It returns how many
-// succeeded.
-func (f *Fanout) settle(ctx context.Context, s *source) int {
+// settle takes in the answers of the deliveries and the trim that finished: a success moves the
+// destination's mark, a failure puts the destination (only it) in backoff.
+func (f *Fanout) settle(ctx context.Context, s *source) {
 	s.mu.Lock()
 	outs := s.outcomes
 	s.outcomes = nil
 	s.mu.Unlock()
-	ok := 0
 	for _, o := range outs {
+		if o.trim {
+			f.settleTrim(ctx, s, o)
+			continue
+		}
 		d := s.dest(o.dest)
 		d.inflight = false
 		if o.err == nil {
 			d.mark = max(d.mark, o.mark)
+			d.clean = max(d.clean, d.mark)
 			if d.failing > 0 {
 				f.logger.Info("fan-out to a shard recovered", "source", s.id, "dest", d.id,
 					"failures", d.failing, "after", time.Since(d.since).Round(time.Millisecond))
 			}
 			d.backoff, d.retryAt, d.failing = 0, time.Time{}, 0
-			ok++
 			continue
 		}
 		if ctx.Err() != nil {
 			continue // shutting down or no longer draining: not a failure of the destination
+		}
+		var ooo *log.OutOfOrderError
+		if errors.As(o.err, &ooo) && ooo.Source == s.id {
+			// The destination is behind what this drainer took for its mark (it cannot be
+			// below the outbox's first position, see round): resume from its own.
+			d.mark, d.clean = ooo.Mark, ooo.Mark
 		}
 		f.failures.Add(1)
 		now := time.Now()
@@ -345,34 +418,60 @@ func (f *Fanout) settle(ctx context.Context, s *source) int {
 				"source", s.id, "dest", d.id, "err", o.err, "failures", d.failing, "backoff", d.backoff)
 		}
 	}
-	return ok
 }
 
-// round delivers the outbox records of src that the destinations not yet have, up to Batch
-// records a destination, and trims what all destinations have applied. It reports whether it
-// made progress.
+// settleTrim takes in a trim's answer: the next one is due TrimEvery after it, or after a backoff
+// once it failed.
+func (f *Fanout) settleTrim(ctx context.Context, s *source, o outcome) {
+	s.trimming = false
+	now := time.Now()
+	if o.err == nil || ctx.Err() != nil {
+		if s.trimFailed > 0 {
+			f.logger.Info("trimming the outbox recovered", "shard", s.id, "failures", s.trimFailed)
+		}
+		s.trimFailed, s.trimBack = 0, 0
+		s.trimAt = now.Add(f.cfg.TrimEvery)
+		return
+	}
+	f.failures.Add(1)
+	s.trimFailed++
+	s.trimBack = min(max(2*s.trimBack, f.cfg.TrimEvery), 5*time.Second)
+	s.trimAt = now.Add(s.trimBack + rand.N(s.trimBack/2))
+	if s.trimFailed == 1 || now.Sub(s.trimWarned) >= warnEvery {
+		s.trimWarned = now
+		f.logger.Warn("trimming the outbox failed; retrying", "shard", s.id, "err", o.err,
+			"failures", s.trimFailed, "backoff", s.trimBack)
+	}
+}
+
+// round proposes to every destination that has no delivery in flight (and is not backing off)
+// the outbox records it has not been sent yet, up to Batch records a destination, without
+// waiting for the answers; and, every TrimEvery, trims what all destinations have applied.
 //
-// A destination with a delivery in flight or in backoff is left out. Every other one is sent its
-// batch in a goroutine of its own, one destination after another: the round waits for each
-// answer for at most RoundWait and leaves a slower delivery in flight. So a destination that fails
-// holds back only its own next batch, and one that hangs costs the others at most RoundWait per
-// attempt (one every DeliverTimeout plus backoff). Waiting for each answer in turn, as the rounds
-// always did, lets the next batches gather what arrived meanwhile; proposing to every destination
-// at once made the rounds shorter and the batches smaller: 1.66 Raft entries per acked send instead
-// of 1.22, and 0.87 of the send throughput (docs/BENCHMARKS.md). Destinations whose marks are close read one window of the outbox together (one
-// read, a batch each); one far behind (back after an outage) reads its own window, so it catches
-// up without holding the others to its pace.
-func (f *Fanout) round(ctx context.Context, s *source) (bool, error) {
+// So deliveries are pipelined per destination: at most one in flight to each (which keeps each
+// stream in order and a shard without quorum from piling proposals up), all destinations in
+// flight at once, and each next batch holds everything that arrived while the last one was
+// committing. An entry then waits for at most the one commit before its own, not for a round of
+// commits to every destination in turn, as it did when the rounds proposed to the destinations
+// one after another (D34, D36). Destinations read one window of the outbox together when they
+// are close (one read, a batch each; the records read stay in memory for the next rounds, see
+// read); one far behind (back after an outage) reads its own window, so it catches up without
+// holding the others to its pace. moved says whether the source may have applied something since
+// its outbox range was last read; if not, the range read then is used.
+func (f *Fanout) round(ctx context.Context, s *source, moved bool) error {
 	state, err := f.node.State(s.id)
 	if err != nil {
-		return false, err
+		return err
 	}
-	info, err := state.Outbox()
-	if err != nil {
-		return false, err
+	if moved {
+		if s.info, err = state.Outbox(); err != nil {
+			return err
+		}
 	}
-	if info.Head < info.First {
-		return false, nil // nothing waiting
+	info := s.info
+	s.trimHeld = info.Head >= info.First
+	if !s.trimHeld {
+		return nil // nothing waiting
 	}
 	dests := f.slots.Shards()
 	now := time.Now()
@@ -382,60 +481,124 @@ func (f *Fanout) round(ctx context.Context, s *source) (bool, error) {
 		// Positions before First were delivered everywhere before they were trimmed, so a mark
 		// not learned yet (or learned before a trim) can be raised to First-1 safely.
 		d.mark = max(d.mark, info.First-1)
-		if !d.inflight && !now.Before(d.retryAt) && d.mark < info.Head {
+		d.clean = max(d.clean, d.mark)
+		if !d.inflight && !now.Before(d.retryAt) && d.clean < info.Head {
 			pending = append(pending, d)
 		}
 	}
-	slices.SortFunc(pending, func(a, b *dest) int { return cmp.Compare(a.mark, b.mark) })
-	delivered := 0
+	slices.SortFunc(pending, func(a, b *dest) int { return cmp.Compare(a.clean, b.clean) })
+	s.forget()
 	for len(pending) > 0 {
-		items, rerr := state.ReadOutbox(pending[0].mark+1, f.cfg.Batch)
+		items, rerr := s.read(state, info, pending[0].clean+1, f.cfg.Batch)
 		if rerr != nil || len(items) == 0 {
 			err = rerr
 			break
 		}
 		last := items[len(items)-1].Pos
 		n := 0
-		for n < len(pending) && pending[n].mark < last {
+		for n < len(pending) && pending[n].clean < last {
 			n++
 		}
-		window := pending[:n]
-		pending = pending[n:]
-		batches := make([]*log.DeliveryBatch, len(window))
-		anyItems := false
-		for i, d := range window {
-			batches[i] = f.batchFor(s.id, d.id, d.mark, last, items)
-			anyItems = anyItems || len(batches[i].Items) > 0
-		}
-		for i, d := range window {
-			b := batches[i]
-			// A destination with nothing in the window is moved on with an empty batch only
-			// when nobody else in it receives (the outbox went quiet, or it trails by a whole
-			// window) or it trails by IdleLag: not a proposal per destination per round.
-			if len(b.Items) == 0 && anyItems && last-d.mark < f.cfg.IdleLag {
-				continue
+		for _, d := range pending[:n] {
+			if b := f.batchFor(s.id, d.id, d.mark, d.clean, last, items); len(b.Items) > 0 {
+				f.launch(ctx, s, d, b)
+			} else {
+				d.clean = last // nothing for it: no proposal, the next batch covers the gap
 			}
-			f.launch(ctx, s, d, b)
-			delivered += f.await(ctx, s, d)
+		}
+		pending = pending[n:]
+	}
+	if err != nil {
+		return err
+	}
+	// Destinations with nothing to receive move their marks with an empty batch only when they
+	// trail by IdleLag, or at a trim when they received nothing for a whole TrimEvery (their
+	// mark is still below the head of the last trim): not a proposal per destination per round.
+	trimDue := !s.trimming && !now.Before(s.trimAt)
+	for _, id := range dests {
+		d := s.dest(id)
+		if d.inflight || now.Before(d.retryAt) || d.mark >= d.clean {
+			continue
+		}
+		if d.clean-d.mark >= f.cfg.IdleLag || trimDue && d.mark < s.trimHead {
+			f.launch(ctx, s, d, &log.DeliveryBatch{Source: s.id, Prev: d.mark, Last: d.clean})
 		}
 	}
-	progressed := delivered+f.settle(ctx, s) > 0
-	if err != nil {
-		return progressed, err
+	if !trimDue {
+		return nil
 	}
+	s.trimHead = info.Head
 	low := info.Head
 	for _, id := range dests {
 		low = min(low, s.dest(id).mark)
 	}
-	if low >= info.First {
+	if low < info.First {
+		s.trimAt = now.Add(f.cfg.TrimEvery)
+		return nil
+	}
+	s.trimming = true
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
 		tctx, cancel := context.WithTimeout(ctx, f.cfg.DeliverTimeout)
 		defer cancel()
-		if _, err := f.node.Propose(tctx, s.id, raftstore.TrimCommand(&log.Trim{Target: log.TrimOutboxLog, UpTo: low})); err != nil {
-			return true, fmt.Errorf("trim outbox of %d up to %d: %w", s.id, low, err)
+		_, err := f.node.Propose(tctx, s.id, raftstore.TrimCommand(&log.Trim{Target: log.TrimOutboxLog, UpTo: low}))
+		if err != nil {
+			err = fmt.Errorf("trim outbox of %d up to %d: %w", s.id, low, err)
 		}
-		progressed = true
+		s.report(outcome{trim: true, err: err})
+	}()
+	return nil
+}
+
+// recentMax bounds source.recent, in multiples of Config.Batch: a destination further behind
+// reads the outbox itself (it is catching up after an outage, not keeping pace).
+const recentMax = 4
+
+// read returns up to n outbox records from position from on, up to info.Head, from the records
+// read recently where it can: only what was appended since is read from the store, and a read
+// far behind the recent ones (a destination catching up) leaves them be.
+func (s *source) read(state *log.Shard, info log.OutboxInfo, from uint64, n int) ([]log.OutboxItem, error) {
+	r := s.recent
+	if len(r) == 0 || from < r[0].Pos || from > r[len(r)-1].Pos+1 {
+		items, err := state.ReadOutbox(from, n)
+		if err == nil && (len(r) == 0 || from > r[len(r)-1].Pos+1) {
+			s.recent = items
+		}
+		return items, err
 	}
-	return progressed, nil
+	i, _ := slices.BinarySearchFunc(r, from, func(it log.OutboxItem, pos uint64) int { return cmp.Compare(it.Pos, pos) })
+	if end := r[len(r)-1].Pos; len(r)-i < n && end < info.Head {
+		more, err := state.ReadOutbox(end+1, n-(len(r)-i))
+		if err != nil {
+			return nil, err
+		}
+		r = append(r, more...)
+		if over := min(len(r)-recentMax*n, i); over > 0 {
+			r = slices.Clone(r[over:]) // drop the oldest (not the ones asked for) and their array
+			i -= over
+		}
+		s.recent = r
+	}
+	return r[i:min(i+n, len(r))], nil
+}
+
+// forget drops the recent records no destination needs any more: those at or below every
+// destination's clean position.
+func (s *source) forget() {
+	if len(s.recent) == 0 {
+		return
+	}
+	low := s.recent[len(s.recent)-1].Pos
+	for _, d := range s.dests {
+		low = min(low, d.clean)
+	}
+	i, _ := slices.BinarySearchFunc(s.recent, low+1, func(it log.OutboxItem, pos uint64) int { return cmp.Compare(it.Pos, pos) })
+	if i == len(s.recent) {
+		s.recent = nil
+		return
+	}
+	s.recent = s.recent[i:]
 }
 
 // launch proposes b to d in a goroutine of its own; its answer comes back through s.report.
@@ -448,30 +611,17 @@ func (f *Fanout) launch(ctx context.Context, s *source, d *dest, b *log.Delivery
 		ctx, cancel := context.WithTimeout(ctx, f.cfg.DeliverTimeout)
 		defer cancel()
 		mark, err := f.deliver(ctx, src, id, b)
+		if err == nil && f.cfg.Observe != nil {
+			now := time.Now().UnixNano()
+			for _, it := range b.Items {
+				f.cfg.Observe(time.Duration(now - it.Entry.Time))
+			}
+		}
 		if refused(err) && len(b.Items) > 0 {
 			mark, err = f.isolate(ctx, src, id, b)
 		}
 		s.report(outcome{dest: id, mark: mark, err: err})
 	}()
-}
-
-// await waits until d has answered, or RoundWait has passed, and settles the answers (of earlier
-// deliveries too). It returns how many succeeded.
-func (f *Fanout) await(ctx context.Context, s *source, d *dest) int {
-	ok := f.settle(ctx, s)
-	t := time.NewTimer(f.cfg.RoundWait)
-	defer t.Stop()
-	for d.inflight {
-		select {
-		case <-ctx.Done():
-			return ok
-		case <-t.C:
-			return ok // d stays in flight; the rounds leave it out until it answers
-		case <-s.answered:
-			ok += f.settle(ctx, s)
-		}
-	}
-	return ok
 }
 
 // deliver proposes b to dest and returns the destination's mark afterwards.
@@ -480,12 +630,12 @@ func (f *Fanout) deliver(ctx context.Context, src, dest raftstore.ShardID, b *lo
 		b = &log.DeliveryBatch{Source: b.Source, Prev: b.Prev, Last: b.Last, Items: cloneItems(b.Items)}
 		(*inject)(dest, b.Items)
 	}
-	res, err := f.node.Propose(ctx, dest, raftstore.DeliverCommand(b))
+	res, err := f.propose(ctx, dest, b)
 	if err != nil {
 		return 0, fmt.Errorf("deliver %d→%d (%d, %d]: %w", src, dest, b.Prev, b.Last, err)
 	}
-	f.delivered.Add(uint64(res.Deliver.Appended))
-	return res.Deliver.Mark, nil
+	f.delivered.Add(uint64(res.Appended))
+	return res.Mark, nil
 }
 
 // isolate handles a batch dest refused: it resends the batch one item at a time, dead-letters
@@ -539,11 +689,11 @@ func cloneItems(items []log.Delivery) []log.Delivery {
 }
 
 // batchFor builds the batch of items for destination d covering (prev, last]: every item in that
-// range with recipients on d, restricted to those recipients.
-func (f *Fanout) batchFor(src, d raftstore.ShardID, prev, last uint64, items []log.OutboxItem) *log.DeliveryBatch {
+// range with recipients on d, restricted to those recipients. There are none in (prev, clean].
+func (f *Fanout) batchFor(src, d raftstore.ShardID, prev, clean, last uint64, items []log.OutboxItem) *log.DeliveryBatch {
 	b := &log.DeliveryBatch{Source: src, Prev: prev, Last: last}
 	for _, it := range items {
-		if it.Pos <= prev {
+		if it.Pos <= clean {
 			continue
 		}
 		var users []string

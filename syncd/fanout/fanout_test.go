@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"reflect"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -402,4 +403,188 @@ func TestFanoutDestinationWithoutQuorumDelaysOnlyItself(t *testing.T) {
 		return true
 	})
 	trimmedOnlyWhatAllHave()
+}
+
+// TestFanoutLaneCombinesSources: the deliveries of seven sources to one slow destination share
+// its lane — never more than one proposal to it at a time, and the batches that queued while one
+// was committing go together in the next — so the destination takes a few Raft entries per wave
+// of sends instead of one per source, and still gets every entry once, in order.
+func TestFanoutLaneCombinesSources(t *testing.T) {
+	const dst = raftstore.ShardID(5)
+	const waves = 5
+	fn := startFanoutNode(t, t.TempDir())
+	defer fn.stop(t)
+	var onDst, elsewhere string
+	for i := 0; onDst == "" || elsewhere == ""; i++ {
+		uid := fmt.Sprintf("u%03d", i)
+		if s := fn.slots.UserShard(uid); s == dst && onDst == "" {
+			onDst = uid
+		} else if s != dst && elsewhere == "" {
+			elsewhere = uid
+		}
+	}
+	// One group homed on every other shard, with the user on dst as a member.
+	convs := map[raftstore.ShardID]string{}
+	for i := 0; len(convs) < len(fn.node.Shards())-1; i++ {
+		conv := fmt.Sprintf("g%d", i)
+		if s := fn.slots.ConvShard(conv); s != dst && convs[s] == "" {
+			convs[s] = conv
+		}
+	}
+	acks := &sent{convs: map[string][]log.MsgID{}}
+	members := []string{onDst, elsewhere}
+	slices.Sort(members)
+	propose := func(conv string, req *log.Append) {
+		res, err := fn.node.Propose(context.Background(), fn.slots.ConvShard(conv), raftstore.AppendCommand(req))
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		acks.ack(conv, res.Append)
+	}
+	for _, conv := range convs {
+		propose(conv, &log.Append{Conv: conv, Sender: elsewhere, ClientMsgID: "create", Kind: log.KindGroupCreate, Members: members})
+	}
+	received := func(n int) func() (bool, string) {
+		return func() (bool, string) {
+			state, _ := fn.node.State(dst)
+			info, _ := state.UserInfo(onDst)
+			return int(info.Head) >= n, fmt.Sprintf("%s has %d of %d entries", onDst, info.Head, n)
+		}
+	}
+	testkit.Wait(t, 10*time.Second, "the creations to arrive", received(len(convs)))
+
+	// From now on every proposal to dst takes 50 ms: while one commits, the others' batches queue.
+	var mu sync.Mutex
+	inFlight, maxInFlight, proposals := 0, 0, 0
+	fn.node.FailProposals(func(shard raftstore.ShardID, _ raftstore.Command) error {
+		if shard != dst {
+			return nil
+		}
+		mu.Lock()
+		inFlight++
+		proposals++
+		maxInFlight = max(maxInFlight, inFlight)
+		mu.Unlock()
+		time.Sleep(50 * time.Millisecond)
+		mu.Lock()
+		inFlight--
+		mu.Unlock()
+		return nil
+	})
+	for w := range waves {
+		var wg sync.WaitGroup
+		for _, conv := range convs {
+			wg.Go(func() {
+				propose(conv, &log.Append{Conv: conv, Sender: elsewhere, ClientMsgID: fmt.Sprint("m", w), Kind: log.KindMessage,
+					Body: []byte(fmt.Sprint("wave ", w))})
+			})
+		}
+		wg.Wait()
+		testkit.Wait(t, 10*time.Second, fmt.Sprint("wave ", w, " to arrive"), received(len(convs)*(w+2)))
+	}
+	for _, conv := range convs {
+		checkUserLog(t, fn, onDst, conv, acks.convs[conv])
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if maxInFlight != 1 {
+		t.Errorf("%d proposals to shard %d at once; want 1 (one lane per destination)", maxInFlight, dst)
+	}
+	// One proposal per source and wave would be 7 a wave; a lane needs about two (the first
+	// batch alone, the six that queued behind it together).
+	if proposals > 4*waves {
+		t.Errorf("%d proposals to shard %d for %d waves of %d sources; want at most %d", proposals, dst, waves, len(convs), 4*waves)
+	}
+	t.Logf("%d proposals to shard %d for %d waves of %d sources", proposals, dst, waves, len(convs))
+}
+
+// TestSourceReadKeepsRecentRecords: the drainer's reads of its outbox, served from the records
+// it read last where it can, return exactly what reading the store returns — reading on from the
+// end, from the middle, below the records kept, past them, after new appends and after the
+// records no destination needs were forgotten — and keep at most recentMax windows.
+func TestSourceReadKeepsRecentRecords(t *testing.T) {
+	node := raftstoretest.OpenLocal(t, t.TempDir(), 2)
+	defer func() {
+		if err := node.Close(); err != nil {
+			t.Error(err)
+		}
+	}()
+	slots := routing.Even(2)
+	var conv string
+	for i := 0; conv == ""; i++ {
+		if c := fmt.Sprintf("g%d", i); slots.ConvShard(c) == 1 {
+			conv = c
+		}
+	}
+	state, _ := node.State(1)
+	appendN := func(n int) {
+		t.Helper()
+		for range n {
+			req := &log.Append{Conv: conv, Sender: "alice", ClientMsgID: fmt.Sprint(rand.Int64()), Kind: log.KindMessage, Body: []byte("x")}
+			if _, err := node.Propose(context.Background(), 1, raftstore.AppendCommand(req)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if _, err := node.Propose(context.Background(), 1, raftstore.AppendCommand(&log.Append{Conv: conv, Sender: "alice",
+		ClientMsgID: "create", Kind: log.KindGroupCreate, Members: []string{"alice", "bob"}})); err != nil {
+		t.Fatal(err)
+	}
+	appendN(39)
+	s := &source{id: 1, dests: map[raftstore.ShardID]*dest{1: {id: 1}, 2: {id: 2}}}
+	const n = 8
+	check := func(from uint64) []log.OutboxItem {
+		t.Helper()
+		info, err := state.Outbox()
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := s.read(state, info, from, n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := state.ReadOutbox(from, n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("read(%d): positions %v, want %v", from, positions(got), positions(want))
+		}
+		if len(s.recent) > recentMax*n {
+			t.Fatalf("%d records kept, at most %d", len(s.recent), recentMax*n)
+		}
+		return got
+	}
+	if got := check(1); len(got) != n || got[0].Pos != 1 {
+		t.Fatalf("the first read: %v", positions(got))
+	}
+	for from := uint64(1); from <= 41; from += 3 { // on from the end, overlapping, then past the head
+		check(from)
+	}
+	check(20) // inside what is kept
+	check(2)  // below it: read from the store, the records kept stay
+	appendN(10)
+	check(38) // extends what is kept with the new records
+	s.dests[1].clean, s.dests[2].clean = 44, 45
+	s.forget()
+	if len(s.recent) == 0 || s.recent[0].Pos != 45 {
+		t.Fatalf("after forgetting up to 44: kept from %v", positions(s.recent))
+	}
+	check(45)
+	check(60) // past everything: the store says there is nothing
+	s.dests[1].clean, s.dests[2].clean = 50, 50
+	s.forget()
+	if len(s.recent) != 0 {
+		t.Fatalf("kept %v after every destination passed them", positions(s.recent))
+	}
+	check(51)
+}
+
+func positions(items []log.OutboxItem) []uint64 {
+	var out []uint64
+	for _, it := range items {
+		out = append(out, it.Pos)
+	}
+	return out
 }

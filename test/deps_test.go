@@ -47,6 +47,7 @@ var rules = map[string]rule{
 	"client":                  {repo: []string{"log/ident", "proto", "client/internal/store"}, deny: serverOnly},
 	"client/internal/store":   {repo: []string{"log/ident", "proto"}, deny: append([]string{quic}, serverOnly...)},
 	"bench/peerresult":        {outside: []string{}},
+	"bench/procstat":          {outside: []string{}},
 	"bench":                   {repo: []string{"log/ident", "client", "client/internal/store", "proto", "test/testkit"}, deny: serverOnly},
 	"syncd/adminapi":          {outside: []string{}},
 	"syncd/auth":              {repo: []string{"log/ident", "proto", "syncd/adminapi"}, outside: []string{msgpack}},

@@ -6,7 +6,6 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -122,26 +121,4 @@ func waitUntil(ctx context.Context, servers []*server, ready func(context.Contex
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-}
-
-// processCPU returns the CPU time (user and system) process pid has used, from /proc/<pid>/stat,
-// or zero if it cannot be read (not Linux, process gone). It assumes the usual 100 clock ticks per
-// second. (The same reading as cmd/syncbench's for syncd's nodes: this module shares only the
-// result format with syncd's.)
-func processCPU(pid int) time.Duration {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0
-	}
-	_, rest, ok := strings.Cut(string(b), ") ") // the command name may hold spaces
-	if !ok {
-		return 0
-	}
-	f := strings.Fields(rest) // from field 3 (state) on: utime and stime are fields 14 and 15
-	if len(f) < 13 {
-		return 0
-	}
-	utime, _ := strconv.ParseInt(f[11], 10, 64)
-	stime, _ := strconv.ParseInt(f[12], 10, 64)
-	return time.Duration(utime+stime) * 10 * time.Millisecond
 }

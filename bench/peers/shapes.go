@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/syncd-dev/syncd/bench/peerresult"
+	"github.com/syncd-dev/syncd/bench/procstat"
 )
 
 // system is a system under measurement: its name in the results, its node count, and its
@@ -32,7 +33,7 @@ func (s system) fail(err error) {
 func (s system) cpu() time.Duration {
 	var total time.Duration
 	for _, srv := range s.servers {
-		total += processCPU(srv.cmd.Process.Pid)
+		total += procstat.CPU(srv.cmd.Process.Pid)
 	}
 	return total
 }

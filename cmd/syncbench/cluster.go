@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/syncd-dev/syncd/bench"
+	"github.com/syncd-dev/syncd/bench/procstat"
 	"github.com/syncd-dev/syncd/test/proccluster"
 )
 
@@ -148,7 +149,7 @@ type cpuSample struct {
 }
 
 func takeCPU(c *procCluster) cpuSample {
-	return cpuSample{at: time.Now(), nodes: c.CPUTime(), self: processCPU(os.Getpid()), all: machineBusy()}
+	return cpuSample{at: time.Now(), nodes: c.CPUTime(), self: procstat.CPU(os.Getpid()), all: machineBusy()}
 }
 
 // since returns the CPU used from s (before) to e (after), acked sends having been acked.

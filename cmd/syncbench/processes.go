@@ -9,12 +9,11 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/syncd-dev/syncd/bench"
+	"github.com/syncd-dev/syncd/bench/procstat"
 	"github.com/syncd-dev/syncd/raftstore"
 	"github.com/syncd-dev/syncd/syncd/routing"
 	"github.com/syncd-dev/syncd/test/proccluster"
@@ -123,31 +122,10 @@ func (c *procCluster) CPUTime() time.Duration {
 	var total time.Duration
 	for _, n := range c.pc.Nodes() {
 		if n.Running() {
-			total += processCPU(n.PID())
+			total += procstat.CPU(n.PID())
 		}
 	}
 	return total
-}
-
-// processCPU returns the CPU time (user and system) process pid has used, from /proc/<pid>/stat,
-// or zero if it cannot be read (not Linux, process gone). It assumes the usual 100 clock ticks
-// per second.
-func processCPU(pid int) time.Duration {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0
-	}
-	_, rest, ok := strings.Cut(string(b), ") ") // the command name may hold spaces
-	if !ok {
-		return 0
-	}
-	f := strings.Fields(rest) // from field 3 (state) on: utime and stime are fields 14 and 15
-	if len(f) < 13 {
-		return 0
-	}
-	utime, _ := strconv.ParseInt(f[11], 10, 64)
-	stime, _ := strconv.ParseInt(f[12], 10, 64)
-	return time.Duration(utime+stime) * 10 * time.Millisecond
 }
 
 // Profile takes a CPU profile of every running node for d (its /debug/pprof/profile) and writes

@@ -3,6 +3,7 @@ package raftstore
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 )
@@ -80,10 +81,8 @@ func (n *Node) proposeDelivery(ctx context.Context, r *replica, cmd Command) (Re
 }
 
 func deleteReq(q []*deliveryReq, req *deliveryReq) []*deliveryReq {
-	for i, r := range q {
-		if r == req {
-			return append(q[:i], q[i+1:]...)
-		}
+	if i := slices.Index(q, req); i >= 0 {
+		return slices.Delete(q, i, i+1)
 	}
 	return q
 }

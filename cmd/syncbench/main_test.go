@@ -15,13 +15,7 @@ import (
 // (32). It used to fail at once with CONNECTION_REFUSED; every device must now connect and sends
 // be acked.
 func TestInProcessSends(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	target, _, cleanup, err := setupTarget(ctx, options{shards: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cleanup()
+	ctx, target := inProcessTarget(t)
 	r, err := bench.Sends(ctx, target, 100, 8, 500*time.Millisecond, 64)
 	if err != nil {
 		t.Fatal(err)
@@ -35,16 +29,24 @@ func TestInProcessSends(t *testing.T) {
 // TestInProcessCatchUp runs -scenario catchup's replays the way syncbench does (one backlog,
 // -repeat replays, the median): every replay reads the whole backlog, in order.
 func TestInProcessCatchUp(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	target, _, cleanup, err := setupTarget(ctx, options{shards: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cleanup()
+	ctx, target := inProcessTarget(t)
 	r := catchUpRow(ctx, options{catchup: 2000, repeat: 2}, target, bench.BareResult{}, func(float64) string { return "-" })
 	if r.value == "FAILED" || !strings.Contains(r.note, "2000 entries") || !strings.Contains(r.note, "median of 2") {
 		t.Fatalf("catch-up row: %+v", r)
 	}
 	t.Logf("%s: %s", r.value, r.note)
+}
+
+// inProcessTarget starts syncbench's in-process server (2 shards) for the test, stopped when it
+// ends, and returns it with a context bounding the test.
+func inProcessTarget(t *testing.T) (context.Context, bench.Target) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	target, _, cleanup, err := setupTarget(ctx, options{shards: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cleanup)
+	return ctx, target
 }

@@ -1,7 +1,8 @@
 // Command peers is syncbench's peer load generator: it runs the workload shapes of syncbench's
-// own scenarios against the systems syncd's users would run instead — etcd (one member, then
-// three) and Redis streams with every write fsynced — each started here as child processes on
-// temporary directories and stopped again, one system at a time, and writes every result as a
+// own scenarios against the floor under them — raw Pebble, in this process — and against the
+// systems syncd's users would run instead — etcd (one member, then three) and Redis streams with
+// every write fsynced — each started here as child processes on temporary directories and
+// stopped again, one system at a time, and writes every result as a
 // JSON line (bench/peerresult) on its standard output; progress goes to standard error.
 // `syncbench -scenario peers` builds and runs it and prints the results beside syncd's from the
 // same invocation. A system whose server binary is not installed is reported as skipped.
@@ -22,6 +23,10 @@
 //
 // The data model, per system:
 //
+//   - raw Pebble: a user's log is the key prefix u/<user>/, one key per entry, its position
+//     big-endian from a per-log counter here; an append is a one-key batch committed with
+//     pebble.Sync (concurrent commits share an fsync, as in syncd). No push; the catch-up is one
+//     iterator over the prefix.
 //   - etcd: a user's log is the key prefix /u/<user>/, one key per entry, its suffix the entry's
 //     position, zero-padded to 20 digits, taken from a per-log counter in this process: an
 //     append is one put of a fresh key, etcd's cheapest durable write (a put is acked once a
@@ -78,7 +83,7 @@ type shapes struct {
 func run(args []string) error {
 	fs := flag.NewFlagSet("peers", flag.ContinueOnError)
 	var sh shapes
-	systems := fs.String("systems", "etcd1,etcd3,redis", "systems to measure, in order: etcd<N> (an etcd cluster of N members, 1 to 9), redis")
+	systems := fs.String("systems", "pebble,etcd1,etcd3,redis", "systems to measure, in order: pebble (raw Pebble in this process), etcd<N> (an etcd cluster of N members, 1 to 9), redis")
 	etcdBin := fs.String("etcd", "etcd", "etcd server binary (Debian: etcd-server)")
 	redisBin := fs.String("redis-server", "redis-server", "Redis server binary (Debian: redis-server)")
 	fs.DurationVar(&sh.duration, "duration", 10*time.Second, "duration of appends and of push")
@@ -104,10 +109,12 @@ func run(args []string) error {
 		name = strings.TrimSpace(name)
 		if n, err := strconv.Atoi(strings.TrimPrefix(name, "etcd")); err == nil && strings.HasPrefix(name, "etcd") && n >= 1 && n <= 9 {
 			todo = append(todo, func() error { return measureEtcd(ctx, *etcdBin, n, sh) })
+		} else if name == "pebble" {
+			todo = append(todo, func() error { return measurePebble(ctx, sh) })
 		} else if name == "redis" {
 			todo = append(todo, func() error { return measureRedis(ctx, *redisBin, sh) })
 		} else {
-			return fmt.Errorf("unknown system %q in -systems: etcd<N> (N members, 1 to 9) or redis", name)
+			return fmt.Errorf("unknown system %q in -systems: pebble, etcd<N> (N members, 1 to 9) or redis", name)
 		}
 	}
 	if *check {

@@ -32,10 +32,27 @@ func TestRedis(t *testing.T) {
 	checkShapes(t, "redis-server", func(ctx context.Context) error { return measureRedis(ctx, "redis-server", tiny) }, 1)
 }
 
-func checkShapes(t *testing.T, bin string, run func(context.Context) error, nodes int) {
-	if _, err := exec.LookPath(bin); err != nil {
-		t.Skipf("%s not installed", bin)
+// TestPebble runs the shapes on raw Pebble: appends and catch-up measure, push is skipped
+// (Pebble has no subscriptions) with the reason.
+func TestPebble(t *testing.T) {
+	rs := collect(t, func(ctx context.Context) error { return measurePebble(ctx, tiny) })
+	if len(rs) != 3 {
+		t.Fatalf("%d results, want one per shape: %+v", len(rs), rs)
 	}
+	if r := rs[0]; r.Shape != peerresult.Appends || r.Failed != "" || r.Count == 0 || r.PerSec <= 0 {
+		t.Errorf("appends: %+v", r)
+	}
+	if r := rs[1]; r.Shape != peerresult.Push || r.Skip == "" || r.Count != 0 {
+		t.Errorf("push: %+v, want skipped", r)
+	}
+	if r := rs[2]; r.Shape != peerresult.CatchUp || r.Failed != "" || r.Count != tiny.catchup {
+		t.Errorf("catch-up: %+v, want %d entries", r, tiny.catchup)
+	}
+}
+
+// collect runs run with the results going to a buffer, and reads them back.
+func collect(t *testing.T, run func(context.Context) error) []peerresult.Result {
+	t.Helper()
 	var buf bytes.Buffer
 	results = &buf
 	t.Cleanup(func() { results = nil })
@@ -48,6 +65,14 @@ func checkShapes(t *testing.T, bin string, run func(context.Context) error, node
 	if err != nil {
 		t.Fatal(err)
 	}
+	return rs
+}
+
+func checkShapes(t *testing.T, bin string, run func(context.Context) error, nodes int) {
+	if _, err := exec.LookPath(bin); err != nil {
+		t.Skipf("%s not installed", bin)
+	}
+	rs := collect(t, run)
 	if len(rs) != 3 {
 		t.Fatalf("%d results, want one per shape: %+v", len(rs), rs)
 	}

@@ -3,8 +3,10 @@ package main
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"slices"
 	"strconv"
 	"sync"
@@ -21,6 +23,7 @@ type system struct {
 	name    string
 	nodes   int
 	servers []*server
+	self    bool // in this process: its CPU is this process's
 }
 
 // fail reports that the system could not be measured at all: it did not start.
@@ -31,6 +34,9 @@ func (s system) fail(err error) {
 
 // cpu returns the CPU time the system's server processes have used so far.
 func (s system) cpu() time.Duration {
+	if s.self {
+		return procstat.CPU(os.Getpid())
+	}
 	var total time.Duration
 	for _, srv := range s.servers {
 		total += procstat.CPU(srv.cmd.Process.Pid)
@@ -168,6 +174,10 @@ func push(ctx context.Context, st store, sys system, sh shapes) peerresult.Resul
 				subErr.CompareAndSwap(nil, err.Error())
 			}
 		})
+		if errors.Is(err, errors.ErrUnsupported) {
+			res.Skip = err.Error()
+			return res
+		}
 		if err != nil {
 			res.Failed = fmt.Sprintf("subscribing %s: %v", users[i], err)
 			return res
@@ -307,7 +317,9 @@ func measure(ctx context.Context, st store, sys system, sh shapes) {
 		}
 		progress("%s: %s", sys.name, shape.name)
 		r := shape.run(ctx, st, sys, sh)
-		if r.Failed != "" {
+		if r.Skip != "" {
+			progress("%s: %s skipped: %s", sys.name, shape.name, r.Skip)
+		} else if r.Failed != "" {
 			progress("%s: %s failed: %s", sys.name, shape.name, r.Failed)
 		} else {
 			progress("%s: %s: %s; %s", sys.name, shape.name, summary(r), r.Note)

@@ -112,7 +112,7 @@ func run(args []string) error {
 	fs.StringVar(&o.syncd, "syncd", "", "cluster, peers: syncd binary for the nodes (default: go build ./cmd/syncd into a temp dir)")
 	fs.StringVar(&o.cpuprofile, "cpuprofile", "", "cluster: directory for CPU profiles of every node during the first sends run on each side")
 	fs.StringVar(&o.selfprofile, "selfprofile", "", "catchup: file for a CPU profile of this process (the load generator's side) during the replays")
-	fs.StringVar(&o.peers, "peers", "etcd1,etcd3,redis", "peers: the peers to measure: etcd<N> (an etcd cluster of N members), redis")
+	fs.StringVar(&o.peers, "peers", "pebble,etcd1,etcd3,redis", "peers: the references to measure: pebble (raw Pebble, in-process), etcd<N> (an etcd cluster of N members), redis")
 	fs.IntVar(&o.users, "users", 10000, "peers: logs the peers' appends go to at random")
 	fs.IntVar(&o.subscribers, "subscribers", 200, "peers: live subscribers in the peers' push shape")
 	if err := fs.Parse(args); err != nil {

@@ -204,6 +204,11 @@ func peerRows(results []peerresult.Result, figs map[int]figures) []row {
 			continue
 		}
 		rw := row{name: r.System + ": " + shapeName(r.Shape), note: r.Note}
+		if r.Skip != "" {
+			rw.value, rw.note = "skipped", r.Skip
+			rows = append(rows, rw)
+			continue
+		}
 		if r.Failed != "" {
 			rw.value, rw.note = "FAILED", r.Failed
 			rows = append(rows, rw)

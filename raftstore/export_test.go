@@ -76,3 +76,6 @@ func (n *Node) FlushStore() error {
 
 // NoSpaceRetry is how often Pebble retries a write that failed for lack of space (for tests).
 const NoSpaceRetry = noSpaceRetry
+
+// AddShardCommand is the meta command AddShard proposes for shard id, for tests that resend it.
+func AddShardCommand(id ShardID) metaCommand { return metaCommand{Op: "add-shard", Shard: id} }

@@ -250,7 +250,14 @@ func (n *Node) reconcile(ctx context.Context, m ClusterMap) {
 		r, hosted := n.replica(s)
 		switch {
 		case in && !hosted:
-			if err := n.AddReplica(s); err != nil {
+			var peers []Peer // nil: join the group
+			if members, creating := m.Creating[s]; creating && slices.Contains(members, self) {
+				peers = []Peer{} // one of the members it is created with: bootstrap it with them
+				for _, id := range members {
+					peers = append(peers, Peer{ID: id, Addr: m.Nodes[id].RaftAddr})
+				}
+			}
+			if err := n.addReplica(s, peers); err != nil {
 				n.logger.Warn("starting a replica placed here", "shard", uint32(s), "err", err)
 			}
 		case hosted && r.raft.State() == raft.Leader:
@@ -406,6 +413,18 @@ func (n *Node) controlMeta(ctx context.Context, st *managed, m ClusterMap) {
 			n.logger.Info("placement changed", "shards", changes, "eligible", eligible, "settled", settled)
 		}
 		return // the map changed: decide again on the new one
+	}
+	// A shard added online is created once its group has a leader: from then on a node placed on
+	// it joins rather than bootstraps.
+	for s := range m.Creating {
+		if _, ok := leaderView(statuses, s); ok {
+			if err := n.ProposeMeta(ctx, metaCommand{Op: "created", Shard: s}); err != nil {
+				n.logger.Warn("recording a new shard as created", "shard", uint32(s), "err", err)
+			} else {
+				n.logger.Info("new shard created", "shard", uint32(s), "members", m.Creating[s])
+			}
+			return // the map changed: decide again on the new one
+		}
 	}
 	// Forget removed nodes once nothing lists them and no group counts them.
 	for id, node := range m.Nodes {
@@ -627,6 +646,19 @@ func (n *Node) MetaCurrent() bool {
 // also just start with Config.Join, which registers it). Placement counts it once it answers.
 func (n *Node) AddNode(ctx context.Context, id, raftAddr string) error {
 	return n.ProposeMeta(ctx, metaCommand{Op: "join", Node: &NodeInfo{ID: id, RaftAddr: raftAddr}})
+}
+
+// AddShard creates a data shard online and returns its id, the next one: a Raft group placed on
+// the RF nodes holding fewest replicas, owning no hash slot until slots are moved to it. A shard
+// created by an earlier, unanswered attempt is not created twice: the call returns the id it
+// asked for.
+func (n *Node) AddShard(ctx context.Context) (ShardID, error) {
+	m, ok := n.ClusterMap()
+	if !ok || m.Shards == 0 {
+		return 0, fmt.Errorf("%w: this node does not have the cluster map yet; retry", ErrMetaRefused)
+	}
+	id := ShardID(m.Shards + 1)
+	return id, n.ProposeMeta(ctx, metaCommand{Op: "add-shard", Shard: id})
 }
 
 // Removed reports whether this node has seen the cluster map without itself: it was removed

@@ -52,7 +52,7 @@ func placementSettled(t *testing.T, c *raftstoretest.Cluster, what string) rafts
 			}
 		}
 		m = maps[0]
-		if m.Shards != managedShards {
+		if m.Shards < managedShards || len(m.Creating) > 0 {
 			return false
 		}
 		for _, o := range maps[1:] {
@@ -200,4 +200,60 @@ func TestManagedClusterDeadNode(t *testing.T) {
 	for _, s := range m.DataShards() {
 		c.WaitConverged(s)
 	}
+}
+
+// TestManagedClusterAddShard: a shard added online to a running cluster of four (asked through a
+// node that does not lead the meta shard) gets a Raft group of three voters with a leader, is
+// taken off the list of shards being created, takes writes, and survives its members' restart;
+// the slot table is unchanged (the new shard owns no slot until slots are moved to it).
+func TestManagedClusterAddShard(t *testing.T) {
+	c := managedCluster(t, 4, 4)
+	before := placementSettled(t, c, "the first placement")
+	asker := 0
+	for i := range c.Size() {
+		if st, err := c.Node(i).ShardStatus(raftstore.MetaShard); err == nil && st.State != "leader" {
+			asker = i
+			break
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	id, err := c.Node(asker).AddShard(ctx)
+	if err != nil || id != managedShards+1 {
+		t.Fatalf("AddShard: shard %d, %v; want %d", id, err, managedShards+1)
+	}
+	m := placementSettled(t, c, "the new shard's group to be created and placed")
+	if m.Shards != managedShards+1 || len(m.Replicas[id]) != 3 || !slices.Equal(m.Slots, before.Slots) {
+		t.Fatalf("after adding shard %d: %d shards, members %v, slots changed %v", id, m.Shards, m.Replicas[id], !slices.Equal(m.Slots, before.Slots))
+	}
+	// Asking again for the same id (a resent request) adds nothing.
+	if err := c.Node(asker).ProposeMeta(ctx, raftstore.AddShardCommand(id)); err != nil {
+		t.Fatal(err)
+	}
+	if m2, _ := c.Node(asker).ClusterMap(); m2.Shards != managedShards+1 {
+		t.Fatalf("a resent add-shard made %d shards", m2.Shards)
+	}
+	for i := range 20 {
+		if _, err := c.Propose(ctx, id, send("d:alice:bob", "alice", fmt.Sprint("m", i), "x", "alice", "bob")); err != nil {
+			t.Fatalf("send %d to the new shard: %v", i, err)
+		}
+	}
+	c.WaitConverged(id)
+	checkConv(t, c, id, "d:alice:bob", 20)
+	for _, member := range m.Replicas[id] { // every member restarts: the group is on disk, not recreated
+		i := -1
+		for j := range c.Size() {
+			if c.Config(j).NodeID == member {
+				i = j
+			}
+		}
+		c.Stop(i)
+		c.Start(i)
+	}
+	placementSettled(t, c, "the new shard after its members restarted")
+	if _, err := c.Propose(ctx, id, send("d:alice:bob", "alice", "m20", "x", "alice", "bob")); err != nil {
+		t.Fatalf("send after the restarts: %v", err)
+	}
+	c.WaitConverged(id)
+	checkConv(t, c, id, "d:alice:bob", 21)
 }

@@ -32,6 +32,8 @@ import (
 //	{"v":1, "op":"remove", "id":"n2"}            mark a node for removal: placement moves its replicas away
 //	{"v":1, "op":"forget", "id":"n2"}            drop a node that holds no replica any more
 //	{"v":1, "op":"place",  "replicas":{"3":[…]}} set the desired members of some shards
+//	{"v":1, "op":"add-shard", "shard":9}         create data shard 9 (the next id) online
+//	{"v":1, "op":"created",   "shard":9}         shard 9's group has a leader: stop bootstrapping it
 //	{"v":1, "op":"revoke", "revoke":{"user":"alice","device":"phone","before":…,"until":…}}
 //	                                             revoke a device's tokens (Revocation)
 //
@@ -60,6 +62,12 @@ type ClusterMap struct {
 	// Slots is the slot table: which shard owns each hash slot. Maps written before the table
 	// was part of the map lack it; they read as EvenSlots(Shards), which is what was used then.
 	Slots []SlotRange `json:"slots,omitempty"`
+	// Creating holds the shards added online whose Raft group has not had a leader yet, with the
+	// members it is created with. Each of those nodes bootstraps the group with exactly these
+	// members (so all of them write the same first configuration, as the first nodes of a new
+	// cluster do); every other node, and each of them once the entry is gone, joins it instead.
+	// The meta leader drops the entry once the group has a leader.
+	Creating map[ShardID][]string `json:"creating,omitempty"`
 }
 
 // NodeInfo is one node of the cluster map.
@@ -83,6 +91,12 @@ func (m ClusterMap) Clone() ClusterMap {
 	for s, r := range m.Replicas {
 		out.Replicas[s] = slices.Clone(r)
 	}
+	if m.Creating != nil {
+		out.Creating = make(map[ShardID][]string, len(m.Creating))
+		for s, r := range m.Creating {
+			out.Creating[s] = slices.Clone(r)
+		}
+	}
 	return out
 }
 
@@ -104,6 +118,7 @@ type metaCommand struct {
 	Replicas map[ShardID][]string `json:"replicas,omitempty"`
 	IfIndex  uint64               `json:"if_index,omitempty"`
 	Revoke   *Revocation          `json:"revoke,omitempty"`
+	Shard    ShardID              `json:"shard,omitempty"`
 }
 
 // Revocation is an operator's revocation of a device: every token of User's Device issued at
@@ -266,9 +281,49 @@ func (f *metaFSM) apply(c *metaCommand) error {
 		for s, r := range c.Replicas {
 			m.Replicas[s] = slices.Sorted(slices.Values(r))
 		}
+	case "add-shard":
+		return f.addShard(m, c.Shard)
+	case "created":
+		delete(m.Creating, c.Shard)
 	default:
 		return fmt.Errorf("%w: unknown meta operation %q", ErrMetaRefused, c.Op)
 	}
+	return nil
+}
+
+// addShard creates data shard id, which must be the next id (Shards+1); a shard that exists
+// already makes it a no-op, so a resent request does not add a second shard. The new shard owns
+// no slot (moving slots to it routes keys there) and is placed on the RF nodes holding fewest
+// replicas among those not being removed: the state machine reads no liveness, so a node that is
+// down may be chosen; the group then starts with the others' quorum and placement moves the
+// replica away like any other on a dead node.
+func (f *metaFSM) addShard(m *ClusterMap, id ShardID) error {
+	switch {
+	case m.Shards == 0:
+		return fmt.Errorf("%w: the cluster map is not initialized yet; retry", ErrMetaRefused)
+	case id >= 1 && int(id) <= m.Shards:
+		return nil
+	case int(id) != m.Shards+1:
+		return fmt.Errorf("%w: the next shard is %d, not %d", ErrMetaRefused, m.Shards+1, id)
+	}
+	var eligible []string
+	for nid, node := range m.Nodes {
+		if !node.Removing {
+			eligible = append(eligible, nid)
+		}
+	}
+	slices.Sort(eligible)
+	// Placed with every shard, so that the loads count; only the new shard's members are taken.
+	members := place(m.Replicas, append(m.DataShards(), id), eligible, m.RF, false)[id]
+	if len(members) == 0 {
+		return fmt.Errorf("%w: no node can hold shard %d", ErrMetaRefused, id)
+	}
+	m.Shards = int(id)
+	m.Replicas[id] = members
+	if m.Creating == nil {
+		m.Creating = map[ShardID][]string{}
+	}
+	m.Creating[id] = slices.Clone(members)
 	return nil
 }
 

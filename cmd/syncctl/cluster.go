@@ -76,7 +76,10 @@ func printCluster(e *env, view adminapi.ClusterView) {
 	fmt.Fprintln(tw, "SHARD\tSLOTS\tLEADER\tTERM\tVOTERS\tPLACED\tREPLICA\tSTATE\tCOMMIT\tAPPLIED\tLAG")
 	for _, s := range view.Shards {
 		leader := s.Leader
-		if leader == "" {
+		switch {
+		case leader == "" && s.Creating:
+			leader = "CREATING"
+		case leader == "":
 			leader = "NONE"
 		}
 		if len(s.Replicas) == 0 {

@@ -58,3 +58,33 @@ func TestSyncctlClusterStatus(t *testing.T) {
 		t.Fatalf("with n3 stopped: exit %d, %+v", code, view.Nodes)
 	}
 }
+
+// TestSyncctlShardAdd adds a shard to a running node: it is reported, gets a group with a leader
+// on the node, and owns no slot; the shards there before keep theirs.
+func TestSyncctlShardAdd(t *testing.T) {
+	srv := syncdtest.Start(t, nil)
+	t.Setenv("SYNCD_ADMIN_TOKEN", srv.AdminToken())
+	admin := []string{"-admin", srv.AdminAddr().String()}
+	code, out, _ := syncctl(t, append([]string{"shard", "add"}, admin...)...)
+	if code != 0 || !strings.Contains(out, "shard 5 added") {
+		t.Fatalf("shard add: exit %d: %s", code, out)
+	}
+	var view adminapi.ClusterView
+	testkit.WaitTrue(t, 20*time.Second, "shard 5 to have a leader", func() bool {
+		_, out, _ = syncctl(t, append([]string{"cluster", "status", "-json"}, admin...)...)
+		view = decodeJSON[adminapi.ClusterView](t, out)
+		return len(view.Shards) == 5 && view.Shards[4].Leader != "" && !view.Shards[4].Creating
+	})
+	for _, s := range view.Shards {
+		want := raftstore.NumSlots / 4
+		if s.Shard == 5 {
+			want = 0
+		}
+		if s.Slots != want || len(s.Voters) != 1 {
+			t.Fatalf("shard %d: %+v", s.Shard, s)
+		}
+	}
+	if code, _, errOut := syncctl(t, append([]string{"shard", "split"}, admin...)...); code != exitUsage || !strings.Contains(errOut, "want add") {
+		t.Fatalf("shard split: exit %d: %s", code, errOut)
+	}
+}

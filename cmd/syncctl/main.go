@@ -51,6 +51,7 @@ var commands = []command{
 	{"status", "show a node's readiness and per-shard Raft state (admin HTTP)", runStatus},
 	{"cluster", "show every node and shard of the cluster: leaders, replicas, lag (admin HTTP)", runCluster},
 	{"node", "add a node to the cluster or remove one, online (admin HTTP)", runNode},
+	{"shard", "add a data shard to the cluster, online (admin HTTP)", runShard},
 	{"cursor", "show a user's log and where each device's cursor stands in it (admin HTTP)", runCursor},
 	{"trace", "show where a message went: its entry, fan-out, each member's log and devices (admin HTTP)", runTrace},
 	{"dlq", "list, replay or drop dead letters: deliveries a shard refused (admin HTTP)", runDLQ},

@@ -18,7 +18,8 @@ func (s *Server) Cluster(ctx context.Context) adminapi.ClusterView {
 	view.RF, view.MapIndex = m.RF, m.Index
 	shards := map[raftstore.ShardID]*adminapi.ShardView{}
 	for _, id := range m.DataShards() {
-		shards[id] = &adminapi.ShardView{Shard: uint32(id), Placed: m.Replicas[id]}
+		_, creating := m.Creating[id]
+		shards[id] = &adminapi.ShardView{Shard: uint32(id), Placed: m.Replicas[id], Creating: creating}
 	}
 	for _, r := range m.Slots {
 		if v := shards[r.Shard]; v != nil {
@@ -74,6 +75,8 @@ func (s *Server) Cluster(ctx context.Context) adminapi.ClusterView {
 //	POST /v1/nodes?id=…&raft_addr=…        register a node before it starts (it may also just
 //	                                       start with -join)
 //	POST /v1/nodes/{id}/remove             move a node's replicas away, then drop it from the map
+//	POST /v1/shards                        add a data shard online: a new Raft group, placed like
+//	                                       the others, owning no slot yet
 func (s *Server) clusterRoutes(mux *http.ServeMux) {
 	mux.HandleFunc("GET /v1/cluster", func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), 3*time.Second)
@@ -104,5 +107,16 @@ func (s *Server) clusterRoutes(mux *http.ServeMux) {
 		}
 		s.logger.Warn("node removal requested; its replicas move to other nodes", "node", id)
 		writeJSON(w, http.StatusOK, map[string]any{"id": id, "removing": true})
+	})
+	mux.HandleFunc("POST /v1/shards", func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
+		defer cancel()
+		id, err := s.node.AddShard(ctx)
+		if err != nil {
+			writeProposeError(w, err, "")
+			return
+		}
+		s.logger.Info("shard added; its replicas start on the nodes placed", "shard", uint32(id))
+		writeJSON(w, http.StatusOK, adminapi.ShardAdded{Shard: uint32(id)})
 	})
 }

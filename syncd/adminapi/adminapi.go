@@ -45,13 +45,21 @@ type ClusterNode struct {
 
 // ShardView is one shard: its leader, its voters, and each reachable replica's indexes.
 type ShardView struct {
-	Shard    uint32        `json:"shard"`
-	Leader   string        `json:"leader"` // "" if no reachable node leads it
-	Term     uint64        `json:"term"`
-	Voters   []string      `json:"voters"`
-	Placed   []string      `json:"placed"` // where the cluster map wants its replicas
-	Slots    int           `json:"slots"`  // hash slots it owns in the cluster map's slot table
+	Shard  uint32   `json:"shard"`
+	Leader string   `json:"leader"` // "" if no reachable node leads it
+	Term   uint64   `json:"term"`
+	Voters []string `json:"voters"`
+	Placed []string `json:"placed"` // where the cluster map wants its replicas
+	Slots  int      `json:"slots"`  // hash slots it owns in the cluster map's slot table
+	// Creating: added online and its Raft group has not had a leader yet.
+	Creating bool          `json:"creating,omitempty"`
 	Replicas []ReplicaView `json:"replicas"`
+}
+
+// ShardAdded answers POST /v1/shards: the id of the data shard added. It owns no hash slot until
+// slots are moved to it.
+type ShardAdded struct {
+	Shard uint32 `json:"shard"`
 }
 
 // ReplicaView is one node's replica of a shard. Lag is how many entries of the leader's log it

@@ -21,6 +21,9 @@ func (t *Tx) SetCursor(uid, device string, c Cursor) error {
 	if !ValidID(uid) || !ValidID(device) {
 		return invalidf("bad user or device id %q/%q", uid, device)
 	}
+	if err := t.checkNotMoving(uid); err != nil {
+		return err
+	}
 	k := t.s.k
 	m, _, err := t.logMeta(k.user(uid))
 	if err != nil {

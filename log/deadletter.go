@@ -140,6 +140,9 @@ func (t *Tx) Redeliver(st Stamp, r *Redelivery) (int, error) {
 		// appending it now would deliver it twice once the stream gets there.
 		return 0, invalidf("redelivery of %d from shard %d: the delivery stream has not passed it (mark %d)", r.Item.Pos, r.Source, mark)
 	}
+	if err := t.refuseFenced(r.Item.Users); err != nil {
+		return 0, err
+	}
 	app := t.userAppender(st)
 	for _, uid := range r.Item.Users {
 		if err := app.add(uid, r.Item.Entry); err != nil {

@@ -50,6 +50,13 @@ func (t *Tx) Deliver(st Stamp, b *DeliveryBatch) (DeliverResult, error) {
 		return DeliverResult{}, &OutOfOrderError{Source: b.Source, Mark: mark, Prev: b.Prev}
 	}
 
+	for i := range b.Items {
+		if it := &b.Items[i]; it.Pos > mark {
+			if err := t.refuseFenced(it.Users); err != nil {
+				return DeliverResult{}, err
+			}
+		}
+	}
 	app := t.userAppender(st)
 	for i := range b.Items {
 		it := &b.Items[i]
@@ -88,6 +95,14 @@ func (t *Tx) userAppender(st Stamp) *userAppender {
 // add appends e (its Seq is ignored) to uid's log, creating the log if it has none.
 func (a *userAppender) add(uid string, e Entry) error {
 	t, k := a.t, a.t.s.k
+	if t.s.anyMoves() { // refuseFenced has run: a marker here is a move in
+		if mv, moving, err := t.userMove(uid); err != nil || moving {
+			if err != nil {
+				return err
+			}
+			return t.holdPending(uid, mv, &e)
+		}
+	}
 	m := a.metas[uid]
 	if m == nil {
 		meta, ok, err := t.logMeta(k.user(uid))

@@ -85,7 +85,7 @@ func Rejected(err error) bool {
 var rejections = []error{
 	ErrInvalid, ErrConflict, ErrNoConversation, ErrConversationExists, ErrNotMember, ErrNotGroup,
 	ErrNoMessage, ErrNotSender, ErrRecallWindow, ErrAlreadyRecalled, ErrOutOfOrder, ErrNoDeadLetter,
-	ErrNotPermitted, ErrGroupFull,
+	ErrNotPermitted, ErrGroupFull, ErrMoving, ErrMoved,
 }
 
 // RejectionCode returns a stable number for the refusal err wraps, for carrying it between nodes

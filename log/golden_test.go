@@ -58,6 +58,7 @@ var (
 	goldenDeadLetter     = DeadLetter{Users: []string{"b", "c"}, Reason: "refused", FailedAt: 1_700_000_000_000_000_000, Entry: goldenEntry}
 	goldenDeadLetterAdd  = DeadLetterAdd{Dest: 7, Pos: 258, Users: []string{"b", "c"}, Reason: "refused"}
 	goldenDeadLetterDrop = DeadLetterDrop{Dest: 7, Pos: 258}
+	goldenMoveMarker     = moveMarker{move: 1 << 33, role: movingIn, pending: 258}
 	goldenRedelivery     = Redelivery{Source: 3, Item: Delivery{Pos: 258, Users: []string{"b", "c"}, Entry: goldenEntry}}
 )
 
@@ -112,6 +113,10 @@ func goldenCases() []goldenCase {
 			func(b []byte) (any, error) { var r DeadLetterDrop; err := r.UnmarshalBinary(b); return r, err }, goldenDeadLetterDrop},
 		{"redelivery.v1", func() []byte { return must(goldenRedelivery.MarshalBinary()) },
 			func(b []byte) (any, error) { var r Redelivery; err := r.UnmarshalBinary(b); return r, err }, goldenRedelivery},
+		{"move_marker.v1", goldenMoveMarker.encode,
+			func(b []byte) (any, error) { return decodeMoveMarker(b) }, goldenMoveMarker},
+		{"pending_entry.v1", func() []byte { return encodePending(-1, &goldenEntry) },
+			func(b []byte) (any, error) { d, e, err := decodePending(b); return [2]any{d, e}, err }, [2]any{-1, goldenEntry}},
 		{"counter.v1", func() []byte { return encodeUint(1 << 40) },
 			func(b []byte) (any, error) { return decodeUint(b) }, uint64(1 << 40)},
 	}
@@ -161,6 +166,9 @@ func TestGoldenKeys(t *testing.T) {
 		{"source_mark", k.sourceMark(9)},
 		{"dead_letter", k.deadLetter(9, 258)},
 		{"redelivered", k.redelivered(9, 258)},
+		{"staged", append(k.stagedPrefix(1<<33), k.userEntry("alice", 258)[len(k.prefix):]...)},
+		{"moving", k.moving("alice")},
+		{"pending", k.pending(1<<33, 258)},
 	}
 	var b strings.Builder
 	b.WriteString("# Key layout (keys.go) for shard 0x01020304: table, key in hex.\n")

@@ -79,6 +79,9 @@ func (s *Shard) ReadUser(uid string, epoch Epoch, from Position, lim Limit) (Rea
 	}
 	snap := s.db.NewSnapshot() // meta and entries from one point in time, despite the writer
 	defer snap.Close()
+	if err := s.servesUser(snap, uid); err != nil {
+		return Read{}, err
+	}
 	return readForward(snap, s.k.user(uid), s.k.userEntryPrefix(uid), epoch, from, lim, nil)
 }
 
@@ -297,6 +300,9 @@ func (s *Shard) ScanUser(sc *Scan, uid string, epoch Epoch, from Position, lim L
 	}
 	snap := s.db.NewSnapshot() // meta and entries from one point in time, despite the writer
 	defer snap.Close()
+	if err := s.servesUser(snap, uid); err != nil {
+		return Read{}, err
+	}
 	rd, m, err := readMeta(snap, s.k.user(uid), epoch, from, lim, nil)
 	if err != nil || rd.Status != ReadEntries {
 		return rd, err

@@ -17,6 +17,9 @@ func (t *Tx) TrimUser(st Stamp, uid string, r Retention) (Position, error) {
 	if !ValidID(uid) {
 		return 0, invalidf("bad user id %q", uid)
 	}
+	if err := t.checkNotMoving(uid); err != nil {
+		return 0, err
+	}
 	return t.trim(t.s.k.user(uid), t.s.k.userEntryPrefix(uid), st, r)
 }
 
@@ -29,6 +32,9 @@ func (t *Tx) TrimUser(st Stamp, uid string, r Retention) (Position, error) {
 func (t *Tx) ResetUser(st Stamp, uid string) (Epoch, error) {
 	if !ValidID(uid) {
 		return 0, invalidf("bad user id %q", uid)
+	}
+	if err := t.checkNotMoving(uid); err != nil {
+		return 0, err
 	}
 	k := t.s.k
 	m, ok, err := t.logMeta(k.user(uid))

@@ -3,6 +3,7 @@ package log
 import (
 	"errors"
 	"fmt"
+	"sync/atomic"
 
 	"github.com/cockroachdb/pebble/v2"
 )
@@ -21,6 +22,10 @@ type Shard struct {
 	// does not search Pebble for the conversation's head. Only the writer (a Tx, Restore) touches
 	// it; readers go to Pebble.
 	metas map[string]logMeta
+
+	// moves is set while a user of this shard may have a move marker (move.go), so that
+	// deliveries and reads look for markers only then.
+	moves atomic.Bool
 }
 
 // Metadata names under tagMeta.
@@ -48,6 +53,9 @@ func OpenShard(db *pebble.DB, id ShardID) (*Shard, error) {
 	case v != formatVersion:
 		return nil, fmt.Errorf("log: shard %d has key format %d, this build reads %d: run a newer syncd",
 			id, v, formatVersion)
+	}
+	if err := s.loadMoves(); err != nil {
+		return nil, err
 	}
 	return s, nil
 }

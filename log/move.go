@@ -1,0 +1,514 @@
+package log
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/cockroachdb/pebble/v2"
+)
+
+// Moving a user's log to another shard: the storage half of the move of docs/MOVES.md. The
+// protocol (who proposes what, when) lives above this package; here are the state changes each
+// step makes on the source shard S and the destination shard D, each one a Tx operation that is
+// idempotent per move id, so that a step retried after a crash or a leader change changes
+// nothing the second time:
+//
+//	D  BeginMoveIn   uid is moving in under move: reads of uid here are refused (ErrMoved), and
+//	                 entries delivered to uid from now on are held, in arrival order (pending)
+//	D  StageUser     records exported from S (ExportUser) are kept under the move, invisible
+//	S  FenceUser     uid is moving out: its cursor writes, trims and resets are refused
+//	                 (ErrMoving); its state on S is final
+//	D  ActivateUser  the staged records become uid's state, the pending entries are appended
+//	                 after S's head, and uid is served here
+//	S  DropUser      uid's state on S is deleted
+//
+// Positions, the epoch, the device cursors and the group count are S's, unchanged: D's first own
+// entry for uid is S's head + 1.
+//
+// Keys (tags after the last of keys.go):
+//
+//	0x60 | move u64 | key suffix           a staged record: the key without the shard prefix
+//	0x61 | uid 0x00                        the user's move marker: move u64 | role u8 | pending u64
+//	0x62 | move u64 | n u64                a held entry: version | groups delta | entry
+
+// MoveID names one move; the protocol uses the Raft index of the command that started it, so no
+// two moves share one.
+type MoveID uint64
+
+// Record is one key and value of a shard's state, the key without the 5-byte shard prefix (as in
+// snapshots), so it can be written under another shard.
+type Record struct {
+	Key   []byte
+	Value []byte
+}
+
+const (
+	tagStaged  byte = 0x60
+	tagMoving  byte = 0x61
+	tagPending byte = 0x62
+)
+
+// moveRole says which side of a move a shard is on for a user.
+type moveRole uint8
+
+const (
+	movingIn  moveRole = 1 // destination, before activation
+	movingOut moveRole = 2 // source, fenced
+)
+
+// moveMarker is the value under 0x61 | uid.
+type moveMarker struct {
+	move    MoveID
+	role    moveRole
+	pending uint64 // movingIn: entries held so far
+}
+
+const moveMarkerV1 = 1
+
+func (m moveMarker) encode() []byte {
+	b := []byte{moveMarkerV1}
+	b = binary.BigEndian.AppendUint64(b, uint64(m.move))
+	b = append(b, byte(m.role))
+	return binary.BigEndian.AppendUint64(b, m.pending)
+}
+
+func decodeMoveMarker(b []byte) (moveMarker, error) {
+	if len(b) != 18 || b[0] != moveMarkerV1 || (b[9] != byte(movingIn) && b[9] != byte(movingOut)) {
+		return moveMarker{}, corruptf("move marker of %d bytes", len(b))
+	}
+	return moveMarker{move: MoveID(binary.BigEndian.Uint64(b[1:])), role: moveRole(b[9]), pending: binary.BigEndian.Uint64(b[10:])}, nil
+}
+
+const pendingV1 = 1
+
+// encodePending is the value of a held entry: version, the change to the user's group count the
+// entry makes (zigzag varint), then the user's copy of the entry.
+func encodePending(groupsDelta int, e *Entry) []byte {
+	b := binary.AppendVarint([]byte{pendingV1}, int64(groupsDelta))
+	return append(b, encodeEntry(e)...)
+}
+
+func decodePending(b []byte) (groupsDelta int, e Entry, err error) {
+	if len(b) < 2 || b[0] != pendingV1 {
+		return 0, Entry{}, corruptf("held entry of %d bytes", len(b))
+	}
+	d, w := binary.Varint(b[1:])
+	if w <= 0 {
+		return 0, Entry{}, corruptf("held entry: bad group count change")
+	}
+	e, err = decodeEntry(b[1+w:], 0)
+	return int(d), e, err
+}
+
+func (k keys) moving(uid string) []byte { return appendID(k.table(tagMoving, len(uid)+1), uid) }
+
+func (k keys) stagedPrefix(move MoveID) []byte {
+	return binary.BigEndian.AppendUint64(k.table(tagStaged, 8), uint64(move))
+}
+
+func (k keys) pendingPrefix(move MoveID) []byte {
+	return binary.BigEndian.AppendUint64(k.table(tagPending, 16), uint64(move))
+}
+
+func (k keys) pending(move MoveID, n uint64) []byte {
+	return binary.BigEndian.AppendUint64(k.pendingPrefix(move), n)
+}
+
+var (
+	// ErrMoving refuses a write to a user whose log is moving out of this shard (fenced): it is
+	// accepted again on the destination once the move has switched. Callers retry after a delay.
+	ErrMoving = errors.New("log: the user's log is moving to another shard; retry shortly")
+	// ErrMoved refuses a read of a user whose log is moving into this shard and is not complete
+	// here yet: the source still serves it.
+	ErrMoved = errors.New("log: the user's log is not served by this shard")
+)
+
+// userMove returns uid's move marker, if any, from this Tx's writes or the shard's state.
+func (t *Tx) userMove(uid string) (moveMarker, bool, error) {
+	v, ok, err := getValue(t.b, t.s.k.moving(uid))
+	if err != nil || !ok {
+		return moveMarker{}, false, err
+	}
+	m, err := decodeMoveMarker(v)
+	return m, err == nil, err
+}
+
+// movingUser reports uid's marker from the committed state, for reads.
+func (s *Shard) movingUser(r pebble.Reader, uid string) (moveMarker, bool, error) {
+	if !s.anyMoves() {
+		return moveMarker{}, false, nil
+	}
+	v, ok, err := getValue(r, s.k.moving(uid))
+	if err != nil || !ok {
+		return moveMarker{}, false, err
+	}
+	m, err := decodeMoveMarker(v)
+	return m, err == nil, err
+}
+
+// anyMoves reports whether a user of this shard may have a move marker, so that the hot paths
+// (every delivered user, every read) pay for the marker lookup only while a move is under way
+// here. It is set when a marker is written and cleared only when the shard is reopened without
+// markers, which keeps it correct without counting them.
+func (s *Shard) anyMoves() bool { return s.moves.Load() }
+
+// loadMoves sets anyMoves from the state: whether any marker exists.
+func (s *Shard) loadMoves() error {
+	lo, hi := s.k.tableBounds(tagMoving)
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
+	if err != nil {
+		return fmt.Errorf("log: read: %w", err)
+	}
+	s.moves.Store(it.First())
+	return it.Close()
+}
+
+// servesUser refuses with ErrMoved a read of uid while its log is moving in here (not complete
+// yet: an empty answer would tell a device its log is empty); a fenced user's log is final and
+// is read as usual.
+func (s *Shard) servesUser(r pebble.Reader, uid string) error {
+	m, ok, err := s.movingUser(r, uid)
+	switch {
+	case err != nil:
+		return err
+	case ok && m.role == movingIn:
+		return fmt.Errorf("%w (user %q is moving in, move %d)", ErrMoved, uid, m.move)
+	}
+	return nil
+}
+
+// BeginMoveIn makes this shard the destination of move for uid: until ActivateUser, uid's
+// entries delivered here are held, and reads of uid are refused with ErrMoved. A user whose log
+// is already here, or who is moving under another move, is refused. Repeating it changes nothing.
+func (t *Tx) BeginMoveIn(move MoveID, uid string) error {
+	if !ValidID(uid) || move == 0 {
+		return invalidf("move in: bad user id %q or move 0", uid)
+	}
+	m, ok, err := t.userMove(uid)
+	switch {
+	case err != nil:
+		return err
+	case ok && m.move == move && m.role == movingIn:
+		return nil
+	case ok:
+		return invalidf("user %q is already moving (move %d)", uid, m.move)
+	}
+	if _, has, err := t.logMeta(t.s.k.user(uid)); err != nil {
+		return err
+	} else if has {
+		return invalidf("user %q already has a log on shard %d", uid, t.s.id)
+	}
+	t.s.moves.Store(true) // before the marker is visible; a Tx that fails leaves it set, harmlessly
+	return t.set(t.s.k.moving(uid), moveMarker{move: move, role: movingIn}.encode())
+}
+
+// StageUser keeps recs, exported from the source by ExportUser, under move until ActivateUser.
+// Every record must be one of uid's (log meta, entry, cursor, conversation index); a record
+// staged again replaces the earlier copy, so a copy resumed after a crash may overlap.
+func (t *Tx) StageUser(move MoveID, uid string, recs []Record) error {
+	m, ok, err := t.userMove(uid)
+	if err != nil {
+		return err
+	}
+	if !ok || m.move != move || m.role != movingIn {
+		return invalidf("stage: user %q is not moving in under move %d", uid, move)
+	}
+	for _, r := range recs {
+		if !userRecord(r.Key, uid) {
+			return invalidf("stage: record %x is not one of user %q's", r.Key, uid)
+		}
+	}
+	prefix := t.s.k.stagedPrefix(move)
+	for _, r := range recs {
+		if err := t.set(append(slices.Clip(prefix), r.Key...), r.Value); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// userTags are the tables holding a user's state, each keyed by uid 0x00 first.
+var userTags = []byte{tagUser, tagUserEntry, tagCursor, tagUserConv}
+
+// userRecord reports whether key (without the shard prefix) is in one of uid's tables.
+func userRecord(key []byte, uid string) bool {
+	if len(key) < len(uid)+2 || !slices.Contains(userTags, key[0]) || string(key[1:1+len(uid)]) != uid || key[1+len(uid)] != 0 {
+		return false
+	}
+	return key[0] != tagUser || len(key) == len(uid)+2
+}
+
+// holdPending keeps e, delivered to uid while uid is moving in, as the next pending entry.
+func (t *Tx) holdPending(uid string, m moveMarker, e *Entry) error {
+	m.pending++
+	c := e.userCopy()
+	if err := t.set(t.s.k.pending(m.move, m.pending), encodePending(e.groupsDelta(uid), &c)); err != nil {
+		return err
+	}
+	return t.set(t.s.k.moving(uid), m.encode())
+}
+
+// FenceUser makes this shard the source of move for uid: from now on uid's cursor writes, trims
+// and resets are refused with ErrMoving, and its state here is what ExportUser gives the
+// destination last. The protocol fences only once no delivery for uid can still arrive here
+// (every source has cut over and this shard's mark has passed each cutover). Repeating it
+// changes nothing.
+func (t *Tx) FenceUser(move MoveID, uid string) error {
+	if !ValidID(uid) || move == 0 {
+		return invalidf("fence: bad user id %q or move 0", uid)
+	}
+	m, ok, err := t.userMove(uid)
+	switch {
+	case err != nil:
+		return err
+	case ok && m.move == move && m.role == movingOut:
+		return nil
+	case ok:
+		return invalidf("user %q is already moving (move %d)", uid, m.move)
+	}
+	t.s.moves.Store(true)
+	return t.set(t.s.k.moving(uid), moveMarker{move: move, role: movingOut}.encode())
+}
+
+// refuseFenced refuses, with ErrMoving and before anything is written, an entry delivered to
+// users of which one is fenced here. The protocol fences a user only once no delivery for it can
+// still come to this shard, so this answers a delivery the protocol did not route.
+func (t *Tx) refuseFenced(users []string) error {
+	if !t.s.anyMoves() {
+		return nil
+	}
+	for _, uid := range users {
+		m, ok, err := t.userMove(uid)
+		if err != nil {
+			return err
+		}
+		if ok && m.role == movingOut {
+			return fmt.Errorf("%w: an entry delivered to user %q after the fence (move %d)", ErrMoving, uid, m.move)
+		}
+	}
+	return nil
+}
+
+// checkNotMoving refuses a write to uid while its log is moving: out (fenced: ErrMoving) or in
+// (not here yet: ErrMoved).
+func (t *Tx) checkNotMoving(uid string) error {
+	if !t.s.anyMoves() {
+		return nil
+	}
+	m, ok, err := t.userMove(uid)
+	switch {
+	case err != nil:
+		return err
+	case ok && m.role == movingOut:
+		return fmt.Errorf("%w (user %q, move %d)", ErrMoving, uid, m.move)
+	case ok:
+		return fmt.Errorf("%w (user %q is moving in, move %d)", ErrMoved, uid, m.move)
+	}
+	return nil
+}
+
+// ActivateUser completes move on the destination: uid's staged records become its state (entries
+// below the staged log's first position, trimmed on the source meanwhile, are left out), the
+// entries held meanwhile are appended after its head in the order they arrived, and uid is
+// served here. It returns how many held entries were appended. It is refused unless uid is moving
+// in under move with its log meta staged (the copy is complete); once done, repeating it changes
+// nothing.
+func (t *Tx) ActivateUser(st Stamp, move MoveID, uid string) (int, error) {
+	k := t.s.k
+	m, ok, err := t.userMove(uid)
+	if err != nil {
+		return 0, err
+	}
+	if !ok {
+		if _, has, err := t.logMeta(k.user(uid)); err != nil || has {
+			return 0, err // activated before: nothing to do
+		}
+		return 0, invalidf("activate: user %q is not moving in under move %d", uid, move)
+	}
+	if m.move != move || m.role != movingIn {
+		return 0, invalidf("activate: user %q is moving under move %d, not %d", uid, m.move, move)
+	}
+	staged := k.stagedPrefix(move)
+	metaKey := k.user(uid)
+	mv, has, err := getValue(t.b, append(slices.Clip(staged), metaKey[len(k.prefix):]...))
+	if err != nil {
+		return 0, err
+	}
+	if !has {
+		return 0, invalidf("activate: user %q's log meta is not staged: the copy is incomplete", uid)
+	}
+	meta, err := decodeLogMeta(mv)
+	if err != nil {
+		return 0, err
+	}
+	// Unstage: every staged record of the move becomes the user's, under this shard's prefix.
+	it, err := t.b.NewIter(&pebble.IterOptions{LowerBound: staged, UpperBound: prefixEnd(staged)})
+	if err != nil {
+		return 0, fmt.Errorf("log: read: %w", err)
+	}
+	entryPrefix := k.userEntryPrefix(uid)
+	var recs []Record
+	for ok := it.First(); ok; ok = it.Next() {
+		key := append(slices.Clip(k.prefix[:]), it.Key()[len(staged):]...)
+		if bytes.HasPrefix(key, entryPrefix) && Position(binary.BigEndian.Uint64(key[len(entryPrefix):])) < meta.First {
+			continue // trimmed on the source after it was copied
+		}
+		recs = append(recs, Record{Key: key, Value: slices.Clone(it.Value())})
+	}
+	if err := it.Close(); err != nil {
+		return 0, fmt.Errorf("log: read: %w", err)
+	}
+	for _, r := range recs {
+		if bytes.Equal(r.Key, metaKey) {
+			continue // written last, through putLogMeta
+		}
+		if err := t.set(r.Key, r.Value); err != nil {
+			return 0, err
+		}
+	}
+	if err := t.b.DeleteRange(staged, prefixEnd(staged), nil); err != nil {
+		return 0, fmt.Errorf("log: write: %w", err)
+	}
+	// Append what arrived meanwhile, after the source's head.
+	for n := uint64(1); n <= m.pending; n++ {
+		v, ok, err := getValue(t.b, k.pending(move, n))
+		if err != nil {
+			return 0, err
+		}
+		if !ok {
+			return 0, corruptf("pending entry %d of move %d missing", n, move)
+		}
+		delta, e, err := decodePending(v)
+		if err != nil {
+			return 0, err
+		}
+		meta.Head++
+		meta.Groups = max(meta.Groups+delta, 0)
+		e.Seq = meta.Head
+		if err := t.set(k.userEntry(uid, meta.Head), encodeEntry(&e)); err != nil {
+			return 0, err
+		}
+		if err := t.set(k.userConv(uid, e.Conv), encodeUint(uint64(e.ConvSeq))); err != nil {
+			return 0, err
+		}
+	}
+	pend := k.pendingPrefix(move)
+	if err := t.b.DeleteRange(pend, prefixEnd(pend), nil); err != nil {
+		return 0, fmt.Errorf("log: write: %w", err)
+	}
+	if err := t.putLogMeta(metaKey, meta); err != nil {
+		return 0, err
+	}
+	if err := t.del(k.moving(uid)); err != nil {
+		return 0, err
+	}
+	if t.touched == nil {
+		t.touched = map[string]struct{}{}
+	}
+	t.touched[uid] = struct{}{} // streams that waited for the user here may read now
+	return int(m.pending), nil
+}
+
+// DropUser deletes uid's state from this shard, the source of move, once the move has switched
+// to the destination. It is refused unless uid is fenced under move; once done, repeating it
+// changes nothing.
+func (t *Tx) DropUser(move MoveID, uid string) error {
+	k := t.s.k
+	m, ok, err := t.userMove(uid)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		if _, has, err := t.logMeta(k.user(uid)); err != nil || !has {
+			return err // dropped before
+		}
+		return invalidf("drop: user %q is not moving out under move %d", uid, move)
+	}
+	if m.move != move || m.role != movingOut {
+		return invalidf("drop: user %q is moving under move %d, not %d", uid, m.move, move)
+	}
+	for _, tag := range userTags {
+		p := appendID(k.table(tag, len(uid)+1), uid) // ids hold no 0x00: only uid's keys
+		if err := t.b.DeleteRange(p, prefixEnd(p), nil); err != nil {
+			return fmt.Errorf("log: write: %w", err)
+		}
+	}
+	delete(t.pending, string(k.user(uid))) // neither cache may bring the meta back
+	delete(t.s.metas, string(k.user(uid)))
+	if err := t.del(k.moving(uid)); err != nil {
+		return err
+	}
+	if t.touched == nil {
+		t.touched = map[string]struct{}{}
+	}
+	t.touched[uid] = struct{}{} // its streams here look again, and find it gone
+	return nil
+}
+
+// ExportUser passes fn uid's records from one consistent view of this shard: the log meta, every
+// device cursor and conversation index entry, then the log entries with positions above after,
+// at most max of them (max ≤ 0: all). It returns the last position passed and whether it reached
+// the log's head. A move copies a user by calling it until done, then, after the fence, once more
+// from the last position: the final meta and cursors come with that last call.
+func (s *Shard) ExportUser(uid string, after Position, max int, fn func(Record) error) (last Position, done bool, err error) {
+	if !ValidID(uid) {
+		return 0, false, invalidf("bad user id %q", uid)
+	}
+	snap := s.db.NewSnapshot()
+	defer snap.Close()
+	k := s.k
+	emit := func(key, val []byte) error {
+		return fn(Record{Key: slices.Clone(key[len(k.prefix):]), Value: slices.Clone(val)})
+	}
+	meta, ok, err := getValue(snap, k.user(uid))
+	if err != nil {
+		return 0, false, err
+	}
+	if !ok {
+		return 0, true, nil
+	}
+	m, err := decodeLogMeta(meta)
+	if err != nil {
+		return 0, false, err
+	}
+	if err := emit(k.user(uid), meta); err != nil {
+		return 0, false, err
+	}
+	scan := func(lo, hi []byte, limit int, each func(key, val []byte) error) (int, error) {
+		it, err := snap.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
+		if err != nil {
+			return 0, fmt.Errorf("log: read: %w", err)
+		}
+		n := 0
+		for ok := it.First(); ok && (limit <= 0 || n < limit); ok = it.Next() {
+			if err := each(it.Key(), it.Value()); err != nil {
+				it.Close()
+				return n, err
+			}
+			n++
+		}
+		return n, it.Close()
+	}
+	for _, p := range [][]byte{k.cursorPrefix(uid), k.userConvPrefix(uid)} {
+		if _, err := scan(p, prefixEnd(p), 0, emit); err != nil {
+			return 0, false, err
+		}
+	}
+	last = after
+	from := after + 1
+	if from < m.First {
+		from = m.First
+	}
+	prefix := k.userEntryPrefix(uid)
+	_, err = scan(entryKey(prefix, from), prefixEnd(prefix), max, func(key, val []byte) error {
+		last = Position(binary.BigEndian.Uint64(key[len(prefix):]))
+		return emit(key, val)
+	})
+	if err != nil {
+		return 0, false, err
+	}
+	return last, last >= m.Head, nil
+}

@@ -1,0 +1,226 @@
+package log
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"testing"
+)
+
+// TestMoveUser walks a user's log from shard S to shard D through every step of a move, as the
+// protocol of docs/MOVES.md runs them, with deliveries going on throughout: the copy in chunks
+// (one resumed), a trim on the source after part of the log was copied, the source cutting over
+// (its later entries held on D), the fence, the last copy and the activation, then the drop. The
+// log on D is the source's, positions, epoch, cursors and group count unchanged, followed by what
+// arrived meanwhile, contiguous; every step repeated changes nothing.
+func TestMoveUser(t *testing.T) {
+	const move MoveID = 77
+	conv := newMemShard(t, 1) // homes the conversation: the source of every delivery
+	src := newMemShard(t, 2)
+	dst := newMemShard(t, 3)
+	idx := map[*Shard]uint64{}
+	at := func(s *Shard) Stamp { idx[s]++; return Stamp{Index: idx[s], Time: int64(1000 + idx[s])} }
+	// deliver applies the conversation's outbox (prev, last] to s, bob's entries among it only
+	// past cut (the source's cutover for this destination).
+	deliverPast := func(s *Shard, prev, last, cut uint64) {
+		t.Helper()
+		b := outboxBatch(t, conv, prev, last, "bob")
+		b.Items = slices.DeleteFunc(b.Items, func(d Delivery) bool { return d.Pos <= cut })
+		mustApply(t, s, at(s), func(tx *Tx) error {
+			_, err := tx.Deliver(Stamp{Time: 5000}, b)
+			return err
+		})
+	}
+	deliver := func(s *Shard, prev, last uint64) { t.Helper(); deliverPast(s, prev, last, 0) }
+	send := func(n int) {
+		t.Helper()
+		for range n {
+			st := at(conv)
+			appendOK(t, conv, st, Append{Conv: "g", Sender: "ann", ClientMsgID: fmt.Sprint("m", st.Index), Kind: KindMessage, Body: []byte("hi")})
+		}
+	}
+	st := at(conv)
+	appendOK(t, conv, st, Append{Conv: "g", Sender: "ann", ClientMsgID: "create", Kind: KindGroupCreate, Members: []string{"bob"}})
+	send(9)
+	deliver(src, 0, 10)
+	mustApply(t, src, at(src), func(tx *Tx) error { return tx.SetCursor("bob", "phone", Cursor{Epoch: mustInfo(t, src).Epoch, Pos: 5}) })
+
+	// D: begin. A read of bob there is refused, not answered "empty".
+	mustApply(t, dst, at(dst), func(tx *Tx) error { return tx.BeginMoveIn(move, "bob") })
+	if _, err := dst.ReadUser("bob", 0, 1, Limit{}); !errors.Is(err, ErrMoved) {
+		t.Fatalf("read of a user moving in: %v, want ErrMoved", err)
+	}
+	mustApply(t, dst, at(dst), func(tx *Tx) error { return tx.BeginMoveIn(move, "bob") }) // repeated
+	if _, err := apply(t, dst, at(dst), func(tx *Tx) error { return tx.BeginMoveIn(move+1, "bob") }); !Rejected(err) {
+		t.Fatalf("a second move of bob: %v", err)
+	}
+	if _, err := apply(t, src, at(src), func(tx *Tx) error { return tx.BeginMoveIn(move, "bob") }); !Rejected(err) {
+		t.Fatalf("moving bob into the shard holding his log: %v", err)
+	}
+
+	// Copy in chunks of 4; the second chunk is copied twice (a resumed copy overlaps).
+	copyFrom := func(after Position, max int) (Position, bool) {
+		t.Helper()
+		var recs []Record
+		last, done, err := src.ExportUser("bob", after, max, func(r Record) error { recs = append(recs, r); return nil })
+		if err != nil {
+			t.Fatal(err)
+		}
+		mustApply(t, dst, at(dst), func(tx *Tx) error { return tx.StageUser(move, "bob", recs) })
+		return last, done
+	}
+	last, _ := copyFrom(0, 4)
+	copyFrom(last, 4)
+	last, _ = copyFrom(last, 4)
+	// The source trims entries 1-3 (copied already) and gets more; then it is copied to its head.
+	mustApply(t, src, at(src), func(tx *Tx) error {
+		_, err := tx.TrimUser(Stamp{Time: 5000}, "bob", Retention{MaxCount: 7})
+		return err
+	})
+	for done := false; !done; {
+		last, done = copyFrom(last, 4)
+	}
+
+	// Every source cuts over at outbox position 12: up to it to S, after it to D, which holds them.
+	send(5)
+	deliver(src, 10, 12)
+	deliverPast(dst, 0, 15, 12)
+	if _, err := apply(t, dst, at(dst), func(tx *Tx) error {
+		return tx.SetCursor("bob", "phone", Cursor{Epoch: 1, Pos: 1})
+	}); !errors.Is(err, ErrMoved) {
+		t.Fatalf("a cursor write to a user moving in: %v, want ErrMoved", err)
+	}
+
+	// S: fence. Writes to bob are refused there from now on; reads still answer.
+	mustApply(t, src, at(src), func(tx *Tx) error { return tx.FenceUser(move, "bob") })
+	mustApply(t, src, at(src), func(tx *Tx) error { return tx.FenceUser(move, "bob") })
+	epoch := mustInfo(t, src).Epoch
+	for name, op := range map[string]func(*Tx) error{
+		"cursor": func(tx *Tx) error { return tx.SetCursor("bob", "phone", Cursor{Epoch: epoch, Pos: 6}) },
+		"reset":  func(tx *Tx) error { _, err := tx.ResetUser(Stamp{Time: 6000}, "bob"); return err },
+		"trim": func(tx *Tx) error {
+			_, err := tx.TrimUser(Stamp{Time: 6000}, "bob", Retention{MaxCount: 1})
+			return err
+		},
+		"deliver": func(tx *Tx) error { // to zed (first, not moving) and bob: nothing is written
+			b := outboxBatch(t, conv, 12, 13, "bob")
+			b.Items[0].Users = []string{"bob", "zed"}
+			_, err := tx.Deliver(Stamp{Time: 6000}, b)
+			return err
+		},
+	} {
+		if _, err := apply(t, src, at(src), op); !errors.Is(err, ErrMoving) || !Rejected(err) {
+			t.Errorf("%s on the fenced source: %v, want ErrMoving", name, err)
+		}
+	}
+	srcInfo, srcEntries := readAll(t, src, "bob", false)
+	srcCursors, err := src.Cursors("bob")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srcGroups, err := src.UserGroups([]string{"bob"})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// The last copy (the final meta and cursors), then the activation.
+	if _, done := copyFrom(last, 0); !done {
+		t.Fatal("the last copy did not reach the head")
+	}
+	var appended int
+	mustApply(t, dst, at(dst), func(tx *Tx) error {
+		var err error
+		appended, err = tx.ActivateUser(Stamp{Time: 7000}, move, "bob")
+		return err
+	})
+	if appended != 3 {
+		t.Fatalf("activation appended %d held entries, want 3", appended)
+	}
+	mustApply(t, dst, at(dst), func(tx *Tx) error { _, err := tx.ActivateUser(Stamp{Time: 7000}, move, "bob"); return err })
+	send(1)
+	deliver(dst, 15, 16) // now straight into the log
+
+	info, entries := readAll(t, dst, "bob", false)
+	if info.Epoch != srcInfo.Epoch || info.First != srcInfo.First || info.First != 4 || info.Head != srcInfo.Head+4 {
+		t.Fatalf("on D: %+v; on S: %+v", info, srcInfo)
+	}
+	if !slices.EqualFunc(entries[:len(srcEntries)], srcEntries, func(a, b Entry) bool { return a.Seq == b.Seq && a.MsgID == b.MsgID }) {
+		t.Fatal("D's log does not start with S's")
+	}
+	convLog := func(seq Position) Entry {
+		_, all := readAll(t, conv, "g", true)
+		return all[seq-1]
+	}
+	for i, e := range entries[len(srcEntries):] {
+		if want := convLog(Position(13 + i)); e.MsgID != want.MsgID || e.Seq != srcInfo.Head+Position(i)+1 {
+			t.Errorf("entry %d after the move: seq %d msg %v, want seq %d msg %v", i, e.Seq, e.MsgID, srcInfo.Head+Position(i)+1, want.MsgID)
+		}
+	}
+	if cur, err := dst.Cursors("bob"); err != nil || !slices.Equal(cur, srcCursors) || len(cur) != 1 {
+		t.Fatalf("cursors on D %+v (%v), on S %+v", cur, err, srcCursors)
+	}
+	if g, err := dst.UserGroups([]string{"bob"}); err != nil || !slices.Equal(g, srcGroups) || g[0] != 1 {
+		t.Fatalf("groups on D %v (%v), on S %v", g, err, srcGroups)
+	}
+	mustApply(t, dst, at(dst), func(tx *Tx) error { return tx.SetCursor("bob", "phone", Cursor{Epoch: info.Epoch, Pos: info.Head}) })
+	if n := countTable(t, dst, tagUserEntry); n != int(info.Head-info.First+1) {
+		t.Errorf("D holds %d entries of bob, want %d: trimmed ones came back", n, info.Head-info.First+1)
+	}
+	for _, tag := range []byte{tagStaged, tagPending, tagMoving} {
+		if n := countTable(t, dst, tag); n != 0 {
+			t.Errorf("table %#x of D holds %d keys after the activation", tag, n)
+		}
+	}
+
+	// S: drop. Nothing of bob is left there; repeated, it changes nothing.
+	mustApply(t, src, at(src), func(tx *Tx) error { return tx.DropUser(move, "bob") })
+	mustApply(t, src, at(src), func(tx *Tx) error { return tx.DropUser(move, "bob") })
+	for _, tag := range append(slices.Clone(userTags), tagMoving) {
+		if n := countTable(t, src, tag); n != 0 {
+			t.Errorf("table %#x of S holds %d keys after the drop", tag, n)
+		}
+	}
+}
+
+// TestMoveRefusals: the steps check who they apply to.
+func TestMoveRefusals(t *testing.T) {
+	s := newMemShard(t, 2)
+	var i uint64
+	at := func() Stamp { i++; return Stamp{Index: i, Time: 1000} }
+	for name, op := range map[string]func(*Tx) error{
+		"stage without begin":    func(tx *Tx) error { return tx.StageUser(5, "bob", nil) },
+		"activate without begin": func(tx *Tx) error { _, err := tx.ActivateUser(at(), 5, "bob"); return err },
+		"begin of move 0":        func(tx *Tx) error { return tx.BeginMoveIn(0, "bob") },
+		"fence of a bad id":      func(tx *Tx) error { return tx.FenceUser(5, "b ob") },
+	} {
+		if _, err := apply(t, s, at(), op); !errors.Is(err, ErrInvalid) {
+			t.Errorf("%s: %v, want ErrInvalid", name, err)
+		}
+	}
+	mustApply(t, s, at(), func(tx *Tx) error { return tx.BeginMoveIn(5, "bob") })
+	for name, recs := range map[string][]Record{
+		"another user's meta":  {{Key: []byte("\x20bobby\x00")}},
+		"another user's entry": {{Key: []byte("\x21al\x00\x00\x00\x00\x00\x00\x00\x00\x01")}},
+		"a conversation":       {{Key: []byte("\x10bob\x00")}},
+		"a meta with a suffix": {{Key: []byte("\x20bob\x00x")}},
+	} {
+		if _, err := apply(t, s, at(), func(tx *Tx) error { return tx.StageUser(5, "bob", recs) }); !errors.Is(err, ErrInvalid) {
+			t.Errorf("staging %s: %v, want ErrInvalid", name, err)
+		}
+	}
+	if _, err := apply(t, s, at(), func(tx *Tx) error { _, err := tx.ActivateUser(at(), 5, "bob"); return err }); !errors.Is(err, ErrInvalid) {
+		t.Errorf("activation with nothing staged: %v, want ErrInvalid", err)
+	}
+	if _, err := apply(t, s, at(), func(tx *Tx) error { return tx.DropUser(5, "bob") }); !errors.Is(err, ErrInvalid) {
+		t.Errorf("drop on the destination: %v, want ErrInvalid", err)
+	}
+}
+
+func mustInfo(t *testing.T, s *Shard) LogInfo {
+	t.Helper()
+	info, err := s.UserInfo("bob")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info
+}

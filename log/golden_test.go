@@ -59,6 +59,7 @@ var (
 	goldenDeadLetterAdd  = DeadLetterAdd{Dest: 7, Pos: 258, Users: []string{"b", "c"}, Reason: "refused"}
 	goldenDeadLetterDrop = DeadLetterDrop{Dest: 7, Pos: 258}
 	goldenMoveMarker     = moveMarker{move: 1 << 33, role: movingIn, pending: 258}
+	goldenCutover        = cutover{move: 1 << 33, after: 7, steps: []cutoverStep{{upTo: 258, shard: 3}, {upTo: 1 << 40, shard: 5}}}
 	goldenRedelivery     = Redelivery{Source: 3, Item: Delivery{Pos: 258, Users: []string{"b", "c"}, Entry: goldenEntry}}
 )
 
@@ -117,6 +118,8 @@ func goldenCases() []goldenCase {
 			func(b []byte) (any, error) { return decodeMoveMarker(b) }, goldenMoveMarker},
 		{"pending_entry.v1", func() []byte { return encodePending(-1, &goldenEntry) },
 			func(b []byte) (any, error) { d, e, err := decodePending(b); return [2]any{d, e}, err }, [2]any{-1, goldenEntry}},
+		{"cutover.v1", goldenCutover.encode,
+			func(b []byte) (any, error) { return decodeCutover(b) }, goldenCutover},
 		{"counter.v1", func() []byte { return encodeUint(1 << 40) },
 			func(b []byte) (any, error) { return decodeUint(b) }, uint64(1 << 40)},
 	}
@@ -169,6 +172,7 @@ func TestGoldenKeys(t *testing.T) {
 		{"staged", append(k.stagedPrefix(1<<33), k.userEntry("alice", 258)[len(k.prefix):]...)},
 		{"moving", k.moving("alice")},
 		{"pending", k.pending(1<<33, 258)},
+		{"cutover", k.cutover("alice")},
 	}
 	var b strings.Builder
 	b.WriteString("# Key layout (keys.go) for shard 0x01020304: table, key in hex.\n")

@@ -224,3 +224,86 @@ func mustInfo(t *testing.T, s *Shard) LogInfo {
 	}
 	return info
 }
+
+// TestCutover: a source's records of a moved user go to the old shard up to the cutover and to
+// the new one after it, decided by position alone; a second move chains; a trim past a cutover
+// prunes it but keeps where later records go.
+func TestCutover(t *testing.T) {
+	conv := newMemShard(t, 1)
+	var i uint64
+	at := func() Stamp { i++; return Stamp{Index: i, Time: int64(1000 + i)} }
+	send := func(n int) {
+		for range n {
+			st := at()
+			appendOK(t, conv, st, Append{Conv: "g", Sender: "ann", ClientMsgID: fmt.Sprint("m", st.Index), Kind: KindMessage, Body: []byte("x")})
+		}
+	}
+	cut := func(move MoveID, from, to ShardID) (p uint64, err error) {
+		_, aerr := apply(t, conv, at(), func(tx *Tx) error { p, err = tx.Cutover(move, "bob", from, to); return err })
+		return p, errors.Join(err, aerr)
+	}
+	routes := func() []string {
+		items, err := conv.ReadOutbox(1, 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, it := range items {
+			to, ok := it.Pinned["bob"]
+			if _, ann := it.Pinned["ann"]; ann {
+				t.Errorf("ann, who did not move, is pinned at %d", it.Pos)
+			}
+			if !ok {
+				out = append(out, fmt.Sprintf("%d:map", it.Pos))
+				continue
+			}
+			out = append(out, fmt.Sprintf("%d:%d", it.Pos, to))
+		}
+		return out
+	}
+	st := at()
+	appendOK(t, conv, st, Append{Conv: "g", Sender: "ann", ClientMsgID: "create", Kind: KindGroupCreate, Members: []string{"bob"}})
+	send(1)
+	if got := routes(); !slices.Equal(got, []string{"1:map", "2:map"}) {
+		t.Fatalf("before any move: %v", got)
+	}
+	if p, err := cut(5, 2, 3); err != nil || p != 2 {
+		t.Fatalf("cutover: %d, %v", p, err)
+	}
+	send(2)
+	if p, err := cut(5, 2, 3); err != nil || p != 2 { // repeated: the same position
+		t.Fatalf("repeated cutover: %d, %v", p, err)
+	}
+	if _, err := cut(6, 2, 4); !errors.Is(err, ErrInvalid) { // bob's records go to 3 now, not 2
+		t.Fatalf("cutover from the wrong shard: %v", err)
+	}
+	if p, err := cut(6, 3, 4); err != nil || p != 4 {
+		t.Fatalf("second move's cutover: %d, %v", p, err)
+	}
+	send(1)
+	want := []string{"1:2", "2:2", "3:3", "4:3", "5:4"}
+	if got := routes(); !slices.Equal(got, want) {
+		t.Fatalf("routes %v, want %v", got, want)
+	}
+	mustApply(t, conv, at(), func(tx *Tx) error { return tx.TrimOutbox(3) })
+	items, err := conv.ReadOutbox(4, 10)
+	if err != nil || len(items) != 2 || items[0].Pinned["bob"] != 3 || items[1].Pinned["bob"] != 4 {
+		t.Fatalf("after the trim: %+v, %v", items, err)
+	}
+	v, _, err := getValue(conv.db, conv.k.cutover("bob"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := decodeCutover(v)
+	if err != nil || len(c.steps) != 1 || c.steps[0] != (cutoverStep{upTo: 4, shard: 3}) || c.after != 4 {
+		t.Fatalf("cutover after the trim: %+v, %v; want the first step pruned", c, err)
+	}
+	// Reopened, the shard still routes by its cutovers.
+	reopened, err := OpenShard(conv.db, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if items, err := reopened.ReadOutbox(5, 10); err != nil || len(items) != 1 || items[0].Pinned["bob"] != 4 {
+		t.Fatalf("reopened: %+v, %v", items, err)
+	}
+}

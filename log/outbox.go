@@ -17,6 +17,10 @@ type OutboxItem struct {
 	Pos        uint64   // outbox position in the source shard
 	Recipients []string // sorted, unique user ids
 	Entry      Entry    // the conversation entry; Seq is unused
+	// Pinned gives the destination shard of the recipients whose user has moved (a cutover,
+	// cutover.go), as this record's position decides it; the others are routed by the cluster
+	// map. Nil when none has.
+	Pinned map[string]ShardID
 }
 
 // OutboxInfo is the retained range [First, Head] of the outbox.
@@ -85,6 +89,10 @@ func (s *Shard) ReadOutbox(from uint64, limit int) ([]OutboxItem, error) {
 		return nil, fmt.Errorf("log: read: %w", err)
 	}
 	defer it.Close()
+	cuts, err := s.readCutovers(snap)
+	if err != nil {
+		return nil, err
+	}
 	var out []OutboxItem
 	for ok := it.First(); ok && len(out) < limit; ok = it.Next() {
 		key := it.Key()
@@ -93,7 +101,16 @@ func (s *Shard) ReadOutbox(from uint64, limit int) ([]OutboxItem, error) {
 		if err != nil {
 			return nil, fmt.Errorf("outbox %d: %w", pos, err)
 		}
-		out = append(out, OutboxItem{Pos: pos, Recipients: rec.Recipients, Entry: rec.Entry})
+		item := OutboxItem{Pos: pos, Recipients: rec.Recipients, Entry: rec.Entry}
+		for _, uid := range rec.Recipients {
+			if c := cuts[uid]; c != nil {
+				if item.Pinned == nil {
+					item.Pinned = map[string]ShardID{}
+				}
+				item.Pinned[uid] = c.route(pos)
+			}
+		}
+		out = append(out, item)
 	}
 	return out, it.Error()
 }
@@ -112,6 +129,9 @@ func (t *Tx) TrimOutbox(upTo uint64) error {
 	}
 	if err := t.b.DeleteRange(k.outbox(info.First), k.outbox(upTo+1), nil); err != nil {
 		return fmt.Errorf("log: write: %w", err)
+	}
+	if err := t.pruneCutovers(upTo + 1); err != nil {
+		return err
 	}
 	return t.set(k.meta(metaOutboxFirst), encodeUint(upTo+1))
 }

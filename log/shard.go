@@ -26,6 +26,8 @@ type Shard struct {
 	// moves is set while a user of this shard may have a move marker (move.go), so that
 	// deliveries and reads look for markers only then.
 	moves atomic.Bool
+	// cutovers is set once this shard's outbox routes a moved user by a cutover (cutover.go).
+	cutovers atomic.Bool
 }
 
 // Metadata names under tagMeta.
@@ -54,7 +56,7 @@ func OpenShard(db *pebble.DB, id ShardID) (*Shard, error) {
 		return nil, fmt.Errorf("log: shard %d has key format %d, this build reads %d: run a newer syncd",
 			id, v, formatVersion)
 	}
-	if err := s.loadMoves(); err != nil {
+	if err := errors.Join(s.loadMoves(), s.loadCutovers()); err != nil {
 		return nil, err
 	}
 	return s, nil

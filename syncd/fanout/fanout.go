@@ -698,7 +698,11 @@ func (f *Fanout) batchFor(src, d raftstore.ShardID, prev, clean, last uint64, it
 		}
 		var users []string
 		for _, uid := range it.Recipients {
-			if f.slots.UserShard(uid) == d {
+			to, pinned := it.Pinned[uid] // a moved user: the record's position decides
+			if !pinned {
+				to = f.slots.UserShard(uid)
+			}
+			if to == d {
 				users = append(users, uid)
 			}
 		}

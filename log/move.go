@@ -23,7 +23,7 @@ import (
 //	                 (ErrMoving); its state on S is final
 //	D  ActivateUser  the staged records become uid's state, the pending entries are appended
 //	                 after S's head, and uid is served here
-//	S  DropUser      uid's state on S is deleted
+//	S  DropUser      uid's state on S is deleted; a tombstone makes its reads answer ErrMoved
 //
 // Positions, the epoch, the device cursors and the group count are S's, unchanged: D's first own
 // entry for uid is S's head + 1.
@@ -57,6 +57,7 @@ type moveRole uint8
 const (
 	movingIn  moveRole = 1 // destination, before activation
 	movingOut moveRole = 2 // source, fenced
+	movedOut  moveRole = 3 // source, dropped: the user's log is elsewhere now
 )
 
 // moveMarker is the value under 0x61 | uid.
@@ -76,7 +77,7 @@ func (m moveMarker) encode() []byte {
 }
 
 func decodeMoveMarker(b []byte) (moveMarker, error) {
-	if len(b) != 18 || b[0] != moveMarkerV1 || (b[9] != byte(movingIn) && b[9] != byte(movingOut)) {
+	if len(b) != 18 || b[0] != moveMarkerV1 || b[9] < byte(movingIn) || b[9] > byte(movedOut) {
 		return moveMarker{}, corruptf("move marker of %d bytes", len(b))
 	}
 	return moveMarker{move: MoveID(binary.BigEndian.Uint64(b[1:])), role: moveRole(b[9]), pending: binary.BigEndian.Uint64(b[10:])}, nil
@@ -176,6 +177,8 @@ func (s *Shard) servesUser(r pebble.Reader, uid string) error {
 		return err
 	case ok && m.role == movingIn:
 		return fmt.Errorf("%w (user %q is moving in, move %d)", ErrMoved, uid, m.move)
+	case ok && m.role == movedOut:
+		return fmt.Errorf("%w (user %q moved to another shard, move %d)", ErrMoved, uid, m.move)
 	}
 	return nil
 }
@@ -193,7 +196,7 @@ func (t *Tx) BeginMoveIn(move MoveID, uid string) error {
 		return err
 	case ok && m.move == move && m.role == movingIn:
 		return nil
-	case ok:
+	case ok && m.role != movedOut:
 		return invalidf("user %q is already moving (move %d)", uid, m.move)
 	}
 	if _, has, err := t.logMeta(t.s.k.user(uid)); err != nil {
@@ -264,10 +267,16 @@ func (t *Tx) FenceUser(move MoveID, uid string) error {
 	switch {
 	case err != nil:
 		return err
-	case ok && m.move == move && m.role == movingOut:
+	case ok && m.move == move && (m.role == movingOut || m.role == movedOut):
 		return nil
 	case ok:
 		return invalidf("user %q is already moving (move %d)", uid, m.move)
+	}
+	if _, has, err := t.logMeta(t.s.k.user(uid)); err != nil || !has {
+		if err != nil {
+			return err
+		}
+		return invalidf("fence: user %q has no log on shard %d", uid, t.s.id)
 	}
 	t.s.moves.Store(true)
 	return t.set(t.s.k.moving(uid), moveMarker{move: move, role: movingOut}.encode())
@@ -285,7 +294,7 @@ func (t *Tx) refuseFenced(users []string) error {
 		if err != nil {
 			return err
 		}
-		if ok && m.role == movingOut {
+		if ok && m.role != movingIn {
 			return fmt.Errorf("%w: an entry delivered to user %q after the fence (move %d)", ErrMoving, uid, m.move)
 		}
 	}
@@ -305,7 +314,7 @@ func (t *Tx) checkNotMoving(uid string) error {
 	case ok && m.role == movingOut:
 		return fmt.Errorf("%w (user %q, move %d)", ErrMoving, uid, m.move)
 	case ok:
-		return fmt.Errorf("%w (user %q is moving in, move %d)", ErrMoved, uid, m.move)
+		return fmt.Errorf("%w (user %q is not served here, move %d)", ErrMoved, uid, m.move)
 	}
 	return nil
 }
@@ -413,7 +422,8 @@ func (t *Tx) ActivateUser(st Stamp, move MoveID, uid string) (int, error) {
 }
 
 // DropUser deletes uid's state from this shard, the source of move, once the move has switched
-// to the destination. It is refused unless uid is fenced under move; once done, repeating it
+// to the destination, keeping a tombstone: reads of uid here answer ErrMoved from then on, until
+// the user moves back in. It is refused unless uid is fenced under move; once done, repeating it
 // changes nothing.
 func (t *Tx) DropUser(move MoveID, uid string) error {
 	k := t.s.k
@@ -421,14 +431,11 @@ func (t *Tx) DropUser(move MoveID, uid string) error {
 	if err != nil {
 		return err
 	}
-	if !ok {
-		if _, has, err := t.logMeta(k.user(uid)); err != nil || !has {
-			return err // dropped before
-		}
+	switch {
+	case ok && m.move == move && m.role == movedOut:
+		return nil // dropped before
+	case !ok || m.move != move || m.role != movingOut:
 		return invalidf("drop: user %q is not moving out under move %d", uid, move)
-	}
-	if m.move != move || m.role != movingOut {
-		return invalidf("drop: user %q is moving under move %d, not %d", uid, m.move, move)
 	}
 	for _, tag := range userTags {
 		p := appendID(k.table(tag, len(uid)+1), uid) // ids hold no 0x00: only uid's keys
@@ -438,7 +445,10 @@ func (t *Tx) DropUser(move MoveID, uid string) error {
 	}
 	delete(t.pending, string(k.user(uid))) // neither cache may bring the meta back
 	delete(t.s.metas, string(k.user(uid)))
-	if err := t.del(k.moving(uid)); err != nil {
+	// The marker stays, as a tombstone: a reader that still comes here (a sync stream opened
+	// before the switch, a node with an older map) is told the log is elsewhere (ErrMoved)
+	// rather than answered as for a user without a log, which would look like an empty one.
+	if err := t.set(k.moving(uid), moveMarker{move: move, role: movedOut}.encode()); err != nil {
 		return err
 	}
 	if t.touched == nil {

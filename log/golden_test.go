@@ -59,8 +59,10 @@ var (
 	goldenDeadLetterAdd  = DeadLetterAdd{Dest: 7, Pos: 258, Users: []string{"b", "c"}, Reason: "refused"}
 	goldenDeadLetterDrop = DeadLetterDrop{Dest: 7, Pos: 258}
 	goldenMoveMarker     = moveMarker{move: 1 << 33, role: movingIn, pending: 258}
-	goldenCutover        = cutover{move: 1 << 33, after: 7, steps: []cutoverStep{{upTo: 258, shard: 3}, {upTo: 1 << 40, shard: 5}}}
-	goldenRedelivery     = Redelivery{Source: 3, Item: Delivery{Pos: 258, Users: []string{"b", "c"}, Entry: goldenEntry}}
+	goldenMoveStep       = MoveStep{Op: MoveStage, Move: 1 << 33, User: "alice", From: 2, To: 70000,
+		Records: []Record{{Key: []byte{0x20, 'a', 0}, Value: []byte{1, 2}}, {Key: []byte{0x22, 'a', 0, 'p', 0}, Value: []byte{3}}}}
+	goldenCutover    = cutover{move: 1 << 33, after: 7, steps: []cutoverStep{{upTo: 258, shard: 3}, {upTo: 1 << 40, shard: 5}}}
+	goldenRedelivery = Redelivery{Source: 3, Item: Delivery{Pos: 258, Users: []string{"b", "c"}, Entry: goldenEntry}}
 )
 
 type goldenCase struct {
@@ -120,6 +122,8 @@ func goldenCases() []goldenCase {
 			func(b []byte) (any, error) { d, e, err := decodePending(b); return [2]any{d, e}, err }, [2]any{-1, goldenEntry}},
 		{"cutover.v1", goldenCutover.encode,
 			func(b []byte) (any, error) { return decodeCutover(b) }, goldenCutover},
+		{"move_step.v1", func() []byte { return must(goldenMoveStep.MarshalBinary()) },
+			func(b []byte) (any, error) { var r MoveStep; err := r.UnmarshalBinary(b); return r, err }, goldenMoveStep},
 		{"counter.v1", func() []byte { return encodeUint(1 << 40) },
 			func(b []byte) (any, error) { return decodeUint(b) }, uint64(1 << 40)},
 	}

@@ -522,3 +522,83 @@ func (s *Shard) ExportUser(uid string, after Position, max int, fn func(Record) 
 	}
 	return last, last >= m.Head, nil
 }
+
+// MoveOp says which step of a move a [MoveStep] makes.
+type MoveOp uint8
+
+// Move steps. Values are persisted in Raft commands.
+const (
+	MoveBegin    MoveOp = 1 // destination: BeginMoveIn
+	MoveStage    MoveOp = 2 // destination: StageUser of Records
+	MoveCutover  MoveOp = 3 // every source: Cutover from From to To; the result is its position
+	MoveFence    MoveOp = 4 // source: FenceUser
+	MoveActivate MoveOp = 5 // destination: ActivateUser; the result is the entries appended
+	MoveDrop     MoveOp = 6 // source: DropUser
+)
+
+// MoveStep is a request to make one step of moving a user's log ([Tx.Move]).
+type MoveStep struct {
+	Op      MoveOp
+	Move    MoveID
+	User    string
+	From    ShardID  // MoveCutover
+	To      ShardID  // MoveCutover
+	Records []Record // MoveStage
+}
+
+// MarshalBinary encodes the request.
+func (r *MoveStep) MarshalBinary() ([]byte, error) {
+	size := 32 + len(r.User)
+	for _, rec := range r.Records {
+		size += 2*binary.MaxVarintLen32 + len(rec.Key) + len(rec.Value)
+	}
+	e := encoder{b: make([]byte, 0, size)}
+	e.u8(requestV1)
+	e.u8(uint8(r.Op))
+	e.uvarint(uint64(r.Move))
+	e.str(r.User)
+	e.uvarint(uint64(r.From))
+	e.uvarint(uint64(r.To))
+	e.uvarint(uint64(len(r.Records)))
+	for _, rec := range r.Records {
+		e.bytes(rec.Key)
+		e.bytes(rec.Value)
+	}
+	return e.b, nil
+}
+
+// UnmarshalBinary decodes a request encoded by MarshalBinary. Errors wrap ErrCorrupt.
+func (r *MoveStep) UnmarshalBinary(b []byte) error {
+	d := decoder{b: b}
+	d.version("move step", requestV1)
+	*r = MoveStep{Op: MoveOp(d.u8()), Move: MoveID(d.uvarint()), User: d.str(), From: ShardID(d.uvarint()), To: ShardID(d.uvarint())}
+	n := d.uvarint()
+	if n > uint64(len(b)) { // every record takes at least two bytes: a larger count is garbage
+		return corruptf("move step: %d records in %d bytes", n, len(b))
+	}
+	for range n {
+		r.Records = append(r.Records, Record{Key: d.bytes(), Value: d.bytes()})
+	}
+	return d.done("move step")
+}
+
+// Move makes the step r names and returns its number: the cutover's position for MoveCutover,
+// the entries appended for MoveActivate, 0 otherwise.
+func (t *Tx) Move(st Stamp, r *MoveStep) (uint64, error) {
+	switch r.Op {
+	case MoveBegin:
+		return 0, t.BeginMoveIn(r.Move, r.User)
+	case MoveStage:
+		return 0, t.StageUser(r.Move, r.User, r.Records)
+	case MoveCutover:
+		return t.Cutover(r.Move, r.User, r.From, r.To)
+	case MoveFence:
+		return 0, t.FenceUser(r.Move, r.User)
+	case MoveActivate:
+		n, err := t.ActivateUser(st, r.Move, r.User)
+		return uint64(n), err
+	case MoveDrop:
+		return 0, t.DropUser(r.Move, r.User)
+	}
+	return 0, invalidf("unknown move step %d", r.Op)
+}

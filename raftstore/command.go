@@ -40,6 +40,8 @@ const (
 	opRedeliver      op = 7
 	// Fan-out batches of several sources to one destination (DeliverBatchesCommand).
 	opDeliverBatches op = 8
+	// A step of moving a user's log to another shard (MoveCommand).
+	opMove op = 9
 )
 
 const commandV1 = 1
@@ -83,6 +85,11 @@ func DropDeadLetterCommand(r *log.DeadLetterDrop) Command {
 	return Command{op: opDropDeadLetter, payload: r}
 }
 
+// MoveCommand makes one step of moving a user's log between shards ([log.Tx.Move]); each step
+// is proposed to the shard it names (docs/MOVES.md) and is idempotent per move. It is never
+// refused for low disk: a move that stopped half-way could leave the user's writes paused.
+func MoveCommand(r *log.MoveStep) Command { return Command{op: opMove, payload: r} }
+
 // RedeliverCommand replays a dead letter into user logs ([log.Tx.Redeliver]); propose it to the
 // destination shard. Result.Deliver.Appended says how many entries it wrote.
 func RedeliverCommand(r *log.Redelivery) Command { return Command{op: opRedeliver, payload: r} }
@@ -93,6 +100,7 @@ type Result struct {
 	Append  log.AppendResult  // AppendCommand
 	Deliver log.DeliverResult // DeliverCommand; RedeliverCommand sets Appended only
 	First   uint64            // TrimCommand: first retained position afterwards
+	Move    uint64            // MoveCommand: the cutover's position, or the entries an activation appended
 	// Deliveries has one outcome per batch of a DeliverBatchesCommand, in the command's order.
 	Deliveries []DeliveryOutcome
 }
@@ -269,6 +277,13 @@ func (c decodedCommand) apply(tx *log.Tx, st log.Stamp) (Result, error) {
 		}
 		n, err := tx.Redeliver(st, &r)
 		return Result{Deliver: log.DeliverResult{Appended: n}}, err
+	case opMove:
+		var r log.MoveStep
+		if err := r.UnmarshalBinary(c.body); err != nil {
+			return Result{}, rejectDecode(err)
+		}
+		n, err := tx.Move(st, &r)
+		return Result{Move: n}, err
 	}
 	return Result{}, fmt.Errorf("%w: unknown raft command op %d", log.ErrInvalid, c.op)
 }

@@ -27,6 +27,7 @@ func sampleCommands() []Command {
 				Entry: log.Entry{Kind: log.KindMessage, MsgID: log.MsgID{Shard: 2, Index: 9}, Conv: "c", ConvSeq: 1, Sender: "b"}}}},
 			{Source: 3, Prev: 4, Last: 7},
 		}),
+		MoveCommand(&log.MoveStep{Op: log.MoveStage, Move: 9, User: "a", Records: []log.Record{{Key: []byte{0x20, 'a', 0}, Value: []byte{1}}}}),
 	}
 }
 

@@ -54,6 +54,7 @@ const (
 	fwdBody           uint8 = 9  // a status (NodeStatus as JSON) or a call's answer
 	fwdMetaRefused    uint8 = 10 // message
 	fwdLowDisk        uint8 = 11
+	fwdOKMove         uint8 = 12 // fwdOK's fields, then Result.Move: a MoveCommand's answer
 )
 
 type fwdRequest struct {
@@ -141,7 +142,11 @@ func (r *fwdResponse) encode() []byte {
 	case err == nil && r.body != nil:
 		b = appendStr(append(b, fwdBody), string(r.body))
 	case err == nil:
-		b = append(b, fwdOK)
+		kind := fwdOK
+		if r.res.Move != 0 {
+			kind = fwdOKMove
+		}
+		b = append(b, kind)
 		a := r.res.Append
 		b = binary.BigEndian.AppendUint32(b, uint32(a.MsgID.Shard))
 		b = binary.AppendUvarint(b, a.MsgID.Index)
@@ -153,6 +158,9 @@ func (r *fwdResponse) encode() []byte {
 		b = binary.AppendUvarint(b, r.res.Deliver.Mark)
 		b = binary.AppendUvarint(b, uint64(r.res.Deliver.Appended))
 		b = binary.AppendUvarint(b, r.res.First)
+		if kind == fwdOKMove {
+			b = binary.AppendUvarint(b, r.res.Move)
+		}
 		if len(r.res.Deliveries) > 0 {
 			b = appendDeliveries(b, r.res.Deliveries)
 		}
@@ -194,7 +202,7 @@ func decodeFwdResponse(body []byte) (fwdResponse, error) {
 	}
 	r := fwdResponse{id: d.uvarint()}
 	switch kind := d.u8(); kind {
-	case fwdOK:
+	case fwdOK, fwdOKMove:
 		a := &r.res.Append
 		a.MsgID.Shard = log.ShardID(d.u32())
 		a.MsgID.Index = d.uvarint()
@@ -207,6 +215,9 @@ func decodeFwdResponse(body []byte) (fwdResponse, error) {
 		r.res.Deliver.Mark = d.uvarint()
 		r.res.Deliver.Appended = int(d.uvarint())
 		r.res.First = d.uvarint()
+		if kind == fwdOKMove {
+			r.res.Move = d.uvarint()
+		}
 		if len(d.b) > 0 {
 			r.res.Deliveries = d.deliveries()
 		}

@@ -98,6 +98,9 @@ func (s *Shard) ReadConv(conv string, epoch Epoch, from Position, lim Limit) (Re
 
 // UserInfo returns the epoch and retained range of user uid's log.
 func (s *Shard) UserInfo(uid string) (LogInfo, error) {
+	if err := s.servesUser(s.db, uid); err != nil {
+		return LogInfo{}, err
+	}
 	m, _, err := getLogMeta(s.db, s.k.user(uid))
 	return LogInfo{Epoch: m.Epoch, First: m.First, Head: m.Head}, err
 }

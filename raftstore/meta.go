@@ -68,6 +68,10 @@ type ClusterMap struct {
 	// cluster do); every other node, and each of them once the entry is gone, joins it instead.
 	// The meta leader drops the entry once the group has a leader.
 	Creating map[ShardID][]string `json:"creating,omitempty"`
+	// Overrides pins moved users to their shard, before their slot (moves.go).
+	Overrides map[string]ShardID `json:"overrides,omitempty"`
+	// Moves holds the moves in progress by id (moves.go).
+	Moves map[uint64]*MoveInfo `json:"moves,omitempty"`
 }
 
 // NodeInfo is one node of the cluster map.
@@ -97,6 +101,13 @@ func (m ClusterMap) Clone() ClusterMap {
 			out.Creating[s] = slices.Clone(r)
 		}
 	}
+	out.Overrides = maps.Clone(m.Overrides)
+	if m.Moves != nil {
+		out.Moves = make(map[uint64]*MoveInfo, len(m.Moves))
+		for id, mv := range m.Moves {
+			out.Moves[id] = mv.clone()
+		}
+	}
 	return out
 }
 
@@ -119,6 +130,10 @@ type metaCommand struct {
 	IfIndex  uint64               `json:"if_index,omitempty"`
 	Revoke   *Revocation          `json:"revoke,omitempty"`
 	Shard    ShardID              `json:"shard,omitempty"`
+	Move     *MoveInfo            `json:"move,omitempty"`
+	MoveID   uint64               `json:"move_id,omitempty"`
+	Step     MoveStep             `json:"step,omitempty"`
+	Cutovers map[ShardID]uint64   `json:"cutovers,omitempty"`
 }
 
 // Revocation is an operator's revocation of a device: every token of User's Device issued at
@@ -214,7 +229,12 @@ func (f *metaFSM) Apply(l *raft.Log) any {
 		return err
 	}
 	f.mu.Lock()
-	err := f.apply(&c)
+	var err error
+	if strings.HasPrefix(c.Op, "move-") {
+		err = f.applyMove(&f.m, &c, l.Index)
+	} else {
+		err = f.apply(&c)
+	}
 	if err == nil {
 		f.m.Index = l.Index
 	}
@@ -340,7 +360,11 @@ func (f *metaFSM) setSlots(m *ClusterMap) error {
 	if last := t.Shards()[len(t.Shards())-1]; int(last) > m.Shards {
 		return fmt.Errorf("%w: slot table names shard %d of %d", ErrMetaRefused, last, m.Shards)
 	}
-	f.slots.Store(t)
+	var receiving []ShardID
+	for _, mv := range m.Moves {
+		receiving = append(receiving, mv.To)
+	}
+	f.slots.Store(t.withKeys(maps.Clone(m.Overrides), receiving))
 	return nil
 }
 

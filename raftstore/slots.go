@@ -39,6 +39,7 @@ type SlotTable struct {
 	owner  [NumSlots]ShardID
 	ranges []SlotRange
 	shards []ShardID
+	users  map[string]ShardID // per-user overrides (moved users), before the slots
 }
 
 // NewSlotTable checks that ranges give every slot to exactly one data shard, in order, and
@@ -70,8 +71,31 @@ func NewSlotTable(ranges []SlotRange) (*SlotTable, error) {
 // Shard returns the shard that owns slot, which must be in [0, NumSlots).
 func (t *SlotTable) Shard(slot int) ShardID { return t.owner[slot] }
 
-// Shards returns every shard that owns a slot, ascending. The slice is shared: do not modify it.
+// UserOverride returns the shard user uid is pinned to by the cluster map's overrides (a moved
+// user), if any: it takes precedence over the user's slot.
+func (t *SlotTable) UserOverride(uid string) (ShardID, bool) {
+	s, ok := t.users[uid]
+	return s, ok
+}
+
+// Shards returns every shard that owns a slot, holds an overridden key or receives a move,
+// ascending: the shards keys may route to. The slice is shared: do not modify it.
 func (t *SlotTable) Shards() []ShardID { return t.shards }
+
+// withKeys returns a copy of t that also routes by the user overrides and counts the shards of
+// users among its Shards: the overrides' shards and those moves are copying to.
+func (t *SlotTable) withKeys(users map[string]ShardID, receiving []ShardID) *SlotTable {
+	out := *t
+	out.users = users
+	out.shards = slices.Clone(t.shards)
+	for _, s := range users {
+		out.shards = append(out.shards, s)
+	}
+	out.shards = append(out.shards, receiving...)
+	slices.Sort(out.shards)
+	out.shards = slices.Compact(out.shards)
+	return &out
+}
 
 // Ranges returns the table as ranges, as the cluster map holds it.
 func (t *SlotTable) Ranges() []SlotRange { return slices.Clone(t.ranges) }

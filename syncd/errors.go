@@ -31,6 +31,10 @@ var errorCodes = []struct {
 	{log.ErrNotSender, proto.CodeNotSender, 0},
 	{log.ErrRecallWindow, proto.CodeRecallWindow, 0},
 	{log.ErrAlreadyRecalled, proto.CodeAlreadyRecalled, 0},
+	// The user's log is moving between shards: its writes pause for the move's switch, well
+	// under a second; a read that reached the shard it is leaving or entering is asked again.
+	{log.ErrMoving, proto.CodeUnavailable, moveRetry},
+	{log.ErrMoved, proto.CodeUnavailable, moveRetry},
 	{auth.ErrTokenExpired, proto.CodeTokenExpired, 0},
 	{auth.ErrTokenInvalid, proto.CodeUnauthenticated, 0},
 	{raftstore.ErrNotLeader, proto.CodeUnavailable, 0},
@@ -44,6 +48,9 @@ var errorCodes = []struct {
 	{raftstore.ErrUnreachable, proto.CodeTimeout, 0}, // forwarded, outcome unknown: retry, dedup decides
 	{raftstore.ErrLowDisk, proto.CodeUnavailable, lowDiskRetryAfter},
 }
+
+// moveRetry is the retry-after of a write that met a user's log moving: the pause of a move.
+const moveRetry = 200 * time.Millisecond
 
 // noLeaderRetry is the retry-after of a refusal for want of a leader: about an election's length,
 // after which the shard may have one again (or the client has moved on).

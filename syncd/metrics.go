@@ -60,6 +60,8 @@ type metrics struct {
 	clientGaps  prometheus.Counter
 	refused     [len(refusedReasons)]prometheus.Counter
 	validated   prometheus.Counter
+	movePause   prometheus.Histogram
+	moveCopied  prometheus.Counter
 }
 
 // newMetrics registers the server's metrics on reg, which must be private to this server (a
@@ -99,6 +101,15 @@ func newMetrics(reg *prometheus.Registry, node metricsNode, conns func() int64, 
 			Namespace: "syncd", Subsystem: "client", Name: "gaps_total",
 			Help: "Gaps in their logs reported by clients.",
 		}),
+		movePause: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: "syncd", Subsystem: "move", Name: "pause_seconds",
+			Help:    "How long a move of a user's log paused the user's writes (fence to switch), for the moves this node drove.",
+			Buckets: latencyBuckets,
+		}),
+		moveCopied: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "syncd", Subsystem: "move", Name: "copied_bytes_total",
+			Help: "Bytes of users' logs copied to other shards by the moves this node drove.",
+		}),
 	}
 	for i, r := range sendResults { // every result exists from the start, at zero
 		m.sendAck[i] = sendAck.WithLabelValues(r)
@@ -116,6 +127,11 @@ func newMetrics(reg *prometheus.Registry, node metricsNode, conns func() int64, 
 	})
 	reg.MustRegister(
 		sendAck, m.delivery, m.fanout, m.syncStreams, m.staleTurns, m.clientGaps, refused, m.validated,
+		m.movePause, m.moveCopied,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: "syncd", Name: "moves_in_progress",
+			Help: "Moves of users' logs between shards in progress in the cluster map.",
+		}, func() float64 { cm, _ := node.ClusterMap(); return float64(len(cm.Moves)) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Namespace: "syncd", Name: "connections",
 			Help: "Open client connections.",
@@ -164,6 +180,7 @@ func registerDiskMetrics(reg *prometheus.Registry, disk func() raftstore.DiskSpa
 type metricsNode interface {
 	nodeShards
 	WatchLease(shard raftstore.ShardID) (raftstore.Lease, <-chan struct{}, error)
+	ClusterMap() (raftstore.ClusterMap, bool)
 }
 
 // fanoutStats are the fan-out counters the metrics read at scrape time (*Fanout).
@@ -206,6 +223,15 @@ func (m *metrics) observeFanout(d time.Duration) {
 		return
 	}
 	m.fanout.Observe(max(d, 0).Seconds())
+}
+
+// observeMove records a move this node drove to its switch: the writes' pause and the bytes copied.
+func (m *metrics) observeMove(pause time.Duration, copied int64) {
+	if m == nil {
+		return
+	}
+	m.movePause.Observe(pause.Seconds())
+	m.moveCopied.Add(float64(copied))
 }
 
 // syncStreamOpened and syncStreamClosed track the open sync streams; call them in pairs.

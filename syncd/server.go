@@ -22,6 +22,7 @@ import (
 	"github.com/syncd-dev/syncd/syncd/adminapi"
 	"github.com/syncd-dev/syncd/syncd/auth"
 	"github.com/syncd-dev/syncd/syncd/fanout"
+	"github.com/syncd-dev/syncd/syncd/moves"
 	"github.com/syncd-dev/syncd/syncd/peer"
 	"github.com/syncd-dev/syncd/syncd/routing"
 )
@@ -35,6 +36,7 @@ type Server struct {
 	node        *raftstore.Node
 	slots       *routing.Table
 	fan         *fanout.Fanout
+	mover       *moves.Driver
 	peer        *peer.Peer
 	notes       *notifier
 	keys        *auth.Keyring // token keys: TokenSecret (current) and TokenKeys
@@ -131,6 +133,7 @@ func NewServer(cfg Config) (*Server, error) {
 	// s.metrics is set below, before the fan-out runs.
 	s.fan = fanout.New(s.node, s.slots, fanout.Config{Logger: cfg.Logger, Observe: func(d time.Duration) { s.metrics.observeFanout(d) }})
 	s.app.fan.Store(s.fan)
+	s.mover = moves.New(s.node, moves.Config{Logger: cfg.Logger, Observe: func(pause time.Duration, copied int64) { s.metrics.observeMove(pause, copied) }})
 	s.peer = peer.New(s.node)
 	s.handleReads(s.peer)
 	reg := prometheus.NewRegistry()
@@ -198,10 +201,14 @@ func (s *Server) Run(ctx context.Context) error {
 	defer cancel()
 	var wg sync.WaitGroup
 	if s.awaitClusterMap(ctx) == nil {
-		wg.Add(3)
+		wg.Add(4)
 		go func() {
 			defer wg.Done()
 			s.fan.Run(ctx)
+		}()
+		go func() {
+			defer wg.Done()
+			s.mover.Run(ctx)
 		}()
 		go func() {
 			defer wg.Done()

@@ -217,7 +217,7 @@ func (ss *session) serveSync(ctx context.Context, st *quic.Stream, r *proto.Read
 	defer ss.s.metrics.syncStreamClosed()
 
 	shard := ss.s.slots.UserShard(ss.user)
-	cursors := &cursorStore{ss: ss, shard: shard}
+	cursors := &cursorStore{ss: ss}
 	defer cursors.close()
 	bound := &ackBound{c: log.Cursor{Epoch: log.Epoch(start.Epoch), Pos: log.Position(start.Pos)}}
 	var wg sync.WaitGroup
@@ -252,6 +252,33 @@ func (ss *session) serveSync(ctx context.Context, st *quic.Stream, r *proto.Read
 	wg.Wait()
 }
 
+// followMove finds where a user's log went when the shard a sync stream reads answered that it
+// is not served there (log.ErrMoved): the shard the cluster map routes the user to now, with a
+// reader of it. Until this node's map has switched (a move's last steps take a few commits) it
+// waits a little and gives the same shard back; it gives up, with the error, once the log has
+// been elsewhere for longer than a move's switch can take, and the device reconnects.
+func (ss *session) followMove(ctx context.Context, shard raftstore.ShardID, since *time.Time) (shardReader, raftstore.ShardID, error) {
+	if since.IsZero() {
+		*since = time.Now()
+	}
+	if time.Since(*since) > moveFollowLimit {
+		return nil, shard, fmt.Errorf("%w: the user's log has not been found on its shards for %v", log.ErrMoved, moveFollowLimit)
+	}
+	next := ss.s.slots.UserShard(ss.user)
+	if next == shard {
+		select {
+		case <-ctx.Done():
+			return nil, shard, ctx.Err()
+		case <-time.After(moveRetry / 4):
+		}
+	}
+	state, err := ss.s.reader(ctx, next)
+	return state, next, err
+}
+
+// moveFollowLimit bounds how long a sync stream follows a user's log that is between shards.
+const moveFollowLimit = 10 * time.Second
+
 // syncLog is serveSync's sending side. It returns the frame that ends the stream (TooOld,
 // EpochChanged, Rebase or an Error), or nil when ctx ended or a write failed.
 func (ss *session) syncLog(ctx context.Context, w *streamWriter, shard raftstore.ShardID, start *proto.SyncStart, bound *ackBound) proto.Frame {
@@ -271,7 +298,8 @@ func (ss *session) syncLog(ctx context.Context, w *streamWriter, shard raftstore
 	heldLast := false      // the last read's replica held its lease
 	var lastSent time.Time // of the last batch, heartbeat or stale frame (or its turn, see idleStale)
 	room := ss.s.pageRoom()
-	var batch syncBatch // each read's entries, encoded into the next Batch frame
+	var batch syncBatch      // each read's entries, encoded into the next Batch frame
+	var movedSince time.Time // when reads first found the log moved, while they do
 	for ctx.Err() == nil {
 		lim := log.Limit{Count: maxBatch, Bytes: room} // stored bytes: about what the batch keeps
 		// How long a remote replica may hold its answer (a long poll) for the log to grow.
@@ -282,12 +310,20 @@ func (ss *session) syncLog(ctx context.Context, w *streamWriter, shard raftstore
 			wait = 0
 		}
 		rd, err := ss.readUserLog(state, shard, epoch, pos+1, lim, wait, &batch)
+		if errors.Is(err, log.ErrMoved) && ctx.Err() == nil {
+			// The user's log moved to another shard (or is moving here and is not complete):
+			// the stream goes on there from the same cursor, positions unchanged.
+			if state, shard, err = ss.followMove(ctx, shard, &movedSince); err == nil {
+				continue
+			}
+		}
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
 			}
 			return wireError(ss.s.logger, 0, err)
 		}
+		movedSince = time.Time{}
 		heldLast = rd.lease.Held
 		res := rd.res
 		info := res.Info
@@ -447,8 +483,7 @@ var closedChan = func() chan struct{} {
 // more when the sync stream ends. Losing a cursor update only causes re-delivery (clients dedup by
 // msg_id), so coalescing is safe. It keeps no goroutine while idle: a timer fires the next store.
 type cursorStore struct {
-	ss    *session
-	shard raftstore.ShardID
+	ss *session
 
 	mu      sync.Mutex
 	latest  log.Cursor
@@ -485,7 +520,8 @@ func (c *cursorStore) flush(timeout time.Duration) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	cmd := raftstore.CursorCommand(&log.CursorUpdate{UID: c.ss.user, Device: c.ss.device, Cursor: cur})
-	if _, err := c.ss.s.node.Propose(ctx, c.shard, cmd); err != nil {
+	// Routed at every store: a user whose log moved to another shard stores it there.
+	if _, err := c.ss.s.node.Propose(ctx, c.ss.s.slots.UserShard(c.ss.user), cmd); err != nil {
 		c.ss.s.logger.Debug("cursor not stored", "user", c.ss.user, "device", c.ss.device, "err", err)
 		return
 	}

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/syncd-dev/syncd/syncd/adminapi"
 )
@@ -95,6 +96,18 @@ func printCluster(e *env, view adminapi.ClusterView) {
 		}
 	}
 	tw.Flush()
+	if len(view.Moves) > 0 {
+		fmt.Fprintln(e.stdout)
+		tw = tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "MOVE\tUSER\tFROM\tTO\tSTEP\tSTARTED")
+		for _, mv := range view.Moves {
+			fmt.Fprintf(tw, "%d\t%s\t%d\t%d\t%s\t%s\n", mv.ID, mv.User, mv.From, mv.To, mv.Step, mv.Started.Format(time.RFC3339))
+		}
+		tw.Flush()
+	}
+	if len(view.Overrides) > 0 {
+		fmt.Fprintf(e.stdout, "\n%d users pinned to a shard by a move (-json lists them)\n", len(view.Overrides))
+	}
 }
 
 func dash(s string) string {

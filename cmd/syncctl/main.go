@@ -52,6 +52,7 @@ var commands = []command{
 	{"cluster", "show every node and shard of the cluster: leaders, replicas, lag (admin HTTP)", runCluster},
 	{"node", "add a node to the cluster or remove one, online (admin HTTP)", runNode},
 	{"shard", "add a data shard to the cluster, online (admin HTTP)", runShard},
+	{"move", "move a user's log to another shard, online (admin HTTP)", runMove},
 	{"cursor", "show a user's log and where each device's cursor stands in it (admin HTTP)", runCursor},
 	{"trace", "show where a message went: its entry, fan-out, each member's log and devices (admin HTTP)", runTrace},
 	{"dlq", "list, replay or drop dead letters: deliveries a shard refused (admin HTTP)", runDLQ},

@@ -5,8 +5,10 @@ import (
 	"context"
 	"net/http"
 	"slices"
+	"strconv"
 	"time"
 
+	"github.com/syncd-dev/syncd/log"
 	"github.com/syncd-dev/syncd/raftstore"
 	"github.com/syncd-dev/syncd/syncd/adminapi"
 )
@@ -16,6 +18,17 @@ func (s *Server) Cluster(ctx context.Context) adminapi.ClusterView {
 	view := adminapi.ClusterView{Node: s.node.ID()}
 	m, _ := s.node.ClusterMap()
 	view.RF, view.MapIndex = m.RF, m.Index
+	for _, mv := range m.Moves {
+		view.Moves = append(view.Moves, adminapi.MoveView{ID: mv.ID, User: mv.User, From: uint32(mv.From), To: uint32(mv.To),
+			Step: string(mv.Step), Started: time.Unix(0, mv.Started).UTC()})
+	}
+	slices.SortFunc(view.Moves, func(a, b adminapi.MoveView) int { return cmp.Compare(a.ID, b.ID) })
+	for u, s := range m.Overrides {
+		if view.Overrides == nil {
+			view.Overrides = map[string]uint32{}
+		}
+		view.Overrides[u] = uint32(s)
+	}
 	shards := map[raftstore.ShardID]*adminapi.ShardView{}
 	for _, id := range m.DataShards() {
 		_, creating := m.Creating[id]
@@ -77,6 +90,8 @@ func (s *Server) Cluster(ctx context.Context) adminapi.ClusterView {
 //	POST /v1/nodes/{id}/remove             move a node's replicas away, then drop it from the map
 //	POST /v1/shards                        add a data shard online: a new Raft group, placed like
 //	                                       the others, owning no slot yet
+//	POST /v1/moves?user=…&to=N             move a user's log to shard N online (new_shard=1: to a
+//	                                       shard added for it)
 func (s *Server) clusterRoutes(mux *http.ServeMux) {
 	mux.HandleFunc("GET /v1/cluster", func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), 3*time.Second)
@@ -119,4 +134,40 @@ func (s *Server) clusterRoutes(mux *http.ServeMux) {
 		s.logger.Info("shard added; its replicas start on the nodes placed", "shard", uint32(id))
 		writeJSON(w, http.StatusOK, adminapi.ShardAdded{Shard: uint32(id)})
 	})
+	mux.HandleFunc("POST /v1/moves", s.startMove)
+}
+
+// startMove serves POST /v1/moves: the user's log moves from the shard it is routed to now to
+// the one asked for, or to a new shard of its own.
+func (s *Server) startMove(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	user, toArg, fresh := q.Get("user"), q.Get("to"), q.Get("new_shard") == "1"
+	to, err := strconv.ParseUint(toArg, 10, 32)
+	switch {
+	case !log.ValidID(user):
+		writeOpsError(w, http.StatusBadRequest, "bad_request", "user must be a user id", "syncctl move user <uid> -to <shard>")
+		return
+	case fresh == (toArg != ""), !fresh && (err != nil || to == 0):
+		writeOpsError(w, http.StatusBadRequest, "bad_request", "give either to=<shard> or new_shard=1",
+			"syncctl move user <uid> -to <shard>, or -new-shard for a shard of its own")
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 20*time.Second)
+	defer cancel()
+	if fresh {
+		id, err := s.node.AddShard(ctx)
+		if err != nil {
+			writeProposeError(w, err, "")
+			return
+		}
+		to = uint64(id)
+	}
+	from := s.slots.UserShard(user)
+	id, err := s.node.StartMove(ctx, user, from, raftstore.ShardID(to), time.Now().UnixNano())
+	if err != nil {
+		writeProposeError(w, err, "syncctl cluster status shows the shards and the moves in progress")
+		return
+	}
+	s.logger.Info("move of a user's log requested", "move", id, "user", user, "from", uint32(from), "to", to)
+	writeJSON(w, http.StatusOK, adminapi.MoveStarted{ID: id, User: user, From: uint32(from), To: uint32(to)})
 }

@@ -28,6 +28,29 @@ type ClusterView struct {
 	// RF is the cluster's replication factor and MapIndex the version of its cluster map.
 	RF       int    `json:"rf"`
 	MapIndex uint64 `json:"map_index"`
+	// Moves are the moves of users' logs in progress; Overrides the users pinned to a shard by
+	// a move that completed (user → shard).
+	Moves     []MoveView        `json:"moves,omitempty"`
+	Overrides map[string]uint32 `json:"overrides,omitempty"`
+}
+
+// MoveView is one move of a user's log between shards in progress, at its step (copy, cutover,
+// fence, drop: docs/MOVES.md).
+type MoveView struct {
+	ID      uint64    `json:"id"`
+	User    string    `json:"user"`
+	From    uint32    `json:"from"`
+	To      uint32    `json:"to"`
+	Step    string    `json:"step"`
+	Started time.Time `json:"started"`
+}
+
+// MoveStarted answers POST /v1/moves: the move asked for. Watch it in GET /v1/cluster.
+type MoveStarted struct {
+	ID   uint64 `json:"id"`
+	User string `json:"user"`
+	From uint32 `json:"from"`
+	To   uint32 `json:"to"`
 }
 
 // ClusterNode is one node: its addresses, whether it answered, and how many shards it leads.

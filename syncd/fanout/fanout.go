@@ -306,6 +306,10 @@ type source struct {
 type dest struct {
 	id   raftstore.ShardID
 	mark uint64 // learned from its answers: may be stale, never ahead
+	// below is set when the destination answered a mark below the outbox's first position: a
+	// shard that joined the routing after those positions were trimmed (a new shard, one a user
+	// moved to), so they hold nothing for it and its batches start at its own mark.
+	below bool
 	// clean ≥ mark: the outbox holds nothing for this destination in (mark, clean], so the next
 	// batch covers (mark, last] but needs to read only from clean+1 (no record is read again
 	// for a destination that had nothing in it).
@@ -400,9 +404,10 @@ func (f *Fanout) settle(ctx context.Context, s *source) {
 		}
 		var ooo *log.OutOfOrderError
 		if errors.As(o.err, &ooo) && ooo.Source == s.id {
-			// The destination is behind what this drainer took for its mark (it cannot be
-			// below the outbox's first position, see round): resume from its own.
-			d.mark, d.clean = ooo.Mark, ooo.Mark
+			// The destination is behind what this drainer took for its mark: resume from its
+			// own. Below the outbox's first position only for a shard that joined the routing
+			// after those positions were trimmed (see round).
+			d.mark, d.clean, d.below = ooo.Mark, ooo.Mark, true
 		}
 		f.failures.Add(1)
 		now := time.Now()
@@ -478,10 +483,14 @@ func (f *Fanout) round(ctx context.Context, s *source, moved bool) error {
 	var pending []*dest
 	for _, id := range dests {
 		d := s.dest(id)
-		// Positions before First were delivered everywhere before they were trimmed, so a mark
-		// not learned yet (or learned before a trim) can be raised to First-1 safely.
-		d.mark = max(d.mark, info.First-1)
-		d.clean = max(d.clean, d.mark)
+		// Positions before First were delivered to every destination routed to when they were
+		// trimmed, so a mark not learned yet (or learned before a trim) can be raised to First-1
+		// safely. A destination that answered a lower one joined the routing later (below):
+		// those positions hold nothing for it, so only the reads start at First.
+		if !d.below {
+			d.mark = max(d.mark, info.First-1)
+		}
+		d.clean = max(d.clean, d.mark, info.First-1)
 		if !d.inflight && !now.Before(d.retryAt) && d.clean < info.Head {
 			pending = append(pending, d)
 		}

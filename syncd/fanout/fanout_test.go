@@ -588,3 +588,83 @@ func positions(items []log.OutboxItem) []uint64 {
 	}
 	return out
 }
+
+// growingRouter routes users over the first shards of a Local, and, once grown, pins one user to
+// a shard that was never routed to before (a shard added online, a user moved there).
+type growingRouter struct {
+	base  *routing.Table
+	mu    sync.Mutex
+	user  string
+	shard raftstore.ShardID
+}
+
+func (r *growingRouter) UserShard(uid string) raftstore.ShardID {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if uid == r.user {
+		return r.shard
+	}
+	return r.base.UserShard(uid)
+}
+
+func (r *growingRouter) Shards() []raftstore.ShardID {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s := slices.Clone(r.base.Shards())
+	if r.shard != 0 {
+		s = append(s, r.shard)
+	}
+	return s
+}
+
+// TestFanoutToAShardThatJoinedLater: a shard that starts receiving after the sources have
+// trimmed their outboxes (it joined the routing later) answers a mark below their first
+// positions; the fan-out starts its stream there, since the trimmed positions hold nothing for
+// it, instead of resending from its own idea of the mark forever.
+func TestFanoutToAShardThatJoinedLater(t *testing.T) {
+	logger := slog.New(slog.NewTextHandler(testLog{t}, &slog.HandlerOptions{Level: slog.LevelError}))
+	node := raftstoretest.OpenLocal(t, t.TempDir(), 8)
+	defer node.Close()
+	router := &growingRouter{base: routing.Even(4)}
+	fan := New(node, router, Config{Batch: 64, Logger: logger})
+	node.OnApplied(fan.Notify)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); fan.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+
+	const group = "g"
+	members := []string{"ann", "bob", "cid", "dan"}
+	home := router.base.ConvShard(group)
+	propose := func(req *log.Append) {
+		t.Helper()
+		pctx, pcancel := context.WithTimeout(ctx, 10*time.Second)
+		defer pcancel()
+		if _, err := node.Propose(pctx, home, raftstore.AppendCommand(req)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	propose(&log.Append{Conv: group, Sender: "ann", ClientMsgID: "create", Kind: log.KindGroupCreate, Members: members})
+	for i := range 20 {
+		propose(&log.Append{Conv: group, Sender: "ann", ClientMsgID: fmt.Sprint("m", i), Kind: log.KindMessage, Body: []byte("x")})
+	}
+	homeState, _ := node.State(home)
+	testkit.WaitTrue(t, 10*time.Second, "the home shard's outbox to be trimmed", func() bool {
+		info, _ := homeState.Outbox()
+		return info.First > 1 && info.First > info.Head
+	})
+
+	router.mu.Lock()
+	router.user, router.shard = "eve", 8 // shard 8 was never a destination
+	router.mu.Unlock()
+	propose(&log.Append{Conv: group, Sender: "ann", ClientMsgID: "add", Kind: log.KindMemberAdd, Members: []string{"eve"}})
+	propose(&log.Append{Conv: group, Sender: "ann", ClientMsgID: "hi", Kind: log.KindMessage, Body: []byte("hi eve")})
+	eve, _ := node.State(8)
+	testkit.WaitTrue(t, 10*time.Second, "eve's log on shard 8 to hold the addition and the message", func() bool {
+		info, err := eve.UserInfo("eve")
+		return err == nil && info.Head == 2
+	})
+	if m, _ := eve.SourceMark(home); m != 23 {
+		t.Fatalf("shard 8's mark for the home shard is %d, want 23", m)
+	}
+}

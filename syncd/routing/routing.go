@@ -20,9 +20,9 @@ const (
 
 // Table maps users and conversations to shards: a key hashes to a slot, and the cluster
 // map's slot table (raftstore.SlotTable) names the shard owning the slot. A server's table
-// follows the cluster map, so every node routes alike whatever its own -shards says. (Per-key
-// overrides, which give a hot account or a huge group a shard of its own, come with moving keys
-// between shards: an override set without moving the key's data would strand it.)
+// follows the cluster map, so every node routes alike whatever its own -shards says. A moved
+// user is pinned to its shard by an override in the map, which a move sets once the user's log
+// is there (raftstore/moves.go).
 //
 // A Table is safe for concurrent use.
 type Table struct {
@@ -61,13 +61,21 @@ func Slot(key string) int {
 	return int((v ^ v>>32) % NumSlots)
 }
 
-// UserShard returns the shard holding user uid's log.
-func (t *Table) UserShard(uid string) raftstore.ShardID { return t.shardOf(userKeyPrefix + uid) }
+// UserShard returns the shard holding user uid's log: the shard the cluster map's overrides pin a
+// moved user to, else the one owning the user's slot.
+func (t *Table) UserShard(uid string) raftstore.ShardID {
+	st := t.table()
+	if s, ok := st.UserOverride(uid); ok {
+		return s
+	}
+	return st.Shard(Slot(userKeyPrefix + uid))
+}
 
 // ConvShard returns the home shard of conversation conv, where its order is decided.
 func (t *Table) ConvShard(conv string) raftstore.ShardID { return t.shardOf(convKeyPrefix + conv) }
 
 func (t *Table) shardOf(key string) raftstore.ShardID { return t.table().Shard(Slot(key)) }
 
-// Shards returns every shard that owns a slot, ascending. The slice is shared: do not modify it.
+// Shards returns every shard a key may route to (it owns a slot, holds a moved user or receives
+// one), ascending. The slice is shared: do not modify it.
 func (t *Table) Shards() []raftstore.ShardID { return t.table().Shards() }

@@ -1,0 +1,63 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+
+	"github.com/syncd-dev/syncd/syncd/adminapi"
+)
+
+func runMove(ctx context.Context, e *env, args []string) int {
+	const cmd = "move"
+	f := newFlagSet(e, cmd, "user <uid> (-to <shard> | -new-shard) [-admin host:port]", `
+Moves a user's log to another shard online, through any node's admin HTTP server: its entries,
+positions, epoch, device cursors and group count, unchanged. Devices keep syncing from their
+cursors; the user's writes (cursor acks) pause for the move's last steps, well under a second,
+and are answered with a retry-after meanwhile. Watch it with syncctl cluster status (MOVES).
+
+  user <uid> -to <shard>    move it to that shard
+  user <uid> -new-shard     add a shard and move it there: a hot account on a shard of its own`, `
+syncctl move user support-bot -new-shard
+syncctl move user alice -to 3`)
+	to := f.Uint("to", 0, "the shard to move to")
+	fresh := f.Bool("new-shard", false, "add a shard for the user and move it there")
+	var admin adminFlags
+	admin.register(f)
+	if len(args) < 2 || args[0] != "user" || strings.HasPrefix(args[1], "-") {
+		if len(args) > 0 && (args[0] == "-h" || args[0] == "-help" || args[0] == "--help") {
+			f.Usage()
+			return exitOK
+		}
+		fmt.Fprintln(e.stderr, "syncctl move: want user <uid> -to <shard> or -new-shard (see -h)")
+		return exitUsage
+	}
+	uid := args[1]
+	if code, ok := parse(e, f, args[2:]); !ok {
+		return code
+	}
+	set := map[string]bool{}
+	f.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
+	if set["to"] == *fresh || set["to"] && *to == 0 {
+		fmt.Fprintln(e.stderr, "syncctl move: give either -to <shard> (1 or more) or -new-shard")
+		return exitUsage
+	}
+	path := "/v1/moves?user=" + url.QueryEscape(uid)
+	if *fresh {
+		path += "&new_shard=1"
+	} else {
+		path += "&to=" + strconv.FormatUint(uint64(*to), 10)
+	}
+	var started adminapi.MoveStarted
+	if err := admin.call(ctx, http.MethodPost, path, &started); err != nil {
+		e.reportAdmin(cmd, err)
+		return exitFail
+	}
+	fmt.Fprintf(e.stdout, "move %d: %s from shard %d to shard %d started (syncctl cluster status shows its step)\n",
+		started.ID, started.User, started.From, started.To)
+	return exitOK
+}

@@ -1,0 +1,166 @@
+package raftstore
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"time"
+)
+
+// Moves of users between shards, as the cluster map records them (docs/MOVES.md). The map holds
+// every move in progress with the step it has reached, and the overrides that pin moved users to
+// their shard; the steps themselves are Raft commands of the shards involved (MoveCommand), run by
+// a driver above this package (syncd/moves) on the node leading the move's source shard. Because
+// the step is in the map and every shard's step is idempotent per move, a driver that starts
+// after a crash or a leader change resumes where the map says.
+//
+// Meta commands:
+//
+//	{"v":1, "op":"move-start",  "move":{"user":"bob","from":2,"to":9}}   the move's id is this command's index
+//	{"v":1, "op":"move-step",   "move_id":41, "step":"fence", "cutovers":{"1":17,…}}
+//	{"v":1, "op":"move-switch", "move_id":41}    bob's override → 9; the step becomes drop
+//	{"v":1, "op":"move-end",    "move_id":41}    forget the move
+
+// MoveStep names how far a move has come. Steps only move forward, in this order.
+type MoveStep string
+
+// The steps of a move, in order.
+const (
+	// StepCopy: the destination copies the user's log from the source while it keeps serving.
+	StepCopy MoveStep = "copy"
+	// StepCutover: every shard's outbox switches the user's later records to the destination.
+	StepCutover MoveStep = "cutover"
+	// StepFence: the source waits for every record routed to it, fences the user, and the
+	// destination takes the rest of the log and activates it; then the map switches.
+	StepFence MoveStep = "fence"
+	// StepDrop: the map routes the user to the destination; the source drops its copy.
+	StepDrop MoveStep = "drop"
+)
+
+var moveSteps = []MoveStep{StepCopy, StepCutover, StepFence, StepDrop}
+
+// MoveInfo is one move in progress in the cluster map.
+type MoveInfo struct {
+	ID   uint64   `json:"id"` // the meta index of its start: unique, and the log's MoveID
+	User string   `json:"user"`
+	From ShardID  `json:"from"`
+	To   ShardID  `json:"to"`
+	Step MoveStep `json:"step"`
+	// Cutovers holds, once the step is past cutover, every shard's outbox position after which
+	// its records of the user go to To.
+	Cutovers map[ShardID]uint64 `json:"cutovers,omitempty"`
+	// Started is when the move was asked for, the proposer's clock (Unix ns).
+	Started int64 `json:"started"`
+}
+
+func (m *MoveInfo) clone() *MoveInfo {
+	c := *m
+	c.Cutovers = maps.Clone(m.Cutovers)
+	return &c
+}
+
+// applyMove applies the move commands to m; index is the command's Raft index.
+func (f *metaFSM) applyMove(m *ClusterMap, c *metaCommand, index uint64) error {
+	switch c.Op {
+	case "move-start":
+		mv := c.Move
+		switch {
+		case mv == nil || mv.User == "":
+			return fmt.Errorf("%w: move-start needs a user", ErrMetaRefused)
+		case mv.From < 1 || int(mv.From) > m.Shards || mv.To < 1 || int(mv.To) > m.Shards || mv.From == mv.To:
+			return fmt.Errorf("%w: move of %q from shard %d to %d: both must be data shards (1-%d), and differ", ErrMetaRefused, mv.User, mv.From, mv.To, m.Shards)
+		}
+		for _, o := range m.Moves {
+			if o.User == mv.User {
+				return fmt.Errorf("%w: user %q is already moving (move %d, step %s)", ErrMetaRefused, mv.User, o.ID, o.Step)
+			}
+		}
+		if cur, ok := m.Overrides[mv.User]; ok && cur != mv.From {
+			return fmt.Errorf("%w: user %q is on shard %d, not %d", ErrMetaRefused, mv.User, cur, mv.From)
+		}
+		n := &MoveInfo{ID: index, User: mv.User, From: mv.From, To: mv.To, Step: StepCopy, Started: mv.Started}
+		if m.Moves == nil {
+			m.Moves = map[uint64]*MoveInfo{}
+		}
+		m.Moves[index] = n
+	case "move-step":
+		mv := m.Moves[c.MoveID]
+		if mv == nil {
+			return fmt.Errorf("%w: no move %d", ErrMetaRefused, c.MoveID)
+		}
+		step := slices.Index(moveSteps, c.Step)
+		if step < 0 || c.Step == StepDrop {
+			return fmt.Errorf("%w: move-step to %q (the drop step comes with move-switch)", ErrMetaRefused, c.Step)
+		}
+		if step <= slices.Index(moveSteps, mv.Step) {
+			return nil // a step already reached (a driver that was behind): nothing to do
+		}
+		mv = mv.clone()
+		mv.Step = c.Step
+		if c.Cutovers != nil {
+			mv.Cutovers = maps.Clone(c.Cutovers)
+		}
+		m.Moves[c.MoveID] = mv
+	case "move-switch":
+		mv := m.Moves[c.MoveID]
+		if mv == nil || mv.Step == StepDrop {
+			return nil // switched before
+		}
+		if mv.Step != StepFence {
+			return fmt.Errorf("%w: move %d is at step %s, not fence", ErrMetaRefused, c.MoveID, mv.Step)
+		}
+		mv = mv.clone()
+		mv.Step = StepDrop
+		m.Moves[c.MoveID] = mv
+		if m.Overrides == nil {
+			m.Overrides = map[string]ShardID{}
+		}
+		m.Overrides[mv.User] = mv.To
+	case "move-end":
+		if mv := m.Moves[c.MoveID]; mv != nil && mv.Step != StepDrop {
+			return fmt.Errorf("%w: move %d is at step %s; only a switched move ends", ErrMetaRefused, c.MoveID, mv.Step)
+		}
+		delete(m.Moves, c.MoveID)
+	}
+	return f.setSlots(m)
+}
+
+// StartMove asks for user's log to move from shard from to shard to, and returns the move's id.
+// The driver on the node leading from carries it out (syncd/moves).
+func (n *Node) StartMove(ctx context.Context, user string, from, to ShardID, now int64) (uint64, error) {
+	if err := n.ProposeMeta(ctx, metaCommand{Op: "move-start", Move: &MoveInfo{User: user, From: from, To: to, Started: now}}); err != nil {
+		return 0, err
+	}
+	// Committed; this node's replica of the map applies it soon after, if it is not the leader.
+	for {
+		m, _ := n.ClusterMap()
+		for _, mv := range m.Moves {
+			if mv.User == user {
+				return mv.ID, nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return 0, fmt.Errorf("raftstore: the move of %q was recorded, but this node's map has not shown it yet: see the cluster's status", user)
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
+// AdvanceMove records that move id reached step (cutovers: every shard's cutover position, set
+// with StepFence). A step already reached is not recorded again.
+func (n *Node) AdvanceMove(ctx context.Context, id uint64, step MoveStep, cutovers map[ShardID]uint64) error {
+	return n.ProposeMeta(ctx, metaCommand{Op: "move-step", MoveID: id, Step: step, Cutovers: cutovers})
+}
+
+// SwitchMove routes the user of move id to its destination (an override) and moves it to
+// StepDrop; it is for once the destination serves the user.
+func (n *Node) SwitchMove(ctx context.Context, id uint64) error {
+	return n.ProposeMeta(ctx, metaCommand{Op: "move-switch", MoveID: id})
+}
+
+// EndMove forgets move id, once the source has dropped its copy.
+func (n *Node) EndMove(ctx context.Context, id uint64) error {
+	return n.ProposeMeta(ctx, metaCommand{Op: "move-end", MoveID: id})
+}

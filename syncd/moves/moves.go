@@ -1,0 +1,316 @@
+// Package moves carries out the moves of users' logs between shards that the cluster map records
+// (raftstore/moves.go; the protocol is docs/MOVES.md). Every node runs a Driver; it acts on the
+// moves whose source shard this node leads, so the source's state is read locally, and a new
+// leader of the source resumes a move from the step the map holds. Every step is a Raft command
+// that is idempotent per move, so a step that two drivers run at once (a leader that has not
+// noticed its loss yet), or that is run again after a crash, changes nothing the second time.
+package moves
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/syncd-dev/syncd/log"
+	"github.com/syncd-dev/syncd/raftstore"
+)
+
+// Node is what the driver needs of the node: *raftstore.Node provides it.
+type Node interface {
+	ClusterMap() (raftstore.ClusterMap, bool)
+	ShardStatus(shard raftstore.ShardID) (raftstore.ShardStatus, error)
+	State(shard raftstore.ShardID) (*log.Shard, error)
+	Propose(ctx context.Context, shard raftstore.ShardID, cmd raftstore.Command) (raftstore.Result, error)
+	AdvanceMove(ctx context.Context, id uint64, step raftstore.MoveStep, cutovers map[raftstore.ShardID]uint64) error
+	SwitchMove(ctx context.Context, id uint64) error
+	EndMove(ctx context.Context, id uint64) error
+}
+
+// Config tunes the driver. Zero fields take the defaults.
+type Config struct {
+	// Chunk is how many log entries one copy command carries. Default 1000.
+	Chunk int
+	// Poll is how often the driver looks at the map for moves to run, and at the source's marks
+	// while it waits for them. Default 100 ms.
+	Poll time.Duration
+	// Observe, if set, is called once per move that switched, with how long the user's writes
+	// were paused (fence to switch) and the bytes copied.
+	Observe func(pause time.Duration, copied int64)
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+}
+
+// Driver runs the moves this node is the source leader of. It is safe for concurrent use.
+type Driver struct {
+	node Node
+	cfg  Config
+
+	mu      sync.Mutex
+	running map[uint64]bool
+	wg      sync.WaitGroup
+}
+
+// New returns a driver for node.
+func New(node Node, cfg Config) *Driver {
+	if cfg.Chunk <= 0 {
+		cfg.Chunk = 1000
+	}
+	if cfg.Poll <= 0 {
+		cfg.Poll = 100 * time.Millisecond
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	cfg.Logger = cfg.Logger.With("component", "moves")
+	return &Driver{node: node, cfg: cfg, running: map[uint64]bool{}}
+}
+
+// Run looks for moves to carry out until ctx ends, then waits for the moves it started to stop.
+func (d *Driver) Run(ctx context.Context) {
+	tick := time.NewTicker(d.cfg.Poll)
+	defer tick.Stop()
+	for {
+		if m, ok := d.node.ClusterMap(); ok {
+			for _, mv := range m.Moves {
+				d.maybeStart(ctx, mv)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			d.wg.Wait()
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// maybeStart starts carrying out mv if this node leads its source and no goroutine runs it yet.
+func (d *Driver) maybeStart(ctx context.Context, mv *raftstore.MoveInfo) {
+	if !d.leads(mv.From) {
+		return
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.running[mv.ID] {
+		return
+	}
+	d.running[mv.ID] = true
+	d.wg.Go(func() {
+		defer func() {
+			d.mu.Lock()
+			delete(d.running, mv.ID)
+			d.mu.Unlock()
+		}()
+		r := &run{d: d, id: mv.ID, user: mv.User, from: mv.From, to: mv.To}
+		if err := r.carryOut(ctx); err != nil && ctx.Err() == nil {
+			// The next poll tries again, from the step the map holds.
+			d.cfg.Logger.Warn("move interrupted; it resumes from its step", "move", mv.ID, "user", mv.User, "err", err)
+		}
+	})
+}
+
+func (d *Driver) leads(shard raftstore.ShardID) bool {
+	st, err := d.node.ShardStatus(shard)
+	return err == nil && st.State == "leader"
+}
+
+// run is one move being carried out by this node.
+type run struct {
+	d        *Driver
+	id       uint64
+	user     string
+	from, to raftstore.ShardID
+	copied   log.Position // the highest log position staged on the destination by this run
+	bytes    int64        // bytes of records staged by this run
+}
+
+// errNotLeader ends a run whose node no longer leads the source: the new leader takes over.
+var errNotLeader = errors.New("moves: this node no longer leads the move's source shard")
+
+// carryOut runs the move's steps from the one the map holds until it is done.
+func (r *run) carryOut(ctx context.Context) error {
+	for ctx.Err() == nil {
+		m, _ := r.d.node.ClusterMap()
+		mv := m.Moves[r.id]
+		if mv == nil {
+			return nil // done (or done by another driver)
+		}
+		if !r.d.leads(r.from) {
+			return errNotLeader
+		}
+		var err error
+		switch mv.Step {
+		case raftstore.StepCopy:
+			err = r.copyStep(ctx)
+		case raftstore.StepCutover:
+			err = r.cutoverStep(ctx, m)
+		case raftstore.StepFence:
+			err = r.fenceStep(ctx, mv)
+		case raftstore.StepDrop:
+			err = r.dropStep(ctx)
+		default:
+			err = fmt.Errorf("moves: move %d at unknown step %q (a newer build's?)", r.id, mv.Step)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return ctx.Err()
+}
+
+func (r *run) step(op log.MoveOp) *log.MoveStep {
+	return &log.MoveStep{Op: op, Move: log.MoveID(r.id), User: r.user, From: r.from, To: r.to}
+}
+
+func (r *run) propose(ctx context.Context, shard raftstore.ShardID, s *log.MoveStep) (raftstore.Result, error) {
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	res, err := r.d.node.Propose(pctx, shard, raftstore.MoveCommand(s))
+	if err != nil {
+		return res, fmt.Errorf("move %d, step %d on shard %d: %w", r.id, s.Op, shard, err)
+	}
+	return res, nil
+}
+
+// copyStep makes the destination ready and copies the user's log to it, to the head.
+func (r *run) copyStep(ctx context.Context) error {
+	if _, err := r.propose(ctx, r.to, r.step(log.MoveBegin)); err != nil {
+		return err
+	}
+	if err := r.copyToHead(ctx); err != nil {
+		return err
+	}
+	return r.advance(ctx, raftstore.StepCutover, nil)
+}
+
+// advance records that the move reached step, then waits until this node's map shows it, so
+// that the next step is not taken from a map that is behind (it would repeat this one).
+func (r *run) advance(ctx context.Context, step raftstore.MoveStep, cutovers map[raftstore.ShardID]uint64) error {
+	var err error
+	if step == raftstore.StepDrop {
+		err = r.d.node.SwitchMove(ctx, r.id)
+	} else {
+		err = r.d.node.AdvanceMove(ctx, r.id, step, cutovers)
+	}
+	if err != nil {
+		return err
+	}
+	for {
+		m, _ := r.d.node.ClusterMap()
+		if mv := m.Moves[r.id]; mv == nil || mv.Step == step {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
+// copyToHead stages the source's records past what this run copied, in chunks, until a chunk
+// reaches the head of the log as it was when that chunk was read.
+func (r *run) copyToHead(ctx context.Context) error {
+	state, err := r.d.node.State(r.from)
+	if err != nil {
+		return err
+	}
+	for {
+		var recs []log.Record
+		size := 0
+		last, done, err := state.ExportUser(r.user, r.copied, r.d.cfg.Chunk, func(rec log.Record) error {
+			recs = append(recs, rec)
+			size += len(rec.Key) + len(rec.Value)
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		s := r.step(log.MoveStage)
+		s.Records = recs
+		if _, err := r.propose(ctx, r.to, s); err != nil {
+			return err
+		}
+		r.copied, r.bytes = last, r.bytes+int64(size)
+		if done {
+			return nil
+		}
+	}
+}
+
+// cutoverStep switches every shard's outbox to send the user's later records to the destination,
+// and records where each switched.
+func (r *run) cutoverStep(ctx context.Context, m raftstore.ClusterMap) error {
+	cut := map[raftstore.ShardID]uint64{}
+	for _, x := range m.DataShards() {
+		res, err := r.propose(ctx, x, r.step(log.MoveCutover))
+		if err != nil {
+			return err
+		}
+		cut[x] = res.Move
+	}
+	return r.advance(ctx, raftstore.StepFence, cut)
+}
+
+// fenceStep waits until the source has every record routed to it, copies the tail, fences the
+// source, copies what is left (the final log meta and cursors with it), activates the user on
+// the destination and switches the map: the user's writes pause from the fence to the switch.
+func (r *run) fenceStep(ctx context.Context, mv *raftstore.MoveInfo) error {
+	state, err := r.d.node.State(r.from)
+	if err != nil {
+		return err
+	}
+	for x, p := range mv.Cutovers {
+		for {
+			mark, err := state.SourceMark(x)
+			if err != nil {
+				return err
+			}
+			if mark >= p {
+				break
+			}
+			if !r.d.leads(r.from) {
+				return errNotLeader
+			}
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(r.d.cfg.Poll / 10):
+			}
+		}
+	}
+	if err := r.copyToHead(ctx); err != nil { // most of the tail, before the pause
+		return err
+	}
+	fenced := time.Now()
+	if _, err := r.propose(ctx, r.from, r.step(log.MoveFence)); err != nil {
+		return err
+	}
+	if err := r.copyToHead(ctx); err != nil {
+		return err
+	}
+	if _, err := r.propose(ctx, r.to, r.step(log.MoveActivate)); err != nil {
+		return err
+	}
+	if err := r.advance(ctx, raftstore.StepDrop, nil); err != nil {
+		return err
+	}
+	pause := time.Since(fenced)
+	r.d.cfg.Logger.Info("user moved", "move", r.id, "user", r.user, "from", uint32(r.from), "to", uint32(r.to),
+		"pause", pause.Round(time.Millisecond), "copied_bytes", r.bytes)
+	if r.d.cfg.Observe != nil {
+		r.d.cfg.Observe(pause, r.bytes)
+	}
+	return nil
+}
+
+// dropStep deletes the source's copy and forgets the move.
+func (r *run) dropStep(ctx context.Context) error {
+	if _, err := r.propose(ctx, r.from, r.step(log.MoveDrop)); err != nil {
+		return err
+	}
+	return r.d.node.EndMove(ctx, r.id)
+}

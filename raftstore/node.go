@@ -29,7 +29,8 @@ type Node struct {
 	logger *slog.Logger
 	db     *pebble.DB
 	mux    *Mux
-	addr   string // advertised raft address
+	pairs  *nodeNet // the shards' Raft traffic to and from the other nodes (pairs.go)
+	addr   string   // advertised raft address
 
 	// shards maps the shards this node hosts to their replicas. The map is copied on write
 	// (under shardsMu) and read without a lock.
@@ -59,7 +60,7 @@ type replica struct {
 	id    ShardID
 	raft  *raft.Raft
 	fsm   *fsm
-	trans *raft.NetworkTransport
+	trans *shardTransport
 	logs  *raftLog
 	state *log.Shard
 	// failedTransfer is the last leadership transfer from this replica that failed, if any
@@ -105,6 +106,8 @@ func New(cfg Config) (*Node, error) {
 			cfg.RaftAddr, err), db.Close())
 	}
 	n.mux = newMux(ln, cfg.TLS, n.logger)
+	n.pairs = newNodeNet(cfg.TLS, n.logger, n.dialAddr)
+	n.mux.handle(pairMagic, n.pairs.serve) // before any shard starts: peers' requests get answers
 	n.fwd = newForwarder(cfg.TLS, n.logger)
 	n.fwdSrv = &fwdServer{node: n, conns: map[net.Conn]struct{}{}}
 	n.addr = cfg.AdvertiseAddr
@@ -127,7 +130,7 @@ func New(cfg Config) (*Node, error) {
 			return nil, err
 		}
 	}
-	n.mux.handleForward(n.fwdSrv.serve)
+	n.mux.handle(fwdMagic, n.fwdSrv.serve)
 	n.wg.Add(1)
 	go n.leaseLoop()
 	if cfg.BalanceInterval > 0 && (cfg.Managed || len(cfg.Peers) > 1) {
@@ -204,7 +207,7 @@ func (n *Node) startReplica(id ShardID, peers []Peer) (*replica, error) {
 // raftGroup is this node's member of one Raft group: its raft instance and transport.
 type raftGroup struct {
 	raft  *raft.Raft
-	trans *raft.NetworkTransport
+	trans *shardTransport
 }
 
 // startRaft starts this node's member of shard id's Raft group over logs and snaps, applying to
@@ -217,8 +220,12 @@ func (n *Node) startRaft(id ShardID, f raft.FSM, persistent bool, snaps raft.Sna
 	if err != nil {
 		return nil, err
 	}
-	trans := newShardTransport(layer, n.logger)
-	rt := &peerTransport{NetworkTransport: trans, node: n} // what raft dials through
+	nt := newShardTransport(layer, n.logger)
+	trans, err := n.pairs.shard(id, nt)
+	if err != nil {
+		nt.Close()
+		return nil, err
+	}
 
 	rc := raft.DefaultConfig()
 	rc.LocalID = raft.ServerID(cfg.NodeID)
@@ -254,13 +261,13 @@ func (n *Node) startRaft(id ShardID, f raft.FSM, persistent bool, snaps raft.Sna
 				servers = append(servers, raft.Server{ID: raft.ServerID(p.ID), Address: raft.ServerAddress(p.Addr)})
 			}
 		}
-		if err := raft.BootstrapCluster(rc, cached, logs, snaps, rt, raft.Configuration{Servers: servers}); err != nil {
+		if err := raft.BootstrapCluster(rc, cached, logs, snaps, trans, raft.Configuration{Servers: servers}); err != nil {
 			trans.Close()
 			return nil, fmt.Errorf("bootstrap: %w", err)
 		}
 		n.logger.Debug("bootstrapped shard", "shard", uint32(id), "voters", len(servers))
 	}
-	r, err := raft.NewRaft(rc, f, cached, logs, snaps, rt)
+	r, err := raft.NewRaft(rc, f, cached, logs, snaps, trans)
 	if err != nil {
 		trans.Close()
 		return nil, err
@@ -588,6 +595,9 @@ func (n *Node) Close() error {
 			n.meta.logs.closed.Store(true)
 			n.meta.trans.CloseStreams()
 			errs = append(errs, n.meta.trans.Close())
+		}
+		if n.pairs != nil {
+			n.pairs.close()
 		}
 		if n.fwd != nil {
 			n.fwd.close()

@@ -90,9 +90,9 @@ type Mux struct {
 	mu     sync.Mutex
 	closed bool
 	layers map[ShardID]*shardLayer
-	// forward takes over forwarding connections; nil until set, and then such connections are
-	// closed.
-	forward func(net.Conn)
+	// handlers take over the connections of the other magics (fwdMagic, pairMagic), by magic;
+	// until a magic's handler is set, its connections are closed.
+	handlers map[string]func(net.Conn)
 	// handshaking holds connections still sending their header, so Close
 	// can unblock their reads instead of waiting for the deadline.
 	handshaking map[net.Conn]struct{}
@@ -118,6 +118,7 @@ func startMux(ln net.Listener, t *TLS, logger *slog.Logger, headerTimeout, route
 		routeTimeout:  routeTimeout,
 		closing:       make(chan struct{}),
 		layers:        make(map[ShardID]*shardLayer),
+		handlers:      make(map[string]func(net.Conn)),
 		handshaking:   make(map[net.Conn]struct{}),
 	}
 	if t != nil {
@@ -155,10 +156,11 @@ func (m *Mux) Layer(shard ShardID) (raft.StreamLayer, error) {
 	return l, nil
 }
 
-// handleForward makes h take over every forwarding connection from now on. h must not block.
-func (m *Mux) handleForward(h func(net.Conn)) {
+// handle makes h take over every connection whose header has magic (fwdMagic, pairMagic) from
+// now on. h must not block.
+func (m *Mux) handle(magic string, h func(net.Conn)) {
 	m.mu.Lock()
-	m.forward = h
+	m.handlers[magic] = h
 	m.mu.Unlock()
 }
 
@@ -244,15 +246,15 @@ func (m *Mux) acceptLoop() {
 // and routes it.
 func (m *Mux) handshake(conn net.Conn) {
 	defer m.wg.Done()
-	forward, shard, err := m.readHeader(conn)
+	magic, shard, err := m.readHeader(conn)
 	peer := peerNodeID(conn, m.tls)
 
 	m.mu.Lock()
 	delete(m.handshaking, conn)
 	closed := m.closed
 	var l *shardLayer
-	fwd := m.forward
-	if err == nil && !closed && !forward {
+	handler := m.handlers[magic]
+	if err == nil && !closed && magic == muxMagic {
 		l = m.layers[shard]
 		if l != nil {
 			// Registered under mu, so the layer's Close (which
@@ -274,11 +276,11 @@ func (m *Mux) handshake(conn net.Conn) {
 	case err != nil:
 		m.warnRejected("remote", remote, "peer", peer, "err", err)
 		conn.Close()
-	case forward && fwd == nil:
-		m.logger.Warn("mux forwarding connection before the node is ready", "remote", remote, "peer", peer)
+	case magic != muxMagic && handler == nil:
+		m.logger.Warn("mux connection before the node is ready", "magic", magic, "remote", remote, "peer", peer)
 		conn.Close()
-	case forward:
-		fwd(conn)
+	case magic != muxMagic:
+		handler(conn)
 	case l == nil:
 		m.logger.Warn("mux connection for unregistered shard", "remote", remote, "peer", peer, "shard", uint32(shard))
 		conn.Close()
@@ -310,12 +312,12 @@ func (m *Mux) warnRejected(args ...any) {
 
 // readHeader completes the TLS handshake of a TLS connection, then reads
 // and validates the 8-byte header, all within the header timeout, then
-// clears the deadline so the stream is handed over clean. forward reports a
-// forwarding connection.
-func (m *Mux) readHeader(conn net.Conn) (forward bool, shard ShardID, err error) {
+// clears the deadline so the stream is handed over clean. It returns the
+// header's magic (muxMagic, fwdMagic or pairMagic) and shard field.
+func (m *Mux) readHeader(conn net.Conn) (magic string, shard ShardID, err error) {
 	deadline := time.Now().Add(m.headerTimeout)
 	if err := conn.SetDeadline(deadline); err != nil {
-		return false, 0, fmt.Errorf("raftstore: set header deadline: %w", err)
+		return "", 0, fmt.Errorf("raftstore: set header deadline: %w", err)
 	}
 	if tc, ok := conn.(*tls.Conn); ok {
 		// Explicitly, so that a plain-TCP client, a certificate of another CA or one naming no
@@ -324,24 +326,22 @@ func (m *Mux) readHeader(conn net.Conn) (forward bool, shard ShardID, err error)
 		err := tc.HandshakeContext(ctx)
 		cancel()
 		if err != nil {
-			return false, 0, fmt.Errorf("raftstore: TLS handshake: %w", err)
+			return "", 0, fmt.Errorf("raftstore: TLS handshake: %w", err)
 		}
 	}
 	var hdr [muxHeaderLen]byte
 	if _, err := io.ReadFull(conn, hdr[:]); err != nil {
-		return false, 0, err
+		return "", 0, err
 	}
-	switch string(hdr[:4]) {
-	case muxMagic:
-	case fwdMagic:
-		forward = true
+	switch magic = string(hdr[:4]); magic {
+	case muxMagic, fwdMagic, pairMagic:
 	default:
-		return false, 0, fmt.Errorf("raftstore: bad mux header magic %q", hdr[:4])
+		return "", 0, fmt.Errorf("raftstore: bad mux header magic %q", hdr[:4])
 	}
 	if err := conn.SetDeadline(time.Time{}); err != nil {
-		return false, 0, fmt.Errorf("raftstore: clear header deadline: %w", err)
+		return "", 0, fmt.Errorf("raftstore: clear header deadline: %w", err)
 	}
-	return forward, ShardID(binary.BigEndian.Uint32(hdr[4:])), nil
+	return magic, ShardID(binary.BigEndian.Uint32(hdr[4:])), nil
 }
 
 // route queues conn for l's Accept, dropping it if the backlog stays full

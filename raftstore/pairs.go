@@ -589,13 +589,10 @@ func (in *pairIn) handle(frame []byte) error {
 	return in.enqueue(t, pairRequest{id: f.id, kind: f.kind, cmd: cmd})
 }
 
-// isHeartbeat is the condition of hashicorp's net_transport.go for the heartbeat fast path.
+// isHeartbeat is the condition of hashicorp's net_transport.go for the heartbeat fast path (whose
+// fallback to the deprecated Leader field never applies here: the codec does not carry it).
 func isHeartbeat(req *raft.AppendEntriesRequest) bool {
-	leaderAddr := req.Addr
-	if len(leaderAddr) == 0 {
-		leaderAddr = req.Leader
-	}
-	return req.Term != 0 && leaderAddr != nil && req.PrevLogEntry == 0 && req.PrevLogTerm == 0 &&
+	return req.Term != 0 && req.Addr != nil && req.PrevLogEntry == 0 && req.PrevLogTerm == 0 &&
 		len(req.Entries) == 0 && req.LeaderCommitIndex == 0
 }
 

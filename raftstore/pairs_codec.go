@@ -22,7 +22,9 @@ import (
 //
 // Fields: integers are uvarints (ProtocolVersion a varint), byte strings a uvarint length and the
 // bytes (empty decodes as nil), booleans a byte 0 or 1. Every RPC starts with its RPCHeader
-// (protocol version, ID, Addr). AppendEntries carries its entries as a count and, per entry,
+// (protocol version, ID, Addr). The deprecated copies of Addr (AppendEntriesRequest.Leader,
+// RequestVoteRequest.Candidate) are not sent: raft reads them only from a sender that has no
+// RPCHeader.Addr, and every node on this connection has one. AppendEntries carries its entries as a count and, per entry,
 // Index, Term, Type u8, Data, Extensions, AppendedAt (Unix seconds varint, nanoseconds uvarint).
 // Nothing is optional and nothing may trail: a message of the wrong length is malformed, and a
 // malformed frame closes the connection.
@@ -109,7 +111,6 @@ func appendPairMessage(b []byte, msg any) []byte {
 	case *raft.AppendEntriesRequest:
 		b = appendRPCHeader(b, &m.RPCHeader)
 		b = binary.AppendUvarint(b, m.Term)
-		b = appendBytes(b, m.Leader)
 		b = binary.AppendUvarint(b, m.PrevLogEntry)
 		b = binary.AppendUvarint(b, m.PrevLogTerm)
 		b = binary.AppendUvarint(b, m.LeaderCommitIndex)
@@ -131,7 +132,6 @@ func appendPairMessage(b []byte, msg any) []byte {
 	case *raft.RequestVoteRequest:
 		b = appendRPCHeader(b, &m.RPCHeader)
 		b = binary.AppendUvarint(b, m.Term)
-		b = appendBytes(b, m.Candidate)
 		b = binary.AppendUvarint(b, m.LastLogIndex)
 		b = binary.AppendUvarint(b, m.LastLogTerm)
 		b = append(b, boolByte(m.LeadershipTransfer))
@@ -225,7 +225,6 @@ func decodePairMessage(body []byte, msg any) error {
 	case *raft.AppendEntriesRequest:
 		d.rpcHeader(&m.RPCHeader)
 		m.Term = d.uvarint()
-		m.Leader = d.bytes()
 		m.PrevLogEntry = d.uvarint()
 		m.PrevLogTerm = d.uvarint()
 		m.LeaderCommitIndex = d.uvarint()
@@ -267,7 +266,6 @@ func decodePairMessage(body []byte, msg any) error {
 	case *raft.RequestVoteRequest:
 		d.rpcHeader(&m.RPCHeader)
 		m.Term = d.uvarint()
-		m.Candidate = d.bytes()
 		m.LastLogIndex = d.uvarint()
 		m.LastLogTerm = d.uvarint()
 		m.LeadershipTransfer = d.boolean()

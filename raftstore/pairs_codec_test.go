@@ -16,7 +16,7 @@ import (
 func pairSamples() []any {
 	hdr := raft.RPCHeader{ProtocolVersion: raft.ProtocolVersionMax, ID: []byte("n1"), Addr: []byte("127.0.0.1:18201")}
 	return []any{
-		&raft.AppendEntriesRequest{RPCHeader: hdr, Term: 9, Leader: []byte("127.0.0.1:18201"), PrevLogEntry: 100, PrevLogTerm: 8,
+		&raft.AppendEntriesRequest{RPCHeader: hdr, Term: 9, PrevLogEntry: 100, PrevLogTerm: 8,
 			LeaderCommitIndex: 99, Entries: []*raft.Log{
 				{Index: 101, Term: 9, Type: raft.LogCommand, Data: []byte("hello"), Extensions: []byte{1, 2}, AppendedAt: time.Unix(1_700_000_000, 123_456_789).UTC()},
 				{Index: 102, Term: 9, Type: raft.LogNoop},
@@ -24,7 +24,7 @@ func pairSamples() []any {
 			}},
 		heartbeatReq("n1", 4),
 		&raft.AppendEntriesResponse{RPCHeader: hdr, Term: 9, LastLog: 103, Success: true, NoRetryBackoff: true},
-		&raft.RequestVoteRequest{RPCHeader: hdr, Term: 10, Candidate: []byte("x"), LastLogIndex: 5, LastLogTerm: 4, LeadershipTransfer: true},
+		&raft.RequestVoteRequest{RPCHeader: hdr, Term: 10, LastLogIndex: 5, LastLogTerm: 4, LeadershipTransfer: true},
 		&raft.RequestVoteResponse{RPCHeader: hdr, Term: 10, Peers: []byte("p"), Granted: true},
 		&raft.RequestPreVoteRequest{RPCHeader: hdr, Term: 11, LastLogIndex: 6, LastLogTerm: 5},
 		&raft.RequestPreVoteResponse{RPCHeader: hdr, Term: 11, Granted: true},

@@ -24,29 +24,38 @@ import (
 // per node, and the number of listening sockets, firewall rules and service
 // discovery entries does not grow with the number of shards on the node.
 //
-// Each raft connection starts with a fixed 8-byte header naming the shard it
-// is for; after it the stream belongs to that shard's raft.NetworkTransport
-// unchanged:
+// Every connection starts with a fixed 8-byte header: a magic saying what the
+// connection carries, and a shard. A shard connection ("SYR1") belongs to that
+// shard's raft.NetworkTransport unchanged after it:
 //
 //	+-----+-----+-----+-----+-----------------------+
 //	| 'S' | 'Y' | 'R' | '1' | shard u32 big-endian  |
 //	+-----+-----+-----+-----+-----------------------+
 //	  magic; '1' is the header version   4 bytes
 //
-// A connection whose magic is "SYF1" (shard field 0) instead carries proposals forwarded to
-// this node as a shard leader (see forward.go); the mux hands it to the forward handler.
+// Two magics carry a node's traffic for all shards, one connection per peer and direction, each
+// with shard field 0; the mux hands them to the handler set for the magic (Mux.handle):
+//
+//	"SYP1"  the node pair: every shard's Raft RPCs but InstallSnapshot — AppendEntries
+//	        (pipelined) and heartbeats, RequestVote, RequestPreVote, TimeoutNow — framed per
+//	        shard and coalesced across shards (pairs.go)
+//	"SYF1"  proposals forwarded to this node as a shard leader, status, calls (forward.go)
+//
+// So between two nodes there are, besides snapshots, two connections each way: the node pair
+// and the forwarder.
 //
 // With TLS (Config.TLS, see tls.go) every connection is mutual TLS 1.3 first and the header is
 // the first thing sent inside it; a connection that does not complete the handshake within the
 // header timeout, with a certificate of the cluster CA, is closed before any header is read.
 //
-// Only the listener is shared. Every shard still runs its own
-// raft.NetworkTransport with its own connection pool, so shards dial
-// separate TCP connections to their peers and a slow shard (e.g. sending a
-// snapshot) cannot head-of-line block another shard's heartbeats. The cost
-// is more outbound connections (up to MaxPool per peer per shard).
+// Every shard still runs its own raft.NetworkTransport, but raft sends only
+// InstallSnapshot through it (and an AppendEntries too large for a node-pair
+// frame): a snapshot body on the shared connection would head-of-line block
+// every other shard's heartbeats, so it keeps a shard connection of its own.
+// The NetworkTransport also still serves what a peer sends on a shard
+// connection, so that its inbound RPCs reach the shard's raft.
 
-// muxMagic opens every mux connection; its last byte is the header version.
+// muxMagic opens a shard connection; its last byte is the header version.
 const muxMagic = "SYR1"
 
 // muxHeaderLen is magic (4) + shard u32 (4).
@@ -477,8 +486,9 @@ func writeHeader(conn net.Conn, hdr []byte, timeout time.Duration) error {
 // newShardTransport wraps a shard's stream layer (from Mux.Layer) in a
 // raft.NetworkTransport with its own connection pool (MaxPool 3, 10 s I/O
 // timeout). Log lines are forwarded to logger, tagged with the shard when
-// layer is a mux layer. A node gives raft the transport wrapped in a
-// peerTransport, which picks the address to dial and tags it with the id.
+// layer is a mux layer. A node gives raft the shard's shardTransport
+// (nodeNet.shard), which sends snapshots through this one, tagging the
+// address with the id.
 //
 // Closing the transport closes the layer (unregistering the shard) but, as
 // in hashicorp/raft, not its pooled outbound connections: call

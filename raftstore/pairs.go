@@ -21,9 +21,10 @@ import (
 // through the node's nodeNet, which keeps ONE connection to each peer node (a mux connection
 // whose header says "pairs", mutual TLS like every node-plane connection) and multiplexes every
 // shard's requests on it, each frame naming its shard and a request id (pairs_codec.go). The
-// answers come back on the same connection. A writer goroutine per connection drains everything
-// queued since its last write into one Write, so one syscall and one TLS record carry the frames
-// of many shards; the peer reads them with one goroutine instead of one per shard and connection.
+// answers come back on the same connection. Writes are coalesced (frameWriter): what is queued
+// while a write is under way goes out with the next one, so one syscall and one TLS record carry
+// the frames of many shards; the peer reads them with one goroutine instead of one per shard and
+// connection.
 //
 // The semantics per shard are NetworkTransport's:
 //   - A shard's requests from one peer are handled in order, by a goroutine of that shard's own
@@ -226,12 +227,7 @@ func (n *nodeNet) dial(c *pairConn) {
 	} else {
 		delete(n.retry, c.to)
 		c.conn = conn
-		c.w = newFrameWriter(conn, n.timeout)
-		n.wg.Add(1)
-		go func() {
-			defer n.wg.Done()
-			c.w.run(c.fail)
-		}()
+		c.w = newFrameWriter(conn, n.timeout, c.fail)
 	}
 	n.mu.Unlock()
 	if err != nil {
@@ -398,26 +394,29 @@ func (c *pairConn) fail(err error) {
 	}
 }
 
-// frameWriter coalesces frames: whoever queues appends to one buffer, and the writer goroutine
-// writes everything queued since its last write with one Write.
+// frameWriter coalesces frames without a goroutine of its own: whoever queues a frame while no
+// write is under way writes it, and then everything the others queued meanwhile, until nothing
+// is left; whoever queues during a write leaves its frame to the writer. So an idle connection
+// writes each frame at once, from the goroutine that made it, and a busy one writes the frames of
+// many shards with one Write (group commit).
 type frameWriter struct {
 	conn    net.Conn
 	timeout time.Duration
-	wake    chan struct{} // a token: something was queued
-	done    chan struct{} // closed by stop
-	once    sync.Once
+	fail    func(error) // called once a write fails
 
-	mu  sync.Mutex
-	buf []byte
-	err error
+	mu      sync.Mutex
+	buf     []byte // frames queued
+	spare   []byte // the buffer last written, reused
+	writing bool
+	err     error
 }
 
-func newFrameWriter(conn net.Conn, timeout time.Duration) *frameWriter {
-	return &frameWriter{conn: conn, timeout: timeout, wake: make(chan struct{}, 1), done: make(chan struct{})}
+func newFrameWriter(conn net.Conn, timeout time.Duration, fail func(error)) *frameWriter {
+	return &frameWriter{conn: conn, timeout: timeout, fail: fail}
 }
 
 // queue appends a frame with enc (which returns the extended buffer, or the buffer as it was and
-// an error) for the writer to send.
+// an error) and writes it, with whatever else is queued, unless a write is under way.
 func (w *frameWriter) queue(enc func([]byte) ([]byte, error)) error {
 	w.mu.Lock()
 	if w.err != nil {
@@ -427,67 +426,50 @@ func (w *frameWriter) queue(enc func([]byte) ([]byte, error)) error {
 	}
 	b, err := enc(w.buf)
 	w.buf = b
-	w.mu.Unlock()
-	if err != nil {
+	if err != nil || w.writing {
+		w.mu.Unlock()
 		return err
 	}
-	select {
-	case w.wake <- struct{}{}:
-	default: // the writer has a token already
-	}
-	return nil
-}
-
-// run writes what is queued until stop or a write fails, which it reports to fail.
-func (w *frameWriter) run(fail func(error)) {
-	var spare []byte
-	for {
-		select {
-		case <-w.wake:
-		case <-w.done:
-			return
-		}
-		w.mu.Lock()
+	w.writing = true
+	for len(w.buf) > 0 && w.err == nil {
 		out := w.buf
-		w.buf = spare[:0]
+		w.buf = w.spare[:0]
 		w.mu.Unlock()
-		if len(out) == 0 {
-			spare = out
-			continue
-		}
 		w.conn.SetWriteDeadline(time.Now().Add(w.timeout))
-		if _, err := w.conn.Write(out); err != nil {
-			w.mu.Lock()
-			w.err, w.buf = err, nil
+		_, werr := w.conn.Write(out)
+		w.mu.Lock()
+		if werr != nil {
+			w.err, w.buf = werr, nil
+			w.writing = false
 			w.mu.Unlock()
-			fail(err)
-			return
+			w.fail(werr)
+			return werr
 		}
 		if cap(out) > 4<<20 {
 			out = nil // a burst's buffer is not kept for idle times
 		}
-		spare = out
+		w.spare = out
 	}
+	w.writing = false
+	w.mu.Unlock()
+	return nil
 }
 
-// stop ends the writer and refuses further frames.
+// stop refuses further frames; what is queued is dropped.
 func (w *frameWriter) stop() {
-	w.once.Do(func() {
-		w.mu.Lock()
-		if w.err == nil {
-			w.err = net.ErrClosed
-		}
-		w.buf = nil
-		w.mu.Unlock()
-		close(w.done)
-	})
+	w.mu.Lock()
+	if w.err == nil {
+		w.err = net.ErrClosed
+	}
+	w.buf = nil
+	w.mu.Unlock()
 }
 
 // serve takes over conn, a node-pair connection a peer dialled (its mux header read), until it
 // or the transport closes. It does not block.
 func (n *nodeNet) serve(conn net.Conn) {
-	in := &pairIn{net: n, conn: conn, peer: peerNodeID(conn, n.tls), w: newFrameWriter(conn, n.timeout),
-		queues: map[*shardTransport]*pairQueue{}}
+	in := &pairIn{net: n, conn: conn, peer: peerNodeID(conn, n.tls), queues: map[*shardTransport]*pairQueue{}}
+	in.w = newFrameWriter(conn, n.timeout, func(error) { conn.Close() })
 	n.mu.Lock()
 	if n.closed {
 		n.mu.Unlock()
@@ -495,12 +477,8 @@ func (n *nodeNet) serve(conn net.Conn) {
 		return
 	}
 	n.in[in] = struct{}{}
-	n.wg.Add(2)
+	n.wg.Add(1)
 	n.mu.Unlock()
-	go func() {
-		defer n.wg.Done()
-		in.w.run(func(error) { conn.Close() })
-	}()
 	go func() {
 		defer n.wg.Done()
 		in.read()

@@ -231,7 +231,7 @@ func (n *nodeNet) dial(c *pairConn) {
 	}
 	n.mu.Unlock()
 	if err != nil {
-		c.fail(fmt.Errorf("raftstore: dial node %s: %w", c.to, err))
+		c.fail(fmt.Errorf("dial: %w", err))
 		close(c.ready)
 		return
 	}

@@ -47,7 +47,7 @@ func ForwardProposal(shard ShardID, cmd Command) ([]byte, error) {
 // ReadForwardAnswer reads one answer from a forwarding connection: the node's Result and error,
 // or the error that ended the connection.
 func ReadForwardAnswer(r io.Reader) (Result, error) {
-	body, err := readFrame(r, maxForwardFrame)
+	body, err := readFrame(r)
 	if err != nil {
 		return Result{}, fmt.Errorf("reading the answer: %w", err)
 	}

@@ -228,7 +228,7 @@ func (f *forwarder) dial(c *fwdConn) {
 	}
 	close(c.ready)
 	for {
-		body, err := readFrame(conn, maxForwardFrame)
+		body, err := readFrame(conn)
 		if err != nil {
 			f.fail(c, err)
 			return
@@ -290,16 +290,15 @@ func (f *forwarder) close() {
 	f.wg.Wait()
 }
 
-// readFrame reads one length-prefixed frame of at most limit bytes (a larger one is an error:
-// it is refused before anything is allocated for it).
-func readFrame(r io.Reader, limit uint32) ([]byte, error) {
+// readFrame reads one length-prefixed frame.
+func readFrame(r io.Reader) ([]byte, error) {
 	var hdr [4]byte
 	if _, err := io.ReadFull(r, hdr[:]); err != nil {
 		return nil, err
 	}
 	n := binary.BigEndian.Uint32(hdr[:])
-	if n > limit {
-		return nil, fmt.Errorf("raftstore: node-plane frame of %d bytes exceeds the limit of %d", n, limit)
+	if n > maxForwardFrame {
+		return nil, fmt.Errorf("raftstore: forwarded frame of %d bytes exceeds %d", n, maxForwardFrame)
 	}
 	body := make([]byte, n)
 	_, err := io.ReadFull(r, body)
@@ -337,7 +336,7 @@ func (s *fwdServer) serve(conn net.Conn) {
 		}()
 		var wmu sync.Mutex
 		for {
-			body, err := readFrame(conn, maxForwardFrame)
+			body, err := readFrame(conn)
 			if err != nil {
 				return
 			}

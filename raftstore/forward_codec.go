@@ -85,7 +85,7 @@ func (r *fwdRequest) encode() []byte {
 }
 
 func decodeFwdRequest(body []byte) (fwdRequest, error) {
-	d := wireDecoder{b: body}
+	d := fwdDecoder{b: body}
 	if v := d.u8(); v != fwdVersion {
 		return fwdRequest{}, fmt.Errorf("raftstore: forwarded request version %d", v)
 	}
@@ -188,7 +188,7 @@ func (r *fwdResponse) encode() []byte {
 // decodeFwdResponse decodes a response body. Errors of the response itself (the remote's
 // refusal, say) are in the returned fwdResponse; the error return is for a malformed body.
 func decodeFwdResponse(body []byte) (fwdResponse, error) {
-	d := wireDecoder{b: body}
+	d := fwdDecoder{b: body}
 	if v := d.u8(); v != fwdVersion {
 		return fwdResponse{}, fmt.Errorf("raftstore: forwarded response version %d", v)
 	}
@@ -280,7 +280,7 @@ func appendDeliveries(b []byte, outs []DeliveryOutcome) []byte {
 }
 
 // deliveries decodes what appendDeliveries encoded.
-func (d *wireDecoder) deliveries() []DeliveryOutcome {
+func (d *fwdDecoder) deliveries() []DeliveryOutcome {
 	n := d.uvarint()
 	if n == 0 || n > uint64(len(d.b)) { // each outcome takes a byte at least
 		d.fail()
@@ -320,21 +320,21 @@ func appendStr(b []byte, s string) []byte {
 	return append(binary.AppendUvarint(b, uint64(len(s))), s...)
 }
 
-// wireDecoder reads the fields of a node-plane message (a forwarded proposal, a node-pair Raft
-// RPC); the first error sticks and later reads return zero values.
-type wireDecoder struct {
+// fwdDecoder reads the fields of a forwarded message; the first error sticks and later reads
+// return zero values.
+type fwdDecoder struct {
 	b   []byte
 	err error
 }
 
-func (d *wireDecoder) fail() {
+func (d *fwdDecoder) fail() {
 	if d.err == nil {
-		d.err = errors.New("raftstore: node-plane message truncated or malformed")
+		d.err = errors.New("raftstore: forwarded message truncated or malformed")
 	}
 	d.b = nil
 }
 
-func (d *wireDecoder) u8() uint8 {
+func (d *fwdDecoder) u8() uint8 {
 	if len(d.b) < 1 {
 		d.fail()
 		return 0
@@ -344,7 +344,7 @@ func (d *wireDecoder) u8() uint8 {
 	return v
 }
 
-func (d *wireDecoder) u32() uint32 {
+func (d *fwdDecoder) u32() uint32 {
 	if len(d.b) < 4 {
 		d.fail()
 		return 0
@@ -354,7 +354,7 @@ func (d *wireDecoder) u32() uint32 {
 	return v
 }
 
-func (d *wireDecoder) uvarint() uint64 {
+func (d *fwdDecoder) uvarint() uint64 {
 	v, n := binary.Uvarint(d.b)
 	if n <= 0 {
 		d.fail()
@@ -364,7 +364,7 @@ func (d *wireDecoder) uvarint() uint64 {
 	return v
 }
 
-func (d *wireDecoder) varint() int64 {
+func (d *fwdDecoder) varint() int64 {
 	v, n := binary.Varint(d.b)
 	if n <= 0 {
 		d.fail()
@@ -374,7 +374,7 @@ func (d *wireDecoder) varint() int64 {
 	return v
 }
 
-func (d *wireDecoder) str() string {
+func (d *fwdDecoder) str() string {
 	n := d.uvarint()
 	if n > uint64(len(d.b)) {
 		d.fail()
@@ -383,36 +383,4 @@ func (d *wireDecoder) str() string {
 	s := string(d.b[:n])
 	d.b = d.b[n:]
 	return s
-}
-
-// bytes reads a length-prefixed byte string as a slice of the message (no copy); empty is nil.
-func (d *wireDecoder) bytes() []byte {
-	n := d.uvarint()
-	if n > uint64(len(d.b)) {
-		d.fail()
-		return nil
-	}
-	if n == 0 {
-		return nil
-	}
-	s := d.b[:n:n]
-	d.b = d.b[n:]
-	return s
-}
-
-// boolean reads a byte that must be 0 or 1.
-func (d *wireDecoder) boolean() bool {
-	switch d.u8() {
-	case 0:
-		return false
-	case 1:
-		return true
-	}
-	d.fail()
-	return false
-}
-
-// appendBytes is appendStr for a byte slice.
-func appendBytes(b, s []byte) []byte {
-	return append(binary.AppendUvarint(b, uint64(len(s))), s...)
 }

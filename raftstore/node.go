@@ -29,8 +29,7 @@ type Node struct {
 	logger *slog.Logger
 	db     *pebble.DB
 	mux    *Mux
-	pairs  *nodeNet // the shards' Raft traffic to and from the other nodes (pairs.go)
-	addr   string   // advertised raft address
+	addr   string // advertised raft address
 
 	// shards maps the shards this node hosts to their replicas. The map is copied on write
 	// (under shardsMu) and read without a lock.
@@ -60,7 +59,7 @@ type replica struct {
 	id    ShardID
 	raft  *raft.Raft
 	fsm   *fsm
-	trans *shardTransport
+	trans *raft.NetworkTransport
 	logs  *raftLog
 	state *log.Shard
 	// failedTransfer is the last leadership transfer from this replica that failed, if any
@@ -106,8 +105,6 @@ func New(cfg Config) (*Node, error) {
 			cfg.RaftAddr, err), db.Close())
 	}
 	n.mux = newMux(ln, cfg.TLS, n.logger)
-	n.pairs = newNodeNet(cfg.TLS, n.logger, n.dialAddr)
-	n.mux.handle(pairMagic, n.pairs.serve) // before any shard starts: peers' requests get answers
 	n.fwd = newForwarder(cfg.TLS, n.logger)
 	n.fwdSrv = &fwdServer{node: n, conns: map[net.Conn]struct{}{}}
 	n.addr = cfg.AdvertiseAddr
@@ -130,7 +127,7 @@ func New(cfg Config) (*Node, error) {
 			return nil, err
 		}
 	}
-	n.mux.handle(fwdMagic, n.fwdSrv.serve)
+	n.mux.handleForward(n.fwdSrv.serve)
 	n.wg.Add(1)
 	go n.leaseLoop()
 	if cfg.BalanceInterval > 0 && (cfg.Managed || len(cfg.Peers) > 1) {
@@ -207,7 +204,7 @@ func (n *Node) startReplica(id ShardID, peers []Peer) (*replica, error) {
 // raftGroup is this node's member of one Raft group: its raft instance and transport.
 type raftGroup struct {
 	raft  *raft.Raft
-	trans *shardTransport
+	trans *raft.NetworkTransport
 }
 
 // startRaft starts this node's member of shard id's Raft group over logs and snaps, applying to
@@ -220,12 +217,8 @@ func (n *Node) startRaft(id ShardID, f raft.FSM, persistent bool, snaps raft.Sna
 	if err != nil {
 		return nil, err
 	}
-	nt := newShardTransport(layer, n.logger)
-	trans, err := n.pairs.shard(id, nt)
-	if err != nil {
-		nt.Close()
-		return nil, err
-	}
+	trans := newShardTransport(layer, n.logger)
+	rt := &peerTransport{NetworkTransport: trans, node: n} // what raft dials through
 
 	rc := raft.DefaultConfig()
 	rc.LocalID = raft.ServerID(cfg.NodeID)
@@ -261,13 +254,13 @@ func (n *Node) startRaft(id ShardID, f raft.FSM, persistent bool, snaps raft.Sna
 				servers = append(servers, raft.Server{ID: raft.ServerID(p.ID), Address: raft.ServerAddress(p.Addr)})
 			}
 		}
-		if err := raft.BootstrapCluster(rc, cached, logs, snaps, trans, raft.Configuration{Servers: servers}); err != nil {
+		if err := raft.BootstrapCluster(rc, cached, logs, snaps, rt, raft.Configuration{Servers: servers}); err != nil {
 			trans.Close()
 			return nil, fmt.Errorf("bootstrap: %w", err)
 		}
 		n.logger.Debug("bootstrapped shard", "shard", uint32(id), "voters", len(servers))
 	}
-	r, err := raft.NewRaft(rc, f, cached, logs, snaps, trans)
+	r, err := raft.NewRaft(rc, f, cached, logs, snaps, rt)
 	if err != nil {
 		trans.Close()
 		return nil, err
@@ -595,9 +588,6 @@ func (n *Node) Close() error {
 			n.meta.logs.closed.Store(true)
 			n.meta.trans.CloseStreams()
 			errs = append(errs, n.meta.trans.Close())
-		}
-		if n.pairs != nil {
-			n.pairs.close()
 		}
 		if n.fwd != nil {
 			n.fwd.close()

@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"strings"
 	"time"
@@ -17,14 +18,14 @@ import (
 //
 // With Config.TLS set, the node's one listener (the Mux) takes only TLS 1.3 connections whose
 // client presents a certificate of the cluster CA that names a node id, and every connection the
-// node dials (Raft's RPCs on the node-pair connections, snapshots through the shard layers,
-// forwarded proposals and calls through the forwarder) presents this node's certificate and checks
-// the server's: issued by the cluster CA, naming the node id the dialer expects of that address.
-// The mux header ("SYR1"/"SYF1"/"SYP1") follows the handshake, inside TLS, unchanged.
+// node dials (Raft through the shard layers, forwarded proposals and calls through the forwarder)
+// presents this node's certificate and checks the server's: issued by the cluster CA, naming the
+// node id the dialer expects of that address. The mux header ("SYR1"/"SYF1") follows the
+// handshake, inside TLS, unchanged.
 //
-// Who a dialer expects: raft dials a server by id (the node-pair connection is keyed by the id
-// and address, the shard layer's Dial is given "id@addr", see raftTarget), the forwarder a leader
-// or replica whose id it read from Raft or the cluster map. The one exception is a joining node's Config.Join, an address only: any node of
+// Who a dialer expects: raft dials a server by id (peerTransport tags each RPC's address with the
+// id, see raftTarget), the forwarder a leader or replica whose id it read from Raft or the
+// cluster map. The one exception is a joining node's Config.Join, an address only: any node of
 // the cluster will do there, since it only relays the join to the meta leader.
 //
 // On accept, the connection's claim is its certificate: any holder of a node certificate of the
@@ -163,4 +164,46 @@ func splitRaftTarget(a raft.ServerAddress) (id, addr string, ok bool) {
 		return "", string(a), false
 	}
 	return string(a[:i]), string(a[i+1:]), true
+}
+
+// peerTransport is a shard's raft.NetworkTransport as its raft instance sees it: every RPC's
+// target becomes the address to dial the server at (Config.PeerAddr's override, else raft's),
+// tagged with the server's id (raftTarget). Everything else is the NetworkTransport's.
+type peerTransport struct {
+	*raft.NetworkTransport
+	node *Node
+}
+
+func (t *peerTransport) target(id raft.ServerID, addr raft.ServerAddress) raft.ServerAddress {
+	return raftTarget(id, t.node.dialAddr(string(id), string(addr)))
+}
+
+// AppendEntriesPipeline implements raft.Transport.
+func (t *peerTransport) AppendEntriesPipeline(id raft.ServerID, target raft.ServerAddress) (raft.AppendPipeline, error) {
+	return t.NetworkTransport.AppendEntriesPipeline(id, t.target(id, target))
+}
+
+// AppendEntries implements raft.Transport.
+func (t *peerTransport) AppendEntries(id raft.ServerID, target raft.ServerAddress, args *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) error {
+	return t.NetworkTransport.AppendEntries(id, t.target(id, target), args, resp)
+}
+
+// RequestVote implements raft.Transport.
+func (t *peerTransport) RequestVote(id raft.ServerID, target raft.ServerAddress, args *raft.RequestVoteRequest, resp *raft.RequestVoteResponse) error {
+	return t.NetworkTransport.RequestVote(id, t.target(id, target), args, resp)
+}
+
+// RequestPreVote implements raft.WithPreVote.
+func (t *peerTransport) RequestPreVote(id raft.ServerID, target raft.ServerAddress, args *raft.RequestPreVoteRequest, resp *raft.RequestPreVoteResponse) error {
+	return t.NetworkTransport.RequestPreVote(id, t.target(id, target), args, resp)
+}
+
+// InstallSnapshot implements raft.Transport.
+func (t *peerTransport) InstallSnapshot(id raft.ServerID, target raft.ServerAddress, args *raft.InstallSnapshotRequest, resp *raft.InstallSnapshotResponse, data io.Reader) error {
+	return t.NetworkTransport.InstallSnapshot(id, t.target(id, target), args, resp, data)
+}
+
+// TimeoutNow implements raft.Transport.
+func (t *peerTransport) TimeoutNow(id raft.ServerID, target raft.ServerAddress, args *raft.TimeoutNowRequest, resp *raft.TimeoutNowResponse) error {
+	return t.NetworkTransport.TimeoutNow(id, t.target(id, target), args, resp)
 }

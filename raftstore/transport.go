@@ -24,38 +24,29 @@ import (
 // per node, and the number of listening sockets, firewall rules and service
 // discovery entries does not grow with the number of shards on the node.
 //
-// Every connection starts with a fixed 8-byte header: a magic saying what the
-// connection carries, and a shard. A shard connection ("SYR1") belongs to that
-// shard's raft.NetworkTransport unchanged after it:
+// Each raft connection starts with a fixed 8-byte header naming the shard it
+// is for; after it the stream belongs to that shard's raft.NetworkTransport
+// unchanged:
 //
 //	+-----+-----+-----+-----+-----------------------+
 //	| 'S' | 'Y' | 'R' | '1' | shard u32 big-endian  |
 //	+-----+-----+-----+-----+-----------------------+
 //	  magic; '1' is the header version   4 bytes
 //
-// Two magics carry a node's traffic for all shards, one connection per peer and direction, each
-// with shard field 0; the mux hands them to the handler set for the magic (Mux.handle):
-//
-//	"SYP1"  the node pair: every shard's Raft RPCs but InstallSnapshot — AppendEntries
-//	        (pipelined) and heartbeats, RequestVote, RequestPreVote, TimeoutNow — framed per
-//	        shard and coalesced across shards (pairs.go)
-//	"SYF1"  proposals forwarded to this node as a shard leader, status, calls (forward.go)
-//
-// So between two nodes there are, besides snapshots, two connections each way: the node pair
-// and the forwarder.
+// A connection whose magic is "SYF1" (shard field 0) instead carries proposals forwarded to
+// this node as a shard leader (see forward.go); the mux hands it to the forward handler.
 //
 // With TLS (Config.TLS, see tls.go) every connection is mutual TLS 1.3 first and the header is
 // the first thing sent inside it; a connection that does not complete the handshake within the
 // header timeout, with a certificate of the cluster CA, is closed before any header is read.
 //
-// Every shard still runs its own raft.NetworkTransport, but raft sends only
-// InstallSnapshot through it (and an AppendEntries too large for a node-pair
-// frame): a snapshot body on the shared connection would head-of-line block
-// every other shard's heartbeats, so it keeps a shard connection of its own.
-// The NetworkTransport also still serves what a peer sends on a shard
-// connection, so that its inbound RPCs reach the shard's raft.
+// Only the listener is shared. Every shard still runs its own
+// raft.NetworkTransport with its own connection pool, so shards dial
+// separate TCP connections to their peers and a slow shard (e.g. sending a
+// snapshot) cannot head-of-line block another shard's heartbeats. The cost
+// is more outbound connections (up to MaxPool per peer per shard).
 
-// muxMagic opens a shard connection; its last byte is the header version.
+// muxMagic opens every mux connection; its last byte is the header version.
 const muxMagic = "SYR1"
 
 // muxHeaderLen is magic (4) + shard u32 (4).
@@ -99,9 +90,9 @@ type Mux struct {
 	mu     sync.Mutex
 	closed bool
 	layers map[ShardID]*shardLayer
-	// handlers take over the connections of the other magics (fwdMagic, pairMagic), by magic;
-	// until a magic's handler is set, its connections are closed.
-	handlers map[string]func(net.Conn)
+	// forward takes over forwarding connections; nil until set, and then such connections are
+	// closed.
+	forward func(net.Conn)
 	// handshaking holds connections still sending their header, so Close
 	// can unblock their reads instead of waiting for the deadline.
 	handshaking map[net.Conn]struct{}
@@ -127,7 +118,6 @@ func startMux(ln net.Listener, t *TLS, logger *slog.Logger, headerTimeout, route
 		routeTimeout:  routeTimeout,
 		closing:       make(chan struct{}),
 		layers:        make(map[ShardID]*shardLayer),
-		handlers:      make(map[string]func(net.Conn)),
 		handshaking:   make(map[net.Conn]struct{}),
 	}
 	if t != nil {
@@ -165,11 +155,10 @@ func (m *Mux) Layer(shard ShardID) (raft.StreamLayer, error) {
 	return l, nil
 }
 
-// handle makes h take over every connection whose header has magic (fwdMagic, pairMagic) from
-// now on. h must not block.
-func (m *Mux) handle(magic string, h func(net.Conn)) {
+// handleForward makes h take over every forwarding connection from now on. h must not block.
+func (m *Mux) handleForward(h func(net.Conn)) {
 	m.mu.Lock()
-	m.handlers[magic] = h
+	m.forward = h
 	m.mu.Unlock()
 }
 
@@ -255,15 +244,15 @@ func (m *Mux) acceptLoop() {
 // and routes it.
 func (m *Mux) handshake(conn net.Conn) {
 	defer m.wg.Done()
-	magic, shard, err := m.readHeader(conn)
+	forward, shard, err := m.readHeader(conn)
 	peer := peerNodeID(conn, m.tls)
 
 	m.mu.Lock()
 	delete(m.handshaking, conn)
 	closed := m.closed
 	var l *shardLayer
-	handler := m.handlers[magic]
-	if err == nil && !closed && magic == muxMagic {
+	fwd := m.forward
+	if err == nil && !closed && !forward {
 		l = m.layers[shard]
 		if l != nil {
 			// Registered under mu, so the layer's Close (which
@@ -285,11 +274,11 @@ func (m *Mux) handshake(conn net.Conn) {
 	case err != nil:
 		m.warnRejected("remote", remote, "peer", peer, "err", err)
 		conn.Close()
-	case magic != muxMagic && handler == nil:
-		m.logger.Warn("mux connection before the node is ready", "magic", magic, "remote", remote, "peer", peer)
+	case forward && fwd == nil:
+		m.logger.Warn("mux forwarding connection before the node is ready", "remote", remote, "peer", peer)
 		conn.Close()
-	case magic != muxMagic:
-		handler(conn)
+	case forward:
+		fwd(conn)
 	case l == nil:
 		m.logger.Warn("mux connection for unregistered shard", "remote", remote, "peer", peer, "shard", uint32(shard))
 		conn.Close()
@@ -321,12 +310,12 @@ func (m *Mux) warnRejected(args ...any) {
 
 // readHeader completes the TLS handshake of a TLS connection, then reads
 // and validates the 8-byte header, all within the header timeout, then
-// clears the deadline so the stream is handed over clean. It returns the
-// header's magic (muxMagic, fwdMagic or pairMagic) and shard field.
-func (m *Mux) readHeader(conn net.Conn) (magic string, shard ShardID, err error) {
+// clears the deadline so the stream is handed over clean. forward reports a
+// forwarding connection.
+func (m *Mux) readHeader(conn net.Conn) (forward bool, shard ShardID, err error) {
 	deadline := time.Now().Add(m.headerTimeout)
 	if err := conn.SetDeadline(deadline); err != nil {
-		return "", 0, fmt.Errorf("raftstore: set header deadline: %w", err)
+		return false, 0, fmt.Errorf("raftstore: set header deadline: %w", err)
 	}
 	if tc, ok := conn.(*tls.Conn); ok {
 		// Explicitly, so that a plain-TCP client, a certificate of another CA or one naming no
@@ -335,22 +324,24 @@ func (m *Mux) readHeader(conn net.Conn) (magic string, shard ShardID, err error)
 		err := tc.HandshakeContext(ctx)
 		cancel()
 		if err != nil {
-			return "", 0, fmt.Errorf("raftstore: TLS handshake: %w", err)
+			return false, 0, fmt.Errorf("raftstore: TLS handshake: %w", err)
 		}
 	}
 	var hdr [muxHeaderLen]byte
 	if _, err := io.ReadFull(conn, hdr[:]); err != nil {
-		return "", 0, err
+		return false, 0, err
 	}
-	switch magic = string(hdr[:4]); magic {
-	case muxMagic, fwdMagic, pairMagic:
+	switch string(hdr[:4]) {
+	case muxMagic:
+	case fwdMagic:
+		forward = true
 	default:
-		return "", 0, fmt.Errorf("raftstore: bad mux header magic %q", hdr[:4])
+		return false, 0, fmt.Errorf("raftstore: bad mux header magic %q", hdr[:4])
 	}
 	if err := conn.SetDeadline(time.Time{}); err != nil {
-		return "", 0, fmt.Errorf("raftstore: clear header deadline: %w", err)
+		return false, 0, fmt.Errorf("raftstore: clear header deadline: %w", err)
 	}
-	return magic, ShardID(binary.BigEndian.Uint32(hdr[4:])), nil
+	return forward, ShardID(binary.BigEndian.Uint32(hdr[4:])), nil
 }
 
 // route queues conn for l's Accept, dropping it if the backlog stays full
@@ -486,9 +477,8 @@ func writeHeader(conn net.Conn, hdr []byte, timeout time.Duration) error {
 // newShardTransport wraps a shard's stream layer (from Mux.Layer) in a
 // raft.NetworkTransport with its own connection pool (MaxPool 3, 10 s I/O
 // timeout). Log lines are forwarded to logger, tagged with the shard when
-// layer is a mux layer. A node gives raft the shard's shardTransport
-// (nodeNet.shard), which sends snapshots through this one, tagging the
-// address with the id.
+// layer is a mux layer. A node gives raft the transport wrapped in a
+// peerTransport, which picks the address to dial and tags it with the id.
 //
 // Closing the transport closes the layer (unregistering the shard) but, as
 // in hashicorp/raft, not its pooled outbound connections: call

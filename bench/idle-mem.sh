@@ -7,7 +7,8 @@
 # memtables are full when the idle devices connect ("the full run" of issue #11). While the
 # connections are held it reads the server's VmRSS (/proc/<pid>/status), goroutine count and
 # runtime.MemStats (the admin port's /debug/pprof), and saves a heap profile and the goroutine
-# dump to /tmp/idle-mem/LABEL.*. Extra environment (GOGC, GOMEMLIMIT, …) passes to syncd. The
+# dump to /tmp/idle-mem/LABEL.*. SYNCD_ARGS are more flags of syncd (-memory-limit 800MiB); other
+# environment (GOGC, GOMEMLIMIT, …) passes to syncd. IDLE is the number of devices. The
 # measuring holds /tmp/bench.lock, so concurrent benchmarks on a shared machine take turns. Used
 # for docs/BENCHMARKS.md, "Idle memory (issue #11)".
 set -euo pipefail
@@ -17,7 +18,7 @@ D=$(mktemp -d /tmp/idle-mem.XXXX)
 O=/tmp/idle-mem
 mkdir -p $O
 "$B/syncd" -data-dir "$D" -listen 127.0.0.1:$P -admin 127.0.0.1:$((P+1)) -raft-addr 127.0.0.1:$((P+2)) \
-	-log-level warn -send-rate 100000 -send-burst 100000 >"$D.log" 2>&1 &
+	-log-level warn -send-rate 100000 -send-burst 100000 ${SYNCD_ARGS:-} >"$D.log" 2>&1 &
 PID=$!
 trap 'kill $PID 2>/dev/null; wait $PID 2>/dev/null; rm -rf "$D" "$D.log" "$D.out"' EXIT
 for _ in $(seq 100); do

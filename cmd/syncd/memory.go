@@ -32,8 +32,10 @@ const (
 	minMemoryLimit = 256 << 20
 	// storeMemTables is how many of the store's memtables may be held at once (Pebble's
 	// MemTableStopWritesThreshold, 2 by default) and memTableSize their size (raftstore's
-	// pebbleOptions). With the block cache they are allocated outside the Go heap, so the
-	// runtime's limit does not see them and auto leaves room for them.
+	// pebbleOptions). With the block cache they are allocated outside the Go heap (Pebble's
+	// manual allocator, C's malloc in a cgo build), so the runtime's limit does not see them and
+	// auto leaves room for them; a CGO_ENABLED=0 build holds them in the Go heap, and auto is then
+	// that much more cautious.
 	storeMemTables = 2
 	memTableSize   = 64 << 20
 )

@@ -74,6 +74,7 @@ type fileConfig struct {
 	MaxGroupSize           int      `toml:"max_group_size"`
 	MembersPerMinute       int      `toml:"members_per_minute"`
 	MaxGroupsPerUser       int      `toml:"max_groups_per_user"`
+	MemoryLimit            string   `toml:"memory_limit"`
 	LogLevel               string   `toml:"log_level"`
 	LogFormat              string   `toml:"log_format"`
 }
@@ -349,6 +350,9 @@ func (o options) toConfig(logOut io.Writer) (syncd.Config, error) {
 		bad("query-rate", "must be a positive number of queries per second")
 	}
 
+	if _, err := parseMemoryLimit(s.MemoryLimit); err != nil {
+		bad("memory-limit", "%v", err)
+	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(s.LogLevel)); err != nil {
 		bad("log-level", "%q must be debug, info, warn or error", s.LogLevel)

@@ -22,10 +22,12 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"math"
 	"os"
 	"os/signal"
 	"path/filepath"
 	"runtime/debug"
+	"strconv"
 	"strings"
 	"syscall"
 
@@ -103,6 +105,11 @@ func serve(ctx context.Context, cfg syncd.Config, s fileConfig) error {
 			created = append(created, f.def)
 		}
 	}
+	ml, err := parseMemoryLimit(s.MemoryLimit)
+	if err != nil {
+		return err // toConfig refused it already
+	}
+	limit, limitFrom := applyMemoryLimit(ml, "/")
 	srv, err := syncd.NewServer(cfg)
 	if err != nil {
 		return err
@@ -129,7 +136,11 @@ func serve(ctx context.Context, cfg syncd.Config, s fileConfig) error {
 		attrs = append(attrs, "created", strings.Join(created, ","))
 	}
 	l.Info("data directory", attrs...)
-	l.Info("syncd serving; stop with Ctrl-C or SIGTERM")
+	mib := "none"
+	if limit != math.MaxInt64 {
+		mib = strconv.FormatInt(limit>>20, 10)
+	}
+	l.Info("syncd serving; stop with Ctrl-C or SIGTERM", "memory_limit_mib", mib, "memory_limit_from", limitFrom)
 	err = srv.Run(ctx)
 	if errors.Is(err, context.Canceled) {
 		err = nil

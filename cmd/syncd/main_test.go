@@ -15,6 +15,8 @@ import (
 	"path/filepath"
 	"reflect"
 	"regexp"
+	"runtime/debug"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -150,7 +152,7 @@ func TestNoFlagConfig(t *testing.T) {
 	cfg.CertFile, cfg.KeyFile, cfg.Shards, cfg.SendRate = "c.pem", "k.pem", 3, 0.5
 	cfg.NodeCAFile, cfg.NodeCertFile, cfg.NodeKeyFile = "ca.pem", "node.pem", "node-key.pem"
 	o := options{settings: fromConfig(cfg)}
-	o.settings.LogLevel, o.settings.LogFormat = defaultLogLevel, defaultLogFormat
+	o.settings.LogLevel, o.settings.LogFormat, o.settings.MemoryLimit = defaultLogLevel, defaultLogFormat, defaultMemoryLimit
 	got, err := o.toConfig(io.Discard)
 	if err != nil {
 		t.Fatal(err)
@@ -303,6 +305,8 @@ func TestValidation(t *testing.T) {
 		{[]string{"-min-free-disk", "-1"}, []string{"-min-free-disk -1 must not be negative (0 turns the watermark off)"}},
 		{[]string{"-log-level", "loud"}, []string{`-log-level "loud" must be debug, info, warn or error`}},
 		{[]string{"-log-format", "xml"}, []string{`-log-format "xml" must be text or json`}},
+		{[]string{"-memory-limit", "lots"}, []string{`-memory-limit "lots" must be auto, off, or a size`}},
+		{[]string{"-memory-limit", "100MiB"}, []string{`-memory-limit "100MiB" is less than 256 MiB`}},
 		{[]string{"-token-secret-file", filepath.Join(t.TempDir(), "none")}, []string{"-token-secret-file", "copy token.key"}},
 		{[]string{"-token-keys", filepath.Join(t.TempDir(), "none")}, []string{"-token-keys", "copy token.key"}},
 		{[]string{"-max-token-lifetime", "500ms"}, []string{"-max-token-lifetime 500ms must be at least 1s"}},
@@ -575,6 +579,11 @@ func TestFirstStartIsQuiet(t *testing.T) {
 	secret := attr("data directory", "token_secret")
 	adminToken := attr("data directory", "admin_token")
 	nodeCert, security := attr("data directory", "node_cert"), attr("raft:", "security")
+	// The default memory limit was derived and applied to this (the test's) runtime.
+	if lim, from := attr("syncd serving", "memory_limit_mib"), attr("syncd serving", "memory_limit_from"); os.Getenv("GOMEMLIMIT") == "" &&
+		(lim != strconv.FormatInt(debug.SetMemoryLimit(-1)>>20, 10) || !strings.Contains(from, "auto")) {
+		t.Errorf("memory_limit_mib=%s memory_limit_from=%s, the runtime's limit is %d MiB", lim, from, debug.SetMemoryLimit(-1)>>20)
+	}
 
 	// Wait until every shard has elected its leader, so that the first elections had their
 	// chance to be logged.

@@ -27,12 +27,16 @@ const (
 	defaultLogFormat = "text"
 )
 
+// defaultMemoryLimit is the default of memory_limit, the other setting of cmd/syncd's own: the
+// Go runtime's, process-wide (memory.go).
+const defaultMemoryLimit = memoryLimitAuto
+
 // defaults returns the settings of a node started with no flags and no file: syncd.DefaultConfig
 // as the file spells it, so that -h, -print-config and docs/syncd.example.toml show real values
 // without cmd/syncd writing any of them down.
 func defaults() fileConfig {
 	c := fromConfig(syncd.DefaultConfig())
-	c.LogLevel, c.LogFormat = defaultLogLevel, defaultLogFormat
+	c.LogLevel, c.LogFormat, c.MemoryLimit = defaultLogLevel, defaultLogFormat, defaultMemoryLimit
 	return c
 }
 
@@ -292,6 +296,17 @@ var settings = []setting{
 		usage: "most groups one user may be a member of",
 		doc: "Most groups one user may be a member of; a creation or addition naming a user already in that many " +
 			"gets TooManyGroups, so nobody can bury another user's conversation list in groups."},
+
+	{key: "memory_limit", section: "Memory", field: func(c *fileConfig) any { return &c.MemoryLimit },
+		usage: "soft memory limit of the Go runtime: auto, off, or a `size` such as 900MiB or 4GiB (GOMEMLIMIT overrides it)",
+		doc: "Soft limit of the Go runtime's memory (heap, stacks, runtime): near it the collector runs " +
+			"sooner, so the headroom of GOGC 200 (the heap may grow to three times what is live) does not " +
+			"become resident memory when many connections are held. \"auto\": 75% of the memory the process " +
+			"may use (its cgroup's limit, else the machine's) less the store's block cache and memtables " +
+			"(256 MiB, outside the Go heap); \"off\": none; or a size, at least 256MiB, such as \"900MiB\" or " +
+			"\"4GiB\". The store's cache and memtables and the kernel's page cache come on top of it. " +
+			"GOMEMLIMIT in the environment overrides it. Logged at start.",
+		means: ": derived from the cgroup's or the machine's memory"},
 
 	{key: "log_level", section: "Logs (to stderr)", field: func(c *fileConfig) any { return &c.LogLevel },
 		usage: "debug, info, warn or error",

@@ -178,14 +178,3 @@ func (s *Shard) readCutovers(r pebble.Reader) (map[string]*cutover, error) {
 	}
 	return out, it.Error()
 }
-
-// loadCutovers sets the shard's flag that it holds cutovers.
-func (s *Shard) loadCutovers() error {
-	lo, hi := s.k.tableBounds(tagCutover)
-	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
-	if err != nil {
-		return fmt.Errorf("log: read: %w", err)
-	}
-	s.cutovers.Store(it.First())
-	return it.Close()
-}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync/atomic"
 
 	"github.com/cockroachdb/pebble/v2"
 )
@@ -128,20 +129,10 @@ var (
 )
 
 // userMove returns uid's move marker, if any, from this Tx's writes or the shard's state.
-func (t *Tx) userMove(uid string) (moveMarker, bool, error) {
-	v, ok, err := getValue(t.b, t.s.k.moving(uid))
-	if err != nil || !ok {
-		return moveMarker{}, false, err
-	}
-	m, err := decodeMoveMarker(v)
-	return m, err == nil, err
-}
+func (t *Tx) userMove(uid string) (moveMarker, bool, error) { return t.s.readMarker(t.b, uid) }
 
-// movingUser reports uid's marker from the committed state, for reads.
-func (s *Shard) movingUser(r pebble.Reader, uid string) (moveMarker, bool, error) {
-	if !s.anyMoves() {
-		return moveMarker{}, false, nil
-	}
+// readMarker returns uid's move marker in r, if any.
+func (s *Shard) readMarker(r pebble.Reader, uid string) (moveMarker, bool, error) {
 	v, ok, err := getValue(r, s.k.moving(uid))
 	if err != nil || !ok {
 		return moveMarker{}, false, err
@@ -156,22 +147,34 @@ func (s *Shard) movingUser(r pebble.Reader, uid string) (moveMarker, bool, error
 // markers, which keeps it correct without counting them.
 func (s *Shard) anyMoves() bool { return s.moves.Load() }
 
-// loadMoves sets anyMoves from the state: whether any marker exists.
+// loadMoves sets anyMoves and the cutovers flag from the state: whether any marker, any
+// cutover exists.
 func (s *Shard) loadMoves() error {
-	lo, hi := s.k.tableBounds(tagMoving)
-	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
-	if err != nil {
-		return fmt.Errorf("log: read: %w", err)
+	for _, f := range []struct {
+		tag  byte
+		flag *atomic.Bool
+	}{{tagMoving, &s.moves}, {tagCutover, &s.cutovers}} {
+		lo, hi := s.k.tableBounds(f.tag)
+		it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
+		if err != nil {
+			return fmt.Errorf("log: read: %w", err)
+		}
+		f.flag.Store(it.First())
+		if err := it.Close(); err != nil {
+			return fmt.Errorf("log: read: %w", err)
+		}
 	}
-	s.moves.Store(it.First())
-	return it.Close()
+	return nil
 }
 
 // servesUser refuses with ErrMoved a read of uid while its log is moving in here (not complete
 // yet: an empty answer would tell a device its log is empty); a fenced user's log is final and
 // is read as usual.
 func (s *Shard) servesUser(r pebble.Reader, uid string) error {
-	m, ok, err := s.movingUser(r, uid)
+	if !s.anyMoves() {
+		return nil
+	}
+	m, ok, err := s.readMarker(r, uid)
 	switch {
 	case err != nil:
 		return err
@@ -272,13 +275,7 @@ func (t *Tx) FenceUser(move MoveID, uid string) error {
 	case ok:
 		return invalidf("user %q is already moving (move %d)", uid, m.move)
 	}
-	if _, has, err := t.logMeta(t.s.k.user(uid)); err != nil || !has {
-		if err != nil {
-			return err
-		}
-		return invalidf("fence: user %q has no log on shard %d", uid, t.s.id)
-	}
-	t.s.moves.Store(true)
+	t.s.moves.Store(true) // a user without a log yet is fenced too: none may start here now
 	return t.set(t.s.k.moving(uid), moveMarker{move: move, role: movingOut}.encode())
 }
 
@@ -323,9 +320,10 @@ func (t *Tx) checkNotMoving(uid string) error {
 // below the staged log's first position, trimmed on the source meanwhile, are left out), the
 // entries held meanwhile are appended after its head in the order they arrived, and uid is
 // served here. It returns how many held entries were appended. It is refused unless uid is moving
-// in under move with its log meta staged (the copy is complete); once done, repeating it changes
-// nothing.
-func (t *Tx) ActivateUser(st Stamp, move MoveID, uid string) (int, error) {
+// in under move with its log meta staged (the copy is complete) — or, with sourceEmpty, with
+// nothing staged: the source held no log of uid, and the held entries, if any, start a new one;
+// once done, repeating it changes nothing.
+func (t *Tx) ActivateUser(st Stamp, move MoveID, uid string, sourceEmpty bool) (int, error) {
 	k := t.s.k
 	m, ok, err := t.userMove(uid)
 	if err != nil {
@@ -346,12 +344,18 @@ func (t *Tx) ActivateUser(st Stamp, move MoveID, uid string) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	if !has {
+	var meta logMeta
+	switch {
+	case has && sourceEmpty:
+		return 0, invalidf("activate: user %q's log is staged, but the source was said to hold none", uid)
+	case has:
+		if meta, err = decodeLogMeta(mv); err != nil {
+			return 0, err
+		}
+	case !sourceEmpty:
 		return 0, invalidf("activate: user %q's log meta is not staged: the copy is incomplete", uid)
-	}
-	meta, err := decodeLogMeta(mv)
-	if err != nil {
-		return 0, err
+	default:
+		meta = logMeta{Epoch: newEpoch(st), First: 1} // a new log, as a first delivery makes one
 	}
 	// Unstage: every staged record of the move becomes the user's, under this shard's prefix.
 	it, err := t.b.NewIter(&pebble.IterOptions{LowerBound: staged, UpperBound: prefixEnd(staged)})
@@ -408,8 +412,10 @@ func (t *Tx) ActivateUser(st Stamp, move MoveID, uid string) (int, error) {
 	if err := t.b.DeleteRange(pend, prefixEnd(pend), nil); err != nil {
 		return 0, fmt.Errorf("log: write: %w", err)
 	}
-	if err := t.putLogMeta(metaKey, meta); err != nil {
-		return 0, err
+	if has || m.pending > 0 {
+		if err := t.putLogMeta(metaKey, meta); err != nil {
+			return 0, err
+		}
 	}
 	if err := t.del(k.moving(uid)); err != nil {
 		return 0, err
@@ -544,6 +550,8 @@ type MoveStep struct {
 	From    ShardID  // MoveCutover
 	To      ShardID  // MoveCutover
 	Records []Record // MoveStage
+	// SourceEmpty (MoveActivate): the source held no log of the user, so nothing was staged.
+	SourceEmpty bool
 }
 
 // MarshalBinary encodes the request.
@@ -564,6 +572,11 @@ func (r *MoveStep) MarshalBinary() ([]byte, error) {
 		e.bytes(rec.Key)
 		e.bytes(rec.Value)
 	}
+	empty := uint8(0)
+	if r.SourceEmpty {
+		empty = 1
+	}
+	e.u8(empty)
 	return e.b, nil
 }
 
@@ -578,6 +591,13 @@ func (r *MoveStep) UnmarshalBinary(b []byte) error {
 	}
 	for range n {
 		r.Records = append(r.Records, Record{Key: d.bytes(), Value: d.bytes()})
+	}
+	switch d.u8() {
+	case 0:
+	case 1:
+		r.SourceEmpty = true
+	default:
+		return corruptf("move step: bad flag")
 	}
 	return d.done("move step")
 }
@@ -595,7 +615,7 @@ func (t *Tx) Move(st Stamp, r *MoveStep) (uint64, error) {
 	case MoveFence:
 		return 0, t.FenceUser(r.Move, r.User)
 	case MoveActivate:
-		n, err := t.ActivateUser(st, r.Move, r.User)
+		n, err := t.ActivateUser(st, r.Move, r.User, r.SourceEmpty)
 		return uint64(n), err
 	case MoveDrop:
 		return 0, t.DropUser(r.Move, r.User)

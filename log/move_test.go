@@ -130,13 +130,13 @@ func TestMoveUser(t *testing.T) {
 	var appended int
 	mustApply(t, dst, at(dst), func(tx *Tx) error {
 		var err error
-		appended, err = tx.ActivateUser(Stamp{Time: 7000}, move, "bob")
+		appended, err = tx.ActivateUser(Stamp{Time: 7000}, move, "bob", false)
 		return err
 	})
 	if appended != 3 {
 		t.Fatalf("activation appended %d held entries, want 3", appended)
 	}
-	mustApply(t, dst, at(dst), func(tx *Tx) error { _, err := tx.ActivateUser(Stamp{Time: 7000}, move, "bob"); return err })
+	mustApply(t, dst, at(dst), func(tx *Tx) error { _, err := tx.ActivateUser(Stamp{Time: 7000}, move, "bob", false); return err })
 	send(1)
 	deliver(dst, 15, 16) // now straight into the log
 
@@ -194,7 +194,7 @@ func TestMoveRefusals(t *testing.T) {
 	at := func() Stamp { i++; return Stamp{Index: i, Time: 1000} }
 	for name, op := range map[string]func(*Tx) error{
 		"stage without begin":    func(tx *Tx) error { return tx.StageUser(5, "bob", nil) },
-		"activate without begin": func(tx *Tx) error { _, err := tx.ActivateUser(at(), 5, "bob"); return err },
+		"activate without begin": func(tx *Tx) error { _, err := tx.ActivateUser(at(), 5, "bob", false); return err },
 		"begin of move 0":        func(tx *Tx) error { return tx.BeginMoveIn(0, "bob") },
 		"fence of a bad id":      func(tx *Tx) error { return tx.FenceUser(5, "b ob") },
 	} {
@@ -213,7 +213,7 @@ func TestMoveRefusals(t *testing.T) {
 			t.Errorf("staging %s: %v, want ErrInvalid", name, err)
 		}
 	}
-	if _, err := apply(t, s, at(), func(tx *Tx) error { _, err := tx.ActivateUser(at(), 5, "bob"); return err }); !errors.Is(err, ErrInvalid) {
+	if _, err := apply(t, s, at(), func(tx *Tx) error { _, err := tx.ActivateUser(at(), 5, "bob", false); return err }); !errors.Is(err, ErrInvalid) {
 		t.Errorf("activation with nothing staged: %v, want ErrInvalid", err)
 	}
 	if _, err := apply(t, s, at(), func(tx *Tx) error { return tx.DropUser(5, "bob") }); !errors.Is(err, ErrInvalid) {
@@ -310,5 +310,45 @@ func TestCutover(t *testing.T) {
 	}
 	if items, err := reopened.ReadOutbox(5, 10); err != nil || len(items) != 1 || items[0].Pinned["bob"] != 4 {
 		t.Fatalf("reopened: %+v, %v", items, err)
+	}
+}
+
+// TestMoveUserWithoutLog: a user who has no log yet on the source (a new account pinned to a shard
+// of its own before it receives anything) moves too; entries delivered to it meanwhile start its
+// log on the destination, and activating without them creates nothing.
+func TestMoveUserWithoutLog(t *testing.T) {
+	conv := newMemShard(t, 1)
+	dst := newMemShard(t, 3)
+	var ci, di uint64
+	appendOK(t, conv, Stamp{Index: 1, Time: 1000}, Append{Conv: "g", Sender: "ann", ClientMsgID: "c", Kind: KindGroupCreate, Members: []string{"bot"}})
+	ci++
+	mustApply(t, dst, Stamp{Index: 1, Time: 1000}, func(tx *Tx) error { return tx.BeginMoveIn(9, "bot") })
+	mustApply(t, dst, Stamp{Index: 2, Time: 1000}, func(tx *Tx) error { return tx.BeginMoveIn(10, "idle") })
+	di = 2
+	mustApply(t, dst, Stamp{Index: di + 1, Time: 1000}, func(tx *Tx) error {
+		_, err := tx.Deliver(Stamp{Time: 1000}, outboxBatch(t, conv, 0, ci, "bot"))
+		return err
+	})
+	if _, err := apply(t, dst, Stamp{Index: di + 2, Time: 2000}, func(tx *Tx) error {
+		_, err := tx.ActivateUser(Stamp{Time: 2000}, 9, "bot", false)
+		return err
+	}); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("activation with nothing staged, not said empty: %v", err)
+	}
+	var n int
+	mustApply(t, dst, Stamp{Index: di + 3, Time: 2000}, func(tx *Tx) error {
+		var err error
+		n, err = tx.ActivateUser(Stamp{Time: 2000}, 9, "bot", true)
+		return err
+	})
+	if info, err := dst.UserInfo("bot"); err != nil || n != 1 || info.Head != 1 || info.First != 1 || info.Epoch == 0 {
+		t.Fatalf("bot after activation: %d appended, %+v, %v", n, info, err)
+	}
+	mustApply(t, dst, Stamp{Index: di + 4, Time: 2000}, func(tx *Tx) error {
+		_, err := tx.ActivateUser(Stamp{Time: 2000}, 10, "idle", true)
+		return err
+	})
+	if n := countTable(t, dst, tagUser); n != 1 {
+		t.Fatalf("%d user logs on the destination, want bot's only", n)
 	}
 }

@@ -56,7 +56,7 @@ func OpenShard(db *pebble.DB, id ShardID) (*Shard, error) {
 		return nil, fmt.Errorf("log: shard %d has key format %d, this build reads %d: run a newer syncd",
 			id, v, formatVersion)
 	}
-	if err := errors.Join(s.loadMoves(), s.loadCutovers()); err != nil {
+	if err := s.loadMoves(); err != nil {
 		return nil, err
 	}
 	return s, nil

@@ -192,7 +192,7 @@ func (s *Shard) Restore(r io.Reader) error {
 	if err := b.Commit(pebble.Sync); err != nil {
 		return fail(err)
 	}
-	return errors.Join(s.loadMoves(), s.loadCutovers())
+	return s.loadMoves()
 }
 
 // hashingReader checksums exactly the bytes consumed, not what bufio reads ahead.

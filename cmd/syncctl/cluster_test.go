@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/syncd-dev/syncd/proto"
+	"github.com/syncd-dev/syncd/proto/prototest"
 	"github.com/syncd-dev/syncd/raftstore"
 	"github.com/syncd-dev/syncd/syncd/adminapi"
 	"github.com/syncd-dev/syncd/syncd/syncdtest"
@@ -87,4 +89,51 @@ func TestSyncctlShardAdd(t *testing.T) {
 	if code, _, errOut := syncctl(t, append([]string{"shard", "split"}, admin...)...); code != exitUsage || !strings.Contains(errOut, "want add") {
 		t.Fatalf("shard split: exit %d: %s", code, errOut)
 	}
+}
+
+// TestSyncctlMoveUser moves a user with a log to a shard of its own on a running node: the move
+// is reported, runs to its end, and the user is pinned to the new shard with the log intact;
+// refusals (an unknown shard, a second move of the same user) and usage errors change nothing.
+func TestSyncctlMoveUser(t *testing.T) {
+	srv := syncdtest.Start(t, nil)
+	t.Setenv("SYNCD_ADMIN_TOKEN", srv.AdminToken())
+	admin := []string{"-admin", srv.AdminAddr().String()}
+	token, err := srv.MintToken("alice", "phone", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	alice := prototest.Connect(t, srv.Addr().String(), srv.Fingerprint(), token, "alice", "phone")
+	alice.Ack(&proto.CreateGroup{ID: alice.ID(), Conv: "team", ClientMsgID: "g", Members: []string{"bob"}})
+	head := func() uint64 {
+		cur, _ := testkit.GetJSON[adminapi.CursorReport](t, "http://"+srv.AdminAddr().String()+"/v1/cursors?user=alice", testkit.Bearer(srv.AdminToken()))
+		return cur.Head
+	}
+	testkit.WaitTrue(t, 10*time.Second, "alice's log to hold the group's creation", func() bool { return head() == 1 })
+
+	for _, args := range [][]string{{"move", "user", "alice"}, {"move", "user", "alice", "-to", "2", "-new-shard"}, {"move", "alice", "-to", "2"}} {
+		if code, _, _ := syncctl(t, append(args, admin...)...); code != exitUsage {
+			t.Errorf("%v: exit %d, want %d", args, code, exitUsage)
+		}
+	}
+	if code, _, errOut := syncctl(t, append([]string{"move", "user", "alice", "-to", "9"}, admin...)...); code != exitFail || !strings.Contains(errOut, "data shards") {
+		t.Fatalf("a move to shard 9 of 4: exit %d: %s", code, errOut)
+	}
+	code, out, errOut := syncctl(t, append([]string{"move", "user", "alice", "-new-shard"}, admin...)...)
+	if code != 0 || !strings.Contains(out, "alice from shard") || !strings.Contains(out, "to shard 5") {
+		t.Fatalf("move: exit %d: %s %s", code, out, errOut)
+	}
+	var view adminapi.ClusterView
+	testkit.WaitTrue(t, 30*time.Second, "the move to end with alice pinned to shard 5", func() bool {
+		_, out, _ = syncctl(t, append([]string{"cluster", "status", "-json"}, admin...)...)
+		view = decodeJSON[adminapi.ClusterView](t, out)
+		return len(view.Moves) == 0 && view.Overrides["alice"] == 5
+	})
+	if code, _, errOut := syncctl(t, append([]string{"move", "user", "alice", "-to", "5"}, admin...)...); code != exitFail || !strings.Contains(errOut, "differ") {
+		t.Fatalf("a move to the shard alice is on: exit %d: %s", code, errOut)
+	}
+	if h := head(); h != 1 {
+		t.Fatalf("alice's head on her new shard is %d, want 1", h)
+	}
+	alice.Ack(&proto.CreateGroup{ID: alice.ID(), Conv: "team2", ClientMsgID: "g2", Members: []string{"bob"}})
+	testkit.WaitTrue(t, 10*time.Second, "a new entry to follow on her new shard", func() bool { return head() == 2 })
 }

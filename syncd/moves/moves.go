@@ -125,6 +125,7 @@ type run struct {
 	from, to raftstore.ShardID
 	copied   log.Position // the highest log position staged on the destination by this run
 	bytes    int64        // bytes of records staged by this run
+	hasLog   bool         // the source holds a log of the user (an export found one)
 }
 
 // errNotLeader ends a run whose node no longer leads the source: the new leader takes over.
@@ -222,6 +223,7 @@ func (r *run) copyToHead(ctx context.Context) error {
 		var recs []log.Record
 		size := 0
 		last, done, err := state.ExportUser(r.user, r.copied, r.d.cfg.Chunk, func(rec log.Record) error {
+			r.hasLog = true
 			recs = append(recs, rec)
 			size += len(rec.Key) + len(rec.Value)
 			return nil
@@ -292,7 +294,9 @@ func (r *run) fenceStep(ctx context.Context, mv *raftstore.MoveInfo) error {
 	if err := r.copyToHead(ctx); err != nil {
 		return err
 	}
-	if _, err := r.propose(ctx, r.to, r.step(log.MoveActivate)); err != nil {
+	activate := r.step(log.MoveActivate)
+	activate.SourceEmpty = !r.hasLog // a user with no log yet: nothing was staged
+	if _, err := r.propose(ctx, r.to, activate); err != nil {
 		return err
 	}
 	if err := r.advance(ctx, raftstore.StepDrop, nil); err != nil {

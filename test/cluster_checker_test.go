@@ -421,7 +421,11 @@ func (w *workload) checkStores() {
 			}
 		}
 		for _, d := range w.devs {
-			if s := states[slots.UserShard(d.user)]; s != nil {
+			shard, moved := w.moved[d.user]
+			if !moved {
+				shard = slots.UserShard(d.user)
+			}
+			if s := states[shard]; s != nil {
 				userEntries += w.checkUserLog(n.ID, s, d)
 			}
 		}

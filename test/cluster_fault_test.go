@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/syncd-dev/syncd/raftstore"
+	"github.com/syncd-dev/syncd/syncd/routing"
 	"github.com/syncd-dev/syncd/test/testkit"
 )
 
@@ -299,5 +300,52 @@ func TestClusterFaultNodeReplaced(t *testing.T) {
 		n2.retired = true
 		f.tl.add("n2 left the cluster and was stopped")
 		f.w.waitProgress(10, 90*time.Second, "after n2 left")
+	})
+}
+
+// TestClusterFaultMoves: users of the workload move to another shard while it runs, and the node
+// driving each move is killed in the middle of it: the leader of the user's shard (which drives the
+// move) in one round, the leader of the shard it moves to in the next. A new leader resumes the move
+// from the step the cluster map holds; the move ends with the user pinned to its new shard, and the
+// checker finds every acked entry exactly once, in order, on the new shard, its devices with every
+// message, and every replica identical.
+func TestClusterFaultMoves(t *testing.T) {
+	skipShort(t)
+	runFault(t, false, func(f *faultRun) {
+		f.w.moved = map[string]raftstore.ShardID{}
+		slots := routing.Even(clusterShards)
+		for round := range f.rounds(2, 4) {
+			user := wlUserName(round % len(f.w.devs))
+			from := slots.UserShard(user)
+			if to, ok := f.w.moved[user]; ok {
+				from = to
+			}
+			to := from%clusterShards + 1
+			leaders := f.c.waitLeaders(30 * time.Second)
+			victim := leaders[from] // drives the move
+			if round%2 == 1 {
+				victim = leaders[to]
+			}
+			n := f.c.nodes[(slices.Index(f.c.nodes, victim)+1)%len(f.c.nodes)]
+			path := fmt.Sprintf("/v1/moves?user=%s&to=%d", user, to)
+			if code, body, err := f.c.do(n, http.MethodPost, path); err != nil || code != http.StatusOK {
+				f.t.Fatalf("POST %s: %d %s %v", path, code, body, err)
+			}
+			f.tl.add("move of %s from shard %d to %d asked; killing %s, the leader of shard %d", user, from, to, victim.ID,
+				map[bool]raftstore.ShardID{true: from, false: to}[round%2 == 0])
+			f.killNode(victim, "in the middle of the move")
+			f.w.waitProgress(5, 60*time.Second, "round "+strconv.Itoa(round+1)+", a move's driver down")
+			f.restartNode(victim)
+			testkit.Wait(f.t, 120*time.Second, "the move of "+user+" to end", func() (bool, string) {
+				v, err := f.c.clusterView(n)
+				if err != nil {
+					return false, err.Error()
+				}
+				return len(v.Moves) == 0 && v.Overrides[user] == uint32(to), fmt.Sprintf("moves %+v, overrides %v", v.Moves, v.Overrides)
+			})
+			f.w.moved[user] = to
+			f.tl.add("%s moved to shard %d", user, to)
+			f.w.waitProgress(5, 60*time.Second, "after the move")
+		}
 	})
 }

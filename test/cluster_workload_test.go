@@ -17,6 +17,7 @@ import (
 
 	"github.com/syncd-dev/syncd/client"
 	"github.com/syncd-dev/syncd/proto"
+	"github.com/syncd-dev/syncd/raftstore"
 	"github.com/syncd-dev/syncd/test/testkit"
 )
 
@@ -91,7 +92,8 @@ type workload struct {
 	next   map[string]int    // sender → next message number
 	bad    []string          // inconsistencies seen while recording (an ack changing, an unknown id)
 
-	final map[string]convView // conversation → its messages as the devices stored them (checkDevices)
+	final map[string]convView          // conversation → its messages as the devices stored them (checkDevices)
+	moved map[string]raftstore.ShardID // users the schedule moved to another shard, and where
 
 	stop    chan struct{}
 	senders sync.WaitGroup

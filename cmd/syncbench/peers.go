@@ -118,8 +118,7 @@ func syncdShapes(ctx context.Context, o options, bin, dir string, nodes int) ([]
 		fig.delivery = runs[0].res
 		rows = append(rows, row{name: fmt.Sprintf("%s: delivery (%d/s)", name, o.rate), value: fmt.Sprintf("%d entries", fig.delivery.Count),
 			p50: fig.delivery.P50, p99: fig.delivery.P99,
-			// Not yet the peers' shape: syncbench's delivery has one live receiver.
-			note: fmt.Sprintf("append→delivery, one receiver (the peers' push: %d subscribers)", o.subscribers)})
+			note: fmt.Sprintf("append→delivery, %d live receivers (the peers' push: %d subscribers)", o.receivers, o.subscribers)})
 	} else {
 		rows = append(rows, row{name: name + ": delivery", value: "FAILED", note: "see the progress lines above"})
 	}

@@ -219,6 +219,9 @@ func (t *Tx) StageUser(move MoveID, uid string, recs []Record) error {
 	if err != nil {
 		return err
 	}
+	if done, err := t.activated(uid, ok); err != nil || done {
+		return err // a driver resumed after the activation: the copy is over
+	}
 	if !ok || m.move != move || m.role != movingIn {
 		return invalidf("stage: user %q is not moving in under move %d", uid, move)
 	}
@@ -245,6 +248,38 @@ func userRecord(key []byte, uid string) bool {
 		return false
 	}
 	return key[0] != tagUser || len(key) == len(uid)+2
+}
+
+// RestartCopy drops what move has staged for uid, keeping the entries held: the source's log
+// was reset while it was being copied (a new epoch starts again at position 1), so the copy
+// starts over. It is refused unless uid is moving in under move.
+func (t *Tx) RestartCopy(move MoveID, uid string) error {
+	m, ok, err := t.userMove(uid)
+	if err != nil {
+		return err
+	}
+	if done, err := t.activated(uid, ok); err != nil || done {
+		return err
+	}
+	if !ok || m.move != move || m.role != movingIn {
+		return invalidf("restart copy: user %q is not moving in under move %d", uid, move)
+	}
+	staged := t.s.k.stagedPrefix(move)
+	if err := t.b.DeleteRange(staged, prefixEnd(staged), nil); err != nil {
+		return fmt.Errorf("log: write: %w", err)
+	}
+	return nil
+}
+
+// activated reports whether uid, which has no move marker here (marked false), has a log here:
+// on a destination, the sign that its move was activated. Copy steps that a driver resumed after
+// the activation then change nothing, and the driver goes on to the switch.
+func (t *Tx) activated(uid string, marked bool) (bool, error) {
+	if marked {
+		return false, nil
+	}
+	_, has, err := t.logMeta(t.s.k.user(uid))
+	return has, err
 }
 
 // holdPending keeps e, delivered to uid while uid is moving in, as the next pending entry.
@@ -321,18 +356,18 @@ func (t *Tx) checkNotMoving(uid string) error {
 // entries held meanwhile are appended after its head in the order they arrived, and uid is
 // served here. It returns how many held entries were appended. It is refused unless uid is moving
 // in under move with its log meta staged (the copy is complete) — or, with sourceEmpty, with
-// nothing staged: the source held no log of uid, and the held entries, if any, start a new one;
-// once done, repeating it changes nothing.
+// nothing staged: the source held no log of uid, and uid's log starts here, empty or with the
+// held entries; once done, repeating it changes nothing.
 func (t *Tx) ActivateUser(st Stamp, move MoveID, uid string, sourceEmpty bool) (int, error) {
 	k := t.s.k
 	m, ok, err := t.userMove(uid)
 	if err != nil {
 		return 0, err
 	}
+	if done, err := t.activated(uid, ok); err != nil || done {
+		return 0, err // activated before: nothing to do
+	}
 	if !ok {
-		if _, has, err := t.logMeta(k.user(uid)); err != nil || has {
-			return 0, err // activated before: nothing to do
-		}
 		return 0, invalidf("activate: user %q is not moving in under move %d", uid, move)
 	}
 	if m.move != move || m.role != movingIn {
@@ -412,10 +447,10 @@ func (t *Tx) ActivateUser(st Stamp, move MoveID, uid string, sourceEmpty bool) (
 	if err := t.b.DeleteRange(pend, prefixEnd(pend), nil); err != nil {
 		return 0, fmt.Errorf("log: write: %w", err)
 	}
-	if has || m.pending > 0 {
-		if err := t.putLogMeta(metaKey, meta); err != nil {
-			return 0, err
-		}
+	// Written even for a user without entries (an empty log): its presence is how a repeated
+	// step knows the activation happened (activated).
+	if err := t.putLogMeta(metaKey, meta); err != nil {
+		return 0, err
 	}
 	if err := t.del(k.moving(uid)); err != nil {
 		return 0, err
@@ -464,14 +499,21 @@ func (t *Tx) DropUser(move MoveID, uid string) error {
 	return nil
 }
 
-// ExportUser passes fn uid's records from one consistent view of this shard: the log meta, every
-// device cursor and conversation index entry, then the log entries with positions above after,
-// at most max of them (max ≤ 0: all). It returns the last position passed and whether it reached
-// the log's head. A move copies a user by calling it until done, then, after the fence, once more
-// from the last position: the final meta and cursors come with that last call.
-func (s *Shard) ExportUser(uid string, after Position, max int, fn func(Record) error) (last Position, done bool, err error) {
+// ExportUser passes fn uid's records from one consistent view of this shard: the log entries with
+// positions above after, at most limit of them (limit ≤ 0: all), and, when they reach the log's head,
+// the log meta, every device cursor and every conversation index entry. It returns the log's
+// epoch (0: no log), the last position passed and whether it reached the head. A move copies a user by calling it until done,
+// then, after the fence, once more from the last position: the final meta and cursors come with
+// that last call, and the state records travel once per pass over the log rather than with every
+// chunk (a hot user's conversation index is large).
+func (s *Shard) ExportUser(uid string, after Position, limit int, fn func(Record) error) (epoch Epoch, last Position, done bool, err error) {
+	last, done, epoch, err = s.exportUser(uid, after, limit, fn)
+	return epoch, last, done, err
+}
+
+func (s *Shard) exportUser(uid string, after Position, limit int, fn func(Record) error) (last Position, done bool, epoch Epoch, err error) {
 	if !ValidID(uid) {
-		return 0, false, invalidf("bad user id %q", uid)
+		return 0, false, 0, invalidf("bad user id %q", uid)
 	}
 	snap := s.db.NewSnapshot()
 	defer snap.Close()
@@ -480,53 +522,44 @@ func (s *Shard) ExportUser(uid string, after Position, max int, fn func(Record) 
 		return fn(Record{Key: slices.Clone(key[len(k.prefix):]), Value: slices.Clone(val)})
 	}
 	meta, ok, err := getValue(snap, k.user(uid))
-	if err != nil {
-		return 0, false, err
-	}
-	if !ok {
-		return 0, true, nil
+	if err != nil || !ok {
+		return 0, err == nil, 0, err // no log: nothing to copy
 	}
 	m, err := decodeLogMeta(meta)
 	if err != nil {
-		return 0, false, err
+		return 0, false, 0, err
 	}
-	if err := emit(k.user(uid), meta); err != nil {
-		return 0, false, err
-	}
-	scan := func(lo, hi []byte, limit int, each func(key, val []byte) error) (int, error) {
+	scan := func(lo, hi []byte, most int, each func(key, val []byte) error) error {
 		it, err := snap.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
 		if err != nil {
-			return 0, fmt.Errorf("log: read: %w", err)
+			return fmt.Errorf("log: read: %w", err)
 		}
-		n := 0
-		for ok := it.First(); ok && (limit <= 0 || n < limit); ok = it.Next() {
+		for ok, n := it.First(), 0; ok && (most <= 0 || n < most); ok, n = it.Next(), n+1 {
 			if err := each(it.Key(), it.Value()); err != nil {
 				it.Close()
-				return n, err
+				return err
 			}
-			n++
 		}
-		return n, it.Close()
-	}
-	for _, p := range [][]byte{k.cursorPrefix(uid), k.userConvPrefix(uid)} {
-		if _, err := scan(p, prefixEnd(p), 0, emit); err != nil {
-			return 0, false, err
-		}
+		return it.Close()
 	}
 	last = after
-	from := after + 1
-	if from < m.First {
-		from = m.First
-	}
 	prefix := k.userEntryPrefix(uid)
-	_, err = scan(entryKey(prefix, from), prefixEnd(prefix), max, func(key, val []byte) error {
+	err = scan(entryKey(prefix, max(after+1, m.First)), prefixEnd(prefix), limit, func(key, val []byte) error {
 		last = Position(binary.BigEndian.Uint64(key[len(prefix):]))
 		return emit(key, val)
 	})
-	if err != nil {
-		return 0, false, err
+	if err != nil || last < m.Head {
+		return last, false, m.Epoch, err
 	}
-	return last, last >= m.Head, nil
+	if err := emit(k.user(uid), meta); err != nil {
+		return 0, false, 0, err
+	}
+	for _, p := range [][]byte{k.cursorPrefix(uid), k.userConvPrefix(uid)} {
+		if err := scan(p, prefixEnd(p), 0, emit); err != nil {
+			return 0, false, 0, err
+		}
+	}
+	return last, true, m.Epoch, nil
 }
 
 // MoveOp says which step of a move a [MoveStep] makes.
@@ -540,6 +573,7 @@ const (
 	MoveFence    MoveOp = 4 // source: FenceUser
 	MoveActivate MoveOp = 5 // destination: ActivateUser; the result is the entries appended
 	MoveDrop     MoveOp = 6 // source: DropUser
+	MoveRestart  MoveOp = 7 // destination: RestartCopy (the source's log was reset meanwhile)
 )
 
 // MoveStep is a request to make one step of moving a user's log ([Tx.Move]).
@@ -619,6 +653,8 @@ func (t *Tx) Move(st Stamp, r *MoveStep) (uint64, error) {
 		return uint64(n), err
 	case MoveDrop:
 		return 0, t.DropUser(r.Move, r.User)
+	case MoveRestart:
+		return 0, t.RestartCopy(r.Move, r.User)
 	}
 	return 0, invalidf("unknown move step %d", r.Op)
 }

@@ -62,7 +62,7 @@ func TestMoveUser(t *testing.T) {
 	copyFrom := func(after Position, max int) (Position, bool) {
 		t.Helper()
 		var recs []Record
-		last, done, err := src.ExportUser("bob", after, max, func(r Record) error { recs = append(recs, r); return nil })
+		_, last, done, err := src.ExportUser("bob", after, max, func(r Record) error { recs = append(recs, r); return nil })
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -315,7 +315,8 @@ func TestCutover(t *testing.T) {
 
 // TestMoveUserWithoutLog: a user who has no log yet on the source (a new account pinned to a shard
 // of its own before it receives anything) moves too; entries delivered to it meanwhile start its
-// log on the destination, and activating without them creates nothing.
+// log on the destination, and without them its log starts there empty; a copy step resumed after
+// the activation changes nothing.
 func TestMoveUserWithoutLog(t *testing.T) {
 	conv := newMemShard(t, 1)
 	dst := newMemShard(t, 3)
@@ -348,7 +349,26 @@ func TestMoveUserWithoutLog(t *testing.T) {
 		_, err := tx.ActivateUser(Stamp{Time: 2000}, 10, "idle", true)
 		return err
 	})
-	if n := countTable(t, dst, tagUser); n != 1 {
-		t.Fatalf("%d user logs on the destination, want bot's only", n)
+	if info, err := dst.UserInfo("idle"); err != nil || info.Head != 0 || info.Epoch == 0 {
+		t.Fatalf("idle after activation: %+v, %v; want an empty log", info, err)
+	}
+	before := stateSum(t, dst)
+	for name, op := range map[string]func(*Tx) error{
+		"stage": func(tx *Tx) error {
+			return tx.StageUser(10, "idle", []Record{{Key: []byte("\x20idle\x00"), Value: []byte{1}}})
+		},
+		"restart": func(tx *Tx) error { return tx.RestartCopy(10, "idle") },
+		"activate": func(tx *Tx) error {
+			_, err := tx.ActivateUser(Stamp{Time: 3000}, 10, "idle", true)
+			return err
+		},
+	} {
+		di++
+		if _, err := apply(t, dst, Stamp{Index: di + 10, Time: 3000}, op); err != nil {
+			t.Fatalf("%s resumed after the activation: %v", name, err)
+		}
+	}
+	if after := stateSum(t, dst); after[1] != before[1] {
+		t.Fatalf("resumed copy steps changed the state: %v keys, then %v", before, after)
 	}
 }

@@ -126,6 +126,7 @@ type run struct {
 	copied   log.Position // the highest log position staged on the destination by this run
 	bytes    int64        // bytes of records staged by this run
 	hasLog   bool         // the source holds a log of the user (an export found one)
+	epoch    log.Epoch    // the epoch of the log this run copies (0: none seen yet)
 }
 
 // errNotLeader ends a run whose node no longer leads the source: the new leader takes over.
@@ -219,10 +220,17 @@ func (r *run) copyToHead(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if r.copied == 0 && r.epoch == 0 {
+		// This run's first pass: whatever an earlier run staged may be of an epoch the log has
+		// left since (a reset), and this run copies from the start anyway.
+		if _, err := r.propose(ctx, r.to, r.step(log.MoveRestart)); err != nil {
+			return err
+		}
+	}
 	for {
 		var recs []log.Record
 		size := 0
-		last, done, err := state.ExportUser(r.user, r.copied, r.d.cfg.Chunk, func(rec log.Record) error {
+		epoch, last, done, err := state.ExportUser(r.user, r.copied, r.d.cfg.Chunk, func(rec log.Record) error {
 			r.hasLog = true
 			recs = append(recs, rec)
 			size += len(rec.Key) + len(rec.Value)
@@ -231,6 +239,16 @@ func (r *run) copyToHead(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
+		if epoch != r.epoch && r.epoch != 0 {
+			// The log was reset while it was copied (a new epoch, from position 1 again): what
+			// was staged is of the old one, so the copy starts over.
+			if _, err := r.propose(ctx, r.to, r.step(log.MoveRestart)); err != nil {
+				return err
+			}
+			r.copied, r.epoch, r.bytes = 0, epoch, 0
+			continue
+		}
+		r.epoch = epoch
 		s := r.step(log.MoveStage)
 		s.Records = recs
 		if _, err := r.propose(ctx, r.to, s); err != nil {

@@ -303,18 +303,19 @@ func TestClusterFaultNodeReplaced(t *testing.T) {
 	})
 }
 
-// TestClusterFaultMoves: users of the workload move to another shard while it runs, and the node
-// driving each move is killed in the middle of it: the leader of the user's shard (which drives the
-// move) in one round, the leader of the shard it moves to in the next. A new leader resumes the move
-// from the step the cluster map holds; the move ends with the user pinned to its new shard, and the
-// checker finds every acked entry exactly once, in order, on the new shard, its devices with every
-// message, and every replica identical.
+// TestClusterFaultMoves: users of the workload move to another shard while it runs, and in the
+// middle of each move a fault hits it: the leader of the user's shard (the node driving the move)
+// is killed, then the leader of the shard it moves to, then the driver is cut off from the other
+// nodes (a minority partition) and healed. A new leader resumes the move from the step the cluster
+// map holds; the move ends with the user pinned to its new shard, and the checker finds every
+// acked entry exactly once, in order, on the new shard, its devices with every message, and every
+// replica identical.
 func TestClusterFaultMoves(t *testing.T) {
 	skipShort(t)
-	runFault(t, false, func(f *faultRun) {
+	runFault(t, true, func(f *faultRun) {
 		f.w.moved = map[string]raftstore.ShardID{}
 		slots := routing.Even(clusterShards)
-		for round := range f.rounds(2, 4) {
+		for round := range f.rounds(3, 6) {
 			user := wlUserName(round % len(f.w.devs))
 			from := slots.UserShard(user)
 			if to, ok := f.w.moved[user]; ok {
@@ -322,20 +323,31 @@ func TestClusterFaultMoves(t *testing.T) {
 			}
 			to := from%clusterShards + 1
 			leaders := f.c.waitLeaders(30 * time.Second)
-			victim := leaders[from] // drives the move
-			if round%2 == 1 {
-				victim = leaders[to]
+			fault, victim := "kill the leader of the source shard (the move's driver)", leaders[from]
+			switch round % 3 {
+			case 1:
+				fault, victim = "kill the leader of the destination shard", leaders[to]
+			case 2:
+				fault = "cut the move's driver off from the others"
 			}
 			n := f.c.nodes[(slices.Index(f.c.nodes, victim)+1)%len(f.c.nodes)]
 			path := fmt.Sprintf("/v1/moves?user=%s&to=%d", user, to)
 			if code, body, err := f.c.do(n, http.MethodPost, path); err != nil || code != http.StatusOK {
 				f.t.Fatalf("POST %s: %d %s %v", path, code, body, err)
 			}
-			f.tl.add("move of %s from shard %d to %d asked; killing %s, the leader of shard %d", user, from, to, victim.ID,
-				map[bool]raftstore.ShardID{true: from, false: to}[round%2 == 0])
-			f.killNode(victim, "in the middle of the move")
-			f.w.waitProgress(5, 60*time.Second, "round "+strconv.Itoa(round+1)+", a move's driver down")
-			f.restartNode(victim)
+			f.tl.add("move of %s from shard %d to %d asked through %s; %s: %s", user, from, to, n.ID, fault, victim.ID)
+			if round%3 == 2 {
+				f.c.mesh.Partition(victim.ID)
+				f.w.waitProgress(5, 60*time.Second, "round "+strconv.Itoa(round+1)+", the move's driver cut off")
+				f.hold(f.pause(3*time.Second, 10*time.Second))
+				f.c.mesh.Heal()
+				f.tl.add("healed")
+				f.c.waitReady(60 * time.Second)
+			} else {
+				f.killNode(victim, "in the middle of the move")
+				f.w.waitProgress(5, 60*time.Second, "round "+strconv.Itoa(round+1)+", "+fault)
+				f.restartNode(victim)
+			}
 			testkit.Wait(f.t, 120*time.Second, "the move of "+user+" to end", func() (bool, string) {
 				v, err := f.c.clusterView(n)
 				if err != nil {

@@ -32,14 +32,9 @@ func clusterScenario(ctx context.Context, o options) ([]row, error) {
 		return nil, err
 	}
 	defer os.RemoveAll(dir)
-	bin := o.syncd
-	if bin == "" {
-		progress("building ./cmd/syncd into %s", dir)
-		bins, err := proccluster.Build(ctx, proccluster.BuildConfig{Dir: dir})
-		if err != nil {
-			return nil, fmt.Errorf("%w (run inside the syncd repository, or give a binary with -syncd)", err)
-		}
-		bin = bins.Syncd
+	bin, err := syncdBinary(ctx, o, dir)
+	if err != nil {
+		return nil, err
 	}
 	if o.scenario == "cluster-catchup" { // the catch-up part alone: no reference, no failovers
 		progress("starting the %d-node cluster (%d shards, syncd child processes); waiting until settled", o.nodes, o.shards)
@@ -76,6 +71,19 @@ func clusterScenario(ctx context.Context, o options) ([]row, error) {
 	rows = append(rows, clusterCatchUp(ctx, o, cl)...)
 	rows = append(rows, clusterFailovers(ctx, o, cl)...)
 	return rows, nil
+}
+
+// syncdBinary returns the syncd binary the nodes run: -syncd, or ./cmd/syncd built into dir.
+func syncdBinary(ctx context.Context, o options, dir string) (string, error) {
+	if o.syncd != "" {
+		return o.syncd, nil
+	}
+	progress("building ./cmd/syncd into %s", dir)
+	bins, err := proccluster.Build(ctx, proccluster.BuildConfig{Dir: dir})
+	if err != nil {
+		return "", fmt.Errorf("%w (run inside the syncd repository, or give a binary with -syncd)", err)
+	}
+	return bins.Syncd, nil
 }
 
 func closeCluster(name string, c *procCluster) {

@@ -64,4 +64,24 @@ func TestClusterScenarios(t *testing.T) {
 	if f.Failover <= 0 || f.Acked == 0 || f.Lost != 0 || f.Duplicates != 0 {
 		t.Fatalf("failover: %+v", f)
 	}
+
+	// The hot user's phases, with its move to a shard of its own in the middle (-scenario hot).
+	var pause time.Duration
+	phases, err := bench.HotUser(ctx, c.Target(), "hot", 8, 4, []bench.HotStep{
+		{Name: "before", D: 500 * time.Millisecond},
+		{Name: "move", Action: func(ctx context.Context) error { pause, _, err = moveUser(ctx, c, "hot"); return err }},
+		{Name: "after", D: 500 * time.Millisecond},
+	}, c.CPUTime)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range phases {
+		if p.Acked == 0 || p.CPU <= 0 || p.PushP99 <= 0 {
+			t.Fatalf("hot user, phase %s: %+v", p.Name, p)
+		}
+	}
+	if pause <= 0 {
+		t.Fatalf("the move's pause was not counted: %v", pause)
+	}
+	t.Logf("hot user: %+v; the move paused writes %v", phases, pause)
 }

@@ -26,12 +26,18 @@
 //
 // -scenario peers (issue #11) is separate from "all" too: it measures syncd's sends, delivery and
 // catchup on a 1-node and a -nodes syncd (child processes, as for cluster), then the same shapes
-// on the systems syncd's users would pick instead, where they are installed — etcd with one
-// member and with three, Redis streams with appendfsync always — run by the peer load generator
-// bench/peers (a Go module of its own, built here), and reads each peer figure as a ratio of
-// syncd's with as many nodes, from the same invocation:
+// on raw Pebble and on the systems syncd's users would pick instead, where they are installed —
+// etcd with one member and with three, Redis streams with appendfsync always — run by the peer
+// load generator bench/peers (a Go module of its own, built here), and reads each peer figure as a
+// ratio of syncd's with as many nodes, from the same invocation:
 //
 //	go run ./cmd/syncbench -scenario peers
+//
+// -scenario hot (issue #12) is a hot user on a -nodes cluster: -devices senders writing to it
+// (-senders in flight), before, during and after an operator moves it to a shard of its own, and
+// then the move of an idle -move-entries log (hot.go):
+//
+//	go run ./cmd/syncbench -scenario hot -devices 1000 -senders 64
 package main
 
 import (
@@ -87,12 +93,13 @@ type options struct {
 	// -scenario peers only
 	peers              string
 	users, subscribers int
+	moveEntries        int // -scenario hot only
 }
 
 func run(args []string) error {
 	fs := flag.NewFlagSet("syncbench", flag.ContinueOnError)
 	var o options
-	fs.StringVar(&o.scenario, "scenario", "all", "all, bare, sends, overload, delivery, catchup, idle; or cluster, cluster-catchup, peers (not part of all)")
+	fs.StringVar(&o.scenario, "scenario", "all", "all, bare, sends, overload, delivery, catchup, idle; or cluster, cluster-catchup, peers, hot (not part of all)")
 	fs.DurationVar(&o.duration, "duration", 10*time.Second, "duration of each timed scenario")
 	fs.IntVar(&o.devices, "devices", 1000, "connected devices in sends and overload")
 	fs.IntVar(&o.senders, "senders", 64, "concurrent senders in sends")
@@ -115,6 +122,7 @@ func run(args []string) error {
 	fs.StringVar(&o.peers, "peers", "pebble,etcd1,etcd3,redis", "peers: the references to measure: pebble (raw Pebble, in-process), etcd<N> (an etcd cluster of N members), redis")
 	fs.IntVar(&o.users, "users", 10000, "peers: logs the peers' appends go to at random")
 	fs.IntVar(&o.subscribers, "subscribers", 200, "peers: live subscribers in the peers' push shape")
+	fs.IntVar(&o.moveEntries, "move-entries", 1000000, "hot: entries of the log moved idle after the hot user's move (0: none)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -128,6 +136,9 @@ func run(args []string) error {
 	}
 	if o.scenario == "peers" {
 		return runPeers(ctx, o)
+	}
+	if o.scenario == "hot" {
+		return runHot(ctx, o)
 	}
 	want := map[string]bool{}
 	for _, s := range []string{"bare", "sends", "overload", "delivery", "catchup", "idle"} {

@@ -54,14 +54,9 @@ func runPeers(ctx context.Context, o options) error {
 	if out, err := exec.CommandContext(ctx, gen, append(peerArgs(o), "-check")...).CombinedOutput(); err != nil {
 		return fmt.Errorf("peer load generator: %s", bytes.TrimSpace(out))
 	}
-	bin := o.syncd
-	if bin == "" {
-		progress("building ./cmd/syncd into %s", dir)
-		bins, err := proccluster.Build(ctx, proccluster.BuildConfig{Dir: dir})
-		if err != nil {
-			return err
-		}
-		bin = bins.Syncd
+	bin, err := syncdBinary(ctx, o, dir)
+	if err != nil {
+		return err
 	}
 	var rows []row
 	figs := map[int]figures{}

@@ -1,0 +1,195 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/syncd-dev/syncd/proto"
+)
+
+// HotStep is one phase of HotUser: it lasts D, or, with an Action, as long as the action runs
+// (and at least D). The action (an operator's move of the hot user, say) runs while the senders
+// go on.
+type HotStep struct {
+	Name   string
+	D      time.Duration
+	Action func(context.Context) error
+}
+
+// HotPhase is what one phase of HotUser measured.
+type HotPhase struct {
+	Name             string
+	Took             time.Duration // the phase's length
+	Acked, Errors    int           // sends acked in the phase, and those that failed
+	PerSec           float64       // acked sends per second
+	AckP50, AckP99   time.Duration // send → ack
+	PushP50, PushP99 time.Duration // append (server stamp) → arrival on the hot user's sync stream
+	MaxGap           time.Duration // the longest time between two batches arriving on that stream
+	CPU              time.Duration // what the cpu function given to HotUser counted over the phase
+}
+
+// HotUser measures one hot user receiving from many: senders devices, each in a direct
+// conversation with the user hot, and workers closed-loop writers taking turns over those
+// conversations (so at most workers sends are in flight), while the hot user's device syncs its
+// log from the start and checks that it is contiguous. It runs the steps in order on the same
+// connections and measures each; cpu, if not nil, is read at each phase's start and end (the
+// server's CPU time, say). Device k is on the target's node k mod its nodes.
+func HotUser(ctx context.Context, t Target, hot string, senders, workers int, steps []HotStep, cpu func() time.Duration) ([]HotPhase, error) {
+	if senders < 1 || workers < 1 || len(steps) == 0 {
+		return nil, errors.New("bench: hot user needs senders, workers and steps")
+	}
+	dl, err := newDialer(t, min(senders, 8))
+	if err != nil {
+		return nil, err
+	}
+	defer dl.close()
+	run := runID()
+	users := []string{hot}
+	for k := range senders {
+		users = append(users, "hsnd"+strconv.Itoa(k)+"-"+run)
+	}
+	clients, err := dl.connectMany(ctx, users, dialParallel)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		for _, c := range clients {
+			c.close()
+		}
+	}()
+	streams := make([]*reqStream, senders)
+	for k := range streams {
+		if streams[k], err = clients[k+1].openRequests(ctx); err != nil {
+			return nil, err
+		}
+	}
+
+	// The hot user's stream: every arrival's latency and the gaps between batches, into the
+	// phase under way.
+	var mu sync.Mutex
+	var push []time.Duration
+	var maxGap time.Duration
+	var lastBatch time.Time
+	streamErr := make(chan error, 1)
+	sctx, stopStream := context.WithCancel(ctx)
+	defer stopStream()
+	st, r, err := clients[0].syncStream(sctx, &proto.SyncStart{MaxBatch: proto.MaxPage})
+	if err != nil {
+		return nil, err
+	}
+	go func() {
+		var pos proto.Position
+		for {
+			f, err := r.Next()
+			now := time.Now()
+			if err != nil {
+				if sctx.Err() == nil {
+					streamErr <- fmt.Errorf("bench: hot user's sync stream: %w", err)
+				}
+				return
+			}
+			b, ok := f.(*proto.Batch)
+			if !ok {
+				continue
+			}
+			mu.Lock()
+			for _, e := range b.Entries {
+				if e.Seq != pos+1 {
+					mu.Unlock()
+					streamErr <- fmt.Errorf("bench: hot user's log: entry %d after %d", e.Seq, pos)
+					return
+				}
+				pos = e.Seq
+				push = append(push, now.Sub(time.Unix(0, e.Time)))
+			}
+			if !lastBatch.IsZero() {
+				maxGap = max(maxGap, now.Sub(lastBatch))
+			}
+			lastBatch = now
+			mu.Unlock()
+		}
+	}()
+	defer st.CancelRead(0)
+
+	payload := make([]byte, 256)
+	var next atomic.Int64 // the next send's number: which conversation, and its cmid
+	var out []HotPhase
+	for _, step := range steps {
+		mu.Lock()
+		push, maxGap, lastBatch = nil, 0, time.Time{}
+		mu.Unlock()
+		var acked, failed atomic.Int64
+		lat := make([][]time.Duration, workers)
+		stop := make(chan struct{})
+		var wg sync.WaitGroup
+		start := time.Now()
+		var cpu0 time.Duration
+		if cpu != nil {
+			cpu0 = cpu()
+		}
+		wctx, cancel := context.WithTimeout(ctx, step.D+10*time.Minute)
+		for w := range workers {
+			wg.Go(func() {
+				for {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					n := next.Add(1)
+					k := int(n) % senders
+					msg := proto.Send{Conv: proto.DirectConv(users[k+1], hot), Peer: hot, Body: payload,
+						ClientMsgID: run + "-" + strconv.FormatInt(n, 10)}
+					t0 := time.Now()
+					if o, _, _ := attempt(wctx, streams[k], msg); o == outAcked {
+						acked.Add(1)
+						lat[w] = append(lat[w], time.Since(t0))
+					} else {
+						failed.Add(1)
+						sleepCtx(wctx, 10*time.Millisecond)
+					}
+				}
+			})
+		}
+		var actionErr error
+		if step.Action != nil {
+			actionErr = step.Action(ctx)
+		}
+		if rest := step.D - time.Since(start); rest > 0 {
+			sleepCtx(ctx, rest)
+		}
+		close(stop)
+		wg.Wait()
+		cancel()
+		took := time.Since(start)
+		var used time.Duration
+		if cpu != nil {
+			used = cpu() - cpu0
+		}
+		if actionErr != nil {
+			return out, fmt.Errorf("bench: hot user, %s: %w", step.Name, actionErr)
+		}
+		select {
+		case err := <-streamErr:
+			return out, err
+		default:
+		}
+		all := slices.Concat(lat...)
+		slices.Sort(all)
+		mu.Lock()
+		p := slices.Clone(push)
+		gap := maxGap
+		mu.Unlock()
+		slices.Sort(p)
+		out = append(out, HotPhase{Name: step.Name, Took: took, Acked: int(acked.Load()), Errors: int(failed.Load()),
+			PerSec: float64(acked.Load()) / took.Seconds(), AckP50: percentile(all, 0.5), AckP99: percentile(all, 0.99),
+			PushP50: percentile(p, 0.5), PushP99: percentile(p, 0.99), MaxGap: gap, CPU: used})
+	}
+	return out, nil
+}

@@ -1,0 +1,147 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/syncd-dev/syncd/bench"
+	"github.com/syncd-dev/syncd/syncd/adminapi"
+)
+
+// runHot is -scenario hot (issue #12, point 6): on a cluster of -nodes child processes, one hot
+// user receives from -devices senders (-senders of them in flight at once, closed loop) while its
+// device syncs; measured before, during and after an operator moves the user to a shard of its
+// own (`POST /v1/moves?new_shard=1`): acked sends/s, send → ack and push latency, the longest gap
+// on the hot user's stream, and the nodes' CPU per ack. Then a fresh user's log of -move-entries
+// entries is moved the same way, idle, and the time and bytes the move took are reported.
+func runHot(ctx context.Context, o options) error {
+	dir, err := os.MkdirTemp("", "syncbench-hot-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	bin, err := syncdBinary(ctx, o, dir)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("# syncbench: scenario hot, %d nodes, %d shards, %d senders (%d in flight), %v per phase, a %d-entry log moved\n",
+		o.nodes, o.shards, o.devices, o.senders, o.duration, o.moveEntries)
+	cl, err := startProcCluster(ctx, bin, dir, o.nodes, o.shards)
+	if err != nil {
+		return err
+	}
+	defer closeCluster("the cluster", cl)
+	const hot = "hot-bot"
+	var pause time.Duration
+	steps := []bench.HotStep{
+		{Name: "before the move", D: o.duration},
+		{Name: "during the move", D: o.duration / 2, Action: func(ctx context.Context) error {
+			var err error
+			pause, _, err = moveUser(ctx, cl, hot)
+			return err
+		}},
+		{Name: "after, on a shard of its own", D: o.duration},
+	}
+	progress("hot user %s: %d senders, %d in flight", hot, o.devices, o.senders)
+	phases, err := bench.HotUser(ctx, cl.Target(), hot, o.devices, o.senders, steps, cl.CPUTime)
+	if err != nil {
+		return err
+	}
+	var rows []row
+	for _, p := range phases {
+		note := fmt.Sprintf("%d acked in %v, %d failed; push p50 %v p99 %v; longest gap on the hot stream %v; nodes' CPU %v per ack",
+			p.Acked, p.Took.Round(time.Millisecond), p.Errors, dur(p.PushP50), dur(p.PushP99), p.MaxGap.Round(time.Millisecond),
+			(p.CPU / time.Duration(max(p.Acked, 1))).Round(time.Microsecond))
+		if p.Name == "during the move" {
+			note += fmt.Sprintf("; the move paused the user's writes %v", pause.Round(time.Millisecond))
+		}
+		rows = append(rows, row{name: "hot user: " + p.Name, value: fmt.Sprintf("%.0f acked/s", p.PerSec), p50: p.AckP50, p99: p.AckP99, note: note})
+	}
+	if o.moveEntries > 0 {
+		progress("filling a %d-entry log", o.moveEntries)
+		b, err := bench.FillBacklog(ctx, cl.Target(), o.moveEntries)
+		if err != nil {
+			return err
+		}
+		progress("moving %s (%d entries) to a shard of its own", b.User, o.moveEntries)
+		start := time.Now()
+		pause, copied, err := moveUser(ctx, cl, b.User)
+		if err != nil {
+			return err
+		}
+		rows = append(rows, row{name: fmt.Sprintf("move of a %d-entry log", o.moveEntries), value: time.Since(start).Round(time.Millisecond).String(),
+			note: fmt.Sprintf("%d bytes copied (%.0f per entry), writes paused %v", copied, float64(copied)/float64(o.moveEntries), pause.Round(time.Millisecond))})
+	}
+	return printRows(rows, "-")
+}
+
+// moveUser asks node 0 to move user to a shard of its own and waits until the move has ended;
+// it returns the pause and the bytes copied, as the nodes' metrics count them.
+func moveUser(ctx context.Context, cl *procCluster, user string) (pause time.Duration, copied int64, err error) {
+	p0, c0, err := moveMetrics(ctx, cl)
+	if err != nil {
+		return 0, 0, err
+	}
+	n := cl.pc.Node(0)
+	code, body, err := n.AdminDo(ctx, http.MethodPost, "/v1/moves?user="+user+"&new_shard=1")
+	if err != nil || code != http.StatusOK {
+		return 0, 0, fmt.Errorf("syncbench: move %s: HTTP %d %s %v", user, code, body, err)
+	}
+	var started adminapi.MoveStarted
+	if err := json.Unmarshal([]byte(body), &started); err != nil {
+		return 0, 0, err
+	}
+	deadline := time.Now().Add(10 * time.Minute)
+	for {
+		v, err := n.ClusterView(ctx)
+		if err == nil && len(v.Moves) == 0 && v.Overrides[user] == started.To {
+			break
+		}
+		if time.Now().After(deadline) {
+			return 0, 0, errors.New("syncbench: the move did not end within 10 minutes")
+		}
+		sleepFor(ctx, 20*time.Millisecond)
+	}
+	p1, c1, err := moveMetrics(ctx, cl)
+	return time.Duration((p1 - p0) * float64(time.Second)), int64(c1 - c0), err
+}
+
+// moveMetrics sums syncd_move_pause_seconds_sum and syncd_move_copied_bytes_total over the nodes.
+func moveMetrics(ctx context.Context, cl *procCluster) (pause, copied float64, err error) {
+	for _, n := range cl.pc.Nodes() {
+		code, body, err := n.AdminDo(ctx, http.MethodGet, "/metrics")
+		if err != nil || code != http.StatusOK {
+			return 0, 0, fmt.Errorf("syncbench: %s metrics: HTTP %d %v", n.ID, code, err)
+		}
+		sc := bufio.NewScanner(strings.NewReader(body))
+		for sc.Scan() {
+			name, val, ok := strings.Cut(sc.Text(), " ")
+			v, perr := strconv.ParseFloat(val, 64)
+			if !ok || perr != nil {
+				continue
+			}
+			switch name {
+			case "syncd_move_pause_seconds_sum":
+				pause += v
+			case "syncd_move_copied_bytes_total":
+				copied += v
+			}
+		}
+	}
+	return pause, copied, nil
+}
+
+func sleepFor(ctx context.Context, d time.Duration) {
+	select {
+	case <-ctx.Done():
+	case <-time.After(d):
+	}
+}

@@ -32,6 +32,7 @@ type HotPhase struct {
 	PushP50, PushP99 time.Duration // append (server stamp) → arrival on the hot user's sync stream
 	MaxGap           time.Duration // the longest time between two batches arriving on that stream
 	CPU              time.Duration // what the cpu function given to HotUser counted over the phase
+	FirstErr         string        // why the first failed send failed ("" if none did)
 }
 
 // HotUser measures one hot user receiving from many: senders devices, each in a direct
@@ -125,6 +126,7 @@ func HotUser(ctx context.Context, t Target, hot string, senders, workers int, st
 		push, maxGap, lastBatch = nil, 0, time.Time{}
 		mu.Unlock()
 		var acked, failed atomic.Int64
+		var firstErr atomic.Value
 		lat := make([][]time.Duration, workers)
 		stop := make(chan struct{})
 		var wg sync.WaitGroup
@@ -147,11 +149,12 @@ func HotUser(ctx context.Context, t Target, hot string, senders, workers int, st
 					msg := proto.Send{Conv: proto.DirectConv(users[k+1], hot), Peer: hot, Body: payload,
 						ClientMsgID: run + "-" + strconv.FormatInt(n, 10)}
 					t0 := time.Now()
-					if o, _, _ := attempt(wctx, streams[k], msg); o == outAcked {
+					if o, _, err := attempt(wctx, streams[k], msg); o == outAcked {
 						acked.Add(1)
 						lat[w] = append(lat[w], time.Since(t0))
 					} else {
 						failed.Add(1)
+						firstErr.CompareAndSwap(nil, fmt.Sprint(err))
 						sleepCtx(wctx, 10*time.Millisecond)
 					}
 				}
@@ -190,6 +193,9 @@ func HotUser(ctx context.Context, t Target, hot string, senders, workers int, st
 		out = append(out, HotPhase{Name: step.Name, Took: took, Acked: int(acked.Load()), Errors: int(failed.Load()),
 			PerSec: float64(acked.Load()) / took.Seconds(), AckP50: percentile(all, 0.5), AckP99: percentile(all, 0.99),
 			PushP50: percentile(p, 0.5), PushP99: percentile(p, 0.99), MaxGap: gap, CPU: used})
+		if e, ok := firstErr.Load().(string); ok {
+			out[len(out)-1].FirstErr = e
+		}
 	}
 	return out, nil
 }

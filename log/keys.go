@@ -21,7 +21,7 @@ import "encoding/binary"
 //	0x01 | shard u32 | 0x41 | source shard u32              delivery high-water mark per source
 //	0x01 | shard u32 | 0x50 | dest shard u32 | pos u64      dead letter (in the source shard)
 //	0x01 | shard u32 | 0x51 | source shard u32 | pos u64    replayed dead letter (in the destination)
-//	0x01 | shard u32 | 0x60 | move u64 | key suffix         a record staged by a move (move.go)
+//	0x01 | shard u32 | 0x60 | move u64 | key suffix         a moving-in user's log meta, staged (move.go)
 //	0x01 | shard u32 | 0x61 | uid 0x00                      a user's move marker
 //	0x01 | shard u32 | 0x62 | move u64 | n u64              an entry held for a user moving in
 //	0x01 | shard u32 | 0x63 | uid 0x00                      a moved user's cutovers (cutover.go)

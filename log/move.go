@@ -1,7 +1,6 @@
 package log
 
 import (
-	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -19,7 +18,7 @@ import (
 //
 //	D  BeginMoveIn   uid is moving in under move: reads of uid here are refused (ErrMoved), and
 //	                 entries delivered to uid from now on are held, in arrival order (pending)
-//	D  StageUser     records exported from S (ExportUser) are kept under the move, invisible
+//	D  StageUser     records exported from S (ExportUser) are written, invisible behind the marker
 //	S  FenceUser     uid is moving out: its cursor writes, trims and resets are refused
 //	                 (ErrMoving); its state on S is final
 //	D  ActivateUser  the staged records become uid's state, the pending entries are appended
@@ -31,7 +30,7 @@ import (
 //
 // Keys (tags after the last of keys.go):
 //
-//	0x60 | move u64 | key suffix           a staged record: the key without the shard prefix
+//	0x60 | move u64 | key suffix           the staged log meta: its key without the shard prefix
 //	0x61 | uid 0x00                        the user's move marker: move u64 | role u8 | pending u64
 //	0x62 | move u64 | n u64                a held entry: version | groups delta | entry
 
@@ -211,9 +210,14 @@ func (t *Tx) BeginMoveIn(move MoveID, uid string) error {
 	return t.set(t.s.k.moving(uid), moveMarker{move: move, role: movingIn}.encode())
 }
 
-// StageUser keeps recs, exported from the source by ExportUser, under move until ActivateUser.
-// Every record must be one of uid's (log meta, entry, cursor, conversation index); a record
-// staged again replaces the earlier copy, so a copy resumed after a crash may overlap.
+// StageUser writes recs, exported from the source by ExportUser, for move. Every record must be
+// one of uid's (log meta, entry, cursor, conversation index); a record staged again replaces the
+// earlier copy, so a copy resumed after a crash may overlap. Entries, cursors and the index are
+// written where they will stay: the move marker keeps them from every reader and writer until
+// ActivateUser, which therefore does work in proportion to what arrived meanwhile, not to the
+// log (an activation that rewrote a million staged keys paused the user's writes for seconds).
+// Only the log meta waits under the move's staging key: its presence is what makes the log
+// exist here.
 func (t *Tx) StageUser(move MoveID, uid string, recs []Record) error {
 	m, ok, err := t.userMove(uid)
 	if err != nil {
@@ -230,9 +234,13 @@ func (t *Tx) StageUser(move MoveID, uid string, recs []Record) error {
 			return invalidf("stage: record %x is not one of user %q's", r.Key, uid)
 		}
 	}
-	prefix := t.s.k.stagedPrefix(move)
+	staged := t.s.k.stagedPrefix(move)
 	for _, r := range recs {
-		if err := t.set(append(slices.Clip(prefix), r.Key...), r.Value); err != nil {
+		key := append(slices.Clip(t.s.k.prefix[:]), r.Key...)
+		if r.Key[0] == tagUser {
+			key = append(slices.Clip(staged), r.Key...)
+		}
+		if err := t.set(key, r.Value); err != nil {
 			return err
 		}
 	}
@@ -267,6 +275,17 @@ func (t *Tx) RestartCopy(move MoveID, uid string) error {
 	staged := t.s.k.stagedPrefix(move)
 	if err := t.b.DeleteRange(staged, prefixEnd(staged), nil); err != nil {
 		return fmt.Errorf("log: write: %w", err)
+	}
+	return t.deleteUserRecords(uid)
+}
+
+// deleteUserRecords deletes uid's entries, cursors and conversation index (not its log meta).
+func (t *Tx) deleteUserRecords(uid string) error {
+	for _, tag := range userTags[1:] {
+		p := appendID(t.s.k.table(tag, len(uid)+1), uid) // ids hold no 0x00: only uid's keys
+		if err := t.b.DeleteRange(p, prefixEnd(p), nil); err != nil {
+			return fmt.Errorf("log: write: %w", err)
+		}
 	}
 	return nil
 }
@@ -392,29 +411,12 @@ func (t *Tx) ActivateUser(st Stamp, move MoveID, uid string, sourceEmpty bool) (
 	default:
 		meta = logMeta{Epoch: newEpoch(st), First: 1} // a new log, as a first delivery makes one
 	}
-	// Unstage: every staged record of the move becomes the user's, under this shard's prefix.
-	it, err := t.b.NewIter(&pebble.IterOptions{LowerBound: staged, UpperBound: prefixEnd(staged)})
-	if err != nil {
-		return 0, fmt.Errorf("log: read: %w", err)
-	}
+	// The records are in place already (StageUser); entries the source trimmed after they were
+	// copied go now, and the staged meta with the rest of the staging.
 	entryPrefix := k.userEntryPrefix(uid)
-	var recs []Record
-	for ok := it.First(); ok; ok = it.Next() {
-		key := append(slices.Clip(k.prefix[:]), it.Key()[len(staged):]...)
-		if bytes.HasPrefix(key, entryPrefix) && Position(binary.BigEndian.Uint64(key[len(entryPrefix):])) < meta.First {
-			continue // trimmed on the source after it was copied
-		}
-		recs = append(recs, Record{Key: key, Value: slices.Clone(it.Value())})
-	}
-	if err := it.Close(); err != nil {
-		return 0, fmt.Errorf("log: read: %w", err)
-	}
-	for _, r := range recs {
-		if bytes.Equal(r.Key, metaKey) {
-			continue // written last, through putLogMeta
-		}
-		if err := t.set(r.Key, r.Value); err != nil {
-			return 0, err
+	if meta.First > 1 {
+		if err := t.b.DeleteRange(entryPrefix, entryKey(entryPrefix, meta.First), nil); err != nil {
+			return 0, fmt.Errorf("log: write: %w", err)
 		}
 	}
 	if err := t.b.DeleteRange(staged, prefixEnd(staged), nil); err != nil {
@@ -478,11 +480,11 @@ func (t *Tx) DropUser(move MoveID, uid string) error {
 	case !ok || m.move != move || m.role != movingOut:
 		return invalidf("drop: user %q is not moving out under move %d", uid, move)
 	}
-	for _, tag := range userTags {
-		p := appendID(k.table(tag, len(uid)+1), uid) // ids hold no 0x00: only uid's keys
-		if err := t.b.DeleteRange(p, prefixEnd(p), nil); err != nil {
-			return fmt.Errorf("log: write: %w", err)
-		}
+	if err := t.deleteUserRecords(uid); err != nil {
+		return err
+	}
+	if err := t.del(k.user(uid)); err != nil {
+		return err
 	}
 	delete(t.pending, string(k.user(uid))) // neither cache may bring the meta back
 	delete(t.s.metas, string(k.user(uid)))

@@ -60,6 +60,9 @@ func runHot(ctx context.Context, o options) error {
 		note := fmt.Sprintf("%d acked in %v, %d failed; push p50 %v p99 %v; longest gap on the hot stream %v; nodes' CPU %v per ack",
 			p.Acked, p.Took.Round(time.Millisecond), p.Errors, dur(p.PushP50), dur(p.PushP99), p.MaxGap.Round(time.Millisecond),
 			(p.CPU / time.Duration(max(p.Acked, 1))).Round(time.Microsecond))
+		if p.FirstErr != "" {
+			note += "; the first failure: " + p.FirstErr
+		}
 		if p.Name == "during the move" {
 			note += fmt.Sprintf("; the move paused the user's writes %v", pause.Round(time.Millisecond))
 		}

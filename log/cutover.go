@@ -22,7 +22,7 @@ import (
 // nothing any more and is pruned by the trim; the shard after the last one stays, since a node
 // whose map is older than the move would route U to S.
 //
-//	0x63 | uid 0x00    version u8 | last move u64 | after shard u32 | count uvarint | (p u64 | shard u32)…
+//	0x63 | uid 0x00    version u8 | last move u64 | its p u64 | after shard u32 | count uvarint | (p u64 | shard u32)…
 
 const tagCutover byte = 0x63
 
@@ -31,6 +31,7 @@ func (k keys) cutover(uid string) []byte { return appendID(k.table(tagCutover, l
 // cutover is one user's routing on a source shard.
 type cutover struct {
 	move  MoveID  // the last move applied, for idempotence
+	at    uint64  // that move's position: kept apart, since a trim may prune its step
 	after ShardID // where records past every step's upTo go
 	steps []cutoverStep
 }
@@ -56,6 +57,7 @@ const cutoverV1 = 1
 func (c *cutover) encode() []byte {
 	b := []byte{cutoverV1}
 	b = binary.BigEndian.AppendUint64(b, uint64(c.move))
+	b = binary.BigEndian.AppendUint64(b, c.at)
 	b = binary.BigEndian.AppendUint32(b, uint32(c.after))
 	b = binary.AppendUvarint(b, uint64(len(c.steps)))
 	for _, s := range c.steps {
@@ -66,12 +68,13 @@ func (c *cutover) encode() []byte {
 }
 
 func decodeCutover(b []byte) (cutover, error) {
-	if len(b) < 14 || b[0] != cutoverV1 {
+	if len(b) < 22 || b[0] != cutoverV1 {
 		return cutover{}, corruptf("cutover of %d bytes", len(b))
 	}
-	c := cutover{move: MoveID(binary.BigEndian.Uint64(b[1:])), after: ShardID(binary.BigEndian.Uint32(b[9:]))}
-	n, w := binary.Uvarint(b[13:])
-	rest := b[13+max(w, 0):]
+	c := cutover{move: MoveID(binary.BigEndian.Uint64(b[1:])), at: binary.BigEndian.Uint64(b[9:]),
+		after: ShardID(binary.BigEndian.Uint32(b[17:]))}
+	n, w := binary.Uvarint(b[21:])
+	rest := b[21+max(w, 0):]
 	if w <= 0 || uint64(len(rest)) != n*12 {
 		return cutover{}, corruptf("cutover: %d steps in %d bytes", n, len(rest))
 	}
@@ -101,7 +104,7 @@ func (t *Tx) Cutover(move MoveID, uid string, from, to ShardID) (uint64, error) 
 			return 0, err
 		}
 		if c.move == move {
-			return c.steps[len(c.steps)-1].upTo, nil
+			return c.at, nil
 		}
 		if c.after != from {
 			return 0, invalidf("cutover of %q from shard %d: its entries go to shard %d", uid, from, c.after)
@@ -111,7 +114,7 @@ func (t *Tx) Cutover(move MoveID, uid string, from, to ShardID) (uint64, error) 
 	if err != nil {
 		return 0, err
 	}
-	c.move, c.after = move, to
+	c.move, c.at, c.after = move, info.Head, to
 	c.steps = append(c.steps, cutoverStep{upTo: info.Head, shard: from})
 	t.s.cutovers.Store(true)
 	return info.Head, t.set(k.cutover(uid), c.encode())

@@ -61,7 +61,7 @@ var (
 	goldenMoveMarker     = moveMarker{move: 1 << 33, role: movingIn, pending: 258}
 	goldenMoveStep       = MoveStep{Op: MoveStage, Move: 1 << 33, User: "alice", From: 2, To: 70000,
 		Records: []Record{{Key: []byte{0x20, 'a', 0}, Value: []byte{1, 2}}, {Key: []byte{0x22, 'a', 0, 'p', 0}, Value: []byte{3}}}, SourceEmpty: true}
-	goldenCutover    = cutover{move: 1 << 33, after: 7, steps: []cutoverStep{{upTo: 258, shard: 3}, {upTo: 1 << 40, shard: 5}}}
+	goldenCutover    = cutover{move: 1 << 33, at: 1 << 40, after: 7, steps: []cutoverStep{{upTo: 258, shard: 3}, {upTo: 1 << 40, shard: 5}}}
 	goldenRedelivery = Redelivery{Source: 3, Item: Delivery{Pos: 258, Users: []string{"b", "c"}, Entry: goldenEntry}}
 )
 

@@ -311,6 +311,12 @@ func TestCutover(t *testing.T) {
 	if items, err := reopened.ReadOutbox(5, 10); err != nil || len(items) != 1 || items[0].Pinned["bob"] != 4 {
 		t.Fatalf("reopened: %+v, %v", items, err)
 	}
+	// Every step pruned, the last move's cutover, repeated (a resumed driver), still answers its
+	// position (it used to index the pruned steps and panic the state machine).
+	mustApply(t, conv, at(), func(tx *Tx) error { return tx.TrimOutbox(5) })
+	if p, err := cut(6, 3, 4); err != nil || p != 4 {
+		t.Fatalf("the second move's cutover repeated after its step was pruned: %d, %v", p, err)
+	}
 }
 
 // TestMoveUserWithoutLog: a user who has no log yet on the source (a new account pinned to a shard

@@ -95,11 +95,12 @@ func (t *Tx) userAppender(st Stamp) *userAppender {
 // add appends e (its Seq is ignored) to uid's log, creating the log if it has none.
 func (a *userAppender) add(uid string, e Entry) error {
 	t, k := a.t, a.t.s.k
-	if t.s.anyMoves() { // refuseFenced has run: a marker here is a move in
-		if mv, moving, err := t.userMove(uid); err != nil || moving {
-			if err != nil {
-				return err
-			}
+	if t.s.anyMoves() { // refuseFenced has run: a marker here is a move in, or a canceled one
+		mv, moving, err := t.userMove(uid)
+		if err != nil {
+			return err
+		}
+		if moving && mv.role == movingIn {
 			return t.holdPending(uid, mv, &e)
 		}
 	}

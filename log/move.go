@@ -58,6 +58,7 @@ const (
 	movingIn  moveRole = 1 // destination, before activation
 	movingOut moveRole = 2 // source, fenced
 	movedOut  moveRole = 3 // source, dropped: the user's log is elsewhere now
+	canceled  moveRole = 4 // destination, the move canceled: a late begin of it is refused
 )
 
 // moveMarker is the value under 0x61 | uid.
@@ -77,7 +78,7 @@ func (m moveMarker) encode() []byte {
 }
 
 func decodeMoveMarker(b []byte) (moveMarker, error) {
-	if len(b) != 18 || b[0] != moveMarkerV1 || b[9] < byte(movingIn) || b[9] > byte(movedOut) {
+	if len(b) != 18 || b[0] != moveMarkerV1 || b[9] < byte(movingIn) || b[9] > byte(canceled) {
 		return moveMarker{}, corruptf("move marker of %d bytes", len(b))
 	}
 	return moveMarker{move: MoveID(binary.BigEndian.Uint64(b[1:])), role: moveRole(b[9]), pending: binary.BigEndian.Uint64(b[10:])}, nil
@@ -182,7 +183,7 @@ func (s *Shard) servesUser(r pebble.Reader, uid string) error {
 	case ok && m.role == movedOut:
 		return fmt.Errorf("%w (user %q moved to another shard, move %d)", ErrMoved, uid, m.move)
 	}
-	return nil
+	return nil // no marker, or a canceled move's: the user is simply not here
 }
 
 // BeginMoveIn makes this shard the destination of move for uid: until ActivateUser, uid's
@@ -198,7 +199,9 @@ func (t *Tx) BeginMoveIn(move MoveID, uid string) error {
 		return err
 	case ok && m.move == move && m.role == movingIn:
 		return nil
-	case ok && m.role != movedOut:
+	case ok && m.move == move && m.role == canceled:
+		return invalidf("move %d of user %q was canceled", move, uid)
+	case ok && m.role != movedOut && m.role != canceled:
 		return invalidf("user %q is already moving (move %d)", uid, m.move)
 	}
 	if _, has, err := t.logMeta(t.s.k.user(uid)); err != nil {
@@ -290,6 +293,46 @@ func (t *Tx) deleteUserRecords(uid string) error {
 	return nil
 }
 
+// CancelMoveIn undoes move on the destination before any source has cut over: what was copied
+// goes, and the marker says the move was canceled, so that a copy step of it still in flight
+// changes nothing and a begin of it is refused; another move of uid may begin later. It is
+// refused once the user is activated here; repeating it changes nothing.
+func (t *Tx) CancelMoveIn(move MoveID, uid string) error {
+	if !ValidID(uid) || move == 0 {
+		return invalidf("cancel: bad user id %q or move 0", uid)
+	}
+	m, ok, err := t.userMove(uid)
+	if err != nil {
+		return err
+	}
+	switch {
+	case ok && m.move == move && m.role == canceled:
+		return nil
+	case ok && (m.move != move || m.role != movingIn):
+		return invalidf("cancel: user %q is in move %d here, not moving in under move %d", uid, m.move, move)
+	case !ok:
+		if done, err := t.activated(uid, false); err != nil || done {
+			if err != nil {
+				return err
+			}
+			return invalidf("cancel: move %d of user %q is activated already", move, uid)
+		}
+	}
+	if ok {
+		staged, pend := t.s.k.stagedPrefix(move), t.s.k.pendingPrefix(move)
+		for _, p := range [][]byte{staged, pend} {
+			if err := t.b.DeleteRange(p, prefixEnd(p), nil); err != nil {
+				return fmt.Errorf("log: write: %w", err)
+			}
+		}
+		if err := t.deleteUserRecords(uid); err != nil {
+			return err
+		}
+	}
+	t.s.moves.Store(true)
+	return t.set(t.s.k.moving(uid), moveMarker{move: move, role: canceled}.encode())
+}
+
 // activated reports whether uid, which has no move marker here (marked false), has a log here:
 // on a destination, the sign that its move was activated. Copy steps that a driver resumed after
 // the activation then change nothing, and the driver goes on to the switch.
@@ -345,7 +388,7 @@ func (t *Tx) refuseFenced(users []string) error {
 		if err != nil {
 			return err
 		}
-		if ok && m.role != movingIn {
+		if ok && (m.role == movingOut || m.role == movedOut) {
 			return fmt.Errorf("%w: an entry delivered to user %q after the fence (move %d)", ErrMoving, uid, m.move)
 		}
 	}
@@ -364,7 +407,7 @@ func (t *Tx) checkNotMoving(uid string) error {
 		return err
 	case ok && m.role == movingOut:
 		return fmt.Errorf("%w (user %q, move %d)", ErrMoving, uid, m.move)
-	case ok:
+	case ok && m.role != canceled:
 		return fmt.Errorf("%w (user %q is not served here, move %d)", ErrMoved, uid, m.move)
 	}
 	return nil
@@ -576,6 +619,7 @@ const (
 	MoveActivate MoveOp = 5 // destination: ActivateUser; the result is the entries appended
 	MoveDrop     MoveOp = 6 // source: DropUser
 	MoveRestart  MoveOp = 7 // destination: RestartCopy (the source's log was reset meanwhile)
+	MoveCancel   MoveOp = 8 // destination: CancelMoveIn
 )
 
 // MoveStep is a request to make one step of moving a user's log ([Tx.Move]).
@@ -657,6 +701,8 @@ func (t *Tx) Move(st Stamp, r *MoveStep) (uint64, error) {
 		return 0, t.DropUser(r.Move, r.User)
 	case MoveRestart:
 		return 0, t.RestartCopy(r.Move, r.User)
+	case MoveCancel:
+		return 0, t.CancelMoveIn(r.Move, r.User)
 	}
 	return 0, invalidf("unknown move step %d", r.Op)
 }

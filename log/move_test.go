@@ -378,3 +378,42 @@ func TestMoveUserWithoutLog(t *testing.T) {
 		t.Fatalf("resumed copy steps changed the state: %v keys, then %v", before, after)
 	}
 }
+
+// TestMoveCancel: a move canceled before the cutover leaves nothing of the user on the
+// destination; a copy step of it that arrives late changes nothing, its begin is refused, and
+// another move of the user may begin.
+func TestMoveCancel(t *testing.T) {
+	src := newMemShard(t, 2)
+	dst := newMemShard(t, 3)
+	conv := newMemShard(t, 1)
+	appendOK(t, conv, Stamp{Index: 1, Time: 1000}, Append{Conv: "g", Sender: "ann", ClientMsgID: "c", Kind: KindGroupCreate, Members: []string{"bob"}})
+	mustApply(t, src, Stamp{Index: 1, Time: 1000}, func(tx *Tx) error {
+		_, err := tx.Deliver(Stamp{Time: 1000}, outboxBatch(t, conv, 0, 1, "bob"))
+		return err
+	})
+	var recs []Record
+	if _, _, _, err := src.ExportUser("bob", 0, 0, func(r Record) error { recs = append(recs, r); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	var i uint64
+	at := func() Stamp { i++; return Stamp{Index: i, Time: 2000} }
+	mustApply(t, dst, at(), func(tx *Tx) error { return tx.BeginMoveIn(5, "bob") })
+	mustApply(t, dst, at(), func(tx *Tx) error { return tx.StageUser(5, "bob", recs) })
+	mustApply(t, dst, at(), func(tx *Tx) error { return tx.CancelMoveIn(5, "bob") })
+	mustApply(t, dst, at(), func(tx *Tx) error { return tx.CancelMoveIn(5, "bob") }) // repeated
+	for _, tag := range []byte{tagUser, tagUserEntry, tagCursor, tagUserConv, tagStaged, tagPending} {
+		if n := countTable(t, dst, tag); n != 0 {
+			t.Errorf("table %#x holds %d keys after the cancel", tag, n)
+		}
+	}
+	if _, err := apply(t, dst, at(), func(tx *Tx) error { return tx.StageUser(5, "bob", recs) }); !errors.Is(err, ErrInvalid) {
+		t.Errorf("a late copy step of the canceled move: %v, want refused", err)
+	}
+	if _, err := apply(t, dst, at(), func(tx *Tx) error { return tx.BeginMoveIn(5, "bob") }); !errors.Is(err, ErrInvalid) {
+		t.Errorf("a late begin of the canceled move: %v, want refused", err)
+	}
+	if info, err := dst.UserInfo("bob"); err != nil || info.Head != 0 {
+		t.Errorf("bob on the destination after the cancel: %+v, %v; want no log and no refusal", info, err)
+	}
+	mustApply(t, dst, at(), func(tx *Tx) error { return tx.BeginMoveIn(6, "bob") })
+}

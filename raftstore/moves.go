@@ -21,6 +21,7 @@ import (
 //	{"v":1, "op":"move-step",   "move_id":41, "step":"fence", "cutovers":{"1":17,…}}
 //	{"v":1, "op":"move-switch", "move_id":41}    bob's override → 9; the step becomes drop
 //	{"v":1, "op":"move-end",    "move_id":41}    forget the move
+//	{"v":1, "op":"move-cancel", "move_id":41}    during the copy only: the step becomes canceled
 
 // MoveStep names how far a move has come. Steps only move forward, in this order.
 type MoveStep string
@@ -36,6 +37,9 @@ const (
 	StepFence MoveStep = "fence"
 	// StepDrop: the map routes the user to the destination; the source drops its copy.
 	StepDrop MoveStep = "drop"
+	// StepCanceled: an operator canceled the move during its copy; the destination drops what
+	// was copied, then the move is forgotten.
+	StepCanceled MoveStep = "canceled"
 )
 
 var moveSteps = []MoveStep{StepCopy, StepCutover, StepFence, StepDrop}
@@ -89,6 +93,9 @@ func (f *metaFSM) applyMove(m *ClusterMap, c *metaCommand, index uint64) error {
 		if mv == nil {
 			return fmt.Errorf("%w: no move %d", ErrMetaRefused, c.MoveID)
 		}
+		if mv.Step == StepCanceled {
+			return fmt.Errorf("%w: move %d was canceled", ErrMetaRefused, c.MoveID)
+		}
 		step := slices.Index(moveSteps, c.Step)
 		if step < 0 || c.Step == StepDrop {
 			return fmt.Errorf("%w: move-step to %q (the drop step comes with move-switch)", ErrMetaRefused, c.Step)
@@ -118,10 +125,23 @@ func (f *metaFSM) applyMove(m *ClusterMap, c *metaCommand, index uint64) error {
 		}
 		m.Overrides[mv.User] = mv.To
 	case "move-end":
-		if mv := m.Moves[c.MoveID]; mv != nil && mv.Step != StepDrop {
-			return fmt.Errorf("%w: move %d is at step %s; only a switched move ends", ErrMetaRefused, c.MoveID, mv.Step)
+		if mv := m.Moves[c.MoveID]; mv != nil && mv.Step != StepDrop && mv.Step != StepCanceled {
+			return fmt.Errorf("%w: move %d is at step %s; only a switched or canceled move ends", ErrMetaRefused, c.MoveID, mv.Step)
 		}
 		delete(m.Moves, c.MoveID)
+	case "move-cancel":
+		mv := m.Moves[c.MoveID]
+		switch {
+		case mv == nil:
+			return fmt.Errorf("%w: no move %d in progress", ErrMetaRefused, c.MoveID)
+		case mv.Step == StepCanceled:
+			return nil
+		case mv.Step != StepCopy:
+			return fmt.Errorf("%w: move %d is at step %s: a move can be canceled only while it copies (the sources have cut over since)", ErrMetaRefused, c.MoveID, mv.Step)
+		}
+		mv = mv.clone()
+		mv.Step = StepCanceled
+		m.Moves[c.MoveID] = mv
 	}
 	return f.setSlots(m)
 }
@@ -160,7 +180,15 @@ func (n *Node) SwitchMove(ctx context.Context, id uint64) error {
 	return n.ProposeMeta(ctx, metaCommand{Op: "move-switch", MoveID: id})
 }
 
-// EndMove forgets move id, once the source has dropped its copy.
+// CancelMove cancels move id while it is still copying; the destination then drops what was
+// copied and the move is forgotten. Once the sources have cut over it is refused: the move only
+// goes forward from there.
+func (n *Node) CancelMove(ctx context.Context, id uint64) error {
+	return n.ProposeMeta(ctx, metaCommand{Op: "move-cancel", MoveID: id})
+}
+
+// EndMove forgets move id, once the source has dropped its copy (or the destination has
+// dropped a canceled move's).
 func (n *Node) EndMove(ctx context.Context, id uint64) error {
 	return n.ProposeMeta(ctx, metaCommand{Op: "move-end", MoveID: id})
 }

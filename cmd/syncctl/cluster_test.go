@@ -134,6 +134,13 @@ func TestSyncctlMoveUser(t *testing.T) {
 	if h := head(); h != 1 {
 		t.Fatalf("alice's head on her new shard is %d, want 1", h)
 	}
+	// A move that ended cannot be canceled; a cancel needs a move id.
+	if code, _, errOut := syncctl(t, append([]string{"move", "cancel", "7"}, admin...)...); code != exitFail || !strings.Contains(errOut, "no move 7") {
+		t.Fatalf("cancel of a move not in progress: exit %d: %s", code, errOut)
+	}
+	if code, _, _ := syncctl(t, append([]string{"move", "cancel", "x"}, admin...)...); code != exitUsage {
+		t.Fatalf("cancel x: exit %d", code)
+	}
 	alice.Ack(&proto.CreateGroup{ID: alice.ID(), Conv: "team2", ClientMsgID: "g2", Members: []string{"bob"}})
 	testkit.WaitTrue(t, 10*time.Second, "a new entry to follow on her new shard", func() bool { return head() == 2 })
 }

@@ -14,26 +14,44 @@ import (
 
 func runMove(ctx context.Context, e *env, args []string) int {
 	const cmd = "move"
-	f := newFlagSet(e, cmd, "user <uid> (-to <shard> | -new-shard) [-admin host:port]", `
+	f := newFlagSet(e, cmd, "user <uid> (-to <shard> | -new-shard) | cancel <move id> [-admin host:port]", `
 Moves a user's log to another shard online, through any node's admin HTTP server: its entries,
 positions, epoch, device cursors and group count, unchanged. Devices keep syncing from their
 cursors; the user's writes (cursor acks) pause for the move's last steps, well under a second,
 and are answered with a retry-after meanwhile. Watch it with syncctl cluster status (MOVES).
 
   user <uid> -to <shard>    move it to that shard
-  user <uid> -new-shard     add a shard and move it there: a hot account on a shard of its own`, `
+  user <uid> -new-shard     add a shard and move it there: a hot account on a shard of its own
+  cancel <move id>          cancel a move that is still copying (its step is copy); after that
+                            the move only goes forward`, `
 syncctl move user support-bot -new-shard
-syncctl move user alice -to 3`)
+syncctl move user alice -to 3
+syncctl move cancel 4711`)
 	to := f.Uint("to", 0, "the shard to move to")
 	fresh := f.Bool("new-shard", false, "add a shard for the user and move it there")
 	var admin adminFlags
 	admin.register(f)
+	if len(args) >= 2 && args[0] == "cancel" && !strings.HasPrefix(args[1], "-") {
+		if code, ok := parse(e, f, args[2:]); !ok {
+			return code
+		}
+		if _, err := strconv.ParseUint(args[1], 10, 64); err != nil {
+			fmt.Fprintf(e.stderr, "syncctl move cancel: %q is not a move id (syncctl cluster status lists them)\n", args[1])
+			return exitUsage
+		}
+		if err := admin.call(ctx, http.MethodPost, "/v1/moves/"+args[1]+"/cancel", nil); err != nil {
+			e.reportAdmin(cmd+" cancel", err)
+			return exitFail
+		}
+		fmt.Fprintf(e.stdout, "move %s canceled; its destination drops what it copied\n", args[1])
+		return exitOK
+	}
 	if len(args) < 2 || args[0] != "user" || strings.HasPrefix(args[1], "-") {
 		if len(args) > 0 && (args[0] == "-h" || args[0] == "-help" || args[0] == "--help") {
 			f.Usage()
 			return exitOK
 		}
-		fmt.Fprintln(e.stderr, "syncctl move: want user <uid> -to <shard> or -new-shard (see -h)")
+		fmt.Fprintln(e.stderr, "syncctl move: want user <uid> -to <shard> or -new-shard, or cancel <move id> (see -h)")
 		return exitUsage
 	}
 	uid := args[1]

@@ -92,6 +92,7 @@ func (s *Server) Cluster(ctx context.Context) adminapi.ClusterView {
 //	                                       the others, owning no slot yet
 //	POST /v1/moves?user=…&to=N             move a user's log to shard N online (new_shard=1: to a
 //	                                       shard added for it)
+//	POST /v1/moves/{id}/cancel             cancel a move that is still copying
 func (s *Server) clusterRoutes(mux *http.ServeMux) {
 	mux.HandleFunc("GET /v1/cluster", func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), 3*time.Second)
@@ -135,6 +136,21 @@ func (s *Server) clusterRoutes(mux *http.ServeMux) {
 		writeJSON(w, http.StatusOK, adminapi.ShardAdded{Shard: uint32(id)})
 	})
 	mux.HandleFunc("POST /v1/moves", s.startMove)
+	mux.HandleFunc("POST /v1/moves/{id}/cancel", func(w http.ResponseWriter, r *http.Request) {
+		id, err := strconv.ParseUint(r.PathValue("id"), 10, 64)
+		if err != nil {
+			writeOpsError(w, http.StatusBadRequest, "bad_request", "the move id must be a number", "syncctl cluster status lists the moves and their ids")
+			return
+		}
+		ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
+		defer cancel()
+		if err := s.node.CancelMove(ctx, id); err != nil {
+			writeProposeError(w, err, "only a move that is still copying can be canceled; syncctl cluster status shows its step")
+			return
+		}
+		s.logger.Warn("move canceled; the destination drops what it copied", "move", id)
+		writeJSON(w, http.StatusOK, map[string]any{"id": id, "canceled": true})
+	})
 }
 
 // startMove serves POST /v1/moves: the user's log moves from the shard it is routed to now to

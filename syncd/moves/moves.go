@@ -153,6 +153,8 @@ func (r *run) carryOut(ctx context.Context) error {
 			err = r.fenceStep(ctx, mv)
 		case raftstore.StepDrop:
 			err = r.dropStep(ctx)
+		case raftstore.StepCanceled:
+			err = r.cancelStep(ctx)
 		default:
 			err = fmt.Errorf("moves: move %d at unknown step %q (a newer build's?)", r.id, mv.Step)
 		}
@@ -327,6 +329,15 @@ func (r *run) fenceStep(ctx context.Context, mv *raftstore.MoveInfo) error {
 		r.d.cfg.Observe(pause, r.bytes)
 	}
 	return nil
+}
+
+// cancelStep drops what a canceled move copied to the destination and forgets the move.
+func (r *run) cancelStep(ctx context.Context) error {
+	if _, err := r.propose(ctx, r.to, r.step(log.MoveCancel)); err != nil {
+		return err
+	}
+	r.d.cfg.Logger.Info("move canceled", "move", r.id, "user", r.user, "from", uint32(r.from), "to", uint32(r.to))
+	return r.d.node.EndMove(ctx, r.id)
 }
 
 // dropStep deletes the source's copy and forgets the move.

@@ -1,0 +1,119 @@
+package raftstore
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"slices"
+	"testing"
+
+	"github.com/hashicorp/raft"
+)
+
+// TestMetaMoves drives the cluster map's moves through their commands: a move routes its user
+// only once it has switched, its steps only go forward, a cancel is taken only while it copies,
+// and the overrides survive a snapshot.
+func TestMetaMoves(t *testing.T) {
+	f := newMetaFSM()
+	index := uint64(0)
+	apply := func(c metaCommand) error {
+		index++
+		c.V = metaCommandV1
+		b, _ := json.Marshal(c)
+		err, _ := f.Apply(&raft.Log{Type: raft.LogCommand, Index: index, Data: b}).(error)
+		return err
+	}
+	if err := apply(metaCommand{Op: "init", Map: &ClusterMap{Shards: 4, RF: 1, Nodes: map[string]NodeInfo{"n1": {ID: "n1", RaftAddr: "x"}}}}); err != nil {
+		t.Fatal(err)
+	}
+	start := func(user string, from, to ShardID) (uint64, error) {
+		err := apply(metaCommand{Op: "move-start", Move: &MoveInfo{User: user, From: from, To: to}})
+		return index, err
+	}
+	for _, bad := range []struct {
+		user     string
+		from, to ShardID
+	}{{"", 1, 2}, {"bob", 1, 1}, {"bob", 0, 2}, {"bob", 1, 5}} {
+		if _, err := start(bad.user, bad.from, bad.to); !errors.Is(err, ErrMetaRefused) {
+			t.Errorf("move-start %+v: %v, want refused", bad, err)
+		}
+	}
+	id, err := start("bob", 1, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := start("bob", 1, 2); !errors.Is(err, ErrMetaRefused) {
+		t.Fatalf("a second move of bob: %v", err)
+	}
+	if _, pinned := f.slots.Load().UserOverride("bob"); pinned || !slices.Contains(f.slots.Load().Shards(), 3) {
+		t.Fatal("a move in progress must not route its user, but must count its destination")
+	}
+	for _, c := range []metaCommand{
+		{Op: "move-switch", MoveID: id},                 // still copying
+		{Op: "move-end", MoveID: id},                    // not switched
+		{Op: "move-step", MoveID: id, Step: StepDrop},   // the drop comes with the switch
+		{Op: "move-step", MoveID: id, Step: "sideways"}, // no such step
+		{Op: "move-cancel", MoveID: id + 100},           // no such move
+	} {
+		if err := apply(c); !errors.Is(err, ErrMetaRefused) {
+			t.Errorf("%s %s: %v, want refused", c.Op, c.Step, err)
+		}
+	}
+	if err := apply(metaCommand{Op: "move-step", MoveID: id, Step: StepCutover}); err != nil {
+		t.Fatal(err)
+	}
+	if err := apply(metaCommand{Op: "move-step", MoveID: id, Step: StepCopy}); err != nil || f.snapshot().Moves[id].Step != StepCutover {
+		t.Fatalf("a step back: %v, step %s", err, f.snapshot().Moves[id].Step)
+	}
+	if err := apply(metaCommand{Op: "move-cancel", MoveID: id}); !errors.Is(err, ErrMetaRefused) {
+		t.Fatalf("a cancel after the cutover: %v", err)
+	}
+	if err := apply(metaCommand{Op: "move-step", MoveID: id, Step: StepFence, Cutovers: map[ShardID]uint64{1: 9}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := apply(metaCommand{Op: "move-switch", MoveID: id}); err != nil {
+		t.Fatal(err)
+	}
+	if s, ok := f.slots.Load().UserOverride("bob"); !ok || s != 3 {
+		t.Fatalf("after the switch bob routes to %d (%v)", s, ok)
+	}
+	if err := apply(metaCommand{Op: "move-end", MoveID: id}); err != nil || len(f.snapshot().Moves) != 0 {
+		t.Fatalf("move-end: %v, moves %v", err, f.snapshot().Moves)
+	}
+
+	// A canceled move: only while it copies, and then it can only end.
+	id2, err := start("ann", 2, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := apply(metaCommand{Op: "move-cancel", MoveID: id2}); err != nil || f.snapshot().Moves[id2].Step != StepCanceled {
+		t.Fatalf("cancel: %v", err)
+	}
+	if err := apply(metaCommand{Op: "move-step", MoveID: id2, Step: StepCutover}); !errors.Is(err, ErrMetaRefused) {
+		t.Fatalf("a canceled move went on: %v", err)
+	}
+	if err := apply(metaCommand{Op: "move-end", MoveID: id2}); err != nil {
+		t.Fatal(err)
+	}
+	if _, pinned := f.slots.Load().UserOverride("ann"); pinned {
+		t.Fatal("a canceled move pinned its user")
+	}
+
+	// The override survives a snapshot.
+	snap, err := f.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	if err := snap.Persist(&sink{&buf}); err != nil {
+		t.Fatal(err)
+	}
+	g := newMetaFSM()
+	if err := g.Restore(io.NopCloser(&buf)); err != nil {
+		t.Fatal(err)
+	}
+	if s, ok := g.slots.Load().UserOverride("bob"); !ok || s != 3 {
+		t.Fatalf("restored: bob routes to %d (%v)", s, ok)
+	}
+}

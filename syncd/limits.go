@@ -157,12 +157,19 @@ func (s *Server) checkGroupsPerUser(ctx context.Context, app *log.Append) error 
 	if app.Kind == log.KindGroupCreate {
 		named = append([]string{app.Sender}, named...)
 	}
+	// By shard, in the order the users are named (the creator first), so that the refusal names
+	// the first user at the limit, not one a map's order picked.
 	byShard := map[raftstore.ShardID][]string{}
+	var order []raftstore.ShardID
 	for _, uid := range named {
 		sh := s.slots.UserShard(uid)
+		if byShard[sh] == nil {
+			order = append(order, sh)
+		}
 		byShard[sh] = append(byShard[sh], uid)
 	}
-	for sh, uids := range byShard {
+	for _, sh := range order {
+		uids := byShard[sh]
 		r, err := s.reader(ctx, sh)
 		if err != nil {
 			return err

@@ -552,13 +552,8 @@ func (t *Tx) DropUser(move MoveID, uid string) error {
 // that last call, and the state records travel once per pass over the log rather than with every
 // chunk (a hot user's conversation index is large).
 func (s *Shard) ExportUser(uid string, after Position, limit int, fn func(Record) error) (epoch Epoch, last Position, done bool, err error) {
-	last, done, epoch, err = s.exportUser(uid, after, limit, fn)
-	return epoch, last, done, err
-}
-
-func (s *Shard) exportUser(uid string, after Position, limit int, fn func(Record) error) (last Position, done bool, epoch Epoch, err error) {
 	if !ValidID(uid) {
-		return 0, false, 0, invalidf("bad user id %q", uid)
+		return 0, 0, false, invalidf("bad user id %q", uid)
 	}
 	snap := s.db.NewSnapshot()
 	defer snap.Close()
@@ -568,11 +563,11 @@ func (s *Shard) exportUser(uid string, after Position, limit int, fn func(Record
 	}
 	meta, ok, err := getValue(snap, k.user(uid))
 	if err != nil || !ok {
-		return 0, err == nil, 0, err // no log: nothing to copy
+		return 0, 0, err == nil, err // no log: nothing to copy
 	}
 	m, err := decodeLogMeta(meta)
 	if err != nil {
-		return 0, false, 0, err
+		return 0, 0, false, err
 	}
 	scan := func(lo, hi []byte, most int, each func(key, val []byte) error) error {
 		it, err := snap.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
@@ -594,17 +589,17 @@ func (s *Shard) exportUser(uid string, after Position, limit int, fn func(Record
 		return emit(key, val)
 	})
 	if err != nil || last < m.Head {
-		return last, false, m.Epoch, err
+		return m.Epoch, last, false, err
 	}
 	if err := emit(k.user(uid), meta); err != nil {
-		return 0, false, 0, err
+		return 0, 0, false, err
 	}
 	for _, p := range [][]byte{k.cursorPrefix(uid), k.userConvPrefix(uid)} {
 		if err := scan(p, prefixEnd(p), 0, emit); err != nil {
-			return 0, false, 0, err
+			return 0, 0, false, err
 		}
 	}
-	return last, true, m.Epoch, nil
+	return m.Epoch, last, true, nil
 }
 
 // MoveOp says which step of a move a [MoveStep] makes.

@@ -153,16 +153,33 @@ func (n *Node) StartMove(ctx context.Context, user string, from, to ShardID, now
 		return 0, err
 	}
 	// Committed; this node's replica of the map applies it soon after, if it is not the leader.
-	for {
-		m, _ := n.ClusterMap()
+	var id uint64
+	err := n.WaitMap(ctx, func(m ClusterMap) bool {
 		for _, mv := range m.Moves {
 			if mv.User == user {
-				return mv.ID, nil
+				id = mv.ID
+				return true
 			}
+		}
+		return false
+	})
+	if err != nil {
+		return 0, fmt.Errorf("raftstore: the move of %q was recorded, but this node's map has not shown it yet (%w): see the cluster's status", user, err)
+	}
+	return id, nil
+}
+
+// WaitMap waits until this node's replica of the cluster map satisfies cond, or ctx ends: for
+// a change this node proposed, which a replica that is not the meta leader applies a little
+// after the proposal returned.
+func (n *Node) WaitMap(ctx context.Context, cond func(ClusterMap) bool) error {
+	for {
+		if m, _ := n.ClusterMap(); cond(m) {
+			return nil
 		}
 		select {
 		case <-ctx.Done():
-			return 0, fmt.Errorf("raftstore: the move of %q was recorded, but this node's map has not shown it yet: see the cluster's status", user)
+			return ctx.Err()
 		case <-time.After(5 * time.Millisecond):
 		}
 	}

@@ -1,10 +1,8 @@
 package raftstore
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
-	"io"
 	"slices"
 	"testing"
 
@@ -101,19 +99,7 @@ func TestMetaMoves(t *testing.T) {
 	}
 
 	// The override survives a snapshot.
-	snap, err := f.Snapshot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var buf bytes.Buffer
-	if err := snap.Persist(&sink{&buf}); err != nil {
-		t.Fatal(err)
-	}
-	g := newMetaFSM()
-	if err := g.Restore(io.NopCloser(&buf)); err != nil {
-		t.Fatal(err)
-	}
-	if s, ok := g.slots.Load().UserOverride("bob"); !ok || s != 3 {
+	if s, ok := restoredCopy(t, f).slots.Load().UserOverride("bob"); !ok || s != 3 {
 		t.Fatalf("restored: bob routes to %d (%v)", s, ok)
 	}
 }

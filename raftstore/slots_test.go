@@ -81,6 +81,15 @@ func TestMetaSlotTable(t *testing.T) {
 	if got := g.slots.Load(); got == nil || len(got.Shards()) != 3 {
 		t.Fatalf("restored map without slots: table %v", got)
 	}
+	h := restoredCopy(t, f)
+	if h.slots.Load().Shard(0) != 1 || h.slots.Load().Shard(NumSlots-1) != 4 {
+		t.Fatal("a snapshot round trip changed the routing")
+	}
+}
+
+// restoredCopy returns a fresh meta state machine restored from a snapshot of f.
+func restoredCopy(t *testing.T, f *metaFSM) *metaFSM {
+	t.Helper()
 	snap, err := f.Snapshot()
 	if err != nil {
 		t.Fatal(err)
@@ -89,13 +98,11 @@ func TestMetaSlotTable(t *testing.T) {
 	if err := snap.Persist(&sink{&buf}); err != nil {
 		t.Fatal(err)
 	}
-	h := newMetaFSM()
-	if err := h.Restore(io.NopCloser(&buf)); err != nil {
+	g := newMetaFSM()
+	if err := g.Restore(io.NopCloser(&buf)); err != nil {
 		t.Fatal(err)
 	}
-	if h.slots.Load().Shard(0) != 1 || h.slots.Load().Shard(NumSlots-1) != 4 {
-		t.Fatal("a snapshot round trip changed the routing")
-	}
+	return g
 }
 
 // sink is a raft.SnapshotSink writing to a buffer.

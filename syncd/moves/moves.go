@@ -27,6 +27,7 @@ type Node interface {
 	AdvanceMove(ctx context.Context, id uint64, step raftstore.MoveStep, cutovers map[raftstore.ShardID]uint64) error
 	SwitchMove(ctx context.Context, id uint64) error
 	EndMove(ctx context.Context, id uint64) error
+	WaitMap(ctx context.Context, cond func(raftstore.ClusterMap) bool) error
 }
 
 // Config tunes the driver. Zero fields take the defaults.
@@ -202,17 +203,10 @@ func (r *run) advance(ctx context.Context, step raftstore.MoveStep, cutovers map
 	if err != nil {
 		return err
 	}
-	for {
-		m, _ := r.d.node.ClusterMap()
-		if mv := m.Moves[r.id]; mv == nil || mv.Step == step {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(5 * time.Millisecond):
-		}
-	}
+	return r.d.node.WaitMap(ctx, func(m raftstore.ClusterMap) bool {
+		mv := m.Moves[r.id]
+		return mv == nil || mv.Step == step
+	})
 }
 
 // copyToHead stages the source's records past what this run copied, in chunks, until a chunk

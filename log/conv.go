@@ -98,7 +98,11 @@ func (t *Tx) Append(st Stamp, req *Append) (AppendResult, error) {
 		expired = &rec
 	}
 
-	// 2. Checks against the conversation, all before the first write.
+	// 2. Checks against the conversation, all before the first write: a conversation moving to
+	// or from this shard takes no writes (a resend of one it took is answered above).
+	if err := t.checkConvNotMoving(req.Conv); err != nil {
+		return AppendResult{}, err
+	}
 	meta, exists, err := t.logMeta(k.conv(req.Conv))
 	if err != nil {
 		return AppendResult{}, err
@@ -116,7 +120,7 @@ func (t *Tx) Append(st Stamp, req *Append) (AppendResult, error) {
 		res.MsgID = MsgID{Shard: t.s.id, Index: st.Index}
 		res.ConvSeq = plan.meta.Head + 1
 		plan.meta.Head = res.ConvSeq
-		if err := t.writeConvEntry(st, req, &plan, res); err != nil {
+		if err := t.writeConvEntry(st, req, &plan, res, suffix); err != nil {
 			return AppendResult{}, err
 		}
 	}
@@ -371,7 +375,9 @@ func (t *Tx) planRecall(st Stamp, req *Append) (msgRef, error) {
 	return ref, nil
 }
 
-func (t *Tx) writeConvEntry(st Stamp, req *Append, p *appendPlan, res AppendResult) error {
+// writeConvEntry writes the entry res names, with the membership, read mark and recall changes
+// of p; dedup is the suffix of the request's dedup record, which the msg_id index keeps.
+func (t *Tx) writeConvEntry(st Stamp, req *Append, p *appendPlan, res AppendResult, dedup []byte) error {
 	k := t.s.k
 	e := Entry{
 		Kind: req.Kind, MsgID: res.MsgID, Conv: req.Conv, ConvSeq: res.ConvSeq,
@@ -431,7 +437,7 @@ func (t *Tx) writeConvEntry(st Stamp, req *Append, p *appendPlan, res AppendResu
 	if err := t.set(k.convEntry(req.Conv, res.ConvSeq), encodeEntry(&e)); err != nil {
 		return err
 	}
-	if err := t.set(k.msgIndex(res.MsgID), msgRef{Conv: req.Conv, ConvSeq: res.ConvSeq}.encode()); err != nil {
+	if err := t.set(k.msgIndex(res.MsgID), msgRef{Conv: req.Conv, ConvSeq: res.ConvSeq, Dedup: dedup}.encode()); err != nil {
 		return err
 	}
 	if err := t.putLogMeta(k.conv(req.Conv), p.meta); err != nil {

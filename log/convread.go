@@ -29,12 +29,9 @@ func (s *Shard) Conversation(conv, uid string) (ConvState, error) {
 	}
 	snap := s.db.NewSnapshot()
 	defer snap.Close()
-	m, ok, err := getLogMeta(snap, s.k.conv(conv))
+	m, err := s.convMeta(snap, conv)
 	if err != nil {
 		return ConvState{}, err
-	}
-	if !ok {
-		return ConvState{}, ErrNoConversation
 	}
 	mem, err := memberOf(snap, s.k, conv, uid)
 	if err != nil {
@@ -75,12 +72,9 @@ func (s *Shard) MembersAfter(conv, uid, after string, limit int) (page []Member,
 	}
 	snap := s.db.NewSnapshot()
 	defer snap.Close()
-	m, ok, err := getLogMeta(snap, s.k.conv(conv))
+	m, err := s.convMeta(snap, conv)
 	if err != nil {
 		return nil, false, err
-	}
-	if !ok {
-		return nil, false, ErrNoConversation
 	}
 	if _, err := memberOf(snap, s.k, conv, uid); err != nil {
 		return nil, false, err

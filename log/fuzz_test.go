@@ -115,7 +115,7 @@ func FuzzDecodeOutboxRecord(f *testing.F) {
 }
 
 func FuzzDecodeMsgRef(f *testing.F) {
-	addSeeds(f, goldenMsgRef.encode(), msgRef{}.encode())
+	addSeeds(f, goldenMsgRef.encode(), goldenMsgRefV2.encode(), msgRef{}.encode())
 	f.Fuzz(func(t *testing.T, data []byte) { roundTrip(t, data, decodeMsgRef, msgRef.encode) })
 }
 
@@ -352,7 +352,8 @@ func exerciseShard(t *testing.T, s *Shard) {
 // values it stores (move marker, held entry, cutover).
 func FuzzMoveValues(f *testing.F) {
 	step, _ := goldenMoveStep.MarshalBinary()
-	addSeeds(f, step, goldenMoveMarker.encode(), goldenCutover.encode(), encodePending(-1, &goldenEntry))
+	convStep, _ := goldenMoveStepConv.MarshalBinary()
+	addSeeds(f, step, convStep, goldenMoveMarker.encode(), goldenCutover.encode(), encodePending(-1, &goldenEntry))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		roundTrip(t, data,
 			func(b []byte) (MoveStep, error) { var r MoveStep; err := r.UnmarshalBinary(b); return r, err },

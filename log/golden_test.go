@@ -47,7 +47,8 @@ var (
 		Role: RoleOwner, DedupWindow: DefaultDedupWindow, MaxGroupSize: 5000}
 	goldenEntryV2 = Entry{Kind: KindMemberAdd, MsgID: MsgID{Shard: 3, Index: 99, Sub: 1}, Conv: "g", ConvSeq: 12,
 		Sender: "bob", Time: 1_700_000_000_000_000_000, Role: RoleAdmin, MemberCount: 40}
-	goldenMsgRef = msgRef{Conv: "g", ConvSeq: 12, Recalled: true}
+	goldenMsgRef   = msgRef{Conv: "g", ConvSeq: 12, Recalled: true}
+	goldenMsgRefV2 = msgRef{Conv: "g", ConvSeq: 12, Dedup: dedupSuffix("bob", "cm-1", KindMessage)}
 	goldenDedup  = dedupRecord{
 		Hash:    [16]byte{0: 0xde, 1: 0xad, 14: 0xbe, 15: 0xef},
 		Expires: 1_700_086_400_000_000_000,
@@ -61,6 +62,7 @@ var (
 	goldenMoveMarker     = moveMarker{move: 1 << 33, role: movingIn, pending: 258}
 	goldenMoveStep       = MoveStep{Op: MoveStage, Move: 1 << 33, User: "alice", From: 2, To: 70000,
 		Records: []Record{{Key: []byte{0x20, 'a', 0}, Value: []byte{1, 2}}, {Key: []byte{0x22, 'a', 0, 'p', 0}, Value: []byte{3}}}, SourceEmpty: true}
+	goldenMoveStepConv = MoveStep{Op: MoveFence, Move: 1 << 33, Conv: "g", From: 2, To: 70000}
 	goldenCutover    = cutover{move: 1 << 33, at: 1 << 40, after: 7, steps: []cutoverStep{{upTo: 258, shard: 3}, {upTo: 1 << 40, shard: 5}}}
 	goldenRedelivery = Redelivery{Source: 3, Item: Delivery{Pos: 258, Users: []string{"b", "c"}, Entry: goldenEntry}}
 )
@@ -102,6 +104,8 @@ func goldenCases() []goldenCase {
 			func(b []byte) (any, error) { return decodeMember(b) }, goldenMember},
 		{"msg_ref.v1", goldenMsgRef.encode,
 			func(b []byte) (any, error) { return decodeMsgRef(b) }, goldenMsgRef},
+		{"msg_ref.v2", goldenMsgRefV2.encode,
+			func(b []byte) (any, error) { return decodeMsgRef(b) }, goldenMsgRefV2},
 		{"dedup_record.v1", goldenDedup.encode,
 			func(b []byte) (any, error) { return decodeDedupRecord(b) }, goldenDedup},
 		{"outbox_record.v1", goldenOutbox.encode,
@@ -124,6 +128,8 @@ func goldenCases() []goldenCase {
 			func(b []byte) (any, error) { return decodeCutover(b) }, goldenCutover},
 		{"move_step.v1", func() []byte { return must(goldenMoveStep.MarshalBinary()) },
 			func(b []byte) (any, error) { var r MoveStep; err := r.UnmarshalBinary(b); return r, err }, goldenMoveStep},
+		{"move_step_conv.v1", func() []byte { return must(goldenMoveStepConv.MarshalBinary()) },
+			func(b []byte) (any, error) { var r MoveStep; err := r.UnmarshalBinary(b); return r, err }, goldenMoveStepConv},
 		{"counter.v1", func() []byte { return encodeUint(1 << 40) },
 			func(b []byte) (any, error) { return decodeUint(b) }, uint64(1 << 40)},
 	}

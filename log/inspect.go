@@ -132,12 +132,9 @@ func (s *Shard) ConvMembers(conv string) (ConvKind, []string, error) {
 	}
 	snap := s.db.NewSnapshot()
 	defer snap.Close()
-	m, ok, err := getLogMeta(snap, s.k.conv(conv))
+	m, err := s.convMeta(snap, conv)
 	if err != nil {
 		return 0, nil, err
-	}
-	if !ok {
-		return 0, nil, ErrNoConversation
 	}
 	if m.Kind != ConvGroup {
 		return m.Kind, m.Members, nil

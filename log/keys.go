@@ -25,6 +25,7 @@ import "encoding/binary"
 //	0x01 | shard u32 | 0x61 | uid 0x00                      a user's move marker
 //	0x01 | shard u32 | 0x62 | move u64 | n u64              an entry held for a user moving in
 //	0x01 | shard u32 | 0x63 | uid 0x00                      a moved user's cutovers (cutover.go)
+//	0x01 | shard u32 | 0x64 | conv 0x00                     a conversation's move marker (convmove.go)
 //
 // The version of this layout is stored under the metadata name "format" (see formatVersion) and
 // checked when a shard is opened; every value also starts with its own version byte.

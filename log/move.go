@@ -129,11 +129,11 @@ var (
 )
 
 // userMove returns uid's move marker, if any, from this Tx's writes or the shard's state.
-func (t *Tx) userMove(uid string) (moveMarker, bool, error) { return t.s.readMarker(t.b, uid) }
+func (t *Tx) userMove(uid string) (moveMarker, bool, error) { return readMarker(t.b, t.s.k.moving(uid)) }
 
-// readMarker returns uid's move marker in r, if any.
-func (s *Shard) readMarker(r pebble.Reader, uid string) (moveMarker, bool, error) {
-	v, ok, err := getValue(r, s.k.moving(uid))
+// readMarker returns the move marker under key in r, if any.
+func readMarker(r pebble.Reader, key []byte) (moveMarker, bool, error) {
+	v, ok, err := getValue(r, key)
 	if err != nil || !ok {
 		return moveMarker{}, false, err
 	}
@@ -153,13 +153,15 @@ func (s *Shard) loadMoves() error {
 	for _, f := range []struct {
 		tag  byte
 		flag *atomic.Bool
-	}{{tagMoving, &s.moves}, {tagCutover, &s.cutovers}} {
+	}{{tagMoving, &s.moves}, {tagConvMoving, &s.moves}, {tagCutover, &s.cutovers}} {
 		lo, hi := s.k.tableBounds(f.tag)
 		it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
 		if err != nil {
 			return fmt.Errorf("log: read: %w", err)
 		}
-		f.flag.Store(it.First())
+		if it.First() {
+			f.flag.Store(true)
+		}
 		if err := it.Close(); err != nil {
 			return fmt.Errorf("log: read: %w", err)
 		}
@@ -174,7 +176,7 @@ func (s *Shard) servesUser(r pebble.Reader, uid string) error {
 	if !s.anyMoves() {
 		return nil
 	}
-	m, ok, err := s.readMarker(r, uid)
+	m, ok, err := readMarker(r, s.k.moving(uid))
 	switch {
 	case err != nil:
 		return err
@@ -615,13 +617,24 @@ const (
 	MoveDrop     MoveOp = 6 // source: DropUser
 	MoveRestart  MoveOp = 7 // destination: RestartCopy (the source's log was reset meanwhile)
 	MoveCancel   MoveOp = 8 // destination: CancelMoveIn
+	MoveUnfence  MoveOp = 9 // source, conversations only: UnfenceConv (the drain took too long)
 )
 
-// MoveStep is a request to make one step of moving a user's log ([Tx.Move]).
+// The flags byte of an encoded [MoveStep]. Steps encoded before conversations could move have
+// only the first.
+const (
+	flagSourceEmpty uint8 = 1 << 0
+	flagConv        uint8 = 1 << 1 // the conversation id follows
+)
+
+// MoveStep is a request to make one step of moving a user's log or a conversation ([Tx.Move]).
 type MoveStep struct {
-	Op      MoveOp
-	Move    MoveID
+	Op   MoveOp
+	Move MoveID
+	// User names the user whose log moves; Conv, when set instead, the conversation that moves
+	// (convmove.go).
 	User    string
+	Conv    string
 	From    ShardID  // MoveCutover
 	To      ShardID  // MoveCutover
 	Records []Record // MoveStage
@@ -647,11 +660,17 @@ func (r *MoveStep) MarshalBinary() ([]byte, error) {
 		e.bytes(rec.Key)
 		e.bytes(rec.Value)
 	}
-	empty := uint8(0)
+	var flags uint8
 	if r.SourceEmpty {
-		empty = 1
+		flags |= flagSourceEmpty
 	}
-	e.u8(empty)
+	if r.Conv != "" {
+		flags |= flagConv
+	}
+	e.u8(flags)
+	if r.Conv != "" {
+		e.str(r.Conv)
+	}
 	return e.b, nil
 }
 
@@ -667,12 +686,15 @@ func (r *MoveStep) UnmarshalBinary(b []byte) error {
 	for range n {
 		r.Records = append(r.Records, Record{Key: d.bytes(), Value: d.bytes()})
 	}
-	switch d.u8() {
-	case 0:
-	case 1:
-		r.SourceEmpty = true
-	default:
-		return corruptf("move step: bad flag")
+	flags := d.u8()
+	if flags&^(flagSourceEmpty|flagConv) != 0 {
+		return corruptf("move step: bad flags %#x", flags)
+	}
+	r.SourceEmpty = flags&flagSourceEmpty != 0
+	if flags&flagConv != 0 {
+		if r.Conv = d.str(); r.Conv == "" && d.err == nil {
+			return corruptf("move step: empty conversation id")
+		}
 	}
 	return d.done("move step")
 }
@@ -680,6 +702,12 @@ func (r *MoveStep) UnmarshalBinary(b []byte) error {
 // Move makes the step r names and returns its number: the cutover's position for MoveCutover,
 // the entries appended for MoveActivate, 0 otherwise.
 func (t *Tx) Move(st Stamp, r *MoveStep) (uint64, error) {
+	if r.Conv != "" {
+		if r.User != "" {
+			return 0, invalidf("move step names both user %q and conversation %q", r.User, r.Conv)
+		}
+		return t.moveConv(st, r)
+	}
 	switch r.Op {
 	case MoveBegin:
 		return 0, t.BeginMoveIn(r.Move, r.User)

@@ -93,6 +93,9 @@ func (s *Shard) ReadConv(conv string, epoch Epoch, from Position, lim Limit) (Re
 	}
 	snap := s.db.NewSnapshot()
 	defer snap.Close()
+	if err := s.servesConv(snap, conv); err != nil {
+		return Read{}, err
+	}
 	return readForward(snap, s.k.conv(conv), s.k.convEntryPrefix(conv), epoch, from, lim, ErrNoConversation)
 }
 
@@ -124,10 +127,7 @@ func (s *Shard) UserGroups(uids []string) ([]int, error) {
 // ConvInfo returns the epoch and retained range of conversation conv's log. It returns
 // ErrNoConversation if the conversation does not exist.
 func (s *Shard) ConvInfo(conv string) (LogInfo, error) {
-	m, ok, err := getLogMeta(s.db, s.k.conv(conv))
-	if err == nil && !ok {
-		err = ErrNoConversation
-	}
+	m, err := s.convMeta(s.db, conv)
 	return LogInfo{Epoch: m.Epoch, First: m.First, Head: m.Head}, err
 }
 
@@ -143,12 +143,9 @@ func (s *Shard) ReadConvBefore(conv string, before Position, lim Limit) (Read, e
 	lim = lim.withDefaults()
 	snap := s.db.NewSnapshot()
 	defer snap.Close()
-	m, ok, err := getLogMeta(snap, s.k.conv(conv))
+	m, err := s.convMeta(snap, conv)
 	if err != nil {
 		return Read{}, err
-	}
-	if !ok {
-		return Read{}, ErrNoConversation
 	}
 	info := LogInfo{Epoch: m.Epoch, First: m.First, Head: m.Head}
 	if before > m.Head+1 {

@@ -67,6 +67,9 @@ func (t *Tx) TrimConv(st Stamp, conv string, r Retention) (Position, error) {
 	if !ValidID(conv) {
 		return 0, invalidf("bad conversation id %q", conv)
 	}
+	if err := t.checkConvNotMoving(conv); err != nil {
+		return 0, err
+	}
 	return t.trim(t.s.k.conv(conv), t.s.k.convEntryPrefix(conv), st, r)
 }
 

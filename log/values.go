@@ -169,16 +169,20 @@ func decodeEntry(b []byte, seq Position) (Entry, error) {
 	return x, d.done("entry")
 }
 
-// msgRef locates a message by msg_id, for recalls and traces.
+// msgRef locates a message by msg_id, for recalls and traces. Dedup is the suffix of the dedup
+// record the send wrote (dedupSuffix): a conversation's dedup records are found through its
+// messages when the conversation moves to another shard (convmove.go), without a scan of the
+// shard's whole dedup table or a second key per send. Values written before v2 have none.
 type msgRef struct {
 	Conv     string
 	ConvSeq  Position
 	Recalled bool
+	Dedup    []byte
 }
 
 func (r msgRef) encode() []byte {
-	e := encoder{b: make([]byte, 0, 16+len(r.Conv))}
-	e.u8(valueV1)
+	e := encoder{b: make([]byte, 0, 18+len(r.Conv)+len(r.Dedup))}
+	e.u8(versionFor(len(r.Dedup) > 0))
 	e.str(r.Conv)
 	e.uvarint(uint64(r.ConvSeq))
 	if r.Recalled {
@@ -186,12 +190,15 @@ func (r msgRef) encode() []byte {
 	} else {
 		e.u8(0)
 	}
+	if len(r.Dedup) > 0 {
+		e.bytes(r.Dedup)
+	}
 	return e.b
 }
 
 func decodeMsgRef(b []byte) (msgRef, error) {
 	d := decoder{b: b}
-	d.version("msg ref", valueV1)
+	v := d.version("msg ref", valueV2)
 	r := msgRef{Conv: d.str(), ConvSeq: Position(d.uvarint())}
 	switch d.u8() {
 	case 0:
@@ -199,6 +206,11 @@ func decodeMsgRef(b []byte) (msgRef, error) {
 		r.Recalled = true
 	default:
 		d.fail("recalled flag")
+	}
+	if v >= valueV2 {
+		if r.Dedup = d.bytes(); len(r.Dedup) == 0 && d.err == nil {
+			d.fail("empty dedup key")
+		}
 	}
 	return r, d.done("msg ref")
 }

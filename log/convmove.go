@@ -1,0 +1,530 @@
+package log
+
+import (
+	"encoding/binary"
+	"fmt"
+	"slices"
+
+	"github.com/cockroachdb/pebble/v2"
+)
+
+// Moving a conversation to another shard: the storage half of docs/MOVES.md, "Moving a
+// conversation". A conversation has one writer, its home shard S, and its entries leave through
+// S's outbox; so instead of routing per source, as a user's move does, its move fences S and
+// waits until S's fan-out has delivered every record of the conversation (the drain, above this
+// package) before D writes the next one. Each step is a Tx operation, idempotent per move:
+//
+//	D  BeginConvIn     conv is moving in under move: reads and writes of it here are refused
+//	                   (ErrMoved)
+//	D  StageConv       records exported from S (ExportConv) are written, invisible behind the
+//	                   marker; the conversation's meta waits under the move's staging key
+//	S  FenceConv       conv's writes are refused (ErrMoving); it returns the outbox position f
+//	                   every record of conv is at or before
+//	S  UnfenceConv     the drain did not finish in time: S serves conv again, the move retries
+//	D  ActivateConv    the staged meta becomes conv's, conv_seq continuing; served here
+//	S  DropConv        conv's meta, members and entries go; a tombstone makes its reads answer
+//	                   ErrMoved
+//
+// Its msg_id index entries and dedup records are copied with its messages (msgRef names the
+// dedup record of the send), and on S they are left, not deleted: msg_ids are never reused, and
+// dedup records expire with their window, while deleting them one by one would make the drop of
+// a long history one very large Raft command. msg_ids keep naming S, which stays their source.
+//
+// Keys (after move.go's):
+//
+//	0x64 | conv 0x00   the conversation's move marker (moveMarker; pending holds, on S, the fence
+//	                   position f)
+const tagConvMoving byte = 0x64
+
+func (k keys) convMoving(conv string) []byte {
+	return appendID(k.table(tagConvMoving, len(conv)+1), conv)
+}
+
+// convMove returns conv's move marker, if any, from this Tx's writes or the shard's state.
+func (t *Tx) convMove(conv string) (moveMarker, bool, error) {
+	return readMarker(t.b, t.s.k.convMoving(conv))
+}
+
+// servesConv refuses with ErrMoved a read of conv while it is moving in here (not complete yet)
+// or after it moved out; a fenced conversation is final and is read as usual.
+func (s *Shard) servesConv(r pebble.Reader, conv string) error {
+	if !s.anyMoves() {
+		return nil
+	}
+	m, ok, err := readMarker(r, s.k.convMoving(conv))
+	switch {
+	case err != nil:
+		return err
+	case ok && m.role == movingIn:
+		return fmt.Errorf("%w (conversation %q is moving in, move %d)", ErrMoved, conv, m.move)
+	case ok && m.role == movedOut:
+		return fmt.Errorf("%w (conversation %q moved to another shard, move %d)", ErrMoved, conv, m.move)
+	}
+	return nil
+}
+
+// convMeta returns conv's meta from r, for a read: ErrNoConversation if there is no such
+// conversation, ErrMoved if it is not served here (servesConv).
+func (s *Shard) convMeta(r pebble.Reader, conv string) (logMeta, error) {
+	if err := s.servesConv(r, conv); err != nil {
+		return logMeta{}, err
+	}
+	m, ok, err := getLogMeta(r, s.k.conv(conv))
+	if err == nil && !ok {
+		err = ErrNoConversation
+	}
+	return m, err
+}
+
+// checkConvNotMoving refuses a write to conv while it is moving: out (fenced: ErrMoving) or in,
+// or gone (not served here: ErrMoved).
+func (t *Tx) checkConvNotMoving(conv string) error {
+	if !t.s.anyMoves() {
+		return nil
+	}
+	m, ok, err := t.convMove(conv)
+	switch {
+	case err != nil:
+		return err
+	case ok && m.role == movingOut:
+		return fmt.Errorf("%w (conversation %q, move %d)", ErrMoving, conv, m.move)
+	case ok && m.role != canceled:
+		return fmt.Errorf("%w (conversation %q is not served here, move %d)", ErrMoved, conv, m.move)
+	}
+	return nil
+}
+
+// moveConv makes the conversation step r names (Tx.Move).
+func (t *Tx) moveConv(st Stamp, r *MoveStep) (uint64, error) {
+	if !ValidID(r.Conv) || r.Move == 0 {
+		return 0, invalidf("move: bad conversation id %q or move 0", r.Conv)
+	}
+	switch r.Op {
+	case MoveBegin:
+		return 0, t.BeginConvIn(r.Move, r.Conv)
+	case MoveStage:
+		return 0, t.StageConv(st, r.Move, r.Conv, r.Records)
+	case MoveFence:
+		return t.FenceConv(r.Move, r.Conv)
+	case MoveUnfence:
+		return 0, t.UnfenceConv(r.Move, r.Conv)
+	case MoveActivate:
+		return 0, t.ActivateConv(r.Move, r.Conv, r.SourceEmpty)
+	case MoveDrop:
+		return 0, t.DropConv(r.Move, r.Conv)
+	case MoveRestart:
+		return 0, t.RestartConvCopy(r.Move, r.Conv)
+	case MoveCancel:
+		return 0, t.CancelConvIn(r.Move, r.Conv)
+	}
+	return 0, invalidf("move step %d does not apply to a conversation", r.Op)
+}
+
+// BeginConvIn makes this shard the destination of move for conv: until ActivateConv, reads and
+// writes of conv here are refused with ErrMoved. A conversation that exists here, or that moves
+// under another move, is refused. Repeating it changes nothing.
+func (t *Tx) BeginConvIn(move MoveID, conv string) error {
+	m, ok, err := t.convMove(conv)
+	switch {
+	case err != nil:
+		return err
+	case ok && m.move == move && m.role == movingIn:
+		return nil
+	case ok && m.move == move && m.role == canceled:
+		return invalidf("move %d of conversation %q was canceled", move, conv)
+	case ok && m.role != movedOut && m.role != canceled:
+		return invalidf("conversation %q is already moving (move %d)", conv, m.move)
+	}
+	if _, has, err := t.logMeta(t.s.k.conv(conv)); err != nil {
+		return err
+	} else if has {
+		return invalidf("conversation %q already exists on shard %d", conv, t.s.id)
+	}
+	t.s.moves.Store(true)
+	return t.set(t.s.k.convMoving(conv), moveMarker{move: move, role: movingIn}.encode())
+}
+
+// convActivated reports whether conv, without a move marker here (marked false), exists here:
+// on a destination, the sign that its move was activated, so that resumed copy steps change
+// nothing.
+func (t *Tx) convActivated(conv string, marked bool) (bool, error) {
+	if marked {
+		return false, nil
+	}
+	_, has, err := t.logMeta(t.s.k.conv(conv))
+	return has, err
+}
+
+// movingInConv checks that conv is moving in here under move, for a copy step; done reports
+// that it was activated already, so the step has nothing to do.
+func (t *Tx) movingInConv(move MoveID, conv, step string) (done bool, err error) {
+	m, ok, err := t.convMove(conv)
+	if err != nil {
+		return false, err
+	}
+	if done, err := t.convActivated(conv, ok); err != nil || done {
+		return done, err
+	}
+	if !ok || m.move != move || m.role != movingIn {
+		return false, invalidf("%s: conversation %q is not moving in under move %d", step, conv, move)
+	}
+	return false, nil
+}
+
+// StageConv writes recs, exported from the source by ExportConv, for move. Entries, members,
+// msg_id index entries and dedup records are written where they will stay (the marker keeps
+// reads and writes of conv away until ActivateConv); the conversation's meta is staged, since
+// its presence is what makes conv exist here. The records of one export that reaches the head
+// carry the meta and the whole member list: the members staged before are replaced by them, so
+// a member removed on the source meanwhile is not left behind. A dedup record the destination
+// holds live under the same key (the same sender reusing a client_msg_id in another
+// conversation of this shard) is kept, not replaced.
+func (t *Tx) StageConv(st Stamp, move MoveID, conv string, recs []Record) error {
+	if done, err := t.movingInConv(move, conv, "stage"); err != nil || done {
+		return err
+	}
+	k := t.s.k
+	metaKey := k.conv(conv)[len(k.prefix):]
+	final := false
+	for _, r := range recs {
+		ok, err := convRecord(r, conv)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return invalidf("stage: record %x is not one of conversation %q's", r.Key, conv)
+		}
+		final = final || slices.Equal(r.Key, metaKey)
+	}
+	if final {
+		members := k.memberPrefix(conv)
+		if err := t.b.DeleteRange(members, prefixEnd(members), nil); err != nil {
+			return fmt.Errorf("log: write: %w", err)
+		}
+	}
+	staged := k.stagedPrefix(move)
+	for _, r := range recs {
+		key := append(slices.Clip(k.prefix[:]), r.Key...)
+		switch r.Key[0] {
+		case tagConv:
+			key = append(slices.Clip(staged), r.Key...)
+		case tagDedup:
+			if err := t.stageDedup(st, key, r); err != nil {
+				return err
+			}
+			continue
+		}
+		if err := t.set(key, r.Value); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// stageDedup writes a copied dedup record and its expiry index entry, unless this shard holds a
+// live record under the key (see StageConv).
+func (t *Tx) stageDedup(st Stamp, key []byte, r Record) error {
+	rec, err := decodeDedupRecord(r.Value)
+	if err != nil {
+		return err
+	}
+	suffix := r.Key[1:]
+	if v, ok, err := getValue(t.b, key); err != nil {
+		return err
+	} else if ok {
+		cur, err := decodeDedupRecord(v)
+		if err != nil {
+			return err
+		}
+		if cur.Expires > st.Time && cur.Result.MsgID != rec.Result.MsgID {
+			return nil
+		}
+		if err := t.del(t.s.k.dedupByExp(cur.Expires, suffix)); err != nil {
+			return err
+		}
+	}
+	if err := t.set(key, r.Value); err != nil {
+		return err
+	}
+	return t.set(t.s.k.dedupByExp(rec.Expires, suffix), nil)
+}
+
+// convRecord reports whether r (its key without the shard prefix) is one of conv's records: its
+// meta, a member, an entry, a msg_id index entry naming conv, or a dedup record.
+func convRecord(r Record, conv string) (bool, error) {
+	if len(r.Key) < 2 {
+		return false, nil
+	}
+	byConv := func() bool {
+		return len(r.Key) >= len(conv)+2 && string(r.Key[1:1+len(conv)]) == conv && r.Key[1+len(conv)] == 0
+	}
+	switch r.Key[0] {
+	case tagConv:
+		return byConv() && len(r.Key) == len(conv)+2, nil
+	case tagMember:
+		return byConv() && len(r.Key) > len(conv)+2, nil
+	case tagConvEntry:
+		return byConv() && len(r.Key) == len(conv)+10, nil
+	case tagMsgIndex:
+		ref, err := decodeMsgRef(r.Value)
+		return err == nil && len(r.Key) == 17 && ref.Conv == conv, err
+	case tagDedup:
+		_, err := decodeDedupRecord(r.Value)
+		return err == nil, err
+	}
+	return false, nil
+}
+
+// deleteConvRecords deletes conv's members and entries (not its meta).
+func (t *Tx) deleteConvRecords(conv string) error {
+	for _, p := range [][]byte{t.s.k.memberPrefix(conv), t.s.k.convEntryPrefix(conv)} {
+		if err := t.b.DeleteRange(p, prefixEnd(p), nil); err != nil {
+			return fmt.Errorf("log: write: %w", err)
+		}
+	}
+	return nil
+}
+
+// RestartConvCopy drops what move has staged for conv (its meta, members and entries), so that a
+// copy resumed by a new driver starts from a clean slate. It is refused unless conv is moving in
+// under move.
+func (t *Tx) RestartConvCopy(move MoveID, conv string) error {
+	if done, err := t.movingInConv(move, conv, "restart copy"); err != nil || done {
+		return err
+	}
+	staged := t.s.k.stagedPrefix(move)
+	if err := t.b.DeleteRange(staged, prefixEnd(staged), nil); err != nil {
+		return fmt.Errorf("log: write: %w", err)
+	}
+	return t.deleteConvRecords(conv)
+}
+
+// CancelConvIn undoes move on the destination before its fence: what was copied goes, and the
+// marker says the move was canceled, so that a copy step still in flight changes nothing. It is
+// refused once conv is activated here; repeating it changes nothing.
+func (t *Tx) CancelConvIn(move MoveID, conv string) error {
+	m, ok, err := t.convMove(conv)
+	if err != nil {
+		return err
+	}
+	switch {
+	case ok && m.move == move && m.role == canceled:
+		return nil
+	case ok && (m.move != move || m.role != movingIn):
+		return invalidf("cancel: conversation %q is in move %d here, not moving in under move %d", conv, m.move, move)
+	case !ok:
+		if done, err := t.convActivated(conv, false); err != nil {
+			return err
+		} else if done {
+			return invalidf("cancel: move %d of conversation %q is activated already", move, conv)
+		}
+	}
+	if ok {
+		if err := t.RestartConvCopy(move, conv); err != nil {
+			return err
+		}
+	}
+	t.s.moves.Store(true)
+	return t.set(t.s.k.convMoving(conv), moveMarker{move: move, role: canceled}.encode())
+}
+
+// FenceConv makes this shard the source of move for conv: from now on conv's sends, receipts,
+// recalls, membership changes and trims are refused with ErrMoving, and its state here is final.
+// It returns the outbox position every record of conv is at or before; once the fan-out has
+// delivered up to it, nothing of conv is left to leave this shard. Repeating it returns the same.
+func (t *Tx) FenceConv(move MoveID, conv string) (uint64, error) {
+	m, ok, err := t.convMove(conv)
+	switch {
+	case err != nil:
+		return 0, err
+	case ok && m.move == move && (m.role == movingOut || m.role == movedOut):
+		return m.pending, nil
+	case ok && m.role != canceled:
+		return 0, invalidf("conversation %q is already moving (move %d)", conv, m.move)
+	}
+	info, err := t.outboxInfo()
+	if err != nil {
+		return 0, err
+	}
+	t.s.moves.Store(true)
+	return info.Head, t.set(t.s.k.convMoving(conv), moveMarker{move: move, role: movingOut, pending: info.Head}.encode())
+}
+
+// UnfenceConv lifts move's fence of conv: its fan-out did not drain in the time a move may pause
+// a conversation (a destination down), so conv is served here again and the move fences it
+// again later. Without that fence it changes nothing; after the drop it is refused.
+func (t *Tx) UnfenceConv(move MoveID, conv string) error {
+	m, ok, err := t.convMove(conv)
+	switch {
+	case err != nil:
+		return err
+	case !ok || m.move != move:
+		return nil
+	case m.role == movedOut:
+		return invalidf("unfence: conversation %q was dropped here by move %d", conv, move)
+	}
+	return t.del(t.s.k.convMoving(conv))
+}
+
+// ActivateConv completes move on the destination: conv's staged meta becomes its own (entries
+// below its first position, trimmed on the source meanwhile, are left out) and conv is served
+// here, its conv_seq continuing from the source's head. It is refused unless conv is moving in
+// under move with its meta staged — or, with sourceEmpty, with nothing staged: the source held
+// no such conversation, and it is created here when first written. Repeating it changes nothing.
+func (t *Tx) ActivateConv(move MoveID, conv string, sourceEmpty bool) error {
+	if done, err := t.movingInConv(move, conv, "activate"); err != nil || done {
+		return err
+	}
+	k := t.s.k
+	staged := k.stagedPrefix(move)
+	metaKey := k.conv(conv)
+	mv, has, err := getValue(t.b, append(slices.Clip(staged), metaKey[len(k.prefix):]...))
+	switch {
+	case err != nil:
+		return err
+	case has && sourceEmpty:
+		return invalidf("activate: conversation %q is staged, but the source was said to hold none", conv)
+	case !has && !sourceEmpty:
+		return invalidf("activate: conversation %q's meta is not staged: the copy is incomplete", conv)
+	}
+	if has {
+		meta, err := decodeLogMeta(mv)
+		if err != nil {
+			return err
+		}
+		if meta.First > 1 {
+			p := k.convEntryPrefix(conv)
+			if err := t.b.DeleteRange(p, entryKey(p, meta.First), nil); err != nil {
+				return fmt.Errorf("log: write: %w", err)
+			}
+		}
+		if err := t.putLogMeta(metaKey, meta); err != nil {
+			return err
+		}
+	}
+	if err := t.b.DeleteRange(staged, prefixEnd(staged), nil); err != nil {
+		return fmt.Errorf("log: write: %w", err)
+	}
+	return t.del(k.convMoving(conv))
+}
+
+// DropConv deletes conv's meta, members and entries from this shard, the source of move, once
+// the move has switched, keeping a tombstone: reads and writes of conv here answer ErrMoved
+// from then on. It is refused unless conv is fenced under move; repeating it changes nothing.
+func (t *Tx) DropConv(move MoveID, conv string) error {
+	k := t.s.k
+	m, ok, err := t.convMove(conv)
+	switch {
+	case err != nil:
+		return err
+	case ok && m.move == move && m.role == movedOut:
+		return nil
+	case !ok || m.move != move || m.role != movingOut:
+		return invalidf("drop: conversation %q is not moving out under move %d", conv, move)
+	}
+	if err := t.deleteConvRecords(conv); err != nil {
+		return err
+	}
+	if err := t.del(k.conv(conv)); err != nil {
+		return err
+	}
+	delete(t.pending, string(k.conv(conv)))
+	delete(t.s.metas, string(k.conv(conv)))
+	m.role = movedOut
+	return t.set(k.convMoving(conv), m.encode())
+}
+
+// ExportConv passes fn conv's records from one consistent view of this shard, like ExportUser:
+// its entries with conv_seqs above after (at most limit of them; limit ≤ 0: all), each with its
+// msg_id index entry and its send's dedup record (and a recall with its target's index entry,
+// whose recalled flag it set), then, when they reach the head, conv's meta and every member. It
+// returns the conversation's epoch (0: no such conversation), the last conv_seq passed and
+// whether it reached the head.
+func (s *Shard) ExportConv(conv string, after Position, limit int, fn func(Record) error) (epoch Epoch, last Position, done bool, err error) {
+	if !ValidID(conv) {
+		return 0, 0, false, invalidf("bad conversation id %q", conv)
+	}
+	snap := s.db.NewSnapshot()
+	defer snap.Close()
+	k := s.k
+	emit := func(key, val []byte) error {
+		return fn(Record{Key: slices.Clone(key[len(k.prefix):]), Value: slices.Clone(val)})
+	}
+	meta, ok, err := getValue(snap, k.conv(conv))
+	if err != nil || !ok {
+		return 0, 0, err == nil, err
+	}
+	m, err := decodeLogMeta(meta)
+	if err != nil {
+		return 0, 0, false, err
+	}
+	// withIndex passes the msg_id index entry of id and, if it names it, the dedup record of
+	// the send that wrote id.
+	withIndex := func(id MsgID, dedupToo bool) error {
+		key := k.msgIndex(id)
+		v, ok, err := getValue(snap, key)
+		if err != nil || !ok {
+			return err
+		}
+		ref, err := decodeMsgRef(v)
+		if err != nil {
+			return err
+		}
+		if err := emit(key, v); err != nil || !dedupToo || len(ref.Dedup) == 0 {
+			return err
+		}
+		dk := k.dedup(ref.Dedup)
+		dv, ok, err := getValue(snap, dk)
+		if err != nil || !ok {
+			return err
+		}
+		if rec, err := decodeDedupRecord(dv); err != nil || rec.Result.MsgID != id {
+			return err // a later request's record under the same key: not this send's
+		}
+		return emit(dk, dv)
+	}
+	last = after
+	prefix := k.convEntryPrefix(conv)
+	it, err := snap.NewIter(&pebble.IterOptions{LowerBound: entryKey(prefix, max(after+1, m.First)), UpperBound: prefixEnd(prefix)})
+	if err != nil {
+		return 0, 0, false, fmt.Errorf("log: read: %w", err)
+	}
+	for ok, n := it.First(), 0; ok && (limit <= 0 || n < limit); ok, n = it.Next(), n+1 {
+		last = Position(binary.BigEndian.Uint64(it.Key()[len(prefix):]))
+		e, err := decodeEntry(it.Value(), last)
+		if err == nil {
+			err = emit(it.Key(), it.Value())
+		}
+		if err == nil {
+			err = withIndex(e.MsgID, true)
+		}
+		if err == nil && e.Kind == KindRecall {
+			err = withIndex(e.Target, false)
+		}
+		if err != nil {
+			it.Close()
+			return 0, 0, false, err
+		}
+	}
+	if err := it.Close(); err != nil {
+		return 0, 0, false, fmt.Errorf("log: read: %w", err)
+	}
+	if last < m.Head {
+		return m.Epoch, last, false, nil
+	}
+	if err := emit(k.conv(conv), meta); err != nil {
+		return 0, 0, false, err
+	}
+	members := k.memberPrefix(conv)
+	mit, err := snap.NewIter(&pebble.IterOptions{LowerBound: members, UpperBound: prefixEnd(members)})
+	if err != nil {
+		return 0, 0, false, fmt.Errorf("log: read: %w", err)
+	}
+	defer mit.Close()
+	for ok := mit.First(); ok; ok = mit.Next() {
+		if err := emit(mit.Key(), mit.Value()); err != nil {
+			return 0, 0, false, err
+		}
+	}
+	return m.Epoch, last, true, mit.Error()
+}

@@ -49,7 +49,7 @@ var (
 		Sender: "bob", Time: 1_700_000_000_000_000_000, Role: RoleAdmin, MemberCount: 40}
 	goldenMsgRef   = msgRef{Conv: "g", ConvSeq: 12, Recalled: true}
 	goldenMsgRefV2 = msgRef{Conv: "g", ConvSeq: 12, Dedup: dedupSuffix("bob", "cm-1", KindMessage)}
-	goldenDedup  = dedupRecord{
+	goldenDedup    = dedupRecord{
 		Hash:    [16]byte{0: 0xde, 1: 0xad, 14: 0xbe, 15: 0xef},
 		Expires: 1_700_086_400_000_000_000,
 		Result:  AppendResult{MsgID: MsgID{Shard: 3, Index: 99}, ConvSeq: 12, Time: 1_700_000_000_000_000_000, Epoch: 5, NoOp: true},
@@ -63,8 +63,8 @@ var (
 	goldenMoveStep       = MoveStep{Op: MoveStage, Move: 1 << 33, User: "alice", From: 2, To: 70000,
 		Records: []Record{{Key: []byte{0x20, 'a', 0}, Value: []byte{1, 2}}, {Key: []byte{0x22, 'a', 0, 'p', 0}, Value: []byte{3}}}, SourceEmpty: true}
 	goldenMoveStepConv = MoveStep{Op: MoveFence, Move: 1 << 33, Conv: "g", From: 2, To: 70000}
-	goldenCutover    = cutover{move: 1 << 33, at: 1 << 40, after: 7, steps: []cutoverStep{{upTo: 258, shard: 3}, {upTo: 1 << 40, shard: 5}}}
-	goldenRedelivery = Redelivery{Source: 3, Item: Delivery{Pos: 258, Users: []string{"b", "c"}, Entry: goldenEntry}}
+	goldenCutover      = cutover{move: 1 << 33, at: 1 << 40, after: 7, steps: []cutoverStep{{upTo: 258, shard: 3}, {upTo: 1 << 40, shard: 5}}}
+	goldenRedelivery   = Redelivery{Source: 3, Item: Delivery{Pos: 258, Users: []string{"b", "c"}, Entry: goldenEntry}}
 )
 
 type goldenCase struct {

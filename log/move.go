@@ -129,7 +129,9 @@ var (
 )
 
 // userMove returns uid's move marker, if any, from this Tx's writes or the shard's state.
-func (t *Tx) userMove(uid string) (moveMarker, bool, error) { return readMarker(t.b, t.s.k.moving(uid)) }
+func (t *Tx) userMove(uid string) (moveMarker, bool, error) {
+	return readMarker(t.b, t.s.k.moving(uid))
+}
 
 // readMarker returns the move marker under key in r, if any.
 func readMarker(r pebble.Reader, key []byte) (moveMarker, bool, error) {

@@ -113,7 +113,7 @@ func (t *Tx) moveConv(st Stamp, r *MoveStep) (uint64, error) {
 	case MoveDrop:
 		return 0, t.DropConv(r.Move, r.Conv)
 	case MoveRestart:
-		return 0, t.RestartConvCopy(r.Move, r.Conv)
+		return activatedResult(t.RestartConvCopy(r.Move, r.Conv))
 	case MoveCancel:
 		return 0, t.CancelConvIn(r.Move, r.Conv)
 	}
@@ -287,16 +287,18 @@ func (t *Tx) deleteConvRecords(conv string) error {
 
 // RestartConvCopy drops what move has staged for conv (its meta, members and entries), so that a
 // copy resumed by a new driver starts from a clean slate. It is refused unless conv is moving in
-// under move.
-func (t *Tx) RestartConvCopy(move MoveID, conv string) error {
+// under move; activated reports, changing nothing, that conv was activated here already: a
+// driver resumed after the activation must not unfence the source (ActivateConv happened after
+// the drain) but only switch the map.
+func (t *Tx) RestartConvCopy(move MoveID, conv string) (activated bool, err error) {
 	if done, err := t.movingInConv(move, conv, "restart copy"); err != nil || done {
-		return err
+		return done, err
 	}
 	staged := t.s.k.stagedPrefix(move)
 	if err := t.b.DeleteRange(staged, prefixEnd(staged), nil); err != nil {
-		return fmt.Errorf("log: write: %w", err)
+		return false, fmt.Errorf("log: write: %w", err)
 	}
-	return t.deleteConvRecords(conv)
+	return false, t.deleteConvRecords(conv)
 }
 
 // CancelConvIn undoes move on the destination before its fence: what was copied goes, and the
@@ -320,7 +322,7 @@ func (t *Tx) CancelConvIn(move MoveID, conv string) error {
 		}
 	}
 	if ok {
-		if err := t.RestartConvCopy(move, conv); err != nil {
+		if _, err := t.RestartConvCopy(move, conv); err != nil {
 			return err
 		}
 	}

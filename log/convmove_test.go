@@ -141,6 +141,9 @@ func TestMoveConv(t *testing.T) {
 	mustStep(dst, MoveActivate, nil)
 	mustStep(dst, MoveActivate, nil)
 	copyFrom(0, 0)
+	if n := mustStep(dst, MoveRestart, nil); n != 1 {
+		t.Fatalf("a restart after the activation answered %d, want 1 (activated)", n)
+	}
 
 	info, entries := readAll(t, dst, "g", true)
 	if info != srcInfo || !slices.EqualFunc(entries, srcEntries, func(a, b Entry) bool {

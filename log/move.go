@@ -266,24 +266,33 @@ func userRecord(key []byte, uid string) bool {
 }
 
 // RestartCopy drops what move has staged for uid, keeping the entries held: the source's log
-// was reset while it was being copied (a new epoch starts again at position 1), so the copy
-// starts over. It is refused unless uid is moving in under move.
-func (t *Tx) RestartCopy(move MoveID, uid string) error {
+// was reset while it was being copied (a new epoch starts again at position 1), or a new driver
+// copies from the start. It is refused unless uid is moving in under move; activated reports,
+// changing nothing, that uid was activated here already (a driver resumed after the activation).
+func (t *Tx) RestartCopy(move MoveID, uid string) (activated bool, err error) {
 	m, ok, err := t.userMove(uid)
 	if err != nil {
-		return err
+		return false, err
 	}
 	if done, err := t.activated(uid, ok); err != nil || done {
-		return err
+		return done, err
 	}
 	if !ok || m.move != move || m.role != movingIn {
-		return invalidf("restart copy: user %q is not moving in under move %d", uid, move)
+		return false, invalidf("restart copy: user %q is not moving in under move %d", uid, move)
 	}
 	staged := t.s.k.stagedPrefix(move)
 	if err := t.b.DeleteRange(staged, prefixEnd(staged), nil); err != nil {
-		return fmt.Errorf("log: write: %w", err)
+		return false, fmt.Errorf("log: write: %w", err)
 	}
-	return t.deleteUserRecords(uid)
+	return false, t.deleteUserRecords(uid)
+}
+
+// activatedResult is a restart step's result: 1 when the key was activated already.
+func activatedResult(activated bool, err error) (uint64, error) {
+	if activated {
+		return 1, err
+	}
+	return 0, err
 }
 
 // deleteUserRecords deletes uid's entries, cursors and conversation index (not its log meta).
@@ -617,7 +626,7 @@ const (
 	MoveFence    MoveOp = 4 // source: FenceUser
 	MoveActivate MoveOp = 5 // destination: ActivateUser; the result is the entries appended
 	MoveDrop     MoveOp = 6 // source: DropUser
-	MoveRestart  MoveOp = 7 // destination: RestartCopy (the source's log was reset meanwhile)
+	MoveRestart  MoveOp = 7 // destination: RestartCopy (the log was reset meanwhile, or a new driver copies)
 	MoveCancel   MoveOp = 8 // destination: CancelMoveIn
 	MoveUnfence  MoveOp = 9 // source, conversations only: UnfenceConv (the drain took too long)
 )
@@ -701,8 +710,9 @@ func (r *MoveStep) UnmarshalBinary(b []byte) error {
 	return d.done("move step")
 }
 
-// Move makes the step r names and returns its number: the cutover's position for MoveCutover,
-// the entries appended for MoveActivate, 0 otherwise.
+// Move makes the step r names and returns its number: the cutover's position for MoveCutover, the
+// fence's outbox position for a conversation's MoveFence, the entries appended for MoveActivate,
+// 1 for a MoveRestart that found the key activated already, 0 otherwise.
 func (t *Tx) Move(st Stamp, r *MoveStep) (uint64, error) {
 	if r.Conv != "" {
 		if r.User != "" {
@@ -725,7 +735,7 @@ func (t *Tx) Move(st Stamp, r *MoveStep) (uint64, error) {
 	case MoveDrop:
 		return 0, t.DropUser(r.Move, r.User)
 	case MoveRestart:
-		return 0, t.RestartCopy(r.Move, r.User)
+		return activatedResult(t.RestartCopy(r.Move, r.User))
 	case MoveCancel:
 		return 0, t.CancelMoveIn(r.Move, r.User)
 	}

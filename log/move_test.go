@@ -363,7 +363,12 @@ func TestMoveUserWithoutLog(t *testing.T) {
 		"stage": func(tx *Tx) error {
 			return tx.StageUser(10, "idle", []Record{{Key: []byte("\x20idle\x00"), Value: []byte{1}}})
 		},
-		"restart": func(tx *Tx) error { return tx.RestartCopy(10, "idle") },
+		"restart": func(tx *Tx) error {
+			if done, err := tx.RestartCopy(10, "idle"); err != nil || !done {
+				return fmt.Errorf("restart after the activation: activated %v, %v; want it said", done, err)
+			}
+			return nil
+		},
 		"activate": func(tx *Tx) error {
 			_, err := tx.ActivateUser(Stamp{Time: 3000}, 10, "idle", true)
 			return err

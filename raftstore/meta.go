@@ -70,6 +70,8 @@ type ClusterMap struct {
 	Creating map[ShardID][]string `json:"creating,omitempty"`
 	// Overrides pins moved users to their shard, before their slot (moves.go).
 	Overrides map[string]ShardID `json:"overrides,omitempty"`
+	// ConvOverrides pins moved conversations to their home shard, before their slot.
+	ConvOverrides map[string]ShardID `json:"conv_overrides,omitempty"`
 	// Moves holds the moves in progress by id (moves.go).
 	Moves map[uint64]*MoveInfo `json:"moves,omitempty"`
 }
@@ -102,6 +104,7 @@ func (m ClusterMap) Clone() ClusterMap {
 		}
 	}
 	out.Overrides = maps.Clone(m.Overrides)
+	out.ConvOverrides = maps.Clone(m.ConvOverrides)
 	if m.Moves != nil {
 		out.Moves = make(map[uint64]*MoveInfo, len(m.Moves))
 		for id, mv := range m.Moves {
@@ -364,7 +367,7 @@ func (f *metaFSM) setSlots(m *ClusterMap) error {
 	for _, mv := range m.Moves {
 		receiving = append(receiving, mv.To)
 	}
-	f.slots.Store(t.withKeys(maps.Clone(m.Overrides), receiving))
+	f.slots.Store(t.withKeys(maps.Clone(m.Overrides), maps.Clone(m.ConvOverrides), receiving))
 	return nil
 }
 

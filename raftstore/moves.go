@@ -8,9 +8,9 @@ import (
 	"time"
 )
 
-// Moves of users between shards, as the cluster map records them (docs/MOVES.md). The map holds
-// every move in progress with the step it has reached, and the overrides that pin moved users to
-// their shard; the steps themselves are Raft commands of the shards involved (MoveCommand), run by
+// Moves of users and conversations between shards, as the cluster map records them
+// (docs/MOVES.md). The map holds every move in progress with the step it has reached, and the
+// overrides that pin moved users and conversations to their shard; the steps themselves are Raft commands of the shards involved (MoveCommand), run by
 // a driver above this package (syncd/moves) on the node leading the move's source shard. Because
 // the step is in the map and every shard's step is idempotent per move, a driver that starts
 // after a crash or a leader change resumes where the map says.
@@ -18,8 +18,9 @@ import (
 // Meta commands:
 //
 //	{"v":1, "op":"move-start",  "move":{"user":"bob","from":2,"to":9}}   the move's id is this command's index
+//	{"v":1, "op":"move-start",  "move":{"conv":"g1","from":2,"to":9}}   a conversation: no cutover step
 //	{"v":1, "op":"move-step",   "move_id":41, "step":"fence", "cutovers":{"1":17,…}}
-//	{"v":1, "op":"move-switch", "move_id":41}    bob's override → 9; the step becomes drop
+//	{"v":1, "op":"move-switch", "move_id":41}    bob's (or g1's) override → 9; the step becomes drop
 //	{"v":1, "op":"move-end",    "move_id":41}    forget the move
 //	{"v":1, "op":"move-cancel", "move_id":41}    during the copy only: the step becomes canceled
 
@@ -28,12 +29,17 @@ type MoveStep string
 
 // The steps of a move, in order.
 const (
-	// StepCopy: the destination copies the user's log from the source while it keeps serving.
+	// StepCopy: the destination copies the user's log (or the conversation) from the source
+	// while it keeps serving.
 	StepCopy MoveStep = "copy"
 	// StepCutover: every shard's outbox switches the user's later records to the destination.
+	// A conversation's move skips it.
 	StepCutover MoveStep = "cutover"
 	// StepFence: the source waits for every record routed to it, fences the user, and the
-	// destination takes the rest of the log and activates it; then the map switches.
+	// destination takes the rest of the log and activates it; then the map switches. For a
+	// conversation: the source fences it, its fan-out drains the conversation's records, and
+	// the destination takes the rest and activates it (or the source unfences it, if the drain
+	// takes too long, and fences again later).
 	StepFence MoveStep = "fence"
 	// StepDrop: the map routes the user to the destination; the source drops its copy.
 	StepDrop MoveStep = "drop"
@@ -44,10 +50,13 @@ const (
 
 var moveSteps = []MoveStep{StepCopy, StepCutover, StepFence, StepDrop}
 
-// MoveInfo is one move in progress in the cluster map.
+// MoveInfo is one move in progress in the cluster map: of a user's log (User) or of a
+// conversation (Conv), exactly one of them set. A conversation's move has no cutover step: its
+// fence step drains the source's outbox instead (docs/MOVES.md).
 type MoveInfo struct {
 	ID   uint64   `json:"id"` // the meta index of its start: unique, and the log's MoveID
-	User string   `json:"user"`
+	User string   `json:"user,omitempty"`
+	Conv string   `json:"conv,omitempty"`
 	From ShardID  `json:"from"`
 	To   ShardID  `json:"to"`
 	Step MoveStep `json:"step"`
@@ -57,6 +66,17 @@ type MoveInfo struct {
 	// Started is when the move was asked for, the proposer's clock (Unix ns).
 	Started int64 `json:"started"`
 }
+
+// Key names what moves, for messages and logs: "user bob" or "conversation g1".
+func (m *MoveInfo) Key() string {
+	if m.Conv != "" {
+		return fmt.Sprintf("conversation %q", m.Conv)
+	}
+	return fmt.Sprintf("user %q", m.User)
+}
+
+// sameKey reports whether m and o move the same user or the same conversation.
+func (m *MoveInfo) sameKey(o *MoveInfo) bool { return m.User == o.User && m.Conv == o.Conv }
 
 func (m *MoveInfo) clone() *MoveInfo {
 	c := *m
@@ -70,20 +90,24 @@ func (f *metaFSM) applyMove(m *ClusterMap, c *metaCommand, index uint64) error {
 	case "move-start":
 		mv := c.Move
 		switch {
-		case mv == nil || mv.User == "":
-			return fmt.Errorf("%w: move-start needs a user", ErrMetaRefused)
+		case mv == nil || (mv.User == "") == (mv.Conv == ""):
+			return fmt.Errorf("%w: move-start needs a user or a conversation", ErrMetaRefused)
 		case mv.From < 1 || int(mv.From) > m.Shards || mv.To < 1 || int(mv.To) > m.Shards || mv.From == mv.To:
-			return fmt.Errorf("%w: move of %q from shard %d to %d: both must be data shards (1-%d), and differ", ErrMetaRefused, mv.User, mv.From, mv.To, m.Shards)
+			return fmt.Errorf("%w: move of %s from shard %d to %d: both must be data shards (1-%d), and differ", ErrMetaRefused, mv.Key(), mv.From, mv.To, m.Shards)
 		}
 		for _, o := range m.Moves {
-			if o.User == mv.User {
-				return fmt.Errorf("%w: user %q is already moving (move %d, step %s)", ErrMetaRefused, mv.User, o.ID, o.Step)
+			if o.sameKey(mv) {
+				return fmt.Errorf("%w: %s is already moving (move %d, step %s)", ErrMetaRefused, mv.Key(), o.ID, o.Step)
 			}
 		}
-		if cur, ok := m.Overrides[mv.User]; ok && cur != mv.From {
-			return fmt.Errorf("%w: user %q is on shard %d, not %d", ErrMetaRefused, mv.User, cur, mv.From)
+		pinned := m.Overrides[mv.User]
+		if mv.Conv != "" {
+			pinned = m.ConvOverrides[mv.Conv]
 		}
-		n := &MoveInfo{ID: index, User: mv.User, From: mv.From, To: mv.To, Step: StepCopy, Started: mv.Started}
+		if pinned != 0 && pinned != mv.From {
+			return fmt.Errorf("%w: %s is on shard %d, not %d", ErrMetaRefused, mv.Key(), pinned, mv.From)
+		}
+		n := &MoveInfo{ID: index, User: mv.User, Conv: mv.Conv, From: mv.From, To: mv.To, Step: StepCopy, Started: mv.Started}
 		if m.Moves == nil {
 			m.Moves = map[uint64]*MoveInfo{}
 		}
@@ -99,6 +123,9 @@ func (f *metaFSM) applyMove(m *ClusterMap, c *metaCommand, index uint64) error {
 		step := slices.Index(moveSteps, c.Step)
 		if step < 0 || c.Step == StepDrop {
 			return fmt.Errorf("%w: move-step to %q (the drop step comes with move-switch)", ErrMetaRefused, c.Step)
+		}
+		if mv.Conv != "" && c.Step == StepCutover {
+			return fmt.Errorf("%w: move %d moves a conversation, which has no cutover step", ErrMetaRefused, c.MoveID)
 		}
 		if step <= slices.Index(moveSteps, mv.Step) {
 			return nil // a step already reached (a driver that was behind): nothing to do
@@ -120,6 +147,13 @@ func (f *metaFSM) applyMove(m *ClusterMap, c *metaCommand, index uint64) error {
 		mv = mv.clone()
 		mv.Step = StepDrop
 		m.Moves[c.MoveID] = mv
+		if mv.Conv != "" {
+			if m.ConvOverrides == nil {
+				m.ConvOverrides = map[string]ShardID{}
+			}
+			m.ConvOverrides[mv.Conv] = mv.To
+			break
+		}
 		if m.Overrides == nil {
 			m.Overrides = map[string]ShardID{}
 		}
@@ -146,17 +180,18 @@ func (f *metaFSM) applyMove(m *ClusterMap, c *metaCommand, index uint64) error {
 	return f.setSlots(m)
 }
 
-// StartMove asks for user's log to move from shard from to shard to, and returns the move's id.
-// The driver on the node leading from carries it out (syncd/moves).
-func (n *Node) StartMove(ctx context.Context, user string, from, to ShardID, now int64) (uint64, error) {
-	if err := n.ProposeMeta(ctx, metaCommand{Op: "move-start", Move: &MoveInfo{User: user, From: from, To: to, Started: now}}); err != nil {
+// StartMove asks for the user's log or the conversation req names (User or Conv) to move from
+// shard req.From to req.To, asked for at req.Started, and returns the move's id. The driver on
+// the node leading From carries it out (syncd/moves).
+func (n *Node) StartMove(ctx context.Context, req MoveInfo) (uint64, error) {
+	if err := n.ProposeMeta(ctx, metaCommand{Op: "move-start", Move: &req}); err != nil {
 		return 0, err
 	}
 	// Committed; this node's replica of the map applies it soon after, if it is not the leader.
 	var id uint64
 	err := n.WaitMap(ctx, func(m ClusterMap) bool {
 		for _, mv := range m.Moves {
-			if mv.User == user {
+			if mv.sameKey(&req) {
 				id = mv.ID
 				return true
 			}
@@ -164,7 +199,7 @@ func (n *Node) StartMove(ctx context.Context, user string, from, to ShardID, now
 		return false
 	})
 	if err != nil {
-		return 0, fmt.Errorf("raftstore: the move of %q was recorded, but this node's map has not shown it yet (%w): see the cluster's status", user, err)
+		return 0, fmt.Errorf("raftstore: the move of %s was recorded, but this node's map has not shown it yet (%w): see the cluster's status", req.Key(), err)
 	}
 	return id, nil
 }

@@ -3,6 +3,7 @@ package raftstore
 import (
 	"fmt"
 	"slices"
+	"strconv"
 )
 
 // NumSlots is the fixed number of hash slots. Keys hash to slots and the cluster map's slot
@@ -15,6 +16,14 @@ type SlotRange struct {
 	First int     `json:"first"`
 	Last  int     `json:"last"`
 	Shard ShardID `json:"shard"`
+}
+
+// String gives the range's slots as "first-last", or "n" for one slot.
+func (r SlotRange) String() string {
+	if r.First == r.Last {
+		return strconv.Itoa(r.First)
+	}
+	return strconv.Itoa(r.First) + "-" + strconv.Itoa(r.Last)
 }
 
 // EvenSlots spreads the slots evenly over data shards 1..shards: the slot table of a new cluster.
@@ -40,6 +49,7 @@ type SlotTable struct {
 	ranges []SlotRange
 	shards []ShardID
 	users  map[string]ShardID // per-user overrides (moved users), before the slots
+	convs  map[string]ShardID // per-conversation overrides (moved conversations)
 }
 
 // NewSlotTable checks that ranges give every slot to exactly one data shard, in order, and
@@ -78,17 +88,27 @@ func (t *SlotTable) UserOverride(uid string) (ShardID, bool) {
 	return s, ok
 }
 
+// ConvOverride returns the shard conversation conv is pinned to by the cluster map's overrides
+// (a moved conversation), if any: it takes precedence over the conversation's slot.
+func (t *SlotTable) ConvOverride(conv string) (ShardID, bool) {
+	s, ok := t.convs[conv]
+	return s, ok
+}
+
 // Shards returns every shard that owns a slot, holds an overridden key or receives a move,
 // ascending: the shards keys may route to. The slice is shared: do not modify it.
 func (t *SlotTable) Shards() []ShardID { return t.shards }
 
-// withKeys returns a copy of t that also routes by the user overrides and counts the shards of
-// users among its Shards: the overrides' shards and those moves are copying to.
-func (t *SlotTable) withKeys(users map[string]ShardID, receiving []ShardID) *SlotTable {
+// withKeys returns a copy of t that also routes by the overrides of users and conversations and
+// counts their shards among its Shards: the overrides' shards and those moves are copying to.
+func (t *SlotTable) withKeys(users, convs map[string]ShardID, receiving []ShardID) *SlotTable {
 	out := *t
-	out.users = users
+	out.users, out.convs = users, convs
 	out.shards = slices.Clone(t.shards)
 	for _, s := range users {
+		out.shards = append(out.shards, s)
+	}
+	for _, s := range convs {
 		out.shards = append(out.shards, s)
 	}
 	out.shards = append(out.shards, receiving...)

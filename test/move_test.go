@@ -130,6 +130,13 @@ func TestMoveUserUnderTraffic(t *testing.T) {
 		cur, _ = testkit.GetJSON[adminapi.CursorReport](t, admin+"/v1/cursors?user=bob", testkit.Bearer(c.Server(1).AdminToken()))
 		return cur.Head == uint64(want) && len(cur.Devices) == 1 && cur.Devices[0].Pos == uint64(want)
 	})
+	checkMoveMetrics(t, c)
+	t.Logf("moved bob from shard %d to %d under %d sends (%d after the switch)", from, to, count(), count()-sentAt)
+}
+
+// checkMoveMetrics checks that the cluster's metrics count one move's pause and none in progress.
+func checkMoveMetrics(t *testing.T, c *syncdtest.Cluster) {
+	t.Helper()
 	var metrics string
 	for i := range c.Size() { // the move's pause is counted by the node that drove it
 		_, b := testkit.HTTP(t, http.MethodGet, "http://"+c.Server(i).AdminAddr().String()+"/metrics")
@@ -138,7 +145,6 @@ func TestMoveUserUnderTraffic(t *testing.T) {
 	if !strings.Contains(metrics, "syncd_move_pause_seconds_count 1") || !strings.Contains(metrics, "syncd_moves_in_progress 0") {
 		t.Errorf("move metrics missing:\n%s", grepLines(metrics, "syncd_move"))
 	}
-	t.Logf("moved bob from shard %d to %d under %d sends (%d after the switch)", from, to, count(), count()-sentAt)
 }
 
 // diffBodies says where got and want first differ.
@@ -160,4 +166,152 @@ func grepLines(s, sub string) string {
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+// TestMoveConvUnderTraffic: on a three-node cluster a group moves to a shard of its own (one
+// operator request) while two members keep sending to it and a third reads; every member's
+// device stores every message exactly once, in send order, with no rebase. On the new shard the
+// group has its whole log, conv_seqs continuing, its members and read marks; messages sent before
+// the move keep their msg_ids (naming the old shard), and a resend of one of them to the new
+// shard is answered from the dedup record that moved with it; the old shard answers that the
+// group moved.
+func TestMoveConvUnderTraffic(t *testing.T) {
+	c := syncdtest.StartCluster(t, 3, nil)
+	alice := dialDevice(t, c.Server(0), "alice", "phone", t.TempDir())
+	defer alice.Close()
+	bob := dialDevice(t, c.Server(1), "bob", "phone", t.TempDir())
+	defer bob.Close()
+	carol := dialDevice(t, c.Server(2), "carol", "phone", t.TempDir())
+	defer carol.Close()
+	const group = "g:all-hands"
+	if _, err := carol.CreateGroup(group, []string{"alice", "bob"}); err != nil {
+		t.Fatal(err)
+	}
+	waitMember(t, group, alice, bob, carol)
+	m, _ := c.Server(0).Node().ClusterMap()
+	from := routing.Even(m.Shards).ConvShard(group)
+
+	var mu sync.Mutex
+	var sent []string // in the order the sends were acked; each sender's are in its order
+	cmids := map[string]string{} // body → client_msg_id
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	sender := func(d *device, name string) {
+		defer wg.Done()
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			body := fmt.Sprintf("%s %d", name, i)
+			cmid, err := d.Send(group, "", []byte(body))
+			if err != nil {
+				t.Errorf("send %q: %v", body, err)
+				return
+			}
+			mu.Lock()
+			sent = append(sent, body)
+			cmids[body] = cmid
+			mu.Unlock()
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	wg.Add(2)
+	go sender(alice, "alice")
+	go sender(carol, "carol")
+	count := func() int { mu.Lock(); defer mu.Unlock(); return len(sent) }
+	testkit.WaitTrue(t, 20*time.Second, "traffic before the move", func() bool { return count() >= 40 })
+
+	admin := "http://" + c.Server(1).AdminAddr().String()
+	var started adminapi.MoveStarted
+	code, body := testkit.HTTP(t, http.MethodPost, admin+"/v1/moves?conv="+group+"&new_shard=1", testkit.Bearer(c.Server(1).AdminToken()))
+	if err := json.Unmarshal([]byte(body), &started); err != nil || code != http.StatusOK ||
+		started.Conv != group || started.From != uint32(from) || started.To != uint32(m.Shards+1) {
+		t.Fatalf("POST /v1/moves: HTTP %d %s", code, body)
+	}
+	to := raftstore.ShardID(started.To)
+	testkit.WaitTrue(t, 60*time.Second, "the move to finish", func() bool {
+		m, _ := c.Server(2).Node().ClusterMap()
+		return len(m.Moves) == 0 && m.ConvOverrides[group] == to
+	})
+	sentAt := count()
+	testkit.WaitTrue(t, 20*time.Second, "traffic after the move", func() bool { return count() >= sentAt+40 })
+	close(stop)
+	wg.Wait()
+
+	// Every device stores every message once; each sender's in its order. Across senders the
+	// order is the conversation's, which every device shares.
+	mine := func(got []string, who string) []string {
+		return slices.DeleteFunc(slices.Clone(got), func(b string) bool { return !strings.HasPrefix(b, who+" ") })
+	}
+	var first []string
+	for _, d := range []*device{alice, bob, carol} {
+		var got []string
+		testkit.Wait(t, 20*time.Second, "every message of the group on "+d.User(), func() (bool, string) {
+			got = bodies(t, d, group)
+			ok := len(got) == len(sent)
+			for _, who := range []string{"alice", "carol"} {
+				ok = ok && slices.Equal(mine(got, who), mine(sent, who))
+			}
+			return ok, fmt.Sprintf("%s stores %d of %d", d.User(), len(got), len(sent))
+		})
+		if first == nil {
+			first = got
+		} else if !slices.Equal(got, first) {
+			t.Fatalf("%s stores the group in another order than alice: %s", d.User(), diffBodies(got, first))
+		}
+		select {
+		case e := <-d.rebases:
+			t.Fatalf("%s's device was told to rebase: %+v", d.User(), e)
+		default:
+		}
+	}
+
+	// The group is whole on the new shard, on every replica; the old shard answers that it moved.
+	want := log.Position(len(sent) + 1) // the group's creation is an entry too
+	for i := range c.Size() {
+		node := c.Server(i).Node()
+		dst, err := node.State(to)
+		if err != nil {
+			t.Fatalf("node %d: shard %d: %v", i, to, err)
+		}
+		testkit.WaitTrue(t, 10*time.Second, fmt.Sprintf("node %d's replica of shard %d to hold the group", i, to), func() bool {
+			info, err := dst.ConvInfo(group)
+			return err == nil && info.Head == want && info.First == 1
+		})
+		src, err := node.State(from)
+		if err != nil {
+			t.Fatal(err)
+		}
+		testkit.WaitTrue(t, 10*time.Second, fmt.Sprintf("node %d's replica of shard %d to answer that the group moved", i, from), func() bool {
+			_, err := src.ConvInfo(group)
+			return errors.Is(err, log.ErrMoved)
+		})
+	}
+	dst, _ := c.Server(0).Node().State(to)
+	r, err := dst.ReadConv(group, 0, 1, log.Limit{Count: int(want)})
+	if err != nil || len(r.Entries) != int(want) {
+		t.Fatalf("reading the group on shard %d: %d entries, %v", to, len(r.Entries), err)
+	}
+	var before *log.Entry
+	shards := map[log.ShardID]int{}
+	for i := range r.Entries {
+		e := &r.Entries[i]
+		shards[e.MsgID.Shard]++
+		if e.MsgID.Shard == log.ShardID(from) && e.Kind == log.KindMessage {
+			before = e
+		}
+	}
+	if shards[log.ShardID(from)] == 0 || shards[log.ShardID(to)] == 0 || len(shards) != 2 {
+		t.Fatalf("msg_ids by shard: %v, want some of shard %d (before the move) and some of %d", shards, from, to)
+	}
+	// A resend of a message sent before the move, now to the new shard: the original answer.
+	res, err := c.Server(0).Node().Propose(t.Context(), to, raftstore.AppendCommand(&log.Append{
+		Conv: group, Sender: before.Sender, ClientMsgID: cmids[string(before.Body)], Kind: log.KindMessage, Body: before.Body}))
+	if err != nil || !res.Append.Duplicate || res.Append.MsgID != before.MsgID || res.Append.ConvSeq != before.ConvSeq {
+		t.Fatalf("resend of %s (conv_seq %d) after the move: %+v, %v; want the original answer", before.MsgID, before.ConvSeq, res.Append, err)
+	}
+	checkMoveMetrics(t, c)
+	t.Logf("moved %s from shard %d to %d under %d sends (%d after the switch)", group, from, to, count(), count()-sentAt)
 }

@@ -83,12 +83,13 @@ func printCluster(e *env, view adminapi.ClusterView) {
 		case leader == "":
 			leader = "NONE"
 		}
+		slots := dash(strings.Join(s.SlotRanges, ","))
 		if len(s.Replicas) == 0 {
-			fmt.Fprintf(tw, "%d\t%d\t%s\t-\t-\t%s\t-\t-\t-\t-\t-\n", s.Shard, s.Slots, leader, strings.Join(s.Placed, ","))
+			fmt.Fprintf(tw, "%d\t%s\t%s\t-\t-\t%s\t-\t-\t-\t-\t-\n", s.Shard, slots, leader, strings.Join(s.Placed, ","))
 		}
 		for i, r := range s.Replicas {
 			if i == 0 {
-				fmt.Fprintf(tw, "%d\t%d\t%s\t%d\t%s\t%s", s.Shard, s.Slots, leader, s.Term, strings.Join(s.Voters, ","), strings.Join(s.Placed, ","))
+				fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%s\t%s", s.Shard, slots, leader, s.Term, strings.Join(s.Voters, ","), strings.Join(s.Placed, ","))
 			} else {
 				fmt.Fprint(tw, "\t\t\t\t\t")
 			}
@@ -99,14 +100,18 @@ func printCluster(e *env, view adminapi.ClusterView) {
 	if len(view.Moves) > 0 {
 		fmt.Fprintln(e.stdout)
 		tw = tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "MOVE\tUSER\tFROM\tTO\tSTEP\tSTARTED")
+		fmt.Fprintln(tw, "MOVE\tKEY\tFROM\tTO\tSTEP\tSTARTED")
 		for _, mv := range view.Moves {
-			fmt.Fprintf(tw, "%d\t%s\t%d\t%d\t%s\t%s\n", mv.ID, mv.User, mv.From, mv.To, mv.Step, mv.Started.Format(time.RFC3339))
+			key := "user " + mv.User
+			if mv.Conv != "" {
+				key = "conv " + mv.Conv
+			}
+			fmt.Fprintf(tw, "%d\t%s\t%d\t%d\t%s\t%s\n", mv.ID, key, mv.From, mv.To, mv.Step, mv.Started.Format(time.RFC3339))
 		}
 		tw.Flush()
 	}
-	if len(view.Overrides) > 0 {
-		fmt.Fprintf(e.stdout, "\n%d users pinned to a shard by a move (-json lists them)\n", len(view.Overrides))
+	if n, c := len(view.Overrides), len(view.ConvOverrides); n+c > 0 {
+		fmt.Fprintf(e.stdout, "\n%d users and %d conversations pinned to a shard by a move (-json lists them)\n", n, c)
 	}
 }
 

@@ -62,6 +62,7 @@ type fileConfig struct {
 	RetentionMaxAge        duration `toml:"retention_max_age"`
 	RetentionInterval      duration `toml:"retention_interval"`
 	RequestTimeout         duration `toml:"request_timeout"`
+	MoveFenceBudget        duration `toml:"move_fence_budget"`
 	SendRate               float64  `toml:"send_rate"`
 	SendBurst              int      `toml:"send_burst"`
 	MaxInFlight            int      `toml:"max_in_flight"`
@@ -216,7 +217,8 @@ func (o options) toConfig(logOut io.Writer) (syncd.Config, error) {
 		MaxConnections: s.MaxConnections, MaxStreamsPerConn: s.MaxStreamsPerConn, RequestIdle: time.Duration(s.RequestIdle),
 		Retention:         log.Retention{MaxCount: s.RetentionMaxCount, MaxAge: int64(s.RetentionMaxAge)},
 		RetentionInterval: time.Duration(s.RetentionInterval), RequestTimeout: time.Duration(s.RequestTimeout),
-		SendRate: s.SendRate, SendBurst: s.SendBurst, MaxInFlight: s.MaxInFlight, MaxHandshakes: s.MaxHandshakes,
+		MoveFenceBudget: time.Duration(s.MoveFenceBudget),
+		SendRate:        s.SendRate, SendBurst: s.SendBurst, MaxInFlight: s.MaxInFlight, MaxHandshakes: s.MaxHandshakes,
 		QueryRate: s.QueryRate, QueryBurst: s.QueryBurst, MaxConnectionsPerUser: s.MaxConnsPerUser,
 		MaxGroupSize: s.MaxGroupSize, MembersPerMinute: s.MembersPerMinute, MaxGroupsPerUser: s.MaxGroupsPerUser,
 		MaxTokenLifetime: time.Duration(s.MaxTokenLifetime), HelloTimeout: time.Duration(s.HelloTimeout),
@@ -318,7 +320,7 @@ func (o options) toConfig(logOut io.Writer) (syncd.Config, error) {
 		flag  string
 		value duration
 	}{{"recall-window", s.RecallWindow}, {"retention-interval", s.RetentionInterval}, {"request-timeout", s.RequestTimeout},
-		{"request-idle", s.RequestIdle}} {
+		{"request-idle", s.RequestIdle}, {"move-fence-budget", s.MoveFenceBudget}} {
 		if d.value <= 0 {
 			bad(d.flag, "%v must be positive", d.value)
 		}

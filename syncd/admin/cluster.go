@@ -19,16 +19,11 @@ func (s *Server) Cluster(ctx context.Context) adminapi.ClusterView {
 	m, _ := s.node.ClusterMap()
 	view.RF, view.MapIndex = m.RF, m.Index
 	for _, mv := range m.Moves {
-		view.Moves = append(view.Moves, adminapi.MoveView{ID: mv.ID, User: mv.User, From: uint32(mv.From), To: uint32(mv.To),
+		view.Moves = append(view.Moves, adminapi.MoveView{ID: mv.ID, User: mv.User, Conv: mv.Conv, From: uint32(mv.From), To: uint32(mv.To),
 			Step: string(mv.Step), Started: time.Unix(0, mv.Started).UTC()})
 	}
 	slices.SortFunc(view.Moves, func(a, b adminapi.MoveView) int { return cmp.Compare(a.ID, b.ID) })
-	for u, s := range m.Overrides {
-		if view.Overrides == nil {
-			view.Overrides = map[string]uint32{}
-		}
-		view.Overrides[u] = uint32(s)
-	}
+	view.Overrides, view.ConvOverrides = shardsOf(m.Overrides), shardsOf(m.ConvOverrides)
 	shards := map[raftstore.ShardID]*adminapi.ShardView{}
 	for _, id := range m.DataShards() {
 		_, creating := m.Creating[id]
@@ -37,6 +32,7 @@ func (s *Server) Cluster(ctx context.Context) adminapi.ClusterView {
 	for _, r := range m.Slots {
 		if v := shards[r.Shard]; v != nil {
 			v.Slots += r.Last - r.First + 1
+			v.SlotRanges = append(v.SlotRanges, r.String())
 		}
 	}
 	leaderLast := map[raftstore.ShardID]uint64{}
@@ -153,15 +149,28 @@ func (s *Server) clusterRoutes(mux *http.ServeMux) {
 	})
 }
 
-// startMove serves POST /v1/moves: the user's log moves from the shard it is routed to now to
-// the one asked for, or to a new shard of its own.
+// shardsOf is an override map as the admin API shows it, nil when empty.
+func shardsOf(overrides map[string]raftstore.ShardID) map[string]uint32 {
+	if len(overrides) == 0 {
+		return nil
+	}
+	out := make(map[string]uint32, len(overrides))
+	for k, s := range overrides {
+		out[k] = uint32(s)
+	}
+	return out
+}
+
+// startMove serves POST /v1/moves: the user's log (user=) or the conversation (conv=) moves from
+// the shard it is routed to now to the one asked for, or to a new shard of its own.
 func (s *Server) startMove(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	user, toArg, fresh := q.Get("user"), q.Get("to"), q.Get("new_shard") == "1"
+	user, conv, toArg, fresh := q.Get("user"), q.Get("conv"), q.Get("to"), q.Get("new_shard") == "1"
 	to, err := strconv.ParseUint(toArg, 10, 32)
 	switch {
-	case !log.ValidID(user):
-		writeOpsError(w, http.StatusBadRequest, "bad_request", "user must be a user id", "syncctl move user <uid> -to <shard>")
+	case (user == "") == (conv == "") || user != "" && !log.ValidID(user) || conv != "" && !log.ValidID(conv):
+		writeOpsError(w, http.StatusBadRequest, "bad_request", "give either user=<user id> or conv=<conversation id>",
+			"syncctl move user <uid> -to <shard>, or syncctl move conv <conversation id> -to <shard>")
 		return
 	case fresh == (toArg != ""), !fresh && (err != nil || to == 0):
 		writeOpsError(w, http.StatusBadRequest, "bad_request", "give either to=<shard> or new_shard=1",
@@ -178,12 +187,17 @@ func (s *Server) startMove(w http.ResponseWriter, r *http.Request) {
 		}
 		to = uint64(id)
 	}
-	from := s.slots.UserShard(user)
-	id, err := s.node.StartMove(ctx, user, from, raftstore.ShardID(to), time.Now().UnixNano())
+	req := raftstore.MoveInfo{User: user, Conv: conv, To: raftstore.ShardID(to), Started: time.Now().UnixNano()}
+	if conv != "" {
+		req.From = s.slots.ConvShard(conv)
+	} else {
+		req.From = s.slots.UserShard(user)
+	}
+	id, err := s.node.StartMove(ctx, req)
 	if err != nil {
 		writeProposeError(w, err, "syncctl cluster status shows the shards and the moves in progress")
 		return
 	}
-	s.logger.Info("move of a user's log requested", "move", id, "user", user, "from", uint32(from), "to", to)
-	writeJSON(w, http.StatusOK, adminapi.MoveStarted{ID: id, User: user, From: uint32(from), To: uint32(to)})
+	s.logger.Info("move requested", "move", id, "key", req.Key(), "from", uint32(req.From), "to", to)
+	writeJSON(w, http.StatusOK, adminapi.MoveStarted{ID: id, User: user, Conv: conv, From: uint32(req.From), To: uint32(to)})
 }

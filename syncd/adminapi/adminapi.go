@@ -28,17 +28,20 @@ type ClusterView struct {
 	// RF is the cluster's replication factor and MapIndex the version of its cluster map.
 	RF       int    `json:"rf"`
 	MapIndex uint64 `json:"map_index"`
-	// Moves are the moves of users' logs in progress; Overrides the users pinned to a shard by
-	// a move that completed (user → shard).
-	Moves     []MoveView        `json:"moves,omitempty"`
-	Overrides map[string]uint32 `json:"overrides,omitempty"`
+	// Moves are the moves of users' logs and conversations in progress; Overrides the users
+	// and ConvOverrides the conversations pinned to a shard by a move that completed
+	// (key → shard).
+	Moves         []MoveView        `json:"moves,omitempty"`
+	Overrides     map[string]uint32 `json:"overrides,omitempty"`
+	ConvOverrides map[string]uint32 `json:"conv_overrides,omitempty"`
 }
 
-// MoveView is one move of a user's log between shards in progress, at its step (copy, cutover,
-// fence, drop: docs/MOVES.md).
+// MoveView is one move of a user's log (User) or of a conversation (Conv) between shards in
+// progress, at its step (copy, cutover, fence, drop: docs/MOVES.md).
 type MoveView struct {
 	ID      uint64    `json:"id"`
-	User    string    `json:"user"`
+	User    string    `json:"user,omitempty"`
+	Conv    string    `json:"conv,omitempty"`
 	From    uint32    `json:"from"`
 	To      uint32    `json:"to"`
 	Step    string    `json:"step"`
@@ -48,7 +51,8 @@ type MoveView struct {
 // MoveStarted answers POST /v1/moves: the move asked for. Watch it in GET /v1/cluster.
 type MoveStarted struct {
 	ID   uint64 `json:"id"`
-	User string `json:"user"`
+	User string `json:"user,omitempty"`
+	Conv string `json:"conv,omitempty"`
 	From uint32 `json:"from"`
 	To   uint32 `json:"to"`
 }
@@ -74,6 +78,8 @@ type ShardView struct {
 	Voters []string `json:"voters"`
 	Placed []string `json:"placed"` // where the cluster map wants its replicas
 	Slots  int      `json:"slots"`  // hash slots it owns in the cluster map's slot table
+	// SlotRanges are those slots as ranges, "first-last" (or one slot, "n"), ascending.
+	SlotRanges []string `json:"slot_ranges,omitempty"`
 	// Creating: added online and its Raft group has not had a leader yet.
 	Creating bool          `json:"creating,omitempty"`
 	Replicas []ReplicaView `json:"replicas"`

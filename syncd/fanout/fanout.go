@@ -117,6 +117,10 @@ type Fanout struct {
 	// the delivery that asked for it.
 	lanesRunning sync.WaitGroup
 
+	// drained holds, per source this node drains as its leader, the outbox position up to which
+	// every destination has applied every record meant for it (Drained).
+	drained map[raftstore.ShardID]uint64
+
 	delivered    atomic.Uint64 // user-log entries written by this node's fan-out
 	failures     atomic.Uint64 // deliveries, and rounds of a source, that failed and were retried
 	deadLettered atomic.Uint64 // deliveries this node moved to dead letters
@@ -171,6 +175,34 @@ func (f *Fanout) Notify(shard raftstore.ShardID) {
 
 // Delivered returns the number of user-log entries this fan-out has written.
 func (f *Fanout) Delivered() uint64 { return f.delivered.Load() }
+
+// Drained returns the outbox position of source shard src up to which every destination has
+// applied every record meant for it, as this node's drainer of src knows from the answers; ok is
+// false unless this node drains src as its leader and has finished a round. A conversation's
+// move waits for it to pass the position where the conversation was fenced (syncd/moves): then
+// none of its records is left to deliver from src. The value is never ahead of the truth: a
+// destination's mark is learned from its answers, and positions it holds nothing in count only
+// once read.
+func (f *Fanout) Drained(src raftstore.ShardID) (pos uint64, ok bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	pos, ok = f.drained[src]
+	return pos, ok
+}
+
+// setDrained records src's drained position (Drained); forget removes it.
+func (f *Fanout) setDrained(src raftstore.ShardID, pos uint64, forget bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if forget {
+		delete(f.drained, src)
+		return
+	}
+	if f.drained == nil {
+		f.drained = map[raftstore.ShardID]uint64{}
+	}
+	f.drained[src] = pos
+}
 
 // Failures returns the number of deliveries to a destination, and of rounds of a source (its
 // outbox read or trim), that failed and were retried.
@@ -227,6 +259,7 @@ func (f *Fanout) Run(ctx context.Context) {
 func (f *Fanout) drain(ctx context.Context, src raftstore.ShardID) {
 	s := &source{id: src, dests: map[raftstore.ShardID]*dest{}, answered: make(chan struct{}, 1)}
 	defer s.wg.Wait()
+	defer f.setDrained(src, 0, true)
 	backoff := time.Duration(0)
 	wake := f.wakeCh(src)
 	// moved: the source may have applied something since the last look at its outbox range.
@@ -247,6 +280,7 @@ func (f *Fanout) drain(ctx context.Context, src raftstore.ShardID) {
 			}
 		} else {
 			moved = true // look again once leading
+			f.setDrained(src, 0, true)
 		}
 		if err != nil && ctx.Err() == nil {
 			f.failures.Add(1)
@@ -476,7 +510,8 @@ func (f *Fanout) round(ctx context.Context, s *source, moved bool) error {
 	info := s.info
 	s.trimHeld = info.Head >= info.First
 	if !s.trimHeld {
-		return nil // nothing waiting
+		f.setDrained(s.id, info.Head, false) // trimmed to the head: delivered everywhere
+		return nil                           // nothing waiting
 	}
 	dests := f.slots.Shards()
 	now := time.Now()
@@ -520,6 +555,13 @@ func (f *Fanout) round(ctx context.Context, s *source, moved bool) error {
 	if err != nil {
 		return err
 	}
+	// Every destination has everything meant for it up to its clean position (its mark, and
+	// nothing for it between the two).
+	drained := info.Head
+	for _, id := range dests {
+		drained = min(drained, s.dest(id).clean)
+	}
+	f.setDrained(s.id, drained, false)
 	// Destinations with nothing to receive move their marks with an empty batch only when they
 	// trail by IdleLag, or at a trim when they received nothing for a whole TrimEvery (their
 	// mark is still below the head of the last trim): not a proposal per destination per round.

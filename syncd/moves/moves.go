@@ -1,5 +1,5 @@
-// Package moves carries out the moves of users' logs between shards that the cluster map records
-// (raftstore/moves.go; the protocol is docs/MOVES.md). Every node runs a Driver; it acts on the
+// Package moves carries out the moves of users' logs and of conversations between shards that the
+// cluster map records (raftstore/moves.go; the protocol is docs/MOVES.md). Every node runs a Driver; it acts on the
 // moves whose source shard this node leads, so the source's state is read locally, and a new
 // leader of the source resumes a move from the step the map holds. Every step is a Raft command
 // that is idempotent per move, so a step that two drivers run at once (a leader that has not
@@ -37,9 +37,20 @@ type Config struct {
 	// Poll is how often the driver looks at the map for moves to run, and at the source's marks
 	// while it waits for them. Default 100 ms.
 	Poll time.Duration
-	// Observe, if set, is called once per move that switched, with how long the user's writes
+	// Drained reports the outbox position of a source shard up to which its fan-out has
+	// delivered everything (fanout.Fanout.Drained, on this node). A conversation's move waits
+	// for it to pass the conversation's fence; without it conversations cannot move.
+	Drained func(src raftstore.ShardID) (uint64, bool)
+	// FenceBudget is the longest a conversation's move keeps it fenced waiting for the drain
+	// (a destination down): past it the source serves the conversation again, and the move
+	// fences it again after as long. Default 2 s.
+	FenceBudget time.Duration
+	// Observe, if set, is called once per move that switched, with how long the key's writes
 	// were paused (fence to switch) and the bytes copied.
 	Observe func(pause time.Duration, copied int64)
+	// Unfenced, if set, is called each time a conversation's fence is lifted because the drain
+	// outlasted FenceBudget.
+	Unfenced func()
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 }
@@ -61,6 +72,9 @@ func New(node Node, cfg Config) *Driver {
 	}
 	if cfg.Poll <= 0 {
 		cfg.Poll = 100 * time.Millisecond
+	}
+	if cfg.FenceBudget <= 0 {
+		cfg.FenceBudget = 2 * time.Second
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -105,10 +119,10 @@ func (d *Driver) maybeStart(ctx context.Context, mv *raftstore.MoveInfo) {
 			delete(d.running, mv.ID)
 			d.mu.Unlock()
 		}()
-		r := &run{d: d, id: mv.ID, user: mv.User, from: mv.From, to: mv.To}
+		r := &run{d: d, id: mv.ID, user: mv.User, conv: mv.Conv, key: mv.Key(), from: mv.From, to: mv.To}
 		if err := r.carryOut(ctx); err != nil && ctx.Err() == nil {
 			// The next poll tries again, from the step the map holds.
-			d.cfg.Logger.Warn("move interrupted; it resumes from its step", "move", mv.ID, "user", mv.User, "err", err)
+			d.cfg.Logger.Warn("move interrupted; it resumes from its step", "move", mv.ID, "key", r.key, "err", err)
 		}
 	})
 }
@@ -122,12 +136,17 @@ func (d *Driver) leads(shard raftstore.ShardID) bool {
 type run struct {
 	d        *Driver
 	id       uint64
-	user     string
+	user     string // the user whose log moves, or
+	conv     string // the conversation that moves
+	key      string // what moves, for logs
 	from, to raftstore.ShardID
 	copied   log.Position // the highest log position staged on the destination by this run
 	bytes    int64        // bytes of records staged by this run
 	hasLog   bool         // the source holds a log of the user (an export found one)
-	epoch    log.Epoch    // the epoch of the log this run copies (0: none seen yet)
+	// activated: an earlier run activated the key on the destination (the restart's answer), so
+	// nothing is left to copy and only the switch remains.
+	activated bool
+	epoch     log.Epoch // the epoch of the log this run copies (0: none seen yet)
 }
 
 // errNotLeader ends a run whose node no longer leads the source: the new leader takes over.
@@ -151,7 +170,11 @@ func (r *run) carryOut(ctx context.Context) error {
 		case raftstore.StepCutover:
 			err = r.cutoverStep(ctx, m)
 		case raftstore.StepFence:
-			err = r.fenceStep(ctx, mv)
+			if r.conv != "" {
+				err = r.convFenceStep(ctx)
+			} else {
+				err = r.fenceStep(ctx, mv)
+			}
 		case raftstore.StepDrop:
 			err = r.dropStep(ctx)
 		case raftstore.StepCanceled:
@@ -167,7 +190,7 @@ func (r *run) carryOut(ctx context.Context) error {
 }
 
 func (r *run) step(op log.MoveOp) *log.MoveStep {
-	return &log.MoveStep{Op: op, Move: log.MoveID(r.id), User: r.user, From: r.from, To: r.to}
+	return &log.MoveStep{Op: op, Move: log.MoveID(r.id), User: r.user, Conv: r.conv, From: r.from, To: r.to}
 }
 
 func (r *run) propose(ctx context.Context, shard raftstore.ShardID, s *log.MoveStep) (raftstore.Result, error) {
@@ -180,13 +203,17 @@ func (r *run) propose(ctx context.Context, shard raftstore.ShardID, s *log.MoveS
 	return res, nil
 }
 
-// copyStep makes the destination ready and copies the user's log to it, to the head.
+// copyStep makes the destination ready and copies the user's log (or the conversation) to it, to
+// the head. A conversation has no cutover step: its fence step drains the source instead.
 func (r *run) copyStep(ctx context.Context) error {
 	if _, err := r.propose(ctx, r.to, r.step(log.MoveBegin)); err != nil {
 		return err
 	}
 	if err := r.copyToHead(ctx); err != nil {
 		return err
+	}
+	if r.conv != "" {
+		return r.advance(ctx, raftstore.StepFence, nil)
 	}
 	return r.advance(ctx, raftstore.StepCutover, nil)
 }
@@ -216,17 +243,29 @@ func (r *run) copyToHead(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	export, key := state.ExportUser, r.user
+	if r.conv != "" {
+		export, key = state.ExportConv, r.conv
+	}
+	if r.activated {
+		return nil
+	}
 	if r.copied == 0 && r.epoch == 0 {
 		// This run's first pass: whatever an earlier run staged may be of an epoch the log has
-		// left since (a reset), and this run copies from the start anyway.
-		if _, err := r.propose(ctx, r.to, r.step(log.MoveRestart)); err != nil {
+		// left since (a reset), and this run copies from the start anyway. The answer also
+		// says whether an earlier run activated the key on the destination already.
+		res, err := r.propose(ctx, r.to, r.step(log.MoveRestart))
+		if err != nil {
 			return err
+		}
+		if r.activated = res.Move == 1; r.activated {
+			return nil
 		}
 	}
 	for {
 		var recs []log.Record
 		size := 0
-		epoch, last, done, err := state.ExportUser(r.user, r.copied, r.d.cfg.Chunk, func(rec log.Record) error {
+		epoch, last, done, err := export(key, r.copied, r.d.cfg.Chunk, func(rec log.Record) error {
 			r.hasLog = true
 			recs = append(recs, rec)
 			size += len(rec.Key) + len(rec.Value)
@@ -316,12 +355,87 @@ func (r *run) fenceStep(ctx context.Context, mv *raftstore.MoveInfo) error {
 	if err := r.advance(ctx, raftstore.StepDrop, nil); err != nil {
 		return err
 	}
+	r.switched(fenced)
+	return nil
+}
+
+// switched reports a move that switched, its writes paused since fenced.
+func (r *run) switched(fenced time.Time) {
 	pause := time.Since(fenced)
-	r.d.cfg.Logger.Info("user moved", "move", r.id, "user", r.user, "from", uint32(r.from), "to", uint32(r.to),
+	r.d.cfg.Logger.Info("moved", "move", r.id, "key", r.key, "from", uint32(r.from), "to", uint32(r.to),
 		"pause", pause.Round(time.Millisecond), "copied_bytes", r.bytes)
 	if r.d.cfg.Observe != nil {
 		r.d.cfg.Observe(pause, r.bytes)
 	}
+}
+
+// errDrainSlow ends a conversation move's run whose source did not drain within the fence
+// budget: the conversation was unfenced, and the next run fences it again.
+var errDrainSlow = errors.New("moves: the source's fan-out did not deliver the conversation's records within the fence budget; the conversation was unfenced and the move retries")
+
+// convFenceStep fences the conversation on the source, waits until the source's fan-out has
+// delivered everything up to the fence (so no record of the conversation is left to leave the
+// source), copies what is left, activates the conversation on the destination and switches the
+// map. Should the drain outlast the fence budget, the conversation is unfenced, served by the
+// source again, and the step is tried again after as long.
+func (r *run) convFenceStep(ctx context.Context) error {
+	if r.d.cfg.Drained == nil {
+		return errors.New("moves: this node's driver has no fan-out to wait for (Config.Drained)")
+	}
+	if err := r.copyToHead(ctx); err != nil { // most of the tail, before the pause
+		return err
+	}
+	fenced := time.Now()
+	if r.activated { // an earlier run drained and activated: unfencing now would fork the conversation
+		if err := r.advance(ctx, raftstore.StepDrop, nil); err != nil {
+			return err
+		}
+		r.switched(fenced)
+		return nil
+	}
+	res, err := r.propose(ctx, r.from, r.step(log.MoveFence))
+	if err != nil {
+		return err
+	}
+	for {
+		if pos, ok := r.d.cfg.Drained(r.from); ok && pos >= res.Move {
+			break
+		}
+		if !r.d.leads(r.from) {
+			return errNotLeader
+		}
+		if time.Since(fenced) > r.d.cfg.FenceBudget {
+			if _, err := r.propose(ctx, r.from, r.step(log.MoveUnfence)); err != nil {
+				return err
+			}
+			if r.d.cfg.Unfenced != nil {
+				r.d.cfg.Unfenced()
+			}
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(r.d.cfg.FenceBudget):
+			}
+			return errDrainSlow
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(r.d.cfg.Poll / 10):
+		}
+	}
+	if err := r.copyToHead(ctx); err != nil {
+		return err
+	}
+	activate := r.step(log.MoveActivate)
+	activate.SourceEmpty = !r.hasLog // a conversation that does not exist yet: nothing was staged
+	if _, err := r.propose(ctx, r.to, activate); err != nil {
+		return err
+	}
+	if err := r.advance(ctx, raftstore.StepDrop, nil); err != nil {
+		return err
+	}
+	r.switched(fenced)
 	return nil
 }
 
@@ -330,7 +444,7 @@ func (r *run) cancelStep(ctx context.Context) error {
 	if _, err := r.propose(ctx, r.to, r.step(log.MoveCancel)); err != nil {
 		return err
 	}
-	r.d.cfg.Logger.Info("move canceled", "move", r.id, "user", r.user, "from", uint32(r.from), "to", uint32(r.to))
+	r.d.cfg.Logger.Info("move canceled", "move", r.id, "key", r.key, "from", uint32(r.from), "to", uint32(r.to))
 	return r.d.node.EndMove(ctx, r.id)
 }
 

@@ -21,8 +21,8 @@ const (
 // Table maps users and conversations to shards: a key hashes to a slot, and the cluster
 // map's slot table (raftstore.SlotTable) names the shard owning the slot. A server's table
 // follows the cluster map, so every node routes alike whatever its own -shards says. A moved
-// user is pinned to its shard by an override in the map, which a move sets once the user's log
-// is there (raftstore/moves.go).
+// user or conversation is pinned to its shard by an override in the map, which a move sets
+// once the key's state is there (raftstore/moves.go).
 //
 // A Table is safe for concurrent use.
 type Table struct {
@@ -71,10 +71,15 @@ func (t *Table) UserShard(uid string) raftstore.ShardID {
 	return st.Shard(Slot(userKeyPrefix + uid))
 }
 
-// ConvShard returns the home shard of conversation conv, where its order is decided.
-func (t *Table) ConvShard(conv string) raftstore.ShardID { return t.shardOf(convKeyPrefix + conv) }
-
-func (t *Table) shardOf(key string) raftstore.ShardID { return t.table().Shard(Slot(key)) }
+// ConvShard returns the home shard of conversation conv, where its order is decided: the shard
+// the cluster map's overrides pin a moved conversation to, else the one owning its slot.
+func (t *Table) ConvShard(conv string) raftstore.ShardID {
+	st := t.table()
+	if s, ok := st.ConvOverride(conv); ok {
+		return s
+	}
+	return st.Shard(Slot(convKeyPrefix + conv))
+}
 
 // Shards returns every shard a key may route to (it owns a slot, holds a moved user or receives
 // one), ascending. The slice is shared: do not modify it.

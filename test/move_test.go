@@ -8,11 +8,13 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/syncd-dev/syncd/log"
 	"github.com/syncd-dev/syncd/raftstore"
+	"github.com/syncd-dev/syncd/syncd"
 	"github.com/syncd-dev/syncd/syncd/adminapi"
 	"github.com/syncd-dev/syncd/syncd/routing"
 	"github.com/syncd-dev/syncd/syncd/syncdtest"
@@ -314,4 +316,86 @@ func TestMoveConvUnderTraffic(t *testing.T) {
 	}
 	checkMoveMetrics(t, c)
 	t.Logf("moved %s from shard %d to %d under %d sends (%d after the switch)", group, from, to, count(), count()-sentAt)
+}
+
+// TestMoveConvFenceBudget: a conversation's move whose drain cannot finish — the source's
+// deliveries held back, as by a destination shard that is down — lifts its fence after
+// move_fence_budget, so the group stays writable (its messages keep being acknowledged), and
+// retries; once deliveries flow again the move completes and every message, those sent while it
+// retried included, reaches every member once and in order.
+func TestMoveConvFenceBudget(t *testing.T) {
+	c := syncdtest.StartCluster(t, 3, func(_ int, cfg *syncd.Config) { cfg.MoveFenceBudget = 300 * time.Millisecond })
+	alice := dialDevice(t, c.Server(0), "alice", "phone", t.TempDir())
+	defer alice.Close()
+	bob := dialDevice(t, c.Server(1), "bob", "phone", t.TempDir())
+	defer bob.Close()
+	const group = "g:held"
+	if _, err := alice.CreateGroup(group, []string{"bob"}); err != nil {
+		t.Fatal(err)
+	}
+	waitSent(t, alice, 1)
+	waitMember(t, group, alice, bob)
+	var want []string
+	send := func(body string) {
+		t.Helper()
+		if _, err := alice.Send(group, "", []byte(body)); err != nil {
+			t.Fatal(err)
+		}
+		waitSent(t, alice, 1)
+		want = append(want, body)
+	}
+	send("before")
+	waitBodies(t, group, want, alice, bob)
+
+	// Hold every delivery back (a fault in the fan-out's path to its destinations).
+	release := make(chan struct{})
+	var held atomic.Bool
+	held.Store(true)
+	for i := range c.Size() {
+		c.Server(i).SetDeliveryFault(func(raftstore.ShardID, []log.Delivery) {
+			if held.Load() {
+				<-release
+			}
+		})
+	}
+	unhold := sync.OnceFunc(func() { held.Store(false); close(release) })
+	defer unhold()
+	send("held 1")
+
+	admin := "http://" + c.Server(1).AdminAddr().String()
+	code, body := testkit.HTTP(t, http.MethodPost, admin+"/v1/moves?conv="+group+"&new_shard=1", testkit.Bearer(c.Server(1).AdminToken()))
+	if code != http.StatusOK {
+		t.Fatalf("POST /v1/moves: HTTP %d %s", code, body)
+	}
+	unfences := func() int {
+		n := 0
+		for i := range c.Size() {
+			_, b := testkit.HTTP(t, http.MethodGet, "http://"+c.Server(i).AdminAddr().String()+"/metrics")
+			for _, l := range strings.Split(grepLines(b, "syncd_move_unfences_total "), "\n") {
+				var v int
+				if _, err := fmt.Sscanf(l, "syncd_move_unfences_total %d", &v); err == nil {
+					n += v
+				}
+			}
+		}
+		return n
+	}
+	testkit.WaitTrue(t, 20*time.Second, "a fence lifted for the drain's budget", func() bool { return unfences() > 0 })
+	// The group is still being written: sends are acknowledged while the move retries.
+	for i := range 3 {
+		send(fmt.Sprint("during ", i))
+	}
+	if m, _ := c.Server(1).Node().ClusterMap(); len(m.Moves) != 1 || len(m.ConvOverrides) != 0 {
+		t.Fatalf("the move finished while its drain could not: %+v", m.Moves)
+	}
+	lifted := unfences()
+
+	unhold()
+	testkit.WaitTrue(t, 30*time.Second, "the move to finish once deliveries flow", func() bool {
+		m, _ := c.Server(2).Node().ClusterMap()
+		return len(m.Moves) == 0 && len(m.ConvOverrides) == 1
+	})
+	send("after")
+	waitBodies(t, group, want, alice, bob)
+	t.Logf("the move lifted its fence %d times while deliveries were held", lifted)
 }

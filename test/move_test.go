@@ -194,7 +194,7 @@ func TestMoveConvUnderTraffic(t *testing.T) {
 	from := routing.Even(m.Shards).ConvShard(group)
 
 	var mu sync.Mutex
-	var sent []string // in the order the sends were acked; each sender's are in its order
+	var sent []string            // in the order the sends were acked; each sender's are in its order
 	cmids := map[string]string{} // body → client_msg_id
 	stop := make(chan struct{})
 	var wg sync.WaitGroup

@@ -98,8 +98,45 @@ func TestMetaMoves(t *testing.T) {
 		t.Fatal("a canceled move pinned its user")
 	}
 
-	// The override survives a snapshot.
-	if s, ok := restoredCopy(t, f).slots.Load().UserOverride("bob"); !ok || s != 3 {
+	// A conversation's move: it has no cutover step, and its switch pins the conversation (not
+	// a user of the same id).
+	if err := apply(metaCommand{Op: "move-start", Move: &MoveInfo{User: "g", Conv: "g", From: 1, To: 2}}); !errors.Is(err, ErrMetaRefused) {
+		t.Fatalf("a move of a user and a conversation at once: %v", err)
+	}
+	if err := apply(metaCommand{Op: "move-start", Move: &MoveInfo{Conv: "g", From: 1, To: 2}}); err != nil {
+		t.Fatal(err)
+	}
+	id3 := index
+	if err := apply(metaCommand{Op: "move-start", Move: &MoveInfo{Conv: "g", From: 1, To: 4}}); !errors.Is(err, ErrMetaRefused) {
+		t.Fatalf("a second move of g: %v", err)
+	}
+	if _, err := start("g", 1, 2); err != nil { // the user g is another key
+		t.Fatalf("moving user g while conversation g moves: %v", err)
+	}
+	if err := apply(metaCommand{Op: "move-step", MoveID: id3, Step: StepCutover}); !errors.Is(err, ErrMetaRefused) {
+		t.Fatalf("a cutover of a conversation's move: %v", err)
+	}
+	for _, c := range []metaCommand{{Op: "move-step", MoveID: id3, Step: StepFence}, {Op: "move-switch", MoveID: id3}} {
+		if err := apply(c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if s, ok := f.slots.Load().ConvOverride("g"); !ok || s != 2 {
+		t.Fatalf("after the switch conversation g routes to %d (%v)", s, ok)
+	}
+	if _, pinned := f.slots.Load().UserOverride("g"); pinned {
+		t.Fatal("the conversation's switch pinned the user of the same id")
+	}
+	if err := apply(metaCommand{Op: "move-start", Move: &MoveInfo{Conv: "g", From: 1, To: 3}}); !errors.Is(err, ErrMetaRefused) {
+		t.Fatalf("a move of g from a shard it is not on: %v", err)
+	}
+
+	// The overrides survive a snapshot.
+	restored := restoredCopy(t, f).slots.Load()
+	if s, ok := restored.UserOverride("bob"); !ok || s != 3 {
 		t.Fatalf("restored: bob routes to %d (%v)", s, ok)
+	}
+	if s, ok := restored.ConvOverride("g"); !ok || s != 2 {
+		t.Fatalf("restored: conversation g routes to %d (%v)", s, ok)
 	}
 }

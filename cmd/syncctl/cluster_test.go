@@ -143,4 +143,23 @@ func TestSyncctlMoveUser(t *testing.T) {
 	}
 	alice.Ack(&proto.CreateGroup{ID: alice.ID(), Conv: "team2", ClientMsgID: "g2", Members: []string{"bob"}})
 	testkit.WaitTrue(t, 10*time.Second, "a new entry to follow on her new shard", func() bool { return head() == 2 })
+
+	// The group moves too, to the same shard; its next message is written there.
+	code, out, errOut = syncctl(t, append([]string{"move", "conv", "team", "-to", "5"}, admin...)...)
+	if code != 0 || !strings.Contains(out, "conversation team from shard") {
+		t.Fatalf("move conv: exit %d: %s %s", code, out, errOut)
+	}
+	testkit.WaitTrue(t, 30*time.Second, "the move to end with the group pinned to shard 5", func() bool {
+		_, out, _ = syncctl(t, append([]string{"cluster", "status", "-json"}, admin...)...)
+		view = decodeJSON[adminapi.ClusterView](t, out)
+		return len(view.Moves) == 0 && view.ConvOverrides["team"] == 5
+	})
+	if _, out, _ = syncctl(t, append([]string{"cluster", "status"}, admin...)...); !strings.Contains(out, "1 users and 1 conversations pinned") {
+		t.Errorf("cluster status does not count the overrides:\n%s", out)
+	}
+	ack := alice.Ack(&proto.Send{ID: alice.ID(), Conv: "team", ClientMsgID: "m1", Body: []byte("on 5")})
+	if !strings.HasPrefix(string(ack.MsgID), "5.") || ack.ConvSeq != 2 {
+		t.Fatalf("a message to the moved group: %+v, want conv_seq 2 with a msg_id of shard 5", ack)
+	}
+	testkit.WaitTrue(t, 10*time.Second, "the message in alice's log", func() bool { return head() == 3 })
 }

@@ -430,7 +430,11 @@ func (w *workload) checkStores() {
 			}
 		}
 		for _, cv := range w.convs {
-			if s := states[slots.ConvShard(cv.id)]; s != nil {
+			shard, moved := w.movedConvs[cv.id]
+			if !moved {
+				shard = slots.ConvShard(cv.id)
+			}
+			if s := states[shard]; s != nil {
 				convEntries += w.checkConvLog(n.ID, s, cv)
 			}
 		}

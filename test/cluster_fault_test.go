@@ -15,6 +15,7 @@ package test
 import (
 	"fmt"
 	"net/http"
+	"net/url"
 	"os"
 	"runtime"
 	"slices"
@@ -304,22 +305,29 @@ func TestClusterFaultNodeReplaced(t *testing.T) {
 	})
 }
 
-// TestClusterFaultMoves: users of the workload move to another shard while it runs, and in the
-// middle of each move a fault hits it: the leader of the user's shard (the node driving the move)
-// is killed, then the leader of the shard it moves to, then the driver is cut off from the other
-// nodes (a minority partition) and healed. A new leader resumes the move from the step the cluster
-// map holds; the move ends with the user pinned to its new shard, and the checker finds every
-// acked entry exactly once, in order, on the new shard, its devices with every message, and every
-// replica identical.
+// TestClusterFaultMoves: users' logs and conversations of the workload move to another shard
+// while it runs (users in even rounds, conversations in odd ones), and in the middle of each move
+// a fault hits it: the leader of the source shard (the node driving the move) is killed, then the
+// leader of the shard it moves to, then the driver is cut off from the other nodes (a minority
+// partition) and healed. A new leader resumes the move from the step the cluster map holds; the
+// move ends with the key pinned to its new shard, and the checker finds every acked entry exactly
+// once, in order, on the key's new shard, the devices with every message, and every replica
+// identical.
 func TestClusterFaultMoves(t *testing.T) {
 	skipShort(t)
 	runFault(t, true, func(f *faultRun) {
-		f.w.moved = map[string]raftstore.ShardID{}
+		f.w.moved, f.w.movedConvs = map[string]raftstore.ShardID{}, map[string]raftstore.ShardID{}
 		slots := routing.Even(clusterShards)
 		for round := range f.rounds(3, 6) {
-			user := wlUserName(round % len(f.w.devs))
-			from := slots.UserShard(user)
-			if to, ok := f.w.moved[user]; ok {
+			// Even rounds move a user's log, odd ones a conversation; with the faults taken in
+			// turn, the long run meets each kind of key with each fault.
+			kind, key := "user", wlUserName(round%len(f.w.devs))
+			from, moved := slots.UserShard(key), f.w.moved
+			if round%2 == 1 {
+				kind, key = "conv", f.w.convs[(round/2)%len(f.w.convs)].id
+				from, moved = slots.ConvShard(key), f.w.movedConvs
+			}
+			if to, ok := moved[key]; ok {
 				from = to
 			}
 			to := from%clusterShards + 1
@@ -332,15 +340,15 @@ func TestClusterFaultMoves(t *testing.T) {
 				fault = "cut the move's driver off from the others"
 			}
 			n := f.c.nodes[(slices.Index(f.c.nodes, victim)+1)%len(f.c.nodes)]
-			path := fmt.Sprintf("/v1/moves?user=%s&to=%d", user, to)
+			path := fmt.Sprintf("/v1/moves?%s=%s&to=%d", kind, url.QueryEscape(key), to)
 			// An operator asks again when the answer does not come (an election under way): the
 			// request may have been recorded, and then the repeat is refused as already moving.
-			testkit.Wait(f.t, 60*time.Second, "the move of "+user+" to be recorded", func() (bool, string) {
+			testkit.Wait(f.t, 60*time.Second, "the move of "+key+" to be recorded", func() (bool, string) {
 				code, body, err := f.c.do(n, http.MethodPost, path)
 				return code == http.StatusOK || code == http.StatusConflict && strings.Contains(body, "already moving"),
 					fmt.Sprintf("POST %s: %d %s %v", path, code, body, err)
 			})
-			f.tl.add("move of %s from shard %d to %d asked through %s; %s: %s", user, from, to, n.ID, fault, victim.ID)
+			f.tl.add("move of %s %s from shard %d to %d asked through %s; %s: %s", kind, key, from, to, n.ID, fault, victim.ID)
 			if round%3 == 2 {
 				f.c.mesh.Partition(victim.ID)
 				f.w.waitProgress(5, 60*time.Second, "round "+strconv.Itoa(round+1)+", the move's driver cut off")
@@ -353,15 +361,19 @@ func TestClusterFaultMoves(t *testing.T) {
 				f.w.waitProgress(5, 60*time.Second, "round "+strconv.Itoa(round+1)+", "+fault)
 				f.restartNode(victim)
 			}
-			testkit.Wait(f.t, 120*time.Second, "the move of "+user+" to end", func() (bool, string) {
+			testkit.Wait(f.t, 120*time.Second, "the move of "+key+" to end", func() (bool, string) {
 				v, err := f.c.clusterView(n)
 				if err != nil {
 					return false, err.Error()
 				}
-				return len(v.Moves) == 0 && v.Overrides[user] == uint32(to), fmt.Sprintf("moves %+v, overrides %v", v.Moves, v.Overrides)
+				pinned := v.Overrides[key]
+				if kind == "conv" {
+					pinned = v.ConvOverrides[key]
+				}
+				return len(v.Moves) == 0 && pinned == uint32(to), fmt.Sprintf("moves %+v, overrides %v %v", v.Moves, v.Overrides, v.ConvOverrides)
 			})
-			f.w.moved[user] = to
-			f.tl.add("%s moved to shard %d", user, to)
+			moved[key] = to
+			f.tl.add("%s %s moved to shard %d", kind, key, to)
 			f.w.waitProgress(5, 60*time.Second, "after the move")
 		}
 	})

@@ -93,7 +93,8 @@ type workload struct {
 	bad    []string          // inconsistencies seen while recording (an ack changing, an unknown id)
 
 	final map[string]convView          // conversation → its messages as the devices stored them (checkDevices)
-	moved map[string]raftstore.ShardID // users the schedule moved to another shard, and where
+	moved      map[string]raftstore.ShardID // users the schedule moved to another shard, and where
+	movedConvs map[string]raftstore.ShardID // conversations it moved, and where
 
 	stop    chan struct{}
 	senders sync.WaitGroup

@@ -13,37 +13,47 @@ import (
 	"github.com/syncd-dev/syncd/proto"
 )
 
-// HotStep is one phase of HotUser: it lasts D, or, with an Action, as long as the action runs
-// (and at least D). The action (an operator's move of the hot user, say) runs while the senders
-// go on.
+// HotStep is one phase of Hot: it lasts D, or, with an Action, as long as the action runs (and
+// at least D). The action (an operator's move of the hot key, say) runs while the senders go on.
 type HotStep struct {
 	Name   string
 	D      time.Duration
 	Action func(context.Context) error
 }
 
-// HotPhase is what one phase of HotUser measured.
+// HotPhase is what one phase of Hot measured.
 type HotPhase struct {
 	Name             string
 	Took             time.Duration // the phase's length
 	Acked, Errors    int           // sends acked in the phase, and those that failed
 	PerSec           float64       // acked sends per second
 	AckP50, AckP99   time.Duration // send → ack
-	PushP50, PushP99 time.Duration // append (server stamp) → arrival on the hot user's sync stream
+	PushP50, PushP99 time.Duration // append (server stamp) → arrival on the watching device's sync stream
 	MaxGap           time.Duration // the longest time between two batches arriving on that stream
-	CPU              time.Duration // what the cpu function given to HotUser counted over the phase
+	CPU              time.Duration // what the cpu function given to Hot counted over the phase
 	FirstErr         string        // why the first failed send failed ("" if none did)
 }
 
-// HotUser measures one hot user receiving from many: senders devices, each in a direct
-// conversation with the user hot, and workers closed-loop writers taking turns over those
-// conversations (so at most workers sends are in flight), while the hot user's device syncs its
-// log from the start and checks that it is contiguous. It runs the steps in order on the same
-// connections and measures each; cpu, if not nil, is read at each phase's start and end (the
-// server's CPU time, say). Device k is on the target's node k mod its nodes.
-func HotUser(ctx context.Context, t Target, hot string, senders, workers int, steps []HotStep, cpu func() time.Duration) ([]HotPhase, error) {
-	if senders < 1 || workers < 1 || len(steps) == 0 {
-		return nil, errors.New("bench: hot user needs senders, workers and steps")
+// HotConfig says what Hot measures.
+type HotConfig struct {
+	// User is the hot user (Group empty): Senders devices each write to it in a direct
+	// conversation. With Group set, User owns group Group, whose members are User and the
+	// Senders, all of whom write to it but User. Either way User's device watches its log.
+	User, Group string
+	// Workers are the closed-loop writers taking turns over the senders, so at most Workers
+	// sends are in flight.
+	Senders, Workers int
+}
+
+// Hot measures one hot key under many writers: a user receiving from cfg.Senders devices, or a
+// group they all write to (HotConfig), while the watching user's device syncs its log from the
+// start and checks that it is contiguous. It runs the steps in order on the same connections and
+// measures each; cpu, if not nil, is read at each phase's start and end (the server's CPU time,
+// say). Device k is on the target's node k mod its nodes.
+func Hot(ctx context.Context, t Target, cfg HotConfig, steps []HotStep, cpu func() time.Duration) ([]HotPhase, error) {
+	hot, senders, workers := cfg.User, cfg.Senders, cfg.Workers
+	if hot == "" || senders < 1 || workers < 1 || len(steps) == 0 {
+		return nil, errors.New("bench: hot needs a user, senders, workers and steps")
 	}
 	dl, err := newDialer(t, min(senders, 8))
 	if err != nil {
@@ -67,6 +77,15 @@ func HotUser(ctx context.Context, t Target, hot string, senders, workers int, st
 	streams := make([]*reqStream, senders)
 	for k := range streams {
 		if streams[k], err = clients[k+1].openRequests(ctx); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.Group != "" {
+		owner, err := clients[0].openRequests(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if err := createGroup(ctx, owner, cfg.Group, users[1:], run); err != nil {
 			return nil, err
 		}
 	}
@@ -148,6 +167,9 @@ func HotUser(ctx context.Context, t Target, hot string, senders, workers int, st
 					k := int(n) % senders
 					msg := proto.Send{Conv: proto.DirectConv(users[k+1], hot), Peer: hot, Body: payload,
 						ClientMsgID: run + "-" + strconv.FormatInt(n, 10)}
+					if cfg.Group != "" {
+						msg.Conv, msg.Peer = cfg.Group, ""
+					}
 					t0 := time.Now()
 					if o, _, err := attempt(wctx, streams[k], msg); o == outAcked {
 						acked.Add(1)
@@ -198,4 +220,26 @@ func HotUser(ctx context.Context, t Target, hot string, senders, workers int, st
 		}
 	}
 	return out, nil
+}
+
+// createGroup creates group conv owned by rs's user with members, naming at most
+// proto.MaxMembers users per request (a creation, then additions).
+func createGroup(ctx context.Context, rs *reqStream, conv string, members []string, run string) error {
+	for i := 0; i == 0 || i < len(members); i += proto.MaxMembers {
+		chunk := members[i:min(i+proto.MaxMembers, len(members))]
+		cmid := run + "-group-" + strconv.Itoa(i)
+		f, err := rs.do(ctx, func(id uint64) proto.Frame {
+			if i == 0 {
+				return &proto.CreateGroup{ID: id, Conv: conv, ClientMsgID: cmid, Members: chunk}
+			}
+			return &proto.AddMembers{ID: id, Conv: conv, ClientMsgID: cmid, Members: chunk}
+		})
+		if err != nil {
+			return fmt.Errorf("bench: create group %s: %w", conv, err)
+		}
+		if _, ok := f.(*proto.Ack); !ok {
+			return fmt.Errorf("bench: create group %s: answered %v", conv, f)
+		}
+	}
+	return nil
 }

@@ -120,12 +120,13 @@ func (k keys) pending(move MoveID, n uint64) []byte {
 }
 
 var (
-	// ErrMoving refuses a write to a user whose log is moving out of this shard (fenced): it is
-	// accepted again on the destination once the move has switched. Callers retry after a delay.
-	ErrMoving = errors.New("log: the user's log is moving to another shard; retry shortly")
-	// ErrMoved refuses a read of a user whose log is moving into this shard and is not complete
-	// here yet: the source still serves it.
-	ErrMoved = errors.New("log: the user's log is not served by this shard")
+	// ErrMoving refuses a write to a user's log or a conversation moving out of this shard
+	// (fenced): it is accepted again on the destination once the move has switched, or here if
+	// the move lifts its fence. Callers retry after a delay.
+	ErrMoving = errors.New("log: moving to another shard; retry shortly")
+	// ErrMoved refuses a read or write of a user's log or a conversation this shard does not
+	// serve: moving in and not complete here yet (the source still serves it), or moved away.
+	ErrMoved = errors.New("log: not served by this shard")
 )
 
 // userMove returns uid's move marker, if any, from this Tx's writes or the shard's state.

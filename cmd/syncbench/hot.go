@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"os"
 	"strconv"
 	"strings"
@@ -18,10 +19,12 @@ import (
 
 // runHot is -scenario hot (issue #12, point 6): on a cluster of -nodes child processes, one hot
 // user receives from -devices senders (-senders of them in flight at once, closed loop) while its
-// device syncs; measured before, during and after an operator moves the user to a shard of its
-// own (`POST /v1/moves?new_shard=1`): acked sends/s, send → ack and push latency, the longest gap
-// on the hot user's stream, and the nodes' CPU per ack. Then a fresh user's log of -move-entries
-// entries is moved the same way, idle, and the time and bytes the move took are reported.
+// device syncs — or, with -hot-group, -devices members write to one group while a member's
+// device syncs; measured before, during and after an operator moves the user (the group) to a
+// shard of its own (`POST /v1/moves?new_shard=1`): acked sends/s, send → ack and push latency,
+// the longest gap on the watching stream, and the nodes' CPU per ack. Then a fresh user's log of
+// -move-entries entries is moved the same way, idle, and the time and bytes the move took are
+// reported.
 func runHot(ctx context.Context, o options) error {
 	dir, err := os.MkdirTemp("", "syncbench-hot-")
 	if err != nil {
@@ -39,19 +42,24 @@ func runHot(ctx context.Context, o options) error {
 		return err
 	}
 	defer closeCluster("the cluster", cl)
-	const hot = "hot-bot"
+	cfg := bench.HotConfig{User: "hot-bot", Senders: o.devices, Workers: o.senders}
+	what, kind, key := "hot user", "user", cfg.User
+	if o.hotGroup {
+		cfg.Group = "g:hot-room"
+		what, kind, key = "hot group", "conv", cfg.Group
+	}
 	var pause time.Duration
 	steps := []bench.HotStep{
 		{Name: "before the move", D: o.duration},
 		{Name: "during the move", D: o.duration / 2, Action: func(ctx context.Context) error {
 			var err error
-			pause, _, err = moveUser(ctx, cl, hot)
+			pause, _, err = moveKey(ctx, cl, kind, key)
 			return err
 		}},
 		{Name: "after, on a shard of its own", D: o.duration},
 	}
-	progress("hot user %s: %d senders, %d in flight", hot, o.devices, o.senders)
-	phases, err := bench.HotUser(ctx, cl.Target(), hot, o.devices, o.senders, steps, cl.CPUTime)
+	progress("%s %s: %d senders, %d in flight", what, key, o.devices, o.senders)
+	phases, err := bench.Hot(ctx, cl.Target(), cfg, steps, cl.CPUTime)
 	if err != nil {
 		return err
 	}
@@ -64,9 +72,9 @@ func runHot(ctx context.Context, o options) error {
 			note += "; the first failure: " + p.FirstErr
 		}
 		if p.Name == "during the move" {
-			note += fmt.Sprintf("; the move paused the user's writes %v", pause.Round(time.Millisecond))
+			note += fmt.Sprintf("; the move paused the %s's writes %v", kind, pause.Round(time.Millisecond))
 		}
-		rows = append(rows, row{name: "hot user: " + p.Name, value: fmt.Sprintf("%.0f acked/s", p.PerSec), p50: p.AckP50, p99: p.AckP99, note: note})
+		rows = append(rows, row{name: what + ": " + p.Name, value: fmt.Sprintf("%.0f acked/s", p.PerSec), p50: p.AckP50, p99: p.AckP99, note: note})
 	}
 	if o.moveEntries > 0 {
 		progress("filling a %d-entry log", o.moveEntries)
@@ -76,7 +84,7 @@ func runHot(ctx context.Context, o options) error {
 		}
 		progress("moving %s (%d entries) to a shard of its own", b.User, o.moveEntries)
 		start := time.Now()
-		pause, copied, err := moveUser(ctx, cl, b.User)
+		pause, copied, err := moveKey(ctx, cl, "user", b.User)
 		if err != nil {
 			return err
 		}
@@ -86,17 +94,18 @@ func runHot(ctx context.Context, o options) error {
 	return printRows(rows, "-")
 }
 
-// moveUser asks node 0 to move user to a shard of its own and waits until the move has ended;
-// it returns the pause and the bytes copied, as the nodes' metrics count them.
-func moveUser(ctx context.Context, cl *procCluster, user string) (pause time.Duration, copied int64, err error) {
+// moveKey asks node 0 to move the user or conversation (kind "user" or "conv") key to a shard of
+// its own and waits until the move has ended; it returns the pause and the bytes copied, as the
+// nodes' metrics count them.
+func moveKey(ctx context.Context, cl *procCluster, kind, key string) (pause time.Duration, copied int64, err error) {
 	p0, c0, err := moveMetrics(ctx, cl)
 	if err != nil {
 		return 0, 0, err
 	}
 	n := cl.pc.Node(0)
-	code, body, err := n.AdminDo(ctx, http.MethodPost, "/v1/moves?user="+user+"&new_shard=1")
+	code, body, err := n.AdminDo(ctx, http.MethodPost, "/v1/moves?"+kind+"="+url.QueryEscape(key)+"&new_shard=1")
 	if err != nil || code != http.StatusOK {
-		return 0, 0, fmt.Errorf("syncbench: move %s: HTTP %d %s %v", user, code, body, err)
+		return 0, 0, fmt.Errorf("syncbench: move %s: HTTP %d %s %v", key, code, body, err)
 	}
 	var started adminapi.MoveStarted
 	if err := json.Unmarshal([]byte(body), &started); err != nil {
@@ -105,7 +114,11 @@ func moveUser(ctx context.Context, cl *procCluster, user string) (pause time.Dur
 	deadline := time.Now().Add(10 * time.Minute)
 	for {
 		v, err := n.ClusterView(ctx)
-		if err == nil && len(v.Moves) == 0 && v.Overrides[user] == started.To {
+		pinned := v.Overrides[key]
+		if kind == "conv" {
+			pinned = v.ConvOverrides[key]
+		}
+		if err == nil && len(v.Moves) == 0 && pinned == started.To {
 			break
 		}
 		if time.Now().After(deadline) {

@@ -35,9 +35,11 @@
 //
 // -scenario hot (issue #12) is a hot user on a -nodes cluster: -devices senders writing to it
 // (-senders in flight), before, during and after an operator moves it to a shard of its own, and
-// then the move of an idle -move-entries log (hot.go):
+// then the move of an idle -move-entries log (hot.go); with -hot-group, a group of -devices
+// members who all write to it, moved the same way:
 //
 //	go run ./cmd/syncbench -scenario hot -devices 1000 -senders 64
+//	go run ./cmd/syncbench -scenario hot -hot-group -devices 1000 -senders 64 -move-entries 0
 package main
 
 import (
@@ -93,7 +95,8 @@ type options struct {
 	// -scenario peers only
 	peers              string
 	users, subscribers int
-	moveEntries        int // -scenario hot only
+	moveEntries        int  // -scenario hot only
+	hotGroup           bool // -scenario hot only
 }
 
 func run(args []string) error {
@@ -123,6 +126,7 @@ func run(args []string) error {
 	fs.IntVar(&o.users, "users", 10000, "peers: logs the peers' appends go to at random")
 	fs.IntVar(&o.subscribers, "subscribers", 200, "peers: live subscribers in the peers' push shape")
 	fs.IntVar(&o.moveEntries, "move-entries", 1000000, "hot: entries of the log moved idle after the hot user's move (0: none)")
+	fs.BoolVar(&o.hotGroup, "hot-group", false, "hot: a group of -devices members who all write to it, instead of a user they write to")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}

@@ -10,9 +10,11 @@ import (
 
 // Moving a conversation to another shard: the storage half of docs/MOVES.md, "Moving a
 // conversation". A conversation has one writer, its home shard S, and its entries leave through
-// S's outbox; so instead of routing per source, as a user's move does, its move fences S and
-// waits until S's fan-out has delivered every record of the conversation (the drain, above this
-// package) before D writes the next one. Each step is a Tx operation, idempotent per move:
+// S's outbox; so instead of routing per source, as a user's move does, its move fences it on S at
+// an outbox position f and makes D's deliveries of it wait, at every destination, behind S's
+// deliveries up to f (a barrier): no destination can apply a new entry of the conversation
+// before its old ones, and the conversation's writers wait only for the fence and the last copy,
+// not for S's fan-out. Each step is a Tx operation, idempotent per move:
 //
 //	D  BeginConvIn     conv is moving in under move: reads and writes of it here are refused
 //	                   (ErrMoved)
@@ -20,10 +22,12 @@ import (
 //	                   marker; the conversation's meta waits under the move's staging key
 //	S  FenceConv       conv's writes are refused (ErrMoving); it returns the outbox position f
 //	                   every record of conv is at or before
-//	S  UnfenceConv     the drain did not finish in time: S serves conv again, the move retries
-//	D  ActivateConv    the staged meta becomes conv's, conv_seq continuing; served here
+//	D  ActivateConv    the staged meta becomes conv's, conv_seq continuing, and its records in
+//	                   D's outbox carry the barrier (S, f) (OutboxItem.After): a destination
+//	                   applies them once its mark for S has reached f (Tx.Deliver, ErrNotYet)
 //	S  DropConv        conv's meta, members and entries go; a tombstone makes its reads answer
 //	                   ErrMoved
+//	D  SettleConv      S's fan-out has delivered up to f everywhere: the barrier goes
 //
 // Its msg_id index entries and dedup records are copied with its messages (msgRef names the
 // dedup record of the send), and on S they are left, not deleted: msg_ids are never reused, and
@@ -34,7 +38,52 @@ import (
 //
 //	0x64 | conv 0x00   the conversation's move marker (moveMarker; pending holds, on S, the fence
 //	                   position f)
-const tagConvMoving byte = 0x64
+//	0x65 | conv 0x00   a moved-in conversation's barrier: source u32 | pos u64
+const (
+	tagConvMoving byte = 0x64
+	tagBarrier    byte = 0x65
+)
+
+func (k keys) barrier(conv string) []byte { return appendID(k.table(tagBarrier, len(conv)+1), conv) }
+
+func encodeBarrier(b Barrier) []byte {
+	v := binary.BigEndian.AppendUint32([]byte{valueV1}, uint32(b.Source))
+	return binary.BigEndian.AppendUint64(v, b.Pos)
+}
+
+func decodeBarrier(v []byte) (Barrier, error) {
+	if len(v) != 13 || v[0] != valueV1 {
+		return Barrier{}, corruptf("barrier of %d bytes", len(v))
+	}
+	b := Barrier{Source: ShardID(binary.BigEndian.Uint32(v[1:])), Pos: binary.BigEndian.Uint64(v[5:])}
+	if b.Source == 0 || b.Pos == 0 {
+		return Barrier{}, corruptf("barrier %+v", b)
+	}
+	return b, nil
+}
+
+// readBarriers returns every moved-in conversation's barrier from r, or nil if the shard has none.
+func (s *Shard) readBarriers(r pebble.Reader) (map[string]Barrier, error) {
+	if !s.barriers.Load() {
+		return nil, nil
+	}
+	lo, hi := s.k.tableBounds(tagBarrier)
+	it, err := r.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
+	if err != nil {
+		return nil, fmt.Errorf("log: read: %w", err)
+	}
+	defer it.Close()
+	out := map[string]Barrier{}
+	for ok := it.First(); ok; ok = it.Next() {
+		b, err := decodeBarrier(it.Value())
+		if err != nil {
+			return nil, err
+		}
+		key := it.Key()
+		out[string(key[len(lo):len(key)-1])] = b
+	}
+	return out, it.Error()
+}
 
 func (k keys) convMoving(conv string) []byte {
 	return appendID(k.table(tagConvMoving, len(conv)+1), conv)
@@ -106,10 +155,10 @@ func (t *Tx) moveConv(st Stamp, r *MoveStep) (uint64, error) {
 		return 0, t.StageConv(st, r.Move, r.Conv, r.Records)
 	case MoveFence:
 		return t.FenceConv(r.Move, r.Conv)
-	case MoveUnfence:
-		return 0, t.UnfenceConv(r.Move, r.Conv)
 	case MoveActivate:
-		return 0, t.ActivateConv(r.Move, r.Conv, r.SourceEmpty)
+		return 0, t.ActivateConv(r.Move, r.Conv, r.SourceEmpty, Barrier{Source: r.From, Pos: r.Fence})
+	case MoveSettle:
+		return 0, t.SettleConv(r.Move, r.Conv)
 	case MoveDrop:
 		return 0, t.DropConv(r.Move, r.Conv)
 	case MoveRestart:
@@ -352,30 +401,19 @@ func (t *Tx) FenceConv(move MoveID, conv string) (uint64, error) {
 	return info.Head, t.set(t.s.k.convMoving(conv), moveMarker{move: move, role: movingOut, pending: info.Head}.encode())
 }
 
-// UnfenceConv lifts move's fence of conv: its fan-out did not drain in the time a move may pause
-// a conversation (a destination down), so conv is served here again and the move fences it
-// again later. Without that fence it changes nothing; after the drop it is refused.
-func (t *Tx) UnfenceConv(move MoveID, conv string) error {
-	m, ok, err := t.convMove(conv)
-	switch {
-	case err != nil:
-		return err
-	case !ok || m.move != move:
-		return nil
-	case m.role == movedOut:
-		return invalidf("unfence: conversation %q was dropped here by move %d", conv, move)
-	}
-	return t.del(t.s.k.convMoving(conv))
-}
-
 // ActivateConv completes move on the destination: conv's staged meta becomes its own (entries
 // below its first position, trimmed on the source meanwhile, are left out) and conv is served
-// here, its conv_seq continuing from the source's head. It is refused unless conv is moving in
-// under move with its meta staged — or, with sourceEmpty, with nothing staged: the source held
-// no such conversation, and it is created here when first written. Repeating it changes nothing.
-func (t *Tx) ActivateConv(move MoveID, conv string, sourceEmpty bool) error {
+// here, its conv_seq continuing from the source's head, its records in this shard's outbox held
+// back at every destination behind after, the source's fence (SettleConv lifts it). It is
+// refused unless conv is moving in under move with its meta staged — or, with sourceEmpty, with
+// nothing staged: the source held no such conversation, and it is created here when first
+// written. Repeating it changes nothing.
+func (t *Tx) ActivateConv(move MoveID, conv string, sourceEmpty bool, after Barrier) error {
 	if done, err := t.movingInConv(move, conv, "activate"); err != nil || done {
 		return err
+	}
+	if after.Source == 0 || after.Source == t.s.id || after.Pos == 0 {
+		return invalidf("activate: conversation %q needs its source's fence position, not %+v", conv, after)
 	}
 	k := t.s.k
 	staged := k.stagedPrefix(move)
@@ -407,7 +445,24 @@ func (t *Tx) ActivateConv(move MoveID, conv string, sourceEmpty bool) error {
 	if err := t.b.DeleteRange(staged, prefixEnd(staged), nil); err != nil {
 		return fmt.Errorf("log: write: %w", err)
 	}
+	t.s.barriers.Store(true) // before the barrier is visible to a read of the outbox
+	if err := t.set(k.barrier(conv), encodeBarrier(after)); err != nil {
+		return err
+	}
 	return t.del(k.convMoving(conv))
+}
+
+// SettleConv lifts conv's barrier once the source's fan-out has delivered everything up to its
+// fence to every destination: from then on its records are delivered like any others (those
+// read before still carry it, which by then holds nothing back). It is refused while conv is
+// still moving in; without a barrier it changes nothing.
+func (t *Tx) SettleConv(move MoveID, conv string) error {
+	if m, ok, err := t.convMove(conv); err != nil {
+		return err
+	} else if ok && m.move == move && m.role == movingIn {
+		return invalidf("settle: conversation %q is not activated under move %d yet", conv, move)
+	}
+	return t.del(t.s.k.barrier(conv))
 }
 
 // DropConv deletes conv's meta, members and entries from this shard, the source of move, once

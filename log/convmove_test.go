@@ -11,11 +11,12 @@ import (
 // conversation move, through Tx.Move as the Raft commands make them, with sends, a receipt, a
 // recall and a removal going on while it copies: the copy in chunks (one copied twice), the fence
 // (its position is S's outbox head; new writes refused, a resend of an acked one still answered),
-// an unfence and a second fence, the last copy, the activation and the drop. On D the group is
-// S's — entries, msg_ids, members, read marks, recall flags, dedup records — and its conv_seq
-// continues; every step repeated changes nothing.
+// the last copy, the activation (D's records of the group carry the barrier of S's fence), the
+// drop and the settling. On D the group is S's — entries, msg_ids, members, read marks, recall
+// flags, dedup records — and its conv_seq continues; every step repeated changes nothing.
 func TestMoveConv(t *testing.T) {
 	const move MoveID = 91
+	var fence uint64 // the fence's position, once fenced: the activation carries it
 	src := newMemShard(t, 1)
 	dst := newMemShard(t, 2)
 	idx := map[*Shard]uint64{}
@@ -25,7 +26,7 @@ func TestMoveConv(t *testing.T) {
 		var n uint64
 		_, err := apply(t, s, at(s), func(tx *Tx) error {
 			var err error
-			n, err = tx.Move(Stamp{Index: idx[s], Time: 1_000_000}, &MoveStep{Op: op, Move: move, Conv: "g", From: 1, To: 2, Records: recs, SourceEmpty: empty})
+			n, err = tx.Move(Stamp{Index: idx[s], Time: 1_000_000}, &MoveStep{Op: op, Move: move, Conv: "g", From: 1, To: 2, Records: recs, SourceEmpty: empty, Fence: fence})
 			return err
 		})
 		return n, err
@@ -101,8 +102,8 @@ func TestMoveConv(t *testing.T) {
 		}
 		return o.Head
 	}
-	if f := mustStep(src, MoveFence, nil); f != head() {
-		t.Fatalf("fence at %d, want the outbox head %d", f, head())
+	if fence = mustStep(src, MoveFence, nil); fence != head() {
+		t.Fatalf("fence at %d, want the outbox head %d", fence, head())
 	}
 	refused := func(s *Shard, want error) {
 		t.Helper()
@@ -120,13 +121,8 @@ func TestMoveConv(t *testing.T) {
 	if res := appendOK(t, src, at(src), Append{Conv: "g", Sender: "ann", ClientMsgID: "m1-3", Kind: KindMessage, Body: []byte("hi")}); !res.Duplicate || res.MsgID != sends["m1-3"].MsgID {
 		t.Fatalf("a resend to the fenced source: %+v, want the original answer", res)
 	}
-	// The drain took too long: unfence, S serves again, then the fence again, further on.
-	mustStep(src, MoveUnfence, nil)
-	mustStep(src, MoveUnfence, nil)
-	send(src, 1)
-	f := mustStep(src, MoveFence, nil)
-	if f != head() || mustStep(src, MoveFence, nil) != f {
-		t.Fatalf("second fence at %d, want the outbox head %d, repeatably", f, head())
+	if f := mustStep(src, MoveFence, nil); f != head() {
+		t.Fatalf("the fence repeated answered %d, want %d", f, head())
 	}
 	srcInfo, srcEntries := readAll(t, src, "g", true)
 	srcMembers, _, err := src.MembersAfter("g", "ann", "", 10)
@@ -137,6 +133,12 @@ func TestMoveConv(t *testing.T) {
 	// The last copy and the activation; copy steps repeated after it change nothing.
 	if _, done := copyFrom(last, 0); !done {
 		t.Fatal("the last copy did not reach the head")
+	}
+	if _, err := apply(t, dst, at(dst), func(tx *Tx) error {
+		_, err := tx.Move(Stamp{Time: 1}, &MoveStep{Op: MoveActivate, Move: move, Conv: "g", From: 1, To: 2})
+		return err
+	}); !Rejected(err) {
+		t.Fatalf("an activation without the fence's position: %v", err)
 	}
 	mustStep(dst, MoveActivate, nil)
 	mustStep(dst, MoveActivate, nil)
@@ -184,6 +186,10 @@ func TestMoveConv(t *testing.T) {
 	if o, err := dst.Outbox(); err != nil || o.Head != 2 {
 		t.Fatalf("D's outbox after two writes: %+v, %v", o, err)
 	}
+	items, err := dst.ReadOutbox(1, 0)
+	if err != nil || len(items) != 2 || items[0].After != (Barrier{Source: 1, Pos: fence}) {
+		t.Fatalf("D's outbox records of the group: %+v, %v; want them behind S's fence at %d", items, err, fence)
+	}
 
 	// S: drop. Its reads and writes of g answer ErrMoved; a resend is still answered by its
 	// dedup record, which S keeps until it expires.
@@ -199,8 +205,8 @@ func TestMoveConv(t *testing.T) {
 		t.Fatalf("conversation query after the drop: %v, want ErrMoved", err)
 	}
 	refused(src, ErrMoved)
-	if _, err := step(src, MoveUnfence, nil, false); !Rejected(err) {
-		t.Fatalf("unfence after the drop: %v", err)
+	if f := mustStep(src, MoveFence, nil); f != fence {
+		t.Fatalf("the fence asked again after the drop answered %d, want %d (a resumed driver needs it)", f, fence)
 	}
 	for _, tag := range []byte{tagConv, tagMember, tagConvEntry} {
 		if n := countTable(t, src, tag); n != 0 {
@@ -209,6 +215,44 @@ func TestMoveConv(t *testing.T) {
 	}
 	if n := countTable(t, dst, tagStaged); n != 0 {
 		t.Errorf("D holds %d staged keys after the activation", n)
+	}
+
+	// Settled (S has delivered up to its fence everywhere): D's records go without the barrier.
+	mustStep(dst, MoveSettle, nil)
+	mustStep(dst, MoveSettle, nil)
+	if items, err := dst.ReadOutbox(1, 0); err != nil || items[1].After != (Barrier{}) {
+		t.Fatalf("D's outbox after the settling: %+v, %v", items, err)
+	}
+}
+
+// TestDeliveryBarrier: a delivery whose entry waits behind another source's position is refused
+// with ErrNotYet, changing nothing, until this shard's mark for that source reaches it; then the
+// same batch applies.
+func TestDeliveryBarrier(t *testing.T) {
+	home := newMemShard(t, 1)
+	y := newMemShard(t, 3)
+	appendOK(t, home, Stamp{Index: 1, Time: 1000}, Append{Conv: "g", Sender: "ann", ClientMsgID: "c", Kind: KindGroupCreate, Members: []string{"bob"}})
+	b := outboxBatch(t, home, 0, 1, "bob")
+	b.Items[0].After = Barrier{Source: 2, Pos: 5}
+	// apply fails the test if a refused command left writes.
+	if _, err := apply(t, y, Stamp{Index: 1, Time: 2000}, func(tx *Tx) error { _, err := tx.Deliver(Stamp{Time: 2000}, b); return err }); !errors.Is(err, ErrNotYet) || !Rejected(err) {
+		t.Fatalf("a delivery behind an unreached barrier: %v, want ErrNotYet", err)
+	}
+	// Shard 2's deliveries up to 5 (nothing for this shard's users among them).
+	mustApply(t, y, Stamp{Index: 2, Time: 2000}, func(tx *Tx) error {
+		_, err := tx.Deliver(Stamp{Time: 2000}, &DeliveryBatch{Source: 2, Prev: 0, Last: 5})
+		return err
+	})
+	mustApply(t, y, Stamp{Index: 3, Time: 2000}, func(tx *Tx) error { _, err := tx.Deliver(Stamp{Time: 2000}, b); return err })
+	if info, err := y.UserInfo("bob"); err != nil || info.Head != 1 {
+		t.Fatalf("bob after the barrier was reached: %+v, %v", info, err)
+	}
+	for i, bad := range []Barrier{{Source: 2}, {Pos: 3}, {Source: 1, Pos: 3}} {
+		c := outboxBatch(t, home, 0, 1, "bob")
+		c.Items[0].After = bad
+		if _, err := apply(t, y, Stamp{Index: uint64(4 + i), Time: 2000}, func(tx *Tx) error { _, err := tx.Deliver(Stamp{Time: 2000}, c); return err }); !errors.Is(err, ErrInvalid) {
+			t.Errorf("barrier %+v: %v, want refused as invalid", bad, err)
+		}
 	}
 }
 
@@ -227,7 +271,7 @@ func TestMoveConvCancelAndEmpty(t *testing.T) {
 	do := func(op MoveOp, move MoveID, conv string, recs []Record, empty bool) error {
 		i++
 		_, err := apply(t, dst, Stamp{Index: i, Time: 2000}, func(tx *Tx) error {
-			_, err := tx.Move(Stamp{Index: i, Time: 2000}, &MoveStep{Op: op, Move: move, Conv: conv, Records: recs, SourceEmpty: empty})
+			_, err := tx.Move(Stamp{Index: i, Time: 2000}, &MoveStep{Op: op, Move: move, Conv: conv, From: 1, Records: recs, SourceEmpty: empty, Fence: 1})
 			return err
 		})
 		return err
@@ -261,7 +305,7 @@ func TestMoveConvCancelAndEmpty(t *testing.T) {
 	if err := do(MoveActivate, 7, "d:ann:bob", nil, false); !errors.Is(err, ErrInvalid) {
 		t.Fatalf("activating with nothing staged: %v, want refused", err)
 	}
-	if err := do(MoveActivate, 7, "d:ann:bob", nil, true); err != nil {
+	if err := do(MoveActivate, 7, "d:ann:bob", nil, true); err != nil { // with the fence's position (do)
 		t.Fatal(err)
 	}
 	res := appendOK(t, dst, Stamp{Index: 99, Time: 3000}, Append{Conv: "d:ann:bob", Sender: "ann", ClientMsgID: "hi", Kind: KindMessage, Members: []string{"ann", "bob"}})

@@ -1,6 +1,7 @@
 package log
 
 import (
+	"fmt"
 	"slices"
 )
 
@@ -9,6 +10,17 @@ type Delivery struct {
 	Pos   uint64   // the entry's outbox position in the source shard
 	Users []string // recipients whose logs live in this shard
 	Entry Entry    // the conversation entry; Seq is ignored
+	// After, when set, holds the entry back until this shard has applied the deliveries of
+	// another source up to a position: the entry's conversation moved here from that source,
+	// whose last records of it must come first (convmove.go).
+	After Barrier
+}
+
+// Barrier names a position of a source shard's outbox: a delivery carrying it is applied only
+// once the destination's mark for Source has reached Pos. The zero Barrier holds nothing back.
+type Barrier struct {
+	Source ShardID
+	Pos    uint64
 }
 
 // DeliveryBatch carries the entries of one source shard's outbox destined to this shard, for the
@@ -55,6 +67,9 @@ func (t *Tx) Deliver(st Stamp, b *DeliveryBatch) (DeliverResult, error) {
 			if err := t.refuseFenced(it.Users); err != nil {
 				return DeliverResult{}, err
 			}
+			if err := t.checkBarrier(it); err != nil {
+				return DeliverResult{}, err
+			}
 		}
 	}
 	app := t.userAppender(st)
@@ -76,6 +91,23 @@ func (t *Tx) Deliver(st Stamp, b *DeliveryBatch) (DeliverResult, error) {
 		return DeliverResult{}, err
 	}
 	return DeliverResult{Mark: b.Last, Appended: app.appended}, nil
+}
+
+// checkBarrier refuses, with ErrNotYet and before anything is written, an item held back by its
+// barrier: this shard has not applied its barrier source's deliveries up to the barrier yet.
+func (t *Tx) checkBarrier(it *Delivery) error {
+	if it.After.Source == 0 {
+		return nil
+	}
+	mark, _, err := getUint(t.b, t.s.k.sourceMark(it.After.Source))
+	if err != nil {
+		return err
+	}
+	if mark < it.After.Pos {
+		return fmt.Errorf("%w: %s's entry at %d waits for shard %d's deliveries up to %d (applied up to %d)",
+			ErrNotYet, it.Entry.Conv, it.Pos, it.After.Source, it.After.Pos, mark)
+	}
+	return nil
 }
 
 // userAppender appends entries to user logs inside one Tx. It loads each user's log meta once and
@@ -177,6 +209,9 @@ func (b *DeliveryBatch) validate() error {
 		}
 		if !slices.IsSorted(it.Entry.Members) { // groupsDelta searches them
 			return invalidf("delivery item at %d: entry members must be sorted", it.Pos)
+		}
+		if (it.After.Source == 0) != (it.After.Pos == 0) || it.After.Source == b.Source && it.After.Source != 0 {
+			return invalidf("delivery item at %d: bad barrier %+v", it.Pos, it.After)
 		}
 	}
 	return nil

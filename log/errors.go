@@ -43,6 +43,11 @@ var (
 	ErrGroupFull = errors.New("log: the group would exceed its size limit")
 )
 
+// ErrNotYet refuses a delivery batch holding an entry whose barrier this shard has not reached
+// (Delivery.After): the entry's conversation moved, and the old home's last deliveries of it
+// must be applied first. Nothing was applied; the sender retries the batch shortly.
+var ErrNotYet = errors.New("log: a delivery waits for another shard's earlier deliveries")
+
 // OutOfOrderError is returned by [Tx.Deliver] when a batch starts after the destination's
 // high-water mark for its source, so applying it would skip source entries. The sender resumes
 // from Mark.
@@ -85,7 +90,7 @@ func Rejected(err error) bool {
 var rejections = []error{
 	ErrInvalid, ErrConflict, ErrNoConversation, ErrConversationExists, ErrNotMember, ErrNotGroup,
 	ErrNoMessage, ErrNotSender, ErrRecallWindow, ErrAlreadyRecalled, ErrOutOfOrder, ErrNoDeadLetter,
-	ErrNotPermitted, ErrGroupFull, ErrMoving, ErrMoved,
+	ErrNotPermitted, ErrGroupFull, ErrMoving, ErrMoved, ErrNotYet,
 }
 
 // RejectionCode returns a stable number for the refusal err wraps, for carrying it between nodes

@@ -75,7 +75,7 @@ func FuzzAppendUnmarshal(f *testing.F) {
 }
 
 func FuzzDeliveryBatchUnmarshal(f *testing.F) {
-	for _, d := range []DeliveryBatch{goldenBatch, {Source: 1, Prev: 0, Last: 1}} {
+	for _, d := range []DeliveryBatch{goldenBatch, goldenBatchV2, {Source: 1, Prev: 0, Last: 1}} {
 		b, _ := d.MarshalBinary()
 		addSeeds(f, b)
 	}

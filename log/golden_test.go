@@ -38,6 +38,10 @@ var (
 		{Pos: 6, Users: []string{"a", "b"}, Entry: goldenEntry},
 		{Pos: 9, Users: []string{"c"}, Entry: Entry{Kind: KindReceipt, MsgID: MsgID{Shard: 3, Index: 120}, Conv: "g", ConvSeq: 13, ReadUpTo: 12}},
 	}}
+	goldenBatchV2 = DeliveryBatch{Source: 70000, Prev: 5, Last: 9, Items: []Delivery{
+		{Pos: 6, Users: []string{"a", "b"}, Entry: goldenEntry},
+		{Pos: 9, Users: []string{"c"}, Entry: goldenEntry, After: Barrier{Source: 3, Pos: 1 << 40}},
+	}}
 	goldenLogMeta   = logMeta{Kind: ConvDirect, Epoch: 1_700_000_000_000_000_000, First: 4, Head: 1000, Members: []string{"a", "b"}}
 	goldenLogMetaV2 = logMeta{Kind: ConvGroup, Epoch: 1_700_000_000_000_000_000, First: 4, Head: 1000, MemberCount: 5000}
 	goldenLogMetaV3 = logMeta{Epoch: 1_700_000_000_000_000_000, First: 1, Head: 70, Groups: 12}
@@ -62,7 +66,7 @@ var (
 	goldenMoveMarker     = moveMarker{move: 1 << 33, role: movingIn, pending: 258}
 	goldenMoveStep       = MoveStep{Op: MoveStage, Move: 1 << 33, User: "alice", From: 2, To: 70000,
 		Records: []Record{{Key: []byte{0x20, 'a', 0}, Value: []byte{1, 2}}, {Key: []byte{0x22, 'a', 0, 'p', 0}, Value: []byte{3}}}, SourceEmpty: true}
-	goldenMoveStepConv = MoveStep{Op: MoveFence, Move: 1 << 33, Conv: "g", From: 2, To: 70000}
+	goldenMoveStepConv = MoveStep{Op: MoveActivate, Move: 1 << 33, Conv: "g", From: 2, To: 70000, SourceEmpty: true, Fence: 258}
 	goldenCutover      = cutover{move: 1 << 33, at: 1 << 40, after: 7, steps: []cutoverStep{{upTo: 258, shard: 3}, {upTo: 1 << 40, shard: 5}}}
 	goldenRedelivery   = Redelivery{Source: 3, Item: Delivery{Pos: 258, Users: []string{"b", "c"}, Entry: goldenEntry}}
 )
@@ -96,6 +100,10 @@ func goldenCases() []goldenCase {
 			func(b []byte) (any, error) { return decodeMember(b) }, goldenMemberV2},
 		{"delivery_batch.v1", func() []byte { return must(goldenBatch.MarshalBinary()) },
 			func(b []byte) (any, error) { var d DeliveryBatch; err := d.UnmarshalBinary(b); return d, err }, goldenBatch},
+		{"delivery_batch.v2", func() []byte { return must(goldenBatchV2.MarshalBinary()) },
+			func(b []byte) (any, error) { var d DeliveryBatch; err := d.UnmarshalBinary(b); return d, err }, goldenBatchV2},
+		{"barrier.v1", func() []byte { return encodeBarrier(Barrier{Source: 3, Pos: 1 << 40}) },
+			func(b []byte) (any, error) { return decodeBarrier(b) }, Barrier{Source: 3, Pos: 1 << 40}},
 		{"entry.v1", func() []byte { return encodeEntry(&goldenEntry) },
 			func(b []byte) (any, error) { return decodeEntry(b, 0) }, goldenEntry},
 		{"log_meta.v1", goldenLogMeta.encode,

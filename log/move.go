@@ -150,13 +150,13 @@ func readMarker(r pebble.Reader, key []byte) (moveMarker, bool, error) {
 // markers, which keeps it correct without counting them.
 func (s *Shard) anyMoves() bool { return s.moves.Load() }
 
-// loadMoves sets anyMoves and the cutovers flag from the state: whether any marker, any
-// cutover exists.
+// loadMoves sets anyMoves and the cutovers and barriers flags from the state: whether any
+// marker, any cutover, any barrier exists.
 func (s *Shard) loadMoves() error {
 	for _, f := range []struct {
 		tag  byte
 		flag *atomic.Bool
-	}{{tagMoving, &s.moves}, {tagConvMoving, &s.moves}, {tagCutover, &s.cutovers}} {
+	}{{tagMoving, &s.moves}, {tagConvMoving, &s.moves}, {tagCutover, &s.cutovers}, {tagBarrier, &s.barriers}} {
 		lo, hi := s.k.tableBounds(f.tag)
 		it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
 		if err != nil {
@@ -629,7 +629,7 @@ const (
 	MoveDrop     MoveOp = 6 // source: DropUser
 	MoveRestart  MoveOp = 7 // destination: RestartCopy (the log was reset meanwhile, or a new driver copies)
 	MoveCancel   MoveOp = 8 // destination: CancelMoveIn
-	MoveUnfence  MoveOp = 9 // source, conversations only: UnfenceConv (the drain took too long)
+	MoveSettle   MoveOp = 9 // destination, conversations only: SettleConv (the old home has drained)
 )
 
 // The flags byte of an encoded [MoveStep]. Steps encoded before conversations could move have
@@ -637,6 +637,7 @@ const (
 const (
 	flagSourceEmpty uint8 = 1 << 0
 	flagConv        uint8 = 1 << 1 // the conversation id follows
+	flagFence       uint8 = 1 << 2 // the fence position follows
 )
 
 // MoveStep is a request to make one step of moving a user's log or a conversation ([Tx.Move]).
@@ -652,6 +653,9 @@ type MoveStep struct {
 	Records []Record // MoveStage
 	// SourceEmpty (MoveActivate): the source held no log of the user, so nothing was staged.
 	SourceEmpty bool
+	// Fence (a conversation's MoveActivate): the source's outbox position its fence answered,
+	// which the conversation's deliveries from the destination wait behind (From's).
+	Fence uint64
 }
 
 // MarshalBinary encodes the request.
@@ -679,9 +683,15 @@ func (r *MoveStep) MarshalBinary() ([]byte, error) {
 	if r.Conv != "" {
 		flags |= flagConv
 	}
+	if r.Fence != 0 {
+		flags |= flagFence
+	}
 	e.u8(flags)
 	if r.Conv != "" {
 		e.str(r.Conv)
+	}
+	if r.Fence != 0 {
+		e.uvarint(r.Fence)
 	}
 	return e.b, nil
 }
@@ -699,13 +709,18 @@ func (r *MoveStep) UnmarshalBinary(b []byte) error {
 		r.Records = append(r.Records, Record{Key: d.bytes(), Value: d.bytes()})
 	}
 	flags := d.u8()
-	if flags&^(flagSourceEmpty|flagConv) != 0 {
+	if flags&^(flagSourceEmpty|flagConv|flagFence) != 0 {
 		return corruptf("move step: bad flags %#x", flags)
 	}
 	r.SourceEmpty = flags&flagSourceEmpty != 0
 	if flags&flagConv != 0 {
 		if r.Conv = d.str(); r.Conv == "" && d.err == nil {
 			return corruptf("move step: empty conversation id")
+		}
+	}
+	if flags&flagFence != 0 {
+		if r.Fence = d.uvarint(); r.Fence == 0 && d.err == nil {
+			return corruptf("move step: fence position 0")
 		}
 	}
 	return d.done("move step")

@@ -21,6 +21,9 @@ type OutboxItem struct {
 	// cutover.go), as this record's position decides it; the others are routed by the cluster
 	// map. Nil when none has.
 	Pinned map[string]ShardID
+	// After is the barrier of the record's conversation, moved here from another shard whose
+	// last records of it must be delivered first (convmove.go); zero for most.
+	After Barrier
 }
 
 // OutboxInfo is the retained range [First, Head] of the outbox.
@@ -93,6 +96,10 @@ func (s *Shard) ReadOutbox(from uint64, limit int) ([]OutboxItem, error) {
 	if err != nil {
 		return nil, err
 	}
+	barriers, err := s.readBarriers(snap)
+	if err != nil {
+		return nil, err
+	}
 	var out []OutboxItem
 	for ok := it.First(); ok && len(out) < limit; ok = it.Next() {
 		key := it.Key()
@@ -101,7 +108,7 @@ func (s *Shard) ReadOutbox(from uint64, limit int) ([]OutboxItem, error) {
 		if err != nil {
 			return nil, fmt.Errorf("outbox %d: %w", pos, err)
 		}
-		item := OutboxItem{Pos: pos, Recipients: rec.Recipients, Entry: rec.Entry}
+		item := OutboxItem{Pos: pos, Recipients: rec.Recipients, Entry: rec.Entry, After: barriers[rec.Entry.Conv]}
 		for _, uid := range rec.Recipients {
 			if c := cuts[uid]; c != nil {
 				if item.Pinned == nil {

@@ -11,7 +11,8 @@ import (
 
 const (
 	requestV1 = 1
-	// requestV2 adds an Append's Role and MaxGroupSize; a DeliveryBatch is still v1.
+	// requestV2 adds an Append's Role and MaxGroupSize, and a DeliveryBatch's barriers (each
+	// item's After); a batch without barriers is still v1.
 	requestV2 = 2
 )
 
@@ -80,8 +81,16 @@ func (b *DeliveryBatch) AppendBinary(buf []byte) ([]byte, error) {
 		n := entryLen(&it.Entry)
 		size += uvarintLen(it.Pos) + strsLen(it.Users) + uvarintLen(uint64(n)) + n
 	}
+	barriers := slices.ContainsFunc(b.Items, func(it Delivery) bool { return it.After != (Barrier{}) })
+	if barriers {
+		size += len(b.Items) * 2 * binary.MaxVarintLen64
+	}
+	version := uint8(requestV1)
+	if barriers {
+		version = requestV2
+	}
 	e := encoder{b: slices.Grow(buf, size)}
-	e.u8(requestV1)
+	e.u8(version)
 	e.uvarint(uint64(b.Source))
 	e.uvarint(b.Prev)
 	e.uvarint(b.Last)
@@ -92,6 +101,10 @@ func (b *DeliveryBatch) AppendBinary(buf []byte) ([]byte, error) {
 		e.strs(it.Users)
 		e.uvarint(uint64(entryLen(&it.Entry)))
 		e.entry(&it.Entry)
+		if barriers {
+			e.uvarint(uint64(it.After.Source))
+			e.uvarint(it.After.Pos)
+		}
 	}
 	return e.b, nil
 }
@@ -99,7 +112,7 @@ func (b *DeliveryBatch) AppendBinary(buf []byte) ([]byte, error) {
 // UnmarshalBinary decodes a batch encoded by MarshalBinary. Errors wrap ErrCorrupt.
 func (b *DeliveryBatch) UnmarshalBinary(data []byte) error {
 	d := decoder{b: data}
-	d.version("delivery batch", requestV1)
+	v := d.version("delivery batch", requestV2)
 	*b = DeliveryBatch{Source: ShardID(d.uvarint()), Prev: d.uvarint(), Last: d.uvarint()}
 	n := d.uvarint()
 	if n > uint64(len(d.b)) {
@@ -114,6 +127,9 @@ func (b *DeliveryBatch) UnmarshalBinary(data []byte) error {
 				return err
 			}
 			it.Entry = e
+		}
+		if v >= requestV2 {
+			it.After = Barrier{Source: ShardID(d.uvarint()), Pos: d.uvarint()}
 		}
 		b.Items = append(b.Items, it)
 	}

@@ -28,6 +28,9 @@ type Shard struct {
 	moves atomic.Bool
 	// cutovers is set once this shard's outbox routes a moved user by a cutover (cutover.go).
 	cutovers atomic.Bool
+	// barriers is set once a conversation moved into this shard holds its deliveries back behind
+	// its old home's (convmove.go).
+	barriers atomic.Bool
 }
 
 // Metadata names under tagMeta.

@@ -117,10 +117,6 @@ type Config struct {
 	RetentionInterval time.Duration
 	// RequestTimeout bounds one request's replication. Default 10s.
 	RequestTimeout time.Duration
-	// MoveFenceBudget is the longest a conversation's move keeps its writes fenced while the
-	// source's fan-out delivers its last records; past it (a destination shard down) the source
-	// serves the conversation again, and the move fences it again after as long. Default 2s.
-	MoveFenceBudget time.Duration
 	// SendRate and SendBurst bound each device's mutations: SendRate per second sustained,
 	// SendBurst at once. Excess gets RateLimited with a retry-after. Defaults 20/s and 100.
 	SendRate  float64
@@ -197,7 +193,6 @@ func DefaultConfig() Config {
 		Retention:         log.Retention{MaxAge: int64(30 * 24 * time.Hour)},
 		RetentionInterval: 10 * time.Minute,
 		RequestTimeout:    10 * time.Second,
-		MoveFenceBudget:   2 * time.Second,
 		SendRate:          20,
 		SendBurst:         100,
 		MaxInFlight:       1024,
@@ -236,7 +231,6 @@ func (c Config) withDefaults() Config {
 	c.Retention = cmp.Or(c.Retention, d.Retention) // only as a whole: one bound set means the other is off
 	c.RetentionInterval = cmp.Or(c.RetentionInterval, d.RetentionInterval)
 	c.RequestTimeout = cmp.Or(c.RequestTimeout, d.RequestTimeout)
-	c.MoveFenceBudget = cmp.Or(c.MoveFenceBudget, d.MoveFenceBudget)
 	c.SendRate = cmp.Or(c.SendRate, d.SendRate)
 	c.SendBurst = cmp.Or(c.SendBurst, d.SendBurst)
 	c.MaxInFlight = cmp.Or(c.MaxInFlight, d.MaxInFlight)

@@ -62,7 +62,6 @@ type metrics struct {
 	validated   prometheus.Counter
 	movePause   prometheus.Histogram
 	moveCopied  prometheus.Counter
-	moveUnfence prometheus.Counter
 }
 
 // newMetrics registers the server's metrics on reg, which must be private to this server (a
@@ -111,10 +110,6 @@ func newMetrics(reg *prometheus.Registry, node metricsNode, conns func() int64, 
 			Namespace: "syncd", Subsystem: "move", Name: "copied_bytes_total",
 			Help: "Bytes of users' logs and conversations copied to other shards by the moves this node drove.",
 		}),
-		moveUnfence: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: "syncd", Subsystem: "move", Name: "unfences_total",
-			Help: "Conversation moves this node drove whose fence was lifted because the source's fan-out did not drain within move_fence_budget (a destination shard down or slow); each retries.",
-		}),
 	}
 	for i, r := range sendResults { // every result exists from the start, at zero
 		m.sendAck[i] = sendAck.WithLabelValues(r)
@@ -132,7 +127,7 @@ func newMetrics(reg *prometheus.Registry, node metricsNode, conns func() int64, 
 	})
 	reg.MustRegister(
 		sendAck, m.delivery, m.fanout, m.syncStreams, m.staleTurns, m.clientGaps, refused, m.validated,
-		m.movePause, m.moveCopied, m.moveUnfence,
+		m.movePause, m.moveCopied,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Namespace: "syncd", Name: "moves_in_progress",
 			Help: "Moves of users' logs between shards in progress in the cluster map.",

@@ -134,7 +134,7 @@ func NewServer(cfg Config) (*Server, error) {
 	s.fan = fanout.New(s.node, s.slots, fanout.Config{Logger: cfg.Logger, Observe: func(d time.Duration) { s.metrics.observeFanout(d) }})
 	s.app.fan.Store(s.fan)
 	s.mover = moves.New(s.node, moves.Config{
-		Logger: cfg.Logger, Drained: s.fan.Drained, FenceBudget: cfg.MoveFenceBudget, Unfenced: func() { s.metrics.moveUnfence.Inc() },
+		Logger: cfg.Logger, Drained: s.fan.Drained,
 		Observe: func(pause time.Duration, copied int64) { s.metrics.observeMove(pause, copied) },
 	})
 	s.peer = peer.New(s.node)

@@ -62,7 +62,6 @@ type fileConfig struct {
 	RetentionMaxAge        duration `toml:"retention_max_age"`
 	RetentionInterval      duration `toml:"retention_interval"`
 	RequestTimeout         duration `toml:"request_timeout"`
-	MoveFenceBudget        duration `toml:"move_fence_budget"`
 	SendRate               float64  `toml:"send_rate"`
 	SendBurst              int      `toml:"send_burst"`
 	MaxInFlight            int      `toml:"max_in_flight"`
@@ -217,8 +216,7 @@ func (o options) toConfig(logOut io.Writer) (syncd.Config, error) {
 		MaxConnections: s.MaxConnections, MaxStreamsPerConn: s.MaxStreamsPerConn, RequestIdle: time.Duration(s.RequestIdle),
 		Retention:         log.Retention{MaxCount: s.RetentionMaxCount, MaxAge: int64(s.RetentionMaxAge)},
 		RetentionInterval: time.Duration(s.RetentionInterval), RequestTimeout: time.Duration(s.RequestTimeout),
-		MoveFenceBudget: time.Duration(s.MoveFenceBudget),
-		SendRate:        s.SendRate, SendBurst: s.SendBurst, MaxInFlight: s.MaxInFlight, MaxHandshakes: s.MaxHandshakes,
+		SendRate: s.SendRate, SendBurst: s.SendBurst, MaxInFlight: s.MaxInFlight, MaxHandshakes: s.MaxHandshakes,
 		QueryRate: s.QueryRate, QueryBurst: s.QueryBurst, MaxConnectionsPerUser: s.MaxConnsPerUser,
 		MaxGroupSize: s.MaxGroupSize, MembersPerMinute: s.MembersPerMinute, MaxGroupsPerUser: s.MaxGroupsPerUser,
 		MaxTokenLifetime: time.Duration(s.MaxTokenLifetime), HelloTimeout: time.Duration(s.HelloTimeout),
@@ -320,7 +318,7 @@ func (o options) toConfig(logOut io.Writer) (syncd.Config, error) {
 		flag  string
 		value duration
 	}{{"recall-window", s.RecallWindow}, {"retention-interval", s.RetentionInterval}, {"request-timeout", s.RequestTimeout},
-		{"request-idle", s.RequestIdle}, {"move-fence-budget", s.MoveFenceBudget}} {
+		{"request-idle", s.RequestIdle}} {
 		if d.value <= 0 {
 			bad(d.flag, "%v must be positive", d.value)
 		}

@@ -58,8 +58,7 @@ func fromConfig(cfg syncd.Config) fileConfig {
 		MaxConnections: cfg.MaxConnections, MaxStreamsPerConn: cfg.MaxStreamsPerConn, RequestIdle: duration(cfg.RequestIdle),
 		RetentionMaxCount: cfg.Retention.MaxCount, RetentionMaxAge: duration(cfg.Retention.MaxAge),
 		RetentionInterval: duration(cfg.RetentionInterval), RequestTimeout: duration(cfg.RequestTimeout),
-		MoveFenceBudget: duration(cfg.MoveFenceBudget),
-		SendRate:        cfg.SendRate, SendBurst: cfg.SendBurst, MaxInFlight: cfg.MaxInFlight, MaxHandshakes: cfg.MaxHandshakes,
+		SendRate: cfg.SendRate, SendBurst: cfg.SendBurst, MaxInFlight: cfg.MaxInFlight, MaxHandshakes: cfg.MaxHandshakes,
 		QueryRate: cfg.QueryRate, QueryBurst: cfg.QueryBurst, MaxConnsPerUser: cfg.MaxConnectionsPerUser,
 		MaxGroupSize: cfg.MaxGroupSize, MembersPerMinute: cfg.MembersPerMinute, MaxGroupsPerUser: cfg.MaxGroupsPerUser,
 		MinFreeDisk:      int(max(cfg.MinFreeDisk, 0)), // negative (off) is spelled 0
@@ -250,11 +249,6 @@ var settings = []setting{
 	{key: "request_timeout", field: func(c *fileConfig) any { return &c.RequestTimeout },
 		usage: "`timeout` of one request's replication",
 		doc:   "Bound on one request's replication."},
-	{key: "move_fence_budget", field: func(c *fileConfig) any { return &c.MoveFenceBudget },
-		usage: "longest `time` a conversation's move keeps its writes fenced while its last records are delivered",
-		doc: "Longest a conversation's move keeps its writes fenced while the source's fan-out delivers " +
-			"its last records; past it (a destination shard down) the source serves the conversation again " +
-			"and the move retries after as long."},
 	{key: "send_rate", field: func(c *fileConfig) any { return &c.SendRate },
 		usage: "mutations per second each device may sustain",
 		doc: "Mutations per second each device may send sustained (and send_burst at once); excess " +

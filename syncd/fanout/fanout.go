@@ -409,6 +409,10 @@ func (s *source) nextTimer() (time.Time, bool) {
 // warnEvery is how often a destination that keeps failing is logged again.
 const warnEvery = time.Minute
 
+// barrierRetry is how soon a batch refused with log.ErrNotYet is sent again: the wait is for
+// another source's fan-out, which delivers within milliseconds while its destinations are up.
+const barrierRetry = 10 * time.Millisecond
+
 // settle takes in the answers of the deliveries and the trim that finished: a success moves the
 // destination's mark, a failure puts the destination (only it) in backoff.
 func (f *Fanout) settle(ctx context.Context, s *source) {
@@ -435,6 +439,12 @@ func (f *Fanout) settle(ctx context.Context, s *source) {
 		}
 		if ctx.Err() != nil {
 			continue // shutting down or no longer draining: not a failure of the destination
+		}
+		if errors.Is(o.err, log.ErrNotYet) {
+			// A moved conversation's entry waits at the destination for its old home's last
+			// deliveries there (log.Barrier): not a failure, and due soon.
+			d.retryAt = time.Now().Add(barrierRetry)
+			continue
 		}
 		var ooo *log.OutOfOrderError
 		if errors.As(o.err, &ooo) && ooo.Source == s.id {
@@ -727,7 +737,7 @@ func (f *Fanout) isolate(ctx context.Context, src, dest raftstore.ShardID, b *lo
 // the same batch can overcome. An out-of-order answer is not one: it means the mark read was
 // stale, and the next round starts from the right one.
 func refused(err error) bool {
-	return err != nil && log.Rejected(err) && !errors.Is(err, log.ErrOutOfOrder)
+	return err != nil && log.Rejected(err) && !errors.Is(err, log.ErrOutOfOrder) && !errors.Is(err, log.ErrNotYet)
 }
 
 func cloneItems(items []log.Delivery) []log.Delivery {
@@ -758,7 +768,7 @@ func (f *Fanout) batchFor(src, d raftstore.ShardID, prev, clean, last uint64, it
 			}
 		}
 		if len(users) > 0 {
-			b.Items = append(b.Items, log.Delivery{Pos: it.Pos, Users: users, Entry: it.Entry.CopyFor(users)})
+			b.Items = append(b.Items, log.Delivery{Pos: it.Pos, Users: users, Entry: it.Entry.CopyFor(users), After: it.After})
 		}
 	}
 	return b

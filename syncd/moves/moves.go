@@ -38,19 +38,13 @@ type Config struct {
 	// while it waits for them. Default 100 ms.
 	Poll time.Duration
 	// Drained reports the outbox position of a source shard up to which its fan-out has
-	// delivered everything (fanout.Fanout.Drained, on this node). A conversation's move waits
-	// for it to pass the conversation's fence; without it conversations cannot move.
+	// delivered everything (fanout.Fanout.Drained, on this node). A conversation's move, once
+	// switched, waits for it to pass the conversation's fence before it lifts the barrier its
+	// deliveries from the new home wait behind; without it conversations cannot move.
 	Drained func(src raftstore.ShardID) (uint64, bool)
-	// FenceBudget is the longest a conversation's move keeps it fenced waiting for the drain
-	// (a destination down): past it the source serves the conversation again, and the move
-	// fences it again after as long. Default 2 s.
-	FenceBudget time.Duration
 	// Observe, if set, is called once per move that switched, with how long the key's writes
 	// were paused (fence to switch) and the bytes copied.
 	Observe func(pause time.Duration, copied int64)
-	// Unfenced, if set, is called each time a conversation's fence is lifted because the drain
-	// outlasted FenceBudget.
-	Unfenced func()
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 }
@@ -72,9 +66,6 @@ func New(node Node, cfg Config) *Driver {
 	}
 	if cfg.Poll <= 0 {
 		cfg.Poll = 100 * time.Millisecond
-	}
-	if cfg.FenceBudget <= 0 {
-		cfg.FenceBudget = 2 * time.Second
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -369,31 +360,46 @@ func (r *run) switched(fenced time.Time) {
 	}
 }
 
-// errDrainSlow ends a conversation move's run whose source did not drain within the fence
-// budget: the conversation was unfenced, and the next run fences it again.
-var errDrainSlow = errors.New("moves: the source's fan-out did not deliver the conversation's records within the fence budget; the conversation was unfenced and the move retries")
-
-// convFenceStep fences the conversation on the source, waits until the source's fan-out has
-// delivered everything up to the fence (so no record of the conversation is left to leave the
-// source), copies what is left, activates the conversation on the destination and switches the
-// map. Should the drain outlast the fence budget, the conversation is unfenced, served by the
-// source again, and the step is tried again after as long.
+// convFenceStep fences the conversation on the source at an outbox position f, copies what is
+// left, activates the conversation on the destination behind the barrier (source, f) — its
+// deliveries from the destination wait, at each destination, for the source's up to f — and
+// switches the map. The writers wait for a fence, a copy and two commits, never for the source's
+// fan-out: that wait is the drop step's.
 func (r *run) convFenceStep(ctx context.Context) error {
-	if r.d.cfg.Drained == nil {
-		return errors.New("moves: this node's driver has no fan-out to wait for (Config.Drained)")
-	}
 	if err := r.copyToHead(ctx); err != nil { // most of the tail, before the pause
 		return err
 	}
 	fenced := time.Now()
-	if r.activated { // an earlier run drained and activated: unfencing now would fork the conversation
-		if err := r.advance(ctx, raftstore.StepDrop, nil); err != nil {
+	if !r.activated {
+		res, err := r.propose(ctx, r.from, r.step(log.MoveFence))
+		if err != nil {
 			return err
 		}
-		r.switched(fenced)
-		return nil
+		if err := r.copyToHead(ctx); err != nil {
+			return err
+		}
+		activate := r.step(log.MoveActivate)
+		activate.SourceEmpty = !r.hasLog // a conversation that does not exist yet: nothing was staged
+		activate.Fence = res.Move
+		if _, err := r.propose(ctx, r.to, activate); err != nil {
+			return err
+		}
 	}
-	res, err := r.propose(ctx, r.from, r.step(log.MoveFence))
+	if err := r.advance(ctx, raftstore.StepDrop, nil); err != nil {
+		return err
+	}
+	r.switched(fenced)
+	return nil
+}
+
+// settleConv waits until the source's fan-out has delivered everything up to the conversation's
+// fence to every destination, then lifts the barrier on the destination: a later move of the
+// conversation may then begin (its own barrier is behind the destination's deliveries alone).
+func (r *run) settleConv(ctx context.Context) error {
+	if r.d.cfg.Drained == nil {
+		return errors.New("moves: this node's driver has no fan-out to wait for (Config.Drained)")
+	}
+	res, err := r.propose(ctx, r.from, r.step(log.MoveFence)) // the fence's position, as recorded
 	if err != nil {
 		return err
 	}
@@ -404,39 +410,14 @@ func (r *run) convFenceStep(ctx context.Context) error {
 		if !r.d.leads(r.from) {
 			return errNotLeader
 		}
-		if time.Since(fenced) > r.d.cfg.FenceBudget {
-			if _, err := r.propose(ctx, r.from, r.step(log.MoveUnfence)); err != nil {
-				return err
-			}
-			if r.d.cfg.Unfenced != nil {
-				r.d.cfg.Unfenced()
-			}
-			select {
-			case <-ctx.Done():
-				return ctx.Err()
-			case <-time.After(r.d.cfg.FenceBudget):
-			}
-			return errDrainSlow
-		}
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-time.After(r.d.cfg.Poll / 10):
 		}
 	}
-	if err := r.copyToHead(ctx); err != nil {
-		return err
-	}
-	activate := r.step(log.MoveActivate)
-	activate.SourceEmpty = !r.hasLog // a conversation that does not exist yet: nothing was staged
-	if _, err := r.propose(ctx, r.to, activate); err != nil {
-		return err
-	}
-	if err := r.advance(ctx, raftstore.StepDrop, nil); err != nil {
-		return err
-	}
-	r.switched(fenced)
-	return nil
+	_, err = r.propose(ctx, r.to, r.step(log.MoveSettle))
+	return err
 }
 
 // cancelStep drops what a canceled move copied to the destination and forgets the move.
@@ -448,8 +429,14 @@ func (r *run) cancelStep(ctx context.Context) error {
 	return r.d.node.EndMove(ctx, r.id)
 }
 
-// dropStep deletes the source's copy and forgets the move.
+// dropStep deletes the source's copy (for a conversation, once its barrier is lifted) and
+// forgets the move.
 func (r *run) dropStep(ctx context.Context) error {
+	if r.conv != "" {
+		if err := r.settleConv(ctx); err != nil {
+			return err
+		}
+	}
 	if _, err := r.propose(ctx, r.from, r.step(log.MoveDrop)); err != nil {
 		return err
 	}

@@ -91,7 +91,7 @@ func (k keys) convMoving(conv string) []byte {
 
 // convMove returns conv's move marker, if any, from this Tx's writes or the shard's state.
 func (t *Tx) convMove(conv string) (moveMarker, bool, error) {
-	return readMarker(t.b, t.s.k.convMoving(conv))
+	return t.s.readMarker(t.b, t.s.k.convMoving(conv))
 }
 
 // servesConv refuses with ErrMoved a read of conv while it is moving in here (not complete yet)
@@ -100,7 +100,7 @@ func (s *Shard) servesConv(r pebble.Reader, conv string) error {
 	if !s.anyMoves() {
 		return nil
 	}
-	m, ok, err := readMarker(r, s.k.convMoving(conv))
+	m, ok, err := s.readMarker(r, s.k.convMoving(conv))
 	switch {
 	case err != nil:
 		return err
@@ -189,8 +189,7 @@ func (t *Tx) BeginConvIn(move MoveID, conv string) error {
 	} else if has {
 		return invalidf("conversation %q already exists on shard %d", conv, t.s.id)
 	}
-	t.s.moves.Store(true)
-	return t.set(t.s.k.convMoving(conv), moveMarker{move: move, role: movingIn}.encode())
+	return t.setMarker(t.s.k.convMoving(conv), moveMarker{move: move, role: movingIn})
 }
 
 // convActivated reports whether conv, without a move marker here (marked false), exists here:
@@ -337,8 +336,7 @@ func (t *Tx) deleteConvRecords(conv string) error {
 // RestartConvCopy drops what move has staged for conv (its meta, members and entries), so that a
 // copy resumed by a new driver starts from a clean slate. It is refused unless conv is moving in
 // under move; activated reports, changing nothing, that conv was activated here already: a
-// driver resumed after the activation must not unfence the source (ActivateConv happened after
-// the drain) but only switch the map.
+// driver resumed after the activation only switches the map.
 func (t *Tx) RestartConvCopy(move MoveID, conv string) (activated bool, err error) {
 	if done, err := t.movingInConv(move, conv, "restart copy"); err != nil || done {
 		return done, err
@@ -375,8 +373,7 @@ func (t *Tx) CancelConvIn(move MoveID, conv string) error {
 			return err
 		}
 	}
-	t.s.moves.Store(true)
-	return t.set(t.s.k.convMoving(conv), moveMarker{move: move, role: canceled}.encode())
+	return t.setMarker(t.s.k.convMoving(conv), moveMarker{move: move, role: canceled})
 }
 
 // FenceConv makes this shard the source of move for conv: from now on conv's sends, receipts,
@@ -397,8 +394,7 @@ func (t *Tx) FenceConv(move MoveID, conv string) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
-	t.s.moves.Store(true)
-	return info.Head, t.set(t.s.k.convMoving(conv), moveMarker{move: move, role: movingOut, pending: info.Head}.encode())
+	return info.Head, t.setMarker(t.s.k.convMoving(conv), moveMarker{move: move, role: movingOut, pending: info.Head})
 }
 
 // ActivateConv completes move on the destination: conv's staged meta becomes its own (entries
@@ -488,7 +484,7 @@ func (t *Tx) DropConv(move MoveID, conv string) error {
 	delete(t.pending, string(k.conv(conv)))
 	delete(t.s.metas, string(k.conv(conv)))
 	m.role = movedOut
-	return t.set(k.convMoving(conv), m.encode())
+	return t.setMarker(k.convMoving(conv), m)
 }
 
 // ExportConv passes fn conv's records from one consistent view of this shard, like ExportUser:

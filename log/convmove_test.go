@@ -313,3 +313,30 @@ func TestMoveConvCancelAndEmpty(t *testing.T) {
 		t.Fatalf("first message of the moved direct conversation: %+v", res)
 	}
 }
+
+// TestMoveMarkersAfterReopen: a shard reopened on its store still knows its move markers (they
+// are looked up in memory first): a fenced conversation and a fenced user stay refused.
+func TestMoveMarkersAfterReopen(t *testing.T) {
+	db := newMemDB(t)
+	s, err := OpenShard(db, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	appendOK(t, s, Stamp{Index: 1, Time: 1000}, Append{Conv: "g", Sender: "ann", ClientMsgID: "c", Kind: KindGroupCreate, Members: []string{"bob"}})
+	mustApply(t, s, Stamp{Index: 2, Time: 1000}, func(tx *Tx) error { _, err := tx.FenceConv(3, "g"); return err })
+	mustApply(t, s, Stamp{Index: 3, Time: 1000}, func(tx *Tx) error { return tx.FenceUser(4, "bob") })
+	if s, err = OpenShard(db, 1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := apply(t, s, Stamp{Index: 4, Time: 1000}, func(tx *Tx) error {
+		_, err := tx.Append(Stamp{Index: 4, Time: 1000}, &Append{Conv: "g", Sender: "ann", ClientMsgID: "m", Kind: KindMessage, Body: []byte("x")})
+		return err
+	}); !errors.Is(err, ErrMoving) {
+		t.Fatalf("a send to the fenced conversation after a reopen: %v, want ErrMoving", err)
+	}
+	if _, err := apply(t, s, Stamp{Index: 5, Time: 1000}, func(tx *Tx) error {
+		return tx.SetCursor("bob", "phone", Cursor{Epoch: 1, Pos: 1})
+	}); !errors.Is(err, ErrMoving) {
+		t.Fatalf("a cursor write of the fenced user after a reopen: %v, want ErrMoving", err)
+	}
+}

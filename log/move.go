@@ -131,11 +131,16 @@ var (
 
 // userMove returns uid's move marker, if any, from this Tx's writes or the shard's state.
 func (t *Tx) userMove(uid string) (moveMarker, bool, error) {
-	return readMarker(t.b, t.s.k.moving(uid))
+	return t.s.readMarker(t.b, t.s.k.moving(uid))
 }
 
-// readMarker returns the move marker under key in r, if any.
-func readMarker(r pebble.Reader, key []byte) (moveMarker, bool, error) {
+// readMarker returns the move marker under key in r, if any. A key this shard never wrote a
+// marker under is answered from memory: every delivery checks each recipient, and a store lookup
+// per recipient made deliveries a third slower on every shard that had ever taken part in a move.
+func (s *Shard) readMarker(r pebble.Reader, key []byte) (moveMarker, bool, error) {
+	if !s.mayHaveMarker(key) {
+		return moveMarker{}, false, nil
+	}
 	v, ok, err := getValue(r, key)
 	if err != nil || !ok {
 		return moveMarker{}, false, err
@@ -144,14 +149,43 @@ func readMarker(r pebble.Reader, key []byte) (moveMarker, bool, error) {
 	return m, err == nil, err
 }
 
+// setMarker writes m under key, noting first that key may hold a marker (readMarker): before the
+// marker is visible, and a Tx that fails leaves the note, which costs only a lookup.
+func (t *Tx) setMarker(key []byte, m moveMarker) error {
+	t.s.noteMarker(key)
+	return t.set(key, m.encode())
+}
+
+// noteMarker records that key may hold a move marker.
+func (s *Shard) noteMarker(key []byte) {
+	s.markedMu.Lock()
+	defer s.markedMu.Unlock()
+	if s.marked == nil {
+		s.marked = map[string]struct{}{}
+	}
+	s.marked[string(key)] = struct{}{}
+	s.moves.Store(true)
+}
+
+// mayHaveMarker reports whether a move marker may be stored under key.
+func (s *Shard) mayHaveMarker(key []byte) bool {
+	if !s.anyMoves() {
+		return false
+	}
+	s.markedMu.RLock()
+	defer s.markedMu.RUnlock()
+	_, ok := s.marked[string(key)]
+	return ok
+}
+
 // anyMoves reports whether a user of this shard may have a move marker, so that the hot paths
 // (every delivered user, every read) pay for the marker lookup only while a move is under way
 // here. It is set when a marker is written and cleared only when the shard is reopened without
 // markers, which keeps it correct without counting them.
 func (s *Shard) anyMoves() bool { return s.moves.Load() }
 
-// loadMoves sets anyMoves and the cutovers and barriers flags from the state: whether any
-// marker, any cutover, any barrier exists.
+// loadMoves sets anyMoves and the cutovers and barriers flags from the state (whether any
+// marker, any cutover, any barrier exists) and notes every marker's key (readMarker).
 func (s *Shard) loadMoves() error {
 	for _, f := range []struct {
 		tag  byte
@@ -162,8 +196,12 @@ func (s *Shard) loadMoves() error {
 		if err != nil {
 			return fmt.Errorf("log: read: %w", err)
 		}
-		if it.First() {
+		for ok := it.First(); ok; ok = it.Next() {
 			f.flag.Store(true)
+			if f.tag != tagMoving && f.tag != tagConvMoving {
+				break // one is enough to set the flag
+			}
+			s.noteMarker(it.Key())
 		}
 		if err := it.Close(); err != nil {
 			return fmt.Errorf("log: read: %w", err)
@@ -179,7 +217,7 @@ func (s *Shard) servesUser(r pebble.Reader, uid string) error {
 	if !s.anyMoves() {
 		return nil
 	}
-	m, ok, err := readMarker(r, s.k.moving(uid))
+	m, ok, err := s.readMarker(r, s.k.moving(uid))
 	switch {
 	case err != nil:
 		return err
@@ -214,8 +252,7 @@ func (t *Tx) BeginMoveIn(move MoveID, uid string) error {
 	} else if has {
 		return invalidf("user %q already has a log on shard %d", uid, t.s.id)
 	}
-	t.s.moves.Store(true) // before the marker is visible; a Tx that fails leaves it set, harmlessly
-	return t.set(t.s.k.moving(uid), moveMarker{move: move, role: movingIn}.encode())
+	return t.setMarker(t.s.k.moving(uid), moveMarker{move: move, role: movingIn})
 }
 
 // StageUser writes recs, exported from the source by ExportUser, for move. Every record must be
@@ -343,8 +380,7 @@ func (t *Tx) CancelMoveIn(move MoveID, uid string) error {
 			return err
 		}
 	}
-	t.s.moves.Store(true)
-	return t.set(t.s.k.moving(uid), moveMarker{move: move, role: canceled}.encode())
+	return t.setMarker(t.s.k.moving(uid), moveMarker{move: move, role: canceled})
 }
 
 // activated reports whether uid, which has no move marker here (marked false), has a log here:
@@ -365,7 +401,7 @@ func (t *Tx) holdPending(uid string, m moveMarker, e *Entry) error {
 	if err := t.set(t.s.k.pending(m.move, m.pending), encodePending(e.groupsDelta(uid), &c)); err != nil {
 		return err
 	}
-	return t.set(t.s.k.moving(uid), m.encode())
+	return t.setMarker(t.s.k.moving(uid), m)
 }
 
 // FenceUser makes this shard the source of move for uid: from now on uid's cursor writes, trims
@@ -386,8 +422,8 @@ func (t *Tx) FenceUser(move MoveID, uid string) error {
 	case ok:
 		return invalidf("user %q is already moving (move %d)", uid, m.move)
 	}
-	t.s.moves.Store(true) // a user without a log yet is fenced too: none may start here now
-	return t.set(t.s.k.moving(uid), moveMarker{move: move, role: movingOut}.encode())
+	// A user without a log yet is fenced too: none may start here now.
+	return t.setMarker(t.s.k.moving(uid), moveMarker{move: move, role: movingOut})
 }
 
 // refuseFenced refuses, with ErrMoving and before anything is written, an entry delivered to
@@ -548,7 +584,7 @@ func (t *Tx) DropUser(move MoveID, uid string) error {
 	// The marker stays, as a tombstone: a reader that still comes here (a sync stream opened
 	// before the switch, a node with an older map) is told the log is elsewhere (ErrMoved)
 	// rather than answered as for a user without a log, which would look like an empty one.
-	if err := t.set(k.moving(uid), moveMarker{move: move, role: movedOut}.encode()); err != nil {
+	if err := t.setMarker(k.moving(uid), moveMarker{move: move, role: movedOut}); err != nil {
 		return err
 	}
 	if t.touched == nil {

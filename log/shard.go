@@ -3,6 +3,7 @@ package log
 import (
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -26,6 +27,10 @@ type Shard struct {
 	// moves is set while a user of this shard may have a move marker (move.go), so that
 	// deliveries and reads look for markers only then.
 	moves atomic.Bool
+	// marked holds every key a move marker was written under since the shard was opened (or
+	// restored), so that the lookups of keys without one need not read the store (readMarker).
+	markedMu sync.RWMutex
+	marked   map[string]struct{}
 	// cutovers is set once this shard's outbox routes a moved user by a cutover (cutover.go).
 	cutovers atomic.Bool
 	// barriers is set once a conversation moved into this shard holds its deliveries back behind

@@ -37,11 +37,11 @@ const (
 	StepCutover MoveStep = "cutover"
 	// StepFence: the source waits for every record routed to it, fences the user, and the
 	// destination takes the rest of the log and activates it; then the map switches. For a
-	// conversation: the source fences it, its fan-out drains the conversation's records, and
-	// the destination takes the rest and activates it (or the source unfences it, if the drain
-	// takes too long, and fences again later).
+	// conversation: the source fences it, and the destination takes the rest and activates it
+	// behind the source's fence (its deliveries wait for the source's); then the map switches.
 	StepFence MoveStep = "fence"
-	// StepDrop: the map routes the user to the destination; the source drops its copy.
+	// StepDrop: the map routes the user to the destination; the source drops its copy (for a
+	// conversation, once its fan-out has delivered up to the fence and the barrier is lifted).
 	StepDrop MoveStep = "drop"
 	// StepCanceled: an operator canceled the move during its copy; the destination drops what
 	// was copied, then the move is forgotten.

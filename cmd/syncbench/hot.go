@@ -49,14 +49,18 @@ func runHot(ctx context.Context, o options) error {
 		what, kind, key = "hot group", "conv", cfg.Group
 	}
 	var pause time.Duration
+	// With -cpuprofile, the nodes are profiled over the phases before and after the move.
+	profile := func(prefix string) func(context.Context) error {
+		return func(ctx context.Context) error { startProfile(ctx, o, 0, cl, prefix)(); return nil }
+	}
 	steps := []bench.HotStep{
-		{Name: "before the move", D: o.duration},
+		{Name: "before the move", D: o.duration, Action: profile("hot-before-")},
 		{Name: "during the move", D: o.duration / 2, Action: func(ctx context.Context) error {
 			var err error
 			pause, _, err = moveKey(ctx, cl, kind, key)
 			return err
 		}},
-		{Name: "after, on a shard of its own", D: o.duration},
+		{Name: "after, on a shard of its own", D: o.duration, Action: profile("hot-after-")},
 	}
 	progress("%s %s: %d senders, %d in flight", what, key, o.devices, o.senders)
 	phases, err := bench.Hot(ctx, cl.Target(), cfg, steps, cl.CPUTime)

@@ -120,7 +120,7 @@ func run(args []string) error {
 	fs.IntVar(&o.repeat, "repeat", 3, "catchup: replays of the backlog; cluster: runs of sends and delivery on each side, and catch-up replays through each node")
 	fs.IntVar(&o.failovers, "failovers", 3, "cluster: leader kills")
 	fs.StringVar(&o.syncd, "syncd", "", "cluster, peers: syncd binary for the nodes (default: go build ./cmd/syncd into a temp dir)")
-	fs.StringVar(&o.cpuprofile, "cpuprofile", "", "cluster: directory for CPU profiles of every node during the first sends run on each side")
+	fs.StringVar(&o.cpuprofile, "cpuprofile", "", "cluster: directory for CPU profiles of every node during the first sends run on each side; hot: before and after the move")
 	fs.StringVar(&o.selfprofile, "selfprofile", "", "catchup: file for a CPU profile of this process (the load generator's side) during the replays")
 	fs.StringVar(&o.peers, "peers", "pebble,etcd1,etcd3,redis", "peers: the references to measure: pebble (raw Pebble, in-process), etcd<N> (an etcd cluster of N members), redis")
 	fs.IntVar(&o.users, "users", 10000, "peers: logs the peers' appends go to at random")

@@ -351,9 +351,10 @@ type dest struct {
 	inflight bool          // a delivery is in flight: it gets no other until this one answers
 	backoff  time.Duration // after a failure: it gets nothing until retryAt
 	retryAt  time.Time
-	failing  int       // consecutive failed deliveries
-	since    time.Time // the first failure of the streak
-	warned   time.Time // the last warning about the streak
+	notYet   time.Duration // the wait after the last log.ErrNotYet refusal, 0 after a success
+	failing  int           // consecutive failed deliveries
+	since    time.Time     // the first failure of the streak
+	warned   time.Time     // the last warning about the streak
 }
 
 // outcome is a delivery's answer (the destination's mark afterwards, or why it failed), or a
@@ -409,9 +410,13 @@ func (s *source) nextTimer() (time.Time, bool) {
 // warnEvery is how often a destination that keeps failing is logged again.
 const warnEvery = time.Minute
 
-// barrierRetry is how soon a batch refused with log.ErrNotYet is sent again: the wait is for
-// another source's fan-out, which delivers within milliseconds while its destinations are up.
-const barrierRetry = 10 * time.Millisecond
+// barrierRetry is how soon a batch refused with log.ErrNotYet is first sent again, doubling up
+// to barrierRetryMax while it is refused: the wait is for another source's fan-out, which
+// delivers within milliseconds while its destinations are up, or within its lag under load.
+const (
+	barrierRetry    = 10 * time.Millisecond
+	barrierRetryMax = 160 * time.Millisecond
+)
 
 // settle takes in the answers of the deliveries and the trim that finished: a success moves the
 // destination's mark, a failure puts the destination (only it) in backoff.
@@ -434,7 +439,7 @@ func (f *Fanout) settle(ctx context.Context, s *source) {
 				f.logger.Info("fan-out to a shard recovered", "source", s.id, "dest", d.id,
 					"failures", d.failing, "after", time.Since(d.since).Round(time.Millisecond))
 			}
-			d.backoff, d.retryAt, d.failing = 0, time.Time{}, 0
+			d.backoff, d.retryAt, d.failing, d.notYet = 0, time.Time{}, 0, 0
 			continue
 		}
 		if ctx.Err() != nil {
@@ -442,8 +447,10 @@ func (f *Fanout) settle(ctx context.Context, s *source) {
 		}
 		if errors.Is(o.err, log.ErrNotYet) {
 			// A moved conversation's entry waits at the destination for its old home's last
-			// deliveries there (log.Barrier): not a failure, and due soon.
-			d.retryAt = time.Now().Add(barrierRetry)
+			// deliveries there (log.Barrier): not a failure, and due soon; each refusal costs
+			// the destination a commit, so the retries back off while the wait lasts.
+			d.notYet = min(max(2*d.notYet, barrierRetry), barrierRetryMax)
+			d.retryAt = time.Now().Add(d.notYet)
 			continue
 		}
 		var ooo *log.OutOfOrderError

@@ -35,6 +35,11 @@ func runHot(ctx context.Context, o options) error {
 	if err != nil {
 		return err
 	}
+	if o.cpuprofile != "" {
+		if err := os.MkdirAll(o.cpuprofile, 0o755); err != nil {
+			return err
+		}
+	}
 	fmt.Printf("# syncbench: scenario hot, %d nodes, %d shards, %d senders (%d in flight), %v per phase, a %d-entry log moved\n",
 		o.nodes, o.shards, o.devices, o.senders, o.duration, o.moveEntries)
 	cl, err := startProcCluster(ctx, bin, dir, o.nodes, o.shards)

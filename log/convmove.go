@@ -97,19 +97,7 @@ func (t *Tx) convMove(conv string) (moveMarker, bool, error) {
 // servesConv refuses with ErrMoved a read of conv while it is moving in here (not complete yet)
 // or after it moved out; a fenced conversation is final and is read as usual.
 func (s *Shard) servesConv(r pebble.Reader, conv string) error {
-	if !s.anyMoves() {
-		return nil
-	}
-	m, ok, err := s.readMarker(r, s.k.convMoving(conv))
-	switch {
-	case err != nil:
-		return err
-	case ok && m.role == movingIn:
-		return fmt.Errorf("%w (conversation %q is moving in, move %d)", ErrMoved, conv, m.move)
-	case ok && m.role == movedOut:
-		return fmt.Errorf("%w (conversation %q moved to another shard, move %d)", ErrMoved, conv, m.move)
-	}
-	return nil
+	return s.serves(r, s.k.convMoving(conv), "conversation", conv)
 }
 
 // convMeta returns conv's meta from r, for a read: ErrNoConversation if there is no such
@@ -128,19 +116,7 @@ func (s *Shard) convMeta(r pebble.Reader, conv string) (logMeta, error) {
 // checkConvNotMoving refuses a write to conv while it is moving: out (fenced: ErrMoving) or in,
 // or gone (not served here: ErrMoved).
 func (t *Tx) checkConvNotMoving(conv string) error {
-	if !t.s.anyMoves() {
-		return nil
-	}
-	m, ok, err := t.convMove(conv)
-	switch {
-	case err != nil:
-		return err
-	case ok && m.role == movingOut:
-		return fmt.Errorf("%w (conversation %q, move %d)", ErrMoving, conv, m.move)
-	case ok && m.role != canceled:
-		return fmt.Errorf("%w (conversation %q is not served here, move %d)", ErrMoved, conv, m.move)
-	}
-	return nil
+	return t.refuseMoving(t.s.k.convMoving(conv), "conversation", conv)
 }
 
 // moveConv makes the conversation step r names (Tx.Move).
@@ -173,23 +149,7 @@ func (t *Tx) moveConv(st Stamp, r *MoveStep) (uint64, error) {
 // writes of conv here are refused with ErrMoved. A conversation that exists here, or that moves
 // under another move, is refused. Repeating it changes nothing.
 func (t *Tx) BeginConvIn(move MoveID, conv string) error {
-	m, ok, err := t.convMove(conv)
-	switch {
-	case err != nil:
-		return err
-	case ok && m.move == move && m.role == movingIn:
-		return nil
-	case ok && m.move == move && m.role == canceled:
-		return invalidf("move %d of conversation %q was canceled", move, conv)
-	case ok && m.role != movedOut && m.role != canceled:
-		return invalidf("conversation %q is already moving (move %d)", conv, m.move)
-	}
-	if _, has, err := t.logMeta(t.s.k.conv(conv)); err != nil {
-		return err
-	} else if has {
-		return invalidf("conversation %q already exists on shard %d", conv, t.s.id)
-	}
-	return t.setMarker(t.s.k.convMoving(conv), moveMarker{move: move, role: movingIn})
+	return t.beginMoveIn(move, t.s.k.convMoving(conv), t.s.k.conv(conv), fmt.Sprintf("conversation %q", conv))
 }
 
 // convActivated reports whether conv, without a move marker here (marked false), exists here:
@@ -352,28 +312,9 @@ func (t *Tx) RestartConvCopy(move MoveID, conv string) (activated bool, err erro
 // marker says the move was canceled, so that a copy step still in flight changes nothing. It is
 // refused once conv is activated here; repeating it changes nothing.
 func (t *Tx) CancelConvIn(move MoveID, conv string) error {
-	m, ok, err := t.convMove(conv)
-	if err != nil {
-		return err
-	}
-	switch {
-	case ok && m.move == move && m.role == canceled:
-		return nil
-	case ok && (m.move != move || m.role != movingIn):
-		return invalidf("cancel: conversation %q is in move %d here, not moving in under move %d", conv, m.move, move)
-	case !ok:
-		if done, err := t.convActivated(conv, false); err != nil {
-			return err
-		} else if done {
-			return invalidf("cancel: move %d of conversation %q is activated already", move, conv)
-		}
-	}
-	if ok {
-		if _, err := t.RestartConvCopy(move, conv); err != nil {
-			return err
-		}
-	}
-	return t.setMarker(t.s.k.convMoving(conv), moveMarker{move: move, role: canceled})
+	return t.cancelMoveIn(move, t.s.k.convMoving(conv), fmt.Sprintf("conversation %q", conv),
+		func() (bool, error) { return t.convActivated(conv, false) },
+		func() error { _, err := t.RestartConvCopy(move, conv); return err })
 }
 
 // FenceConv makes this shard the source of move for conv: from now on conv's sends, receipts,
@@ -497,25 +438,12 @@ func (s *Shard) ExportConv(conv string, after Position, limit int, fn func(Recor
 	if !ValidID(conv) {
 		return 0, 0, false, invalidf("bad conversation id %q", conv)
 	}
-	snap := s.db.NewSnapshot()
-	defer snap.Close()
 	k := s.k
-	emit := func(key, val []byte) error {
-		return fn(Record{Key: slices.Clone(key[len(k.prefix):]), Value: slices.Clone(val)})
-	}
-	meta, ok, err := getValue(snap, k.conv(conv))
-	if err != nil || !ok {
-		return 0, 0, err == nil, err
-	}
-	m, err := decodeLogMeta(meta)
-	if err != nil {
-		return 0, 0, false, err
-	}
-	// withIndex passes the msg_id index entry of id and, if it names it, the dedup record of
-	// the send that wrote id.
-	withIndex := func(id MsgID, dedupToo bool) error {
+	// withIndex passes the msg_id index entry of id and, if it names it and dedupToo, the dedup
+	// record of the send that wrote id.
+	withIndex := func(r pebble.Reader, emit func(key, val []byte) error, id MsgID, dedupToo bool) error {
 		key := k.msgIndex(id)
-		v, ok, err := getValue(snap, key)
+		v, ok, err := getValue(r, key)
 		if err != nil || !ok {
 			return err
 		}
@@ -527,7 +455,7 @@ func (s *Shard) ExportConv(conv string, after Position, limit int, fn func(Recor
 			return err
 		}
 		dk := k.dedup(ref.Dedup)
-		dv, ok, err := getValue(snap, dk)
+		dv, ok, err := getValue(r, dk)
 		if err != nil || !ok {
 			return err
 		}
@@ -536,48 +464,16 @@ func (s *Shard) ExportConv(conv string, after Position, limit int, fn func(Recor
 		}
 		return emit(dk, dv)
 	}
-	last = after
-	prefix := k.convEntryPrefix(conv)
-	it, err := snap.NewIter(&pebble.IterOptions{LowerBound: entryKey(prefix, max(after+1, m.First)), UpperBound: prefixEnd(prefix)})
-	if err != nil {
-		return 0, 0, false, fmt.Errorf("log: read: %w", err)
-	}
-	for ok, n := it.First(), 0; ok && (limit <= 0 || n < limit); ok, n = it.Next(), n+1 {
-		last = Position(binary.BigEndian.Uint64(it.Key()[len(prefix):]))
-		e, err := decodeEntry(it.Value(), last)
+	with := func(r pebble.Reader, emit func(key, val []byte) error, _, val []byte, pos Position) error {
+		e, err := decodeEntry(val, pos)
 		if err == nil {
-			err = emit(it.Key(), it.Value())
-		}
-		if err == nil {
-			err = withIndex(e.MsgID, true)
+			err = withIndex(r, emit, e.MsgID, true)
 		}
 		if err == nil && e.Kind == KindRecall {
-			err = withIndex(e.Target, false)
+			err = withIndex(r, emit, e.Target, false)
 		}
-		if err != nil {
-			it.Close()
-			return 0, 0, false, err
-		}
+		return err
 	}
-	if err := it.Close(); err != nil {
-		return 0, 0, false, fmt.Errorf("log: read: %w", err)
-	}
-	if last < m.Head {
-		return m.Epoch, last, false, nil
-	}
-	if err := emit(k.conv(conv), meta); err != nil {
-		return 0, 0, false, err
-	}
-	members := k.memberPrefix(conv)
-	mit, err := snap.NewIter(&pebble.IterOptions{LowerBound: members, UpperBound: prefixEnd(members)})
-	if err != nil {
-		return 0, 0, false, fmt.Errorf("log: read: %w", err)
-	}
-	defer mit.Close()
-	for ok := mit.First(); ok; ok = mit.Next() {
-		if err := emit(mit.Key(), mit.Value()); err != nil {
-			return 0, 0, false, err
-		}
-	}
-	return m.Epoch, last, true, mit.Error()
+	return s.export(exportSpec{meta: k.conv(conv), entries: k.convEntryPrefix(conv), final: [][]byte{k.memberPrefix(conv)}, with: with},
+		after, limit, fn)
 }

@@ -214,19 +214,25 @@ func (s *Shard) loadMoves() error {
 // yet: an empty answer would tell a device its log is empty); a fenced user's log is final and
 // is read as usual.
 func (s *Shard) servesUser(r pebble.Reader, uid string) error {
+	return s.serves(r, s.k.moving(uid), "user", uid)
+}
+
+// serves refuses with ErrMoved a read of a key (kind and id name it) whose move marker, under
+// marker, says it is moving in here or moved away: servesUser and servesConv.
+func (s *Shard) serves(r pebble.Reader, marker []byte, kind, id string) error {
 	if !s.anyMoves() {
 		return nil
 	}
-	m, ok, err := s.readMarker(r, s.k.moving(uid))
+	m, ok, err := s.readMarker(r, marker)
 	switch {
 	case err != nil:
 		return err
 	case ok && m.role == movingIn:
-		return fmt.Errorf("%w (user %q is moving in, move %d)", ErrMoved, uid, m.move)
+		return fmt.Errorf("%w (%s %q is moving in, move %d)", ErrMoved, kind, id, m.move)
 	case ok && m.role == movedOut:
-		return fmt.Errorf("%w (user %q moved to another shard, move %d)", ErrMoved, uid, m.move)
+		return fmt.Errorf("%w (%s %q moved to another shard, move %d)", ErrMoved, kind, id, m.move)
 	}
-	return nil // no marker, or a canceled move's: the user is simply not here
+	return nil // no marker, or a canceled move's: the key is simply not here
 }
 
 // BeginMoveIn makes this shard the destination of move for uid: until ActivateUser, uid's
@@ -236,23 +242,30 @@ func (t *Tx) BeginMoveIn(move MoveID, uid string) error {
 	if !ValidID(uid) || move == 0 {
 		return invalidf("move in: bad user id %q or move 0", uid)
 	}
-	m, ok, err := t.userMove(uid)
+	return t.beginMoveIn(move, t.s.k.moving(uid), t.s.k.user(uid), fmt.Sprintf("user %q", uid))
+}
+
+// beginMoveIn makes this shard the destination of move for a key (what names it) whose move
+// marker is under marker and whose state is here if its meta, under meta, is: BeginMoveIn and
+// BeginConvIn.
+func (t *Tx) beginMoveIn(move MoveID, marker, meta []byte, what string) error {
+	m, ok, err := t.s.readMarker(t.b, marker)
 	switch {
 	case err != nil:
 		return err
 	case ok && m.move == move && m.role == movingIn:
 		return nil
 	case ok && m.move == move && m.role == canceled:
-		return invalidf("move %d of user %q was canceled", move, uid)
+		return invalidf("move %d of %s was canceled", move, what)
 	case ok && m.role != movedOut && m.role != canceled:
-		return invalidf("user %q is already moving (move %d)", uid, m.move)
+		return invalidf("%s is already moving (move %d)", what, m.move)
 	}
-	if _, has, err := t.logMeta(t.s.k.user(uid)); err != nil {
+	if _, has, err := t.logMeta(meta); err != nil {
 		return err
 	} else if has {
-		return invalidf("user %q already has a log on shard %d", uid, t.s.id)
+		return invalidf("%s is on shard %d already", what, t.s.id)
 	}
-	return t.setMarker(t.s.k.moving(uid), moveMarker{move: move, role: movingIn})
+	return t.setMarker(marker, moveMarker{move: move, role: movingIn})
 }
 
 // StageUser writes recs, exported from the source by ExportUser, for move. Every record must be
@@ -352,35 +365,43 @@ func (t *Tx) CancelMoveIn(move MoveID, uid string) error {
 	if !ValidID(uid) || move == 0 {
 		return invalidf("cancel: bad user id %q or move 0", uid)
 	}
-	m, ok, err := t.userMove(uid)
-	if err != nil {
-		return err
-	}
+	return t.cancelMoveIn(move, t.s.k.moving(uid), fmt.Sprintf("user %q", uid),
+		func() (bool, error) { return t.activated(uid, false) },
+		func() error {
+			staged, pend := t.s.k.stagedPrefix(move), t.s.k.pendingPrefix(move)
+			for _, p := range [][]byte{staged, pend} {
+				if err := t.b.DeleteRange(p, prefixEnd(p), nil); err != nil {
+					return fmt.Errorf("log: write: %w", err)
+				}
+			}
+			return t.deleteUserRecords(uid)
+		})
+}
+
+// cancelMoveIn undoes move on the destination of a key (what names it) whose move marker is under
+// marker: clear deletes what the move copied, and activated reports whether the key, which then
+// has no marker, was activated here by it: CancelMoveIn and CancelConvIn.
+func (t *Tx) cancelMoveIn(move MoveID, marker []byte, what string, activated func() (bool, error), clear func() error) error {
+	m, ok, err := t.s.readMarker(t.b, marker)
 	switch {
+	case err != nil:
+		return err
 	case ok && m.move == move && m.role == canceled:
 		return nil
 	case ok && (m.move != move || m.role != movingIn):
-		return invalidf("cancel: user %q is in move %d here, not moving in under move %d", uid, m.move, move)
-	case !ok:
-		if done, err := t.activated(uid, false); err != nil || done {
-			if err != nil {
-				return err
-			}
-			return invalidf("cancel: move %d of user %q is activated already", move, uid)
-		}
-	}
-	if ok {
-		staged, pend := t.s.k.stagedPrefix(move), t.s.k.pendingPrefix(move)
-		for _, p := range [][]byte{staged, pend} {
-			if err := t.b.DeleteRange(p, prefixEnd(p), nil); err != nil {
-				return fmt.Errorf("log: write: %w", err)
-			}
-		}
-		if err := t.deleteUserRecords(uid); err != nil {
+		return invalidf("cancel: %s is in move %d here, not moving in under move %d", what, m.move, move)
+	case ok:
+		if err := clear(); err != nil {
 			return err
 		}
+	default:
+		if done, err := activated(); err != nil {
+			return err
+		} else if done {
+			return invalidf("cancel: move %d of %s is activated already", move, what)
+		}
 	}
-	return t.setMarker(t.s.k.moving(uid), moveMarker{move: move, role: canceled})
+	return t.setMarker(marker, moveMarker{move: move, role: canceled})
 }
 
 // activated reports whether uid, which has no move marker here (marked false), has a log here:
@@ -448,17 +469,24 @@ func (t *Tx) refuseFenced(users []string) error {
 // checkNotMoving refuses a write to uid while its log is moving: out (fenced: ErrMoving) or in
 // (not here yet: ErrMoved).
 func (t *Tx) checkNotMoving(uid string) error {
+	return t.refuseMoving(t.s.k.moving(uid), "user", uid)
+}
+
+// refuseMoving refuses a write to a key (kind and id name it) whose move marker, under marker,
+// says it is moving out (fenced: ErrMoving), or in or away (not served here: ErrMoved):
+// checkNotMoving and checkConvNotMoving.
+func (t *Tx) refuseMoving(marker []byte, kind, id string) error {
 	if !t.s.anyMoves() {
 		return nil
 	}
-	m, ok, err := t.userMove(uid)
+	m, ok, err := t.s.readMarker(t.b, marker)
 	switch {
 	case err != nil:
 		return err
 	case ok && m.role == movingOut:
-		return fmt.Errorf("%w (user %q, move %d)", ErrMoving, uid, m.move)
+		return fmt.Errorf("%w (%s %q, move %d)", ErrMoving, kind, id, m.move)
 	case ok && m.role != canceled:
-		return fmt.Errorf("%w (user %q is not served here, move %d)", ErrMoved, uid, m.move)
+		return fmt.Errorf("%w (%s %q is not served here, move %d)", ErrMoved, kind, id, m.move)
 	}
 	return nil
 }
@@ -605,13 +633,31 @@ func (s *Shard) ExportUser(uid string, after Position, limit int, fn func(Record
 	if !ValidID(uid) {
 		return 0, 0, false, invalidf("bad user id %q", uid)
 	}
+	k := s.k
+	return s.export(exportSpec{meta: k.user(uid), entries: k.userEntryPrefix(uid), final: [][]byte{k.cursorPrefix(uid), k.userConvPrefix(uid)}},
+		after, limit, fn)
+}
+
+// exportSpec says what a key's export (ExportUser, ExportConv) passes on.
+type exportSpec struct {
+	meta    []byte   // the log meta's key: without it there is nothing to export
+	entries []byte   // the prefix of the log's entries, each keyed by its position
+	final   [][]byte // prefixes of the records passed, all of them, once the entries reach the head
+	// with, if set, passes what goes with an entry (key and value as stored), from the same view.
+	with func(r pebble.Reader, emit func(key, val []byte) error, key, val []byte, pos Position) error
+}
+
+// export passes fn, from one consistent view of this shard, the entries of sp above after (at
+// most limit; limit ≤ 0: all), each with what sp.with adds, and, when they reach the log's head,
+// the meta and every record under sp.final. It returns the log's epoch (0: no log), the last
+// position passed and whether it reached the head.
+func (s *Shard) export(sp exportSpec, after Position, limit int, fn func(Record) error) (epoch Epoch, last Position, done bool, err error) {
 	snap := s.db.NewSnapshot()
 	defer snap.Close()
-	k := s.k
 	emit := func(key, val []byte) error {
-		return fn(Record{Key: slices.Clone(key[len(k.prefix):]), Value: slices.Clone(val)})
+		return fn(Record{Key: slices.Clone(key[len(s.k.prefix):]), Value: slices.Clone(val)})
 	}
-	meta, ok, err := getValue(snap, k.user(uid))
+	meta, ok, err := getValue(snap, sp.meta)
 	if err != nil || !ok {
 		return 0, 0, err == nil, err // no log: nothing to copy
 	}
@@ -633,18 +679,20 @@ func (s *Shard) ExportUser(uid string, after Position, limit int, fn func(Record
 		return it.Close()
 	}
 	last = after
-	prefix := k.userEntryPrefix(uid)
-	err = scan(entryKey(prefix, max(after+1, m.First)), prefixEnd(prefix), limit, func(key, val []byte) error {
-		last = Position(binary.BigEndian.Uint64(key[len(prefix):]))
-		return emit(key, val)
+	err = scan(entryKey(sp.entries, max(after+1, m.First)), prefixEnd(sp.entries), limit, func(key, val []byte) error {
+		last = Position(binary.BigEndian.Uint64(key[len(sp.entries):]))
+		if err := emit(key, val); err != nil || sp.with == nil {
+			return err
+		}
+		return sp.with(snap, emit, key, val, last)
 	})
 	if err != nil || last < m.Head {
 		return m.Epoch, last, false, err
 	}
-	if err := emit(k.user(uid), meta); err != nil {
+	if err := emit(sp.meta, meta); err != nil {
 		return 0, 0, false, err
 	}
-	for _, p := range [][]byte{k.cursorPrefix(uid), k.userConvPrefix(uid)} {
+	for _, p := range sp.final {
 		if err := scan(p, prefixEnd(p), 0, emit); err != nil {
 			return 0, 0, false, err
 		}

@@ -65,43 +65,36 @@ func TestClusterScenarios(t *testing.T) {
 		t.Fatalf("failover: %+v", f)
 	}
 
-	// The hot user's phases, with its move to a shard of its own in the middle (-scenario hot).
-	var pause time.Duration
-	phases, err := bench.Hot(ctx, c.Target(), bench.HotConfig{User: "hot", Senders: 8, Workers: 4}, []bench.HotStep{
-		{Name: "before", D: 500 * time.Millisecond},
-		{Name: "move", Action: func(ctx context.Context) error { pause, _, err = moveKey(ctx, c, "user", "hot"); return err }},
-		{Name: "after", D: 500 * time.Millisecond},
-	}, c.CPUTime)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, p := range phases {
-		if p.Acked == 0 || p.CPU <= 0 || p.PushP99 <= 0 {
-			t.Fatalf("hot user, phase %s: %+v", p.Name, p)
+	// A hot user's phases, and a hot group's (-hot-group: eight members all writing to it), each
+	// with its move to a shard of its own in the middle (-scenario hot).
+	for _, hot := range []struct {
+		name, kind, key string
+		cfg             bench.HotConfig
+	}{
+		{"hot user", "user", "hot", bench.HotConfig{User: "hot", Senders: 8, Workers: 4}},
+		{"hot group", "conv", "g:hot", bench.HotConfig{User: "owner", Group: "g:hot", Senders: 8, Workers: 4}},
+	} {
+		var pause time.Duration
+		phases, err := bench.Hot(ctx, c.Target(), hot.cfg, []bench.HotStep{
+			{Name: "before", D: 500 * time.Millisecond},
+			{Name: "move", Action: func(ctx context.Context) error {
+				var err error
+				pause, _, err = moveKey(ctx, c, hot.kind, hot.key)
+				return err
+			}},
+			{Name: "after", D: 500 * time.Millisecond},
+		}, c.CPUTime)
+		if err != nil {
+			t.Fatal(err)
 		}
-	}
-	if pause <= 0 {
-		t.Fatalf("the move's pause was not counted: %v", pause)
-	}
-	t.Logf("hot user: %+v; the move paused writes %v", phases, pause)
-
-	// The same with a hot group (-hot-group): eight members all writing to it, moved.
-	pause = 0
-	phases, err = bench.Hot(ctx, c.Target(), bench.HotConfig{User: "owner", Group: "g:hot", Senders: 8, Workers: 4}, []bench.HotStep{
-		{Name: "before", D: 500 * time.Millisecond},
-		{Name: "move", Action: func(ctx context.Context) error { pause, _, err = moveKey(ctx, c, "conv", "g:hot"); return err }},
-		{Name: "after", D: 500 * time.Millisecond},
-	}, c.CPUTime)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, p := range phases {
-		if p.Acked == 0 || p.CPU <= 0 || p.PushP99 <= 0 {
-			t.Fatalf("hot group, phase %s: %+v", p.Name, p)
+		for _, p := range phases {
+			if p.Acked == 0 || p.CPU <= 0 || p.PushP99 <= 0 {
+				t.Fatalf("%s, phase %s: %+v", hot.name, p.Name, p)
+			}
 		}
+		if pause <= 0 {
+			t.Fatalf("%s: the move's pause was not counted: %v", hot.name, pause)
+		}
+		t.Logf("%s: %+v; the move paused writes %v", hot.name, phases, pause)
 	}
-	if pause <= 0 {
-		t.Fatalf("the group's move's pause was not counted: %v", pause)
-	}
-	t.Logf("hot group: %+v; the move paused writes %v", phases, pause)
 }

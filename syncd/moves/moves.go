@@ -310,22 +310,12 @@ func (r *run) fenceStep(ctx context.Context, mv *raftstore.MoveInfo) error {
 		return err
 	}
 	for x, p := range mv.Cutovers {
-		for {
+		err := r.waitFor(ctx, func() (bool, error) {
 			mark, err := state.SourceMark(x)
-			if err != nil {
-				return err
-			}
-			if mark >= p {
-				break
-			}
-			if !r.d.leads(r.from) {
-				return errNotLeader
-			}
-			select {
-			case <-ctx.Done():
-				return ctx.Err()
-			case <-time.After(r.d.cfg.Poll / 10):
-			}
+			return mark >= p, err
+		})
+		if err != nil {
+			return err
 		}
 	}
 	if err := r.copyToHead(ctx); err != nil { // most of the tail, before the pause
@@ -403,9 +393,23 @@ func (r *run) settleConv(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	err = r.waitFor(ctx, func() (bool, error) {
+		pos, ok := r.d.cfg.Drained(r.from)
+		return ok && pos >= res.Move, nil
+	})
+	if err != nil {
+		return err
+	}
+	_, err = r.propose(ctx, r.to, r.step(log.MoveSettle))
+	return err
+}
+
+// waitFor polls done until it is true, while this node leads the source (errNotLeader once it
+// does not: the new leader takes over) and ctx lasts.
+func (r *run) waitFor(ctx context.Context, done func() (bool, error)) error {
 	for {
-		if pos, ok := r.d.cfg.Drained(r.from); ok && pos >= res.Move {
-			break
+		if ok, err := done(); err != nil || ok {
+			return err
 		}
 		if !r.d.leads(r.from) {
 			return errNotLeader
@@ -416,8 +420,6 @@ func (r *run) settleConv(ctx context.Context) error {
 		case <-time.After(r.d.cfg.Poll / 10):
 		}
 	}
-	_, err = r.propose(ctx, r.to, r.step(log.MoveSettle))
-	return err
 }
 
 // cancelStep drops what a canceled move copied to the destination and forgets the move.

@@ -92,7 +92,7 @@ type workload struct {
 	next   map[string]int    // sender → next message number
 	bad    []string          // inconsistencies seen while recording (an ack changing, an unknown id)
 
-	final map[string]convView          // conversation → its messages as the devices stored them (checkDevices)
+	final      map[string]convView          // conversation → its messages as the devices stored them (checkDevices)
 	moved      map[string]raftstore.ShardID // users the schedule moved to another shard, and where
 	movedConvs map[string]raftstore.ShardID // conversations it moved, and where
 

@@ -349,17 +349,19 @@ func exerciseShard(t *testing.T, s *Shard) {
 }
 
 // FuzzMoveValues feeds each input to the decoders of a move: the Raft request (MoveStep) and the
-// values it stores (move marker, held entry, cutover).
+// values it stores (move marker, held entry, cutover, barrier).
 func FuzzMoveValues(f *testing.F) {
 	step, _ := goldenMoveStep.MarshalBinary()
 	convStep, _ := goldenMoveStepConv.MarshalBinary()
-	addSeeds(f, step, convStep, goldenMoveMarker.encode(), goldenCutover.encode(), encodePending(-1, &goldenEntry))
+	addSeeds(f, step, convStep, goldenMoveMarker.encode(), goldenCutover.encode(), encodePending(-1, &goldenEntry),
+		encodeBarrier(Barrier{Source: 3, Pos: 1 << 40}))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		roundTrip(t, data,
 			func(b []byte) (MoveStep, error) { var r MoveStep; err := r.UnmarshalBinary(b); return r, err },
 			func(r MoveStep) []byte { b, _ := r.MarshalBinary(); return b })
 		roundTrip(t, data, decodeMoveMarker, moveMarker.encode)
 		roundTrip(t, data, decodeCutover, func(c cutover) []byte { return c.encode() })
+		roundTrip(t, data, decodeBarrier, encodeBarrier)
 		roundTrip(t, data,
 			func(b []byte) ([2]any, error) { d, e, err := decodePending(b); return [2]any{d, e}, err },
 			func(v [2]any) []byte { e := v[1].(Entry); return encodePending(v[0].(int), &e) })

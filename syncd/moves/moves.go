@@ -1,9 +1,10 @@
-// Package moves carries out the moves of users' logs and of conversations between shards that the
-// cluster map records (raftstore/moves.go; the protocol is docs/MOVES.md). Every node runs a Driver; it acts on the
-// moves whose source shard this node leads, so the source's state is read locally, and a new
-// leader of the source resumes a move from the step the map holds. Every step is a Raft command
-// that is idempotent per move, so a step that two drivers run at once (a leader that has not
-// noticed its loss yet), or that is run again after a crash, changes nothing the second time.
+// Package moves carries out the moves of users' logs and of conversations between shards that
+// the cluster map records (raftstore/moves.go; the protocol is docs/MOVES.md). Every node runs a
+// Driver; it acts on the moves whose source shard this node leads, so the source's state is read
+// locally, and a new leader of the source resumes a move from the step the map holds. Every step
+// is a Raft command that is idempotent per move, so a step that two drivers run at once (a leader
+// that has not noticed its loss yet), or that is run again after a crash, changes nothing the
+// second time.
 package moves
 
 import (
@@ -195,7 +196,8 @@ func (r *run) propose(ctx context.Context, shard raftstore.ShardID, s *log.MoveS
 }
 
 // copyStep makes the destination ready and copies the user's log (or the conversation) to it, to
-// the head. A conversation has no cutover step: its fence step drains the source instead.
+// the head. A conversation has no cutover step: it has one source, whose deliveries of it the
+// destination's wait behind (convFenceStep).
 func (r *run) copyStep(ctx context.Context) error {
 	if _, err := r.propose(ctx, r.to, r.step(log.MoveBegin)); err != nil {
 		return err
@@ -234,12 +236,12 @@ func (r *run) copyToHead(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if r.activated {
+		return nil
+	}
 	export, key := state.ExportUser, r.user
 	if r.conv != "" {
 		export, key = state.ExportConv, r.conv
-	}
-	if r.activated {
-		return nil
 	}
 	if r.copied == 0 && r.epoch == 0 {
 		// This run's first pass: whatever an earlier run staged may be of an epoch the log has

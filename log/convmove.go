@@ -132,7 +132,20 @@ func (t *Tx) moveConv(st Stamp, r *MoveStep) (uint64, error) {
 	case MoveFence:
 		return t.FenceConv(r.Move, r.Conv)
 	case MoveActivate:
-		return 0, t.ActivateConv(r.Move, r.Conv, r.SourceEmpty, Barrier{Source: r.From, Pos: r.Fence})
+		after := Barrier{Source: r.From, Pos: r.Fence}
+		if len(r.Records) > 0 { // the copy's last records, staged in the same command
+			err := t.validBarrier(r.Conv, after)
+			if err == nil {
+				err = t.checkStagedMeta(r.Move, t.s.k.convMoving(r.Conv), t.s.k.conv(r.Conv), r.Records, r.SourceEmpty, fmt.Sprintf("conversation %q", r.Conv))
+			}
+			if err == nil {
+				err = t.StageConv(st, r.Move, r.Conv, r.Records)
+			}
+			if err != nil {
+				return 0, err
+			}
+		}
+		return 0, t.ActivateConv(r.Move, r.Conv, r.SourceEmpty, after)
 	case MoveSettle:
 		return 0, t.SettleConv(r.Move, r.Conv)
 	case MoveDrop:
@@ -349,8 +362,8 @@ func (t *Tx) ActivateConv(move MoveID, conv string, sourceEmpty bool, after Barr
 	if done, err := t.movingInConv(move, conv, "activate"); err != nil || done {
 		return err
 	}
-	if after.Source == 0 || after.Source == t.s.id || after.Pos == 0 {
-		return invalidf("activate: conversation %q needs its source's fence position, not %+v", conv, after)
+	if err := t.validBarrier(conv, after); err != nil {
+		return err
 	}
 	k := t.s.k
 	staged := k.stagedPrefix(move)
@@ -387,6 +400,15 @@ func (t *Tx) ActivateConv(move MoveID, conv string, sourceEmpty bool, after Barr
 		return err
 	}
 	return t.del(k.convMoving(conv))
+}
+
+// validBarrier refuses the barrier after for conv's activation here unless it names another shard
+// and a position.
+func (t *Tx) validBarrier(conv string, after Barrier) error {
+	if after.Source == 0 || after.Source == t.s.id || after.Pos == 0 {
+		return invalidf("activate: conversation %q needs its source's fence position, not %+v", conv, after)
+	}
+	return nil
 }
 
 // SettleConv lifts conv's barrier once the source's fan-out has delivered everything up to its

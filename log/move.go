@@ -338,6 +338,31 @@ func (t *Tx) RestartCopy(move MoveID, uid string) (activated bool, err error) {
 	return false, t.deleteUserRecords(uid)
 }
 
+// checkStagedMeta refuses, before the records an activation carries are staged, an activation of
+// move that would then refuse (a refused command must write nothing): the key (what names it,
+// its marker under marker and its meta under metaKey), moving in under move, would have its meta
+// staged — already, or by recs — against sourceEmpty, or not at all without it. Any other
+// refusal is answered, before writing, by the staging or the activation itself.
+func (t *Tx) checkStagedMeta(move MoveID, marker, metaKey []byte, recs []Record, sourceEmpty bool, what string) error {
+	if m, ok, err := t.s.readMarker(t.b, marker); err != nil || !ok || m.move != move || m.role != movingIn {
+		return err
+	}
+	k := t.s.k
+	_, has, err := getValue(t.b, append(slices.Clip(k.stagedPrefix(move)), metaKey[len(k.prefix):]...))
+	if err != nil {
+		return err
+	}
+	suffix := metaKey[len(k.prefix):]
+	has = has || slices.ContainsFunc(recs, func(r Record) bool { return slices.Equal(r.Key, suffix) })
+	switch {
+	case has && sourceEmpty:
+		return invalidf("activate: %s is staged, but the source was said to hold none", what)
+	case !has && !sourceEmpty:
+		return invalidf("activate: %s's meta is not staged: the copy is incomplete", what)
+	}
+	return nil
+}
+
 // activatedResult is a restart step's result: 1 when the key was activated already.
 func activatedResult(activated bool, err error) (uint64, error) {
 	if activated {
@@ -709,7 +734,7 @@ const (
 	MoveStage    MoveOp = 2 // destination: StageUser of Records
 	MoveCutover  MoveOp = 3 // every source: Cutover from From to To; the result is its position
 	MoveFence    MoveOp = 4 // source: FenceUser
-	MoveActivate MoveOp = 5 // destination: ActivateUser; the result is the entries appended
+	MoveActivate MoveOp = 5 // destination: Stage of Records, if any, then ActivateUser; the result is the entries appended
 	MoveDrop     MoveOp = 6 // source: DropUser
 	MoveRestart  MoveOp = 7 // destination: RestartCopy (the log was reset meanwhile, or a new driver copies)
 	MoveCancel   MoveOp = 8 // destination: CancelMoveIn
@@ -830,6 +855,15 @@ func (t *Tx) Move(st Stamp, r *MoveStep) (uint64, error) {
 	case MoveFence:
 		return 0, t.FenceUser(r.Move, r.User)
 	case MoveActivate:
+		if len(r.Records) > 0 { // the copy's last records, staged in the same command
+			err := t.checkStagedMeta(r.Move, t.s.k.moving(r.User), t.s.k.user(r.User), r.Records, r.SourceEmpty, fmt.Sprintf("user %q", r.User))
+			if err == nil {
+				err = t.StageUser(r.Move, r.User, r.Records)
+			}
+			if err != nil {
+				return 0, err
+			}
+		}
 		n, err := t.ActivateUser(st, r.Move, r.User, r.SourceEmpty)
 		return uint64(n), err
 	case MoveDrop:

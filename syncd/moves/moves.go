@@ -202,7 +202,7 @@ func (r *run) copyStep(ctx context.Context) error {
 	if _, err := r.propose(ctx, r.to, r.step(log.MoveBegin)); err != nil {
 		return err
 	}
-	if err := r.copyToHead(ctx); err != nil {
+	if err := r.copyToHead(ctx, nil); err != nil {
 		return err
 	}
 	if r.conv != "" {
@@ -230,8 +230,10 @@ func (r *run) advance(ctx context.Context, step raftstore.MoveStep, cutovers map
 }
 
 // copyToHead stages the source's records past what this run copied, in chunks, until a chunk
-// reaches the head of the log as it was when that chunk was read.
-func (r *run) copyToHead(ctx context.Context) error {
+// reaches the head of the log as it was when that chunk was read. With final set (the
+// activation), the last chunk is sent with it instead of being staged on its own; SourceEmpty is
+// set from what the copy found.
+func (r *run) copyToHead(ctx context.Context, final *log.MoveStep) error {
 	state, err := r.d.node.State(r.from)
 	if err != nil {
 		return err
@@ -278,6 +280,10 @@ func (r *run) copyToHead(ctx context.Context) error {
 		}
 		r.epoch = epoch
 		s := r.step(log.MoveStage)
+		if done && final != nil {
+			s = final // the last records ride with the activation: one commit less in the pause
+			s.SourceEmpty = !r.hasLog
+		}
 		s.Records = recs
 		if _, err := r.propose(ctx, r.to, s); err != nil {
 			return err
@@ -320,19 +326,14 @@ func (r *run) fenceStep(ctx context.Context, mv *raftstore.MoveInfo) error {
 			return err
 		}
 	}
-	if err := r.copyToHead(ctx); err != nil { // most of the tail, before the pause
+	if err := r.copyToHead(ctx, nil); err != nil { // most of the tail, before the pause
 		return err
 	}
 	fenced := time.Now()
 	if _, err := r.propose(ctx, r.from, r.step(log.MoveFence)); err != nil {
 		return err
 	}
-	if err := r.copyToHead(ctx); err != nil {
-		return err
-	}
-	activate := r.step(log.MoveActivate)
-	activate.SourceEmpty = !r.hasLog // a user with no log yet: nothing was staged
-	if _, err := r.propose(ctx, r.to, activate); err != nil {
+	if err := r.copyToHead(ctx, r.step(log.MoveActivate)); err != nil {
 		return err
 	}
 	if err := r.advance(ctx, raftstore.StepDrop, nil); err != nil {
@@ -358,7 +359,7 @@ func (r *run) switched(fenced time.Time) {
 // switches the map. The writers wait for a fence, a copy and two commits, never for the source's
 // fan-out: that wait is the drop step's.
 func (r *run) convFenceStep(ctx context.Context) error {
-	if err := r.copyToHead(ctx); err != nil { // most of the tail, before the pause
+	if err := r.copyToHead(ctx, nil); err != nil { // most of the tail, before the pause
 		return err
 	}
 	fenced := time.Now()
@@ -367,13 +368,9 @@ func (r *run) convFenceStep(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		if err := r.copyToHead(ctx); err != nil {
-			return err
-		}
 		activate := r.step(log.MoveActivate)
-		activate.SourceEmpty = !r.hasLog // a conversation that does not exist yet: nothing was staged
 		activate.Fence = res.Move
-		if _, err := r.propose(ctx, r.to, activate); err != nil {
+		if err := r.copyToHead(ctx, activate); err != nil {
 			return err
 		}
 	}

@@ -396,6 +396,7 @@ func (t *Tx) ActivateConv(move MoveID, conv string, sourceEmpty bool, after Barr
 		return fmt.Errorf("log: write: %w", err)
 	}
 	t.s.barriers.Store(true) // before the barrier is visible to a read of the outbox
+	t.routed = true
 	if err := t.set(k.barrier(conv), encodeBarrier(after)); err != nil {
 		return err
 	}

@@ -117,6 +117,7 @@ func (t *Tx) Cutover(move MoveID, uid string, from, to ShardID) (uint64, error) 
 	c.move, c.at, c.after = move, info.Head, to
 	c.steps = append(c.steps, cutoverStep{upTo: info.Head, shard: from})
 	t.s.cutovers.Store(true)
+	t.routed = true
 	return info.Head, t.set(k.cutover(uid), c.encode())
 }
 

@@ -72,6 +72,13 @@ func outboxInfo(r pebble.Reader, k keys) (OutboxInfo, error) {
 	return OutboxInfo{First: first, Head: head}, err
 }
 
+// RoutingVersion changes whenever a committed command changes how ReadOutbox routes the records
+// it returns (a cutover gives a moved user's records their shard by position, a barrier holds a
+// moved conversation's records back): a reader that keeps items read earlier (the fan-out does)
+// must read them again once it changes, or it routes a moved user's earlier records by the
+// cluster map of the moment, which after the move's switch names the wrong shard.
+func (s *Shard) RoutingVersion() uint64 { return s.routing.Load() }
+
 // ReadOutbox returns up to limit outbox items at positions from and after, in order. Positions
 // before the retained range return ErrInvalid: the caller's fan-out cursor is behind a trim.
 func (s *Shard) ReadOutbox(from uint64, limit int) ([]OutboxItem, error) {

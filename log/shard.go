@@ -36,6 +36,9 @@ type Shard struct {
 	// barriers is set once a conversation moved into this shard holds its deliveries back behind
 	// its old home's (convmove.go).
 	barriers atomic.Bool
+	// routing counts the committed changes to how ReadOutbox routes records (cutovers,
+	// barriers): RoutingVersion.
+	routing atomic.Uint64
 }
 
 // Metadata names under tagMeta.

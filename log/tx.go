@@ -28,6 +28,9 @@ type Tx struct {
 
 	// touched holds the users whose logs this Tx appended to (see TouchedUsers).
 	touched map[string]struct{}
+
+	// routed is set when this Tx changes how ReadOutbox routes records (RoutingVersion).
+	routed bool
 }
 
 // TouchedUsers returns the users whose logs this Tx appended to, in no particular order, so the
@@ -72,6 +75,9 @@ func (t *Tx) Commit(sync bool) error {
 	t.Close()
 	if err != nil {
 		return fmt.Errorf("log: commit shard %d: %w", t.s.id, err)
+	}
+	if t.routed {
+		t.s.routing.Add(1) // after the commit: a read of the outbox begun before it is stale now
 	}
 	if len(t.s.metas)+len(t.pending) > metaCacheMax {
 		clear(t.s.metas) // crude bound; the hot set refills within a few batches

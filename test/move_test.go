@@ -429,3 +429,75 @@ func TestMovingConvOnTheWire(t *testing.T) {
 		t.Fatalf("a resend to the fenced conversation: %+v, want the original %+v", a, first)
 	}
 }
+
+// TestMoveCancelWhileCopying: an operator cancels a move while its copy runs (a log of 200,000
+// entries, so the copy lasts seconds): the move's driver has the destination drop what it copied
+// and ends the move; the user's log is served by its shard as before, whole, and the destination
+// holds nothing of it; a later move of the user runs to its end.
+func TestMoveCancelWhileCopying(t *testing.T) {
+	srv := syncdtest.Start(t, nil)
+	node := srv.Node()
+	m, _ := node.ClusterMap()
+	const user = "big"
+	from := routing.Even(m.Shards).UserShard(user)
+	// Fill the log straight through deliveries from a shard id no real shard has (so no real
+	// stream's mark moves), 1,000 entries a command.
+	const entries, per = 200_000, 1000
+	for b := range entries / per {
+		batch := &log.DeliveryBatch{Source: 9999, Prev: uint64(b * per), Last: uint64((b + 1) * per)}
+		for i := range per {
+			pos := uint64(b*per + i + 1)
+			batch.Items = append(batch.Items, log.Delivery{Pos: pos, Users: []string{user}, Entry: log.Entry{
+				Kind: log.KindMessage, MsgID: log.MsgID{Shard: 9999, Index: pos}, Conv: "d:big:x", ConvSeq: log.Position(pos),
+				Sender: "x", Time: 1, Body: make([]byte, 64)}})
+		}
+		if _, err := node.Propose(t.Context(), from, raftstore.DeliverCommand(batch)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	admin := "http://" + srv.AdminAddr().String()
+	auth := testkit.Bearer(srv.AdminToken())
+	var started adminapi.MoveStarted
+	code, body := testkit.HTTP(t, http.MethodPost, admin+"/v1/moves?user="+user+"&new_shard=1", auth)
+	if err := json.Unmarshal([]byte(body), &started); err != nil || code != http.StatusOK {
+		t.Fatalf("POST /v1/moves: HTTP %d %s", code, body)
+	}
+	testkit.WaitTrue(t, 10*time.Second, "the copy to be under way", func() bool {
+		dst, err := node.State(raftstore.ShardID(started.To))
+		if err != nil {
+			return false
+		}
+		_, err = dst.UserInfo(user) // the destination refuses reads of a user moving in
+		return errors.Is(err, log.ErrMoved)
+	})
+	if code, body := testkit.HTTP(t, http.MethodPost, fmt.Sprintf("%s/v1/moves/%d/cancel", admin, started.ID), auth); code != http.StatusOK {
+		t.Fatalf("cancel while copying: HTTP %d %s", code, body)
+	}
+	testkit.WaitTrue(t, 30*time.Second, "the canceled move to end", func() bool {
+		m, _ := node.ClusterMap()
+		return len(m.Moves) == 0
+	})
+	if m, _ := node.ClusterMap(); len(m.Overrides) != 0 {
+		t.Fatalf("a canceled move pinned the user: %v", m.Overrides)
+	}
+	src, _ := node.State(from)
+	if info, err := src.UserInfo(user); err != nil || info.Head != entries || info.First != 1 {
+		t.Fatalf("the user's log on its shard after the cancel: %+v, %v", info, err)
+	}
+	dst, _ := node.State(raftstore.ShardID(started.To))
+	if info, err := dst.UserInfo(user); err != nil || info.Head != 0 {
+		t.Fatalf("the destination after the cancel: %+v, %v; want nothing of the user and no refusal", info, err)
+	}
+	// The user moves for real afterwards.
+	code, body = testkit.HTTP(t, http.MethodPost, fmt.Sprintf("%s/v1/moves?user=%s&to=%d", admin, user, started.To), auth)
+	if err := json.Unmarshal([]byte(body), &started); err != nil || code != http.StatusOK {
+		t.Fatalf("the second move: HTTP %d %s", code, body)
+	}
+	testkit.WaitTrue(t, 60*time.Second, "the second move to end", func() bool {
+		m, _ := node.ClusterMap()
+		return len(m.Moves) == 0 && m.Overrides[user] == raftstore.ShardID(started.To)
+	})
+	if info, err := dst.UserInfo(user); err != nil || info.Head != entries {
+		t.Fatalf("the user's log after the second move: %+v, %v", info, err)
+	}
+}

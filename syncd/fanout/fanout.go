@@ -325,7 +325,8 @@ type source struct {
 	trimFailed int       // consecutive failed trims
 	trimWarned time.Time // the last warning about them
 
-	info log.OutboxInfo // the outbox range as last read
+	info    log.OutboxInfo // the outbox range as last read
+	routing uint64         // the source's RoutingVersion when recent was valid
 
 	// recent holds the outbox records read last, contiguous, for the next rounds: destinations
 	// answer one at a time, and each would otherwise read again what the others just read.
@@ -518,6 +519,11 @@ func (f *Fanout) round(ctx context.Context, s *source, moved bool) error {
 	state, err := f.node.State(s.id)
 	if err != nil {
 		return err
+	}
+	if v := state.RoutingVersion(); v != s.routing {
+		// A cutover (or a barrier) changed how records route since the recent ones were read:
+		// a moved user's records read before its cutover must not be routed by today's map.
+		s.recent, s.routing = nil, v
 	}
 	if moved {
 		if s.info, err = state.Outbox(); err != nil {

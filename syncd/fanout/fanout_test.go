@@ -668,3 +668,69 @@ func TestFanoutToAShardThatJoinedLater(t *testing.T) {
 		t.Fatalf("shard 8's mark for the home shard is %d, want 23", m)
 	}
 }
+
+// TestFanoutRoutesCachedRecordsByTheirCutover: a moved user's record read (and kept among the
+// recent records) before its source cut the user over must still go where its position says —
+// the old shard — when a lagging destination's batch is built from it after the cluster map
+// routes the user to the new shard; it must not reach the user a second time there.
+func TestFanoutRoutesCachedRecordsByTheirCutover(t *testing.T) {
+	logger := slog.New(slog.NewTextHandler(testLog{t}, &slog.HandlerOptions{Level: slog.LevelError}))
+	node := raftstoretest.OpenLocal(t, t.TempDir(), 4)
+	defer node.Close()
+	base := routing.Even(4)
+	const group = "g"
+	home := base.ConvShard(group)
+	// mover lives on shard a, and moves to shard b, where bee lives (its stream will lag).
+	pick := func(not ...raftstore.ShardID) (string, raftstore.ShardID) {
+		for i := 0; ; i++ {
+			u := fmt.Sprint("u", i)
+			if s := base.UserShard(u); !slices.Contains(not, s) {
+				return u, s
+			}
+		}
+	}
+	mover, a := pick(home)
+	bee, b := pick(home, a)
+	router := &growingRouter{base: base}
+	fan := New(node, router, Config{Batch: 64, DeliverTimeout: 200 * time.Millisecond, Logger: logger})
+	var hold atomic.Bool
+	fan.SetFault(func(dest raftstore.ShardID, _ []log.Delivery) {
+		if dest == b && hold.Load() {
+			time.Sleep(300 * time.Millisecond) // past the delivery's timeout: it fails, b's mark stays
+		}
+	})
+	node.OnApplied(fan.Notify)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); fan.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	propose := func(shard raftstore.ShardID, cmd raftstore.Command) raftstore.Result {
+		t.Helper()
+		pctx, pcancel := context.WithTimeout(ctx, 10*time.Second)
+		defer pcancel()
+		res, err := node.Propose(pctx, shard, cmd)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	propose(home, raftstore.AppendCommand(&log.Append{Conv: group, Sender: "ann", ClientMsgID: "create", Kind: log.KindGroupCreate, Members: []string{mover, bee}}))
+	moverA, _ := node.State(a)
+	testkit.WaitTrue(t, 10*time.Second, "the creation delivered", func() bool { i, _ := moverA.UserInfo(mover); return i.Head == 1 })
+
+	hold.Store(true)
+	propose(home, raftstore.AppendCommand(&log.Append{Conv: group, Sender: "ann", ClientMsgID: "m1", Kind: log.KindMessage, Body: []byte("x")}))
+	testkit.WaitTrue(t, 10*time.Second, "m1 delivered to the mover on a", func() bool { i, _ := moverA.UserInfo(mover); return i.Head == 2 })
+	// The move: the home cuts the mover over to b (m1 is before the cutover: it belongs to a),
+	// then the map routes the mover to b; only then does b's stream go again.
+	propose(home, raftstore.MoveCommand(&log.MoveStep{Op: log.MoveCutover, Move: 5, User: mover, From: a, To: b}))
+	router.mu.Lock()
+	router.user, router.shard = mover, b
+	router.mu.Unlock()
+	hold.Store(false)
+	bState, _ := node.State(b)
+	testkit.WaitTrue(t, 10*time.Second, "b to have m1 for bee", func() bool { i, _ := bState.UserInfo(bee); return i.Head == 2 })
+	if i, err := bState.UserInfo(mover); err != nil || i.Head != 0 {
+		t.Fatalf("the mover's log on b holds %d entries (%v): a record before the cutover was delivered there too", i.Head, err)
+	}
+}

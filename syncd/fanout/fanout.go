@@ -179,8 +179,9 @@ func (f *Fanout) Delivered() uint64 { return f.delivered.Load() }
 // Drained returns the outbox position of source shard src up to which every destination has
 // applied every record meant for it, as this node's drainer of src knows from the answers; ok is
 // false unless this node drains src as its leader and has finished a round. A conversation's
-// move waits for it to pass the position where the conversation was fenced (syncd/moves): then
-// none of its records is left to deliver from src. The value is never ahead of the truth: a
+// move waits for it to pass the position where the conversation was fenced before it lifts the
+// barrier its new home's deliveries wait behind (syncd/moves): then none of its records is left
+// to deliver from src. The value is never ahead of the truth: a
 // destination's mark is learned from its answers, and positions it holds nothing in count only
 // once read.
 func (f *Fanout) Drained(src raftstore.ShardID) (pos uint64, ok bool) {

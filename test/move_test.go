@@ -29,12 +29,8 @@ import (
 // epoch changed; the old shard answers that the log moved.
 func TestMoveUserUnderTraffic(t *testing.T) {
 	c := syncdtest.StartCluster(t, 3, nil)
-	bob := dialDevice(t, c.Server(0), "bob", "phone", t.TempDir())
-	defer bob.Close()
-	alice := dialDevice(t, c.Server(1), "alice", "phone", t.TempDir())
-	defer alice.Close()
-	carol := dialDevice(t, c.Server(2), "carol", "phone", t.TempDir())
-	defer carol.Close()
+	devs := dialSpread(t, c, "bob", "alice", "carol")
+	bob, alice, carol := devs[0], devs[1], devs[2]
 	const direct, group = "d:alice:bob", "g:crew"
 	if _, err := carol.CreateGroup(group, []string{"bob"}); err != nil {
 		t.Fatal(err)
@@ -136,6 +132,19 @@ func TestMoveUserUnderTraffic(t *testing.T) {
 	t.Logf("moved bob from shard %d to %d under %d sends (%d after the switch)", from, to, count(), count()-sentAt)
 }
 
+// dialSpread connects a phone for each of users, user i to the cluster's node i mod its size;
+// each closes when the test ends.
+func dialSpread(t *testing.T, c *syncdtest.Cluster, users ...string) []*device {
+	t.Helper()
+	var out []*device
+	for i, u := range users {
+		d := dialDevice(t, c.Server(i%c.Size()), u, "phone", t.TempDir())
+		t.Cleanup(func() { d.Close() })
+		out = append(out, d)
+	}
+	return out
+}
+
 // checkMoveMetrics checks that the cluster's metrics count one move's pause and none in progress.
 func checkMoveMetrics(t *testing.T, c *syncdtest.Cluster) {
 	t.Helper()
@@ -179,12 +188,8 @@ func grepLines(s, sub string) string {
 // group moved.
 func TestMoveConvUnderTraffic(t *testing.T) {
 	c := syncdtest.StartCluster(t, 3, nil)
-	alice := dialDevice(t, c.Server(0), "alice", "phone", t.TempDir())
-	defer alice.Close()
-	bob := dialDevice(t, c.Server(1), "bob", "phone", t.TempDir())
-	defer bob.Close()
-	carol := dialDevice(t, c.Server(2), "carol", "phone", t.TempDir())
-	defer carol.Close()
+	devs := dialSpread(t, c, "alice", "bob", "carol")
+	alice, bob, carol := devs[0], devs[1], devs[2]
 	const group = "g:all-hands"
 	if _, err := carol.CreateGroup(group, []string{"alice", "bob"}); err != nil {
 		t.Fatal(err)
@@ -327,10 +332,8 @@ func TestMoveConvUnderTraffic(t *testing.T) {
 // new home's deliveries wait at each destination behind the old home's (log.Barrier).
 func TestMoveConvWhileDeliveriesHeld(t *testing.T) {
 	c := syncdtest.StartCluster(t, 3, nil)
-	alice := dialDevice(t, c.Server(0), "alice", "phone", t.TempDir())
-	defer alice.Close()
-	bob := dialDevice(t, c.Server(1), "bob", "phone", t.TempDir())
-	defer bob.Close()
+	devs := dialSpread(t, c, "alice", "bob")
+	alice, bob := devs[0], devs[1]
 	const group = "g:held"
 	if _, err := alice.CreateGroup(group, []string{"bob"}); err != nil {
 		t.Fatal(err)

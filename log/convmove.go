@@ -150,8 +150,9 @@ func (t *Tx) moveConv(st Stamp, r *MoveStep) (uint64, error) {
 		return 0, t.SettleConv(r.Move, r.Conv)
 	case MoveDrop:
 		return 0, t.DropConv(r.Move, r.Conv)
-	case MoveRestart:
-		return activatedResult(t.RestartConvCopy(r.Move, r.Conv))
+	case MoveResume:
+		return resumeResult(t.resumeCopy(r.Move, t.s.k.convMoving(r.Conv), t.s.k.convEntryPrefix(r.Conv), r.Epoch,
+			func() (bool, error) { return t.RestartConvCopy(r.Move, r.Conv) }))
 	case MoveCancel:
 		return 0, t.CancelConvIn(r.Move, r.Conv)
 	}

@@ -145,8 +145,8 @@ func TestMoveConv(t *testing.T) {
 	mustStep(dst, MoveActivate, tail)
 	mustStep(dst, MoveActivate, tail)
 	copyFrom(0, 0)
-	if n := mustStep(dst, MoveRestart, nil); n != 1 {
-		t.Fatalf("a restart after the activation answered %d, want 1 (activated)", n)
+	if n := mustStep(dst, MoveResume, nil); n != ResumeActivated {
+		t.Fatalf("a resume after the activation answered %d, want ResumeActivated", n)
 	}
 
 	info, entries := readAll(t, dst, "g", true)

@@ -354,7 +354,7 @@ func FuzzMoveValues(f *testing.F) {
 	step, _ := goldenMoveStep.MarshalBinary()
 	convStep, _ := goldenMoveStepConv.MarshalBinary()
 	addSeeds(f, step, convStep, goldenMoveMarker.encode(), goldenCutover.encode(), encodePending(-1, &goldenEntry),
-		encodeBarrier(Barrier{Source: 3, Pos: 1 << 40}))
+		encodeBarrier(Barrier{Source: 3, Pos: 1 << 40}), goldenMoveMarkerV2.encode())
 	f.Fuzz(func(t *testing.T, data []byte) {
 		roundTrip(t, data,
 			func(b []byte) (MoveStep, error) { var r MoveStep; err := r.UnmarshalBinary(b); return r, err },

@@ -64,9 +64,10 @@ var (
 	goldenDeadLetterAdd  = DeadLetterAdd{Dest: 7, Pos: 258, Users: []string{"b", "c"}, Reason: "refused"}
 	goldenDeadLetterDrop = DeadLetterDrop{Dest: 7, Pos: 258}
 	goldenMoveMarker     = moveMarker{move: 1 << 33, role: movingIn, pending: 258}
+	goldenMoveMarkerV2   = moveMarker{move: 1 << 33, role: movingIn, pending: 258, epoch: 1_700_000_000_000_000_000}
 	goldenMoveStep       = MoveStep{Op: MoveStage, Move: 1 << 33, User: "alice", From: 2, To: 70000,
 		Records: []Record{{Key: []byte{0x20, 'a', 0}, Value: []byte{1, 2}}, {Key: []byte{0x22, 'a', 0, 'p', 0}, Value: []byte{3}}}, SourceEmpty: true}
-	goldenMoveStepConv = MoveStep{Op: MoveActivate, Move: 1 << 33, Conv: "g", From: 2, To: 70000, SourceEmpty: true, Fence: 258}
+	goldenMoveStepConv = MoveStep{Op: MoveActivate, Move: 1 << 33, Conv: "g", From: 2, To: 70000, SourceEmpty: true, Fence: 258, Epoch: 1_700_000_000_000_000_000}
 	goldenCutover      = cutover{move: 1 << 33, at: 1 << 40, after: 7, steps: []cutoverStep{{upTo: 258, shard: 3}, {upTo: 1 << 40, shard: 5}}}
 	goldenRedelivery   = Redelivery{Source: 3, Item: Delivery{Pos: 258, Users: []string{"b", "c"}, Entry: goldenEntry}}
 )
@@ -130,6 +131,8 @@ func goldenCases() []goldenCase {
 			func(b []byte) (any, error) { var r Redelivery; err := r.UnmarshalBinary(b); return r, err }, goldenRedelivery},
 		{"move_marker.v1", goldenMoveMarker.encode,
 			func(b []byte) (any, error) { return decodeMoveMarker(b) }, goldenMoveMarker},
+		{"move_marker.v2", goldenMoveMarkerV2.encode,
+			func(b []byte) (any, error) { return decodeMoveMarker(b) }, goldenMoveMarkerV2},
 		{"pending_entry.v1", func() []byte { return encodePending(-1, &goldenEntry) },
 			func(b []byte) (any, error) { d, e, err := decodePending(b); return [2]any{d, e}, err }, [2]any{-1, goldenEntry}},
 		{"cutover.v1", goldenCutover.encode,

@@ -19,6 +19,8 @@ import (
 //	D  BeginMoveIn   uid is moving in under move: reads of uid here are refused (ErrMoved), and
 //	                 entries delivered to uid from now on are held, in arrival order (pending)
 //	D  StageUser     records exported from S (ExportUser) are written, invisible behind the marker
+//	D  resume        a driver's first pass: where the copy goes on from (what is staged under the
+//	                 source's epoch now is kept), or whether uid was activated already
 //	S  FenceUser     uid is moving out: its cursor writes, trims and resets are refused
 //	                 (ErrMoving); its state on S is final
 //	D  ActivateUser  the staged records become uid's state, the pending entries are appended
@@ -61,27 +63,47 @@ const (
 	canceled  moveRole = 4 // destination, the move canceled: a late begin of it is refused
 )
 
-// moveMarker is the value under 0x61 | uid.
+// moveMarker is the value under 0x61 | uid (and 0x64 | conv).
 type moveMarker struct {
 	move    MoveID
 	role    moveRole
-	pending uint64 // movingIn: entries held so far
+	pending uint64 // movingIn: entries held so far; a conversation's movingOut: its fence position
+	epoch   Epoch  // movingIn: the epoch of the log staged so far (0: not known), for ResumeCopy
 }
 
-const moveMarkerV1 = 1
+// A marker v1 has no epoch; v2 adds it.
+const (
+	moveMarkerV1 = 1
+	moveMarkerV2 = 2
+)
 
 func (m moveMarker) encode() []byte {
-	b := []byte{moveMarkerV1}
+	v := byte(moveMarkerV1)
+	if m.epoch != 0 {
+		v = moveMarkerV2
+	}
+	b := []byte{v}
 	b = binary.BigEndian.AppendUint64(b, uint64(m.move))
 	b = append(b, byte(m.role))
-	return binary.BigEndian.AppendUint64(b, m.pending)
+	b = binary.BigEndian.AppendUint64(b, m.pending)
+	if m.epoch != 0 {
+		b = binary.BigEndian.AppendUint64(b, uint64(m.epoch))
+	}
+	return b
 }
 
 func decodeMoveMarker(b []byte) (moveMarker, error) {
-	if len(b) != 18 || b[0] != moveMarkerV1 || b[9] < byte(movingIn) || b[9] > byte(canceled) {
+	ok := len(b) == 18 && b[0] == moveMarkerV1 || len(b) == 26 && b[0] == moveMarkerV2
+	if !ok || b[9] < byte(movingIn) || b[9] > byte(canceled) {
 		return moveMarker{}, corruptf("move marker of %d bytes", len(b))
 	}
-	return moveMarker{move: MoveID(binary.BigEndian.Uint64(b[1:])), role: moveRole(b[9]), pending: binary.BigEndian.Uint64(b[10:])}, nil
+	m := moveMarker{move: MoveID(binary.BigEndian.Uint64(b[1:])), role: moveRole(b[9]), pending: binary.BigEndian.Uint64(b[10:])}
+	if b[0] == moveMarkerV2 {
+		if m.epoch = Epoch(binary.BigEndian.Uint64(b[18:])); m.epoch == 0 {
+			return moveMarker{}, corruptf("move marker v2 without an epoch")
+		}
+	}
+	return m, nil
 }
 
 const pendingV1 = 1
@@ -317,9 +339,10 @@ func userRecord(key []byte, uid string) bool {
 }
 
 // RestartCopy drops what move has staged for uid, keeping the entries held: the source's log
-// was reset while it was being copied (a new epoch starts again at position 1), or a new driver
-// copies from the start. It is refused unless uid is moving in under move; activated reports,
-// changing nothing, that uid was activated here already (a driver resumed after the activation).
+// was reset while it was being copied (a new epoch starts again at position 1), or what is
+// staged is of no known epoch (ResumeCopy). It is refused unless uid is moving in under move;
+// activated reports, changing nothing, that uid was activated here already (a driver resumed
+// after the activation).
 func (t *Tx) RestartCopy(move MoveID, uid string) (activated bool, err error) {
 	m, ok, err := t.userMove(uid)
 	if err != nil {
@@ -363,12 +386,51 @@ func (t *Tx) checkStagedMeta(move MoveID, marker, metaKey []byte, recs []Record,
 	return nil
 }
 
-// activatedResult is a restart step's result: 1 when the key was activated already.
-func activatedResult(activated bool, err error) (uint64, error) {
-	if activated {
-		return 1, err
+// ResumeActivated is MoveResume's answer for a key activated on the destination already: an
+// earlier driver finished the copy, and only the map's switch is left.
+const ResumeActivated = ^uint64(0)
+
+// resumeCopy answers a driver's first copy pass of move on the destination, for a key whose
+// marker is under marker and whose entries are under entries: what is staged is kept if it is
+// of epoch, the source's epoch now, and the copy goes on after the highest position staged;
+// otherwise restart clears it (the log was reset, or nothing recorded its epoch) and epoch is
+// recorded, the copy starting from the beginning. activated, from restart, reports that the key
+// was activated here already; nothing changes then.
+func (t *Tx) resumeCopy(move MoveID, marker, entries []byte, epoch Epoch, restart func() (bool, error)) (from Position, activated bool, err error) {
+	m, ok, err := t.s.readMarker(t.b, marker)
+	if err != nil {
+		return 0, false, err
 	}
-	return 0, err
+	if ok && m.move == move && m.role == movingIn && epoch != 0 && m.epoch == epoch {
+		from, err = lastPosition(t.b, entries)
+		return from, false, err
+	}
+	if activated, err = restart(); err != nil || activated {
+		return 0, activated, err
+	}
+	m.epoch = epoch // restart refused anything but a marker of move, moving in
+	return 0, false, t.setMarker(marker, m)
+}
+
+// resumeResult is a resume step's result: where the copy goes on from, or ResumeActivated.
+func resumeResult(from Position, activated bool, err error) (uint64, error) {
+	if activated {
+		return ResumeActivated, err
+	}
+	return uint64(from), err
+}
+
+// lastPosition returns the highest position of the entries under prefix in r (0: none).
+func lastPosition(r pebble.Reader, prefix []byte) (Position, error) {
+	it, err := r.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: prefixEnd(prefix)})
+	if err != nil {
+		return 0, fmt.Errorf("log: read: %w", err)
+	}
+	defer it.Close()
+	if !it.Last() {
+		return 0, it.Error()
+	}
+	return Position(binary.BigEndian.Uint64(it.Key()[len(prefix):])), nil
 }
 
 // deleteUserRecords deletes uid's entries, cursors and conversation index (not its log meta).
@@ -736,7 +798,7 @@ const (
 	MoveFence    MoveOp = 4 // source: FenceUser
 	MoveActivate MoveOp = 5 // destination: Stage of Records, if any, then ActivateUser; the result is the entries appended
 	MoveDrop     MoveOp = 6 // source: DropUser
-	MoveRestart  MoveOp = 7 // destination: RestartCopy (the log was reset meanwhile, or a new driver copies)
+	MoveResume   MoveOp = 7 // destination: ResumeCopy (a driver's first pass, or the log was reset meanwhile)
 	MoveCancel   MoveOp = 8 // destination: CancelMoveIn
 	MoveSettle   MoveOp = 9 // destination, conversations only: SettleConv (the old home has drained)
 )
@@ -747,6 +809,7 @@ const (
 	flagSourceEmpty uint8 = 1 << 0
 	flagConv        uint8 = 1 << 1 // the conversation id follows
 	flagFence       uint8 = 1 << 2 // the fence position follows
+	flagEpoch       uint8 = 1 << 3 // the epoch follows
 )
 
 // MoveStep is a request to make one step of moving a user's log or a conversation ([Tx.Move]).
@@ -765,6 +828,8 @@ type MoveStep struct {
 	// Fence (a conversation's MoveActivate): the source's outbox position its fence answered,
 	// which the conversation's deliveries from the destination wait behind (From's).
 	Fence uint64
+	// Epoch (MoveResume): the epoch of the source's log now (0: it has none).
+	Epoch Epoch
 }
 
 // MarshalBinary encodes the request.
@@ -795,12 +860,18 @@ func (r *MoveStep) MarshalBinary() ([]byte, error) {
 	if r.Fence != 0 {
 		flags |= flagFence
 	}
+	if r.Epoch != 0 {
+		flags |= flagEpoch
+	}
 	e.u8(flags)
 	if r.Conv != "" {
 		e.str(r.Conv)
 	}
 	if r.Fence != 0 {
 		e.uvarint(r.Fence)
+	}
+	if r.Epoch != 0 {
+		e.uvarint(uint64(r.Epoch))
 	}
 	return e.b, nil
 }
@@ -818,7 +889,7 @@ func (r *MoveStep) UnmarshalBinary(b []byte) error {
 		r.Records = append(r.Records, Record{Key: d.bytes(), Value: d.bytes()})
 	}
 	flags := d.u8()
-	if flags&^(flagSourceEmpty|flagConv|flagFence) != 0 {
+	if flags&^(flagSourceEmpty|flagConv|flagFence|flagEpoch) != 0 {
 		return corruptf("move step: bad flags %#x", flags)
 	}
 	r.SourceEmpty = flags&flagSourceEmpty != 0
@@ -832,12 +903,18 @@ func (r *MoveStep) UnmarshalBinary(b []byte) error {
 			return corruptf("move step: fence position 0")
 		}
 	}
+	if flags&flagEpoch != 0 {
+		if r.Epoch = Epoch(d.uvarint()); r.Epoch == 0 && d.err == nil {
+			return corruptf("move step: epoch 0")
+		}
+	}
 	return d.done("move step")
 }
 
 // Move makes the step r names and returns its number: the cutover's position for MoveCutover, the
 // fence's outbox position for a conversation's MoveFence, the entries appended for MoveActivate,
-// 1 for a MoveRestart that found the key activated already, 0 otherwise.
+// where the copy goes on from for MoveResume (ResumeActivated if the key was activated already), 0
+// otherwise.
 func (t *Tx) Move(st Stamp, r *MoveStep) (uint64, error) {
 	if r.Conv != "" {
 		if r.User != "" {
@@ -868,8 +945,9 @@ func (t *Tx) Move(st Stamp, r *MoveStep) (uint64, error) {
 		return uint64(n), err
 	case MoveDrop:
 		return 0, t.DropUser(r.Move, r.User)
-	case MoveRestart:
-		return activatedResult(t.RestartCopy(r.Move, r.User))
+	case MoveResume:
+		return resumeResult(t.resumeCopy(r.Move, t.s.k.moving(r.User), t.s.k.userEntryPrefix(r.User), r.Epoch,
+			func() (bool, error) { return t.RestartCopy(r.Move, r.User) }))
 	case MoveCancel:
 		return 0, t.CancelMoveIn(r.Move, r.User)
 	}

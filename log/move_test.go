@@ -422,3 +422,75 @@ func TestMoveCancel(t *testing.T) {
 	}
 	mustApply(t, dst, at(), func(tx *Tx) error { return tx.BeginMoveIn(6, "bob") })
 }
+
+// TestResumeCopy: a driver that takes over a move in its copy asks the destination where to go
+// on from. What is staged is kept if the marker recorded the source's epoch now, and the copy
+// goes on after the highest position staged; under another epoch (the log was reset) it is
+// cleared and the copy starts over; once activated, the answer says so.
+func TestResumeCopy(t *testing.T) {
+	const move MoveID = 12
+	conv := newMemShard(t, 1)
+	src := newMemShard(t, 2)
+	dst := newMemShard(t, 3)
+	appendOK(t, conv, Stamp{Index: 1, Time: 1000}, Append{Conv: "g", Sender: "ann", ClientMsgID: "c", Kind: KindGroupCreate, Members: []string{"bob"}})
+	for i := range 9 {
+		appendOK(t, conv, Stamp{Index: uint64(2 + i), Time: 1000}, Append{Conv: "g", Sender: "ann", ClientMsgID: fmt.Sprint("m", i), Kind: KindMessage, Body: []byte("x")})
+	}
+	mustApply(t, src, Stamp{Index: 1, Time: 1000}, func(tx *Tx) error {
+		_, err := tx.Deliver(Stamp{Time: 1000}, outboxBatch(t, conv, 0, 10, "bob"))
+		return err
+	})
+	epoch := mustInfo(t, src).Epoch
+	var i uint64 = 10
+	step := func(s MoveStep) uint64 {
+		t.Helper()
+		i++
+		var n uint64
+		mustApply(t, dst, Stamp{Index: i, Time: 2000}, func(tx *Tx) error {
+			var err error
+			s.Move, s.User = move, "bob"
+			n, err = tx.Move(Stamp{Index: i, Time: 2000}, &s)
+			return err
+		})
+		return n
+	}
+	copyChunk := func(after Position) Position {
+		t.Helper()
+		var recs []Record
+		_, last, _, err := src.ExportUser("bob", after, 4, func(r Record) error { recs = append(recs, r); return nil })
+		if err != nil {
+			t.Fatal(err)
+		}
+		step(MoveStep{Op: MoveStage, Records: recs})
+		return last
+	}
+	step(MoveStep{Op: MoveBegin})
+	if from := step(MoveStep{Op: MoveResume, Epoch: epoch}); from != 0 {
+		t.Fatalf("the first resume answered %d, want 0", from)
+	}
+	last := copyChunk(copyChunk(0))
+	// A new driver: the staged part is kept.
+	if from := step(MoveStep{Op: MoveResume, Epoch: epoch}); from != uint64(last) || last != 8 {
+		t.Fatalf("a resume under the same epoch answered %d, want %d (8)", from, last)
+	}
+	// The source's log was reset: another epoch, and what was staged goes.
+	if from := step(MoveStep{Op: MoveResume, Epoch: epoch + 1}); from != 0 {
+		t.Fatalf("a resume under another epoch answered %d, want 0", from)
+	}
+	if n := countTable(t, dst, tagUserEntry); n != 0 {
+		t.Fatalf("%d staged entries kept across a reset", n)
+	}
+	// Copy it all (under the first epoch again, as if the reset were undone, for the test's sake).
+	step(MoveStep{Op: MoveResume, Epoch: epoch})
+	var recs []Record
+	if _, _, done, err := src.ExportUser("bob", 0, 0, func(r Record) error { recs = append(recs, r); return nil }); err != nil || !done {
+		t.Fatal(done, err)
+	}
+	step(MoveStep{Op: MoveActivate, Records: recs})
+	if n := step(MoveStep{Op: MoveResume, Epoch: epoch}); n != ResumeActivated {
+		t.Fatalf("a resume after the activation answered %d, want ResumeActivated", n)
+	}
+	if info, err := dst.UserInfo("bob"); err != nil || info.Head != 10 || info.Epoch != epoch {
+		t.Fatalf("bob on the destination: %+v, %v", info, err)
+	}
+}

@@ -132,13 +132,14 @@ type run struct {
 	conv     string // the conversation that moves
 	key      string // what moves, for logs
 	from, to raftstore.ShardID
-	copied   log.Position // the highest log position staged on the destination by this run
+	copied   log.Position // the highest log position staged on the destination (by this run, or kept)
 	bytes    int64        // bytes of records staged by this run
 	hasLog   bool         // the source holds a log of the user (an export found one)
-	// activated: an earlier run activated the key on the destination (the restart's answer), so
-	// nothing is left to copy and only the switch remains.
-	activated bool
-	epoch     log.Epoch // the epoch of the log this run copies (0: none seen yet)
+	// resumed: this run asked the destination where to copy from (resume); activated, the
+	// answer was that an earlier run activated the key there, so nothing is left to copy and
+	// only the switch remains.
+	resumed, activated bool
+	epoch              log.Epoch // the epoch of the log this run copies (0: none seen yet)
 }
 
 // errNotLeader ends a run whose node no longer leads the source: the new leader takes over.
@@ -245,16 +246,22 @@ func (r *run) copyToHead(ctx context.Context, final *log.MoveStep) error {
 	if r.conv != "" {
 		export, key = state.ExportConv, r.conv
 	}
-	if r.copied == 0 && r.epoch == 0 {
-		// This run's first pass: whatever an earlier run staged may be of an epoch the log has
-		// left since (a reset), and this run copies from the start anyway. The answer also
-		// says whether an earlier run activated the key on the destination already.
-		res, err := r.propose(ctx, r.to, r.step(log.MoveRestart))
-		if err != nil {
+	if !r.resumed {
+		// This run's first pass: the destination keeps what an earlier run staged if it is of
+		// the log's epoch now, and the copy goes on after it; otherwise (a reset since, or
+		// nothing known) it starts over. The answer also says whether an earlier run activated
+		// the key on the destination already.
+		var info log.LogInfo
+		if r.conv != "" {
+			info, err = state.ConvInfo(r.conv)
+		} else {
+			info, err = state.UserInfo(r.user)
+		}
+		if err != nil && !errors.Is(err, log.ErrNoConversation) {
 			return err
 		}
-		if r.activated = res.Move == 1; r.activated {
-			return nil
+		if err := r.resume(ctx, info.Epoch); err != nil || r.activated {
+			return err
 		}
 	}
 	for {
@@ -269,13 +276,12 @@ func (r *run) copyToHead(ctx context.Context, final *log.MoveStep) error {
 		if err != nil {
 			return err
 		}
-		if epoch != r.epoch && r.epoch != 0 {
+		if epoch != r.epoch {
 			// The log was reset while it was copied (a new epoch, from position 1 again): what
 			// was staged is of the old one, so the copy starts over.
-			if _, err := r.propose(ctx, r.to, r.step(log.MoveRestart)); err != nil {
+			if err := r.resume(ctx, epoch); err != nil || r.activated {
 				return err
 			}
-			r.copied, r.epoch, r.bytes = 0, epoch, 0
 			continue
 		}
 		r.epoch = epoch
@@ -293,6 +299,25 @@ func (r *run) copyToHead(ctx context.Context, final *log.MoveStep) error {
 			return nil
 		}
 	}
+}
+
+// resume asks the destination where this run's copy of a log of epoch goes on from (ResumeCopy):
+// after what an earlier run staged, if it is of that epoch, else from the start.
+func (r *run) resume(ctx context.Context, epoch log.Epoch) error {
+	s := r.step(log.MoveResume)
+	s.Epoch = epoch
+	res, err := r.propose(ctx, r.to, s)
+	if err != nil {
+		return err
+	}
+	r.resumed, r.epoch, r.bytes = true, epoch, 0
+	if r.activated = res.Move == log.ResumeActivated; !r.activated {
+		r.copied = log.Position(res.Move)
+		if r.copied > 0 {
+			r.d.cfg.Logger.Info("move's copy resumed", "move", r.id, "key", r.key, "after", r.copied)
+		}
+	}
+	return nil
 }
 
 // cutoverStep switches every shard's outbox to send the user's later records to the destination,

@@ -103,7 +103,7 @@ func TestSyncctlMoveUser(t *testing.T) {
 		t.Fatal(err)
 	}
 	alice := prototest.Connect(t, srv.Addr().String(), srv.Fingerprint(), token, "alice", "phone")
-	alice.Ack(&proto.CreateGroup{ID: alice.ID(), Conv: "team", ClientMsgID: "g", Members: []string{"bob"}})
+	created := alice.Ack(&proto.CreateGroup{ID: alice.ID(), Conv: "team", ClientMsgID: "g", Members: []string{"bob"}})
 	head := func() uint64 {
 		cur, _ := testkit.GetJSON[adminapi.CursorReport](t, "http://"+srv.AdminAddr().String()+"/v1/cursors?user=alice", testkit.Bearer(srv.AdminToken()))
 		return cur.Head
@@ -162,4 +162,19 @@ func TestSyncctlMoveUser(t *testing.T) {
 		t.Fatalf("a message to the moved group: %+v, want conv_seq 2 with a msg_id of shard 5", ack)
 	}
 	testkit.WaitTrue(t, 10*time.Second, "the message in alice's log", func() bool { return head() == 3 })
+	// A trace of a message sent before the group moved: its members and history are found on the
+	// group's new shard, its outbox record on the old one.
+	code, out, errOut = syncctl(t, append([]string{"trace", string(created.MsgID), "-json"}, admin...)...)
+	if code != 0 {
+		t.Fatalf("trace of the group's creation after its move: exit %d: %s %s", code, out, errOut)
+	}
+	rep := decodeJSON[adminapi.TraceReport](t, out)
+	if rep.Conv != "team" || rep.ConvKind != "group" || len(rep.Users) != 2 || rep.Entry == nil {
+		t.Fatalf("trace after the move: %+v", rep)
+	}
+	for _, u := range rep.Users {
+		if !u.Member || u.Status != adminapi.TraceDelivered {
+			t.Errorf("trace after the move, user %s: %+v", u.User, u)
+		}
+	}
 }

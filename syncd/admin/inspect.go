@@ -177,6 +177,20 @@ func (s *Server) trace(r *http.Request) (*adminapi.TraceReport, error) {
 	}
 	rep := &h.Report
 	rep.Scan, rep.Users = scan, []adminapi.TraceUser{}
+	if cur := s.slots.ConvShard(rep.Conv); h.ConvMoved && cur != home {
+		// The conversation moved after the message was sent: its members and history are on
+		// its new shard, which holds the message's index entry too.
+		var there peer.TraceHome
+		if err := s.peer.Run(r.Context(), cur, peer.OpTraceHome, false, peer.TraceHomeArgs{MsgID: peer.FromMsgID(id)}, &there); err != nil {
+			return nil, shardError(cur, err)
+		}
+		if there.Found && !there.ConvMoved {
+			h.Members, rep.ConvKind = there.Members, there.Report.ConvKind
+			if there.Report.Entry != nil && there.Report.Entry.Source == "history" || rep.Entry == nil {
+				rep.Entry = there.Report.Entry
+			}
+		}
+	}
 
 	users := slices.Clone(h.Members)
 	if rep.Outbox.Retained {
@@ -251,18 +265,21 @@ func (s *Server) opTraceHome(_ context.Context, state *log.Shard, req peer.Reque
 		Conv: conv, ConvSeq: uint64(seq), Recalled: recalled}}
 	rep := &h.Report
 	kind, members, err := state.ConvMembers(conv)
-	if err != nil {
+	switch {
+	case errors.Is(err, log.ErrMoved):
+		h.ConvMoved = true // its members and history are on its new shard; the outbox is here
+	case err != nil:
 		return nil, err
-	}
-	h.Members = members
-	rep.ConvKind = map[log.ConvKind]string{log.ConvDirect: "direct", log.ConvGroup: "group"}[kind]
-
-	read, err := state.ReadConv(conv, 0, seq, log.Limit{Count: 1})
-	if err != nil {
-		return nil, err
-	}
-	if read.Status == log.ReadEntries {
-		rep.Entry = traceEntry("history", &read.Entries[0])
+	default:
+		h.Members = members
+		rep.ConvKind = map[log.ConvKind]string{log.ConvDirect: "direct", log.ConvGroup: "group"}[kind]
+		read, err := state.ReadConv(conv, 0, seq, log.Limit{Count: 1})
+		if err != nil {
+			return nil, err
+		}
+		if read.Status == log.ReadEntries {
+			rep.Entry = traceEntry("history", &read.Entries[0])
+		}
 	}
 	info, err := state.Outbox()
 	if err != nil {

@@ -135,11 +135,15 @@ type TraceHomeArgs struct {
 
 // TraceHome is the result of OpTraceHome. Found is false when the home shard's replica does not
 // know the message; Report is then empty. Otherwise Report has everything but Scan and Users, and
-// Members lists the conversation's current members.
+// Members lists the conversation's current members — unless ConvMoved: the conversation moved to
+// another shard since the message was sent, which holds its members and history (and the
+// message's index entry, so the same inspection there finds them); the outbox part is this
+// shard's, which stays the message's source.
 type TraceHome struct {
-	Found   bool                 `msgpack:"found"`
-	Report  adminapi.TraceReport `msgpack:"report"`
-	Members []string             `msgpack:"members"`
+	Found     bool                 `msgpack:"found"`
+	Report    adminapi.TraceReport `msgpack:"report"`
+	Members   []string             `msgpack:"members"`
+	ConvMoved bool                 `msgpack:"conv_moved"`
 }
 
 // TraceUsersArgs are the arguments of OpTraceUsers: the users of one shard to trace message

@@ -458,9 +458,12 @@ func (f *Fanout) settle(ctx context.Context, s *source) {
 		var ooo *log.OutOfOrderError
 		if errors.As(o.err, &ooo) && ooo.Source == s.id {
 			// The destination is behind what this drainer took for its mark: resume from its
-			// own. Below the outbox's first position only for a shard that joined the routing
-			// after those positions were trimmed (see round).
+			// own, at once. Below the outbox's first position only for a shard that joined the
+			// routing after those positions were trimmed (see round): a shard just added, or
+			// one a move made a destination — not a failure, so not counted or logged.
 			d.mark, d.clean, d.below = ooo.Mark, ooo.Mark, true
+			d.retryAt = time.Now().Add(barrierRetry)
+			continue
 		}
 		f.failures.Add(1)
 		now := time.Now()

@@ -143,7 +143,7 @@ type TraceHome struct {
 	Found     bool                 `msgpack:"found"`
 	Report    adminapi.TraceReport `msgpack:"report"`
 	Members   []string             `msgpack:"members"`
-	ConvMoved bool                 `msgpack:"conv_moved"`
+	ConvMoved bool                 `msgpack:"conv_moved,omitempty"` // omitted when false: older nodes read the same bytes
 }
 
 // TraceUsersArgs are the arguments of OpTraceUsers: the users of one shard to trace message

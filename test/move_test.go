@@ -43,28 +43,11 @@ func TestMoveUserUnderTraffic(t *testing.T) {
 	var sentDirect, sentGroup []string
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
-	sender := func(d *device, conv, peer string, sent *[]string) {
-		defer wg.Done()
-		for i := 0; ; i++ {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			body := fmt.Sprintf("%s %d", conv, i)
-			if _, err := d.Send(conv, peer, []byte(body)); err != nil {
-				t.Errorf("send %q: %v", body, err)
-				return
-			}
-			mu.Lock()
-			*sent = append(*sent, body)
-			mu.Unlock()
-			time.Sleep(5 * time.Millisecond)
-		}
+	record := func(sent *[]string) func(body, _ string) {
+		return func(body, _ string) { mu.Lock(); defer mu.Unlock(); *sent = append(*sent, body) }
 	}
-	wg.Add(2)
-	go sender(alice, direct, "bob", &sentDirect)
-	go sender(carol, group, "", &sentGroup)
+	wg.Go(func() { sendUntil(t, alice, direct, "bob", direct, stop, record(&sentDirect)) })
+	wg.Go(func() { sendUntil(t, carol, group, "", group, stop, record(&sentGroup)) })
 	count := func() int { mu.Lock(); defer mu.Unlock(); return len(sentDirect) + len(sentGroup) }
 	testkit.WaitTrue(t, 20*time.Second, "traffic before the move", func() bool { return count() >= 40 })
 
@@ -130,6 +113,26 @@ func TestMoveUserUnderTraffic(t *testing.T) {
 	})
 	checkMoveMetrics(t, c)
 	t.Logf("moved bob from shard %d to %d under %d sends (%d after the switch)", from, to, count(), count()-sentAt)
+}
+
+// sendUntil queues messages "<prefix> <n>" from d to conv (peer: the other user of a direct
+// one), 5 ms apart, until stop is closed, passing each body and its client_msg_id to sent.
+func sendUntil(t *testing.T, d *device, conv, peer, prefix string, stop <-chan struct{}, sent func(body, cmid string)) {
+	for i := 0; ; i++ {
+		select {
+		case <-stop:
+			return
+		default:
+		}
+		body := fmt.Sprintf("%s %d", prefix, i)
+		cmid, err := d.Send(conv, peer, []byte(body))
+		if err != nil {
+			t.Errorf("send %q: %v", body, err)
+			return
+		}
+		sent(body, cmid)
+		time.Sleep(5 * time.Millisecond)
+	}
 }
 
 // dialSpread connects a phone for each of users, user i to the cluster's node i mod its size;
@@ -199,34 +202,18 @@ func TestMoveConvUnderTraffic(t *testing.T) {
 	from := routing.Even(m.Shards).ConvShard(group)
 
 	var mu sync.Mutex
-	var sent []string            // in the order the sends were acked; each sender's are in its order
+	var sent []string            // in the order the sends were queued; each sender's are in its order
 	cmids := map[string]string{} // body → client_msg_id
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
-	sender := func(d *device, name string) {
-		defer wg.Done()
-		for i := 0; ; i++ {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			body := fmt.Sprintf("%s %d", name, i)
-			cmid, err := d.Send(group, "", []byte(body))
-			if err != nil {
-				t.Errorf("send %q: %v", body, err)
-				return
-			}
-			mu.Lock()
-			sent = append(sent, body)
-			cmids[body] = cmid
-			mu.Unlock()
-			time.Sleep(5 * time.Millisecond)
-		}
+	record := func(body, cmid string) {
+		mu.Lock()
+		defer mu.Unlock()
+		sent = append(sent, body)
+		cmids[body] = cmid
 	}
-	wg.Add(2)
-	go sender(alice, "alice")
-	go sender(carol, "carol")
+	wg.Go(func() { sendUntil(t, alice, group, "", "alice", stop, record) })
+	wg.Go(func() { sendUntil(t, carol, group, "", "carol", stop, record) })
 	count := func() int { mu.Lock(); defer mu.Unlock(); return len(sent) }
 	testkit.WaitTrue(t, 20*time.Second, "traffic before the move", func() bool { return count() >= 40 })
 

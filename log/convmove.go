@@ -97,6 +97,9 @@ func (t *Tx) convMove(conv string) (moveMarker, bool, error) {
 // servesConv refuses with ErrMoved a read of conv while it is moving in here (not complete yet)
 // or after it moved out; a fenced conversation is final and is read as usual.
 func (s *Shard) servesConv(r pebble.Reader, conv string) error {
+	if !s.anyMoves() { // before the marker's key is built: every read of a conversation comes here
+		return nil
+	}
 	return s.serves(r, s.k.convMoving(conv), "conversation", conv)
 }
 
@@ -116,6 +119,9 @@ func (s *Shard) convMeta(r pebble.Reader, conv string) (logMeta, error) {
 // checkConvNotMoving refuses a write to conv while it is moving: out (fenced: ErrMoving) or in,
 // or gone (not served here: ErrMoved).
 func (t *Tx) checkConvNotMoving(conv string) error {
+	if !t.s.anyMoves() { // before the marker's key is built: every send comes here
+		return nil
+	}
 	return t.refuseMoving(t.s.k.convMoving(conv), "conversation", conv)
 }
 
@@ -219,9 +225,8 @@ func (t *Tx) StageConv(st Stamp, move MoveID, conv string, recs []Record) error 
 		final = final || slices.Equal(r.Key, metaKey)
 	}
 	if final {
-		members := k.memberPrefix(conv)
-		if err := t.b.DeleteRange(members, prefixEnd(members), nil); err != nil {
-			return fmt.Errorf("log: write: %w", err)
+		if err := t.deletePrefixes(k.memberPrefix(conv)); err != nil {
+			return err
 		}
 	}
 	staged := k.stagedPrefix(move)
@@ -299,12 +304,7 @@ func convRecord(r Record, conv string) (bool, error) {
 
 // deleteConvRecords deletes conv's members and entries (not its meta).
 func (t *Tx) deleteConvRecords(conv string) error {
-	for _, p := range [][]byte{t.s.k.memberPrefix(conv), t.s.k.convEntryPrefix(conv)} {
-		if err := t.b.DeleteRange(p, prefixEnd(p), nil); err != nil {
-			return fmt.Errorf("log: write: %w", err)
-		}
-	}
-	return nil
+	return t.deletePrefixes(t.s.k.memberPrefix(conv), t.s.k.convEntryPrefix(conv))
 }
 
 // RestartConvCopy drops what move has staged for conv (its meta, members and entries), so that a
@@ -315,9 +315,8 @@ func (t *Tx) RestartConvCopy(move MoveID, conv string) (activated bool, err erro
 	if done, err := t.movingInConv(move, conv, "restart copy"); err != nil || done {
 		return done, err
 	}
-	staged := t.s.k.stagedPrefix(move)
-	if err := t.b.DeleteRange(staged, prefixEnd(staged), nil); err != nil {
-		return false, fmt.Errorf("log: write: %w", err)
+	if err := t.deletePrefixes(t.s.k.stagedPrefix(move)); err != nil {
+		return false, err
 	}
 	return false, t.deleteConvRecords(conv)
 }
@@ -393,8 +392,8 @@ func (t *Tx) ActivateConv(move MoveID, conv string, sourceEmpty bool, after Barr
 			return err
 		}
 	}
-	if err := t.b.DeleteRange(staged, prefixEnd(staged), nil); err != nil {
-		return fmt.Errorf("log: write: %w", err)
+	if err := t.deletePrefixes(staged); err != nil {
+		return err
 	}
 	t.s.barriers.Store(true) // before the barrier is visible to a read of the outbox
 	t.routed = true

@@ -143,8 +143,8 @@ func (k keys) pending(move MoveID, n uint64) []byte {
 
 var (
 	// ErrMoving refuses a write to a user's log or a conversation moving out of this shard
-	// (fenced): it is accepted again on the destination once the move has switched, or here if
-	// the move lifts its fence. Callers retry after a delay.
+	// (fenced): it is accepted again on the destination once the move has switched. Callers
+	// retry after a delay.
 	ErrMoving = errors.New("log: moving to another shard; retry shortly")
 	// ErrMoved refuses a read or write of a user's log or a conversation this shard does not
 	// serve: moving in and not complete here yet (the source still serves it), or moved away.
@@ -236,15 +236,15 @@ func (s *Shard) loadMoves() error {
 // yet: an empty answer would tell a device its log is empty); a fenced user's log is final and
 // is read as usual.
 func (s *Shard) servesUser(r pebble.Reader, uid string) error {
+	if !s.anyMoves() { // before the marker's key is built: every read comes here
+		return nil
+	}
 	return s.serves(r, s.k.moving(uid), "user", uid)
 }
 
 // serves refuses with ErrMoved a read of a key (kind and id name it) whose move marker, under
 // marker, says it is moving in here or moved away: servesUser and servesConv.
 func (s *Shard) serves(r pebble.Reader, marker []byte, kind, id string) error {
-	if !s.anyMoves() {
-		return nil
-	}
 	m, ok, err := s.readMarker(r, marker)
 	switch {
 	case err != nil:
@@ -354,9 +354,8 @@ func (t *Tx) RestartCopy(move MoveID, uid string) (activated bool, err error) {
 	if !ok || m.move != move || m.role != movingIn {
 		return false, invalidf("restart copy: user %q is not moving in under move %d", uid, move)
 	}
-	staged := t.s.k.stagedPrefix(move)
-	if err := t.b.DeleteRange(staged, prefixEnd(staged), nil); err != nil {
-		return false, fmt.Errorf("log: write: %w", err)
+	if err := t.deletePrefixes(t.s.k.stagedPrefix(move)); err != nil {
+		return false, err
 	}
 	return false, t.deleteUserRecords(uid)
 }
@@ -435,13 +434,11 @@ func lastPosition(r pebble.Reader, prefix []byte) (Position, error) {
 
 // deleteUserRecords deletes uid's entries, cursors and conversation index (not its log meta).
 func (t *Tx) deleteUserRecords(uid string) error {
+	var prefixes [][]byte
 	for _, tag := range userTags[1:] {
-		p := appendID(t.s.k.table(tag, len(uid)+1), uid) // ids hold no 0x00: only uid's keys
-		if err := t.b.DeleteRange(p, prefixEnd(p), nil); err != nil {
-			return fmt.Errorf("log: write: %w", err)
-		}
+		prefixes = append(prefixes, appendID(t.s.k.table(tag, len(uid)+1), uid)) // ids hold no 0x00: only uid's keys
 	}
-	return nil
+	return t.deletePrefixes(prefixes...)
 }
 
 // CancelMoveIn undoes move on the destination before any source has cut over: what was copied
@@ -455,11 +452,8 @@ func (t *Tx) CancelMoveIn(move MoveID, uid string) error {
 	return t.cancelMoveIn(move, t.s.k.moving(uid), fmt.Sprintf("user %q", uid),
 		func() (bool, error) { return t.activated(uid, false) },
 		func() error {
-			staged, pend := t.s.k.stagedPrefix(move), t.s.k.pendingPrefix(move)
-			for _, p := range [][]byte{staged, pend} {
-				if err := t.b.DeleteRange(p, prefixEnd(p), nil); err != nil {
-					return fmt.Errorf("log: write: %w", err)
-				}
+			if err := t.deletePrefixes(t.s.k.stagedPrefix(move), t.s.k.pendingPrefix(move)); err != nil {
+				return err
 			}
 			return t.deleteUserRecords(uid)
 		})
@@ -556,6 +550,9 @@ func (t *Tx) refuseFenced(users []string) error {
 // checkNotMoving refuses a write to uid while its log is moving: out (fenced: ErrMoving) or in
 // (not here yet: ErrMoved).
 func (t *Tx) checkNotMoving(uid string) error {
+	if !t.s.anyMoves() { // before the marker's key is built: every cursor write comes here
+		return nil
+	}
 	return t.refuseMoving(t.s.k.moving(uid), "user", uid)
 }
 
@@ -563,9 +560,6 @@ func (t *Tx) checkNotMoving(uid string) error {
 // says it is moving out (fenced: ErrMoving), or in or away (not served here: ErrMoved):
 // checkNotMoving and checkConvNotMoving.
 func (t *Tx) refuseMoving(marker []byte, kind, id string) error {
-	if !t.s.anyMoves() {
-		return nil
-	}
 	m, ok, err := t.s.readMarker(t.b, marker)
 	switch {
 	case err != nil:
@@ -627,8 +621,8 @@ func (t *Tx) ActivateUser(st Stamp, move MoveID, uid string, sourceEmpty bool) (
 			return 0, fmt.Errorf("log: write: %w", err)
 		}
 	}
-	if err := t.b.DeleteRange(staged, prefixEnd(staged), nil); err != nil {
-		return 0, fmt.Errorf("log: write: %w", err)
+	if err := t.deletePrefixes(staged); err != nil {
+		return 0, err
 	}
 	// Append what arrived meanwhile, after the source's head.
 	for n := uint64(1); n <= m.pending; n++ {
@@ -654,8 +648,8 @@ func (t *Tx) ActivateUser(st Stamp, move MoveID, uid string, sourceEmpty bool) (
 		}
 	}
 	pend := k.pendingPrefix(move)
-	if err := t.b.DeleteRange(pend, prefixEnd(pend), nil); err != nil {
-		return 0, fmt.Errorf("log: write: %w", err)
+	if err := t.deletePrefixes(pend); err != nil {
+		return 0, err
 	}
 	// Written even for a user without entries (an empty log): its presence is how a repeated
 	// step knows the activation happened (activated).

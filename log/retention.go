@@ -45,11 +45,8 @@ func (t *Tx) ResetUser(st Stamp, uid string) (Epoch, error) {
 		return 0, invalidf("user %q has no log to reset", uid)
 	}
 	epoch := max(newEpoch(st), m.Epoch+1)
-	if err := t.b.DeleteRange(k.userEntryPrefix(uid), prefixEnd(k.userEntryPrefix(uid)), nil); err != nil {
-		return 0, fmt.Errorf("log: write: %w", err)
-	}
-	if err := t.b.DeleteRange(k.cursorPrefix(uid), prefixEnd(k.cursorPrefix(uid)), nil); err != nil {
-		return 0, fmt.Errorf("log: write: %w", err)
+	if err := t.deletePrefixes(k.userEntryPrefix(uid), k.cursorPrefix(uid)); err != nil {
+		return 0, err
 	}
 	// The user stays in their groups, so the count of them stays too.
 	if err := t.putLogMeta(k.user(uid), logMeta{Epoch: epoch, First: 1, Groups: m.Groups}); err != nil {

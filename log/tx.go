@@ -132,6 +132,16 @@ func (t *Tx) set(key, val []byte) error {
 	return nil
 }
 
+// deletePrefixes deletes every key under each of prefixes.
+func (t *Tx) deletePrefixes(prefixes ...[]byte) error {
+	for _, p := range prefixes {
+		if err := t.b.DeleteRange(p, prefixEnd(p), nil); err != nil {
+			return fmt.Errorf("log: write: %w", err)
+		}
+	}
+	return nil
+}
+
 func (t *Tx) del(key []byte) error {
 	if err := t.b.Delete(key, nil); err != nil {
 		return fmt.Errorf("log: write: %w", err)

@@ -163,11 +163,7 @@ func (r *run) carryOut(ctx context.Context) error {
 		case raftstore.StepCutover:
 			err = r.cutoverStep(ctx, m)
 		case raftstore.StepFence:
-			if r.conv != "" {
-				err = r.convFenceStep(ctx)
-			} else {
-				err = r.fenceStep(ctx, mv)
-			}
+			err = r.fenceStep(ctx, mv)
 		case raftstore.StepDrop:
 			err = r.dropStep(ctx)
 		case raftstore.StepCanceled:
@@ -198,7 +194,7 @@ func (r *run) propose(ctx context.Context, shard raftstore.ShardID, s *log.MoveS
 
 // copyStep makes the destination ready and copies the user's log (or the conversation) to it, to
 // the head. A conversation has no cutover step: it has one source, whose deliveries of it the
-// destination's wait behind (convFenceStep).
+// destination's wait behind (fenceStep).
 func (r *run) copyStep(ctx context.Context) error {
 	if _, err := r.propose(ctx, r.to, r.step(log.MoveBegin)); err != nil {
 		return err
@@ -334,9 +330,13 @@ func (r *run) cutoverStep(ctx context.Context, m raftstore.ClusterMap) error {
 	return r.advance(ctx, raftstore.StepFence, cut)
 }
 
-// fenceStep waits until the source has every record routed to it, copies the tail, fences the
-// source, copies what is left (the final log meta and cursors with it), activates the user on
-// the destination and switches the map: the user's writes pause from the fence to the switch.
+// fenceStep fences the key on the source, copies what is left (the final meta and cursors or
+// members with it) with the activation on the destination, and switches the map: the key's
+// writes pause from the fence to the switch, three commits. A user's move first waits until the
+// source has every record routed to it (each source's mark past its cutover). A conversation's
+// activation carries the fence's position, the barrier its deliveries from the destination wait
+// behind at every destination (log.Barrier): the writers never wait for the source's fan-out,
+// which the drop step does. A run that found the key activated already only switches.
 func (r *run) fenceStep(ctx context.Context, mv *raftstore.MoveInfo) error {
 	state, err := r.d.node.State(r.from)
 	if err != nil {
@@ -355,11 +355,18 @@ func (r *run) fenceStep(ctx context.Context, mv *raftstore.MoveInfo) error {
 		return err
 	}
 	fenced := time.Now()
-	if _, err := r.propose(ctx, r.from, r.step(log.MoveFence)); err != nil {
-		return err
-	}
-	if err := r.copyToHead(ctx, r.step(log.MoveActivate)); err != nil {
-		return err
+	if !r.activated {
+		res, err := r.propose(ctx, r.from, r.step(log.MoveFence))
+		if err != nil {
+			return err
+		}
+		activate := r.step(log.MoveActivate)
+		if r.conv != "" {
+			activate.Fence = res.Move
+		}
+		if err := r.copyToHead(ctx, activate); err != nil {
+			return err
+		}
 	}
 	if err := r.advance(ctx, raftstore.StepDrop, nil); err != nil {
 		return err
@@ -376,34 +383,6 @@ func (r *run) switched(fenced time.Time) {
 	if r.d.cfg.Observe != nil {
 		r.d.cfg.Observe(pause, r.bytes)
 	}
-}
-
-// convFenceStep fences the conversation on the source at an outbox position f, copies what is
-// left, activates the conversation on the destination behind the barrier (source, f) — its
-// deliveries from the destination wait, at each destination, for the source's up to f — and
-// switches the map. The writers wait for a fence, a copy and two commits, never for the source's
-// fan-out: that wait is the drop step's.
-func (r *run) convFenceStep(ctx context.Context) error {
-	if err := r.copyToHead(ctx, nil); err != nil { // most of the tail, before the pause
-		return err
-	}
-	fenced := time.Now()
-	if !r.activated {
-		res, err := r.propose(ctx, r.from, r.step(log.MoveFence))
-		if err != nil {
-			return err
-		}
-		activate := r.step(log.MoveActivate)
-		activate.Fence = res.Move
-		if err := r.copyToHead(ctx, activate); err != nil {
-			return err
-		}
-	}
-	if err := r.advance(ctx, raftstore.StepDrop, nil); err != nil {
-		return err
-	}
-	r.switched(fenced)
-	return nil
 }
 
 // settleConv waits until the source's fan-out has delivered everything up to the conversation's

@@ -196,6 +196,12 @@ func (r *run) propose(ctx context.Context, shard raftstore.ShardID, s *log.MoveS
 // the head. A conversation has no cutover step: it has one source, whose deliveries of it the
 // destination's wait behind (fenceStep).
 func (r *run) copyStep(ctx context.Context) error {
+	// A destination added for this move (-new-shard) has no leader for an election timeout or so;
+	// wait for the map to say its group is up rather than fail, warn and retry against it.
+	err := r.d.node.WaitMap(ctx, func(m raftstore.ClusterMap) bool { _, creating := m.Creating[r.to]; return !creating })
+	if err != nil {
+		return err
+	}
 	if _, err := r.propose(ctx, r.to, r.step(log.MoveBegin)); err != nil {
 		return err
 	}

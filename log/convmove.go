@@ -91,7 +91,7 @@ func (k keys) convMoving(conv string) []byte {
 
 // convMove returns conv's move marker, if any, from this Tx's writes or the shard's state.
 func (t *Tx) convMove(conv string) (moveMarker, bool, error) {
-	return t.s.readMarker(t.b, t.s.k.convMoving(conv))
+	return t.marker(t.s.k.convMoving(conv))
 }
 
 // servesConv refuses with ErrMoved a read of conv while it is moving in here (not complete yet)
@@ -315,7 +315,7 @@ func (t *Tx) RestartConvCopy(move MoveID, conv string) (activated bool, err erro
 	if done, err := t.movingInConv(move, conv, "restart copy"); err != nil || done {
 		return done, err
 	}
-	if err := t.deletePrefixes(t.s.k.stagedPrefix(move)); err != nil {
+	if err := t.del(t.s.k.stagedMeta(move, t.s.k.conv(conv))); err != nil {
 		return false, err
 	}
 	return false, t.deleteConvRecords(conv)

@@ -99,10 +99,12 @@ func (t *Tx) Cutover(move MoveID, uid string, from, to ShardID) (uint64, error) 
 	if err != nil {
 		return 0, err
 	}
+	if !ok { // its first of its own: it starts from the slot moves' cutovers of its slot
+		c, ok = t.rangesView().seedCutover(UserSlot(uid))
+	} else if c, err = decodeCutover(v); err != nil {
+		return 0, err
+	}
 	if ok {
-		if c, err = decodeCutover(v); err != nil {
-			return 0, err
-		}
 		if c.move == move {
 			return c.at, nil
 		}

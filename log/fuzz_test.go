@@ -353,8 +353,10 @@ func exerciseShard(t *testing.T, s *Shard) {
 func FuzzMoveValues(f *testing.F) {
 	step, _ := goldenMoveStep.MarshalBinary()
 	convStep, _ := goldenMoveStepConv.MarshalBinary()
-	addSeeds(f, step, convStep, goldenMoveMarker.encode(), goldenCutover.encode(), encodePending(-1, &goldenEntry),
-		encodeBarrier(Barrier{Source: 3, Pos: 1 << 40}), goldenMoveMarkerV2.encode())
+	slotsStep, _ := goldenMoveStepSlots.MarshalBinary()
+	addSeeds(f, step, convStep, slotsStep, goldenMoveMarker.encode(), goldenCutover.encode(), encodePending(-1, &goldenEntry),
+		encodeRangePending("alice", 2, &goldenEntry), encodeBarrier(Barrier{Source: 3, Pos: 1 << 40}), goldenMoveMarkerV2.encode(),
+		goldenRangeMarker.encode(), goldenRangeCutover.encode())
 	f.Fuzz(func(t *testing.T, data []byte) {
 		roundTrip(t, data,
 			func(b []byte) (MoveStep, error) { var r MoveStep; err := r.UnmarshalBinary(b); return r, err },
@@ -362,8 +364,16 @@ func FuzzMoveValues(f *testing.F) {
 		roundTrip(t, data, decodeMoveMarker, moveMarker.encode)
 		roundTrip(t, data, decodeCutover, func(c cutover) []byte { return c.encode() })
 		roundTrip(t, data, decodeBarrier, encodeBarrier)
+		roundTrip(t, data, decodeRangeMarker, func(m rangeMarker) []byte { return m.encode() })
+		roundTrip(t, data, decodeRangeCutover, func(c rangeCutover) []byte { return c.encode() })
 		roundTrip(t, data,
-			func(b []byte) ([2]any, error) { d, e, err := decodePending(b); return [2]any{d, e}, err },
-			func(v [2]any) []byte { e := v[1].(Entry); return encodePending(v[0].(int), &e) })
+			func(b []byte) ([3]any, error) { u, d, e, err := decodePending(b); return [3]any{u, d, e}, err },
+			func(v [3]any) []byte {
+				e := v[2].(Entry)
+				if u := v[0].(string); u != "" {
+					return encodeRangePending(u, v[1].(int), &e)
+				}
+				return encodePending(v[1].(int), &e)
+			})
 	})
 }

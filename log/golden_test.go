@@ -69,6 +69,10 @@ var (
 		Records: []Record{{Key: []byte{0x20, 'a', 0}, Value: []byte{1, 2}}, {Key: []byte{0x22, 'a', 0, 'p', 0}, Value: []byte{3}}}, SourceEmpty: true}
 	goldenMoveStepConv = MoveStep{Op: MoveActivate, Move: 1 << 33, Conv: "g", From: 2, To: 70000, SourceEmpty: true, Fence: 258, Epoch: 1_700_000_000_000_000_000}
 	goldenCutover      = cutover{move: 1 << 33, at: 1 << 40, after: 7, steps: []cutoverStep{{upTo: 258, shard: 3}, {upTo: 1 << 40, shard: 5}}}
+	goldenMoveStepSlots = MoveStep{Op: MoveActivate, Move: 1 << 33, From: 2, To: 70000, Fence: 258, Slots: &SlotSpan{First: 2048, Last: 4095},
+		Batch: []MoveKey{{User: "alice", Restart: true, Records: []Record{{Key: []byte{0x20, 'a', 0}, Value: []byte{1, 2}}}}, {Conv: "g"}}}
+	goldenRangeMarker  = rangeMarker{move: 1 << 33, span: SlotSpan{First: 2048, Last: 4095}, role: rangeIn, from: 2, pending: 258, fence: 1 << 40}
+	goldenRangeCutover = rangeCutover{move: 1 << 33, span: SlotSpan{First: 0, Last: 7}, at: 1 << 40, from: 2, to: 70000}
 	goldenRedelivery   = Redelivery{Source: 3, Item: Delivery{Pos: 258, Users: []string{"b", "c"}, Entry: goldenEntry}}
 )
 
@@ -134,7 +138,15 @@ func goldenCases() []goldenCase {
 		{"move_marker.v2", goldenMoveMarkerV2.encode,
 			func(b []byte) (any, error) { return decodeMoveMarker(b) }, goldenMoveMarkerV2},
 		{"pending_entry.v1", func() []byte { return encodePending(-1, &goldenEntry) },
-			func(b []byte) (any, error) { d, e, err := decodePending(b); return [2]any{d, e}, err }, [2]any{-1, goldenEntry}},
+			func(b []byte) (any, error) { _, d, e, err := decodePending(b); return [2]any{d, e}, err }, [2]any{-1, goldenEntry}},
+		{"pending_entry.v2", func() []byte { return encodeRangePending("alice", -1, &goldenEntry) },
+			func(b []byte) (any, error) { u, d, e, err := decodePending(b); return [3]any{u, d, e}, err }, [3]any{"alice", -1, goldenEntry}},
+		{"range_marker.v1", goldenRangeMarker.encode,
+			func(b []byte) (any, error) { return decodeRangeMarker(b) }, goldenRangeMarker},
+		{"range_cutover.v1", goldenRangeCutover.encode,
+			func(b []byte) (any, error) { return decodeRangeCutover(b) }, goldenRangeCutover},
+		{"move_step_slots.v1", func() []byte { return must(goldenMoveStepSlots.MarshalBinary()) },
+			func(b []byte) (any, error) { var r MoveStep; err := r.UnmarshalBinary(b); return r, err }, goldenMoveStepSlots},
 		{"cutover.v1", goldenCutover.encode,
 			func(b []byte) (any, error) { return decodeCutover(b) }, goldenCutover},
 		{"move_step.v1", func() []byte { return must(goldenMoveStep.MarshalBinary()) },

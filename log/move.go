@@ -69,6 +69,8 @@ type moveMarker struct {
 	role    moveRole
 	pending uint64 // movingIn: entries held so far; a conversation's movingOut: its fence position
 	epoch   Epoch  // movingIn: the epoch of the log staged so far (0: not known), for ResumeCopy
+	// inRange: the marker is a slot range's, read for the key (rangemove.go), not stored under it.
+	inRange bool
 }
 
 // A marker v1 has no epoch; v2 adds it.
@@ -106,31 +108,57 @@ func decodeMoveMarker(b []byte) (moveMarker, error) {
 	return m, nil
 }
 
-const pendingV1 = 1
+// A held entry v1 is a user's move's, whose user the move names; v2, a slot range's, names it.
+const (
+	pendingV1 = 1
+	pendingV2 = 2
+)
 
-// encodePending is the value of a held entry: version, the change to the user's group count the
-// entry makes (zigzag varint), then the user's copy of the entry.
+// encodePending is the value of a held entry of a user's move: version, the change to the user's
+// group count the entry makes (zigzag varint), then the user's copy of the entry.
 func encodePending(groupsDelta int, e *Entry) []byte {
 	b := binary.AppendVarint([]byte{pendingV1}, int64(groupsDelta))
 	return append(b, encodeEntry(e)...)
 }
 
-func decodePending(b []byte) (groupsDelta int, e Entry, err error) {
-	if len(b) < 2 || b[0] != pendingV1 {
-		return 0, Entry{}, corruptf("held entry of %d bytes", len(b))
+// encodeRangePending is the value of a held entry of a slot range's move: version, the user
+// (uvarint length, bytes), then as encodePending.
+func encodeRangePending(uid string, groupsDelta int, e *Entry) []byte {
+	b := binary.AppendUvarint([]byte{pendingV2}, uint64(len(uid)))
+	b = binary.AppendVarint(append(b, uid...), int64(groupsDelta))
+	return append(b, encodeEntry(e)...)
+}
+
+// decodePending decodes a held entry; uid is empty for a v1 one.
+func decodePending(b []byte) (uid string, groupsDelta int, e Entry, err error) {
+	if len(b) < 2 || (b[0] != pendingV1 && b[0] != pendingV2) {
+		return "", 0, Entry{}, corruptf("held entry of %d bytes", len(b))
 	}
-	d, w := binary.Varint(b[1:])
+	rest := b[1:]
+	if b[0] == pendingV2 {
+		n, w := binary.Uvarint(rest)
+		if w <= 0 || n == 0 || n > uint64(len(rest)-w) {
+			return "", 0, Entry{}, corruptf("held entry: bad user")
+		}
+		uid, rest = string(rest[w:w+int(n)]), rest[w+int(n):]
+	}
+	d, w := binary.Varint(rest)
 	if w <= 0 {
-		return 0, Entry{}, corruptf("held entry: bad group count change")
+		return "", 0, Entry{}, corruptf("held entry: bad group count change")
 	}
-	e, err = decodeEntry(b[1+w:], 0)
-	return int(d), e, err
+	e, err = decodeEntry(rest[w:], 0)
+	return uid, int(d), e, err
 }
 
 func (k keys) moving(uid string) []byte { return appendID(k.table(tagMoving, len(uid)+1), uid) }
 
 func (k keys) stagedPrefix(move MoveID) []byte {
 	return binary.BigEndian.AppendUint64(k.table(tagStaged, 8), uint64(move))
+}
+
+// stagedMeta is where a move stages the log meta whose key is meta.
+func (k keys) stagedMeta(move MoveID, meta []byte) []byte {
+	return append(k.stagedPrefix(move), meta[len(k.prefix):]...)
 }
 
 func (k keys) pendingPrefix(move MoveID) []byte {
@@ -152,23 +180,36 @@ var (
 )
 
 // userMove returns uid's move marker, if any, from this Tx's writes or the shard's state.
-func (t *Tx) userMove(uid string) (moveMarker, bool, error) {
-	return t.s.readMarker(t.b, t.s.k.moving(uid))
+func (t *Tx) userMove(uid string) (moveMarker, bool, error) { return t.marker(t.s.k.moving(uid)) }
+
+// marker returns the move marker of the key whose per-key marker is under key, as this Tx sees it.
+func (t *Tx) marker(key []byte) (moveMarker, bool, error) {
+	return t.s.readMarker(t.b, t.rangesView(), key)
 }
 
-// readMarker returns the move marker under key in r, if any. A key this shard never wrote a
-// marker under is answered from memory: every delivery checks each recipient, and a store lookup
-// per recipient made deliveries a third slower on every shard that had ever taken part in a move.
-func (s *Shard) readMarker(r pebble.Reader, key []byte) (moveMarker, bool, error) {
-	if !s.mayHaveMarker(key) {
+// readMarker returns the move marker of a user or conversation whose per-key marker is under key,
+// from r and the range markers rs: its own, if any, else that of the newest slot move whose range
+// covers it (rangeMarkerFor). A key this shard never wrote a marker under is answered from
+// memory: every delivery checks each recipient, and a store lookup per recipient made deliveries
+// a third slower on every shard that had ever taken part in a move.
+func (s *Shard) readMarker(r pebble.Reader, rs *shardRanges, key []byte) (moveMarker, bool, error) {
+	if !s.anyMoves() {
 		return moveMarker{}, false, nil
 	}
-	v, ok, err := getValue(r, key)
-	if err != nil || !ok {
-		return moveMarker{}, false, err
+	if s.mayHaveMarker(key) {
+		v, ok, err := getValue(r, key)
+		if err != nil {
+			return moveMarker{}, false, err
+		}
+		if ok {
+			m, err := decodeMoveMarker(v)
+			return m, err == nil, err
+		}
 	}
-	m, err := decodeMoveMarker(v)
-	return m, err == nil, err
+	if rs == nil || len(rs.markers) == 0 {
+		return moveMarker{}, false, nil
+	}
+	return s.rangeMarkerFor(r, rs, key)
 }
 
 // setMarker writes m under key, noting first that key may hold a marker (readMarker): before the
@@ -207,7 +248,8 @@ func (s *Shard) mayHaveMarker(key []byte) bool {
 func (s *Shard) anyMoves() bool { return s.moves.Load() }
 
 // loadMoves sets anyMoves and the cutovers and barriers flags from the state (whether any
-// marker, any cutover, any barrier exists) and notes every marker's key (readMarker).
+// marker, any cutover, any barrier exists), notes every marker's key (readMarker) and loads the
+// slot ranges' markers and cutovers.
 func (s *Shard) loadMoves() error {
 	for _, f := range []struct {
 		tag  byte
@@ -229,7 +271,7 @@ func (s *Shard) loadMoves() error {
 			return fmt.Errorf("log: read: %w", err)
 		}
 	}
-	return nil
+	return s.loadRanges()
 }
 
 // servesUser refuses with ErrMoved a read of uid while its log is moving in here (not complete
@@ -245,7 +287,7 @@ func (s *Shard) servesUser(r pebble.Reader, uid string) error {
 // serves refuses with ErrMoved a read of a key (kind and id name it) whose move marker, under
 // marker, says it is moving in here or moved away: servesUser and servesConv.
 func (s *Shard) serves(r pebble.Reader, marker []byte, kind, id string) error {
-	m, ok, err := s.readMarker(r, marker)
+	m, ok, err := s.readMarker(r, s.committedRanges(), marker)
 	switch {
 	case err != nil:
 		return err
@@ -271,7 +313,7 @@ func (t *Tx) BeginMoveIn(move MoveID, uid string) error {
 // marker is under marker and whose state is here if its meta, under meta, is: BeginMoveIn and
 // BeginConvIn.
 func (t *Tx) beginMoveIn(move MoveID, marker, meta []byte, what string) error {
-	m, ok, err := t.s.readMarker(t.b, marker)
+	m, ok, err := t.marker(marker)
 	switch {
 	case err != nil:
 		return err
@@ -354,7 +396,7 @@ func (t *Tx) RestartCopy(move MoveID, uid string) (activated bool, err error) {
 	if !ok || m.move != move || m.role != movingIn {
 		return false, invalidf("restart copy: user %q is not moving in under move %d", uid, move)
 	}
-	if err := t.deletePrefixes(t.s.k.stagedPrefix(move)); err != nil {
+	if err := t.del(t.s.k.stagedMeta(move, t.s.k.user(uid))); err != nil {
 		return false, err
 	}
 	return false, t.deleteUserRecords(uid)
@@ -366,7 +408,7 @@ func (t *Tx) RestartCopy(move MoveID, uid string) (activated bool, err error) {
 // staged — already, or by recs — against sourceEmpty, or not at all without it. Any other
 // refusal is answered, before writing, by the staging or the activation itself.
 func (t *Tx) checkStagedMeta(move MoveID, marker, metaKey []byte, recs []Record, sourceEmpty bool, what string) error {
-	if m, ok, err := t.s.readMarker(t.b, marker); err != nil || !ok || m.move != move || m.role != movingIn {
+	if m, ok, err := t.marker(marker); err != nil || !ok || m.move != move || m.role != movingIn {
 		return err
 	}
 	k := t.s.k
@@ -396,7 +438,7 @@ const ResumeActivated = ^uint64(0)
 // recorded, the copy starting from the beginning. activated, from restart, reports that the key
 // was activated here already; nothing changes then.
 func (t *Tx) resumeCopy(move MoveID, marker, entries []byte, epoch Epoch, restart func() (bool, error)) (from Position, activated bool, err error) {
-	m, ok, err := t.s.readMarker(t.b, marker)
+	m, ok, err := t.marker(marker)
 	if err != nil {
 		return 0, false, err
 	}
@@ -463,7 +505,7 @@ func (t *Tx) CancelMoveIn(move MoveID, uid string) error {
 // marker: clear deletes what the move copied, and activated reports whether the key, which then
 // has no marker, was activated here by it: CancelMoveIn and CancelConvIn.
 func (t *Tx) cancelMoveIn(move MoveID, marker []byte, what string, activated func() (bool, error), clear func() error) error {
-	m, ok, err := t.s.readMarker(t.b, marker)
+	m, ok, err := t.marker(marker)
 	switch {
 	case err != nil:
 		return err
@@ -498,6 +540,9 @@ func (t *Tx) activated(uid string, marked bool) (bool, error) {
 
 // holdPending keeps e, delivered to uid while uid is moving in, as the next pending entry.
 func (t *Tx) holdPending(uid string, m moveMarker, e *Entry) error {
+	if m.inRange {
+		return t.holdRangePending(uid, m.move, e)
+	}
 	m.pending++
 	c := e.userCopy()
 	if err := t.set(t.s.k.pending(m.move, m.pending), encodePending(e.groupsDelta(uid), &c)); err != nil {
@@ -560,7 +605,7 @@ func (t *Tx) checkNotMoving(uid string) error {
 // says it is moving out (fenced: ErrMoving), or in or away (not served here: ErrMoved):
 // checkNotMoving and checkConvNotMoving.
 func (t *Tx) refuseMoving(marker []byte, kind, id string) error {
-	m, ok, err := t.s.readMarker(t.b, marker)
+	m, ok, err := t.marker(marker)
 	switch {
 	case err != nil:
 		return err
@@ -633,7 +678,7 @@ func (t *Tx) ActivateUser(st Stamp, move MoveID, uid string, sourceEmpty bool) (
 		if !ok {
 			return 0, corruptf("pending entry %d of move %d missing", n, move)
 		}
-		delta, e, err := decodePending(v)
+		_, delta, e, err := decodePending(v)
 		if err != nil {
 			return 0, err
 		}
@@ -794,7 +839,8 @@ const (
 	MoveDrop     MoveOp = 6 // source: DropUser
 	MoveResume   MoveOp = 7 // destination: ResumeCopy (a driver's first pass, or the log was reset meanwhile)
 	MoveCancel   MoveOp = 8 // destination: CancelMoveIn
-	MoveSettle   MoveOp = 9 // destination, conversations only: SettleConv (the old home has drained)
+	MoveSettle   MoveOp = 9 // destination, conversations and slot ranges: SettleConv, SettleRange (the old home has drained)
+	MoveDropped  MoveOp = 10 // source, slot ranges only: DroppedRange (every key of the range is deleted)
 )
 
 // The flags byte of an encoded [MoveStep]. Steps encoded before conversations could move have
@@ -804,7 +850,34 @@ const (
 	flagConv        uint8 = 1 << 1 // the conversation id follows
 	flagFence       uint8 = 1 << 2 // the fence position follows
 	flagEpoch       uint8 = 1 << 3 // the epoch follows
+	flagSlots       uint8 = 1 << 4 // the slot range follows
+	flagBatch       uint8 = 1 << 5 // the batch of keys follows
 )
+
+// The flags byte of each key of a [MoveStep]'s Batch.
+const (
+	keyConv    uint8 = 1 << 0
+	keyRestart uint8 = 1 << 1
+)
+
+// MoveKey is one key's part of a slot range's copy or drop: a user's log (User) or a
+// conversation (Conv), with its records.
+type MoveKey struct {
+	User string
+	Conv string
+	// Restart (a copy): what an earlier driver staged of the key is dropped first, since this
+	// driver copies it from the start.
+	Restart bool
+	Records []Record
+}
+
+// what names the key, for errors.
+func (mk MoveKey) what() string {
+	if mk.Conv != "" {
+		return fmt.Sprintf("conversation %q", mk.Conv)
+	}
+	return fmt.Sprintf("user %q", mk.User)
+}
 
 // MoveStep is a request to make one step of moving a user's log or a conversation ([Tx.Move]).
 type MoveStep struct {
@@ -824,6 +897,10 @@ type MoveStep struct {
 	Fence uint64
 	// Epoch (MoveResume): the epoch of the source's log now (0: it has none).
 	Epoch Epoch
+	// Slots, when set instead of User and Conv, is the slot range that moves (rangemove.go); its
+	// copy and drop name the range's keys in Batch (MoveStage, MoveActivate, MoveDrop).
+	Slots *SlotSpan
+	Batch []MoveKey
 }
 
 // MarshalBinary encodes the request.
@@ -832,6 +909,12 @@ func (r *MoveStep) MarshalBinary() ([]byte, error) {
 	for _, rec := range r.Records {
 		size += 2*binary.MaxVarintLen32 + len(rec.Key) + len(rec.Value)
 	}
+	for _, mk := range r.Batch {
+		size += 8 + len(mk.User) + len(mk.Conv)
+		for _, rec := range mk.Records {
+			size += 2*binary.MaxVarintLen32 + len(rec.Key) + len(rec.Value)
+		}
+	}
 	e := encoder{b: make([]byte, 0, size)}
 	e.u8(requestV1)
 	e.u8(uint8(r.Op))
@@ -839,11 +922,7 @@ func (r *MoveStep) MarshalBinary() ([]byte, error) {
 	e.str(r.User)
 	e.uvarint(uint64(r.From))
 	e.uvarint(uint64(r.To))
-	e.uvarint(uint64(len(r.Records)))
-	for _, rec := range r.Records {
-		e.bytes(rec.Key)
-		e.bytes(rec.Value)
-	}
+	e.records(r.Records)
 	var flags uint8
 	if r.SourceEmpty {
 		flags |= flagSourceEmpty
@@ -857,6 +936,12 @@ func (r *MoveStep) MarshalBinary() ([]byte, error) {
 	if r.Epoch != 0 {
 		flags |= flagEpoch
 	}
+	if r.Slots != nil {
+		flags |= flagSlots
+	}
+	if len(r.Batch) > 0 {
+		flags |= flagBatch
+	}
 	e.u8(flags)
 	if r.Conv != "" {
 		e.str(r.Conv)
@@ -867,7 +952,49 @@ func (r *MoveStep) MarshalBinary() ([]byte, error) {
 	if r.Epoch != 0 {
 		e.uvarint(uint64(r.Epoch))
 	}
+	if r.Slots != nil {
+		e.uvarint(uint64(r.Slots.First))
+		e.uvarint(uint64(r.Slots.Last))
+	}
+	if len(r.Batch) > 0 {
+		e.uvarint(uint64(len(r.Batch)))
+		for _, mk := range r.Batch {
+			kf, id := uint8(0), mk.User
+			if mk.Conv != "" {
+				kf, id = keyConv, mk.Conv
+			}
+			if mk.Restart {
+				kf |= keyRestart
+			}
+			e.u8(kf)
+			e.str(id)
+			e.records(mk.Records)
+		}
+	}
 	return e.b, nil
+}
+
+// records encodes a move step's records: a count, then each key and value.
+func (e *encoder) records(recs []Record) {
+	e.uvarint(uint64(len(recs)))
+	for _, rec := range recs {
+		e.bytes(rec.Key)
+		e.bytes(rec.Value)
+	}
+}
+
+// records decodes what encoder.records wrote, refusing a count the bytes cannot hold (every
+// record takes at least two).
+func (d *decoder) records(total int) ([]Record, error) {
+	n := d.uvarint()
+	if n > uint64(total) {
+		return nil, corruptf("move step: %d records in %d bytes", n, total)
+	}
+	var out []Record
+	for range n {
+		out = append(out, Record{Key: d.bytes(), Value: d.bytes()})
+	}
+	return out, nil
 }
 
 // UnmarshalBinary decodes a request encoded by MarshalBinary. Errors wrap ErrCorrupt.
@@ -875,15 +1002,12 @@ func (r *MoveStep) UnmarshalBinary(b []byte) error {
 	d := decoder{b: b}
 	d.version("move step", requestV1)
 	*r = MoveStep{Op: MoveOp(d.u8()), Move: MoveID(d.uvarint()), User: d.str(), From: ShardID(d.uvarint()), To: ShardID(d.uvarint())}
-	n := d.uvarint()
-	if n > uint64(len(b)) { // every record takes at least two bytes: a larger count is garbage
-		return corruptf("move step: %d records in %d bytes", n, len(b))
-	}
-	for range n {
-		r.Records = append(r.Records, Record{Key: d.bytes(), Value: d.bytes()})
+	var err error
+	if r.Records, err = d.records(len(b)); err != nil {
+		return err
 	}
 	flags := d.u8()
-	if flags&^(flagSourceEmpty|flagConv|flagFence|flagEpoch) != 0 {
+	if flags&^(flagSourceEmpty|flagConv|flagFence|flagEpoch|flagSlots|flagBatch) != 0 {
 		return corruptf("move step: bad flags %#x", flags)
 	}
 	r.SourceEmpty = flags&flagSourceEmpty != 0
@@ -902,6 +1026,34 @@ func (r *MoveStep) UnmarshalBinary(b []byte) error {
 			return corruptf("move step: epoch 0")
 		}
 	}
+	if flags&flagSlots != 0 {
+		first, last := d.uvarint(), d.uvarint()
+		if r.Slots = (&SlotSpan{First: int(min(first, NumSlots)), Last: int(min(last, NumSlots))}); !r.Slots.Valid() && d.err == nil {
+			return corruptf("move step: slots %d-%d", first, last)
+		}
+	}
+	if flags&flagBatch != 0 {
+		n := d.uvarint()
+		if n == 0 || n > uint64(len(b)) { // every key takes at least three bytes
+			return corruptf("move step: %d keys in %d bytes", n, len(b))
+		}
+		for range n {
+			kf := d.u8()
+			if kf&^(keyConv|keyRestart) != 0 && d.err == nil {
+				return corruptf("move step: bad key flags %#x", kf)
+			}
+			mk := MoveKey{Restart: kf&keyRestart != 0}
+			if id := d.str(); kf&keyConv != 0 {
+				mk.Conv = id
+			} else {
+				mk.User = id
+			}
+			if mk.Records, err = d.records(len(b)); err != nil {
+				return err
+			}
+			r.Batch = append(r.Batch, mk)
+		}
+	}
 	return d.done("move step")
 }
 
@@ -910,6 +1062,12 @@ func (r *MoveStep) UnmarshalBinary(b []byte) error {
 // where the copy goes on from for MoveResume (ResumeActivated if the key was activated already), 0
 // otherwise.
 func (t *Tx) Move(st Stamp, r *MoveStep) (uint64, error) {
+	if r.Slots != nil {
+		return t.moveRange(st, r)
+	}
+	if len(r.Batch) > 0 {
+		return 0, invalidf("move step %d: a batch of keys is for a slot range's move", r.Op)
+	}
 	if r.Conv != "" {
 		if r.User != "" {
 			return 0, invalidf("move step names both user %q and conversation %q", r.User, r.Conv)

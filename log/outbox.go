@@ -17,8 +17,8 @@ type OutboxItem struct {
 	Pos        uint64   // outbox position in the source shard
 	Recipients []string // sorted, unique user ids
 	Entry      Entry    // the conversation entry; Seq is unused
-	// Pinned gives the destination shard of the recipients whose user has moved (a cutover,
-	// cutover.go), as this record's position decides it; the others are routed by the cluster
+	// Pinned gives the destination shard of the recipients whose user has moved, on its own or
+	// with a slot range (a cutover, cutover.go, rangemove.go), as this record's position decides it; the others are routed by the cluster
 	// map. Nil when none has.
 	Pinned map[string]ShardID
 	// After is the barrier of the record's conversation, moved here from another shard whose
@@ -107,6 +107,7 @@ func (s *Shard) ReadOutbox(from uint64, limit int) ([]OutboxItem, error) {
 	if err != nil {
 		return nil, err
 	}
+	ranges := s.committedRanges() // its cutovers route no record of snap differently from snap's own
 	var out []OutboxItem
 	for ok := it.First(); ok && len(out) < limit; ok = it.Next() {
 		key := it.Key()
@@ -117,11 +118,17 @@ func (s *Shard) ReadOutbox(from uint64, limit int) ([]OutboxItem, error) {
 		}
 		item := OutboxItem{Pos: pos, Recipients: rec.Recipients, Entry: rec.Entry, After: barriers[rec.Entry.Conv]}
 		for _, uid := range rec.Recipients {
+			to, pinned := ShardID(0), false
 			if c := cuts[uid]; c != nil {
+				to, pinned = c.route(pos), true
+			} else if ranges != nil && len(ranges.cuts) > 0 {
+				to, pinned = ranges.routeSlot(UserSlot(uid), pos)
+			}
+			if pinned {
 				if item.Pinned == nil {
 					item.Pinned = map[string]ShardID{}
 				}
-				item.Pinned[uid] = c.route(pos)
+				item.Pinned[uid] = to
 			}
 		}
 		out = append(out, item)

@@ -36,6 +36,8 @@ type Shard struct {
 	// barriers is set once a conversation moved into this shard holds its deliveries back behind
 	// its old home's (convmove.go).
 	barriers atomic.Bool
+	// ranges holds the slot moves' markers and cutovers (rangemove.go), as committed.
+	ranges atomic.Pointer[shardRanges]
 	// routing counts the committed changes to how ReadOutbox routes records (cutovers,
 	// barriers): RoutingVersion.
 	routing atomic.Uint64

@@ -31,6 +31,10 @@ type Tx struct {
 
 	// routed is set when this Tx changes how ReadOutbox routes records (RoutingVersion).
 	routed bool
+
+	// rng is this Tx's copy of the shard's slot-move markers and cutovers, once it changes them;
+	// Commit publishes it.
+	rng *shardRanges
 }
 
 // TouchedUsers returns the users whose logs this Tx appended to, in no particular order, so the
@@ -75,6 +79,9 @@ func (t *Tx) Commit(sync bool) error {
 	t.Close()
 	if err != nil {
 		return fmt.Errorf("log: commit shard %d: %w", t.s.id, err)
+	}
+	if t.rng != nil {
+		t.s.ranges.Store(t.rng) // after the commit: readers outside a Tx see committed state
 	}
 	if t.routed {
 		t.s.routing.Add(1) // after the commit: a read of the outbox begun before it is stale now

@@ -2,14 +2,17 @@ package raftstore
 
 import (
 	"fmt"
+
 	"slices"
 	"strconv"
+
+	"github.com/syncd-dev/syncd/log"
 )
 
 // NumSlots is the fixed number of hash slots. Keys hash to slots and the cluster map's slot
 // table gives each slot to a shard, so moving a slot moves a fixed share of keys; the count never
 // changes once data exists.
-const NumSlots = 4096
+const NumSlots = log.NumSlots
 
 // SlotRange gives the hash slots First..Last (inclusive) to Shard.
 type SlotRange struct {

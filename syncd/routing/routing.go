@@ -4,19 +4,12 @@
 package routing
 
 import (
-	"hash/fnv"
-
+	"github.com/syncd-dev/syncd/log"
 	"github.com/syncd-dev/syncd/raftstore"
 )
 
 // NumSlots is the fixed number of hash slots keys map to (raftstore.NumSlots).
 const NumSlots = raftstore.NumSlots
-
-// Key namespaces: a user and a conversation with the same id are different keys.
-const (
-	userKeyPrefix = "u:"
-	convKeyPrefix = "c:"
-)
 
 // Table maps users and conversations to shards: a key hashes to a slot, and the cluster
 // map's slot table (raftstore.SlotTable) names the shard owning the slot. A server's table
@@ -51,16 +44,6 @@ func Cluster(current func() *raftstore.SlotTable) *Table {
 	}}
 }
 
-// Slot returns the hash slot of a key: FNV-1a (64-bit), folded. The function is part of the
-// persisted layout (it decides where data lives), so it must never change. CRC32 was rejected:
-// it is linear, so keys differing only in their namespace prefix landed in related slots.
-func Slot(key string) int {
-	h := fnv.New64a()
-	h.Write([]byte(key))
-	v := h.Sum64()
-	return int((v ^ v>>32) % NumSlots)
-}
-
 // UserShard returns the shard holding user uid's log: the shard the cluster map's overrides pin a
 // moved user to, else the one owning the user's slot.
 func (t *Table) UserShard(uid string) raftstore.ShardID {
@@ -68,7 +51,7 @@ func (t *Table) UserShard(uid string) raftstore.ShardID {
 	if s, ok := st.UserOverride(uid); ok {
 		return s
 	}
-	return st.Shard(Slot(userKeyPrefix + uid))
+	return st.Shard(log.UserSlot(uid))
 }
 
 // ConvShard returns the home shard of conversation conv, where its order is decided: the shard
@@ -78,7 +61,7 @@ func (t *Table) ConvShard(conv string) raftstore.ShardID {
 	if s, ok := st.ConvOverride(conv); ok {
 		return s
 	}
-	return st.Shard(Slot(convKeyPrefix + conv))
+	return st.Shard(log.ConvSlot(conv))
 }
 
 // Shards returns every shard a key may route to (it owns a slot, holds a moved user or receives

@@ -67,8 +67,8 @@ var (
 	goldenMoveMarkerV2   = moveMarker{move: 1 << 33, role: movingIn, pending: 258, epoch: 1_700_000_000_000_000_000}
 	goldenMoveStep       = MoveStep{Op: MoveStage, Move: 1 << 33, User: "alice", From: 2, To: 70000,
 		Records: []Record{{Key: []byte{0x20, 'a', 0}, Value: []byte{1, 2}}, {Key: []byte{0x22, 'a', 0, 'p', 0}, Value: []byte{3}}}, SourceEmpty: true}
-	goldenMoveStepConv = MoveStep{Op: MoveActivate, Move: 1 << 33, Conv: "g", From: 2, To: 70000, SourceEmpty: true, Fence: 258, Epoch: 1_700_000_000_000_000_000}
-	goldenCutover      = cutover{move: 1 << 33, at: 1 << 40, after: 7, steps: []cutoverStep{{upTo: 258, shard: 3}, {upTo: 1 << 40, shard: 5}}}
+	goldenMoveStepConv  = MoveStep{Op: MoveActivate, Move: 1 << 33, Conv: "g", From: 2, To: 70000, SourceEmpty: true, Fence: 258, Epoch: 1_700_000_000_000_000_000}
+	goldenCutover       = cutover{move: 1 << 33, at: 1 << 40, after: 7, steps: []cutoverStep{{upTo: 258, shard: 3}, {upTo: 1 << 40, shard: 5}}}
 	goldenMoveStepSlots = MoveStep{Op: MoveActivate, Move: 1 << 33, From: 2, To: 70000, Fence: 258, Slots: &SlotSpan{First: 2048, Last: 4095},
 		Batch: []MoveKey{{User: "alice", Restart: true, Records: []Record{{Key: []byte{0x20, 'a', 0}, Value: []byte{1, 2}}}}, {Conv: "g"}}}
 	goldenRangeMarker  = rangeMarker{move: 1 << 33, span: SlotSpan{First: 2048, Last: 4095}, role: rangeIn, from: 2, pending: 258, fence: 1 << 40}

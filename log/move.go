@@ -831,15 +831,15 @@ type MoveOp uint8
 
 // Move steps. Values are persisted in Raft commands.
 const (
-	MoveBegin    MoveOp = 1 // destination: BeginMoveIn
-	MoveStage    MoveOp = 2 // destination: StageUser of Records
-	MoveCutover  MoveOp = 3 // every source: Cutover from From to To; the result is its position
-	MoveFence    MoveOp = 4 // source: FenceUser
-	MoveActivate MoveOp = 5 // destination: Stage of Records, if any, then ActivateUser; the result is the entries appended
-	MoveDrop     MoveOp = 6 // source: DropUser
-	MoveResume   MoveOp = 7 // destination: ResumeCopy (a driver's first pass, or the log was reset meanwhile)
-	MoveCancel   MoveOp = 8 // destination: CancelMoveIn
-	MoveSettle   MoveOp = 9 // destination, conversations and slot ranges: SettleConv, SettleRange (the old home has drained)
+	MoveBegin    MoveOp = 1  // destination: BeginMoveIn
+	MoveStage    MoveOp = 2  // destination: StageUser of Records
+	MoveCutover  MoveOp = 3  // every source: Cutover from From to To; the result is its position
+	MoveFence    MoveOp = 4  // source: FenceUser
+	MoveActivate MoveOp = 5  // destination: Stage of Records, if any, then ActivateUser; the result is the entries appended
+	MoveDrop     MoveOp = 6  // source: DropUser
+	MoveResume   MoveOp = 7  // destination: ResumeCopy (a driver's first pass, or the log was reset meanwhile)
+	MoveCancel   MoveOp = 8  // destination: CancelMoveIn
+	MoveSettle   MoveOp = 9  // destination, conversations and slot ranges: SettleConv, SettleRange (the old home has drained)
 	MoveDropped  MoveOp = 10 // source, slot ranges only: DroppedRange (every key of the range is deleted)
 )
 

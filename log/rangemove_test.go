@@ -299,7 +299,10 @@ func userInfo(t *testing.T, s *Shard, uid string) LogInfo {
 func sorted(s ...string) []string { slices.Sort(s); return s }
 
 // entriesOf returns the whole retained log of uid on s.
-func entriesOf(t *testing.T, s *Shard, uid string) []Entry { _, e := readAll(t, s, uid, false); return e }
+func entriesOf(t *testing.T, s *Shard, uid string) []Entry {
+	_, e := readAll(t, s, uid, false)
+	return e
+}
 
 // heldFor returns the entries move holds on s for uid, in the order they arrived.
 func heldFor(t *testing.T, s *Shard, move MoveID, uid string) []Entry {

@@ -1,6 +1,9 @@
 package log
 
-import "hash/fnv"
+import (
+	"fmt"
+	"hash/fnv"
+)
 
 // Hash slots: the unit a shard's keyspace is divided into and moved by. A key hashes to one of
 // NumSlots slots, and the cluster map's slot table names the shard owning each. The function is
@@ -34,8 +37,12 @@ func slotOf(key string) int {
 
 // SlotSpan is the hash slots First..Last, inclusive.
 type SlotSpan struct {
-	First, Last int
+	First int `json:"first"`
+	Last  int `json:"last"`
 }
+
+// String gives the span as "first-last".
+func (r SlotSpan) String() string { return fmt.Sprintf("%d-%d", r.First, r.Last) }
 
 // Valid reports whether the span names at least one slot, all of them in [0, NumSlots).
 func (r SlotSpan) Valid() bool { return 0 <= r.First && r.First <= r.Last && r.Last < NumSlots }

@@ -6,6 +6,8 @@ import (
 	"maps"
 	"slices"
 	"time"
+
+	"github.com/syncd-dev/syncd/log"
 )
 
 // Moves of users and conversations between shards, as the cluster map records them
@@ -19,8 +21,9 @@ import (
 //
 //	{"v":1, "op":"move-start",  "move":{"user":"bob","from":2,"to":9}}   the move's id is this command's index
 //	{"v":1, "op":"move-start",  "move":{"conv":"g1","from":2,"to":9}}   a conversation: no cutover step
+//	{"v":1, "op":"move-start",  "move":{"slots":{"first":2048,"last":4095},"from":2,"to":9}}   every key of those slots on 2
 //	{"v":1, "op":"move-step",   "move_id":41, "step":"fence", "cutovers":{"1":17,…}}
-//	{"v":1, "op":"move-switch", "move_id":41}    bob's (or g1's) override → 9; the step becomes drop
+//	{"v":1, "op":"move-switch", "move_id":41}    bob's (or g1's) override → 9, or the slots → 9; the step becomes drop
 //	{"v":1, "op":"move-end",    "move_id":41}    forget the move
 //	{"v":1, "op":"move-cancel", "move_id":41}    during the copy only: the step becomes canceled
 
@@ -50,13 +53,14 @@ const (
 
 var moveSteps = []MoveStep{StepCopy, StepCutover, StepFence, StepDrop}
 
-// MoveInfo is one move in progress in the cluster map: of a user's log (User) or of a
-// conversation (Conv), exactly one of them set. A conversation's move has no cutover step: its
-// fence step drains the source's outbox instead (docs/MOVES.md).
+// MoveInfo is one move in progress in the cluster map: of a user's log (User), of a
+// conversation (Conv) or of a range of hash slots (Slots: every key of the range From holds),
+// exactly one of them set. A conversation's move has no cutover step (docs/MOVES.md).
 type MoveInfo struct {
-	ID   uint64   `json:"id"` // the meta index of its start: unique, and the log's MoveID
-	User string   `json:"user,omitempty"`
-	Conv string   `json:"conv,omitempty"`
+	ID    uint64        `json:"id"` // the meta index of its start: unique, and the log's MoveID
+	User  string        `json:"user,omitempty"`
+	Conv  string        `json:"conv,omitempty"`
+	Slots *log.SlotSpan `json:"slots,omitempty"`
 	From ShardID  `json:"from"`
 	To   ShardID  `json:"to"`
 	Step MoveStep `json:"step"`
@@ -67,16 +71,45 @@ type MoveInfo struct {
 	Started int64 `json:"started"`
 }
 
-// Key names what moves, for messages and logs: "user bob" or "conversation g1".
+// Key names what moves, for messages and logs: "user bob", "conversation g1" or "slots 0-99".
 func (m *MoveInfo) Key() string {
-	if m.Conv != "" {
+	switch {
+	case m.Slots != nil:
+		return "slots " + m.Slots.String()
+	case m.Conv != "":
 		return fmt.Sprintf("conversation %q", m.Conv)
 	}
 	return fmt.Sprintf("user %q", m.User)
 }
 
-// sameKey reports whether m and o move the same user or the same conversation.
-func (m *MoveInfo) sameKey(o *MoveInfo) bool { return m.User == o.User && m.Conv == o.Conv }
+// sameKey reports whether m and o move the same user, the same conversation or the same slots.
+func (m *MoveInfo) sameKey(o *MoveInfo) bool {
+	if (m.Slots == nil) != (o.Slots == nil) {
+		return false
+	}
+	return m.User == o.User && m.Conv == o.Conv && (m.Slots == nil || *m.Slots == *o.Slots)
+}
+
+// conflicts says why m cannot start while o is in progress: they move the same key, a key of
+// one's range is the other's, or their ranges overlap; "" if they can run together.
+func (m *MoveInfo) conflicts(o *MoveInfo) string {
+	slot := func(mv *MoveInfo) int {
+		if mv.Conv != "" {
+			return log.ConvSlot(mv.Conv)
+		}
+		return log.UserSlot(mv.User)
+	}
+	switch {
+	case m.sameKey(o):
+		return fmt.Sprintf("%s is already moving", m.Key())
+	case m.Slots != nil && o.Slots != nil && m.Slots.Overlaps(*o.Slots):
+		return fmt.Sprintf("%s overlap the %s moving", m.Key(), o.Key())
+	case m.Slots != nil && o.Slots == nil && m.Slots.Contains(slot(o)),
+		m.Slots == nil && o.Slots != nil && o.Slots.Contains(slot(m)):
+		return fmt.Sprintf("%s and %s, moving, are in the same slots", m.Key(), o.Key())
+	}
+	return ""
+}
 
 func (m *MoveInfo) clone() *MoveInfo {
 	c := *m
@@ -89,15 +122,31 @@ func (f *metaFSM) applyMove(m *ClusterMap, c *metaCommand, index uint64) error {
 	switch c.Op {
 	case "move-start":
 		mv := c.Move
+		kinds := 0
+		for _, set := range []bool{mv != nil && mv.User != "", mv != nil && mv.Conv != "", mv != nil && mv.Slots != nil} {
+			if set {
+				kinds++
+			}
+		}
 		switch {
-		case mv == nil || (mv.User == "") == (mv.Conv == ""):
-			return fmt.Errorf("%w: move-start needs a user or a conversation", ErrMetaRefused)
+		case kinds != 1:
+			return fmt.Errorf("%w: move-start needs one of a user, a conversation or a slot range", ErrMetaRefused)
+		case mv.Slots != nil && !mv.Slots.Valid():
+			return fmt.Errorf("%w: slots %s: a range of 0-%d", ErrMetaRefused, mv.Slots, log.NumSlots-1)
 		case mv.From < 1 || int(mv.From) > m.Shards || mv.To < 1 || int(mv.To) > m.Shards || mv.From == mv.To:
 			return fmt.Errorf("%w: move of %s from shard %d to %d: both must be data shards (1-%d), and differ", ErrMetaRefused, mv.Key(), mv.From, mv.To, m.Shards)
 		}
 		for _, o := range m.Moves {
-			if o.sameKey(mv) {
-				return fmt.Errorf("%w: %s is already moving (move %d, step %s)", ErrMetaRefused, mv.Key(), o.ID, o.Step)
+			if why := mv.conflicts(o); why != "" {
+				return fmt.Errorf("%w: %s (move %d, step %s)", ErrMetaRefused, why, o.ID, o.Step)
+			}
+		}
+		if mv.Slots != nil {
+			owner := slotOwners(m)
+			for i := mv.Slots.First; i <= mv.Slots.Last; i++ {
+				if owner[i] != mv.From {
+					return fmt.Errorf("%w: slot %d is shard %d's, not %d's: move a range one shard owns", ErrMetaRefused, i, owner[i], mv.From)
+				}
 			}
 		}
 		pinned := m.Overrides[mv.User]
@@ -107,7 +156,7 @@ func (f *metaFSM) applyMove(m *ClusterMap, c *metaCommand, index uint64) error {
 		if pinned != 0 && pinned != mv.From {
 			return fmt.Errorf("%w: %s is on shard %d, not %d", ErrMetaRefused, mv.Key(), pinned, mv.From)
 		}
-		n := &MoveInfo{ID: index, User: mv.User, Conv: mv.Conv, From: mv.From, To: mv.To, Step: StepCopy, Started: mv.Started}
+		n := &MoveInfo{ID: index, User: mv.User, Conv: mv.Conv, Slots: mv.Slots, From: mv.From, To: mv.To, Step: StepCopy, Started: mv.Started}
 		if m.Moves == nil {
 			m.Moves = map[uint64]*MoveInfo{}
 		}
@@ -147,6 +196,10 @@ func (f *metaFSM) applyMove(m *ClusterMap, c *metaCommand, index uint64) error {
 		mv = mv.clone()
 		mv.Step = StepDrop
 		m.Moves[c.MoveID] = mv
+		if mv.Slots != nil {
+			switchSlots(m, mv)
+			break
+		}
 		if mv.Conv != "" {
 			if m.ConvOverrides == nil {
 				m.ConvOverrides = map[string]ShardID{}
@@ -178,6 +231,44 @@ func (f *metaFSM) applyMove(m *ClusterMap, c *metaCommand, index uint64) error {
 		m.Moves[c.MoveID] = mv
 	}
 	return f.setSlots(m)
+}
+
+// switchSlots gives mv's slots to its destination in m's slot table, and drops the overrides that
+// pinned keys of those slots to its source: they moved with the range, and route by it now.
+func switchSlots(m *ClusterMap, mv *MoveInfo) {
+	owner := slotOwners(m)
+	for i := mv.Slots.First; i <= mv.Slots.Last; i++ {
+		owner[i] = mv.To
+	}
+	m.Slots = m.Slots[:0:0]
+	for i, s := range owner {
+		if n := len(m.Slots); n > 0 && m.Slots[n-1].Shard == s {
+			m.Slots[n-1].Last = i
+		} else {
+			m.Slots = append(m.Slots, SlotRange{First: i, Last: i, Shard: s})
+		}
+	}
+	for uid, s := range m.Overrides {
+		if s == mv.From && mv.Slots.Contains(log.UserSlot(uid)) {
+			delete(m.Overrides, uid)
+		}
+	}
+	for conv, s := range m.ConvOverrides {
+		if s == mv.From && mv.Slots.Contains(log.ConvSlot(conv)) {
+			delete(m.ConvOverrides, conv)
+		}
+	}
+}
+
+// slotOwners returns the shard owning each slot in m's slot table.
+func slotOwners(m *ClusterMap) *[NumSlots]ShardID {
+	var owner [NumSlots]ShardID
+	for _, r := range m.Slots {
+		for i := r.First; i <= r.Last; i++ {
+			owner[i] = r.Shard
+		}
+	}
+	return &owner
 }
 
 // StartMove asks for the user's log or the conversation req names (User or Conv) to move from

@@ -3,10 +3,12 @@ package raftstore
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"slices"
 	"testing"
 
 	"github.com/hashicorp/raft"
+	"github.com/syncd-dev/syncd/log"
 )
 
 // TestMetaMoves drives the cluster map's moves through their commands: a move routes its user
@@ -138,5 +140,98 @@ func TestMetaMoves(t *testing.T) {
 	}
 	if s, ok := restored.ConvOverride("g"); !ok || s != 2 {
 		t.Fatalf("restored: conversation g routes to %d (%v)", s, ok)
+	}
+}
+
+// TestMetaSlotMoves: a slot move is refused unless its source owns the whole range and nothing
+// else moving touches it (an overlapping range, a key of its slots), and its switch gives the
+// range to the destination in the slot table, dropping the overrides that pinned keys of it to
+// the source while keeping those that pin them elsewhere.
+func TestMetaSlotMoves(t *testing.T) {
+	f := newMetaFSM()
+	index := uint64(0)
+	apply := func(c metaCommand) error {
+		index++
+		c.V = metaCommandV1
+		b, _ := json.Marshal(c)
+		err, _ := f.Apply(&raft.Log{Type: raft.LogCommand, Index: index, Data: b}).(error)
+		return err
+	}
+	must := func(c metaCommand) {
+		t.Helper()
+		if err := apply(c); err != nil {
+			t.Fatalf("%s: %v", c.Op, err)
+		}
+	}
+	must(metaCommand{Op: "init", Map: &ClusterMap{Shards: 3, RF: 1, Nodes: map[string]NodeInfo{"n1": {ID: "n1", RaftAddr: "x"}}}})
+	// Shard 1 owns 0-1365. Pin a user of its upper half to shard 1 and another to shard 2.
+	userIn := func(prefix string, r log.SlotSpan) string {
+		for i := 0; ; i++ {
+			if u := fmt.Sprint(prefix, i); r.Contains(log.UserSlot(u)) {
+				return u
+			}
+		}
+	}
+	upper := log.SlotSpan{First: 683, Last: 1365}
+	pinnedHere, pinnedAway, moving := userIn("a", upper), userIn("b", upper), userIn("c", upper)
+	for _, u := range []struct {
+		uid  string
+		from ShardID
+		to   ShardID
+	}{{pinnedHere, 1, 3}, {pinnedAway, 1, 2}} {
+		must(metaCommand{Op: "move-start", Move: &MoveInfo{User: u.uid, From: u.from, To: u.to}})
+		id := index
+		must(metaCommand{Op: "move-step", MoveID: id, Step: StepFence})
+		must(metaCommand{Op: "move-switch", MoveID: id})
+		must(metaCommand{Op: "move-end", MoveID: id})
+	}
+	must(metaCommand{Op: "move-start", Move: &MoveInfo{User: pinnedHere, From: 3, To: 1}}) // back to 1
+	back := index
+	must(metaCommand{Op: "move-step", MoveID: back, Step: StepFence})
+	must(metaCommand{Op: "move-switch", MoveID: back})
+	must(metaCommand{Op: "move-end", MoveID: back})
+	// A user of the range moving on its own.
+	must(metaCommand{Op: "move-start", Move: &MoveInfo{User: moving, From: 1, To: 2}})
+	own := index
+	for _, bad := range []*MoveInfo{
+		{Slots: &log.SlotSpan{First: 683, Last: 1400}, From: 1, To: 3}, // 1366- are shard 2's
+		{Slots: &log.SlotSpan{First: 683, Last: 4096}, From: 1, To: 3}, // no slot 4096
+		{Slots: &upper, User: "x", From: 1, To: 3},                     // two kinds
+		{Slots: &upper, From: 1, To: 3},                                // a user of it is moving
+	} {
+		if err := apply(metaCommand{Op: "move-start", Move: bad}); !errors.Is(err, ErrMetaRefused) {
+			t.Errorf("move-start of slots %v from %d: %v, want refused", bad.Slots, bad.From, err)
+		}
+	}
+	must(metaCommand{Op: "move-cancel", MoveID: own})
+	must(metaCommand{Op: "move-end", MoveID: own})
+	must(metaCommand{Op: "move-start", Move: &MoveInfo{Slots: &upper, From: 1, To: 3}})
+	id := index
+	if err := apply(metaCommand{Op: "move-start", Move: &MoveInfo{Slots: &log.SlotSpan{First: 1000, Last: 1001}, From: 1, To: 2}}); !errors.Is(err, ErrMetaRefused) {
+		t.Fatalf("an overlapping slot move: %v", err)
+	}
+	if err := apply(metaCommand{Op: "move-start", Move: &MoveInfo{User: moving, From: 1, To: 2}}); !errors.Is(err, ErrMetaRefused) {
+		t.Fatalf("a move of a user of slots moving: %v", err)
+	}
+	if got := f.slots.Load().Shard(1000); got != 1 {
+		t.Fatalf("slot 1000 routes to %d before the switch, want 1", got)
+	}
+	must(metaCommand{Op: "move-step", MoveID: id, Step: StepCutover})
+	must(metaCommand{Op: "move-step", MoveID: id, Step: StepFence, Cutovers: map[ShardID]uint64{1: 5, 2: 6, 3: 7}})
+	must(metaCommand{Op: "move-switch", MoveID: id})
+	must(metaCommand{Op: "move-end", MoveID: id})
+	m := f.snapshot()
+	want := []SlotRange{{0, 682, 1}, {683, 1365, 3}, {1366, 2730, 2}, {2731, 4095, 3}}
+	if !slices.Equal(m.Slots, want) {
+		t.Fatalf("slot table after the switch: %v, want %v", m.Slots, want)
+	}
+	if _, ok := m.Overrides[pinnedHere]; ok {
+		t.Errorf("the override pinning %s to the source stayed", pinnedHere)
+	}
+	if m.Overrides[pinnedAway] != 2 {
+		t.Errorf("the override pinning %s to shard 2 went: %v", pinnedAway, m.Overrides)
+	}
+	if got := f.slots.Load().Shard(1000); got != 3 {
+		t.Fatalf("slot 1000 routes to %d after the switch, want 3", got)
 	}
 }

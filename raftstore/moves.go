@@ -61,9 +61,9 @@ type MoveInfo struct {
 	User  string        `json:"user,omitempty"`
 	Conv  string        `json:"conv,omitempty"`
 	Slots *log.SlotSpan `json:"slots,omitempty"`
-	From ShardID  `json:"from"`
-	To   ShardID  `json:"to"`
-	Step MoveStep `json:"step"`
+	From  ShardID       `json:"from"`
+	To    ShardID       `json:"to"`
+	Step  MoveStep      `json:"step"`
 	// Cutovers holds, once the step is past cutover, every shard's outbox position after which
 	// its records of the user go to To.
 	Cutovers map[ShardID]uint64 `json:"cutovers,omitempty"`

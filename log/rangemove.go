@@ -686,6 +686,44 @@ func (t *Tx) DroppedRange(move MoveID) error {
 	return t.putRangeMarker(m)
 }
 
+// CancelRangeIn undoes move on the destination before any source has cut over: the keys of
+// batch lose what was copied of them (a key not moving in here is passed over), and a call
+// without a batch, the last, drops the rest of the staging and marks the move canceled, so that
+// a copy step of it still in flight changes nothing. It is refused once the range is activated
+// here; repeating it changes nothing.
+func (t *Tx) CancelRangeIn(move MoveID, batch []MoveKey) error {
+	m, ok := t.rangeMarkerOf(move)
+	switch {
+	case ok && m.role == rangeCanceled:
+		return nil
+	case !ok || m.role != rangeIn:
+		return invalidf("cancel: no slots moving in here under move %d", move)
+	case m.pending > 0:
+		return invalidf("cancel: move %d holds entries cut over to it already", move)
+	}
+	for _, mk := range batch {
+		var err error
+		if mk.Conv != "" {
+			if err = t.checkBatch(move, []MoveKey{{Conv: mk.Conv}}); err == nil {
+				_, err = t.RestartConvCopy(move, mk.Conv)
+			}
+		} else if err = t.checkBatch(move, []MoveKey{{User: mk.User}}); err == nil {
+			_, err = t.RestartCopy(move, mk.User)
+		}
+		if err != nil && !Rejected(err) {
+			return err
+		}
+	}
+	if len(batch) > 0 {
+		return nil
+	}
+	if err := t.deletePrefixes(t.s.k.stagedPrefix(move)); err != nil {
+		return err
+	}
+	m.role = rangeCanceled
+	return t.putRangeMarker(m)
+}
+
 // KeysInSlots returns, from one view of this shard, the users with a log here and the
 // conversations here whose slots are in span, each sorted: what a slot move copies and drops.
 func (s *Shard) KeysInSlots(span SlotSpan) (users, convs []string, err error) {
@@ -753,6 +791,8 @@ func (t *Tx) moveRange(st Stamp, r *MoveStep) (uint64, error) {
 		return 0, t.DropRange(r.Move, r.Batch)
 	case MoveDropped:
 		return 0, t.DroppedRange(r.Move)
+	case MoveCancel:
+		return 0, t.CancelRangeIn(r.Move, r.Batch)
 	}
 	return 0, invalidf("move step %d does not apply to slots", r.Op)
 }

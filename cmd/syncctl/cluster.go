@@ -103,7 +103,10 @@ func printCluster(e *env, view adminapi.ClusterView) {
 		fmt.Fprintln(tw, "MOVE\tKEY\tFROM\tTO\tSTEP\tSTARTED")
 		for _, mv := range view.Moves {
 			key := "user " + mv.User
-			if mv.Conv != "" {
+			switch {
+			case mv.Slots != "":
+				key = "slots " + mv.Slots
+			case mv.Conv != "":
 				key = "conv " + mv.Conv
 			}
 			fmt.Fprintf(tw, "%d\t%s\t%d\t%d\t%s\t%s\n", mv.ID, key, mv.From, mv.To, mv.Step, mv.Started.Format(time.RFC3339))

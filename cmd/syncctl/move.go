@@ -75,13 +75,21 @@ syncctl move cancel 4711`)
 	} else {
 		path += "&to=" + strconv.FormatUint(uint64(*to), 10)
 	}
+	return startMove(ctx, e, &admin, cmd, path)
+}
+
+// startMove asks the admin server for the move path names and reports it.
+func startMove(ctx context.Context, e *env, admin *adminFlags, cmd, path string) int {
 	var started adminapi.MoveStarted
 	if err := admin.call(ctx, http.MethodPost, path, &started); err != nil {
 		e.reportAdmin(cmd, err)
 		return exitFail
 	}
 	what := "user " + started.User
-	if started.Conv != "" {
+	switch {
+	case started.Slots != "":
+		what = "slots " + started.Slots
+	case started.Conv != "":
 		what = "conversation " + started.Conv
 	}
 	fmt.Fprintf(e.stdout, "move %d: %s from shard %d to shard %d started (syncctl cluster status shows its step)\n",

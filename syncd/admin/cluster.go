@@ -3,9 +3,11 @@ package admin
 import (
 	"cmp"
 	"context"
+	"fmt"
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/syncd-dev/syncd/log"
@@ -19,8 +21,12 @@ func (s *Server) Cluster(ctx context.Context) adminapi.ClusterView {
 	m, _ := s.node.ClusterMap()
 	view.RF, view.MapIndex = m.RF, m.Index
 	for _, mv := range m.Moves {
-		view.Moves = append(view.Moves, adminapi.MoveView{ID: mv.ID, User: mv.User, Conv: mv.Conv, From: uint32(mv.From), To: uint32(mv.To),
-			Step: string(mv.Step), Started: time.Unix(0, mv.Started).UTC()})
+		v := adminapi.MoveView{ID: mv.ID, User: mv.User, Conv: mv.Conv, From: uint32(mv.From), To: uint32(mv.To),
+			Step: string(mv.Step), Started: time.Unix(0, mv.Started).UTC()}
+		if mv.Slots != nil {
+			v.Slots = mv.Slots.String()
+		}
+		view.Moves = append(view.Moves, v)
 	}
 	slices.SortFunc(view.Moves, func(a, b adminapi.MoveView) int { return cmp.Compare(a.ID, b.ID) })
 	view.Overrides, view.ConvOverrides = shardsOf(m.Overrides), shardsOf(m.ConvOverrides)
@@ -87,7 +93,10 @@ func (s *Server) Cluster(ctx context.Context) adminapi.ClusterView {
 //	POST /v1/shards                        add a data shard online: a new Raft group, placed like
 //	                                       the others, owning no slot yet
 //	POST /v1/moves?user=…&to=N             move a user's log to shard N online (new_shard=1: to a
-//	                                       shard added for it)
+//	                                       shard added for it); conv=… a conversation, slots=F-L
+//	                                       a range of hash slots one shard owns
+//	POST /v1/shards/{id}/split             add a shard and move the upper half of the shard's
+//	                                       largest slot range to it
 //	POST /v1/moves/{id}/cancel             cancel a move that is still copying
 func (s *Server) clusterRoutes(mux *http.ServeMux) {
 	mux.HandleFunc("GET /v1/cluster", func(w http.ResponseWriter, r *http.Request) {
@@ -132,6 +141,7 @@ func (s *Server) clusterRoutes(mux *http.ServeMux) {
 		writeJSON(w, http.StatusOK, adminapi.ShardAdded{Shard: uint32(id)})
 	})
 	mux.HandleFunc("POST /v1/moves", s.startMove)
+	mux.HandleFunc("POST /v1/shards/{id}/split", s.splitShard)
 	mux.HandleFunc("POST /v1/moves/{id}/cancel", func(w http.ResponseWriter, r *http.Request) {
 		id, err := strconv.ParseUint(r.PathValue("id"), 10, 64)
 		if err != nil {
@@ -161,22 +171,74 @@ func shardsOf(overrides map[string]raftstore.ShardID) map[string]uint32 {
 	return out
 }
 
-// startMove serves POST /v1/moves: the user's log (user=) or the conversation (conv=) moves from
-// the shard it is routed to now to the one asked for, or to a new shard of its own.
+// startMove serves POST /v1/moves: the user's log (user=), the conversation (conv=) or the range
+// of hash slots (slots=first-last) moves from the shard it is routed to now to the one asked
+// for, or to a new shard of its own.
 func (s *Server) startMove(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	user, conv, toArg, fresh := q.Get("user"), q.Get("conv"), q.Get("to"), q.Get("new_shard") == "1"
+	user, conv, slotsArg, toArg, fresh := q.Get("user"), q.Get("conv"), q.Get("slots"), q.Get("to"), q.Get("new_shard") == "1"
 	to, err := strconv.ParseUint(toArg, 10, 32)
+	kinds := 0
+	for _, k := range []string{user, conv, slotsArg} {
+		if k != "" {
+			kinds++
+		}
+	}
+	var span log.SlotSpan
 	switch {
-	case (user == "") == (conv == "") || user != "" && !log.ValidID(user) || conv != "" && !log.ValidID(conv):
-		writeOpsError(w, http.StatusBadRequest, "bad_request", "give either user=<user id> or conv=<conversation id>",
-			"syncctl move user <uid> -to <shard>, or syncctl move conv <conversation id> -to <shard>")
+	case kinds != 1 || user != "" && !log.ValidID(user) || conv != "" && !log.ValidID(conv):
+		writeOpsError(w, http.StatusBadRequest, "bad_request", "give one of user=<user id>, conv=<conversation id> or slots=<first>-<last>",
+			"syncctl move user <uid> -to <shard>, syncctl move conv <conversation id> -to <shard>, or syncctl slots move <first>-<last> -to <shard>")
 		return
 	case fresh == (toArg != ""), !fresh && (err != nil || to == 0):
 		writeOpsError(w, http.StatusBadRequest, "bad_request", "give either to=<shard> or new_shard=1",
 			"syncctl move user <uid> -to <shard>, or -new-shard for a shard of its own")
 		return
 	}
+	req := raftstore.MoveInfo{User: user, Conv: conv, Started: time.Now().UnixNano()}
+	switch {
+	case slotsArg != "":
+		if span, err = parseSlots(slotsArg); err != nil {
+			writeOpsError(w, http.StatusBadRequest, "bad_request", err.Error(), "syncctl cluster status shows each shard's slot ranges")
+			return
+		}
+		req.Slots, req.From = &span, s.slots.SlotShard(span.First)
+	case conv != "":
+		req.From = s.slots.ConvShard(conv)
+	default:
+		req.From = s.slots.UserShard(user)
+	}
+	s.move(w, r, req, raftstore.ShardID(to), fresh)
+}
+
+// splitShard serves POST /v1/shards/{id}/split: a new shard takes the upper half of the shard's
+// largest slot range (its only one, for a shard that has never given slots away).
+func (s *Server) splitShard(w http.ResponseWriter, r *http.Request) {
+	id, err := strconv.ParseUint(r.PathValue("id"), 10, 32)
+	m, _ := s.node.ClusterMap()
+	var largest *raftstore.SlotRange
+	for i, sr := range m.Slots {
+		if err == nil && uint64(sr.Shard) == id && (largest == nil || sr.Last-sr.First > largest.Last-largest.First) {
+			largest = &m.Slots[i]
+		}
+	}
+	switch {
+	case largest == nil:
+		writeOpsError(w, http.StatusBadRequest, "bad_request", fmt.Sprintf("shard %s owns no hash slots to split", r.PathValue("id")),
+			"syncctl cluster status shows each shard's slot ranges")
+		return
+	case largest.First == largest.Last:
+		writeOpsError(w, http.StatusBadRequest, "bad_request", fmt.Sprintf("shard %d's largest slot range is one slot: nothing to split", id),
+			"move its keys on their own instead: syncctl move user <uid> -new-shard")
+		return
+	}
+	span := log.SlotSpan{First: largest.First + (largest.Last-largest.First+1)/2, Last: largest.Last}
+	s.move(w, r, raftstore.MoveInfo{Slots: &span, From: largest.Shard, Started: time.Now().UnixNano()}, 0, true)
+}
+
+// move starts req, to shard to or, with fresh, to a shard added for it, and answers with the
+// move started.
+func (s *Server) move(w http.ResponseWriter, r *http.Request, req raftstore.MoveInfo, to raftstore.ShardID, fresh bool) {
 	ctx, cancel := context.WithTimeout(r.Context(), 20*time.Second)
 	defer cancel()
 	if fresh {
@@ -185,19 +247,33 @@ func (s *Server) startMove(w http.ResponseWriter, r *http.Request) {
 			writeProposeError(w, err, "")
 			return
 		}
-		to = uint64(id)
+		to = id
 	}
-	req := raftstore.MoveInfo{User: user, Conv: conv, To: raftstore.ShardID(to), Started: time.Now().UnixNano()}
-	if conv != "" {
-		req.From = s.slots.ConvShard(conv)
-	} else {
-		req.From = s.slots.UserShard(user)
-	}
+	req.To = to
 	id, err := s.node.StartMove(ctx, req)
 	if err != nil {
 		writeProposeError(w, err, "syncctl cluster status shows the shards and the moves in progress")
 		return
 	}
-	s.logger.Info("move requested", "move", id, "key", req.Key(), "from", uint32(req.From), "to", to)
-	writeJSON(w, http.StatusOK, adminapi.MoveStarted{ID: id, User: user, Conv: conv, From: uint32(req.From), To: uint32(to)})
+	s.logger.Info("move requested", "move", id, "key", req.Key(), "from", uint32(req.From), "to", uint32(to))
+	started := adminapi.MoveStarted{ID: id, User: req.User, Conv: req.Conv, From: uint32(req.From), To: uint32(to)}
+	if req.Slots != nil {
+		started.Slots = req.Slots.String()
+	}
+	writeJSON(w, http.StatusOK, started)
+}
+
+// parseSlots parses a slot range, "first-last" or one slot "n".
+func parseSlots(arg string) (log.SlotSpan, error) {
+	first, last, ok := strings.Cut(arg, "-")
+	if !ok {
+		last = first
+	}
+	f, err1 := strconv.Atoi(first)
+	l, err2 := strconv.Atoi(last)
+	span := log.SlotSpan{First: f, Last: l}
+	if err1 != nil || err2 != nil || !span.Valid() {
+		return span, fmt.Errorf("slots %q: want <first>-<last> within 0-%d", arg, log.NumSlots-1)
+	}
+	return span, nil
 }

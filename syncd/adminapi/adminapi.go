@@ -39,9 +39,11 @@ type ClusterView struct {
 // MoveView is one move of a user's log (User) or of a conversation (Conv) between shards in
 // progress, at its step (copy, cutover, fence, drop: docs/MOVES.md).
 type MoveView struct {
-	ID      uint64    `json:"id"`
-	User    string    `json:"user,omitempty"`
-	Conv    string    `json:"conv,omitempty"`
+	ID   uint64 `json:"id"`
+	User string `json:"user,omitempty"`
+	Conv string `json:"conv,omitempty"`
+	// Slots, for a slot move, is its range of hash slots, "first-last".
+	Slots   string    `json:"slots,omitempty"`
 	From    uint32    `json:"from"`
 	To      uint32    `json:"to"`
 	Step    string    `json:"step"`
@@ -50,11 +52,12 @@ type MoveView struct {
 
 // MoveStarted answers POST /v1/moves: the move asked for. Watch it in GET /v1/cluster.
 type MoveStarted struct {
-	ID   uint64 `json:"id"`
-	User string `json:"user,omitempty"`
-	Conv string `json:"conv,omitempty"`
-	From uint32 `json:"from"`
-	To   uint32 `json:"to"`
+	ID    uint64 `json:"id"`
+	User  string `json:"user,omitempty"`
+	Conv  string `json:"conv,omitempty"`
+	Slots string `json:"slots,omitempty"` // a slot move's range, "first-last"
+	From  uint32 `json:"from"`
+	To    uint32 `json:"to"`
 }
 
 // ClusterNode is one node: its addresses, whether it answered, and how many shards it leads.

@@ -111,10 +111,15 @@ func (d *Driver) maybeStart(ctx context.Context, mv *raftstore.MoveInfo) {
 			delete(d.running, mv.ID)
 			d.mu.Unlock()
 		}()
-		r := &run{d: d, id: mv.ID, user: mv.User, conv: mv.Conv, key: mv.Key(), from: mv.From, to: mv.To}
+		var r interface{ carryOut(context.Context) error }
+		if mv.Slots != nil {
+			r = newSlotRun(d, mv)
+		} else {
+			r = &run{d: d, id: mv.ID, user: mv.User, conv: mv.Conv, key: mv.Key(), from: mv.From, to: mv.To}
+		}
 		if err := r.carryOut(ctx); err != nil && ctx.Err() == nil {
 			// The next poll tries again, from the step the map holds.
-			d.cfg.Logger.Warn("move interrupted; it resumes from its step", "move", mv.ID, "key", r.key, "err", err)
+			d.cfg.Logger.Warn("move interrupted; it resumes from its step", "move", mv.ID, "key", mv.Key(), "err", err)
 		}
 	})
 }
@@ -391,14 +396,16 @@ func (r *run) switched(fenced time.Time) {
 	}
 }
 
-// settleConv waits until the source's fan-out has delivered everything up to the conversation's
-// fence to every destination, then lifts the barrier on the destination: a later move of the
-// conversation may then begin (its own barrier is behind the destination's deliveries alone).
-func (r *run) settleConv(ctx context.Context) error {
+// settle waits until the source's fan-out has delivered everything up to the fence of a
+// conversation's (or a slot range's) move to every destination, then lifts the barrier on the
+// destination: a later move of the key may then begin (its own barrier is behind the
+// destination's deliveries alone). fence asks the source for the fence's position, as recorded,
+// and settle lifts the barrier.
+func (r *run) settle(ctx context.Context, fence, settle *log.MoveStep) error {
 	if r.d.cfg.Drained == nil {
 		return errors.New("moves: this node's driver has no fan-out to wait for (Config.Drained)")
 	}
-	res, err := r.propose(ctx, r.from, r.step(log.MoveFence)) // the fence's position, as recorded
+	res, err := r.propose(ctx, r.from, fence)
 	if err != nil {
 		return err
 	}
@@ -409,7 +416,7 @@ func (r *run) settleConv(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	_, err = r.propose(ctx, r.to, r.step(log.MoveSettle))
+	_, err = r.propose(ctx, r.to, settle)
 	return err
 }
 
@@ -444,7 +451,7 @@ func (r *run) cancelStep(ctx context.Context) error {
 // forgets the move.
 func (r *run) dropStep(ctx context.Context) error {
 	if r.conv != "" {
-		if err := r.settleConv(ctx); err != nil {
+		if err := r.settle(ctx, r.step(log.MoveFence), r.step(log.MoveSettle)); err != nil {
 			return err
 		}
 	}

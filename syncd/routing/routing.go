@@ -64,6 +64,9 @@ func (t *Table) ConvShard(conv string) raftstore.ShardID {
 	return st.Shard(log.ConvSlot(conv))
 }
 
+// SlotShard returns the shard owning hash slot slot in the slot table.
+func (t *Table) SlotShard(slot int) raftstore.ShardID { return t.table().Shard(slot) }
+
 // Shards returns every shard a key may route to (it owns a slot, holds a moved user or receives
 // one), ascending. The slice is shared: do not modify it.
 func (t *Table) Shards() []raftstore.ShardID { return t.table().Shards() }

@@ -1,0 +1,282 @@
+package moves
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/syncd-dev/syncd/log"
+	"github.com/syncd-dev/syncd/raftstore"
+)
+
+// Moving a range of hash slots (docs/MOVES.md, "Slot moves, shard add, split"): the steps of a
+// user's move, made for every key of the range the source holds, found by enumerating the
+// source's state (log.Shard.KeysInSlots) on every pass, so a key created during the copy is found
+// by the pass after the fence, which sees the range's final state.
+
+// batchBytes bounds the records one copy command of a slot move carries, so that many small
+// keys travel in few commands and no command is large.
+const batchBytes = 512 << 10
+
+// dropKeys is how many keys one drop or cancel command of a slot move deletes: one command
+// deleting half a shard would stall its apply.
+const dropKeys = 256
+
+// slotRun is one slot move being carried out by this node.
+type slotRun struct {
+	run
+	span log.SlotSpan
+	// copied holds, per key this run staged, the last position it staged and the epoch of that
+	// log; a key not in it is copied from the start, its earlier staging (another run's)
+	// dropped first.
+	copied map[slotKey]keyCopy
+}
+
+// slotKey names a key of the range: a user or a conversation.
+type slotKey struct{ user, conv string }
+
+type keyCopy struct {
+	pos   log.Position
+	epoch log.Epoch
+}
+
+func newSlotRun(d *Driver, mv *raftstore.MoveInfo) *slotRun {
+	return &slotRun{run: run{d: d, id: mv.ID, key: mv.Key(), from: mv.From, to: mv.To}, span: *mv.Slots, copied: map[slotKey]keyCopy{}}
+}
+
+func (r *slotRun) step(op log.MoveOp) *log.MoveStep {
+	return &log.MoveStep{Op: op, Move: log.MoveID(r.id), From: r.from, To: r.to, Slots: &r.span}
+}
+
+// carryOut runs the move's steps from the one the map holds until it is done.
+func (r *slotRun) carryOut(ctx context.Context) error {
+	for ctx.Err() == nil {
+		m, _ := r.d.node.ClusterMap()
+		mv := m.Moves[r.id]
+		if mv == nil {
+			return nil
+		}
+		if !r.d.leads(r.from) {
+			return errNotLeader
+		}
+		var err error
+		switch mv.Step {
+		case raftstore.StepCopy:
+			err = r.copyStep(ctx)
+		case raftstore.StepCutover:
+			err = r.cutoverStep(ctx, m)
+		case raftstore.StepFence:
+			err = r.fenceStep(ctx, mv)
+		case raftstore.StepDrop:
+			err = r.dropStep(ctx)
+		case raftstore.StepCanceled:
+			err = r.cancelStep(ctx)
+		default:
+			err = fmt.Errorf("moves: move %d at unknown step %q (a newer build's?)", r.id, mv.Step)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return ctx.Err()
+}
+
+// copyStep makes the destination ready and copies every key of the range to it.
+func (r *slotRun) copyStep(ctx context.Context) error {
+	err := r.d.node.WaitMap(ctx, func(m raftstore.ClusterMap) bool { _, creating := m.Creating[r.to]; return !creating })
+	if err != nil {
+		return err
+	}
+	if _, err := r.propose(ctx, r.to, r.step(log.MoveBegin)); err != nil {
+		return err
+	}
+	if err := r.copyPass(ctx, nil); err != nil {
+		return err
+	}
+	return r.advance(ctx, raftstore.StepCutover, nil)
+}
+
+// copyPass stages every key of the range the source holds now, past what this run copied of it,
+// in batches of several keys. With final set (the activation), the last batch rides with it.
+func (r *slotRun) copyPass(ctx context.Context, final *log.MoveStep) error {
+	state, err := r.d.node.State(r.from)
+	if err != nil {
+		return err
+	}
+	users, convs, err := state.KeysInSlots(r.span)
+	if err != nil {
+		return err
+	}
+	var batch []log.MoveKey
+	size, entries := 0, 0
+	flush := func(last bool) error {
+		s := r.step(log.MoveStage)
+		if last && final != nil {
+			s = final
+		} else if len(batch) == 0 {
+			return nil
+		}
+		s.Batch = batch
+		if _, err := r.propose(ctx, r.to, s); err != nil {
+			return err
+		}
+		r.bytes += int64(size)
+		batch, size, entries = nil, 0, 0
+		return nil
+	}
+	keys := make([]slotKey, 0, len(users)+len(convs))
+	for _, u := range users {
+		keys = append(keys, slotKey{user: u})
+	}
+	for _, c := range convs {
+		keys = append(keys, slotKey{conv: c})
+	}
+	for _, k := range keys {
+		export, id := state.ExportUser, k.user
+		if k.conv != "" {
+			export, id = state.ExportConv, k.conv
+		}
+		for done := false; !done; {
+			prev, seen := r.copied[k]
+			mk := log.MoveKey{User: k.user, Conv: k.conv, Restart: !seen}
+			n := 0
+			epoch, last, fin, err := export(id, prev.pos, r.d.cfg.Chunk, func(rec log.Record) error {
+				mk.Records = append(mk.Records, rec)
+				n += len(rec.Key) + len(rec.Value)
+				return nil
+			})
+			if err != nil {
+				return err
+			}
+			if seen && epoch != prev.epoch {
+				// The key's log was reset since it was copied (a new epoch, from position 1):
+				// it is copied again from the start, what was staged dropped.
+				delete(r.copied, k)
+				continue
+			}
+			done = fin
+			r.copied[k] = keyCopy{pos: last, epoch: epoch}
+			batch, size = append(batch, mk), size+n
+			entries += len(mk.Records)
+			if size >= batchBytes || entries >= r.d.cfg.Chunk {
+				if err := flush(false); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return flush(true)
+}
+
+// cutoverStep switches every shard's outbox to send the range's users' later records to the
+// destination, and records where each switched.
+func (r *slotRun) cutoverStep(ctx context.Context, m raftstore.ClusterMap) error {
+	cut := map[raftstore.ShardID]uint64{}
+	for _, x := range m.DataShards() {
+		res, err := r.propose(ctx, x, r.step(log.MoveCutover))
+		if err != nil {
+			return err
+		}
+		cut[x] = res.Move
+	}
+	return r.advance(ctx, raftstore.StepFence, cut)
+}
+
+// fenceStep waits until the source has every record routed to it, copies most of the tail,
+// fences the range, copies the rest with the activation (which carries the fence's position, the
+// barrier the range's conversations wait behind at every destination) and switches the map: the
+// range's writes pause from the fence to the switch.
+func (r *slotRun) fenceStep(ctx context.Context, mv *raftstore.MoveInfo) error {
+	state, err := r.d.node.State(r.from)
+	if err != nil {
+		return err
+	}
+	for x, p := range mv.Cutovers {
+		err := r.waitFor(ctx, func() (bool, error) {
+			mark, err := state.SourceMark(x)
+			return mark >= p, err
+		})
+		if err != nil {
+			return err
+		}
+	}
+	if err := r.copyPass(ctx, nil); err != nil {
+		return err
+	}
+	fenced := time.Now()
+	res, err := r.propose(ctx, r.from, r.step(log.MoveFence))
+	if err != nil {
+		return err
+	}
+	activate := r.step(log.MoveActivate)
+	activate.Fence = res.Move
+	if err := r.copyPass(ctx, activate); err != nil {
+		return err
+	}
+	if err := r.advance(ctx, raftstore.StepDrop, nil); err != nil {
+		return err
+	}
+	r.switched(fenced)
+	return nil
+}
+
+// dropStep waits until the source's fan-out has delivered up to the fence, lifts the barrier of
+// the range's conversations on the destination, deletes the range's keys from the source in
+// chunks and forgets the move.
+func (r *slotRun) dropStep(ctx context.Context) error {
+	if err := r.settle(ctx, r.step(log.MoveFence), r.step(log.MoveSettle)); err != nil {
+		return err
+	}
+	if _, err := r.propose(ctx, r.from, r.step(log.MoveDrop)); err != nil {
+		return err
+	}
+	if err := r.eachKeyBatch(ctx, log.MoveDrop, r.from); err != nil {
+		return err
+	}
+	if _, err := r.propose(ctx, r.from, r.step(log.MoveDropped)); err != nil {
+		return err
+	}
+	return r.d.node.EndMove(ctx, r.id)
+}
+
+// eachKeyBatch proposes op to shard for the range's keys the source holds, dropKeys at a time.
+func (r *slotRun) eachKeyBatch(ctx context.Context, op log.MoveOp, shard raftstore.ShardID) error {
+	state, err := r.d.node.State(r.from)
+	if err != nil {
+		return err
+	}
+	users, convs, err := state.KeysInSlots(r.span)
+	if err != nil {
+		return err
+	}
+	var batch []log.MoveKey
+	for _, u := range users {
+		batch = append(batch, log.MoveKey{User: u})
+	}
+	for _, c := range convs {
+		batch = append(batch, log.MoveKey{Conv: c})
+	}
+	for len(batch) > 0 {
+		n := min(len(batch), dropKeys)
+		s := r.step(op)
+		s.Batch = batch[:n]
+		if _, err := r.propose(ctx, shard, s); err != nil {
+			return err
+		}
+		batch = batch[n:]
+	}
+	return nil
+}
+
+// cancelStep drops what a canceled move copied to the destination, key by key, and forgets the
+// move.
+func (r *slotRun) cancelStep(ctx context.Context) error {
+	if err := r.eachKeyBatch(ctx, log.MoveCancel, r.to); err != nil {
+		return err
+	}
+	if _, err := r.propose(ctx, r.to, r.step(log.MoveCancel)); err != nil {
+		return err
+	}
+	r.d.cfg.Logger.Info("move canceled", "move", r.id, "key", r.key, "from", uint32(r.from), "to", uint32(r.to))
+	return r.d.node.EndMove(ctx, r.id)
+}

@@ -395,18 +395,20 @@ func (t *Tx) ActivateConv(move MoveID, conv string, sourceEmpty bool, after Barr
 	if err := t.deletePrefixes(staged); err != nil {
 		return err
 	}
-	t.s.barriers.Store(true) // before the barrier is visible to a read of the outbox
-	t.routed = true
-	if err := t.set(k.barrier(conv), encodeBarrier(after)); err != nil {
-		return err
+	if after.Pos > 0 { // 0: the source's outbox never held a record, so nothing comes first
+		t.s.barriers.Store(true) // before the barrier is visible to a read of the outbox
+		t.routed = true
+		if err := t.set(k.barrier(conv), encodeBarrier(after)); err != nil {
+			return err
+		}
 	}
 	return t.del(k.convMoving(conv))
 }
 
 // validBarrier refuses the barrier after for conv's activation here unless it names another shard
-// and a position.
+// (its position may be 0: that shard's outbox never held a record).
 func (t *Tx) validBarrier(conv string, after Barrier) error {
-	if after.Source == 0 || after.Source == t.s.id || after.Pos == 0 {
+	if after.Source == 0 || after.Source == t.s.id {
 		return invalidf("activate: conversation %q needs its source's fence position, not %+v", conv, after)
 	}
 	return nil

@@ -137,10 +137,10 @@ func TestMoveConv(t *testing.T) {
 		t.Fatalf("the last copy: done %v, %v", done, err)
 	}
 	if _, err := apply(t, dst, at(dst), func(tx *Tx) error {
-		_, err := tx.Move(Stamp{Time: 1}, &MoveStep{Op: MoveActivate, Move: move, Conv: "g", From: 1, To: 2, Records: tail})
+		_, err := tx.Move(Stamp{Time: 1}, &MoveStep{Op: MoveActivate, Move: move, Conv: "g", From: 2, To: 2, Fence: 5, Records: tail})
 		return err
 	}); !Rejected(err) {
-		t.Fatalf("an activation without the fence's position: %v", err)
+		t.Fatalf("an activation behind a barrier of its own shard: %v", err)
 	}
 	mustStep(dst, MoveActivate, tail)
 	mustStep(dst, MoveActivate, tail)

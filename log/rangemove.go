@@ -500,7 +500,7 @@ func (t *Tx) FenceRange(move MoveID, span SlotSpan) (uint64, error) {
 // entries below its first position, trimmed on the source meanwhile, left out), the held entries
 // are appended after each user's head in the order they arrived, and the conversations'
 // records in this shard's outbox are held back at every destination behind after, the source's
-// fence (SettleRange lifts it). It returns how many held entries were appended. Repeating it
+// fence (SettleRange lifts it; a fence at 0, an outbox that never held a record, holds nothing). It returns how many held entries were appended. Repeating it
 // changes nothing.
 func (t *Tx) ActivateRange(st Stamp, move MoveID, after Barrier) (int, error) {
 	m, ok := t.rangeMarkerOf(move)
@@ -509,7 +509,7 @@ func (t *Tx) ActivateRange(st Stamp, move MoveID, after Barrier) (int, error) {
 		return 0, nil
 	case !ok || m.role != rangeIn:
 		return 0, invalidf("activate: no slots moving in here under move %d", move)
-	case after.Source != m.from || after.Pos == 0:
+	case after.Source != m.from:
 		return 0, invalidf("activate: slots of move %d need their source's (%d) fence position, not %+v", move, m.from, after)
 	}
 	k := t.s.k
@@ -551,8 +551,10 @@ func (t *Tx) ActivateRange(st Stamp, move MoveID, after Barrier) (int, error) {
 			if err := t.putLogMeta(k.conv(id), sm.meta); err != nil {
 				return 0, err
 			}
-			if err := t.set(k.barrier(id), encodeBarrier(after)); err != nil {
-				return 0, err
+			if after.Pos > 0 { // 0: the source's outbox never held a record, so nothing comes first
+				if err := t.set(k.barrier(id), encodeBarrier(after)); err != nil {
+					return 0, err
+				}
 			}
 			continue
 		}
@@ -777,8 +779,8 @@ func (t *Tx) moveRange(st Stamp, r *MoveStep) (uint64, error) {
 		if m, ok := t.rangeMarkerOf(r.Move); ok && m.role == rangeServed {
 			return 0, nil
 		}
-		if m, ok := t.rangeMarkerOf(r.Move); !ok || m.role != rangeIn || r.From != m.from || r.Fence == 0 {
-			return 0, invalidf("activate: no slots moving in here under move %d from shard %d, or no fence", r.Move, r.From)
+		if m, ok := t.rangeMarkerOf(r.Move); !ok || m.role != rangeIn || r.From != m.from {
+			return 0, invalidf("activate: no slots moving in here under move %d from shard %d", r.Move, r.From)
 		}
 		if err := t.stageBatch(st, r.Move, r.Batch); err != nil {
 			return 0, err

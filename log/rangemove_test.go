@@ -199,8 +199,8 @@ func TestMoveSlots(t *testing.T) {
 		t.Fatal(err)
 	}
 	srcGin, _ := readAll(t, src, gin, true)
-	if _, err := step(dst, MoveStep{Op: MoveActivate, From: src.ID()}); !Rejected(err) {
-		t.Fatalf("an activation without the fence position: %v", err)
+	if _, err := step(dst, MoveStep{Op: MoveActivate, From: 9, Fence: f}); !Rejected(err) {
+		t.Fatalf("an activation naming another source: %v", err)
 	}
 	copyKeys(users, convs, &MoveStep{Op: MoveActivate, From: src.ID(), Fence: f})
 	mustStep(dst, MoveStep{Op: MoveActivate, From: src.ID(), Fence: f})

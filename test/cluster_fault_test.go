@@ -24,6 +24,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/syncd-dev/syncd/log"
 	"github.com/syncd-dev/syncd/raftstore"
 	"github.com/syncd-dev/syncd/syncd/adminapi"
 	"github.com/syncd-dev/syncd/syncd/routing"
@@ -306,35 +307,78 @@ func TestClusterFaultNodeReplaced(t *testing.T) {
 	})
 }
 
-// TestClusterFaultMoves: users' logs and conversations of the workload move to another shard
-// while it runs (users in even rounds, conversations in odd ones), and in the middle of each move
-// a fault hits it: the leader of the source shard (the node driving the move) is killed, then the
-// leader of the shard it moves to, then the driver is cut off from the other nodes (a minority
-// partition) and healed. A new leader resumes the move from the step the cluster map holds; the
-// move ends with the key pinned to its new shard, and the checker finds every acked entry exactly
-// once, in order, on the key's new shard, the devices with every message, and every replica
-// identical.
+// TestClusterFaultMoves: users' logs, conversations and ranges of hash slots of the workload move
+// to another shard while it runs (a user, a conversation, then the half of a shard's slot range
+// holding a workload user: a split's move), and in the middle of each move a fault hits it: the
+// leader of the source shard (the node driving the move) is killed, or the leader of the shard it
+// moves to, or the driver is cut off from the other nodes (a minority partition) and healed;
+// the long run meets each kind of move with each fault. A new leader resumes the move from the
+// step the cluster map holds; the move ends with the key pinned to its new shard (or the slots
+// given to it), and the checker finds every acked entry exactly once, in order, on the key's new
+// shard, the devices with every message, and every replica identical.
 func TestClusterFaultMoves(t *testing.T) {
 	skipShort(t)
 	runFault(t, true, func(f *faultRun) {
 		f.w.moved, f.w.movedConvs = map[string]raftstore.ShardID{}, map[string]raftstore.ShardID{}
 		slots := routing.Even(clusterShards)
-		for round := range f.rounds(3, 6) {
-			// Even rounds move a user's log, odd ones a conversation; with the faults taken in
-			// turn, the long run meets each kind of key with each fault.
-			kind, key := "user", wlUserName(round%len(f.w.devs))
-			from, moved := slots.UserShard(key), f.w.moved
-			if round%2 == 1 {
-				kind, key = "conv", f.w.convs[(round/2)%len(f.w.convs)].id
-				from, moved = slots.ConvShard(key), f.w.movedConvs
+		owner := map[int]raftstore.ShardID{} // the slot table as the moves changed it
+		for i := range log.NumSlots {
+			owner[i] = slots.SlotShard(i)
+		}
+		userShard := func(u string) raftstore.ShardID {
+			if s, ok := f.w.moved[u]; ok {
+				return s
 			}
-			if to, ok := moved[key]; ok {
-				from = to
+			return owner[log.UserSlot(u)]
+		}
+		convShard := func(c string) raftstore.ShardID {
+			if s, ok := f.w.movedConvs[c]; ok {
+				return s
+			}
+			return owner[log.ConvSlot(c)]
+		}
+		for round := range f.rounds(3, 9) {
+			// Rounds move a user, a conversation, then slots, in turn; the faults are taken in
+			// turn too, shifted each third round, so nine rounds meet every pair.
+			var kind, key string
+			var from raftstore.ShardID
+			var span log.SlotSpan
+			switch round % 3 {
+			case 0:
+				kind, key = "user", wlUserName(round%len(f.w.devs))
+				from = userShard(key)
+			case 1:
+				kind, key = "conv", f.w.convs[(round/3)%len(f.w.convs)].id
+				from = convShard(key)
+			case 2:
+				// The half of a shard's slot range that holds a workload user routed by its slot.
+				kind = "slots"
+				for i := range f.w.devs {
+					if u := f.w.devs[(round+i)%len(f.w.devs)].user; userShard(u) == owner[log.UserSlot(u)] {
+						key = u
+						break
+					}
+				}
+				slot := log.UserSlot(key)
+				from = owner[slot]
+				lo, hi := slot, slot
+				for lo > 0 && owner[lo-1] == from {
+					lo--
+				}
+				for hi < log.NumSlots-1 && owner[hi+1] == from {
+					hi++
+				}
+				if mid := lo + (hi-lo+1)/2; slot < mid && hi > lo {
+					span = log.SlotSpan{First: lo, Last: mid - 1}
+				} else {
+					span = log.SlotSpan{First: mid, Last: hi}
+				}
+				key = span.String()
 			}
 			to := from%clusterShards + 1
 			leaders := f.c.waitLeaders(30 * time.Second)
 			fault, victim := "kill the leader of the source shard (the move's driver)", leaders[from]
-			switch round % 3 {
+			switch (round + round/3) % 3 {
 			case 1:
 				fault, victim = "kill the leader of the destination shard", leaders[to]
 			case 2:
@@ -342,11 +386,15 @@ func TestClusterFaultMoves(t *testing.T) {
 			}
 			n := f.c.nodes[(slices.Index(f.c.nodes, victim)+1)%len(f.c.nodes)]
 			path := fmt.Sprintf("/v1/moves?%s=%s&to=%d", kind, url.QueryEscape(key), to)
-			pinned := func(v adminapi.ClusterView) uint32 {
-				if kind == "conv" {
-					return v.ConvOverrides[key]
+			moving := func(m adminapi.MoveView) bool { return m.User == key || m.Conv == key || m.Slots == key }
+			done := func(v adminapi.ClusterView) bool {
+				switch kind {
+				case "conv":
+					return v.ConvOverrides[key] == uint32(to)
+				case "user":
+					return v.Overrides[key] == uint32(to)
 				}
-				return v.Overrides[key]
+				return slotsOwnedBy(v, span, to)
 			}
 			// An operator asks again when the answer does not come (an election under way): the
 			// request may have been recorded — then the repeat is refused as already moving, or,
@@ -354,7 +402,7 @@ func TestClusterFaultMoves(t *testing.T) {
 			// looked at first, as an operator would.
 			testkit.Wait(f.t, 60*time.Second, "the move of "+key+" to be recorded", func() (bool, string) {
 				if v, err := f.c.clusterView(n); err == nil {
-					if pinned(v) == uint32(to) || slices.ContainsFunc(v.Moves, func(m adminapi.MoveView) bool { return m.User == key || m.Conv == key }) {
+					if done(v) || slices.ContainsFunc(v.Moves, moving) {
 						return true, ""
 					}
 				}
@@ -363,7 +411,7 @@ func TestClusterFaultMoves(t *testing.T) {
 					fmt.Sprintf("POST %s: %d %s %v", path, code, body, err)
 			})
 			f.tl.add("move of %s %s from shard %d to %d asked through %s; %s: %s", kind, key, from, to, n.ID, fault, victim.ID)
-			if round%3 == 2 {
+			if (round+round/3)%3 == 2 {
 				f.c.mesh.Partition(victim.ID)
 				f.w.waitProgress(5, 60*time.Second, "round "+strconv.Itoa(round+1)+", the move's driver cut off")
 				f.hold(f.pause(3*time.Second, 10*time.Second))
@@ -380,11 +428,53 @@ func TestClusterFaultMoves(t *testing.T) {
 				if err != nil {
 					return false, err.Error()
 				}
-				return len(v.Moves) == 0 && pinned(v) == uint32(to), fmt.Sprintf("moves %+v, overrides %v %v", v.Moves, v.Overrides, v.ConvOverrides)
+				return len(v.Moves) == 0 && done(v), fmt.Sprintf("moves %+v, overrides %v %v", v.Moves, v.Overrides, v.ConvOverrides)
 			})
-			moved[key] = to
+			switch kind {
+			case "user":
+				f.w.moved[key] = to
+			case "conv":
+				f.w.movedConvs[key] = to
+			default:
+				// The workload's keys the source held in those slots moved with them; those pinned
+				// elsewhere stay.
+				for _, d := range f.w.devs {
+					if span.Contains(log.UserSlot(d.user)) && userShard(d.user) == from {
+						f.w.moved[d.user] = to
+					}
+				}
+				for _, cv := range f.w.convs {
+					if span.Contains(log.ConvSlot(cv.id)) && convShard(cv.id) == from {
+						f.w.movedConvs[cv.id] = to
+					}
+				}
+				for i := span.First; i <= span.Last; i++ {
+					owner[i] = to
+				}
+			}
 			f.tl.add("%s %s moved to shard %d", kind, key, to)
 			f.w.waitProgress(5, 60*time.Second, "after the move")
 		}
 	})
+}
+
+// slotsOwnedBy reports whether the cluster view gives every slot of span to shard.
+func slotsOwnedBy(v adminapi.ClusterView, span log.SlotSpan, shard raftstore.ShardID) bool {
+	for _, sv := range v.Shards {
+		if sv.Shard != uint32(shard) {
+			continue
+		}
+		for _, r := range sv.SlotRanges {
+			first, last, ok := strings.Cut(r, "-")
+			if !ok {
+				last = first
+			}
+			f, _ := strconv.Atoi(first)
+			l, _ := strconv.Atoi(last)
+			if f <= span.First && span.Last <= l {
+				return true
+			}
+		}
+	}
+	return false
 }

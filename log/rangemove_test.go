@@ -3,6 +3,7 @@ package log
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"testing"
 )
@@ -326,4 +327,95 @@ func heldFor(t *testing.T, s *Shard, move MoveID, uid string) []Entry {
 		}
 	}
 	return out
+}
+
+// TestSlotMoveAroundKeysMovedOnTheirOwn: a slot move meets keys of its range that moved on their
+// own before. On the destination, a user already held there (pinned by its own move) is served
+// and delivered to throughout, not taken for one of the range moving in. On a source shard, a
+// user whose own cutover sends its records to the range's source switches with the range, one
+// whose records go elsewhere keeps its own routing, and a user of the range getting a cutover of
+// its own later starts from the range's. A cancel before the cutover drops what was copied.
+func TestSlotMoveAroundKeysMovedOnTheirOwn(t *testing.T) {
+	const move MoveID = 50
+	span := SlotSpan{First: 0, Last: 2047}
+	x := newMemShard(t, 1) // homes the conversation: the source of every delivery
+	dst := newMemShard(t, 3)
+	idx := map[*Shard]uint64{}
+	at := func(s *Shard) Stamp { idx[s]++; return Stamp{Index: idx[s], Time: int64(1000 + idx[s])} }
+	pinned, withS, away, plain := idIn(t, "p", UserSlot, span, true), idIn(t, "s", UserSlot, span, true),
+		idIn(t, "a", UserSlot, span, true), idIn(t, "n", UserSlot, span, true)
+	z := idIn(t, "z", UserSlot, span, false) // the sender: outside the range, routed by the map
+	// pinned already lives on D (moved there on its own earlier: its log is simply there).
+	mustApply(t, dst, at(dst), func(tx *Tx) error {
+		b := &DeliveryBatch{Source: 9, Prev: 0, Last: 1, Items: []Delivery{{Pos: 1, Users: []string{pinned},
+			Entry: Entry{Conv: "h", ConvSeq: 1, Kind: KindMessage, MsgID: MsgID{Shard: 9, Index: 1}, Sender: "z", Body: []byte("x")}}}}
+		_, err := tx.Deliver(Stamp{Time: 5000}, b)
+		return err
+	})
+	// On X, withS moved to S (2) on its own, away to E (4).
+	mustApply(t, x, at(x), func(tx *Tx) error { _, err := tx.Cutover(10, withS, 5, 2); return err })
+	mustApply(t, x, at(x), func(tx *Tx) error { _, err := tx.Cutover(11, away, 5, 4); return err })
+
+	step := func(s *Shard, r MoveStep) (uint64, error) {
+		t.Helper()
+		r.Move, r.Slots = move, &span
+		var res uint64
+		_, err := apply(t, s, at(s), func(tx *Tx) error { var err error; res, err = tx.Move(Stamp{Time: 5000}, &r); return err })
+		return res, err
+	}
+	if _, err := step(dst, MoveStep{Op: MoveBegin, From: 2}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := dst.UserInfo(pinned); err != nil {
+		t.Fatalf("a user held on D before the range moved in: %v", err)
+	}
+	if _, err := dst.UserInfo(plain); !errors.Is(err, ErrMoved) {
+		t.Fatalf("a user of the range moving in: %v, want ErrMoved", err)
+	}
+	// A cancel before the cutover: a key's copy goes, then the move is marked canceled.
+	if _, err := step(dst, MoveStep{Op: MoveStage, Batch: []MoveKey{{User: plain, Restart: true,
+		Records: []Record{{Key: []byte{tagCursor, 'n'}, Value: []byte{1}}}}}}); !Rejected(err) {
+		t.Fatalf("staging a record that is not the key's: %v", err)
+	}
+	if _, err := step(dst, MoveStep{Op: MoveCancel, Batch: []MoveKey{{User: plain}, {User: pinned}}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := step(dst, MoveStep{Op: MoveCancel}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := step(dst, MoveStep{Op: MoveStage, Batch: []MoveKey{{User: plain}}}); !Rejected(err) {
+		t.Fatalf("a copy step of a canceled move: %v", err)
+	}
+	if _, err := dst.UserInfo(plain); err != nil {
+		t.Fatalf("a user of a canceled range: %v", err)
+	}
+
+	// X cuts the range over from S (2) to D (3) at its head now, p.
+	appendOK(t, x, at(x), Append{Conv: "g", Sender: z, ClientMsgID: "c", Kind: KindGroupCreate, Members: []string{withS, away, plain}})
+	p, err := step(x, MoveStep{Op: MoveCutover, From: 2, To: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := step(x, MoveStep{Op: MoveCutover, From: 4, To: 3}); err != nil {
+		t.Fatalf("a repeated cutover: %v", err)
+	}
+	appendOK(t, x, at(x), Append{Conv: "g", Sender: z, ClientMsgID: "m", Kind: KindMessage, Body: []byte("hi")})
+	items, err := x.ReadOutbox(1, 10)
+	if err != nil || len(items) != 2 {
+		t.Fatalf("outbox: %v %v", items, err)
+	}
+	for i, want := range []map[string]ShardID{{withS: 2, away: 4, plain: 2}, {withS: 3, away: 4, plain: 3}} {
+		if items[i].Pos != p+uint64(i) || !maps.Equal(items[i].Pinned, want) {
+			t.Errorf("record at %d (cutover at %d) routed %v, want %v", items[i].Pos, p, items[i].Pinned, want)
+		}
+	}
+	// plain, moving on its own later (D → E), starts from the range's cutover.
+	mustApply(t, x, at(x), func(tx *Tx) error { _, err := tx.Cutover(60, plain, 3, 4); return err })
+	items, _ = x.ReadOutbox(1, 10)
+	if items[0].Pinned[plain] != 2 || items[1].Pinned[plain] != 3 {
+		t.Errorf("after its own cutover, plain's records route %v, %v; want 2, 3", items[0].Pinned, items[1].Pinned)
+	}
+	if _, err := apply(t, x, at(x), func(tx *Tx) error { _, err := tx.Cutover(61, withS, 2, 4); return err }); !Rejected(err) {
+		t.Errorf("a cutover of withS from the range's old source: %v", err)
+	}
 }

@@ -1,10 +1,13 @@
 package main
 
 import (
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/syncd-dev/syncd/log"
 	"github.com/syncd-dev/syncd/proto"
 	"github.com/syncd-dev/syncd/proto/prototest"
 	"github.com/syncd-dev/syncd/raftstore"
@@ -176,5 +179,79 @@ func TestSyncctlMoveUser(t *testing.T) {
 		if !u.Member || u.Status != adminapi.TraceDelivered {
 			t.Errorf("trace after the move, user %s: %+v", u.User, u)
 		}
+	}
+}
+
+// TestSyncctlSplitShard: an operator splits shard 1 of a single node in two with syncctl shard
+// split, then moves a few slots of the new shard back with syncctl slots move; a user of the
+// moving half keeps her log and her device its cursor, and cluster status shows the slot ranges
+// each shard owns. Bad ranges are refused with a hint.
+func TestSyncctlSplitShard(t *testing.T) {
+	srv := syncdtest.Start(t, nil)
+	t.Setenv("SYNCD_ADMIN_TOKEN", srv.AdminToken())
+	admin := []string{"-admin", srv.AdminAddr().String()}
+	upper := log.SlotSpan{First: 512, Last: 1023} // shard 1's upper half: it owns 0-1023 of 4 shards
+	var uid string
+	for i := 0; uid == ""; i++ {
+		if u := fmt.Sprint("user", i); upper.Contains(log.UserSlot(u)) {
+			uid = u
+		}
+	}
+	token, err := srv.MintToken(uid, "phone", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dev := prototest.Connect(t, srv.Addr().String(), srv.Fingerprint(), token, uid, "phone")
+	dev.Ack(&proto.CreateGroup{ID: dev.ID(), Conv: "team", ClientMsgID: "g", Members: []string{"bob"}})
+	head := func() uint64 {
+		cur, _ := testkit.GetJSON[adminapi.CursorReport](t, "http://"+srv.AdminAddr().String()+"/v1/cursors?user="+uid, testkit.Bearer(srv.AdminToken()))
+		return cur.Head
+	}
+	testkit.WaitTrue(t, 10*time.Second, "the user's log to hold the group's creation", func() bool { return head() == 1 })
+
+	for _, args := range [][]string{{"shard", "split"}, {"shard", "split", "x"}, {"slots", "move", "1-2"}, {"slots", "1-2", "-to", "2"}} {
+		if code, _, _ := syncctl(t, append(args, admin...)...); code != exitUsage {
+			t.Errorf("%v: exit %d, want %d", args, code, exitUsage)
+		}
+	}
+	for args, want := range map[string]string{
+		"slots move 1000-1100 -to 3": "move a range one shard owns",
+		"slots move 5000 -to 3":      "within 0-4095",
+		"shard split 9":              "owns no hash slots",
+	} {
+		if code, _, errOut := syncctl(t, append(strings.Fields(args), admin...)...); code != exitFail || !strings.Contains(errOut, want) {
+			t.Errorf("%s: exit %d: %s, want %q", args, code, errOut, want)
+		}
+	}
+	code, out, errOut := syncctl(t, append([]string{"shard", "split", "1"}, admin...)...)
+	if code != 0 || !strings.Contains(out, "slots 512-1023 from shard 1 to shard 5") {
+		t.Fatalf("shard split: exit %d: %s %s", code, out, errOut)
+	}
+	var view adminapi.ClusterView
+	testkit.WaitTrue(t, 30*time.Second, "the split to end", func() bool {
+		_, out, _ = syncctl(t, append([]string{"cluster", "status", "-json"}, admin...)...)
+		view = decodeJSON[adminapi.ClusterView](t, out)
+		return len(view.Moves) == 0 && len(view.Shards) == 5 && slices.Equal(view.Shards[4].SlotRanges, []string{"512-1023"})
+	})
+	if h := head(); h != 1 {
+		t.Fatalf("the user's head on the new shard is %d, want 1", h)
+	}
+	dev.Ack(&proto.Send{ID: dev.ID(), Conv: "team", ClientMsgID: "m1", Body: []byte("after the split")})
+	testkit.WaitTrue(t, 10*time.Second, "a new entry to follow on the new shard", func() bool { return head() == 2 })
+
+	// Ten of the new shard's slots go back to shard 1.
+	if code, out, errOut = syncctl(t, append([]string{"slots", "move", "512-521", "-to", "1"}, admin...)...); code != 0 {
+		t.Fatalf("slots move: exit %d: %s %s", code, out, errOut)
+	}
+	testkit.WaitTrue(t, 30*time.Second, "the slot move to end", func() bool {
+		_, out, _ = syncctl(t, append([]string{"cluster", "status", "-json"}, admin...)...)
+		view = decodeJSON[adminapi.ClusterView](t, out)
+		return len(view.Moves) == 0 && slices.Equal(view.Shards[0].SlotRanges, []string{"0-521"})
+	})
+	if _, out, _ = syncctl(t, append([]string{"cluster", "status"}, admin...)...); !strings.Contains(out, "522-1023") {
+		t.Errorf("cluster status does not show the new shard's slots:\n%s", out)
+	}
+	if h := head(); h != 2 {
+		t.Fatalf("the user's head after the slot move is %d, want 2", h)
 	}
 }

@@ -107,7 +107,7 @@ func TestLocalCluster(t *testing.T) {
 	if again, err := adminapi.ReadToken(lc.info.AdminTokenFile); err != nil || again != adminToken {
 		t.Errorf("admin token changed across restarts (err %v)", err)
 	}
-	waitClusterView(t, lc.info.Nodes[1].Admin, adminToken, 3, 4)
+	waitClusterView(t, lc.info.Nodes[1].Admin, adminToken, 3, 6) // the printed moves added two shards
 	lc.stop(t)
 }
 
@@ -189,10 +189,13 @@ func runPrintedCommands(t *testing.T, out string) {
 	if err != nil {
 		t.Fatalf("the printed commands failed: %v\nscript:%s\noutput:\n%s", err, block, got)
 	}
-	for _, want := range []string{`"status":"sent"`, `"body":"hi bob"`, "as seen by node n1"} {
+	for _, want := range []string{`"status":"sent"`, `"body":"hi bob"`, "as seen by node n1", "started", `"body":"after the moves"`} {
 		if !bytes.Contains(got, []byte(want)) {
 			t.Errorf("the printed commands' output lacks %s:\n%s", want, got)
 		}
+	}
+	if n := bytes.Count(got, []byte(`"body":"hi bob"`)); n != 1 {
+		t.Errorf("bob pulled \"hi bob\" %d times, want once: his second pull goes on from his cursor:\n%s", n, got)
 	}
 }
 

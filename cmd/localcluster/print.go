@@ -42,6 +42,15 @@ func printReady(w io.Writer, dir, syncctl string, info readyInfo, took time.Dura
 		sc, puller.Client, info.Fingerprint, q(dir+"/syncctl-store/bob/laptop"))
 	fmt.Fprintf(w, "  # nodes, shards, leaders and replica lag, asked of any node (-data-dir: where syncctl finds the admin token)\n")
 	fmt.Fprintf(w, "  %s cluster status -admin %s -data-dir %s\n", sc, first.Admin, q(dir))
+	fmt.Fprintf(w, "\n  # an operator gives a hot account a shard of its own, then splits shard 1 in two, online:\n"+
+		"  # devices keep syncing from their cursors; cluster status shows each move's step and the slot ranges\n")
+	fmt.Fprintf(w, "  %s move user bob -new-shard -admin %s -data-dir %s\n", sc, first.Admin, q(dir))
+	fmt.Fprintf(w, "  %s shard split 1 -admin %s -data-dir %s\n", sc, first.Admin, q(dir))
+	fmt.Fprintf(w, "  # bob's next pull goes on from his cursor: only the new message\n")
+	fmt.Fprintf(w, "  %s send -addr %s -fingerprint %s -token \"$ALICE\" -store %s -conv d:alice:bob -peer bob -body \"after the moves\"\n",
+		sc, sender.Client, info.Fingerprint, q(dir+"/syncctl-store/alice/phone"))
+	fmt.Fprintf(w, "  %s pull -addr %s -fingerprint %s -token \"$BOB\" -store %s\n",
+		sc, puller.Client, info.Fingerprint, q(dir+"/syncctl-store/bob/laptop"))
 	if len(info.Nodes) >= 3 {
 		victim := info.Nodes[1]
 		fmt.Fprintf(w, "\n  # failover: kill %s hard, then ask again: it is unreachable and, after an election of a\n"+

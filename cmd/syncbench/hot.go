@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/syncd-dev/syncd/bench"
+	"github.com/syncd-dev/syncd/log"
+	"github.com/syncd-dev/syncd/raftstore"
 	"github.com/syncd-dev/syncd/syncd/adminapi"
 )
 
@@ -48,24 +50,53 @@ func runHot(ctx context.Context, o options) error {
 	}
 	defer closeCluster("the cluster", cl)
 	cfg := bench.HotConfig{User: "hot-bot", Senders: o.devices, Workers: o.senders}
-	what, kind, key := "hot user", "user", cfg.User
+	what, kind, key, slot := "hot user", "user", cfg.User, log.UserSlot
 	if o.hotGroup {
 		cfg.Group = "g:hot-room"
-		what, kind, key = "hot group", "conv", cfg.Group
+		what, kind, key, slot = "hot group", "conv", cfg.Group, log.ConvSlot
 	}
-	var pause time.Duration
+	after, during := "after, on a shard of its own", "during the move"
+	var splitShard raftstore.ShardID
+	if o.split {
+		// A name whose slot is in the upper half of its shard's range, which the split moves.
+		for i := 0; ; i++ {
+			name := fmt.Sprint(key, "-", i)
+			for _, r := range raftstore.EvenSlots(o.shards) {
+				if s := slot(name); s >= r.First+(r.Last-r.First+1)/2 && s <= r.Last {
+					key, splitShard = name, r.Shard
+				}
+			}
+			if splitShard != 0 {
+				break
+			}
+		}
+		if o.hotGroup {
+			cfg.Group = key
+		} else {
+			cfg.User = key
+		}
+		after, during = "after its shard split", "during the split"
+	}
+	var pause, splitTook time.Duration
+	var splitCopied int64
 	// With -cpuprofile, the nodes are profiled over the phases before and after the move.
 	profile := func(prefix string) func(context.Context) error {
 		return func(ctx context.Context) error { startProfile(ctx, o, 0, cl, prefix)(); return nil }
 	}
 	steps := []bench.HotStep{
 		{Name: "before the move", D: o.duration, Action: profile("hot-before-")},
-		{Name: "during the move", D: o.duration / 2, Action: func(ctx context.Context) error {
+		{Name: during, D: o.duration / 2, Action: func(ctx context.Context) error {
 			var err error
+			if o.split {
+				start := time.Now()
+				pause, splitCopied, err = split(ctx, cl, splitShard)
+				splitTook = time.Since(start)
+				return err
+			}
 			pause, _, err = moveKey(ctx, cl, kind, key)
 			return err
 		}},
-		{Name: "after, on a shard of its own", D: o.duration, Action: profile("hot-after-")},
+		{Name: after, D: o.duration, Action: profile("hot-after-")},
 	}
 	progress("%s %s: %d senders, %d in flight", what, key, o.devices, o.senders)
 	phases, err := bench.Hot(ctx, cl.Target(), cfg, steps, cl.CPUTime)
@@ -80,8 +111,11 @@ func runHot(ctx context.Context, o options) error {
 		if p.FirstErr != "" {
 			note += "; the first failure: " + p.FirstErr
 		}
-		if p.Name == "during the move" {
+		if p.Name == during {
 			note += fmt.Sprintf("; the move paused the %s's writes %v", kind, pause.Round(time.Millisecond))
+			if o.split {
+				note += fmt.Sprintf("; the split of shard %d took %v and copied %d bytes", splitShard, splitTook.Round(time.Millisecond), splitCopied)
+			}
 		}
 		rows = append(rows, row{name: what + ": " + p.Name, value: fmt.Sprintf("%.0f acked/s", p.PerSec), p50: p.AckP50, p99: p.AckP99, note: note})
 	}
@@ -107,14 +141,32 @@ func runHot(ctx context.Context, o options) error {
 // its own and waits until the move has ended; it returns the pause and the bytes copied, as the
 // nodes' metrics count them.
 func moveKey(ctx context.Context, cl *procCluster, kind, key string) (pause time.Duration, copied int64, err error) {
+	return timedMove(ctx, cl, "/v1/moves?"+kind+"="+url.QueryEscape(key)+"&new_shard=1", func(v adminapi.ClusterView, to uint32) bool {
+		if kind == "conv" {
+			return v.ConvOverrides[key] == to
+		}
+		return v.Overrides[key] == to
+	})
+}
+
+// split asks node 0 to split shard in two and waits until the move of its upper half has ended,
+// as moveKey does.
+func split(ctx context.Context, cl *procCluster, shard raftstore.ShardID) (pause time.Duration, copied int64, err error) {
+	return timedMove(ctx, cl, fmt.Sprintf("/v1/shards/%d/split", shard), func(adminapi.ClusterView, uint32) bool { return true })
+}
+
+// timedMove starts the move path asks node 0 for and waits until no move is in progress and done
+// holds of the cluster view (to: the move's destination); it returns the pause and the bytes
+// copied, as the nodes' metrics count them.
+func timedMove(ctx context.Context, cl *procCluster, path string, done func(v adminapi.ClusterView, to uint32) bool) (pause time.Duration, copied int64, err error) {
 	p0, c0, err := moveMetrics(ctx, cl)
 	if err != nil {
 		return 0, 0, err
 	}
 	n := cl.pc.Node(0)
-	code, body, err := n.AdminDo(ctx, http.MethodPost, "/v1/moves?"+kind+"="+url.QueryEscape(key)+"&new_shard=1")
+	code, body, err := n.AdminDo(ctx, http.MethodPost, path)
 	if err != nil || code != http.StatusOK {
-		return 0, 0, fmt.Errorf("syncbench: move %s: HTTP %d %s %v", key, code, body, err)
+		return 0, 0, fmt.Errorf("syncbench: POST %s: HTTP %d %s %v", path, code, body, err)
 	}
 	var started adminapi.MoveStarted
 	if err := json.Unmarshal([]byte(body), &started); err != nil {
@@ -122,12 +174,7 @@ func moveKey(ctx context.Context, cl *procCluster, kind, key string) (pause time
 	}
 	deadline := time.Now().Add(10 * time.Minute)
 	for {
-		v, err := n.ClusterView(ctx)
-		pinned := v.Overrides[key]
-		if kind == "conv" {
-			pinned = v.ConvOverrides[key]
-		}
-		if err == nil && len(v.Moves) == 0 && pinned == started.To {
+		if v, err := n.ClusterView(ctx); err == nil && len(v.Moves) == 0 && done(v, started.To) {
 			break
 		}
 		if time.Now().After(deadline) {

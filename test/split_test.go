@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/syncd-dev/syncd/log"
+	"github.com/syncd-dev/syncd/proto"
+	"github.com/syncd-dev/syncd/proto/prototest"
 	"github.com/syncd-dev/syncd/raftstore"
 	"github.com/syncd-dev/syncd/syncd/adminapi"
 	"github.com/syncd-dev/syncd/syncd/syncdtest"
@@ -130,4 +132,48 @@ func TestSplitShardUnderTraffic(t *testing.T) {
 		t.Errorf("the cluster view does not show the new shard's slots %s: %+v", upper, view.Shards)
 	}
 	t.Logf("split shard %d: slots %s to shard %d under %d sends (%d after the switch)", from, upper, to, count(), count()-sentAt)
+}
+
+// TestMovingSlotsOnTheWire: while a range of slots is fenced on its shard (a slot move's last
+// steps), a send to a conversation of the range, the creation of a group in it and a read mark
+// are answered unavailable with retry_after_ms 200 over QUIC, a resend of an acked message is
+// still answered with its Ack, and a conversation of the shard outside the range is served.
+func TestMovingSlotsOnTheWire(t *testing.T) {
+	srv := syncdtest.Start(t, nil)
+	token, err := srv.MintToken("alice", "phone", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	alice := prototest.Connect(t, srv.Addr().String(), srv.Fingerprint(), token, "alice", "phone")
+	m, _ := srv.Node().ClusterMap()
+	r := m.Slots[0] // shard 1's range
+	span := log.SlotSpan{First: r.First, Last: r.First + (r.Last-r.First)/2}
+	pick := func(prefix string, in bool) string {
+		for i := 0; ; i++ {
+			id := fmt.Sprint(prefix, i)
+			if s := log.ConvSlot(id); r.First <= s && s <= r.Last && span.Contains(s) == in {
+				return id
+			}
+		}
+	}
+	moving, staying, created := pick("g:in", true), pick("g:out", false), pick("g:new", true)
+	first := alice.Ack(&proto.CreateGroup{ID: alice.ID(), Conv: moving, ClientMsgID: "c1", Members: []string{"bob"}})
+	alice.Ack(&proto.CreateGroup{ID: alice.ID(), Conv: staying, ClientMsgID: "c2", Members: []string{"bob"}})
+	if _, err := srv.Node().Propose(t.Context(), r.Shard, raftstore.MoveCommand(&log.MoveStep{Op: log.MoveFence, Move: 7, Slots: &span})); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []proto.Frame{
+		&proto.Send{ID: alice.ID(), Conv: moving, ClientMsgID: "m1", Body: []byte("hi")},
+		&proto.CreateGroup{ID: alice.ID(), Conv: created, ClientMsgID: "c3", Members: []string{"bob"}},
+		&proto.MarkRead{ID: alice.ID(), Conv: moving, ClientMsgID: "r1", UpTo: 1},
+	} {
+		e, ok := alice.Do(f).(*proto.Error)
+		if !ok || e.Code != proto.CodeUnavailable || e.RetryAfterMs != 200 {
+			t.Fatalf("%v in fenced slots: %+v, want unavailable with retry_after_ms 200", f.FrameType(), e)
+		}
+	}
+	if a := alice.Ack(&proto.CreateGroup{ID: alice.ID(), Conv: moving, ClientMsgID: "c1", Members: []string{"bob"}}); a.MsgID != first.MsgID {
+		t.Fatalf("a resend to the fenced slots: %+v, want the original %+v", a, first)
+	}
+	alice.Ack(&proto.Send{ID: alice.ID(), Conv: staying, ClientMsgID: "m2", Body: []byte("served")})
 }

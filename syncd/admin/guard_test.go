@@ -84,7 +84,7 @@ func TestAdminNeedsToken(t *testing.T) {
 	for _, r := range []struct{ method, path string }{
 		{"GET", "/v1/cluster"}, {"GET", "/v1/cursors?user=alice"}, {"GET", "/v1/trace?msg_id=1.1.0"},
 		{"GET", "/v1/deadletters"}, {"POST", "/v1/users/alice/reset"}, {"POST", "/v1/nodes?id=n9&raft_addr=127.0.0.1:9"},
-		{"POST", "/v1/nodes/n1/remove"}, {"POST", "/v1/shards"}, {"POST", "/v1/moves?user=alice&to=2"}, {"POST", "/v1/moves/1/cancel"}, {"POST", "/v1/deadletters/1-2-3/replay"}, {"DELETE", "/v1/deadletters/1-2-3"},
+		{"POST", "/v1/nodes/n1/remove"}, {"POST", "/v1/shards"}, {"POST", "/v1/moves?user=alice&to=2"}, {"POST", "/v1/moves?slots=0-9&to=2"}, {"POST", "/v1/shards/1/split"}, {"POST", "/v1/moves/1/cancel"}, {"POST", "/v1/deadletters/1-2-3/replay"}, {"DELETE", "/v1/deadletters/1-2-3"},
 		{"GET", "/debug/pprof/"}, {"GET", "/debug/pprof/cmdline"}, {"GET", "/debug/pprof/goroutine?debug=1"},
 		{"GET", "/v1/nope"}, {"GET", "/nope"}, // what exists is not told either
 	} {

@@ -90,25 +90,39 @@ func (r *slotRun) copyStep(ctx context.Context) error {
 	if _, err := r.propose(ctx, r.to, r.step(log.MoveBegin)); err != nil {
 		return err
 	}
-	if err := r.copyPass(ctx, nil); err != nil {
-		return err
+	// Until the cutover every key keeps growing on the source; passes repeat until one copies
+	// little, so that what the destination holds back from the cutover on, and the activation
+	// appends inside the pause, is what arrives in about one short pass, not in the whole copy.
+	for pass := 0; pass < maxCopyPasses; pass++ {
+		entries, err := r.copyPass(ctx, nil)
+		if err != nil {
+			return err
+		}
+		if entries < r.d.cfg.Chunk {
+			break
+		}
 	}
 	return r.advance(ctx, raftstore.StepCutover, nil)
 }
 
+// maxCopyPasses bounds the copy step's passes over a range whose keys grow as fast as they are
+// copied.
+const maxCopyPasses = 8
+
 // copyPass stages every key of the range the source holds now, past what this run copied of it,
-// in batches of several keys. With final set (the activation), the last batch rides with it.
-func (r *slotRun) copyPass(ctx context.Context, final *log.MoveStep) error {
+// in batches of several keys, and returns how many log entries it copied. With final set (the
+// activation), the last batch rides with it.
+func (r *slotRun) copyPass(ctx context.Context, final *log.MoveStep) (entries int, err error) {
 	state, err := r.d.node.State(r.from)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	users, convs, err := state.KeysInSlots(r.span)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	var batch []log.MoveKey
-	size, entries := 0, 0
+	size, records := 0, 0
 	flush := func(last bool) error {
 		s := r.step(log.MoveStage)
 		if last && final != nil {
@@ -121,7 +135,7 @@ func (r *slotRun) copyPass(ctx context.Context, final *log.MoveStep) error {
 			return err
 		}
 		r.bytes += int64(size)
-		batch, size, entries = nil, 0, 0
+		batch, size, records = nil, 0, 0
 		return nil
 	}
 	keys := make([]slotKey, 0, len(users)+len(convs))
@@ -146,7 +160,7 @@ func (r *slotRun) copyPass(ctx context.Context, final *log.MoveStep) error {
 				return nil
 			})
 			if err != nil {
-				return err
+				return 0, err
 			}
 			if seen && epoch != prev.epoch {
 				// The key's log was reset since it was copied (a new epoch, from position 1):
@@ -157,15 +171,16 @@ func (r *slotRun) copyPass(ctx context.Context, final *log.MoveStep) error {
 			done = fin
 			r.copied[k] = keyCopy{pos: last, epoch: epoch}
 			batch, size = append(batch, mk), size+n
-			entries += len(mk.Records)
-			if size >= batchBytes || entries >= r.d.cfg.Chunk {
+			records += len(mk.Records)
+			entries += int(last - prev.pos)
+			if size >= batchBytes || records >= r.d.cfg.Chunk {
 				if err := flush(false); err != nil {
-					return err
+					return 0, err
 				}
 			}
 		}
 	}
-	return flush(true)
+	return entries, flush(true)
 }
 
 // cutoverStep switches every shard's outbox to send the range's users' later records to the
@@ -200,7 +215,7 @@ func (r *slotRun) fenceStep(ctx context.Context, mv *raftstore.MoveInfo) error {
 			return err
 		}
 	}
-	if err := r.copyPass(ctx, nil); err != nil {
+	if _, err := r.copyPass(ctx, nil); err != nil {
 		return err
 	}
 	fenced := time.Now()
@@ -210,7 +225,7 @@ func (r *slotRun) fenceStep(ctx context.Context, mv *raftstore.MoveInfo) error {
 	}
 	activate := r.step(log.MoveActivate)
 	activate.Fence = res.Move
-	if err := r.copyPass(ctx, activate); err != nil {
+	if _, err := r.copyPass(ctx, activate); err != nil {
 		return err
 	}
 	if err := r.advance(ctx, raftstore.StepDrop, nil); err != nil {

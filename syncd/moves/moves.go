@@ -111,13 +111,12 @@ func (d *Driver) maybeStart(ctx context.Context, mv *raftstore.MoveInfo) {
 			delete(d.running, mv.ID)
 			d.mu.Unlock()
 		}()
-		var r interface{ carryOut(context.Context) error }
+		r := &run{d: d, id: mv.ID, user: mv.User, conv: mv.Conv, key: mv.Key(), from: mv.From, to: mv.To}
+		var s steps = r
 		if mv.Slots != nil {
-			r = newSlotRun(d, mv)
-		} else {
-			r = &run{d: d, id: mv.ID, user: mv.User, conv: mv.Conv, key: mv.Key(), from: mv.From, to: mv.To}
+			s = &slotRun{run: r, span: *mv.Slots, copied: map[slotKey]keyCopy{}}
 		}
-		if err := r.carryOut(ctx); err != nil && ctx.Err() == nil {
+		if err := r.carryOut(ctx, s); err != nil && ctx.Err() == nil {
 			// The next poll tries again, from the step the map holds.
 			d.cfg.Logger.Warn("move interrupted; it resumes from its step", "move", mv.ID, "key", mv.Key(), "err", err)
 		}
@@ -150,8 +149,18 @@ type run struct {
 // errNotLeader ends a run whose node no longer leads the source: the new leader takes over.
 var errNotLeader = errors.New("moves: this node no longer leads the move's source shard")
 
-// carryOut runs the move's steps from the one the map holds until it is done.
-func (r *run) carryOut(ctx context.Context) error {
+// steps is what one kind of move does at each step the map holds: run's for a user or a
+// conversation, slotRun's for a range of slots.
+type steps interface {
+	copyStep(ctx context.Context) error
+	cutoverStep(ctx context.Context, m raftstore.ClusterMap) error
+	fenceStep(ctx context.Context, mv *raftstore.MoveInfo) error
+	dropStep(ctx context.Context) error
+	cancelStep(ctx context.Context) error
+}
+
+// carryOut runs the move's steps, as s makes them, from the one the map holds until it is done.
+func (r *run) carryOut(ctx context.Context, s steps) error {
 	for ctx.Err() == nil {
 		m, _ := r.d.node.ClusterMap()
 		mv := m.Moves[r.id]
@@ -164,15 +173,15 @@ func (r *run) carryOut(ctx context.Context) error {
 		var err error
 		switch mv.Step {
 		case raftstore.StepCopy:
-			err = r.copyStep(ctx)
+			err = s.copyStep(ctx)
 		case raftstore.StepCutover:
-			err = r.cutoverStep(ctx, m)
+			err = s.cutoverStep(ctx, m)
 		case raftstore.StepFence:
-			err = r.fenceStep(ctx, mv)
+			err = s.fenceStep(ctx, mv)
 		case raftstore.StepDrop:
-			err = r.dropStep(ctx)
+			err = s.dropStep(ctx)
 		case raftstore.StepCanceled:
-			err = r.cancelStep(ctx)
+			err = s.cancelStep(ctx)
 		default:
 			err = fmt.Errorf("moves: move %d at unknown step %q (a newer build's?)", r.id, mv.Step)
 		}
@@ -330,9 +339,15 @@ func (r *run) resume(ctx context.Context, epoch log.Epoch) error {
 // cutoverStep switches every shard's outbox to send the user's later records to the destination,
 // and records where each switched.
 func (r *run) cutoverStep(ctx context.Context, m raftstore.ClusterMap) error {
+	return r.cutover(ctx, m, r.step(log.MoveCutover))
+}
+
+// cutover proposes the cutover step to every data shard of m and records, with the move's next
+// step, where each switched.
+func (r *run) cutover(ctx context.Context, m raftstore.ClusterMap, step *log.MoveStep) error {
 	cut := map[raftstore.ShardID]uint64{}
 	for _, x := range m.DataShards() {
-		res, err := r.propose(ctx, x, r.step(log.MoveCutover))
+		res, err := r.propose(ctx, x, step)
 		if err != nil {
 			return err
 		}
@@ -341,14 +356,9 @@ func (r *run) cutoverStep(ctx context.Context, m raftstore.ClusterMap) error {
 	return r.advance(ctx, raftstore.StepFence, cut)
 }
 
-// fenceStep fences the key on the source, copies what is left (the final meta and cursors or
-// members with it) with the activation on the destination, and switches the map: the key's
-// writes pause from the fence to the switch, three commits. A user's move first waits until the
-// source has every record routed to it (each source's mark past its cutover). A conversation's
-// activation carries the fence's position, the barrier its deliveries from the destination wait
-// behind at every destination (log.Barrier): the writers never wait for the source's fan-out,
-// which the drop step does. A run that found the key activated already only switches.
-func (r *run) fenceStep(ctx context.Context, mv *raftstore.MoveInfo) error {
+// waitCutovers waits until the source's mark for every shard has reached that shard's cutover
+// position: the source has every record routed to it.
+func (r *run) waitCutovers(ctx context.Context, mv *raftstore.MoveInfo) error {
 	state, err := r.d.node.State(r.from)
 	if err != nil {
 		return err
@@ -361,6 +371,20 @@ func (r *run) fenceStep(ctx context.Context, mv *raftstore.MoveInfo) error {
 		if err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// fenceStep fences the key on the source, copies what is left (the final meta and cursors or
+// members with it) with the activation on the destination, and switches the map: the key's
+// writes pause from the fence to the switch, three commits. A user's move first waits until the
+// source has every record routed to it (each source's mark past its cutover). A conversation's
+// activation carries the fence's position, the barrier its deliveries from the destination wait
+// behind at every destination (log.Barrier): the writers never wait for the source's fan-out,
+// which the drop step does. A run that found the key activated already only switches.
+func (r *run) fenceStep(ctx context.Context, mv *raftstore.MoveInfo) error {
+	if err := r.waitCutovers(ctx, mv); err != nil {
+		return err
 	}
 	if err := r.copyToHead(ctx, nil); err != nil { // most of the tail, before the pause
 		return err

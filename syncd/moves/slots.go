@@ -2,7 +2,6 @@ package moves
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/syncd-dev/syncd/log"
@@ -22,9 +21,9 @@ const batchBytes = 512 << 10
 // deleting half a shard would stall its apply.
 const dropKeys = 256
 
-// slotRun is one slot move being carried out by this node.
+// slotRun is one slot move being carried out by this node: run's steps, made for the range.
 type slotRun struct {
-	run
+	*run
 	span log.SlotSpan
 	// copied holds, per key this run staged, the last position it staged and the epoch of that
 	// log; a key not in it is copied from the start, its earlier staging (another run's)
@@ -40,45 +39,8 @@ type keyCopy struct {
 	epoch log.Epoch
 }
 
-func newSlotRun(d *Driver, mv *raftstore.MoveInfo) *slotRun {
-	return &slotRun{run: run{d: d, id: mv.ID, key: mv.Key(), from: mv.From, to: mv.To}, span: *mv.Slots, copied: map[slotKey]keyCopy{}}
-}
-
 func (r *slotRun) step(op log.MoveOp) *log.MoveStep {
 	return &log.MoveStep{Op: op, Move: log.MoveID(r.id), From: r.from, To: r.to, Slots: &r.span}
-}
-
-// carryOut runs the move's steps from the one the map holds until it is done.
-func (r *slotRun) carryOut(ctx context.Context) error {
-	for ctx.Err() == nil {
-		m, _ := r.d.node.ClusterMap()
-		mv := m.Moves[r.id]
-		if mv == nil {
-			return nil
-		}
-		if !r.d.leads(r.from) {
-			return errNotLeader
-		}
-		var err error
-		switch mv.Step {
-		case raftstore.StepCopy:
-			err = r.copyStep(ctx)
-		case raftstore.StepCutover:
-			err = r.cutoverStep(ctx, m)
-		case raftstore.StepFence:
-			err = r.fenceStep(ctx, mv)
-		case raftstore.StepDrop:
-			err = r.dropStep(ctx)
-		case raftstore.StepCanceled:
-			err = r.cancelStep(ctx)
-		default:
-			err = fmt.Errorf("moves: move %d at unknown step %q (a newer build's?)", r.id, mv.Step)
-		}
-		if err != nil {
-			return err
-		}
-	}
-	return ctx.Err()
 }
 
 // copyStep makes the destination ready and copies every key of the range to it.
@@ -186,15 +148,7 @@ func (r *slotRun) copyPass(ctx context.Context, final *log.MoveStep) (entries in
 // cutoverStep switches every shard's outbox to send the range's users' later records to the
 // destination, and records where each switched.
 func (r *slotRun) cutoverStep(ctx context.Context, m raftstore.ClusterMap) error {
-	cut := map[raftstore.ShardID]uint64{}
-	for _, x := range m.DataShards() {
-		res, err := r.propose(ctx, x, r.step(log.MoveCutover))
-		if err != nil {
-			return err
-		}
-		cut[x] = res.Move
-	}
-	return r.advance(ctx, raftstore.StepFence, cut)
+	return r.cutover(ctx, m, r.step(log.MoveCutover))
 }
 
 // fenceStep waits until the source has every record routed to it, copies most of the tail,
@@ -202,18 +156,8 @@ func (r *slotRun) cutoverStep(ctx context.Context, m raftstore.ClusterMap) error
 // barrier the range's conversations wait behind at every destination) and switches the map: the
 // range's writes pause from the fence to the switch.
 func (r *slotRun) fenceStep(ctx context.Context, mv *raftstore.MoveInfo) error {
-	state, err := r.d.node.State(r.from)
-	if err != nil {
+	if err := r.waitCutovers(ctx, mv); err != nil {
 		return err
-	}
-	for x, p := range mv.Cutovers {
-		err := r.waitFor(ctx, func() (bool, error) {
-			mark, err := state.SourceMark(x)
-			return mark >= p, err
-		})
-		if err != nil {
-			return err
-		}
 	}
 	if _, err := r.copyPass(ctx, nil); err != nil {
 		return err

@@ -538,6 +538,37 @@ func (t *Tx) activated(uid string, marked bool) (bool, error) {
 	return has, err
 }
 
+// appendHeld appends the entries 1..n move holds, in order, each to the log meta names for the
+// user it was held for (a held entry v1 names none: a user's move holds entries for one user),
+// after its head.
+func (t *Tx) appendHeld(move MoveID, n uint64, meta func(held string) (uid string, m *logMeta)) error {
+	k := t.s.k
+	for i := uint64(1); i <= n; i++ {
+		v, ok, err := getValue(t.b, k.pending(move, i))
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return corruptf("pending entry %d of move %d missing", i, move)
+		}
+		held, delta, e, err := decodePending(v)
+		if err != nil {
+			return err
+		}
+		uid, m := meta(held)
+		m.Head++
+		m.Groups = max(m.Groups+delta, 0)
+		e.Seq = m.Head
+		if err := t.set(k.userEntry(uid, m.Head), encodeEntry(&e)); err != nil {
+			return err
+		}
+		if err := t.set(k.userConv(uid, e.Conv), encodeUint(uint64(e.ConvSeq))); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // holdPending keeps e, delivered to uid while uid is moving in, as the next pending entry.
 func (t *Tx) holdPending(uid string, m moveMarker, e *Entry) error {
 	if m.inRange {
@@ -670,27 +701,8 @@ func (t *Tx) ActivateUser(st Stamp, move MoveID, uid string, sourceEmpty bool) (
 		return 0, err
 	}
 	// Append what arrived meanwhile, after the source's head.
-	for n := uint64(1); n <= m.pending; n++ {
-		v, ok, err := getValue(t.b, k.pending(move, n))
-		if err != nil {
-			return 0, err
-		}
-		if !ok {
-			return 0, corruptf("pending entry %d of move %d missing", n, move)
-		}
-		_, delta, e, err := decodePending(v)
-		if err != nil {
-			return 0, err
-		}
-		meta.Head++
-		meta.Groups = max(meta.Groups+delta, 0)
-		e.Seq = meta.Head
-		if err := t.set(k.userEntry(uid, meta.Head), encodeEntry(&e)); err != nil {
-			return 0, err
-		}
-		if err := t.set(k.userConv(uid, e.Conv), encodeUint(uint64(e.ConvSeq))); err != nil {
-			return 0, err
-		}
+	if err := t.appendHeld(move, m.pending, func(string) (string, *logMeta) { return uid, &meta }); err != nil {
+		return 0, err
 	}
 	pend := k.pendingPrefix(move)
 	if err := t.deletePrefixes(pend); err != nil {

@@ -560,32 +560,14 @@ func (t *Tx) ActivateRange(st Stamp, move MoveID, after Barrier) (int, error) {
 		}
 		users[id] = &sm.meta
 	}
-	for n := uint64(1); n <= m.pending; n++ {
-		v, ok, err := getValue(t.b, k.pending(move, n))
-		if err != nil {
-			return 0, err
+	err = t.appendHeld(move, m.pending, func(uid string) (string, *logMeta) {
+		if users[uid] == nil { // no log of uid on the source: it starts here with what was held
+			users[uid] = &logMeta{Epoch: newEpoch(st), First: 1}
 		}
-		if !ok {
-			return 0, corruptf("pending entry %d of move %d missing", n, move)
-		}
-		uid, delta, e, err := decodePending(v)
-		if err != nil {
-			return 0, err
-		}
-		meta := users[uid]
-		if meta == nil { // no log of uid on the source: it starts here with what was held
-			meta = &logMeta{Epoch: newEpoch(st), First: 1}
-			users[uid] = meta
-		}
-		meta.Head++
-		meta.Groups = max(meta.Groups+delta, 0)
-		e.Seq = meta.Head
-		if err := t.set(k.userEntry(uid, meta.Head), encodeEntry(&e)); err != nil {
-			return 0, err
-		}
-		if err := t.set(k.userConv(uid, e.Conv), encodeUint(uint64(e.ConvSeq))); err != nil {
-			return 0, err
-		}
+		return uid, users[uid]
+	})
+	if err != nil {
+		return 0, err
 	}
 	if t.touched == nil {
 		t.touched = map[string]struct{}{}

@@ -89,8 +89,8 @@ func TestSyncctlShardAdd(t *testing.T) {
 			t.Fatalf("shard %d: %+v", s.Shard, s)
 		}
 	}
-	if code, _, errOut := syncctl(t, append([]string{"shard", "split"}, admin...)...); code != exitUsage || !strings.Contains(errOut, "want add") {
-		t.Fatalf("shard split: exit %d: %s", code, errOut)
+	if code, _, errOut := syncctl(t, append([]string{"shard", "merge"}, admin...)...); code != exitUsage || !strings.Contains(errOut, "want add or split") {
+		t.Fatalf("shard merge: exit %d: %s", code, errOut)
 	}
 }
 

@@ -177,3 +177,94 @@ func TestMovingSlotsOnTheWire(t *testing.T) {
 	}
 	alice.Ack(&proto.Send{ID: alice.ID(), Conv: staying, ClientMsgID: "m2", Body: []byte("served")})
 }
+
+// TestSlotMoveCancelWhileCopying: an operator cancels a slot move while its copy runs (a slot
+// holding a 200,000-entry log, so the copy lasts seconds): the driver has the destination drop
+// each key's copy and ends the move; the slot stays with its shard, which serves the log whole;
+// a later move of the same slot runs to its end.
+func TestSlotMoveCancelWhileCopying(t *testing.T) {
+	srv := syncdtest.Start(t, nil)
+	node := srv.Node()
+	const user = "big"
+	slot := log.UserSlot(user)
+	m, _ := node.ClusterMap()
+	from := raftstore.ShardID(0)
+	for _, r := range m.Slots {
+		if r.First <= slot && slot <= r.Last {
+			from = r.Shard
+		}
+	}
+	const entries, per = 200_000, 1000
+	for b := range entries / per { // straight through deliveries, as TestMoveCancelWhileCopying fills it
+		batch := &log.DeliveryBatch{Source: 9999, Prev: uint64(b * per), Last: uint64((b + 1) * per)}
+		for i := range per {
+			pos := uint64(b*per + i + 1)
+			batch.Items = append(batch.Items, log.Delivery{Pos: pos, Users: []string{user}, Entry: log.Entry{
+				Kind: log.KindMessage, MsgID: log.MsgID{Shard: 9999, Index: pos}, Conv: "d:big:x", ConvSeq: log.Position(pos),
+				Sender: "x", Time: 1, Body: make([]byte, 64)}})
+		}
+		if _, err := node.Propose(t.Context(), from, raftstore.DeliverCommand(batch)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	admin := "http://" + srv.AdminAddr().String()
+	auth := testkit.Bearer(srv.AdminToken())
+	span := fmt.Sprint(slot, "-", slot)
+	var started adminapi.MoveStarted
+	code, body := testkit.HTTP(t, http.MethodPost, admin+"/v1/moves?slots="+span+"&new_shard=1", auth)
+	if err := json.Unmarshal([]byte(body), &started); err != nil || code != http.StatusOK || started.Slots != span {
+		t.Fatalf("POST /v1/moves?slots=%s: HTTP %d %s", span, code, body)
+	}
+	to := raftstore.ShardID(started.To)
+	testkit.WaitTrue(t, 10*time.Second, "the copy to be under way", func() bool {
+		dst, err := node.State(to)
+		if err != nil {
+			return false
+		}
+		_, err = dst.UserInfo(user) // the destination refuses reads of a range moving in
+		return errors.Is(err, log.ErrMoved)
+	})
+	if code, body := testkit.HTTP(t, http.MethodPost, fmt.Sprintf("%s/v1/moves/%d/cancel", admin, started.ID), auth); code != http.StatusOK {
+		t.Fatalf("cancel while copying: HTTP %d %s", code, body)
+	}
+	testkit.WaitTrue(t, 30*time.Second, "the canceled move to end", func() bool {
+		m, _ := node.ClusterMap()
+		return len(m.Moves) == 0
+	})
+	if m, _ := node.ClusterMap(); slotOwner(m, slot) != from {
+		t.Fatalf("after the cancel, slot %d is shard %d's, not %d's", slot, slotOwner(m, slot), from)
+	}
+	src, _ := node.State(from)
+	if info, err := src.UserInfo(user); err != nil || info.Head != entries || info.First != 1 {
+		t.Fatalf("the user's log on its shard after the cancel: %+v, %v", info, err)
+	}
+	dst, _ := node.State(to)
+	if info, err := dst.UserInfo(user); err != nil || info.Head != 0 {
+		t.Fatalf("the destination after the cancel: %+v, %v; want nothing of the user and no refusal", info, err)
+	}
+	// The slot moves for real afterwards.
+	code, body = testkit.HTTP(t, http.MethodPost, fmt.Sprintf("%s/v1/moves?slots=%s&to=%d", admin, span, to), auth)
+	if err := json.Unmarshal([]byte(body), &started); err != nil || code != http.StatusOK {
+		t.Fatalf("the second move: HTTP %d %s", code, body)
+	}
+	testkit.WaitTrue(t, 60*time.Second, "the second move to end", func() bool {
+		m, _ := node.ClusterMap()
+		return len(m.Moves) == 0 && slotOwner(m, slot) == to
+	})
+	if info, err := dst.UserInfo(user); err != nil || info.Head != entries {
+		t.Fatalf("the user's log after the second move: %+v, %v", info, err)
+	}
+	if _, err := src.UserInfo(user); !errors.Is(err, log.ErrMoved) {
+		t.Fatalf("the old shard after the second move: %v, want ErrMoved", err)
+	}
+}
+
+// slotOwner returns the shard m's slot table gives slot.
+func slotOwner(m raftstore.ClusterMap, slot int) raftstore.ShardID {
+	for _, r := range m.Slots {
+		if r.First <= slot && slot <= r.Last {
+			return r.Shard
+		}
+	}
+	return 0
+}

@@ -420,6 +420,26 @@ func TestMovingConvOnTheWire(t *testing.T) {
 	}
 }
 
+// fillLog writes entries entries to user's log on shard, straight through deliveries from a shard
+// id no real shard has (so no real stream's mark moves), 1,000 entries a command: a log whose
+// copy lasts seconds.
+func fillLog(t *testing.T, node *raftstore.Node, shard raftstore.ShardID, user string, entries int) {
+	t.Helper()
+	const per = 1000
+	for b := range entries / per {
+		batch := &log.DeliveryBatch{Source: 9999, Prev: uint64(b * per), Last: uint64((b + 1) * per)}
+		for i := range per {
+			pos := uint64(b*per + i + 1)
+			batch.Items = append(batch.Items, log.Delivery{Pos: pos, Users: []string{user}, Entry: log.Entry{
+				Kind: log.KindMessage, MsgID: log.MsgID{Shard: 9999, Index: pos}, Conv: "d:big:x", ConvSeq: log.Position(pos),
+				Sender: "x", Time: 1, Body: make([]byte, 64)}})
+		}
+		if _, err := node.Propose(t.Context(), shard, raftstore.DeliverCommand(batch)); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // TestMoveCancelWhileCopying: an operator cancels a move while its copy runs (a log of 200,000
 // entries, so the copy lasts seconds): the move's driver has the destination drop what it copied
 // and ends the move; the user's log is served by its shard as before, whole, and the destination
@@ -430,21 +450,8 @@ func TestMoveCancelWhileCopying(t *testing.T) {
 	m, _ := node.ClusterMap()
 	const user = "big"
 	from := routing.Even(m.Shards).UserShard(user)
-	// Fill the log straight through deliveries from a shard id no real shard has (so no real
-	// stream's mark moves), 1,000 entries a command.
-	const entries, per = 200_000, 1000
-	for b := range entries / per {
-		batch := &log.DeliveryBatch{Source: 9999, Prev: uint64(b * per), Last: uint64((b + 1) * per)}
-		for i := range per {
-			pos := uint64(b*per + i + 1)
-			batch.Items = append(batch.Items, log.Delivery{Pos: pos, Users: []string{user}, Entry: log.Entry{
-				Kind: log.KindMessage, MsgID: log.MsgID{Shard: 9999, Index: pos}, Conv: "d:big:x", ConvSeq: log.Position(pos),
-				Sender: "x", Time: 1, Body: make([]byte, 64)}})
-		}
-		if _, err := node.Propose(t.Context(), from, raftstore.DeliverCommand(batch)); err != nil {
-			t.Fatal(err)
-		}
-	}
+	const entries = 200_000
+	fillLog(t, node, from, user, entries)
 	admin := "http://" + srv.AdminAddr().String()
 	auth := testkit.Bearer(srv.AdminToken())
 	var started adminapi.MoveStarted

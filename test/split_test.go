@@ -194,19 +194,8 @@ func TestSlotMoveCancelWhileCopying(t *testing.T) {
 			from = r.Shard
 		}
 	}
-	const entries, per = 200_000, 1000
-	for b := range entries / per { // straight through deliveries, as TestMoveCancelWhileCopying fills it
-		batch := &log.DeliveryBatch{Source: 9999, Prev: uint64(b * per), Last: uint64((b + 1) * per)}
-		for i := range per {
-			pos := uint64(b*per + i + 1)
-			batch.Items = append(batch.Items, log.Delivery{Pos: pos, Users: []string{user}, Entry: log.Entry{
-				Kind: log.KindMessage, MsgID: log.MsgID{Shard: 9999, Index: pos}, Conv: "d:big:x", ConvSeq: log.Position(pos),
-				Sender: "x", Time: 1, Body: make([]byte, 64)}})
-		}
-		if _, err := node.Propose(t.Context(), from, raftstore.DeliverCommand(batch)); err != nil {
-			t.Fatal(err)
-		}
-	}
+	const entries = 200_000
+	fillLog(t, node, from, user, entries)
 	admin := "http://" + srv.AdminAddr().String()
 	auth := testkit.Bearer(srv.AdminToken())
 	span := fmt.Sprint(slot, "-", slot)

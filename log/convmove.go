@@ -79,8 +79,11 @@ func (s *Shard) readBarriers(r pebble.Reader) (map[string]Barrier, error) {
 		if err != nil {
 			return nil, err
 		}
-		key := it.Key()
-		out[string(key[len(lo):len(key)-1])] = b
+		id, err := keyID(it.Key(), len(lo))
+		if err != nil {
+			return nil, err
+		}
+		out[id] = b
 	}
 	return out, it.Error()
 }

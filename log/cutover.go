@@ -94,6 +94,9 @@ func (t *Tx) Cutover(move MoveID, uid string, from, to ShardID) (uint64, error) 
 		return 0, invalidf("cutover: bad user id %q, move 0 or no change of shard (%d)", uid, from)
 	}
 	k := t.s.k
+	if err := t.rangesView().check(); err != nil {
+		return 0, err
+	}
 	var c cutover
 	v, ok, err := getValue(t.b, k.cutover(uid))
 	if err != nil {
@@ -179,8 +182,11 @@ func (s *Shard) readCutovers(r pebble.Reader) (map[string]*cutover, error) {
 		if err != nil {
 			return nil, err
 		}
-		key := it.Key()
-		out[string(key[len(lo):len(key)-1])] = &c
+		id, err := keyID(it.Key(), len(lo))
+		if err != nil {
+			return nil, err
+		}
+		out[id] = &c
 	}
 	return out, it.Error()
 }

@@ -346,6 +346,13 @@ func exerciseShard(t *testing.T, s *Shard) {
 	_ = tx.TrimOutbox(2)
 	_, _ = tx.TrimUser(st, "bob", Retention{MaxCount: 1, MaxAge: 1})
 	_, _ = tx.TrimConv(st, "g1", Retention{MaxCount: 1, MaxAge: 1})
+	// Every step of a slot move over all slots, on whatever markers the state holds.
+	all := &SlotSpan{First: 0, Last: NumSlots - 1}
+	for _, op := range []MoveOp{MoveBegin, MoveStage, MoveCutover, MoveFence, MoveActivate, MoveSettle, MoveDrop, MoveDropped, MoveCancel} {
+		_, _ = tx.Move(st, &MoveStep{Op: op, Move: 9, From: 4, To: 5, Fence: 1, Slots: all,
+			Batch: []MoveKey{{User: "bob", Restart: true}, {Conv: "g1"}}})
+	}
+	_, _, _ = s.KeysInSlots(*all)
 }
 
 // FuzzMoveValues feeds each input to the decoders of a move: the Raft request (MoveStep) and the

@@ -1,6 +1,9 @@
 package log
 
-import "encoding/binary"
+import (
+	"encoding/binary"
+	"slices"
+)
 
 // Key layout. Every key of a shard's state starts with the 5-byte shard prefix, then a one-byte
 // table tag. Numbers are fixed-width big-endian so byte order is numeric order; ids are printable
@@ -88,6 +91,15 @@ func (k keys) meta(name string) []byte {
 }
 
 func appendID(b []byte, id string) []byte { return append(append(b, id...), 0) }
+
+// keyID returns the id of a stored key that is a table prefix of n bytes followed by one id and
+// its 0x00; a key of another shape (a damaged store) is an ErrCorrupt.
+func keyID(key []byte, n int) (string, error) {
+	if len(key) < n+2 || key[len(key)-1] != 0 || slices.Contains(key[n:len(key)-1], 0) {
+		return "", corruptf("key %x is not a table's id key", key)
+	}
+	return string(key[n : len(key)-1]), nil
+}
 
 func (k keys) conv(conv string) []byte { return appendID(k.table(tagConv, len(conv)+1), conv) }
 

@@ -206,8 +206,8 @@ func (s *Shard) readMarker(r pebble.Reader, rs *shardRanges, key []byte) (moveMa
 			return m, err == nil, err
 		}
 	}
-	if rs == nil || len(rs.markers) == 0 {
-		return moveMarker{}, false, nil
+	if err := rs.check(); err != nil || rs == nil || len(rs.markers) == 0 {
+		return moveMarker{}, false, err
 	}
 	return s.rangeMarkerFor(r, rs, key)
 }

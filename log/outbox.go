@@ -108,6 +108,9 @@ func (s *Shard) ReadOutbox(from uint64, limit int) ([]OutboxItem, error) {
 		return nil, err
 	}
 	ranges := s.committedRanges() // its cutovers route no record of snap differently from snap's own
+	if err := ranges.check(); err != nil {
+		return nil, err
+	}
 	var out []OutboxItem
 	for ok := it.First(); ok && len(out) < limit; ok = it.Next() {
 		key := it.Key()

@@ -145,6 +145,17 @@ func (k keys) rangeCutover(move MoveID) []byte {
 type shardRanges struct {
 	markers []rangeMarker
 	cuts    []rangeCutover
+	// err is set when a stored marker or cutover could not be decoded (a damaged disk, a bad
+	// snapshot): every check then answers it, rather than take the range for one not moving.
+	err error
+}
+
+// check returns the error of a damaged range record, if the shard has one.
+func (rs *shardRanges) check() error {
+	if rs == nil {
+		return nil
+	}
+	return rs.err
 }
 
 // committedRanges returns the shard's committed range markers and cutovers (nil: none).
@@ -164,7 +175,7 @@ func (t *Tx) editRanges() *shardRanges {
 	if t.rng == nil {
 		t.rng = &shardRanges{}
 		if c := t.s.committedRanges(); c != nil {
-			t.rng.markers, t.rng.cuts = slices.Clone(c.markers), slices.Clone(c.cuts)
+			t.rng.markers, t.rng.cuts, t.rng.err = slices.Clone(c.markers), slices.Clone(c.cuts), c.err
 		}
 	}
 	return t.rng
@@ -216,22 +227,22 @@ func (s *Shard) loadRanges() error {
 			return fmt.Errorf("log: read: %w", err)
 		}
 		for ok := it.First(); ok; ok = it.Next() {
+			var err error
 			if tag == tagRangeMoving {
-				m, err := decodeRangeMarker(it.Value())
-				if err != nil {
-					it.Close()
-					return err
+				var m rangeMarker
+				if m, err = decodeRangeMarker(it.Value()); err == nil {
+					rs.markers = append(rs.markers, m)
 				}
-				rs.markers = append(rs.markers, m)
 				s.moves.Store(true)
 			} else {
-				c, err := decodeRangeCutover(it.Value())
-				if err != nil {
-					it.Close()
-					return err
+				var c rangeCutover
+				if c, err = decodeRangeCutover(it.Value()); err == nil {
+					rs.cuts = append(rs.cuts, c)
 				}
-				rs.cuts = append(rs.cuts, c)
 				s.cutovers.Store(true)
+			}
+			if err != nil && rs.err == nil {
+				rs.err = err // the shard opens; its checks answer the damage
 			}
 		}
 		if err := it.Close(); err != nil {
@@ -724,8 +735,12 @@ func (s *Shard) KeysInSlots(span SlotSpan) (users, convs []string, err error) {
 			return nil, nil, fmt.Errorf("log: read: %w", err)
 		}
 		for ok := it.First(); ok; ok = it.Next() {
-			key := it.Key()
-			if id := string(key[len(lo) : len(key)-1]); span.Contains(f.slot(id)) {
+			id, err := keyID(it.Key(), len(lo))
+			if err != nil {
+				it.Close()
+				return nil, nil, err
+			}
+			if span.Contains(f.slot(id)) {
 				*f.out = append(*f.out, id)
 			}
 		}
@@ -738,6 +753,9 @@ func (s *Shard) KeysInSlots(span SlotSpan) (users, convs []string, err error) {
 
 // moveRange makes the slot-range step r names (Tx.Move).
 func (t *Tx) moveRange(st Stamp, r *MoveStep) (uint64, error) {
+	if err := t.rangesView().check(); err != nil {
+		return 0, err
+	}
 	span := *r.Slots
 	if !span.Valid() || r.Move == 0 || r.User != "" || r.Conv != "" {
 		return 0, invalidf("move of slots %d-%d: bad slots, move 0, or a key named too", span.First, span.Last)

@@ -305,6 +305,15 @@ func convRecord(r Record, conv string) (bool, error) {
 	return false, nil
 }
 
+// dropConvState deletes conv's meta, members and entries from this shard, for a move that took it
+// elsewhere (DropConv, DropRange).
+func (t *Tx) dropConvState(conv string) error {
+	if err := t.deleteConvRecords(conv); err != nil {
+		return err
+	}
+	return t.dropMeta(t.s.k.conv(conv))
+}
+
 // deleteConvRecords deletes conv's members and entries (not its meta).
 func (t *Tx) deleteConvRecords(conv string) error {
 	return t.deletePrefixes(t.s.k.memberPrefix(conv), t.s.k.convEntryPrefix(conv))
@@ -444,14 +453,9 @@ func (t *Tx) DropConv(move MoveID, conv string) error {
 	case !ok || m.move != move || m.role != movingOut:
 		return invalidf("drop: conversation %q is not moving out under move %d", conv, move)
 	}
-	if err := t.deleteConvRecords(conv); err != nil {
+	if err := t.dropConvState(conv); err != nil {
 		return err
 	}
-	if err := t.del(k.conv(conv)); err != nil {
-		return err
-	}
-	delete(t.pending, string(k.conv(conv)))
-	delete(t.s.metas, string(k.conv(conv)))
 	m.role = movedOut
 	return t.setMarker(k.convMoving(conv), m)
 }

@@ -739,24 +739,38 @@ func (t *Tx) DropUser(move MoveID, uid string) error {
 	case !ok || m.move != move || m.role != movingOut:
 		return invalidf("drop: user %q is not moving out under move %d", uid, move)
 	}
-	if err := t.deleteUserRecords(uid); err != nil {
+	if err := t.dropUserState(uid); err != nil {
 		return err
 	}
-	if err := t.del(k.user(uid)); err != nil {
-		return err
-	}
-	delete(t.pending, string(k.user(uid))) // neither cache may bring the meta back
-	delete(t.s.metas, string(k.user(uid)))
 	// The marker stays, as a tombstone: a reader that still comes here (a sync stream opened
 	// before the switch, a node with an older map) is told the log is elsewhere (ErrMoved)
 	// rather than answered as for a user without a log, which would look like an empty one.
-	if err := t.setMarker(k.moving(uid), moveMarker{move: move, role: movedOut}); err != nil {
+	return t.setMarker(k.moving(uid), moveMarker{move: move, role: movedOut})
+}
+
+// dropUserState deletes uid's log, meta included, from this shard, for a move that took it
+// elsewhere (DropUser, DropRange), and wakes its streams here, which look again and find it gone.
+func (t *Tx) dropUserState(uid string) error {
+	if err := t.deleteUserRecords(uid); err != nil {
+		return err
+	}
+	if err := t.dropMeta(t.s.k.user(uid)); err != nil {
 		return err
 	}
 	if t.touched == nil {
 		t.touched = map[string]struct{}{}
 	}
-	t.touched[uid] = struct{}{} // its streams here look again, and find it gone
+	t.touched[uid] = struct{}{}
+	return nil
+}
+
+// dropMeta deletes the log meta under key, and from both caches, so neither brings it back.
+func (t *Tx) dropMeta(key []byte) error {
+	if err := t.del(key); err != nil {
+		return err
+	}
+	delete(t.pending, string(key))
+	delete(t.s.metas, string(key))
 	return nil
 }
 
@@ -883,6 +897,14 @@ type MoveKey struct {
 	Records []Record
 }
 
+// slot returns the key's hash slot.
+func (mk MoveKey) slot() int {
+	if mk.Conv != "" {
+		return ConvSlot(mk.Conv)
+	}
+	return UserSlot(mk.User)
+}
+
 // what names the key, for errors.
 func (mk MoveKey) what() string {
 	if mk.Conv != "" {
@@ -891,7 +913,8 @@ func (mk MoveKey) what() string {
 	return fmt.Sprintf("user %q", mk.User)
 }
 
-// MoveStep is a request to make one step of moving a user's log or a conversation ([Tx.Move]).
+// MoveStep is a request to make one step of moving a user's log, a conversation or a range of
+// slots ([Tx.Move]).
 type MoveStep struct {
 	Op   MoveOp
 	Move MoveID

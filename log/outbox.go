@@ -18,8 +18,8 @@ type OutboxItem struct {
 	Recipients []string // sorted, unique user ids
 	Entry      Entry    // the conversation entry; Seq is unused
 	// Pinned gives the destination shard of the recipients whose user has moved, on its own or
-	// with a slot range (a cutover, cutover.go, rangemove.go), as this record's position decides it; the others are routed by the cluster
-	// map. Nil when none has.
+	// with a slot range (a cutover, cutover.go, rangemove.go), as this record's position decides
+	// it; the others are routed by the cluster map. Nil when none has.
 	Pinned map[string]ShardID
 	// After is the barrier of the record's conversation, moved here from another shard whose
 	// last records of it must be delivered first (convmove.go); zero for most.

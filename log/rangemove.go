@@ -1,6 +1,7 @@
 package log
 
 import (
+	"cmp"
 	"encoding/binary"
 	"fmt"
 	"maps"
@@ -189,19 +190,9 @@ func (t *Tx) putRangeMarker(m rangeMarker) error {
 		rs.markers[i] = m
 	} else {
 		rs.markers = append(rs.markers, m)
-		slices.SortFunc(rs.markers, func(a, b rangeMarker) int { return cmpMove(a.move, b.move) })
+		slices.SortFunc(rs.markers, func(a, b rangeMarker) int { return cmp.Compare(a.move, b.move) })
 	}
 	return t.set(t.s.k.rangeMarker(m.move), m.encode())
-}
-
-func cmpMove(a, b MoveID) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // rangeMarkerOf returns move's range marker as this Tx sees it.
@@ -258,16 +249,10 @@ func (s *Shard) loadRanges() error {
 // saying the range is not here (moving in, moved away) does not cover a key held here for itself.
 func (s *Shard) rangeMarkerFor(r pebble.Reader, rs *shardRanges, key []byte) (moveMarker, bool, error) {
 	p := len(s.k.prefix)
-	id := string(key[p+1 : len(key)-1])
-	var slot int
-	var meta []byte
-	switch key[p] {
-	case tagMoving:
-		slot, meta = UserSlot(id), s.k.user(id)
-	case tagConvMoving:
-		slot, meta = ConvSlot(id), s.k.conv(id)
-	default:
-		return moveMarker{}, false, nil
+	id, conv := string(key[p+1:len(key)-1]), key[p] == tagConvMoving
+	slot := UserSlot(id)
+	if conv {
+		slot = ConvSlot(id)
 	}
 	for i := len(rs.markers) - 1; i >= 0; i-- {
 		m := &rs.markers[i]
@@ -284,6 +269,10 @@ func (s *Shard) rangeMarkerFor(r pebble.Reader, rs *shardRanges, key []byte) (mo
 		case rangeDropping:
 			out.role = movedOut
 			return out, true, nil
+		}
+		meta := s.k.user(id) // built only here: most checks end above without a store read
+		if conv {
+			meta = s.k.conv(id)
 		}
 		if _, held, err := getValue(r, meta); err != nil || held {
 			return moveMarker{}, false, err
@@ -473,17 +462,15 @@ func (rs *shardRanges) routeSlot(slot int, pos uint64) (ShardID, bool) {
 // range cutovers covering its slot, as steps.
 func (rs *shardRanges) seedCutover(slot int) (cutover, bool) {
 	var c cutover
-	found := false
-	if rs == nil {
-		return c, false
-	}
-	for _, rc := range rs.cuts {
-		if rc.span.Contains(slot) {
-			c.steps = append(c.steps, cutoverStep{upTo: rc.at, shard: rc.from})
-			c.after, found = rc.to, true
+	if rs != nil {
+		for _, rc := range rs.cuts {
+			if rc.span.Contains(slot) {
+				c.steps = append(c.steps, cutoverStep{upTo: rc.at, shard: rc.from})
+				c.after = rc.to
+			}
 		}
 	}
-	return c, found
+	return c, len(c.steps) > 0
 }
 
 // FenceRange makes this shard the source of move for the slots of span: from now on every key
@@ -511,8 +498,8 @@ func (t *Tx) FenceRange(move MoveID, span SlotSpan) (uint64, error) {
 // entries below its first position, trimmed on the source meanwhile, left out), the held entries
 // are appended after each user's head in the order they arrived, and the conversations'
 // records in this shard's outbox are held back at every destination behind after, the source's
-// fence (SettleRange lifts it; a fence at 0, an outbox that never held a record, holds nothing). It returns how many held entries were appended. Repeating it
-// changes nothing.
+// fence (SettleRange lifts it; a fence at 0, an outbox that never held a record, holds nothing).
+// It returns how many held entries were appended. Repeating it changes nothing.
 func (t *Tx) ActivateRange(st Stamp, move MoveID, after Barrier) (int, error) {
 	m, ok := t.rangeMarkerOf(move)
 	switch {
@@ -631,33 +618,21 @@ func (t *Tx) DropRange(move MoveID, batch []MoveKey) error {
 	case !ok || (m.role != rangeOut && m.role != rangeDropping):
 		return invalidf("drop: no slots fenced here under move %d", move)
 	}
-	k := t.s.k
-	if t.touched == nil {
-		t.touched = map[string]struct{}{}
+	for _, mk := range batch { // every key checked before the first is deleted
+		if !ValidID(mk.User+mk.Conv) || !m.span.Contains(mk.slot()) {
+			return invalidf("drop: %s is not in slots %d-%d", mk.what(), m.span.First, m.span.Last)
+		}
 	}
 	for _, mk := range batch {
-		var meta []byte
 		var err error
 		if mk.Conv != "" {
-			if !m.span.Contains(ConvSlot(mk.Conv)) {
-				return invalidf("drop: conversation %q is not in slots %d-%d", mk.Conv, m.span.First, m.span.Last)
-			}
-			meta, err = k.conv(mk.Conv), t.deleteConvRecords(mk.Conv)
+			err = t.dropConvState(mk.Conv)
 		} else {
-			if !m.span.Contains(UserSlot(mk.User)) {
-				return invalidf("drop: user %q is not in slots %d-%d", mk.User, m.span.First, m.span.Last)
-			}
-			meta, err = k.user(mk.User), t.deleteUserRecords(mk.User)
-			t.touched[mk.User] = struct{}{} // its streams here look again, and find it gone
-		}
-		if err == nil {
-			err = t.del(meta)
+			err = t.dropUserState(mk.User)
 		}
 		if err != nil {
 			return err
 		}
-		delete(t.pending, string(meta)) // neither cache may bring the meta back
-		delete(t.s.metas, string(meta))
 	}
 	if m.role == rangeOut {
 		m.role = rangeDropping
@@ -699,13 +674,11 @@ func (t *Tx) CancelRangeIn(move MoveID, batch []MoveKey) error {
 	for _, mk := range batch {
 		var err error
 		if mk.Conv != "" {
-			if err = t.checkBatch(move, []MoveKey{{Conv: mk.Conv}}); err == nil {
-				_, err = t.RestartConvCopy(move, mk.Conv)
-			}
-		} else if err = t.checkBatch(move, []MoveKey{{User: mk.User}}); err == nil {
+			_, err = t.RestartConvCopy(move, mk.Conv)
+		} else {
 			_, err = t.RestartCopy(move, mk.User)
 		}
-		if err != nil && !Rejected(err) {
+		if err != nil && !Rejected(err) { // a refusal writes nothing: the key is not moving in here
 			return err
 		}
 	}
@@ -760,14 +733,15 @@ func (t *Tx) moveRange(st Stamp, r *MoveStep) (uint64, error) {
 	if !span.Valid() || r.Move == 0 || r.User != "" || r.Conv != "" {
 		return 0, invalidf("move of slots %d-%d: bad slots, move 0, or a key named too", span.First, span.Last)
 	}
-	if m, ok := t.rangeMarkerOf(r.Move); ok && m.span != span {
+	m, ok := t.rangeMarkerOf(r.Move) // the zero marker, of no role, if none
+	if ok && m.span != span {
 		return 0, invalidf("move %d moves slots %d-%d here, not %d-%d", r.Move, m.span.First, m.span.Last, span.First, span.Last)
 	}
 	switch r.Op {
 	case MoveBegin:
 		return 0, t.BeginRangeIn(r.Move, span, r.From)
 	case MoveStage:
-		if m, ok := t.rangeMarkerOf(r.Move); ok && m.role == rangeServed {
+		if m.role == rangeServed {
 			return 0, nil // a driver resumed after the activation: the copy is over
 		}
 		return 0, t.stageBatch(st, r.Move, r.Batch)
@@ -776,10 +750,10 @@ func (t *Tx) moveRange(st Stamp, r *MoveStep) (uint64, error) {
 	case MoveFence:
 		return t.FenceRange(r.Move, span)
 	case MoveActivate:
-		if m, ok := t.rangeMarkerOf(r.Move); ok && m.role == rangeServed {
+		if m.role == rangeServed {
 			return 0, nil
 		}
-		if m, ok := t.rangeMarkerOf(r.Move); !ok || m.role != rangeIn || r.From != m.from {
+		if m.role != rangeIn || r.From != m.from { // before the batch is staged: a refusal writes nothing
 			return 0, invalidf("activate: no slots moving in here under move %d from shard %d", r.Move, r.From)
 		}
 		if err := t.stageBatch(st, r.Move, r.Batch); err != nil {

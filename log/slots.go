@@ -3,6 +3,8 @@ package log
 import (
 	"fmt"
 	"hash/fnv"
+	"strconv"
+	"strings"
 )
 
 // Hash slots: the unit a shard's keyspace is divided into and moved by. A key hashes to one of
@@ -43,6 +45,21 @@ type SlotSpan struct {
 
 // String gives the span as "first-last".
 func (r SlotSpan) String() string { return fmt.Sprintf("%d-%d", r.First, r.Last) }
+
+// ParseSlotSpan parses a span as String gives it, or one slot as "n".
+func ParseSlotSpan(s string) (SlotSpan, error) {
+	first, last, ok := strings.Cut(s, "-")
+	if !ok {
+		last = first
+	}
+	f, err1 := strconv.Atoi(first)
+	l, err2 := strconv.Atoi(last)
+	span := SlotSpan{First: f, Last: l}
+	if err1 != nil || err2 != nil || !span.Valid() {
+		return span, fmt.Errorf("slots %q: want <first>-<last> within 0-%d", s, NumSlots-1)
+	}
+	return span, nil
+}
 
 // Valid reports whether the span names at least one slot, all of them in [0, NumSlots).
 func (r SlotSpan) Valid() bool { return 0 <= r.First && r.First <= r.Last && r.Last < NumSlots }

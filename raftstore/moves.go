@@ -142,10 +142,13 @@ func (f *metaFSM) applyMove(m *ClusterMap, c *metaCommand, index uint64) error {
 			}
 		}
 		if mv.Slots != nil {
-			owner := slotOwners(m)
+			table, err := NewSlotTable(m.Slots)
+			if err != nil {
+				return fmt.Errorf("%w: %v", ErrMetaRefused, err)
+			}
 			for i := mv.Slots.First; i <= mv.Slots.Last; i++ {
-				if owner[i] != mv.From {
-					return fmt.Errorf("%w: slot %d is shard %d's, not %d's: move a range one shard owns", ErrMetaRefused, i, owner[i], mv.From)
+				if owner := table.Shard(i); owner != mv.From {
+					return fmt.Errorf("%w: slot %d is shard %d's, not %d's: move a range one shard owns", ErrMetaRefused, i, owner, mv.From)
 				}
 			}
 		}
@@ -193,11 +196,15 @@ func (f *metaFSM) applyMove(m *ClusterMap, c *metaCommand, index uint64) error {
 		if mv.Step != StepFence {
 			return fmt.Errorf("%w: move %d is at step %s, not fence", ErrMetaRefused, c.MoveID, mv.Step)
 		}
+		if mv.Slots != nil { // first: a refusal leaves the map as it was
+			if err := switchSlots(m, mv); err != nil {
+				return err
+			}
+		}
 		mv = mv.clone()
 		mv.Step = StepDrop
 		m.Moves[c.MoveID] = mv
 		if mv.Slots != nil {
-			switchSlots(m, mv)
 			break
 		}
 		if mv.Conv != "" {
@@ -234,20 +241,19 @@ func (f *metaFSM) applyMove(m *ClusterMap, c *metaCommand, index uint64) error {
 }
 
 // switchSlots gives mv's slots to its destination in m's slot table, and drops the overrides that
-// pinned keys of those slots to its source: they moved with the range, and route by it now.
-func switchSlots(m *ClusterMap, mv *MoveInfo) {
-	owner := slotOwners(m)
-	for i := mv.Slots.First; i <= mv.Slots.Last; i++ {
-		owner[i] = mv.To
+// pinned keys of those slots to its source: they moved with the range, and route by it now. It
+// refuses, changing nothing, a slot table that is not whole.
+func switchSlots(m *ClusterMap, mv *MoveInfo) error {
+	table, err := NewSlotTable(m.Slots)
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrMetaRefused, err)
 	}
-	m.Slots = m.Slots[:0:0]
-	for i, s := range owner {
-		if n := len(m.Slots); n > 0 && m.Slots[n-1].Shard == s {
-			m.Slots[n-1].Last = i
-		} else {
-			m.Slots = append(m.Slots, SlotRange{First: i, Last: i, Shard: s})
+	m.Slots = rangesOf(func(slot int) ShardID {
+		if mv.Slots.Contains(slot) {
+			return mv.To
 		}
-	}
+		return table.Shard(slot)
+	})
 	for uid, s := range m.Overrides {
 		if s == mv.From && mv.Slots.Contains(log.UserSlot(uid)) {
 			delete(m.Overrides, uid)
@@ -258,17 +264,7 @@ func switchSlots(m *ClusterMap, mv *MoveInfo) {
 			delete(m.ConvOverrides, conv)
 		}
 	}
-}
-
-// slotOwners returns the shard owning each slot in m's slot table.
-func slotOwners(m *ClusterMap) *[NumSlots]ShardID {
-	var owner [NumSlots]ShardID
-	for _, r := range m.Slots {
-		for i := r.First; i <= r.Last; i++ {
-			owner[i] = r.Shard
-		}
-	}
-	return &owner
+	return nil
 }
 
 // StartMove asks for the user's log or the conversation req names (User or Conv) to move from

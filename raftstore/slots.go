@@ -33,9 +33,15 @@ func (r SlotRange) String() string {
 // Slot i goes to shard i*shards/NumSlots+1, which is the layout every release before the table
 // lived in the cluster map computed from the shard count, so maps written then read the same.
 func EvenSlots(shards int) []SlotRange {
+	return rangesOf(func(slot int) ShardID { return ShardID(slot*shards/NumSlots + 1) })
+}
+
+// rangesOf returns the slot table giving each slot to owner(slot), as ranges: adjacent slots of
+// one shard make one range.
+func rangesOf(owner func(slot int) ShardID) []SlotRange {
 	var out []SlotRange
 	for i := range NumSlots {
-		s := ShardID(i*shards/NumSlots + 1)
+		s := owner(i)
 		if n := len(out); n > 0 && out[n-1].Shard == s {
 			out[n-1].Last = i
 		} else {

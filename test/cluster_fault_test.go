@@ -465,13 +465,7 @@ func slotsOwnedBy(v adminapi.ClusterView, span log.SlotSpan, shard raftstore.Sha
 			continue
 		}
 		for _, r := range sv.SlotRanges {
-			first, last, ok := strings.Cut(r, "-")
-			if !ok {
-				last = first
-			}
-			f, _ := strconv.Atoi(first)
-			l, _ := strconv.Atoi(last)
-			if f <= span.First && span.Last <= l {
+			if got, err := log.ParseSlotSpan(r); err == nil && got.First <= span.First && span.Last <= got.Last {
 				return true
 			}
 		}

@@ -15,6 +15,7 @@ import (
 	"github.com/syncd-dev/syncd/proto"
 	"github.com/syncd-dev/syncd/proto/prototest"
 	"github.com/syncd-dev/syncd/raftstore"
+	"github.com/syncd-dev/syncd/syncd"
 	"github.com/syncd-dev/syncd/syncd/adminapi"
 	"github.com/syncd-dev/syncd/syncd/routing"
 	"github.com/syncd-dev/syncd/syncd/syncdtest"
@@ -440,6 +441,29 @@ func fillLog(t *testing.T, node *raftstore.Node, shard raftstore.ShardID, user s
 	}
 }
 
+// cancelMidCopy waits until move started copies user's log to its destination (the destination
+// refuses reads of it), cancels the move through the admin API and waits until it has ended.
+func cancelMidCopy(t *testing.T, srv *syncd.Server, user string, started adminapi.MoveStarted) {
+	t.Helper()
+	node := srv.Node()
+	testkit.WaitTrue(t, 10*time.Second, "the copy to be under way", func() bool {
+		dst, err := node.State(raftstore.ShardID(started.To))
+		if err != nil {
+			return false
+		}
+		_, err = dst.UserInfo(user)
+		return errors.Is(err, log.ErrMoved)
+	})
+	url := fmt.Sprintf("http://%s/v1/moves/%d/cancel", srv.AdminAddr(), started.ID)
+	if code, body := testkit.HTTP(t, http.MethodPost, url, testkit.Bearer(srv.AdminToken())); code != http.StatusOK {
+		t.Fatalf("cancel while copying: HTTP %d %s", code, body)
+	}
+	testkit.WaitTrue(t, 30*time.Second, "the canceled move to end", func() bool {
+		m, _ := node.ClusterMap()
+		return len(m.Moves) == 0
+	})
+}
+
 // TestMoveCancelWhileCopying: an operator cancels a move while its copy runs (a log of 200,000
 // entries, so the copy lasts seconds): the move's driver has the destination drop what it copied
 // and ends the move; the user's log is served by its shard as before, whole, and the destination
@@ -459,21 +483,7 @@ func TestMoveCancelWhileCopying(t *testing.T) {
 	if err := json.Unmarshal([]byte(body), &started); err != nil || code != http.StatusOK {
 		t.Fatalf("POST /v1/moves: HTTP %d %s", code, body)
 	}
-	testkit.WaitTrue(t, 10*time.Second, "the copy to be under way", func() bool {
-		dst, err := node.State(raftstore.ShardID(started.To))
-		if err != nil {
-			return false
-		}
-		_, err = dst.UserInfo(user) // the destination refuses reads of a user moving in
-		return errors.Is(err, log.ErrMoved)
-	})
-	if code, body := testkit.HTTP(t, http.MethodPost, fmt.Sprintf("%s/v1/moves/%d/cancel", admin, started.ID), auth); code != http.StatusOK {
-		t.Fatalf("cancel while copying: HTTP %d %s", code, body)
-	}
-	testkit.WaitTrue(t, 30*time.Second, "the canceled move to end", func() bool {
-		m, _ := node.ClusterMap()
-		return len(m.Moves) == 0
-	})
+	cancelMidCopy(t, srv, user, started)
 	if m, _ := node.ClusterMap(); len(m.Overrides) != 0 {
 		t.Fatalf("a canceled move pinned the user: %v", m.Overrides)
 	}

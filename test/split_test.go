@@ -205,21 +205,7 @@ func TestSlotMoveCancelWhileCopying(t *testing.T) {
 		t.Fatalf("POST /v1/moves?slots=%s: HTTP %d %s", span, code, body)
 	}
 	to := raftstore.ShardID(started.To)
-	testkit.WaitTrue(t, 10*time.Second, "the copy to be under way", func() bool {
-		dst, err := node.State(to)
-		if err != nil {
-			return false
-		}
-		_, err = dst.UserInfo(user) // the destination refuses reads of a range moving in
-		return errors.Is(err, log.ErrMoved)
-	})
-	if code, body := testkit.HTTP(t, http.MethodPost, fmt.Sprintf("%s/v1/moves/%d/cancel", admin, started.ID), auth); code != http.StatusOK {
-		t.Fatalf("cancel while copying: HTTP %d %s", code, body)
-	}
-	testkit.WaitTrue(t, 30*time.Second, "the canceled move to end", func() bool {
-		m, _ := node.ClusterMap()
-		return len(m.Moves) == 0
-	})
+	cancelMidCopy(t, srv, user, started)
 	if m, _ := node.ClusterMap(); slotOwner(m, slot) != from {
 		t.Fatalf("after the cancel, slot %d is shard %d's, not %d's", slot, slotOwner(m, slot), from)
 	}

@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/syncd-dev/syncd/log"
@@ -198,7 +197,7 @@ func (s *Server) startMove(w http.ResponseWriter, r *http.Request) {
 	req := raftstore.MoveInfo{User: user, Conv: conv, Started: time.Now().UnixNano()}
 	switch {
 	case slotsArg != "":
-		if span, err = parseSlots(slotsArg); err != nil {
+		if span, err = log.ParseSlotSpan(slotsArg); err != nil {
 			writeOpsError(w, http.StatusBadRequest, "bad_request", err.Error(), "syncctl cluster status shows each shard's slot ranges")
 			return
 		}
@@ -261,19 +260,4 @@ func (s *Server) move(w http.ResponseWriter, r *http.Request, req raftstore.Move
 		started.Slots = req.Slots.String()
 	}
 	writeJSON(w, http.StatusOK, started)
-}
-
-// parseSlots parses a slot range, "first-last" or one slot "n".
-func parseSlots(arg string) (log.SlotSpan, error) {
-	first, last, ok := strings.Cut(arg, "-")
-	if !ok {
-		last = first
-	}
-	f, err1 := strconv.Atoi(first)
-	l, err2 := strconv.Atoi(last)
-	span := log.SlotSpan{First: f, Last: l}
-	if err1 != nil || err2 != nil || !span.Valid() {
-		return span, fmt.Errorf("slots %q: want <first>-<last> within 0-%d", arg, log.NumSlots-1)
-	}
-	return span, nil
 }

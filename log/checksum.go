@@ -15,7 +15,7 @@ var crcTable = crc64.MakeTable(crc64.ECMA)
 // replicas (and later a client) agree on it exactly when they hold the same entries at the same
 // positions. It returns ErrInvalid for a range outside [First, Head].
 func (s *Shard) Checksum(uid string, from, to Position) (uint64, error) {
-	if !ValidID(uid) {
+	if !ValidLog(uid) {
 		return 0, invalidf("bad user id %q", uid)
 	}
 	snap := s.db.NewSnapshot() // meta and entries from one point in time, despite the writer

@@ -116,7 +116,7 @@ func memberOf(r pebble.Reader, k keys, conv, uid string) (member, error) {
 // order, after the id after ("" for the beginning). The conversations themselves live on their
 // home shards (see Conversation).
 func (s *Shard) UserConvs(uid, after string, limit int) ([]string, error) {
-	if !ValidID(uid) {
+	if !ValidLog(uid) {
 		return nil, invalidf("bad user id %q", uid)
 	}
 	return readIDsAfter(s.db, s.k.userConvPrefix(uid), after, limit)

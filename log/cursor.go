@@ -18,7 +18,7 @@ type DeviceCursor struct {
 // cursor of an epoch the log does not have, is refused with ErrInvalid: no device can have stored
 // what the log never held.
 func (t *Tx) SetCursor(uid, device string, c Cursor) error {
-	if !ValidID(uid) || !ValidID(device) {
+	if !ValidLog(uid) || !ValidID(device) {
 		return invalidf("bad user or device id %q/%q", uid, device)
 	}
 	if err := t.checkNotMoving(uid); err != nil {
@@ -50,7 +50,7 @@ func (t *Tx) SetCursor(uid, device string, c Cursor) error {
 
 // Cursors returns the stored cursors of every device of uid, ordered by device id.
 func (s *Shard) Cursors(uid string) ([]DeviceCursor, error) {
-	if !ValidID(uid) {
+	if !ValidLog(uid) {
 		return nil, invalidf("bad user id %q", uid)
 	}
 	prefix := s.k.cursorPrefix(uid)

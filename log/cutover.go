@@ -90,7 +90,7 @@ func decodeCutover(b []byte) (cutover, error) {
 // same position and changes nothing. A cutover from a shard other than where the user's
 // records go now is refused.
 func (t *Tx) Cutover(move MoveID, uid string, from, to ShardID) (uint64, error) {
-	if !ValidID(uid) || move == 0 || from == to {
+	if !ValidLog(uid) || move == 0 || from == to {
 		return 0, invalidf("cutover: bad user id %q, move 0 or no change of shard (%d)", uid, from)
 	}
 	k := t.s.k

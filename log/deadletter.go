@@ -61,7 +61,7 @@ func (t *Tx) AddDeadLetter(st Stamp, r *DeadLetterAdd) error {
 		return invalidf("dead letter at %d for shard %d names no users", r.Pos, r.Dest)
 	}
 	for j, uid := range r.Users {
-		if !ValidID(uid) || (j > 0 && r.Users[j-1] >= uid) {
+		if !ValidLog(uid) || (j > 0 && r.Users[j-1] >= uid) {
 			return invalidf("dead letter at %d: users must be valid, sorted and unique", r.Pos)
 		}
 	}

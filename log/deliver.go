@@ -150,7 +150,7 @@ func (a *userAppender) add(uid string, e Entry) error {
 		a.users = append(a.users, uid)
 	}
 	m.Head++
-	m.Groups = max(m.Groups+e.groupsDelta(uid), 0)
+	m.addGroups(uid, e.groupsDelta(uid))
 	e = e.userCopy()
 	e.Seq = m.Head
 	if err := t.set(k.userEntry(uid, m.Head), encodeEntry(&e)); err != nil {
@@ -200,7 +200,7 @@ func (b *DeliveryBatch) validate() error {
 			return invalidf("delivery item at %d has no users", it.Pos)
 		}
 		for j, uid := range it.Users {
-			if !ValidID(uid) || (j > 0 && it.Users[j-1] >= uid) {
+			if !ValidLog(uid) || (j > 0 && it.Users[j-1] >= uid) {
 				return invalidf("delivery item at %d: users must be valid, sorted and unique", it.Pos)
 			}
 		}

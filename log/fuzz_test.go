@@ -361,9 +361,11 @@ func FuzzMoveValues(f *testing.F) {
 	step, _ := goldenMoveStep.MarshalBinary()
 	convStep, _ := goldenMoveStepConv.MarshalBinary()
 	slotsStep, _ := goldenMoveStepSlots.MarshalBinary()
+	splitStep, _ := goldenMoveStepSplit.MarshalBinary()
+	beginStep, _ := goldenMoveStepBegin.MarshalBinary()
 	addSeeds(f, step, convStep, slotsStep, goldenMoveMarker.encode(), goldenCutover.encode(), encodePending(-1, &goldenEntry),
 		encodeRangePending("alice", 2, &goldenEntry), encodeBarrier(Barrier{Source: 3, Pos: 1 << 40}), goldenMoveMarkerV2.encode(),
-		goldenRangeMarker.encode(), goldenRangeCutover.encode())
+		goldenRangeMarker.encode(), goldenRangeCutover.encode(), splitStep, beginStep, goldenSplit.encode())
 	f.Fuzz(func(t *testing.T, data []byte) {
 		roundTrip(t, data,
 			func(b []byte) (MoveStep, error) { var r MoveStep; err := r.UnmarshalBinary(b); return r, err },
@@ -373,6 +375,7 @@ func FuzzMoveValues(f *testing.F) {
 		roundTrip(t, data, decodeBarrier, encodeBarrier)
 		roundTrip(t, data, decodeRangeMarker, func(m rangeMarker) []byte { return m.encode() })
 		roundTrip(t, data, decodeRangeCutover, func(c rangeCutover) []byte { return c.encode() })
+		roundTrip(t, data, decodeSplit, userSplit.encode)
 		roundTrip(t, data,
 			func(b []byte) ([3]any, error) { u, d, e, err := decodePending(b); return [3]any{u, d, e}, err },
 			func(v [3]any) []byte {

@@ -45,6 +45,7 @@ var (
 	goldenLogMeta   = logMeta{Kind: ConvDirect, Epoch: 1_700_000_000_000_000_000, First: 4, Head: 1000, Members: []string{"a", "b"}}
 	goldenLogMetaV2 = logMeta{Kind: ConvGroup, Epoch: 1_700_000_000_000_000_000, First: 4, Head: 1000, MemberCount: 5000}
 	goldenLogMetaV3 = logMeta{Epoch: 1_700_000_000_000_000_000, First: 1, Head: 70, Groups: 12}
+	goldenLogMetaV4 = logMeta{Epoch: 1_700_000_000_000_000_000, First: 1, Head: 70, Groups: -3}
 	goldenMember    = member{ReadMark: 77, Role: RoleMember}
 	goldenMemberV2  = member{ReadMark: 77, Role: RoleAdmin}
 	goldenAppendV2  = Append{Conv: "g", Sender: "alice", ClientMsgID: "cm-2", Kind: KindRoleChange, Members: []string{"bob"},
@@ -71,9 +72,12 @@ var (
 	goldenCutover       = cutover{move: 1 << 33, at: 1 << 40, after: 7, steps: []cutoverStep{{upTo: 258, shard: 3}, {upTo: 1 << 40, shard: 5}}}
 	goldenMoveStepSlots = MoveStep{Op: MoveActivate, Move: 1 << 33, From: 2, To: 70000, Fence: 258, Slots: &SlotSpan{First: 2048, Last: 4095},
 		Batch: []MoveKey{{User: "alice", Restart: true, Records: []Record{{Key: []byte{0x20, 'a', 0}, Value: []byte{1, 2}}}}, {Conv: "g"}}}
-	goldenRangeMarker  = rangeMarker{move: 1 << 33, span: SlotSpan{First: 2048, Last: 4095}, role: rangeIn, from: 2, pending: 258, fence: 1 << 40}
-	goldenRangeCutover = rangeCutover{move: 1 << 33, span: SlotSpan{First: 0, Last: 7}, at: 1 << 40, from: 2, to: 70000}
-	goldenRedelivery   = Redelivery{Source: 3, Item: Delivery{Pos: 258, Users: []string{"b", "c"}, Entry: goldenEntry}}
+	goldenMoveStepSplit = MoveStep{Op: MoveSplit, Move: 1 << 33, User: "bot", Subs: 4}
+	goldenMoveStepBegin = MoveStep{Op: MoveBegin, Move: 1 << 33, Conv: "g", From: 2, To: 70000, Splits: map[string]int{"bot": 4, "cat": 16}}
+	goldenSplit         = userSplit{k: 4, at: 1 << 40}
+	goldenRangeMarker   = rangeMarker{move: 1 << 33, span: SlotSpan{First: 2048, Last: 4095}, role: rangeIn, from: 2, pending: 258, fence: 1 << 40}
+	goldenRangeCutover  = rangeCutover{move: 1 << 33, span: SlotSpan{First: 0, Last: 7}, at: 1 << 40, from: 2, to: 70000}
+	goldenRedelivery    = Redelivery{Source: 3, Item: Delivery{Pos: 258, Users: []string{"b", "c"}, Entry: goldenEntry}}
 )
 
 type goldenCase struct {
@@ -101,6 +105,8 @@ func goldenCases() []goldenCase {
 			func(b []byte) (any, error) { return decodeLogMeta(b) }, goldenLogMetaV2},
 		{"log_meta.v3", goldenLogMetaV3.encode,
 			func(b []byte) (any, error) { return decodeLogMeta(b) }, goldenLogMetaV3},
+		{"log_meta.v4", goldenLogMetaV4.encode,
+			func(b []byte) (any, error) { return decodeLogMeta(b) }, goldenLogMetaV4},
 		{"member.v2", goldenMemberV2.encode,
 			func(b []byte) (any, error) { return decodeMember(b) }, goldenMemberV2},
 		{"delivery_batch.v1", func() []byte { return must(goldenBatch.MarshalBinary()) },
@@ -147,6 +153,12 @@ func goldenCases() []goldenCase {
 			func(b []byte) (any, error) { return decodeRangeCutover(b) }, goldenRangeCutover},
 		{"move_step_slots.v1", func() []byte { return must(goldenMoveStepSlots.MarshalBinary()) },
 			func(b []byte) (any, error) { var r MoveStep; err := r.UnmarshalBinary(b); return r, err }, goldenMoveStepSlots},
+		{"move_step_split.v1", func() []byte { return must(goldenMoveStepSplit.MarshalBinary()) },
+			func(b []byte) (any, error) { var r MoveStep; err := r.UnmarshalBinary(b); return r, err }, goldenMoveStepSplit},
+		{"move_step_begin_splits.v1", func() []byte { return must(goldenMoveStepBegin.MarshalBinary()) },
+			func(b []byte) (any, error) { var r MoveStep; err := r.UnmarshalBinary(b); return r, err }, goldenMoveStepBegin},
+		{"split.v1", goldenSplit.encode,
+			func(b []byte) (any, error) { return decodeSplit(b) }, goldenSplit},
 		{"cutover.v1", goldenCutover.encode,
 			func(b []byte) (any, error) { return decodeCutover(b) }, goldenCutover},
 		{"move_step.v1", func() []byte { return must(goldenMoveStep.MarshalBinary()) },

@@ -40,7 +40,7 @@ func (s *Shard) LookupMsg(id MsgID) (conv string, seq Position, recalled bool, o
 // The scan does not stop early at older entries of the same home shard: entries of one source
 // usually arrive in msg id order, but a replayed delivery is appended at the head, out of order.
 func (s *Shard) FindInUserLog(uid string, id MsgID, scanLimit int) (pos Position, found bool, scanned int, err error) {
-	if !ValidID(uid) {
+	if !ValidLog(uid) {
 		return 0, false, 0, invalidf("bad user id %q", uid)
 	}
 	scanLimit = max(scanLimit, 1)

@@ -30,6 +30,7 @@ import (
 //	0x01 | shard u32 | 0x63 | uid 0x00                      a moved user's cutovers (cutover.go)
 //	0x01 | shard u32 | 0x64 | conv 0x00                     a conversation's move marker (convmove.go)
 //	0x01 | shard u32 | 0x65 | conv 0x00                     a moved-in conversation's barrier (convmove.go)
+//	0x01 | shard u32 | 0x68 | uid 0x00                      a split user's routing to sub-logs (split.go)
 //
 // The version of this layout is stored under the metadata name "format" (see formatVersion) and
 // checked when a shard is opened; every value also starts with its own version byte.

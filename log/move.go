@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sync/atomic"
 
@@ -254,7 +255,7 @@ func (s *Shard) loadMoves() error {
 	for _, f := range []struct {
 		tag  byte
 		flag *atomic.Bool
-	}{{tagMoving, &s.moves}, {tagConvMoving, &s.moves}, {tagCutover, &s.cutovers}, {tagBarrier, &s.barriers}} {
+	}{{tagMoving, &s.moves}, {tagConvMoving, &s.moves}, {tagCutover, &s.cutovers}, {tagBarrier, &s.barriers}, {tagSplit, &s.splits}} {
 		lo, hi := s.k.tableBounds(f.tag)
 		it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
 		if err != nil {
@@ -303,7 +304,7 @@ func (s *Shard) serves(r pebble.Reader, marker []byte, kind, id string) error {
 // entries delivered here are held, and reads of uid are refused with ErrMoved. A user whose log
 // is already here, or who is moving under another move, is refused. Repeating it changes nothing.
 func (t *Tx) BeginMoveIn(move MoveID, uid string) error {
-	if !ValidID(uid) || move == 0 {
+	if !ValidLog(uid) || move == 0 {
 		return invalidf("move in: bad user id %q or move 0", uid)
 	}
 	return t.beginMoveIn(move, t.s.k.moving(uid), t.s.k.user(uid), fmt.Sprintf("user %q", uid))
@@ -488,7 +489,7 @@ func (t *Tx) deleteUserRecords(uid string) error {
 // changes nothing and a begin of it is refused; another move of uid may begin later. It is
 // refused once the user is activated here; repeating it changes nothing.
 func (t *Tx) CancelMoveIn(move MoveID, uid string) error {
-	if !ValidID(uid) || move == 0 {
+	if !ValidLog(uid) || move == 0 {
 		return invalidf("cancel: bad user id %q or move 0", uid)
 	}
 	return t.cancelMoveIn(move, t.s.k.moving(uid), fmt.Sprintf("user %q", uid),
@@ -557,7 +558,7 @@ func (t *Tx) appendHeld(move MoveID, n uint64, meta func(held string) (uid strin
 		}
 		uid, m := meta(held)
 		m.Head++
-		m.Groups = max(m.Groups+delta, 0)
+		m.addGroups(uid, delta)
 		e.Seq = m.Head
 		if err := t.set(k.userEntry(uid, m.Head), encodeEntry(&e)); err != nil {
 			return err
@@ -588,7 +589,7 @@ func (t *Tx) holdPending(uid string, m moveMarker, e *Entry) error {
 // (every source has cut over and this shard's mark has passed each cutover). Repeating it
 // changes nothing.
 func (t *Tx) FenceUser(move MoveID, uid string) error {
-	if !ValidID(uid) || move == 0 {
+	if !ValidLog(uid) || move == 0 {
 		return invalidf("fence: bad user id %q or move 0", uid)
 	}
 	m, ok, err := t.userMove(uid)
@@ -782,7 +783,7 @@ func (t *Tx) dropMeta(key []byte) error {
 // that last call, and the state records travel once per pass over the log rather than with every
 // chunk (a hot user's conversation index is large).
 func (s *Shard) ExportUser(uid string, after Position, limit int, fn func(Record) error) (epoch Epoch, last Position, done bool, err error) {
-	if !ValidID(uid) {
+	if !ValidLog(uid) {
 		return 0, 0, false, invalidf("bad user id %q", uid)
 	}
 	k := s.k
@@ -867,6 +868,7 @@ const (
 	MoveCancel   MoveOp = 8  // destination: CancelMoveIn
 	MoveSettle   MoveOp = 9  // destination, conversations and slot ranges: SettleConv, SettleRange (the old home has drained)
 	MoveDropped  MoveOp = 10 // source, slot ranges only: DroppedRange (every key of the range is deleted)
+	MoveSplit    MoveOp = 11 // every source, a user's split: SplitUser into Subs; the result is its position
 )
 
 // The flags byte of an encoded [MoveStep]. Steps encoded before conversations could move have
@@ -878,6 +880,8 @@ const (
 	flagEpoch       uint8 = 1 << 3 // the epoch follows
 	flagSlots       uint8 = 1 << 4 // the slot range follows
 	flagBatch       uint8 = 1 << 5 // the batch of keys follows
+	flagSubs        uint8 = 1 << 6 // the number of sub-logs follows
+	flagSplits      uint8 = 1 << 7 // the split users follow
 )
 
 // The flags byte of each key of a [MoveStep]'s Batch.
@@ -898,6 +902,15 @@ type MoveKey struct {
 }
 
 // slot returns the key's hash slot.
+// valid reports whether mk names exactly one key: a user's log (a sub-log's included) or a
+// conversation.
+func (mk MoveKey) valid() bool {
+	if mk.Conv != "" {
+		return mk.User == "" && ValidID(mk.Conv)
+	}
+	return ValidLog(mk.User)
+}
+
 func (mk MoveKey) slot() int {
 	if mk.Conv != "" {
 		return ConvSlot(mk.Conv)
@@ -936,6 +949,11 @@ type MoveStep struct {
 	// copy and drop name the range's keys in Batch (MoveStage, MoveActivate, MoveDrop).
 	Slots *SlotSpan
 	Batch []MoveKey
+	// Subs (MoveSplit) is how many sub-logs the user's stream is split into (split.go).
+	Subs int
+	// Splits (MoveBegin) are the cluster's split users and their sub-logs, which the destination
+	// installs first (InstallSplits): the keys moving in route as they did at their old home.
+	Splits map[string]int
 }
 
 // MarshalBinary encodes the request.
@@ -977,6 +995,12 @@ func (r *MoveStep) MarshalBinary() ([]byte, error) {
 	if len(r.Batch) > 0 {
 		flags |= flagBatch
 	}
+	if r.Subs != 0 {
+		flags |= flagSubs
+	}
+	if len(r.Splits) > 0 {
+		flags |= flagSplits
+	}
 	e.u8(flags)
 	if r.Conv != "" {
 		e.str(r.Conv)
@@ -1004,6 +1028,16 @@ func (r *MoveStep) MarshalBinary() ([]byte, error) {
 			e.u8(kf)
 			e.str(id)
 			e.records(mk.Records)
+		}
+	}
+	if r.Subs != 0 {
+		e.uvarint(uint64(r.Subs))
+	}
+	if len(r.Splits) > 0 {
+		e.uvarint(uint64(len(r.Splits)))
+		for _, uid := range slices.Sorted(maps.Keys(r.Splits)) { // one encoding per step
+			e.str(uid)
+			e.uvarint(uint64(r.Splits[uid]))
 		}
 	}
 	return e.b, nil
@@ -1042,7 +1076,7 @@ func (r *MoveStep) UnmarshalBinary(b []byte) error {
 		return err
 	}
 	flags := d.u8()
-	if flags&^(flagSourceEmpty|flagConv|flagFence|flagEpoch|flagSlots|flagBatch) != 0 {
+	if flags&^(flagSourceEmpty|flagConv|flagFence|flagEpoch|flagSlots|flagBatch|flagSubs|flagSplits) != 0 {
 		return corruptf("move step: bad flags %#x", flags)
 	}
 	r.SourceEmpty = flags&flagSourceEmpty != 0
@@ -1089,6 +1123,31 @@ func (r *MoveStep) UnmarshalBinary(b []byte) error {
 			r.Batch = append(r.Batch, mk)
 		}
 	}
+	if flags&flagSubs != 0 {
+		n := d.uvarint()
+		if n < 2 || n > MaxSubLogs {
+			return corruptf("move step: %d sub-logs", n)
+		}
+		r.Subs = int(n)
+	}
+	if flags&flagSplits != 0 {
+		n := d.uvarint()
+		if n == 0 || n > uint64(len(b)) { // every split takes at least three bytes
+			return corruptf("move step: %d split users in %d bytes", n, len(b))
+		}
+		r.Splits = make(map[string]int, n)
+		prev := ""
+		for i := range n {
+			uid, k := d.str(), d.uvarint()
+			if d.err != nil {
+				break
+			}
+			if k < 2 || k > MaxSubLogs || i > 0 && uid <= prev { // ascending: one encoding per step
+				return corruptf("move step: user %q split into %d sub-logs, or out of order", uid, k)
+			}
+			r.Splits[uid], prev = int(k), uid
+		}
+	}
 	return d.done("move step")
 }
 
@@ -1097,6 +1156,14 @@ func (r *MoveStep) UnmarshalBinary(b []byte) error {
 // where the copy goes on from for MoveResume (ResumeActivated if the key was activated already), 0
 // otherwise.
 func (t *Tx) Move(st Stamp, r *MoveStep) (uint64, error) {
+	if len(r.Splits) > 0 {
+		if r.Op != MoveBegin {
+			return 0, invalidf("move step %d: split users come with a move's first step", r.Op)
+		}
+		if err := t.InstallSplits(r.Splits); err != nil {
+			return 0, err
+		}
+	}
 	if r.Slots != nil {
 		return t.moveRange(st, r)
 	}
@@ -1137,6 +1204,8 @@ func (t *Tx) Move(st Stamp, r *MoveStep) (uint64, error) {
 			func() (bool, error) { return t.RestartCopy(r.Move, r.User) }))
 	case MoveCancel:
 		return 0, t.CancelMoveIn(r.Move, r.User)
+	case MoveSplit:
+		return t.SplitUser(r.User, r.Subs)
 	}
 	return 0, invalidf("unknown move step %d", r.Op)
 }

@@ -14,9 +14,12 @@ import (
 
 // OutboxItem is one outbox record: a conversation entry and who must receive it.
 type OutboxItem struct {
-	Pos        uint64   // outbox position in the source shard
-	Recipients []string // sorted, unique user ids
-	Entry      Entry    // the conversation entry; Seq is unused
+	Pos uint64 // outbox position in the source shard
+	// Recipients are the logs to append the entry to, sorted and unique: the recipients' own,
+	// or for a split user the sub-log of the entry's conversation, as this record's position
+	// decides it (split.go).
+	Recipients []string
+	Entry      Entry // the conversation entry; Seq is unused
 	// Pinned gives the destination shard of the recipients whose user has moved, on its own or
 	// with a slot range (a cutover, cutover.go, rangemove.go), as this record's position decides
 	// it; the others are routed by the cluster map. Nil when none has.
@@ -107,6 +110,10 @@ func (s *Shard) ReadOutbox(from uint64, limit int) ([]OutboxItem, error) {
 	if err != nil {
 		return nil, err
 	}
+	splits, err := s.readSplits(snap)
+	if err != nil {
+		return nil, err
+	}
 	ranges := s.committedRanges() // its cutovers route no record of snap differently from snap's own
 	if err := ranges.check(); err != nil {
 		return nil, err
@@ -120,7 +127,10 @@ func (s *Shard) ReadOutbox(from uint64, limit int) ([]OutboxItem, error) {
 			return nil, fmt.Errorf("outbox %d: %w", pos, err)
 		}
 		item := OutboxItem{Pos: pos, Recipients: rec.Recipients, Entry: rec.Entry, After: barriers[rec.Entry.Conv]}
-		for _, uid := range rec.Recipients {
+		if splits != nil {
+			item.Recipients = toSubLogs(splits, rec.Recipients, rec.Entry.Conv, pos)
+		}
+		for _, uid := range item.Recipients {
 			to, pinned := ShardID(0), false
 			if c := cuts[uid]; c != nil {
 				to, pinned = c.route(pos), true

@@ -366,7 +366,7 @@ func (t *Tx) checkBatch(move MoveID, batch []MoveKey) error {
 		if mk.Conv != "" {
 			marker = t.s.k.convMoving(mk.Conv)
 		}
-		if !ValidID(mk.User+mk.Conv) || (mk.User == "") == (mk.Conv == "") {
+		if !mk.valid() {
 			return invalidf("stage: a batch names user %q and conversation %q: one of them, valid", mk.User, mk.Conv)
 		}
 		m, ok, err := t.marker(marker)
@@ -619,7 +619,7 @@ func (t *Tx) DropRange(move MoveID, batch []MoveKey) error {
 		return invalidf("drop: no slots fenced here under move %d", move)
 	}
 	for _, mk := range batch { // every key checked before the first is deleted
-		if !ValidID(mk.User+mk.Conv) || !m.span.Contains(mk.slot()) {
+		if !mk.valid() || !m.span.Contains(mk.slot()) {
 			return invalidf("drop: %s is not in slots %d-%d", mk.what(), m.span.First, m.span.Last)
 		}
 	}

@@ -74,7 +74,7 @@ type Read struct {
 // ReadUser reads the log of user uid starting exactly at position from (1 or more). If epoch is
 // non-zero and differs from the log's epoch, the answer is ReadEpochChanged.
 func (s *Shard) ReadUser(uid string, epoch Epoch, from Position, lim Limit) (Read, error) {
-	if !ValidID(uid) {
+	if !ValidLog(uid) {
 		return Read{}, invalidf("bad user id %q", uid)
 	}
 	snap := s.db.NewSnapshot() // meta and entries from one point in time, despite the writer
@@ -295,7 +295,7 @@ const maxScanStrings = 256
 // ScanUser is for a reader that consumes entries at once (a sync stream encoding a batch); it
 // saves ReadUser's copy of every entry.
 func (s *Shard) ScanUser(sc *Scan, uid string, epoch Epoch, from Position, lim Limit, fn func(*Entry) bool) (Read, error) {
-	if !ValidID(uid) {
+	if !ValidLog(uid) {
 		return Read{}, invalidf("bad user id %q", uid)
 	}
 	snap := s.db.NewSnapshot() // meta and entries from one point in time, despite the writer

@@ -14,7 +14,7 @@ type Retention struct {
 // Trimming only moves First forward; positions are never reused, and a reader asking for a
 // trimmed position is told "too old" ([ReadTooOld]) rather than moved silently.
 func (t *Tx) TrimUser(st Stamp, uid string, r Retention) (Position, error) {
-	if !ValidID(uid) {
+	if !ValidLog(uid) {
 		return 0, invalidf("bad user id %q", uid)
 	}
 	if err := t.checkNotMoving(uid); err != nil {
@@ -30,7 +30,7 @@ func (t *Tx) TrimUser(st Stamp, uid string, r Retention) (Position, error) {
 // changed" answer (G3) and resyncs; none is moved silently. It returns the new epoch, which is
 // always greater than the old one. A user without a log is refused.
 func (t *Tx) ResetUser(st Stamp, uid string) (Epoch, error) {
-	if !ValidID(uid) {
+	if !ValidLog(uid) {
 		return 0, invalidf("bad user id %q", uid)
 	}
 	if err := t.checkNotMoving(uid); err != nil {

@@ -33,6 +33,9 @@ type Shard struct {
 	marked   map[string]struct{}
 	// cutovers is set once this shard's outbox routes a moved user by a cutover (cutover.go).
 	cutovers atomic.Bool
+	// splits is set once this shard's outbox routes a split user's records to sub-logs
+	// (split.go).
+	splits atomic.Bool
 	// barriers is set once a conversation moved into this shard holds its deliveries back behind
 	// its old home's (convmove.go).
 	barriers atomic.Bool

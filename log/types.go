@@ -182,9 +182,18 @@ func (e Entry) CopyFor(users []string) Entry {
 		return e
 	}
 	e.MemberCount = len(e.Members)
+	// A split user's log here is one of its sub-logs: the member is the user it belongs to.
+	named := users
+	if slices.ContainsFunc(users, func(id string) bool { return baseUser(id) != id }) {
+		named = make([]string, len(users))
+		for i, id := range users {
+			named[i] = baseUser(id)
+		}
+		slices.Sort(named)
+	}
 	var mine []string
 	for _, m := range e.Members {
-		if _, ok := slices.BinarySearch(users, m); ok {
+		if _, ok := slices.BinarySearch(named, m); ok {
 			mine = append(mine, m)
 		}
 	}
@@ -192,11 +201,12 @@ func (e Entry) CopyFor(users []string) Entry {
 	return e
 }
 
-// groupsDelta is how the entry changes the number of groups uid is a member of: +1 for a group
-// creation or addition naming uid, -1 for a removal (or leave) naming uid. Membership entries'
+// groupsDelta is how the entry changes the number of groups the log's user is a member of: +1
+// for a group creation or addition naming them, -1 for a removal (or leave) naming them. A split
+// user's sub-logs count the groups whose entries they receive (split.go). Membership entries'
 // Members are sorted.
-func (e *Entry) groupsDelta(uid string) int {
-	if _, named := slices.BinarySearch(e.Members, uid); !named {
+func (e *Entry) groupsDelta(log string) int {
+	if _, named := slices.BinarySearch(e.Members, baseUser(log)); !named {
 		return 0
 	}
 	switch e.Kind {
@@ -235,3 +245,7 @@ const MaxIDLen = ident.MaxLen
 // ValidID reports whether s may be used as a user, device, conversation or client message id
 // (package ident holds the rule, shared with the wire protocol).
 func ValidID(s string) bool { return ident.Valid(s) }
+
+// ValidLog reports whether s names a user's log: a user id, or the id of one of its sub-logs
+// ([SubLog]).
+func ValidLog(s string) bool { return ident.ValidLog(s) }

@@ -11,6 +11,10 @@ const (
 	valueV2 = 2
 	// valueV3 adds a user log's group count to a log meta, after the v2 member count.
 	valueV3 = 3
+	// valueV4 writes a log meta's group count signed: a split user's sub-log counts the groups
+	// whose entries it receives, and a group joined before the split but left after it counts
+	// -1 in its sub-log, against the +1 in the user's own log (split.go).
+	valueV4 = 4
 )
 
 // logMeta describes one log (a conversation log or a user log).
@@ -27,15 +31,18 @@ type logMeta struct {
 	MemberCount int
 	// Groups is, for a user log, how many groups the user is a member of, kept from the
 	// membership entries delivered to the log (Config.MaxGroupsPerUser is checked against it).
-	// Memberships delivered before it was kept are not counted.
+	// Memberships delivered before it was kept are not counted. A split user's count is the
+	// sum over its sub-logs, whose own may be negative (valueV4).
 	Groups int
 }
 
 func (m logMeta) encode() []byte {
 	e := encoder{b: make([]byte, 0, 32)}
 	v := versionFor(m.MemberCount != 0)
-	if m.Groups != 0 {
+	if m.Groups > 0 {
 		v = valueV3
+	} else if m.Groups < 0 {
+		v = valueV4
 	}
 	e.u8(v)
 	e.u8(uint8(m.Kind))
@@ -46,8 +53,11 @@ func (m logMeta) encode() []byte {
 	if v >= valueV2 {
 		e.uvarint(uint64(m.MemberCount))
 	}
-	if v >= valueV3 {
+	switch v {
+	case valueV3:
 		e.uvarint(uint64(m.Groups))
+	case valueV4:
+		e.varint(int64(m.Groups))
 	}
 	return e.b
 }
@@ -62,7 +72,7 @@ func versionFor(v2 bool) uint8 {
 
 func decodeLogMeta(b []byte) (logMeta, error) {
 	d := decoder{b: b}
-	v := d.version("log meta", valueV3)
+	v := d.version("log meta", valueV4)
 	m := logMeta{
 		Kind:  ConvKind(d.u8()),
 		Epoch: Epoch(d.uvarint()),
@@ -73,8 +83,11 @@ func decodeLogMeta(b []byte) (logMeta, error) {
 	if v >= valueV2 {
 		m.MemberCount = int(d.uvarint())
 	}
-	if v >= valueV3 {
+	switch v {
+	case valueV3:
 		m.Groups = int(d.uvarint())
+	case valueV4:
+		m.Groups = int(d.varint())
 	}
 	return m, d.done("log meta")
 }

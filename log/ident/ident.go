@@ -10,6 +10,7 @@ package ident
 import (
 	"crypto/sha256"
 	"encoding/base64"
+	"strconv"
 	"strings"
 )
 
@@ -70,3 +71,41 @@ func ReservedForDirect(conv string) bool {
 var escaper = strings.NewReplacer("%", "%25", ":", "%3A")
 
 func escape(uid string) string { return escaper.Replace(uid) }
+
+// MaxSubLogs is the most sub-logs one user's stream can be split into (docs/MOVES.md,
+// "Sub-logs"): sub-log 0 is the user's own log, 1 … MaxSubLogs-1 are named by SubLog.
+const MaxSubLogs = 16
+
+// SubLog returns the id of the log holding sub-log i of user uid's stream: uid itself for 0,
+// otherwise uid, a space and i in decimal ("bot 3"). No user id contains a space, so no sub-log
+// id is ever a user's, and a client cannot name one.
+func SubLog(uid string, i int) string {
+	if i == 0 {
+		return uid
+	}
+	return uid + " " + strconv.Itoa(i)
+}
+
+// ParseLog returns the user and the sub-log index of a user-log id: (uid, 0) for a user id,
+// (uid, i) for SubLog(uid, i). ok is false for anything else, including a sub-log index with a
+// leading zero or one of MaxSubLogs or more, so every log has exactly one id.
+func ParseLog(id string) (uid string, sub int, ok bool) {
+	uid, num, split := strings.Cut(id, " ")
+	if !split {
+		return id, 0, Valid(id)
+	}
+	if !Valid(uid) || num == "" || num[0] == '0' || len(num) > 2 {
+		return "", 0, false
+	}
+	sub, err := strconv.Atoi(num)
+	if err != nil || sub < 1 || sub >= MaxSubLogs || num != strconv.Itoa(sub) {
+		return "", 0, false
+	}
+	return uid, sub, true
+}
+
+// ValidLog reports whether id names a user's log: a user id, or one of its sub-logs.
+func ValidLog(id string) bool {
+	_, _, ok := ParseLog(id)
+	return ok
+}

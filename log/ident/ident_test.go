@@ -54,3 +54,21 @@ func TestReservedForDirect(t *testing.T) {
 		}
 	}
 }
+
+func TestSubLogIDs(t *testing.T) {
+	for _, c := range []struct {
+		uid string
+		sub int
+	}{{"bot", 0}, {"bot", 1}, {"bot", MaxSubLogs - 1}, {strings.Repeat("x", MaxLen), 7}} {
+		id := SubLog(c.uid, c.sub)
+		uid, sub, ok := ParseLog(id)
+		if !ok || uid != c.uid || sub != c.sub {
+			t.Errorf("ParseLog(SubLog(%q, %d) = %q) = %q, %d, %v", c.uid, c.sub, id, uid, sub, ok)
+		}
+	}
+	for _, bad := range []string{"", " ", "bot ", "bot 0", "bot 01", "bot 16", "bot 1 2", "bot -1", "bot x", " 1", "bot  1", "bot +1"} {
+		if ValidLog(bad) {
+			t.Errorf("ValidLog(%q) = true", bad)
+		}
+	}
+}

@@ -74,6 +74,9 @@ type ClusterMap struct {
 	ConvOverrides map[string]ShardID `json:"conv_overrides,omitempty"`
 	// Moves holds the moves in progress by id (moves.go).
 	Moves map[uint64]*MoveInfo `json:"moves,omitempty"`
+	// Splits holds the users whose streams are split into sub-logs, once their split is done
+	// (moves.go, docs/MOVES.md "Sub-logs").
+	Splits map[string]SplitInfo `json:"splits,omitempty"`
 }
 
 // NodeInfo is one node of the cluster map.
@@ -105,6 +108,7 @@ func (m ClusterMap) Clone() ClusterMap {
 	}
 	out.Overrides = maps.Clone(m.Overrides)
 	out.ConvOverrides = maps.Clone(m.ConvOverrides)
+	out.Splits = maps.Clone(m.Splits)
 	if m.Moves != nil {
 		out.Moves = make(map[uint64]*MoveInfo, len(m.Moves))
 		for id, mv := range m.Moves {
@@ -137,6 +141,7 @@ type metaCommand struct {
 	MoveID   uint64               `json:"move_id,omitempty"`
 	Step     MoveStep             `json:"step,omitempty"`
 	Cutovers map[ShardID]uint64   `json:"cutovers,omitempty"`
+	Split    *SplitInfo           `json:"split,omitempty"`
 }
 
 // Revocation is an operator's revocation of a device: every token of User's Device issued at
@@ -367,7 +372,7 @@ func (f *metaFSM) setSlots(m *ClusterMap) error {
 	for _, mv := range m.Moves {
 		receiving = append(receiving, mv.To)
 	}
-	f.slots.Store(t.withKeys(maps.Clone(m.Overrides), maps.Clone(m.ConvOverrides), receiving))
+	f.slots.Store(t.withKeys(maps.Clone(m.Overrides), maps.Clone(m.ConvOverrides), receiving, maps.Clone(m.Splits)))
 	return nil
 }
 

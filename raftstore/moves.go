@@ -22,8 +22,10 @@ import (
 //	{"v":1, "op":"move-start",  "move":{"user":"bob","from":2,"to":9}}   the move's id is this command's index
 //	{"v":1, "op":"move-start",  "move":{"conv":"g1","from":2,"to":9}}   a conversation: no cutover step
 //	{"v":1, "op":"move-start",  "move":{"slots":{"first":2048,"last":4095},"from":2,"to":9}}   every key of those slots on 2
+//	{"v":1, "op":"move-start",  "move":{"user":"bot","subs":4,"from":2,"to":2}}   bot's stream split into 4 sub-logs
 //	{"v":1, "op":"move-step",   "move_id":41, "step":"fence", "cutovers":{"1":17,…}}
 //	{"v":1, "op":"move-switch", "move_id":41}    bob's (or g1's) override → 9, or the slots → 9; the step becomes drop
+//	{"v":1, "op":"move-switch", "move_id":41, "split":{"subs":4,"gate":180,"epoch":…}}   a split's: bot is split
 //	{"v":1, "op":"move-end",    "move_id":41}    forget the move
 //	{"v":1, "op":"move-cancel", "move_id":41}    during the copy only: the step becomes canceled
 
@@ -56,11 +58,17 @@ var moveSteps = []MoveStep{StepCopy, StepCutover, StepFence, StepDrop}
 // MoveInfo is one move in progress in the cluster map: of a user's log (User), of a
 // conversation (Conv) or of a range of hash slots (Slots: every key of the range From holds),
 // exactly one of them set. A conversation's move has no cutover step (docs/MOVES.md).
+//
+// A split of a user's stream into sub-logs (User and Subs) is carried out as a move of the user
+// that copies nothing and stays on its shard (To is From): its cutover step switches every
+// shard's later records of the user to the sub-logs, its fence step waits for the user's shard
+// to have the records before the switch, and its switch records the split (Splits).
 type MoveInfo struct {
 	ID    uint64        `json:"id"` // the meta index of its start: unique, and the log's MoveID
 	User  string        `json:"user,omitempty"`
 	Conv  string        `json:"conv,omitempty"`
 	Slots *log.SlotSpan `json:"slots,omitempty"`
+	Subs  int           `json:"subs,omitempty"` // a split's sub-logs
 	From  ShardID       `json:"from"`
 	To    ShardID       `json:"to"`
 	Step  MoveStep      `json:"step"`
@@ -71,9 +79,23 @@ type MoveInfo struct {
 	Started int64 `json:"started"`
 }
 
+// SplitInfo is how a user's stream is split into sub-logs (docs/MOVES.md, "Sub-logs").
+type SplitInfo struct {
+	// Subs is the number of sub-logs; sub-log 0 is the user's own log.
+	Subs int `json:"subs"`
+	// Gate is the position of the user's own log that holds every entry routed to it before the
+	// split, under Epoch: a sync stream sends no sub-log's entries before it has sent the own
+	// log's up to Gate, so each conversation's entries before the split come before its later
+	// ones. A reset of the own log (another epoch) leaves nothing behind the gate.
+	Gate  uint64 `json:"gate"`
+	Epoch uint64 `json:"epoch"`
+}
+
 // Key names what moves, for messages and logs: "user bob", "conversation g1" or "slots 0-99".
 func (m *MoveInfo) Key() string {
 	switch {
+	case m.Subs != 0:
+		return fmt.Sprintf("split of user %q", m.User)
 	case m.Slots != nil:
 		return "slots " + m.Slots.String()
 	case m.Conv != "":
@@ -100,6 +122,13 @@ func (m *MoveInfo) conflicts(o *MoveInfo) string {
 		return log.UserSlot(mv.User)
 	}
 	switch {
+	case m.Subs != 0 || o.Subs != 0:
+		// A key moving in before the split installs no split (its first step's Splits lack
+		// it), so a split waits for the moves in progress; a move may start during a split,
+		// unless it moves the user's own log away from under it.
+		if m.Subs != 0 || m.User == o.User || m.Slots != nil && m.Slots.Contains(log.UserSlot(o.User)) {
+			return fmt.Sprintf("%s waits for %s to end", m.Key(), o.Key())
+		}
 	case m.sameKey(o):
 		return fmt.Sprintf("%s is already moving", m.Key())
 	case m.Slots != nil && o.Slots != nil && m.Slots.Overlaps(*o.Slots):
@@ -128,12 +157,17 @@ func (f *metaFSM) applyMove(m *ClusterMap, c *metaCommand, index uint64) error {
 				kinds++
 			}
 		}
+		split := mv != nil && mv.Subs != 0
 		switch {
 		case kinds != 1:
 			return fmt.Errorf("%w: move-start needs one of a user, a conversation or a slot range", ErrMetaRefused)
 		case mv.Slots != nil && !mv.Slots.Valid():
 			return fmt.Errorf("%w: slots %s: a range of 0-%d", ErrMetaRefused, mv.Slots, log.NumSlots-1)
-		case mv.From < 1 || int(mv.From) > m.Shards || mv.To < 1 || int(mv.To) > m.Shards || mv.From == mv.To:
+		case split && (mv.User == "" || !log.ValidID(mv.User) || mv.Subs < 2 || mv.Subs > log.MaxSubLogs || mv.To != mv.From):
+			return fmt.Errorf("%w: a split is of a user's stream into 2 to %d sub-logs, on the user's shard", ErrMetaRefused, log.MaxSubLogs)
+		case split && m.Splits[mv.User].Subs != 0:
+			return fmt.Errorf("%w: user %q is split into %d sub-logs already", ErrMetaRefused, mv.User, m.Splits[mv.User].Subs)
+		case mv.From < 1 || int(mv.From) > m.Shards || mv.To < 1 || int(mv.To) > m.Shards || mv.From == mv.To && !split:
 			return fmt.Errorf("%w: move of %s from shard %d to %d: both must be data shards (1-%d), and differ", ErrMetaRefused, mv.Key(), mv.From, mv.To, m.Shards)
 		}
 		for _, o := range m.Moves {
@@ -159,7 +193,12 @@ func (f *metaFSM) applyMove(m *ClusterMap, c *metaCommand, index uint64) error {
 		if pinned != 0 && pinned != mv.From {
 			return fmt.Errorf("%w: %s is on shard %d, not %d", ErrMetaRefused, mv.Key(), pinned, mv.From)
 		}
-		n := &MoveInfo{ID: index, User: mv.User, Conv: mv.Conv, Slots: mv.Slots, From: mv.From, To: mv.To, Step: StepCopy, Started: mv.Started}
+		if split && pinned == 0 {
+			if table, err := NewSlotTable(m.Slots); err == nil && table.Shard(log.UserSlot(mv.User)) != mv.From {
+				return fmt.Errorf("%w: user %q is on shard %d, not %d", ErrMetaRefused, mv.User, table.Shard(log.UserSlot(mv.User)), mv.From)
+			}
+		}
+		n := &MoveInfo{ID: index, User: mv.User, Conv: mv.Conv, Slots: mv.Slots, Subs: mv.Subs, From: mv.From, To: mv.To, Step: StepCopy, Started: mv.Started}
 		if m.Moves == nil {
 			m.Moves = map[uint64]*MoveInfo{}
 		}
@@ -182,6 +221,15 @@ func (f *metaFSM) applyMove(m *ClusterMap, c *metaCommand, index uint64) error {
 		if step <= slices.Index(moveSteps, mv.Step) {
 			return nil // a step already reached (a driver that was behind): nothing to do
 		}
+		if mv.Subs != 0 && c.Step == StepFence {
+			// Every shard must route the user's later records to the sub-logs, a shard added
+			// since the cutover step ran included: its driver runs the step again.
+			for _, x := range m.DataShards() {
+				if _, ok := c.Cutovers[x]; !ok {
+					return fmt.Errorf("%w: the %s has not cut over on shard %d", ErrMetaRefused, mv.Key(), x)
+				}
+			}
+		}
 		mv = mv.clone()
 		mv.Step = c.Step
 		if c.Cutovers != nil {
@@ -201,9 +249,19 @@ func (f *metaFSM) applyMove(m *ClusterMap, c *metaCommand, index uint64) error {
 				return err
 			}
 		}
+		if mv.Subs != 0 && (c.Split == nil || c.Split.Subs != mv.Subs) {
+			return fmt.Errorf("%w: the switch of the %s must say where its gate is", ErrMetaRefused, mv.Key())
+		}
 		mv = mv.clone()
 		mv.Step = StepDrop
 		m.Moves[c.MoveID] = mv
+		if mv.Subs != 0 {
+			if m.Splits == nil {
+				m.Splits = map[string]SplitInfo{}
+			}
+			m.Splits[mv.User] = *c.Split
+			break
+		}
 		if mv.Slots != nil {
 			break
 		}
@@ -314,9 +372,10 @@ func (n *Node) AdvanceMove(ctx context.Context, id uint64, step MoveStep, cutove
 }
 
 // SwitchMove routes the user of move id to its destination (an override) and moves it to
-// StepDrop; it is for once the destination serves the user.
-func (n *Node) SwitchMove(ctx context.Context, id uint64) error {
-	return n.ProposeMeta(ctx, metaCommand{Op: "move-switch", MoveID: id})
+// StepDrop; it is for once the destination serves the user. The switch of a split records it,
+// with split saying where its gate is; nil for the other moves.
+func (n *Node) SwitchMove(ctx context.Context, id uint64, split *SplitInfo) error {
+	return n.ProposeMeta(ctx, metaCommand{Op: "move-switch", MoveID: id, Split: split})
 }
 
 // CancelMove cancels move id while it is still copying; the destination then drops what was

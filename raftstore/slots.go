@@ -59,6 +59,7 @@ type SlotTable struct {
 	shards []ShardID
 	users  map[string]ShardID // per-user overrides (moved users), before the slots
 	convs  map[string]ShardID // per-conversation overrides (moved conversations)
+	splits map[string]SplitInfo
 }
 
 // NewSlotTable checks that ranges give every slot to exactly one data shard, in order, and
@@ -97,6 +98,12 @@ func (t *SlotTable) UserOverride(uid string) (ShardID, bool) {
 	return s, ok
 }
 
+// Split returns how user uid's stream is split into sub-logs, if it is (moves.go).
+func (t *SlotTable) Split(uid string) (SplitInfo, bool) {
+	s, ok := t.splits[uid]
+	return s, ok
+}
+
 // ConvOverride returns the shard conversation conv is pinned to by the cluster map's overrides
 // (a moved conversation), if any: it takes precedence over the conversation's slot.
 func (t *SlotTable) ConvOverride(conv string) (ShardID, bool) {
@@ -110,9 +117,9 @@ func (t *SlotTable) Shards() []ShardID { return t.shards }
 
 // withKeys returns a copy of t that also routes by the overrides of users and conversations and
 // counts their shards among its Shards: the overrides' shards and those moves are copying to.
-func (t *SlotTable) withKeys(users, convs map[string]ShardID, receiving []ShardID) *SlotTable {
+func (t *SlotTable) withKeys(users, convs map[string]ShardID, receiving []ShardID, splits map[string]SplitInfo) *SlotTable {
 	out := *t
-	out.users, out.convs = users, convs
+	out.users, out.convs, out.splits = users, convs, splits
 	out.shards = slices.Clone(t.shards)
 	for _, s := range users {
 		out.shards = append(out.shards, s)

@@ -87,6 +87,10 @@ func startMove(ctx context.Context, e *env, admin *adminFlags, cmd, path string)
 	}
 	what := "user " + started.User
 	switch {
+	case started.Subs != 0:
+		fmt.Fprintf(e.stdout, "move %d: split of user %s into %d sub-logs started (syncctl cluster status shows its step)\n",
+			started.ID, started.User, started.Subs)
+		return exitOK
 	case started.Slots != "":
 		what = "slots " + started.Slots
 	case started.Conv != "":

@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"strconv"
 	"time"
 
+	"github.com/syncd-dev/syncd/log"
 	"github.com/syncd-dev/syncd/syncd/adminapi"
 )
 
@@ -70,4 +72,29 @@ syncctl revoke-device -user alice -device phone`)
 	fmt.Fprintf(e.stdout, "%s/%s: revoked; its sessions close and its tokens issued up to %s are refused (kept until %s)\n",
 		res.User, res.Device, time.Unix(res.Before, 0).UTC().Format(time.RFC3339), time.Unix(res.Until, 0).UTC().Format(time.RFC3339))
 	return exitOK
+}
+
+func runSplitUser(ctx context.Context, e *env, args []string) int {
+	const cmd = "split-user"
+	f := newFlagSet(e, cmd, "-user uid -subs k [-admin host:port]", `
+Splits a user's stream into k sub-logs, online, for a user whose deliveries one shard cannot
+take (a bot receiving from millions). Each conversation's entries for the user go to one
+sub-log from then on: sub-log 0 is the user's own log, with every entry so far; sub-log i is the
+log "<uid> i", on the shard its id hashes to (move it like a user's: syncctl move user "<uid> i"
+-new-shard). The user's devices sync every sub-log on one stream under a vector cursor
+(docs/PROTOCOL.md, "Sub-logs"); a client that does not send one is refused with
+needs_upgrade. A split cannot be undone; watch it with syncctl cluster status.`, `
+syncctl split-user -user support-bot -subs 4`)
+	var admin adminFlags
+	admin.register(f)
+	user := f.String("user", "", "the user whose stream to split (required)")
+	subs := f.Int("subs", 0, fmt.Sprintf("the number of sub-logs, 2 to %d (required)", log.MaxSubLogs))
+	if code, ok := parse(e, f, args); !ok {
+		return code
+	}
+	if *user == "" || *subs < 2 || *subs > log.MaxSubLogs {
+		fmt.Fprintf(e.stderr, "syncctl split-user: needs -user and -subs (2 to %d)\n", log.MaxSubLogs)
+		return exitUsage
+	}
+	return startMove(ctx, e, &admin, cmd, "/v1/users/"+url.PathEscape(*user)+"/split?subs="+strconv.Itoa(*subs))
 }

@@ -141,6 +141,7 @@ func (s *Server) clusterRoutes(mux *http.ServeMux) {
 	})
 	mux.HandleFunc("POST /v1/moves", s.startMove)
 	mux.HandleFunc("POST /v1/shards/{id}/split", s.splitShard)
+	mux.HandleFunc("POST /v1/users/{uid}/split", s.splitUser)
 	mux.HandleFunc("POST /v1/moves/{id}/cancel", func(w http.ResponseWriter, r *http.Request) {
 		id, err := strconv.ParseUint(r.PathValue("id"), 10, 64)
 		if err != nil {
@@ -185,7 +186,7 @@ func (s *Server) startMove(w http.ResponseWriter, r *http.Request) {
 	}
 	var span log.SlotSpan
 	switch {
-	case kinds != 1 || user != "" && !log.ValidID(user) || conv != "" && !log.ValidID(conv):
+	case kinds != 1 || user != "" && !log.ValidLog(user) || conv != "" && !log.ValidID(conv):
 		writeOpsError(w, http.StatusBadRequest, "bad_request", "give one of user=<user id>, conv=<conversation id> or slots=<first>-<last>",
 			"syncctl move user <uid> -to <shard>, syncctl move conv <conversation id> -to <shard>, or syncctl slots move <first>-<last> -to <shard>")
 		return
@@ -235,6 +236,20 @@ func (s *Server) splitShard(w http.ResponseWriter, r *http.Request) {
 	s.move(w, r, raftstore.MoveInfo{Slots: &span, From: largest.Shard, Started: time.Now().UnixNano()}, 0, true)
 }
 
+// splitUser serves POST /v1/users/{uid}/split?subs=k: the user's stream is split into k
+// sub-logs (docs/MOVES.md, "Sub-logs"), carried out like a move of the user.
+func (s *Server) splitUser(w http.ResponseWriter, r *http.Request) {
+	uid := r.PathValue("uid")
+	subs, err := strconv.Atoi(r.URL.Query().Get("subs"))
+	if !log.ValidID(uid) || err != nil || subs < 2 || subs > log.MaxSubLogs {
+		writeOpsError(w, http.StatusBadRequest, "bad_request", fmt.Sprintf("give a user id and subs=<2-%d>", log.MaxSubLogs),
+			"syncctl split-user -user <uid> -subs 4")
+		return
+	}
+	from := s.slots.UserShard(uid)
+	s.move(w, r, raftstore.MoveInfo{User: uid, Subs: subs, From: from, Started: time.Now().UnixNano()}, from, false)
+}
+
 // move starts req, to shard to or, with fresh, to a shard added for it, and answers with the
 // move started.
 func (s *Server) move(w http.ResponseWriter, r *http.Request, req raftstore.MoveInfo, to raftstore.ShardID, fresh bool) {
@@ -255,7 +270,7 @@ func (s *Server) move(w http.ResponseWriter, r *http.Request, req raftstore.Move
 		return
 	}
 	s.logger.Info("move requested", "move", id, "key", req.Key(), "from", uint32(req.From), "to", uint32(to))
-	started := adminapi.MoveStarted{ID: id, User: req.User, Conv: req.Conv, From: uint32(req.From), To: uint32(to)}
+	started := adminapi.MoveStarted{ID: id, User: req.User, Conv: req.Conv, Subs: req.Subs, From: uint32(req.From), To: uint32(to)}
 	if req.Slots != nil {
 		started.Slots = req.Slots.String()
 	}

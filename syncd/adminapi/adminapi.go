@@ -56,6 +56,7 @@ type MoveStarted struct {
 	User  string `json:"user,omitempty"`
 	Conv  string `json:"conv,omitempty"`
 	Slots string `json:"slots,omitempty"` // a slot move's range, "first-last"
+	Subs  int    `json:"subs,omitempty"`  // a split's sub-logs (User is split; From is To)
 	From  uint32 `json:"from"`
 	To    uint32 `json:"to"`
 }

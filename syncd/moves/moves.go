@@ -26,7 +26,7 @@ type Node interface {
 	State(shard raftstore.ShardID) (*log.Shard, error)
 	Propose(ctx context.Context, shard raftstore.ShardID, cmd raftstore.Command) (raftstore.Result, error)
 	AdvanceMove(ctx context.Context, id uint64, step raftstore.MoveStep, cutovers map[raftstore.ShardID]uint64) error
-	SwitchMove(ctx context.Context, id uint64) error
+	SwitchMove(ctx context.Context, id uint64, split *raftstore.SplitInfo) error
 	EndMove(ctx context.Context, id uint64) error
 	WaitMap(ctx context.Context, cond func(raftstore.ClusterMap) bool) error
 }
@@ -113,8 +113,11 @@ func (d *Driver) maybeStart(ctx context.Context, mv *raftstore.MoveInfo) {
 		}()
 		r := &run{d: d, id: mv.ID, user: mv.User, conv: mv.Conv, key: mv.Key(), from: mv.From, to: mv.To}
 		var s steps = r
-		if mv.Slots != nil {
+		switch {
+		case mv.Slots != nil:
 			s = &slotRun{run: r, span: *mv.Slots, copied: map[slotKey]keyCopy{}}
+		case mv.Subs != 0:
+			s = &splitRun{run: r, subs: mv.Subs}
 		}
 		if err := r.carryOut(ctx, s); err != nil && ctx.Err() == nil {
 			// The next poll tries again, from the step the map holds.
@@ -143,14 +146,15 @@ type run struct {
 	// answer was that an earlier run activated the key there, so nothing is left to copy and
 	// only the switch remains.
 	resumed, activated bool
-	epoch              log.Epoch // the epoch of the log this run copies (0: none seen yet)
+	epoch              log.Epoch            // the epoch of the log this run copies (0: none seen yet)
+	gate               *raftstore.SplitInfo // a split's, for its switch
 }
 
 // errNotLeader ends a run whose node no longer leads the source: the new leader takes over.
 var errNotLeader = errors.New("moves: this node no longer leads the move's source shard")
 
 // steps is what one kind of move does at each step the map holds: run's for a user or a
-// conversation, slotRun's for a range of slots.
+// conversation, slotRun's for a range of slots, splitRun's for a split.
 type steps interface {
 	copyStep(ctx context.Context) error
 	cutoverStep(ctx context.Context, m raftstore.ClusterMap) error
@@ -210,13 +214,7 @@ func (r *run) propose(ctx context.Context, shard raftstore.ShardID, s *log.MoveS
 // the head. A conversation has no cutover step: it has one source, whose deliveries of it the
 // destination's wait behind (fenceStep).
 func (r *run) copyStep(ctx context.Context) error {
-	// A destination added for this move (-new-shard) has no leader for an election timeout or so;
-	// wait for the map to say its group is up rather than fail, warn and retry against it.
-	err := r.d.node.WaitMap(ctx, func(m raftstore.ClusterMap) bool { _, creating := m.Creating[r.to]; return !creating })
-	if err != nil {
-		return err
-	}
-	if _, err := r.propose(ctx, r.to, r.step(log.MoveBegin)); err != nil {
+	if err := r.begin(ctx, r.step(log.MoveBegin)); err != nil {
 		return err
 	}
 	if err := r.copyToHead(ctx, nil); err != nil {
@@ -228,12 +226,52 @@ func (r *run) copyStep(ctx context.Context) error {
 	return r.advance(ctx, raftstore.StepCutover, nil)
 }
 
+// begin makes the destination ready for the keys moving in: the move's first step there, which
+// installs the cluster's splits first (log.MoveStep.Splits), so that the keys' records route to
+// the split users' sub-logs there as they did at their old home.
+func (r *run) begin(ctx context.Context, step *log.MoveStep) error {
+	// A destination added for this move (-new-shard) has no leader for an election timeout or so;
+	// wait for the map to say its group is up rather than fail, warn and retry against it.
+	var m raftstore.ClusterMap
+	err := r.d.node.WaitMap(ctx, func(cm raftstore.ClusterMap) bool {
+		_, creating := cm.Creating[r.to]
+		m = cm
+		return !creating
+	})
+	if err != nil {
+		return err
+	}
+	step.Splits = splitsOf(m)
+	_, err = r.propose(ctx, r.to, step)
+	return err
+}
+
+// splitsOf returns the users m splits into sub-logs, or is splitting, with their sub-logs.
+func splitsOf(m raftstore.ClusterMap) map[string]int {
+	var out map[string]int
+	add := func(uid string, subs int) {
+		if out == nil {
+			out = map[string]int{}
+		}
+		out[uid] = subs
+	}
+	for uid, s := range m.Splits {
+		add(uid, s.Subs)
+	}
+	for _, mv := range m.Moves {
+		if mv.Subs != 0 {
+			add(mv.User, mv.Subs)
+		}
+	}
+	return out
+}
+
 // advance records that the move reached step, then waits until this node's map shows it, so
 // that the next step is not taken from a map that is behind (it would repeat this one).
 func (r *run) advance(ctx context.Context, step raftstore.MoveStep, cutovers map[raftstore.ShardID]uint64) error {
 	var err error
 	if step == raftstore.StepDrop {
-		err = r.d.node.SwitchMove(ctx, r.id)
+		err = r.d.node.SwitchMove(ctx, r.id, r.gate)
 	} else {
 		err = r.d.node.AdvanceMove(ctx, r.id, step, cutovers)
 	}

@@ -45,11 +45,7 @@ func (r *slotRun) step(op log.MoveOp) *log.MoveStep {
 
 // copyStep makes the destination ready and copies every key of the range to it.
 func (r *slotRun) copyStep(ctx context.Context) error {
-	err := r.d.node.WaitMap(ctx, func(m raftstore.ClusterMap) bool { _, creating := m.Creating[r.to]; return !creating })
-	if err != nil {
-		return err
-	}
-	if _, err := r.propose(ctx, r.to, r.step(log.MoveBegin)); err != nil {
+	if err := r.begin(ctx, r.step(log.MoveBegin)); err != nil {
 		return err
 	}
 	// Until the cutover every key keeps growing on the source; passes repeat until one copies

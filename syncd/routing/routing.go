@@ -64,6 +64,10 @@ func (t *Table) ConvShard(conv string) raftstore.ShardID {
 	return st.Shard(log.ConvSlot(conv))
 }
 
+// Split returns how user uid's stream is split into sub-logs, if the cluster map says it is:
+// sub-log i is the user log log.SubLog(uid, i), routed by UserShard like any user's.
+func (t *Table) Split(uid string) (raftstore.SplitInfo, bool) { return t.table().Split(uid) }
+
 // SlotShard returns the shard owning hash slot slot in the slot table.
 func (t *Table) SlotShard(slot int) raftstore.ShardID { return t.table().Shard(slot) }
 

@@ -12,8 +12,14 @@ import (
 type Event interface{ isEvent() }
 
 // EntryEvent: an entry of the user's log was stored locally (a message, receipt, recall or
-// membership change, from this device or any other).
-type EntryEvent struct{ Entry proto.Entry }
+// membership change, from this device or any other). Sub is the sub-log it came in, for a user
+// whose stream an operator split (0 otherwise): Entry.Seq is a position of that sub-log. Each
+// conversation's entries come in one sub-log, in order; there is no order across sub-logs, as
+// there is none across conversations.
+type EntryEvent struct {
+	Entry proto.Entry
+	Sub   uint32
+}
 
 // StatusEvent: a queued mutation changed status: Sent (with the server's Ack) or Failed (with
 // the reason; the app may queue it again).
@@ -26,7 +32,10 @@ type StatusEvent struct {
 
 // GapEvent: a batch did not continue the stored cursor; the SDK discarded it and refetched from
 // the cursor. Nothing was skipped.
-type GapEvent struct{ At proto.Position }
+type GapEvent struct {
+	At  proto.Position
+	Sub uint32 // the sub-log (0 unless the user's stream is split)
+}
 
 // RebaseEvent: the stored cursor was too old (trimmed) or too far behind (ceiling); the SDK
 // jumped to the head. Entries in between were not replayed: the app should refresh its
@@ -34,11 +43,15 @@ type GapEvent struct{ At proto.Position }
 type RebaseEvent struct {
 	Epoch proto.Epoch
 	Head  proto.Position
+	Sub   uint32 // the sub-log that jumped (0 unless the user's stream is split)
 }
 
 // EpochEvent: the user's log was re-created (for example restored from a backup); the SDK
 // resynced it from the start of the new epoch, keeping local history.
-type EpochEvent struct{ Epoch proto.Epoch }
+type EpochEvent struct {
+	Epoch proto.Epoch
+	Sub   uint32 // the sub-log re-created (0 unless the user's stream is split)
+}
 
 // SyncedEvent: the device has stored the user's log up to the head the server reported (Epoch,
 // Head): it is caught up. It comes once per sync stream when the stream catches up (after the

@@ -54,7 +54,9 @@ var errRestartLoop = errors.New("client: the sync stream restarted twice in a ro
 // start from the (possibly updated) cursor; progressed that it stored a batch or heard a
 // heartbeat.
 func (c *Client) syncOnce(ctx context.Context, cn *conn) (restart, progressed bool, err error) {
-	epoch, pos, err := c.st.Cursor()
+	// The vector cursor: one cursor per sub-log of the user's stream (one, unless an operator
+	// split it), each advanced on its own; the first is the user's own log.
+	cursors, err := c.st.Cursors()
 	if err != nil {
 		return false, false, err
 	}
@@ -64,7 +66,8 @@ func (c *Client) syncOnce(ctx context.Context, cn *conn) (restart, progressed bo
 	}
 	defer st.CancelRead(quic.StreamErrorCode(0))
 	defer st.Close()
-	if err := proto.WriteFrameWithin(st, &proto.SyncStart{Epoch: epoch, Pos: pos}, int(cn.limits.MaxFrame)); err != nil {
+	start := &proto.SyncStart{Epoch: cursors[0].Epoch, Pos: cursors[0].Pos, Subs: cursors}
+	if err := proto.WriteFrameWithin(st, start, int(cn.limits.MaxFrame)); err != nil {
 		return false, false, err
 	}
 	// The server sends a heartbeat on a stream idle for heartbeat_ms: three intervals without any
@@ -100,11 +103,31 @@ func (c *Client) syncOnce(ctx context.Context, cn *conn) (restart, progressed bo
 	defer check.Stop()
 	sinceCheck := false // a batch arrived since the last head check
 	synced := false     // caught up on this stream, SyncedEvent sent
-	caughtUp := func(epoch proto.Epoch, head proto.Position) {
+	// at is where each sub-log stands on this stream; caught, whether it has caught up. A sub-log
+	// the server names that the device did not know yet starts at (0, 0).
+	at := make([]proto.SubCursor, proto.MaxSubLogs)
+	copy(at, cursors)
+	var caught [proto.MaxSubLogs]bool
+	known := len(cursors)
+	caughtUp := func(sub uint32, epoch proto.Epoch, head proto.Position) {
+		caught[sub] = true
+		for i := range known {
+			if !caught[i] {
+				return // SyncedEvent once every sub-log is caught up
+			}
+		}
 		if !synced {
 			synced = true
-			c.emit(SyncedEvent{Epoch: epoch, Head: head})
+			c.emit(SyncedEvent{Epoch: at[0].Epoch, Head: at[0].Pos})
 		}
+	}
+	behind := func(sub uint32) { caught[sub], synced = false, false } // catching up: say so again at the head
+	subOf := func(sub uint32) (uint32, error) {
+		if sub >= proto.MaxSubLogs {
+			return 0, fmt.Errorf("client: the server sent a frame of sub-log %d (at most %d)", sub, proto.MaxSubLogs)
+		}
+		known = max(known, int(sub)+1)
+		return sub, nil
 	}
 	var stale *staleEpisode // the serving node said Stale, and no Heartbeat came since
 	defer func() { stale.end() }()
@@ -126,34 +149,43 @@ func (c *Client) syncOnce(ctx context.Context, cn *conn) (restart, progressed bo
 		case f := <-frames:
 			switch f := f.(type) {
 			case *proto.Batch:
-				_, err := c.st.ApplyBatch(f.Epoch, f.Entries)
+				sub, err := subOf(f.Sub)
+				if err != nil {
+					return false, progressed, err
+				}
+				_, err = c.st.ApplyBatch(sub, f.Epoch, f.Entries)
 				if errors.Is(err, store.ErrNotContiguous) {
-					c.emit(GapEvent{At: pos + 1})
+					c.emit(GapEvent{At: at[sub].Pos + 1, Sub: sub})
 					return true, progressed, nil
 				}
 				if err != nil {
 					return false, progressed, err
 				}
 				for _, e := range f.Entries {
-					c.emit(EntryEvent{Entry: e})
+					c.emit(EntryEvent{Entry: e, Sub: sub})
 				}
-				epoch, pos = f.Epoch, f.Entries[len(f.Entries)-1].Seq
+				at[sub] = proto.SubCursor{Epoch: f.Epoch, Pos: f.Entries[len(f.Entries)-1].Seq}
 				progressed, sinceCheck = true, true
-				if pos >= f.Head && stale == nil { // a stale node's head proves nothing
-					caughtUp(epoch, pos)
+				if at[sub].Pos >= f.Head && stale == nil { // a stale node's head proves nothing
+					caughtUp(sub, f.Epoch, at[sub].Pos)
 				} else {
-					synced = false // catching up: say so again at the head
+					behind(sub)
 				}
-				if err := proto.WriteFrameWithin(st, &proto.CursorAck{Epoch: epoch, Pos: pos}, int(cn.limits.MaxFrame)); err != nil {
+				ack := &proto.CursorAck{Epoch: at[sub].Epoch, Pos: at[sub].Pos, Sub: sub}
+				if err := proto.WriteFrameWithin(st, ack, int(cn.limits.MaxFrame)); err != nil {
 					return false, progressed, err
 				}
 			case *proto.Heartbeat:
 				// Liveness (the read deadline above); the head check uses HeadCheck answers.
+				sub, err := subOf(f.Sub)
+				if err != nil {
+					return false, progressed, err
+				}
 				progressed = true
 				stale.end()
 				stale = nil
-				if f.Head <= pos && (f.Epoch == epoch || pos == 0) {
-					caughtUp(f.Epoch, pos)
+				if cur := at[sub]; f.Head <= cur.Pos && (f.Epoch == cur.Epoch || cur.Pos == 0) {
+					caughtUp(sub, f.Epoch, cur.Pos)
 				}
 			case *proto.Stale:
 				if stale == nil {
@@ -162,14 +194,14 @@ func (c *Client) syncOnce(ctx context.Context, cn *conn) (restart, progressed bo
 					c.emit(StaleEvent{Epoch: f.Epoch, Head: f.Head, Unheard: time.Duration(f.UnheardMs) * time.Millisecond})
 				}
 			case *proto.TooOld:
-				return true, progressed, c.rebase(f.Epoch, f.Head)
+				return true, progressed, c.rebase(f.Sub, f.Epoch, f.Head)
 			case *proto.Rebase:
-				return true, progressed, c.rebase(f.Epoch, f.Head)
+				return true, progressed, c.rebase(f.Sub, f.Epoch, f.Head)
 			case *proto.EpochChanged:
-				if err := c.st.ResetForEpoch(f.Epoch); err != nil {
+				if err := c.st.ResetForEpoch(f.Sub, f.Epoch); err != nil {
 					return false, progressed, err
 				}
-				c.emit(EpochEvent{Epoch: f.Epoch})
+				c.emit(EpochEvent{Epoch: f.Epoch, Sub: f.Sub})
 				return true, progressed, nil
 			case *proto.Error:
 				return false, progressed, f
@@ -209,16 +241,17 @@ func (e *staleEpisode) end() {
 	}
 }
 
-func (c *Client) rebase(epoch proto.Epoch, head proto.Position) error {
-	if err := c.st.RebaseTo(epoch, head); err != nil {
+func (c *Client) rebase(sub uint32, epoch proto.Epoch, head proto.Position) error {
+	if err := c.st.RebaseTo(sub, epoch, head); err != nil {
 		return err
 	}
-	c.emit(RebaseEvent{Epoch: epoch, Head: head})
+	c.emit(RebaseEvent{Epoch: epoch, Head: head, Sub: sub})
 	return nil
 }
 
-// headMovedWithoutUs asks the server for the head; if it is past the stored cursor and no batch
-// arrived since the last check, the stream is stalled (a half-dead path) and must restart.
+// headMovedWithoutUs asks the server for the head (of every sub-log, for a split user); if one is
+// past the stored cursor and no batch arrived since the last check, the stream is stalled (a
+// half-dead path) and must restart.
 func (c *Client) headMovedWithoutUs(ctx context.Context, cn *conn, progressed bool) (bool, error) {
 	rctx, cancel := context.WithTimeout(ctx, c.cfg.RequestTimeout)
 	defer cancel()
@@ -230,11 +263,23 @@ func (c *Client) headMovedWithoutUs(ctx context.Context, cn *conn, progressed bo
 	if !ok {
 		return false, nil
 	}
-	_, pos, err := c.st.Cursor()
+	if progressed {
+		return false, nil
+	}
+	cursors, err := c.st.Cursors()
 	if err != nil {
 		return false, err
 	}
-	return h.Head > pos && !progressed, nil
+	heads := h.Subs
+	if len(heads) == 0 {
+		heads = []proto.SubHead{{Epoch: h.Epoch, Head: h.Head}}
+	}
+	for i, sh := range heads {
+		if i < len(cursors) && sh.Head > cursors[i].Pos || i >= len(cursors) && sh.Head > 0 {
+			return true, nil
+		}
+	}
+	return false, nil
 }
 
 // headCheckEvery returns the interval of head checks on a connection with limits l: every, or

@@ -81,12 +81,12 @@ func (b *BatchBuilder) Add(e *Entry) bool {
 // Len returns the number of entries added since Reset.
 func (b *BatchBuilder) Len() int { return b.n }
 
-// Frame completes the batch with its epoch and head and returns the whole frame (header and
-// body), as AppendFrame would encode &Batch{Epoch: epoch, Entries: <the entries added>, Head:
-// head}. The slice is the builder's buffer: it is valid until the next Reset or Release, and
+// Frame completes the batch with its epoch, head and sub-log and returns the whole frame (header
+// and body), as AppendFrame would encode &Batch{Epoch: epoch, Entries: <the entries added>, Head:
+// head, Sub: sub}. The slice is the builder's buffer: it is valid until the next Reset or Release, and
 // must not be modified. Frame may be called once per batch. It does not check the peer's
 // max_frame: the sender does (the frame's length field is len(frame)-4).
-func (b *BatchBuilder) Frame(epoch Epoch, head Position) []byte {
+func (b *BatchBuilder) Frame(epoch Epoch, head Position, sub uint32) []byte {
 	if b.done || b.enc == nil {
 		panic("proto: BatchBuilder.Frame without Reset")
 	}
@@ -95,7 +95,7 @@ func (b *BatchBuilder) Frame(epoch Epoch, head Position) []byte {
 	var scratch [batchGap]byte
 	entries := len(b.w.b) // the prefix is encoded after the entries, then moved into the gap
 	fields := 0
-	for _, nonZero := range []bool{epoch != 0, b.n > 0, head != 0} {
+	for _, nonZero := range []bool{epoch != 0, b.n > 0, head != 0, sub != 0} {
 		if nonZero {
 			fields++
 		}
@@ -115,6 +115,10 @@ func (b *BatchBuilder) Frame(epoch Epoch, head Position) []byte {
 	if head != 0 {
 		_ = b.enc.EncodeString("head")
 		_ = b.enc.EncodeUint(uint64(head))
+	}
+	if sub != 0 {
+		_ = b.enc.EncodeString("sub")
+		_ = b.enc.EncodeUint(uint64(sub))
 	}
 	start := batchGap - prefix
 	copy(b.w.b[start:batchGap], scratch[:prefix])

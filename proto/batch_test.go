@@ -40,7 +40,7 @@ func TestBatchBuilderIsAppendFrame(t *testing.T) {
 	for f := range reflect.TypeFor[Batch]().Fields() {
 		fields = append(fields, f.Name)
 	}
-	if want := []string{"Epoch", "Entries", "Head"}; !slices.Equal(fields, want) {
+	if want := []string{"Epoch", "Entries", "Head", "Sub"}; !slices.Equal(fields, want) {
 		t.Fatalf("Batch has the fields %v; BatchBuilder.Frame writes %v: teach it the new ones", fields, want)
 	}
 	r := rand.New(rand.NewPCG(1, 2))
@@ -50,7 +50,8 @@ func TestBatchBuilderIsAppendFrame(t *testing.T) {
 		n := counts[round%len(counts)]
 		epoch := Epoch([]uint64{0, 1, 9, 1 << 40, ^uint64(0)}[r.IntN(5)])
 		head := Position([]uint64{0, 5, 1 << 20, ^uint64(0)}[r.IntN(4)])
-		want := &Batch{Epoch: epoch, Head: head}
+		sub := []uint32{0, 1, MaxSubLogs - 1}[r.IntN(3)]
+		want := &Batch{Epoch: epoch, Head: head, Sub: sub}
 		b.Reset(1 << 30)
 		for i := range n {
 			e := randomEntry(r, Position(round*1000+i+1))
@@ -62,7 +63,7 @@ func TestBatchBuilderIsAppendFrame(t *testing.T) {
 		if b.Len() != n {
 			t.Fatalf("round %d: Len %d, want %d", round, b.Len(), n)
 		}
-		got := b.Frame(epoch, head)
+		got := b.Frame(epoch, head, sub)
 		wantB, err := AppendFrame(nil, want)
 		if err != nil {
 			t.Fatal(err)
@@ -93,7 +94,7 @@ func TestBatchBuilderRoom(t *testing.T) {
 	if b.Add(&second) {
 		t.Fatal("a second entry beyond the room was taken")
 	}
-	if got, want := b.Frame(1, 2), mustFrame(t, &Batch{Epoch: 1, Head: 2, Entries: []Entry{big}}); !bytes.Equal(got, want) {
+	if got, want := b.Frame(1, 2, 0), mustFrame(t, &Batch{Epoch: 1, Head: 2, Entries: []Entry{big}}); !bytes.Equal(got, want) {
 		t.Fatal("the refused entry's bytes are in the frame")
 	}
 
@@ -111,7 +112,7 @@ func TestBatchBuilderRoom(t *testing.T) {
 	if len(taken) != 5 {
 		t.Fatalf("%d entries of %d bytes taken in a room of %d, want 5", len(taken), big.EncodedLen(), room)
 	}
-	frame := b.Frame(7, 20)
+	frame := b.Frame(7, 20, 0)
 	if !bytes.Equal(frame, mustFrame(t, &Batch{Epoch: 7, Head: 20, Entries: taken})) {
 		t.Fatal("frame differs from AppendFrame of the entries taken")
 	}
@@ -136,13 +137,13 @@ func TestBatchBuilderMisuse(t *testing.T) {
 	mustPanic("Add before Reset", func() { b.Add(&e) })
 	b.Reset(1 << 20)
 	b.Add(&e)
-	b.Frame(1, 41)
+	b.Frame(1, 41, 0)
 	mustPanic("Add after Frame", func() { b.Add(&e) })
-	mustPanic("Frame twice", func() { b.Frame(1, 41) })
+	mustPanic("Frame twice", func() { b.Frame(1, 41, 0) })
 	b.Release()
 	mustPanic("Add after Release", func() { b.Add(&e) })
 	b.Reset(1 << 20) // and usable again
-	if !b.Add(&e) || !bytes.Equal(b.Frame(1, 41), mustFrame(t, &Batch{Epoch: 1, Head: 41, Entries: []Entry{e}})) {
+	if !b.Add(&e) || !bytes.Equal(b.Frame(1, 41, 0), mustFrame(t, &Batch{Epoch: 1, Head: 41, Entries: []Entry{e}})) {
 		t.Fatal("a builder reset after Release builds a wrong frame")
 	}
 }
@@ -169,7 +170,7 @@ func BenchmarkBatchBuilder(b *testing.B) {
 		for i := range src.Entries {
 			bb.Add(&src.Entries[i])
 		}
-		n = len(bb.Frame(src.Epoch, src.Head))
+		n = len(bb.Frame(src.Epoch, src.Head, src.Sub))
 	}
 	b.SetBytes(int64(n))
 	b.ReportMetric(float64(len(src.Entries)*b.N)/b.Elapsed().Seconds(), "entries/s")

@@ -32,6 +32,11 @@ const (
 	// before Welcome, a second Hello or SyncStart, a server-to-client type). The stream is reset.
 	// Not retryable: a client bug.
 	CodeUnexpectedFrame Code = 5
+	// CodeNeedsUpgrade: the request needs a protocol feature of a later revision that the
+	// client did not use: a sync stream without a vector cursor (SyncStart.Subs, revision 3)
+	// for a user whose stream is split into sub-logs. The stream is closed. Not retryable:
+	// upgrade the client.
+	CodeNeedsUpgrade Code = 6
 )
 
 // Authentication and authorisation codes (10–19).
@@ -136,6 +141,7 @@ var codeNames = map[Code]string{
 	CodeFrameTooLarge:      "frame_too_large",
 	CodeUnsupportedVersion: "unsupported_version",
 	CodeUnexpectedFrame:    "unexpected_frame",
+	CodeNeedsUpgrade:       "needs_upgrade",
 	CodeUnauthenticated:    "unauthenticated",
 	CodeTokenExpired:       "token_expired",
 	CodeForbidden:          "forbidden",

@@ -20,8 +20,10 @@ const (
 	// Hello.ProtoVersion and answered in Welcome.ProtoVersion. Revisions only add frame types,
 	// fields and codes, which older peers ignore or treat as documented. Revision 2 adds [Stale]
 	// on the sync stream, which a server sends only on connections of revision 2 or later, and
-	// Refresh, SetRole, Members and the role_change kind (docs/PROTOCOL.md §9).
-	ProtoVersion = 2
+	// Refresh, SetRole, Members and the role_change kind. Revision 3 adds sub-logs: the vector
+	// cursor (SyncStart.Subs), the sub of sync frames and cursor acks, Head.Subs and
+	// CodeNeedsUpgrade (docs/PROTOCOL.md §9).
+	ProtoVersion = 3
 )
 
 // Limits. The ones a server may lower or raise are announced in [Welcome.Limits].

@@ -141,6 +141,16 @@ type Head struct {
 	Epoch Epoch    `msgpack:"epoch"` // the user log's epoch (0 if it does not exist yet)
 	Head  Position `msgpack:"head"`  // the user log's last position
 	First Position `msgpack:"first"` // first retained position (Head+1 when none is; 1 for a log not created yet)
+	// Subs (revision 3), for a user whose stream is split, holds every sub-log's epoch, head
+	// and first retained position, Subs[0] being Epoch, Head and First again; absent otherwise.
+	Subs []SubHead `msgpack:"subs"`
+}
+
+// SubHead is one sub-log's part of a [Head].
+type SubHead struct {
+	Epoch Epoch    `msgpack:"epoch"`
+	Head  Position `msgpack:"head"`
+	First Position `msgpack:"first"`
 }
 
 // FrameType implements Frame.

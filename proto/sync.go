@@ -1,5 +1,7 @@
 package proto
 
+import "github.com/syncd-dev/syncd/log/ident"
+
 // The sync stream. The client opens it with SyncStart carrying its stored cursor; the server
 // answers with Batches of contiguous entries from there, then keeps the stream open, pushing
 // new entries as they are appended and a Heartbeat while idle (or Stale, while the replica
@@ -25,7 +27,22 @@ type SyncStart struct {
 	// MaxBatch caps entries per Batch: 0 = the server's Limits.MaxBatch; larger values are
 	// lowered to it.
 	MaxBatch uint32 `msgpack:"max_batch"`
+	// Subs (revision 3) is the vector cursor: the device's cursor in each sub-log of the user's
+	// stream it knows, Subs[0] being Epoch and Pos again. A user whose stream an operator split
+	// is served only to a client that sends it (else CodeNeedsUpgrade); one whose stream is not
+	// split has one sub-log. Sub-logs the client does not list start from (0, 0).
+	Subs []SubCursor `msgpack:"subs"`
 }
+
+// SubCursor is a device's cursor in one sub-log of the user's stream: like SyncStart's Epoch
+// and Pos, for that sub-log.
+type SubCursor struct {
+	Epoch Epoch    `msgpack:"epoch"`
+	Pos   Position `msgpack:"pos"`
+}
+
+// MaxSubLogs is the most sub-logs a user's stream has: Sub fields are below it.
+const MaxSubLogs = ident.MaxSubLogs
 
 // FrameType implements Frame.
 func (*SyncStart) FrameType() Type { return TypeSyncStart }
@@ -35,6 +52,17 @@ func (*SyncStart) FrameType() Type { return TypeSyncStart }
 func (s *SyncStart) Validate() error {
 	if s.Pos != 0 && s.Epoch == 0 {
 		return invalid("cursor position %d without an epoch", s.Pos)
+	}
+	if len(s.Subs) > MaxSubLogs {
+		return invalid("a vector cursor of %d sub-logs: a stream has at most %d", len(s.Subs), MaxSubLogs)
+	}
+	for i, c := range s.Subs {
+		if c.Pos != 0 && c.Epoch == 0 {
+			return invalid("sub-log %d's cursor position %d without an epoch", i, c.Pos)
+		}
+	}
+	if len(s.Subs) > 0 && s.Subs[0] != (SubCursor{s.Epoch, s.Pos}) {
+		return invalid("subs[0] is (%d, %d), not the cursor's epoch and pos (%d, %d)", s.Subs[0].Epoch, s.Subs[0].Pos, s.Epoch, s.Pos)
 	}
 	return nil
 }
@@ -46,6 +74,7 @@ type Batch struct {
 	Epoch   Epoch    `msgpack:"epoch"`   // the user log's epoch
 	Entries []Entry  `msgpack:"entries"` // contiguous user-log entries, Seq ascending by 1
 	Head    Position `msgpack:"head"`    // the log's head when the batch was read (for progress)
+	Sub     uint32   `msgpack:"sub"`     // the sub-log it is of (revision 3; 0: the user's own log)
 }
 
 // FrameType implements Frame.
@@ -77,6 +106,7 @@ type Heartbeat struct {
 	Epoch      Epoch    `msgpack:"epoch"`       // the user log's epoch (0 while it does not exist)
 	Head       Position `msgpack:"head"`        // the user log's last position
 	ServerTime int64    `msgpack:"server_time"` // server clock, Unix nanoseconds
+	Sub        uint32   `msgpack:"sub"`         // the sub-log it is of (revision 3; 0: the user's own log)
 }
 
 // FrameType implements Frame.
@@ -96,6 +126,7 @@ type Stale struct {
 	Epoch     Epoch    `msgpack:"epoch"`      // the user log's epoch as last known (0 if none)
 	Head      Position `msgpack:"head"`       // the user log's last position as last known
 	UnheardMs uint64   `msgpack:"unheard_ms"` // since the replica last heard from its leader, in ms
+	Sub       uint32   `msgpack:"sub"`        // the sub-log it is of (revision 3; 0: the user's own log)
 }
 
 // FrameType implements Frame.
@@ -108,6 +139,7 @@ type TooOld struct {
 	Epoch Epoch    `msgpack:"epoch"` // the user log's epoch
 	First Position `msgpack:"first"` // first retained position
 	Head  Position `msgpack:"head"`  // last position
+	Sub   uint32   `msgpack:"sub"`   // the sub-log it is of (revision 3; 0: the user's own log)
 }
 
 // FrameType implements Frame.
@@ -120,6 +152,7 @@ type EpochChanged struct {
 	Epoch Epoch    `msgpack:"epoch"` // the log's current epoch
 	First Position `msgpack:"first"` // first retained position
 	Head  Position `msgpack:"head"`  // last position
+	Sub   uint32   `msgpack:"sub"`   // the sub-log it is of (revision 3; 0: the user's own log)
 }
 
 // FrameType implements Frame.
@@ -130,6 +163,7 @@ func (*EpochChanged) FrameType() Type { return TypeEpochChanged }
 type Rebase struct {
 	Epoch Epoch    `msgpack:"epoch"` // the user log's epoch
 	Head  Position `msgpack:"head"`  // last position
+	Sub   uint32   `msgpack:"sub"`   // the sub-log it is of (revision 3; 0: the user's own log)
 }
 
 // FrameType implements Frame.
@@ -144,6 +178,7 @@ func (*Rebase) FrameType() Type { return TypeRebase }
 type CursorAck struct {
 	Epoch Epoch    `msgpack:"epoch"` // the user log's epoch
 	Pos   Position `msgpack:"pos"`   // last stored position, at least 1
+	Sub   uint32   `msgpack:"sub"`   // the sub-log it is of (revision 3; 0: the user's own log)
 }
 
 // FrameType implements Frame.
@@ -154,6 +189,9 @@ func (*CursorAck) FrameType() Type { return TypeCursorAck }
 func (c *CursorAck) Validate() error {
 	if c.Epoch == 0 || c.Pos == 0 {
 		return invalid("cursor ack needs an epoch and a position of at least 1")
+	}
+	if c.Sub >= MaxSubLogs {
+		return invalid("cursor ack of sub-log %d: a stream has at most %d", c.Sub, MaxSubLogs)
 	}
 	return nil
 }

@@ -157,32 +157,50 @@ func (s *Server) checkGroupsPerUser(ctx context.Context, app *log.Append) error 
 	if app.Kind == log.KindGroupCreate {
 		named = append([]string{app.Sender}, named...)
 	}
-	// By shard, in the order the users are named (the creator first), so that the refusal names
-	// the first user at the limit, not one a map's order picked.
+	// Read by shard; a split user's count is the sum over its sub-logs (log.Shard.UserGroups).
 	byShard := map[raftstore.ShardID][]string{}
 	var order []raftstore.ShardID
-	for _, uid := range named {
-		sh := s.slots.UserShard(uid)
-		if byShard[sh] == nil {
-			order = append(order, sh)
+	owner := map[string]int{} // log → index in named
+	for i, uid := range named {
+		if _, seen := owner[uid]; seen {
+			continue // named twice: counted once
 		}
-		byShard[sh] = append(byShard[sh], uid)
+		logs := []string{uid}
+		if split, ok := s.slots.Split(uid); ok {
+			for j := 1; j < split.Subs; j++ {
+				logs = append(logs, log.SubLog(uid, j))
+			}
+		}
+		for _, id := range logs {
+			sh := s.slots.UserShard(id)
+			if byShard[sh] == nil {
+				order = append(order, sh)
+			}
+			byShard[sh] = append(byShard[sh], id)
+			owner[id] = i
+		}
 	}
+	counts := make([]int, len(named))
 	for _, sh := range order {
-		uids := byShard[sh]
+		ids := byShard[sh]
 		r, err := s.reader(ctx, sh)
 		if err != nil {
 			return err
 		}
-		counts, err := r.UserGroups(uids)
+		n, err := r.UserGroups(ids)
 		if err != nil {
 			return err
 		}
-		for i, n := range counts {
-			if n >= s.cfg.MaxGroupsPerUser {
-				return proto.Errorf(proto.CodeTooManyGroups, "%s is already in %d groups, at most %d (leave them out, or they leave a group first)",
-					uids[i], n, s.cfg.MaxGroupsPerUser)
-			}
+		for j, id := range ids {
+			counts[owner[id]] += n[j]
+		}
+	}
+	// In the order the users are named (the creator first), so that the refusal names the first
+	// user at the limit, not one a map's order picked.
+	for i, n := range counts {
+		if n >= s.cfg.MaxGroupsPerUser {
+			return proto.Errorf(proto.CodeTooManyGroups, "%s is already in %d groups, at most %d (leave them out, or they leave a group first)",
+				named[i], n, s.cfg.MaxGroupsPerUser)
 		}
 	}
 	return nil

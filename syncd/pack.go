@@ -88,9 +88,10 @@ func (sb *syncBatch) readInto(rd shardReader, uid string, epoch log.Epoch, from 
 	return res, err
 }
 
-// frame completes the batch (proto.BatchBuilder.Frame); valid until the next reset or release.
-func (sb *syncBatch) frame(epoch log.Epoch, head log.Position) []byte {
-	return sb.b.Frame(proto.Epoch(epoch), proto.Position(head))
+// frame completes the batch of sub-log sub (proto.BatchBuilder.Frame); valid until the next
+// reset or release.
+func (sb *syncBatch) frame(epoch log.Epoch, head log.Position, sub uint32) []byte {
+	return sb.b.Frame(proto.Epoch(epoch), proto.Position(head), sub)
 }
 
 // release drops the buffers of a stream that has caught up.

@@ -329,7 +329,7 @@ func TestSyncBatchFramesAsBefore(t *testing.T) {
 			if err != nil || res.Status != log.ReadEntries || res.Entries != nil {
 				t.Fatalf("read from %d: %v, %v (%d entries left in the answer)", pos+1, res.Status, err, len(res.Entries))
 			}
-			got := sb.frame(res.Info.Epoch, res.Info.Head)
+			got := sb.frame(res.Info.Epoch, res.Info.Head, 0)
 
 			old, err := st.ReadUser("u", info.Epoch, pos+1, lim)
 			if err != nil {
@@ -378,7 +378,7 @@ func TestSessionSendEncodedNeverExceedsMaxFrame(t *testing.T) {
 		b.Add(&proto.Entry{Seq: proto.Position(i + 1), Body: make([]byte, proto.MaxBody)})
 	}
 	var w bytes.Buffer
-	if err := ss.sendEncoded(&w, proto.TypeBatch, b.Frame(1, 3)); !errors.Is(err, proto.ErrFrameTooLarge) {
+	if err := ss.sendEncoded(&w, proto.TypeBatch, b.Frame(1, 3, 0)); !errors.Is(err, proto.ErrFrameTooLarge) {
 		t.Fatalf("send of an oversize batch: %v, want ErrFrameTooLarge", err)
 	}
 	f, err := proto.NewReader(&w, proto.MinFrameLimit).Next()
@@ -387,7 +387,7 @@ func TestSessionSendEncodedNeverExceedsMaxFrame(t *testing.T) {
 	}
 	b.Reset(1 << 30)
 	b.Add(&proto.Entry{Seq: 1, Body: make([]byte, proto.MaxBody)})
-	frame := b.Frame(1, 1)
+	frame := b.Frame(1, 1, 0)
 	if err := ss.sendEncoded(&w, proto.TypeBatch, frame); err != nil || !bytes.Equal(w.Bytes(), frame) {
 		t.Fatalf("a batch that fits: %v, %d bytes written of %d", err, w.Len(), len(frame))
 	}
@@ -415,7 +415,7 @@ func BenchmarkSyncBatch(b *testing.B) {
 			if err != nil || res.Status != log.ReadEntries || len(sb.times) != batch {
 				b.Fatalf("read: %v %v, %d entries", res.Status, err, len(sb.times))
 			}
-			_ = sb.frame(res.Info.Epoch, res.Info.Head)
+			_ = sb.frame(res.Info.Epoch, res.Info.Head, 0)
 			i++
 		}
 		b.ReportMetric(float64(batch*b.N)/b.Elapsed().Seconds(), "entries/s")

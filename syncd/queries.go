@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/syncd-dev/syncd/log"
@@ -54,31 +55,52 @@ func (ss *session) query(req proto.Request) proto.Frame {
 	return f
 }
 
-// headCheck answers with the head of the user's log, which claims "you have everything up to
-// head" like a heartbeat does; so, like heartbeats (Stale), only from a replica holding its lease.
-// One cut off from its shard's leader refuses with unavailable and a retry-after instead, and the
-// client asks another node.
+// headCheck answers with the head of the user's log (of every sub-log, for a split user), which
+// claims "you have everything up to head" like a heartbeat does; so, like heartbeats (Stale),
+// only from a replica holding its lease. One cut off from its shard's leader refuses with
+// unavailable and a retry-after instead, and the client asks another node.
 func (ss *session) headCheck(ctx context.Context, q *proto.HeadCheck) (proto.Frame, error) {
-	shard := ss.s.slots.UserShard(ss.user)
-	state, err := ss.s.reader(ctx, shard)
+	info, err := ss.logHead(ctx, ss.user)
 	if err != nil {
 		return nil, err
+	}
+	h := &proto.Head{ID: q.ID, Epoch: proto.Epoch(info.Epoch), Head: proto.Position(info.Head), First: proto.Position(info.First)}
+	if split, ok := ss.s.slots.Split(ss.user); ok {
+		h.Subs = []proto.SubHead{{Epoch: h.Epoch, Head: h.Head, First: h.First}}
+		for i := 1; i < split.Subs; i++ {
+			info, err := ss.logHead(ctx, log.SubLog(ss.user, i))
+			if err != nil {
+				return nil, err
+			}
+			h.Subs = append(h.Subs, proto.SubHead{Epoch: proto.Epoch(info.Epoch), Head: proto.Position(info.Head), First: proto.Position(info.First)})
+		}
+	}
+	return h, nil
+}
+
+// logHead returns the epoch, head and first position of the user log id, from a replica that
+// holds its lease.
+func (ss *session) logHead(ctx context.Context, id string) (log.LogInfo, error) {
+	shard := ss.s.slots.UserShard(id)
+	state, err := ss.s.reader(ctx, shard)
+	if err != nil {
+		return log.LogInfo{}, err
 	}
 	var info log.LogInfo
 	var lease raftstore.Lease
 	if r, ok := state.(*remoteReader); ok {
-		info, lease, err = r.userInfoLeased(ss.user)
+		info, lease, err = r.userInfoLeased(id)
 	} else if lease, _, err = ss.s.node.WatchLease(shard); err == nil {
-		info, err = state.UserInfo(ss.user)
+		info, err = state.UserInfo(id)
 	}
 	if err != nil {
-		return nil, err
+		return log.LogInfo{}, err
 	}
 	if !lease.Held {
-		return nil, fmt.Errorf("%w: the replica of shard %d answering has not heard from its leader for %v, so its head may be behind",
+		return log.LogInfo{}, fmt.Errorf("%w: the replica of shard %d answering has not heard from its leader for %v, so its head may be behind",
 			raftstore.ErrNoLeader, shard, lease.Unheard.Round(time.Millisecond))
 	}
-	return &proto.Head{ID: q.ID, Epoch: proto.Epoch(info.Epoch), Head: proto.Position(info.Head), First: proto.Position(info.First)}, nil
+	return info, nil
 }
 
 // convInfo returns conv as this session's user sees it, from the conversation's home shard.
@@ -123,13 +145,9 @@ func (ss *session) members(ctx context.Context, q *proto.Members) (proto.Frame, 
 func (ss *session) convList(ctx context.Context, q *proto.ConvList) (proto.Frame, error) {
 	limit := ss.pageLimit(q.Limit)
 	room, used := ss.s.pageRoom(), 0
-	state, err := ss.s.reader(ctx, ss.s.slots.UserShard(ss.user))
-	if err != nil {
-		return nil, err
-	}
 	res := &proto.ConvListResult{ID: q.ID}
 	for after := q.After; len(res.Convs) < limit; {
-		ids, err := state.UserConvs(ss.user, after, limit+1)
+		ids, err := ss.userConvs(ctx, after, limit+1)
 		if err != nil {
 			return nil, err
 		}
@@ -158,6 +176,33 @@ func (ss *session) convList(ctx context.Context, q *proto.ConvList) (proto.Frame
 		}
 	}
 	return res, nil
+}
+
+// userConvs returns up to limit ids of the conversations whose entries reached the user's log,
+// after after, ascending. A split user's are those of every sub-log, merged: a conversation's
+// entries before the split are in the user's own log and later ones in its sub-log.
+func (ss *session) userConvs(ctx context.Context, after string, limit int) ([]string, error) {
+	logs := []string{ss.user}
+	if split, ok := ss.s.slots.Split(ss.user); ok {
+		for i := 1; i < split.Subs; i++ {
+			logs = append(logs, log.SubLog(ss.user, i))
+		}
+	}
+	var out []string
+	for _, id := range logs {
+		state, err := ss.s.reader(ctx, ss.s.slots.UserShard(id))
+		if err != nil {
+			return nil, err
+		}
+		ids, err := state.UserConvs(id, after, limit)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, ids...)
+	}
+	slices.Sort(out)
+	out = slices.Compact(out)
+	return out[:min(len(out), limit)], nil
 }
 
 // history pages a conversation backwards from before (0 = the head).

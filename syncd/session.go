@@ -216,18 +216,19 @@ func (ss *session) serveSync(ctx context.Context, st *quic.Stream, r *proto.Read
 	ss.s.metrics.syncStreamOpened()
 	defer ss.s.metrics.syncStreamClosed()
 
-	shard := ss.s.slots.UserShard(ss.user)
-	cursors := &cursorStore{ss: ss}
-	defer cursors.close()
-	bound := &ackBound{c: log.Cursor{Epoch: log.Epoch(start.Epoch), Pos: log.Position(start.Pos)}}
+	subs, final := ss.subLogs(start)
+	for _, sl := range subs {
+		defer sl.cursors.close()
+	}
 	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() { // the device's frames; the end of its side ends the sync
-		defer wg.Done()
-		cancel(ss.readUpstream(r, w, cursors, bound))
-	}()
-
-	final := ss.syncLog(ctx, w, shard, start, bound)
+	if final == nil {
+		wg.Add(1)
+		go func() { // the device's frames; the end of its side ends the sync
+			defer wg.Done()
+			cancel(ss.readUpstream(r, w, subs))
+		}()
+		final = ss.syncSubLogs(ctx, w, start, subs)
+	}
 	code := proto.Code(0)
 	var reset *resetCause
 	switch cause := context.Cause(ctx); {
@@ -257,14 +258,14 @@ func (ss *session) serveSync(ctx context.Context, st *quic.Stream, r *proto.Read
 // reader of it. Until this node's map has switched (a move's last steps take a few commits) it
 // waits a little and gives the same shard back; it gives up, with the error, once the log has
 // been elsewhere for longer than a move's switch can take, and the device reconnects.
-func (ss *session) followMove(ctx context.Context, shard raftstore.ShardID, since *time.Time) (shardReader, raftstore.ShardID, error) {
+func (ss *session) followMove(ctx context.Context, id string, shard raftstore.ShardID, since *time.Time) (shardReader, raftstore.ShardID, error) {
 	if since.IsZero() {
 		*since = time.Now()
 	}
 	if time.Since(*since) > moveFollowLimit {
 		return nil, shard, fmt.Errorf("%w: the user's log has not been found on its shards for %v", log.ErrMoved, moveFollowLimit)
 	}
-	next := ss.s.slots.UserShard(ss.user)
+	next := ss.s.slots.UserShard(id)
 	if next == shard {
 		select {
 		case <-ctx.Done():
@@ -279,9 +280,107 @@ func (ss *session) followMove(ctx context.Context, shard raftstore.ShardID, sinc
 // moveFollowLimit bounds how long a sync stream follows a user's log that is between shards.
 const moveFollowLimit = 10 * time.Second
 
-// syncLog is serveSync's sending side. It returns the frame that ends the stream (TooOld,
-// EpochChanged, Rebase or an Error), or nil when ctx ended or a write failed.
-func (ss *session) syncLog(ctx context.Context, w *streamWriter, shard raftstore.ShardID, start *proto.SyncStart, bound *ackBound) proto.Frame {
+// subLog is one sub-log of the user's stream as a sync stream serves it: a user log of its own
+// (the user's, or log.SubLog(user, i)), with its own cursor, ack bound and cursor store. A user
+// whose stream is not split has one, the user's own log.
+type subLog struct {
+	id      string // the user log
+	sub     uint32 // its index in the stream, the frames' sub
+	from    log.Cursor
+	bound   *ackBound
+	cursors *cursorStore
+	// gate, for a split user's sub-logs but the first, holds them back until the stream has
+	// sent the user's own log up to the split's gate (raftstore.SplitInfo.Gate); passed is
+	// sub-log 0's report of what it has sent. Both nil when there is no gate.
+	gate   <-chan struct{}
+	passed func(log.Epoch, log.Position)
+}
+
+// subLogs returns the sub-logs a sync stream from start serves: the user's own log, or for a
+// user whose stream is split, every sub-log, from the vector cursor (start.Subs). The frame it
+// returns instead ends the stream: a split user's stream asked for without a vector cursor
+// (needs_upgrade), or a vector cursor longer than the stream.
+func (ss *session) subLogs(start *proto.SyncStart) ([]*subLog, proto.Frame) {
+	split, isSplit := ss.s.slots.Split(ss.user)
+	n := 1
+	if isSplit {
+		n = split.Subs
+		if start.Subs == nil {
+			return nil, &proto.Error{Code: proto.CodeNeedsUpgrade, Message: fmt.Sprintf(
+				"user %s's stream is split into %d sub-logs: sync them with a vector cursor (sync_start subs, protocol revision 3)", ss.user, n)}
+		}
+	}
+	if len(start.Subs) > n {
+		return nil, &proto.Error{Code: proto.CodeInvalidArgument, Message: fmt.Sprintf(
+			"a vector cursor of %d sub-logs: user %s's stream has %d", len(start.Subs), ss.user, n)}
+	}
+	out := make([]*subLog, n)
+	for i := range out {
+		from := log.Cursor{Epoch: log.Epoch(start.Epoch), Pos: log.Position(start.Pos)}
+		if i > 0 {
+			from = log.Cursor{}
+			if i < len(start.Subs) {
+				from = log.Cursor{Epoch: log.Epoch(start.Subs[i].Epoch), Pos: log.Position(start.Subs[i].Pos)}
+			}
+		}
+		id := log.SubLog(ss.user, i)
+		out[i] = &subLog{id: id, sub: uint32(i), from: from, bound: &ackBound{c: from}, cursors: &cursorStore{ss: ss, log: id}}
+	}
+	if isSplit && split.Gate > 0 {
+		open := make(chan struct{})
+		var once sync.Once
+		out[0].passed = func(epoch log.Epoch, pos log.Position) {
+			if uint64(epoch) != split.Epoch || uint64(pos) >= split.Gate { // sent up to it, or reset since
+				once.Do(func() { close(open) })
+			}
+		}
+		for _, sl := range out[1:] {
+			sl.gate = open
+		}
+	}
+	return out, nil
+}
+
+// syncSubLogs serves every sub-log of the stream at once, each as syncLog does, on the one
+// stream; the first to end the stream (a final frame, a failed write, ctx) ends them all. It
+// returns the frame that ends the stream, if one does.
+func (ss *session) syncSubLogs(ctx context.Context, w *streamWriter, start *proto.SyncStart, subs []*subLog) proto.Frame {
+	if len(subs) == 1 {
+		return ss.syncLog(ctx, w, subs[0], start)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var (
+		mu    sync.Mutex
+		final proto.Frame
+		wg    sync.WaitGroup
+	)
+	for _, sl := range subs {
+		wg.Go(func() {
+			f := ss.syncLog(ctx, w, sl, start)
+			mu.Lock()
+			if final == nil && ctx.Err() == nil {
+				final = f
+			}
+			mu.Unlock()
+			cancel()
+		})
+	}
+	wg.Wait()
+	return final
+}
+
+// syncLog is serveSync's sending side for one sub-log. It returns the frame that ends the stream
+// (TooOld, EpochChanged, Rebase or an Error), or nil when ctx ended or a write failed.
+func (ss *session) syncLog(ctx context.Context, w *streamWriter, sl *subLog, start *proto.SyncStart) proto.Frame {
+	if sl.gate != nil {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-sl.gate:
+		}
+	}
+	shard := ss.s.slots.UserShard(sl.id)
 	state, err := ss.s.reader(ctx, shard)
 	if err != nil {
 		return wireError(ss.s.logger, 0, err)
@@ -291,7 +390,7 @@ func (ss *session) syncLog(ctx context.Context, w *streamWriter, shard raftstore
 		maxBatch = int(start.MaxBatch)
 	}
 	heartbeat := time.Duration(ss.s.cfg.Limits.HeartbeatMs) * time.Millisecond
-	epoch, pos := log.Epoch(start.Epoch), log.Position(start.Pos)
+	epoch, pos := sl.from.Epoch, sl.from.Pos
 	first := true
 	live := false          // caught up once: later entries are pushed as they come, so their delay counts
 	stale := false         // the replica read was found stale while idle, and no heartbeat sent since
@@ -309,11 +408,11 @@ func (ss *session) syncLog(ctx context.Context, w *streamWriter, shard raftstore
 			// back): a remote replica answers at once rather than an interval later.
 			wait = 0
 		}
-		rd, err := ss.readUserLog(state, shard, epoch, pos+1, lim, wait, &batch)
+		rd, err := ss.readUserLog(state, shard, sl.id, epoch, pos+1, lim, wait, &batch)
 		if errors.Is(err, log.ErrMoved) && ctx.Err() == nil {
 			// The user's log moved to another shard (or is moving here and is not complete):
 			// the stream goes on there from the same cursor, positions unchanged.
-			if state, shard, err = ss.followMove(ctx, shard, &movedSince); err == nil {
+			if state, shard, err = ss.followMove(ctx, sl.id, shard, &movedSince); err == nil {
 				continue
 			}
 		}
@@ -328,7 +427,7 @@ func (ss *session) syncLog(ctx context.Context, w *streamWriter, shard raftstore
 		res := rd.res
 		info := res.Info
 		if first && start.Ceiling > 0 && res.Status == log.ReadEntries && uint64(info.Head-pos) > start.Ceiling {
-			return &proto.Rebase{Epoch: proto.Epoch(info.Epoch), Head: proto.Position(info.Head)}
+			return &proto.Rebase{Epoch: proto.Epoch(info.Epoch), Head: proto.Position(info.Head), Sub: sl.sub}
 		}
 		first = false
 		switch res.Status {
@@ -341,20 +440,26 @@ func (ss *session) syncLog(ctx context.Context, w *streamWriter, shard raftstore
 				}
 			}
 			pos = batch.last
-			bound.set(log.Cursor{Epoch: epoch, Pos: pos}) // before the write: the ack may come back first
-			if err := w.sendEncoded(proto.TypeBatch, batch.frame(epoch, info.Head)); err != nil {
+			sl.bound.set(log.Cursor{Epoch: epoch, Pos: pos}) // before the write: the ack may come back first
+			if err := w.sendEncoded(proto.TypeBatch, batch.frame(epoch, info.Head, sl.sub)); err != nil {
 				return nil
 			}
 			lastSent = time.Now()
+			if sl.passed != nil {
+				sl.passed(epoch, pos)
+			}
 		case log.ReadTooOld:
-			return &proto.TooOld{Epoch: proto.Epoch(info.Epoch), First: proto.Position(info.First), Head: proto.Position(info.Head)}
+			return &proto.TooOld{Epoch: proto.Epoch(info.Epoch), First: proto.Position(info.First), Head: proto.Position(info.Head), Sub: sl.sub}
 		case log.ReadEpochChanged:
-			return &proto.EpochChanged{Epoch: proto.Epoch(info.Epoch), First: proto.Position(info.First), Head: proto.Position(info.Head)}
+			return &proto.EpochChanged{Epoch: proto.Epoch(info.Epoch), First: proto.Position(info.First), Head: proto.Position(info.Head), Sub: sl.sub}
 		case log.ReadCaughtUp:
+			if sl.passed != nil && info.Epoch != 0 {
+				sl.passed(info.Epoch, pos)
+			}
 			// Caught up: the batch's buffers go, so an idle stream holds none.
 			batch.release()
 			if !rd.lease.Held { // no heartbeat: the head is not proven
-				if err := ss.idleStale(ctx, w, rd, &stale, &lastSent, heartbeat); err != nil {
+				if err := ss.idleStale(ctx, w, sl.sub, rd, &stale, &lastSent, heartbeat); err != nil {
 					return nil
 				}
 				continue
@@ -363,7 +468,7 @@ func (ss *session) syncLog(ctx context.Context, w *streamWriter, shard raftstore
 			// then once per idle interval, not after every pushed batch: it tells an idle device
 			// the head, so it can prove it has missed nothing.
 			if !live || stale || time.Since(lastSent) >= heartbeat {
-				hb := &proto.Heartbeat{Epoch: proto.Epoch(info.Epoch), Head: proto.Position(info.Head), ServerTime: time.Now().UnixNano()}
+				hb := &proto.Heartbeat{Epoch: proto.Epoch(info.Epoch), Head: proto.Position(info.Head), ServerTime: time.Now().UnixNano(), Sub: sl.sub}
 				if err := w.send(hb); err != nil {
 					return nil
 				}
@@ -398,9 +503,9 @@ type userRead struct {
 // and wake closes after a second, when the stream tries again (remoteReader.readUserWait). from 0
 // means the cursor is at the last position there can be (2⁶⁴−1): nothing comes after it, ever, so
 // the answer is caught up (or epoch changed) and wake never closes.
-func (ss *session) readUserLog(rd shardReader, shard raftstore.ShardID, epoch log.Epoch, from log.Position, lim log.Limit, wait time.Duration, batch *syncBatch) (userRead, error) {
+func (ss *session) readUserLog(rd shardReader, shard raftstore.ShardID, id string, epoch log.Epoch, from log.Position, lim log.Limit, wait time.Duration, batch *syncBatch) (userRead, error) {
 	if from == 0 {
-		info, err := rd.UserInfo(ss.user)
+		info, err := rd.UserInfo(id)
 		if err != nil {
 			return userRead{}, err
 		}
@@ -417,7 +522,7 @@ func (ss *session) readUserLog(rd shardReader, shard raftstore.ShardID, epoch lo
 		return userRead{res: log.Read{Status: status, Info: info}, lease: l}, nil
 	}
 	if remote, ok := rd.(*remoteReader); ok {
-		res, l, reached, err := remote.readUserWait(ss.user, epoch, from, lim, wait)
+		res, l, reached, err := remote.readUserWait(id, epoch, from, lim, wait)
 		batch.take(&res, ss.s.pageRoom())
 		out := userRead{res: res, lease: l, wake: closedChan}
 		if !reached {
@@ -425,12 +530,12 @@ func (ss *session) readUserLog(rd shardReader, shard raftstore.ShardID, epoch lo
 		}
 		return out, err
 	}
-	wake := ss.s.notes.wait(shard, ss.user) // before reading, so an append after the read wakes us
+	wake := ss.s.notes.wait(shard, id) // before reading, so an append after the read wakes us
 	l, leaseCh, err := ss.s.node.WatchLease(shard)
 	if err != nil {
 		return userRead{}, err // the replica went away (moved): the device resyncs elsewhere
 	}
-	res, err := batch.readInto(rd, ss.user, epoch, from, lim, ss.s.pageRoom())
+	res, err := batch.readInto(rd, id, epoch, from, lim, ss.s.pageRoom())
 	return userRead{res: res, lease: l, wake: wake, leaseCh: leaseCh}, err
 }
 
@@ -449,11 +554,11 @@ func after(d time.Duration) <-chan struct{} {
 // revision-1 connection, whose client does not know Stale, is sent nothing: its client's silence
 // check restarts the stream after three intervals. The first Heartbeat after it goes out as soon as
 // the lease is held again (serveSync).
-func (ss *session) idleStale(ctx context.Context, w *streamWriter, rd userRead, stale *bool, lastSent *time.Time, heartbeat time.Duration) error {
+func (ss *session) idleStale(ctx context.Context, w *streamWriter, sub uint32, rd userRead, stale *bool, lastSent *time.Time, heartbeat time.Duration) error {
 	if !*stale || time.Since(*lastSent) >= heartbeat {
 		if ss.proto >= 2 {
 			info := rd.res.Info
-			f := &proto.Stale{Epoch: proto.Epoch(info.Epoch), Head: proto.Position(info.Head), UnheardMs: uint64(max(rd.lease.Unheard.Milliseconds(), 1))}
+			f := &proto.Stale{Epoch: proto.Epoch(info.Epoch), Head: proto.Position(info.Head), UnheardMs: uint64(max(rd.lease.Unheard.Milliseconds(), 1)), Sub: sub}
 			if err := w.send(f); err != nil {
 				return err
 			}
@@ -483,7 +588,8 @@ var closedChan = func() chan struct{} {
 // more when the sync stream ends. Losing a cursor update only causes re-delivery (clients dedup by
 // msg_id), so coalescing is safe. It keeps no goroutine while idle: a timer fires the next store.
 type cursorStore struct {
-	ss *session
+	ss  *session
+	log string // the user log the cursor is in: the user's, or one of its sub-logs
 
 	mu      sync.Mutex
 	latest  log.Cursor
@@ -519,10 +625,10 @@ func (c *cursorStore) flush(timeout time.Duration) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	cmd := raftstore.CursorCommand(&log.CursorUpdate{UID: c.ss.user, Device: c.ss.device, Cursor: cur})
+	cmd := raftstore.CursorCommand(&log.CursorUpdate{UID: c.log, Device: c.ss.device, Cursor: cur})
 	// Routed at every store: a user whose log moved to another shard stores it there.
-	if _, err := c.ss.s.node.Propose(ctx, c.ss.s.slots.UserShard(c.ss.user), cmd); err != nil {
-		c.ss.s.logger.Debug("cursor not stored", "user", c.ss.user, "device", c.ss.device, "err", err)
+	if _, err := c.ss.s.node.Propose(ctx, c.ss.s.slots.UserShard(c.log), cmd); err != nil {
+		c.ss.s.logger.Debug("cursor not stored", "log", c.log, "device", c.ss.device, "err", err)
 		return
 	}
 	c.mu.Lock()

@@ -181,13 +181,18 @@ func (b *ackBound) get() log.Cursor {
 }
 
 // checkAck refuses a cursor ack that claims more than the stream delivered: a zero epoch or
-// position, another epoch than the stream's, or a position beyond the last entry sent (PROTOCOL
-// §6, CursorAck). Such a cursor could not be true, and storing it would tell operators and
-// retention that the device has entries it never got.
-func checkAck(ca *proto.CursorAck, bound log.Cursor) error {
+// position, a sub-log the stream does not have, another epoch than the sub-log's on the stream,
+// or a position beyond the last entry of it sent (PROTOCOL §6, CursorAck). Such a cursor could
+// not be true, and storing it would tell operators and retention that the device has entries it
+// never got.
+func checkAck(ca *proto.CursorAck, subs []*subLog) error {
 	if err := ca.Validate(); err != nil {
 		return err
 	}
+	if int(ca.Sub) >= len(subs) {
+		return proto.Errorf(proto.CodeInvalidArgument, "cursor ack of sub-log %d: this stream has %d", ca.Sub, len(subs))
+	}
+	bound := subs[ca.Sub].bound.get()
 	if log.Epoch(ca.Epoch) != bound.Epoch || log.Position(ca.Pos) > bound.Pos {
 		return proto.Errorf(proto.CodeInvalidArgument, "cursor ack %d (epoch %d) is beyond what this stream sent: %d (epoch %d)",
 			ca.Pos, ca.Epoch, bound.Pos, bound.Epoch)
@@ -201,7 +206,7 @@ func checkAck(ca *proto.CursorAck, bound log.Cursor) error {
 // Error; any other frame (a request, a second SyncStart) gets unexpected_frame and resets the
 // stream. It returns why the sync ends: a *resetCause, or nil when the client ended its side,
 // the stream failed or the connection is closing.
-func (ss *session) readUpstream(r *proto.Reader, w *streamWriter, cursors *cursorStore, bound *ackBound) error {
+func (ss *session) readUpstream(r *proto.Reader, w *streamWriter, subs []*subLog) error {
 	for {
 		f, err := r.Next()
 		code, what := classify(err)
@@ -209,11 +214,11 @@ func (ss *session) readUpstream(r *proto.Reader, w *streamWriter, cursors *curso
 		if err != nil {
 			msg = err.Error()
 		} else if ca, ok := f.(*proto.CursorAck); ok {
-			if err := checkAck(ca, bound.get()); err != nil {
+			if err := checkAck(ca, subs); err != nil {
 				w.send(wireError(ss.s.logger, 0, err))
 				continue
 			}
-			cursors.ack(log.Cursor{Epoch: log.Epoch(ca.Epoch), Pos: log.Position(ca.Pos)})
+			subs[ca.Sub].cursors.ack(log.Cursor{Epoch: log.Epoch(ca.Epoch), Pos: log.Position(ca.Pos)})
 			continue
 		} else {
 			code, what, msg = proto.CodeUnexpectedFrame, faultReset, "a sync stream carries only cursor acks after sync_start, got "+f.FrameType().String()

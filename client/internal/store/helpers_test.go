@@ -44,7 +44,7 @@ func stID(conv string, convSeq proto.Position) proto.MsgID {
 // stApply applies a batch that must succeed and returns the applied count.
 func stApply(t *testing.T, s *Store, epoch proto.Epoch, entries ...proto.Entry) int {
 	t.Helper()
-	n, err := s.ApplyBatch(epoch, entries)
+	n, err := s.ApplyBatch(0, epoch, entries)
 	if err != nil {
 		t.Fatalf("applyBatch(%d, seq %d..): %v", epoch, entries[0].Seq, err)
 	}
@@ -91,7 +91,7 @@ func stEntryCount(t *testing.T, s *Store) int {
 	}
 	defer s.mu.RUnlock()
 	n := 0
-	if err := scan(db, sk.entryPrefix(), func(_, _ []byte) error { n++; return nil }); err != nil {
+	if err := scan(db, sk.entryPrefix(0), func(_, _ []byte) error { n++; return nil }); err != nil {
 		t.Fatal(err)
 	}
 	return n

@@ -19,11 +19,13 @@ import (
 //
 //	0x01 'v'                          format version               u64
 //	0x01 'c'                          sync cursor                  epoch u64, pos u64
+//	0x01 'c' sub u8                   sync cursor of sub-log sub ≥ 1 (a split user's stream)   epoch u64, pos u64
 //	0x01 'o'                          last outbox seq assigned     u64
 //	0x02 seq                          outbox item                  v1 msgpack OutboxItem
 //	0x03 cmid 0x00                    outbox index by cmid         seq u64
 //	0x04 seq                          outbox item still SENDING    empty
 //	0x10 seq                          user-log entry (stored as received)  v1 msgpack proto.Entry
+//	0x18 sub u8 seq                   entry of sub-log sub ≥ 1, the same   v1 msgpack proto.Entry
 //	0x11 msg_id 0x00                  msg_id index (dedup, recall) conv 0x00 conv_seq u64
 //	0x12 conv 0x00 conv_seq           message view                 v1 msgpack storedMsg
 //	0x13 conv 0x00 user 0x00          read mark of user in conv    conv_seq u64
@@ -55,6 +57,7 @@ const (
 	tagConv          = 0x15
 	tagEarlyRecall   = 0x16
 	tagMembersStale  = 0x17
+	tagSubEntry      = 0x18
 )
 
 // keyBuilder builds the store's keys; sk is its only value.
@@ -66,8 +69,13 @@ var sk keyBuilder
 // format is the key of the format version.
 func (keyBuilder) format() []byte { return []byte{tagMeta, 'v'} }
 
-// cursor is the key of the sync cursor.
-func (keyBuilder) cursor() []byte { return []byte{tagMeta, 'c'} }
+// cursor is the key of the sync cursor of sub-log sub (0: the user's own log).
+func (keyBuilder) cursor(sub uint32) []byte {
+	if sub == 0 {
+		return []byte{tagMeta, 'c'}
+	}
+	return []byte{tagMeta, 'c', byte(sub)}
+}
 
 // outboxLast is the key of the last outbox seq assigned.
 func (keyBuilder) outboxLast() []byte { return []byte{tagMeta, 'o'} }
@@ -93,13 +101,18 @@ func (keyBuilder) outboxSending(seq uint64) []byte {
 // outboxSendingPrefix prefixes every SENDING marker.
 func (keyBuilder) outboxSendingPrefix() []byte { return []byte{tagOutboxSending} }
 
-// entry is the key of the user-log entry at seq.
-func (keyBuilder) entry(seq proto.Position) []byte {
-	return binary.BigEndian.AppendUint64([]byte{tagEntry}, uint64(seq))
+// entry is the key of the entry at seq of sub-log sub of the user's stream (0: the user's log).
+func (k keyBuilder) entry(sub uint32, seq proto.Position) []byte {
+	return binary.BigEndian.AppendUint64(k.entryPrefix(sub), uint64(seq))
 }
 
-// entryPrefix prefixes every user-log entry.
-func (keyBuilder) entryPrefix() []byte { return []byte{tagEntry} }
+// entryPrefix prefixes every entry of sub-log sub.
+func (keyBuilder) entryPrefix(sub uint32) []byte {
+	if sub == 0 {
+		return []byte{tagEntry}
+	}
+	return []byte{tagSubEntry, byte(sub)}
+}
 
 // msgIndex is the key of the msg_id index entry of id.
 func (keyBuilder) msgIndex(id proto.MsgID) []byte {

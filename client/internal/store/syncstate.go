@@ -23,19 +23,44 @@ var (
 	ErrCursorBackward = errors.New("client: the cursor never moves back within an epoch")
 )
 
-// Cursor returns the stored sync cursor; (0, 0) for a device that has never synced.
+// Cursor returns the stored sync cursor of the user's own log (sub-log 0); (0, 0) for a device
+// that has never synced.
 func (s *Store) Cursor() (proto.Epoch, proto.Position, error) {
 	db, err := s.read()
 	if err != nil {
 		return 0, 0, err
 	}
 	defer s.mu.RUnlock()
-	return getCursor(db)
+	return getCursor(db, 0)
 }
 
-// getCursor reads the cursor from r.
-func getCursor(r pebble.Reader) (proto.Epoch, proto.Position, error) {
-	v, ok, err := getValue(r, sk.cursor())
+// Cursors returns the vector cursor: the stored cursor of every sub-log of the user's stream the
+// device has synced, from sub-log 0 up to the highest one stored ((0, 0) for those between). A
+// device of a user whose stream is not split has one.
+func (s *Store) Cursors() ([]proto.SubCursor, error) {
+	db, err := s.read()
+	if err != nil {
+		return nil, err
+	}
+	defer s.mu.RUnlock()
+	var out []proto.SubCursor
+	for sub := range uint32(proto.MaxSubLogs) {
+		epoch, pos, err := getCursor(db, sub)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, proto.SubCursor{Epoch: epoch, Pos: pos})
+	}
+	n := len(out)
+	for n > 1 && out[n-1] == (proto.SubCursor{}) {
+		n--
+	}
+	return out[:n], nil
+}
+
+// getCursor reads the cursor of sub-log sub from r.
+func getCursor(r pebble.Reader, sub uint32) (proto.Epoch, proto.Position, error) {
+	v, ok, err := getValue(r, sk.cursor(sub))
 	if err != nil || !ok {
 		return 0, 0, err
 	}
@@ -45,24 +70,36 @@ func getCursor(r pebble.Reader) (proto.Epoch, proto.Position, error) {
 	return proto.Epoch(binary.BigEndian.Uint64(v)), proto.Position(binary.BigEndian.Uint64(v[8:])), nil
 }
 
-// setCursor writes the cursor into b.
-func setCursor(b *pebble.Batch, epoch proto.Epoch, pos proto.Position) error {
+// setCursor writes the cursor of sub-log sub into b.
+func setCursor(b *pebble.Batch, sub uint32, epoch proto.Epoch, pos proto.Position) error {
 	v := binary.BigEndian.AppendUint64(nil, uint64(epoch))
-	return b.Set(sk.cursor(), binary.BigEndian.AppendUint64(v, uint64(pos)), nil)
+	return b.Set(sk.cursor(sub), binary.BigEndian.AppendUint64(v, uint64(pos)), nil)
 }
 
-// ApplyBatch stores a Batch of the user log (PROTOCOL.md §8.4) in one synced Pebble batch:
-// every entry under its seq, the message view, read marks, members, and the cursor (epoch, last
-// seq). A stored cursor (0, 0) adopts epoch; otherwise epoch must equal the stored epoch
-// (ErrEpochMismatch, which is an ErrNotContiguous), and the entries must be numbered exactly
-// cursor+1, cursor+2, … (ErrNotContiguous). On any error nothing is written.
+// checkSub refuses a sub-log index no stream has.
+func checkSub(sub uint32) error {
+	if sub >= proto.MaxSubLogs {
+		return fmt.Errorf("client: sub-log %d (a stream has at most %d)", sub, proto.MaxSubLogs)
+	}
+	return nil
+}
+
+// ApplyBatch stores a Batch of sub-log sub of the user's stream (0: the user's own log;
+// PROTOCOL.md §8.4) in one synced Pebble batch: every entry under its seq, the message view,
+// read marks, members, and the sub-log's cursor (epoch, last seq). A stored cursor (0, 0) adopts
+// epoch; otherwise epoch must equal the stored epoch (ErrEpochMismatch, which is an
+// ErrNotContiguous), and the entries must be numbered exactly cursor+1, cursor+2, …
+// (ErrNotContiguous). On any error nothing is written. Each sub-log has a cursor of its own.
 //
 // Entries are deduplicated by msg_id: an entry whose msg_id is already stored (re-delivered
 // after an epoch change, or already loaded from history) is stored under its seq and moves the
 // cursor, but changes nothing in the view. applied counts the entries that were new.
-func (s *Store) ApplyBatch(epoch proto.Epoch, entries []proto.Entry) (applied int, err error) {
+func (s *Store) ApplyBatch(sub uint32, epoch proto.Epoch, entries []proto.Entry) (applied int, err error) {
 	if epoch == 0 {
 		return 0, fmt.Errorf("%w: batch without epoch", ErrEpochMismatch)
+	}
+	if err := checkSub(sub); err != nil {
+		return 0, err
 	}
 	for i := range entries {
 		if err := checkEntryIDs(&entries[i]); err != nil {
@@ -74,7 +111,7 @@ func (s *Store) ApplyBatch(epoch proto.Epoch, entries []proto.Entry) (applied in
 		return 0, err
 	}
 	defer s.mu.Unlock()
-	curEpoch, pos, err := getCursor(db)
+	curEpoch, pos, err := getCursor(db, sub)
 	if err != nil {
 		return 0, err
 	}
@@ -100,7 +137,7 @@ func (s *Store) ApplyBatch(epoch proto.Epoch, entries []proto.Entry) (applied in
 		if err != nil {
 			return 0, err
 		}
-		if err := b.Set(sk.entry(e.Seq), v, nil); err != nil {
+		if err := b.Set(sk.entry(sub, e.Seq), v, nil); err != nil {
 			return 0, err
 		}
 		if e.MsgID != "" {
@@ -120,7 +157,7 @@ func (s *Store) ApplyBatch(epoch proto.Epoch, entries []proto.Entry) (applied in
 			return 0, err
 		}
 	}
-	if err := setCursor(b, epoch, entries[len(entries)-1].Seq); err != nil {
+	if err := setCursor(b, sub, epoch, entries[len(entries)-1].Seq); err != nil {
 		return 0, err
 	}
 	if err := b.Commit(pebble.Sync); err != nil {
@@ -269,15 +306,18 @@ func checkEntryIDs(e *proto.Entry) error {
 	return nil
 }
 
-// ResetForEpoch handles an epoch change (EpochChanged): the user log was re-created, so its
-// stored entries and positions mean nothing. It drops the stored user-log entries and sets the
-// cursor to (epoch, 0), keeping the message view, read marks, members and the msg_id index:
-// history stays, and entries delivered again are deduplicated by msg_id. If the new log starts
-// after 1, the next SyncStart from (epoch, 0) is answered TooOld or Rebase (then RebaseTo), or
-// the caller may call RebaseTo(epoch, first-1) itself.
-func (s *Store) ResetForEpoch(epoch proto.Epoch) error {
+// ResetForEpoch handles an epoch change (EpochChanged) of sub-log sub: the log was re-created,
+// so its stored entries and positions mean nothing. It drops the sub-log's stored entries and
+// sets its cursor to (epoch, 0), keeping the message view, read marks, members and the msg_id
+// index: history stays, and entries delivered again are deduplicated by msg_id. If the new log
+// starts after 1, the next SyncStart from (epoch, 0) is answered TooOld or Rebase (then
+// RebaseTo), or the caller may call RebaseTo(sub, epoch, first-1) itself.
+func (s *Store) ResetForEpoch(sub uint32, epoch proto.Epoch) error {
 	if epoch == 0 {
 		return errors.New("client: reset to epoch 0")
+	}
+	if err := checkSub(sub); err != nil {
+		return err
 	}
 	db, err := s.write()
 	if err != nil {
@@ -287,8 +327,8 @@ func (s *Store) ResetForEpoch(epoch proto.Epoch) error {
 	b := db.NewBatch()
 	defer b.Close()
 	if err := errors.Join(
-		b.DeleteRange(sk.entryPrefix(), prefixEnd(sk.entryPrefix()), nil),
-		setCursor(b, epoch, 0),
+		b.DeleteRange(sk.entryPrefix(sub), prefixEnd(sk.entryPrefix(sub)), nil),
+		setCursor(b, sub, epoch, 0),
 	); err != nil {
 		return err
 	}
@@ -298,20 +338,23 @@ func (s *Store) ResetForEpoch(epoch proto.Epoch) error {
 	return nil
 }
 
-// RebaseTo jumps the cursor to (epoch, head) without entries, after TooOld or Rebase; the caller
-// loads conversation state and recent history separately. Within the stored epoch the cursor
-// never moves back (ErrCursorBackward); moving to another epoch also drops the stored user-log
-// entries, as ResetForEpoch does.
-func (s *Store) RebaseTo(epoch proto.Epoch, head proto.Position) error {
+// RebaseTo jumps the cursor of sub-log sub to (epoch, head) without entries, after TooOld or
+// Rebase; the caller loads conversation state and recent history separately. Within the stored
+// epoch the cursor never moves back (ErrCursorBackward); moving to another epoch also drops the
+// sub-log's stored entries, as ResetForEpoch does.
+func (s *Store) RebaseTo(sub uint32, epoch proto.Epoch, head proto.Position) error {
 	if epoch == 0 {
 		return errors.New("client: rebase to epoch 0")
+	}
+	if err := checkSub(sub); err != nil {
+		return err
 	}
 	db, err := s.write()
 	if err != nil {
 		return err
 	}
 	defer s.mu.Unlock()
-	curEpoch, pos, err := getCursor(db)
+	curEpoch, pos, err := getCursor(db, sub)
 	if err != nil {
 		return err
 	}
@@ -321,10 +364,10 @@ func (s *Store) RebaseTo(epoch proto.Epoch, head proto.Position) error {
 		if head < pos {
 			return fmt.Errorf("%w: rebase to %d, stored %d", ErrCursorBackward, head, pos)
 		}
-	} else if err := b.DeleteRange(sk.entryPrefix(), prefixEnd(sk.entryPrefix()), nil); err != nil {
+	} else if err := b.DeleteRange(sk.entryPrefix(sub), prefixEnd(sk.entryPrefix(sub)), nil); err != nil {
 		return err
 	}
-	if err := setCursor(b, epoch, head); err != nil {
+	if err := setCursor(b, sub, epoch, head); err != nil {
 		return err
 	}
 	if err := b.Commit(pebble.Sync); err != nil {

@@ -28,7 +28,7 @@ func TestStoreApplyBatchAndCursor(t *testing.T) {
 		t.Fatalf("applied %d, want 1", n)
 	}
 	stCursor(t, s, 7, 4)
-	if n, err := s.ApplyBatch(7, nil); n != 0 || err != nil {
+	if n, err := s.ApplyBatch(0, 7, nil); n != 0 || err != nil {
 		t.Fatalf("empty batch: %d, %v", n, err)
 	}
 
@@ -87,7 +87,7 @@ func TestStoreApplyBatchNotContiguous(t *testing.T) {
 		"empty, wrong epoch": {5, nil, true},
 	} {
 		t.Run(name, func(t *testing.T) {
-			n, err := s.ApplyBatch(tc.epoch, tc.entries)
+			n, err := s.ApplyBatch(0, tc.epoch, tc.entries)
 			if !errors.Is(err, ErrNotContiguous) || n != 0 {
 				t.Fatalf("applyBatch = %d, %v; want ErrNotContiguous", n, err)
 			}
@@ -113,7 +113,7 @@ func TestStoreApplyBatchNotContiguous(t *testing.T) {
 
 func TestStoreApplyBatchFirstMustStartAtOne(t *testing.T) {
 	s := stOpen(t, t.TempDir())
-	if _, err := s.ApplyBatch(1, []proto.Entry{stMsg(2, "c", 1, "a", "x")}); !errors.Is(err, ErrNotContiguous) {
+	if _, err := s.ApplyBatch(0, 1, []proto.Entry{stMsg(2, "c", 1, "a", "x")}); !errors.Is(err, ErrNotContiguous) {
 		t.Fatalf("first batch at seq 2: %v, want ErrNotContiguous", err)
 	}
 	stCursor(t, s, 0, 0)
@@ -132,7 +132,7 @@ func TestStoreDedupAcrossEpochReset(t *testing.T) {
 
 	// The user log is re-created (epoch 2) and replays the same conversation entries at new
 	// positions, plus one new message.
-	if err := s.ResetForEpoch(2); err != nil {
+	if err := s.ResetForEpoch(0, 2); err != nil {
 		t.Fatal(err)
 	}
 	stCursor(t, s, 2, 0)
@@ -142,7 +142,7 @@ func TestStoreDedupAcrossEpochReset(t *testing.T) {
 	if got := stMessages(t, s, "c"); len(got) != 3 {
 		t.Fatalf("history after reset = %+v, want kept", got)
 	}
-	if _, err := s.ApplyBatch(1, []proto.Entry{stMsg(1, "c", 4, "a", "x")}); !errors.Is(err, ErrEpochMismatch) {
+	if _, err := s.ApplyBatch(0, 1, []proto.Entry{stMsg(1, "c", 4, "a", "x")}); !errors.Is(err, ErrEpochMismatch) {
 		t.Fatalf("batch of the old epoch after reset: %v, want ErrEpochMismatch", err)
 	}
 
@@ -178,7 +178,7 @@ func TestStoreDedupAcrossEpochReset(t *testing.T) {
 	if got := len(stMessages(t, s, "c")); got != 5 {
 		t.Fatalf("%d messages, want 5", got)
 	}
-	if err := s.ResetForEpoch(0); err == nil {
+	if err := s.ResetForEpoch(0, 0); err == nil {
 		t.Fatal("resetForEpoch(0): no error")
 	}
 }
@@ -195,7 +195,7 @@ func TestStoreUnknownKind(t *testing.T) {
 		t.Fatalf("bodies = %v", got)
 	}
 	bad := stMsg(4, "c\x00d", 3, "a", "x")
-	if _, err := s.ApplyBatch(1, []proto.Entry{bad}); err == nil {
+	if _, err := s.ApplyBatch(0, 1, []proto.Entry{bad}); err == nil {
 		t.Fatal("entry with a 0x00 in its conversation id: no error")
 	}
 	stCursor(t, s, 1, 3)
@@ -207,33 +207,33 @@ func TestStoreRebaseTo(t *testing.T) {
 	stApply(t, s, 1, stMsg(1, "c", 1, "a", "one"), stMsg(2, "c", 2, "a", "two"))
 
 	// TooOld / Rebase in the same epoch: jump ahead, keep everything else.
-	if err := s.RebaseTo(1, 1000); err != nil {
+	if err := s.RebaseTo(0, 1, 1000); err != nil {
 		t.Fatal(err)
 	}
 	stCursor(t, s, 1, 1000)
 	if got := stBodies(stMessages(t, s, "c")); !slices.Equal(got, []string{"one", "two"}) {
 		t.Fatalf("bodies = %v", got)
 	}
-	if _, err := s.ApplyBatch(1, []proto.Entry{stMsg(3, "c", 3, "a", "x")}); !errors.Is(err, ErrNotContiguous) {
+	if _, err := s.ApplyBatch(0, 1, []proto.Entry{stMsg(3, "c", 3, "a", "x")}); !errors.Is(err, ErrNotContiguous) {
 		t.Fatalf("batch below the rebased cursor: %v, want ErrNotContiguous", err)
 	}
 	stApply(t, s, 1, stMsg(1001, "c", 3, "a", "three"))
 	stCursor(t, s, 1, 1001)
 
 	// Never backward within an epoch; a no-op jump is fine.
-	if err := s.RebaseTo(1, 10); !errors.Is(err, ErrCursorBackward) {
+	if err := s.RebaseTo(0, 1, 10); !errors.Is(err, ErrCursorBackward) {
 		t.Fatalf("rebase backward: %v, want ErrCursorBackward", err)
 	}
-	if err := s.RebaseTo(1, 1001); err != nil {
+	if err := s.RebaseTo(0, 1, 1001); err != nil {
 		t.Fatal(err)
 	}
 	stCursor(t, s, 1, 1001)
-	if err := s.RebaseTo(0, 5); err == nil {
+	if err := s.RebaseTo(0, 0, 5); err == nil {
 		t.Fatal("rebaseTo epoch 0: no error")
 	}
 
 	// Another epoch: the old entries go, the history stays; the cursor survives a restart.
-	if err := s.RebaseTo(2, 50); err != nil {
+	if err := s.RebaseTo(0, 2, 50); err != nil {
 		t.Fatal(err)
 	}
 	s = stReopen(t, s, dir)

@@ -217,9 +217,7 @@ func (ss *session) serveSync(ctx context.Context, st *quic.Stream, r *proto.Read
 	defer ss.s.metrics.syncStreamClosed()
 
 	subs, final := ss.subLogs(start)
-	for _, sl := range subs {
-		defer sl.cursors.close()
-	}
+	defer subs.close()
 	var wg sync.WaitGroup
 	if final == nil {
 		wg.Add(1)
@@ -280,105 +278,11 @@ func (ss *session) followMove(ctx context.Context, id string, shard raftstore.Sh
 // moveFollowLimit bounds how long a sync stream follows a user's log that is between shards.
 const moveFollowLimit = 10 * time.Second
 
-// subLog is one sub-log of the user's stream as a sync stream serves it: a user log of its own
-// (the user's, or log.SubLog(user, i)), with its own cursor, ack bound and cursor store. A user
-// whose stream is not split has one, the user's own log.
-type subLog struct {
-	id      string // the user log
-	sub     uint32 // its index in the stream, the frames' sub
-	from    log.Cursor
-	bound   *ackBound
-	cursors *cursorStore
-	// gate, for a split user's sub-logs but the first, holds them back until the stream has
-	// sent the user's own log up to the split's gate (raftstore.SplitInfo.Gate); passed is
-	// sub-log 0's report of what it has sent. Both nil when there is no gate.
-	gate   <-chan struct{}
-	passed func(log.Epoch, log.Position)
-}
-
-// subLogs returns the sub-logs a sync stream from start serves: the user's own log, or for a
-// user whose stream is split, every sub-log, from the vector cursor (start.Subs). The frame it
-// returns instead ends the stream: a split user's stream asked for without a vector cursor
-// (needs_upgrade), or a vector cursor longer than the stream.
-func (ss *session) subLogs(start *proto.SyncStart) ([]*subLog, proto.Frame) {
-	split, isSplit := ss.s.slots.Split(ss.user)
-	n := 1
-	if isSplit {
-		n = split.Subs
-		if start.Subs == nil {
-			return nil, &proto.Error{Code: proto.CodeNeedsUpgrade, Message: fmt.Sprintf(
-				"user %s's stream is split into %d sub-logs: sync them with a vector cursor (sync_start subs, protocol revision 3)", ss.user, n)}
-		}
-	}
-	if len(start.Subs) > n {
-		return nil, &proto.Error{Code: proto.CodeInvalidArgument, Message: fmt.Sprintf(
-			"a vector cursor of %d sub-logs: user %s's stream has %d", len(start.Subs), ss.user, n)}
-	}
-	out := make([]*subLog, n)
-	for i := range out {
-		from := log.Cursor{Epoch: log.Epoch(start.Epoch), Pos: log.Position(start.Pos)}
-		if i > 0 {
-			from = log.Cursor{}
-			if i < len(start.Subs) {
-				from = log.Cursor{Epoch: log.Epoch(start.Subs[i].Epoch), Pos: log.Position(start.Subs[i].Pos)}
-			}
-		}
-		id := log.SubLog(ss.user, i)
-		out[i] = &subLog{id: id, sub: uint32(i), from: from, bound: &ackBound{c: from}, cursors: &cursorStore{ss: ss, log: id}}
-	}
-	if isSplit && split.Gate > 0 {
-		open := make(chan struct{})
-		var once sync.Once
-		out[0].passed = func(epoch log.Epoch, pos log.Position) {
-			if uint64(epoch) != split.Epoch || uint64(pos) >= split.Gate { // sent up to it, or reset since
-				once.Do(func() { close(open) })
-			}
-		}
-		for _, sl := range out[1:] {
-			sl.gate = open
-		}
-	}
-	return out, nil
-}
-
-// syncSubLogs serves every sub-log of the stream at once, each as syncLog does, on the one
-// stream; the first to end the stream (a final frame, a failed write, ctx) ends them all. It
-// returns the frame that ends the stream, if one does.
-func (ss *session) syncSubLogs(ctx context.Context, w *streamWriter, start *proto.SyncStart, subs []*subLog) proto.Frame {
-	if len(subs) == 1 {
-		return ss.syncLog(ctx, w, subs[0], start)
-	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var (
-		mu    sync.Mutex
-		final proto.Frame
-		wg    sync.WaitGroup
-	)
-	for _, sl := range subs {
-		wg.Go(func() {
-			f := ss.syncLog(ctx, w, sl, start)
-			mu.Lock()
-			if final == nil && ctx.Err() == nil {
-				final = f
-			}
-			mu.Unlock()
-			cancel()
-		})
-	}
-	wg.Wait()
-	return final
-}
-
 // syncLog is serveSync's sending side for one sub-log. It returns the frame that ends the stream
 // (TooOld, EpochChanged, Rebase or an Error), or nil when ctx ended or a write failed.
 func (ss *session) syncLog(ctx context.Context, w *streamWriter, sl *subLog, start *proto.SyncStart) proto.Frame {
-	if sl.gate != nil {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-sl.gate:
-		}
+	if sl.gate != nil && !sl.own.wait(ctx, *sl.gate) {
+		return nil
 	}
 	shard := ss.s.slots.UserShard(sl.id)
 	state, err := ss.s.reader(ctx, shard)
@@ -445,16 +349,16 @@ func (ss *session) syncLog(ctx context.Context, w *streamWriter, sl *subLog, sta
 				return nil
 			}
 			lastSent = time.Now()
-			if sl.passed != nil {
-				sl.passed(epoch, pos)
+			if sl.sub == 0 {
+				sl.own.report(epoch, pos)
 			}
 		case log.ReadTooOld:
 			return &proto.TooOld{Epoch: proto.Epoch(info.Epoch), First: proto.Position(info.First), Head: proto.Position(info.Head), Sub: sl.sub}
 		case log.ReadEpochChanged:
 			return &proto.EpochChanged{Epoch: proto.Epoch(info.Epoch), First: proto.Position(info.First), Head: proto.Position(info.Head), Sub: sl.sub}
 		case log.ReadCaughtUp:
-			if sl.passed != nil && info.Epoch != 0 {
-				sl.passed(info.Epoch, pos)
+			if sl.sub == 0 && info.Epoch != 0 {
+				sl.own.report(info.Epoch, pos)
 			}
 			// Caught up: the batch's buffers go, so an idle stream holds none.
 			batch.release()

@@ -185,14 +185,15 @@ func (b *ackBound) get() log.Cursor {
 // or a position beyond the last entry of it sent (PROTOCOL §6, CursorAck). Such a cursor could
 // not be true, and storing it would tell operators and retention that the device has entries it
 // never got.
-func checkAck(ca *proto.CursorAck, subs []*subLog) error {
+func checkAck(ca *proto.CursorAck, subs *subLogSet) error {
 	if err := ca.Validate(); err != nil {
 		return err
 	}
-	if int(ca.Sub) >= len(subs) {
-		return proto.Errorf(proto.CodeInvalidArgument, "cursor ack of sub-log %d: this stream has %d", ca.Sub, len(subs))
+	sl := subs.get(int(ca.Sub))
+	if sl == nil {
+		return proto.Errorf(proto.CodeInvalidArgument, "cursor ack of sub-log %d: this stream has %d", ca.Sub, subs.len())
 	}
-	bound := subs[ca.Sub].bound.get()
+	bound := sl.bound.get()
 	if log.Epoch(ca.Epoch) != bound.Epoch || log.Position(ca.Pos) > bound.Pos {
 		return proto.Errorf(proto.CodeInvalidArgument, "cursor ack %d (epoch %d) is beyond what this stream sent: %d (epoch %d)",
 			ca.Pos, ca.Epoch, bound.Pos, bound.Epoch)
@@ -206,7 +207,7 @@ func checkAck(ca *proto.CursorAck, subs []*subLog) error {
 // Error; any other frame (a request, a second SyncStart) gets unexpected_frame and resets the
 // stream. It returns why the sync ends: a *resetCause, or nil when the client ended its side,
 // the stream failed or the connection is closing.
-func (ss *session) readUpstream(r *proto.Reader, w *streamWriter, subs []*subLog) error {
+func (ss *session) readUpstream(r *proto.Reader, w *streamWriter, subs *subLogSet) error {
 	for {
 		f, err := r.Next()
 		code, what := classify(err)
@@ -218,7 +219,7 @@ func (ss *session) readUpstream(r *proto.Reader, w *streamWriter, subs []*subLog
 				w.send(wireError(ss.s.logger, 0, err))
 				continue
 			}
-			subs[ca.Sub].cursors.ack(log.Cursor{Epoch: log.Epoch(ca.Epoch), Pos: log.Position(ca.Pos)})
+			subs.get(int(ca.Sub)).cursors.ack(log.Cursor{Epoch: log.Epoch(ca.Epoch), Pos: log.Position(ca.Pos)})
 			continue
 		} else {
 			code, what, msg = proto.CodeUnexpectedFrame, faultReset, "a sync stream carries only cursor acks after sync_start, got "+f.FrameType().String()

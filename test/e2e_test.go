@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -32,6 +33,16 @@ type device struct {
 	statuses chan client.StatusEvent
 	rebases  chan client.RebaseEvent
 	epochs   chan client.EpochEvent
+
+	mu      sync.Mutex
+	arrived map[string][]proto.Position // each conversation's conv_seqs, in the order stored
+}
+
+// arrivals returns the conv_seqs of conv's entries in the order the device stored them.
+func (d *device) arrivals(conv string) []proto.Position {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return slices.Clone(d.arrived[conv])
 }
 
 func dialDevice(t *testing.T, srv *syncd.Server, user, dev, dir string) *device {
@@ -62,10 +73,14 @@ func dialDeviceWith(t *testing.T, cfg client.Config) *device {
 		t.Fatal(err)
 	}
 	d := &device{Client: c, statuses: make(chan client.StatusEvent, 1024), rebases: make(chan client.RebaseEvent, 16),
-		epochs: make(chan client.EpochEvent, 16)}
+		epochs: make(chan client.EpochEvent, 16), arrived: map[string][]proto.Position{}}
 	go func() {
 		for e := range c.Events() {
 			switch e := e.(type) {
+			case client.EntryEvent:
+				d.mu.Lock()
+				d.arrived[e.Entry.Conv] = append(d.arrived[e.Entry.Conv], e.Entry.ConvSeq)
+				d.mu.Unlock()
 			case client.StatusEvent:
 				d.statuses <- e
 			case client.RebaseEvent:

@@ -119,6 +119,11 @@ func TestMoveUserUnderTraffic(t *testing.T) {
 // sendUntil queues messages "<prefix> <n>" from d to conv (peer: the other user of a direct
 // one), 5 ms apart, until stop is closed, passing each body and its client_msg_id to sent.
 func sendUntil(t *testing.T, d *device, conv, peer, prefix string, stop <-chan struct{}, sent func(body, cmid string)) {
+	sendEvery(t, d, conv, peer, prefix, 5*time.Millisecond, stop, sent)
+}
+
+// sendEvery is sendUntil with messages every apart.
+func sendEvery(t *testing.T, d *device, conv, peer, prefix string, every time.Duration, stop <-chan struct{}, sent func(body, cmid string)) {
 	for i := 0; ; i++ {
 		select {
 		case <-stop:
@@ -132,7 +137,7 @@ func sendUntil(t *testing.T, d *device, conv, peer, prefix string, stop <-chan s
 			return
 		}
 		sent(body, cmid)
-		time.Sleep(5 * time.Millisecond)
+		time.Sleep(every)
 	}
 }
 

@@ -220,14 +220,31 @@ func (c *Conn) WantCode(f proto.Frame, code proto.Code) {
 // StartSync opens the sync stream from the cursor (epoch, pos).
 func (c *Conn) StartSync(epoch proto.Epoch, pos proto.Position) {
 	c.T.Helper()
+	c.StartSyncWith(&proto.SyncStart{Epoch: epoch, Pos: pos})
+}
+
+// StartSyncWith opens the sync stream with start (a vector cursor, a ceiling…).
+func (c *Conn) StartSyncWith(start *proto.SyncStart) {
+	c.T.Helper()
 	st, err := c.QUIC.OpenStreamSync(context.Background())
 	if err != nil {
 		c.T.Fatal(err)
 	}
 	c.Sync, c.SyncR = st, proto.NewReader(st, c.MaxFrame())
-	if err := proto.WriteFrame(st, &proto.SyncStart{Epoch: epoch, Pos: pos}); err != nil {
+	if err := proto.WriteFrame(st, start); err != nil {
 		c.T.Fatal(err)
 	}
+}
+
+// NextSync reads the next frame of the sync stream, failing the test if none comes in time.
+func (c *Conn) NextSync() proto.Frame {
+	c.T.Helper()
+	c.Sync.SetReadDeadline(time.Now().Add(Timeout))
+	f, err := c.SyncR.Next()
+	if err != nil {
+		c.T.Fatalf("sync: %v", err)
+	}
+	return f
 }
 
 // Entries reads the sync stream until it has n more entries, skipping heartbeats, and fails the

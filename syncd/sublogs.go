@@ -1,0 +1,223 @@
+package syncd
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/syncd-dev/syncd/log"
+	"github.com/syncd-dev/syncd/proto"
+	"github.com/syncd-dev/syncd/raftstore"
+)
+
+// Sub-logs on the sync stream (docs/PROTOCOL.md, "Sub-logs"). A user whose stream an operator
+// split has k sub-logs, each an ordinary user log (log.SubLog); one sync stream serves all of
+// them at once, each from its own cursor of the client's vector cursor, its frames naming it
+// (sub). A user whose stream is not split has one, the user's own log, which a client that
+// sends no vector cursor gets as before.
+//
+// The gate: a conversation's entries before the split are in the user's own log, its later ones
+// in its sub-log. So that they reach the device in order, no sub-log but the first sends
+// anything before the stream has sent the own log up to the split's gate (raftstore.SplitInfo),
+// where every entry routed there before the split is.
+
+// subLog is one sub-log of the user's stream as a sync stream serves it: a user log of its own
+// (the user's, or log.SubLog(user, i)), with its own cursor, ack bound and cursor store.
+type subLog struct {
+	id      string // the user log
+	sub     uint32 // its index in the stream, the frames' sub
+	from    log.Cursor
+	bound   *ackBound
+	cursors *cursorStore
+	own     *ownProgress         // how far the stream has sent sub-log 0: reported by it, waited on behind a gate
+	gate    *raftstore.SplitInfo // the split's gate, for every sub-log but the first; nil: none
+}
+
+// ownProgress is how far a sync stream has sent the user's own log (sub-log 0), which the
+// split's gate is checked against. Safe for concurrent use.
+type ownProgress struct {
+	mu      sync.Mutex
+	epoch   log.Epoch // of the log, once read (0 before)
+	pos     log.Position
+	changed chan struct{} // closed, and replaced, at every report
+}
+
+func newOwnProgress() *ownProgress { return &ownProgress{changed: make(chan struct{})} }
+
+// report records that the stream has sent the own log, of epoch, up to pos (or found it caught
+// up there).
+func (p *ownProgress) report(epoch log.Epoch, pos log.Position) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.epoch, p.pos = epoch, pos
+	close(p.changed)
+	p.changed = make(chan struct{})
+}
+
+// wait waits until the stream has sent the own log up to gate (or the log is of another epoch
+// than the gate's: reset since, nothing is behind the gate), and reports false if ctx ended
+// first.
+func (p *ownProgress) wait(ctx context.Context, gate raftstore.SplitInfo) bool {
+	for {
+		p.mu.Lock()
+		passed := p.epoch != 0 && (uint64(p.epoch) != gate.Epoch || uint64(p.pos) >= gate.Gate)
+		changed := p.changed
+		p.mu.Unlock()
+		if passed || gate.Gate == 0 {
+			return true
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-changed:
+		}
+	}
+}
+
+// subLogSet is the sub-logs a sync stream serves; the sub-logs of a split made while the stream
+// is open are added to it. Safe for concurrent use.
+type subLogSet struct {
+	mu   sync.Mutex
+	list []*subLog
+}
+
+// get returns sub-log i, or nil if the stream has no such sub-log.
+func (s *subLogSet) get(i int) *subLog {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if i < 0 || i >= len(s.list) {
+		return nil
+	}
+	return s.list[i]
+}
+
+func (s *subLogSet) len() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.list)
+}
+
+// grow adds the sub-logs from the stream's count up to split's, from no cursor (a sub-log a
+// client has not heard of has given it nothing), and returns them.
+func (s *subLogSet) grow(ss *session, split raftstore.SplitInfo) []*subLog {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var added []*subLog
+	for i := len(s.list); i < split.Subs; i++ {
+		sl := ss.newSubLog(i, log.Cursor{}, s.list[0].own)
+		sl.gate = &split
+		added = append(added, sl)
+	}
+	s.list = append(s.list, added...)
+	return added
+}
+
+// close stores every sub-log's newest cursor one last time (cursorStore.close).
+func (s *subLogSet) close() {
+	s.mu.Lock()
+	list := s.list
+	s.mu.Unlock()
+	for _, sl := range list {
+		sl.cursors.close()
+	}
+}
+
+func (ss *session) newSubLog(i int, from log.Cursor, own *ownProgress) *subLog {
+	id := log.SubLog(ss.user, i)
+	return &subLog{id: id, sub: uint32(i), from: from, bound: &ackBound{c: from}, cursors: &cursorStore{ss: ss, log: id}, own: own}
+}
+
+// subLogs returns the sub-logs a sync stream from start serves: the user's own log, or for a
+// user whose stream is split, every sub-log, from the vector cursor (start.Subs). The frame it
+// returns instead ends the stream: a split user's stream asked for without a vector cursor
+// (needs_upgrade), or a vector cursor longer than the stream.
+func (ss *session) subLogs(start *proto.SyncStart) (*subLogSet, proto.Frame) {
+	split, isSplit := ss.s.slots.Split(ss.user)
+	n := 1
+	if isSplit {
+		n = split.Subs
+		if start.Subs == nil {
+			return &subLogSet{}, ss.needsUpgrade(n)
+		}
+	}
+	if len(start.Subs) > n {
+		return &subLogSet{}, &proto.Error{Code: proto.CodeInvalidArgument, Message: fmt.Sprintf(
+			"a vector cursor of %d sub-logs: user %s's stream has %d", len(start.Subs), ss.user, n)}
+	}
+	own := newOwnProgress()
+	set := &subLogSet{}
+	for i := range n {
+		from := log.Cursor{Epoch: log.Epoch(start.Epoch), Pos: log.Position(start.Pos)}
+		if i > 0 {
+			from = log.Cursor{}
+			if i < len(start.Subs) {
+				from = log.Cursor{Epoch: log.Epoch(start.Subs[i].Epoch), Pos: log.Position(start.Subs[i].Pos)}
+			}
+		}
+		sl := ss.newSubLog(i, from, own)
+		if i > 0 {
+			sl.gate = &split
+		}
+		set.list = append(set.list, sl)
+	}
+	return set, nil
+}
+
+// needsUpgrade is the answer to a client without a vector cursor whose user's stream is split
+// into n sub-logs.
+func (ss *session) needsUpgrade(n int) *proto.Error {
+	return &proto.Error{Code: proto.CodeNeedsUpgrade, Message: fmt.Sprintf(
+		"user %s's stream is split into %d sub-logs: sync them with a vector cursor (sync_start subs, protocol revision 3)", ss.user, n)}
+}
+
+// splitPoll is how often an open sync stream looks for a split of its user's stream made since
+// it opened.
+const splitPoll = 250 * time.Millisecond
+
+// syncSubLogs serves every sub-log of the stream at once, each as syncLog does, on the one
+// stream; the first to end the stream (a final frame, a failed write, ctx) ends them all. A
+// split of the user's stream made meanwhile adds its sub-logs to the stream (behind the gate),
+// or, for a client without a vector cursor, ends it with needs_upgrade. It returns the frame
+// that ends the stream, if one does.
+func (ss *session) syncSubLogs(ctx context.Context, w *streamWriter, start *proto.SyncStart, subs *subLogSet) proto.Frame {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var (
+		mu    sync.Mutex
+		final proto.Frame
+		wg    sync.WaitGroup
+	)
+	end := func(f proto.Frame) {
+		mu.Lock()
+		if final == nil && ctx.Err() == nil {
+			final = f
+		}
+		mu.Unlock()
+		cancel()
+	}
+	serve := func(sl *subLog) { wg.Go(func() { end(ss.syncLog(ctx, w, sl, start)) }) }
+	for i := range subs.len() {
+		serve(subs.get(i))
+	}
+	tick := time.NewTicker(splitPoll)
+	defer tick.Stop()
+	for ctx.Err() == nil {
+		select {
+		case <-ctx.Done():
+		case <-tick.C:
+			split, ok := ss.s.slots.Split(ss.user)
+			switch {
+			case !ok || split.Subs <= subs.len():
+			case start.Subs == nil:
+				end(ss.needsUpgrade(split.Subs))
+			default:
+				for _, sl := range subs.grow(ss, split) {
+					serve(sl)
+				}
+			}
+		}
+	}
+	wg.Wait()
+	return final
+}

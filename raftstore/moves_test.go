@@ -235,3 +235,76 @@ func TestMetaSlotMoves(t *testing.T) {
 		t.Fatalf("slot 1000 routes to %d after the switch, want 3", got)
 	}
 }
+
+// TestMetaSplits: a split of a user's stream is a move of the user that stays on its shard. It
+// waits for the moves in progress and keeps the user's own log from moving away while it runs
+// (on its own or with a range), but lets other keys move; its fence step needs every data shard
+// cut over; its switch records the split with its gate, after which the user cannot be split
+// again; the slot table routes by it.
+func TestMetaSplits(t *testing.T) {
+	f := newMetaFSM()
+	index := uint64(0)
+	apply := func(c metaCommand) error {
+		index++
+		c.V = metaCommandV1
+		b, _ := json.Marshal(c)
+		err, _ := f.Apply(&raft.Log{Type: raft.LogCommand, Index: index, Data: b}).(error)
+		return err
+	}
+	must := func(c metaCommand) {
+		t.Helper()
+		if err := apply(c); err != nil {
+			t.Fatalf("%s: %v", c.Op, err)
+		}
+	}
+	refused := func(what string, c metaCommand) {
+		t.Helper()
+		if err := apply(c); !errors.Is(err, ErrMetaRefused) {
+			t.Errorf("%s: %v, want refused", what, err)
+		}
+	}
+	must(metaCommand{Op: "init", Map: &ClusterMap{Shards: 3, RF: 1, Nodes: map[string]NodeInfo{"n1": {ID: "n1", RaftAddr: "x"}}}})
+	table := func() *SlotTable { return f.slots.Load() }
+	home := table().Shard(log.UserSlot("bot"))
+	other := home%3 + 1
+
+	refused("a split into 1 sub-log", metaCommand{Op: "move-start", Move: &MoveInfo{User: "bot", Subs: 1, From: home, To: home}})
+	refused("a split into 17", metaCommand{Op: "move-start", Move: &MoveInfo{User: "bot", Subs: 17, From: home, To: home}})
+	refused("a split to another shard", metaCommand{Op: "move-start", Move: &MoveInfo{User: "bot", Subs: 4, From: home, To: other}})
+	refused("a split on a shard not the user's", metaCommand{Op: "move-start", Move: &MoveInfo{User: "bot", Subs: 4, From: other, To: other}})
+	refused("a split of a sub-log", metaCommand{Op: "move-start", Move: &MoveInfo{User: "bot 1", Subs: 4, From: home, To: home}})
+
+	must(metaCommand{Op: "move-start", Move: &MoveInfo{User: "alice", From: table().Shard(log.UserSlot("alice")), To: other}})
+	alice := index
+	refused("a split while a move runs", metaCommand{Op: "move-start", Move: &MoveInfo{User: "bot", Subs: 4, From: home, To: home}})
+	must(metaCommand{Op: "move-cancel", MoveID: alice})
+	must(metaCommand{Op: "move-end", MoveID: alice})
+
+	must(metaCommand{Op: "move-start", Move: &MoveInfo{User: "bot", Subs: 4, From: home, To: home}})
+	split := index
+	refused("the split user's move during the split", metaCommand{Op: "move-start", Move: &MoveInfo{User: "bot", From: home, To: other}})
+	botSlot := log.UserSlot("bot")
+	refused("a range with the split user during the split", metaCommand{Op: "move-start", Move: &MoveInfo{Slots: &log.SlotSpan{First: botSlot, Last: botSlot}, From: home, To: other}})
+	must(metaCommand{Op: "move-start", Move: &MoveInfo{User: "carol", From: table().Shard(log.UserSlot("carol")), To: home%3 + 1}}) // other keys move on
+	carol := index
+	must(metaCommand{Op: "move-cancel", MoveID: carol})
+	must(metaCommand{Op: "move-end", MoveID: carol})
+
+	must(metaCommand{Op: "move-step", MoveID: split, Step: StepCutover})
+	refused("a fence without every shard cut over", metaCommand{Op: "move-step", MoveID: split, Step: StepFence, Cutovers: map[ShardID]uint64{1: 5, 2: 7}})
+	must(metaCommand{Op: "move-step", MoveID: split, Step: StepFence, Cutovers: map[ShardID]uint64{1: 5, 2: 7, 3: 0}})
+	refused("a switch without the gate", metaCommand{Op: "move-switch", MoveID: split})
+	gate := SplitInfo{Subs: 4, Gate: 40, Epoch: 99}
+	must(metaCommand{Op: "move-switch", MoveID: split, Split: &gate})
+	must(metaCommand{Op: "move-end", MoveID: split})
+	if m := f.snapshot(); m.Splits["bot"] != gate || len(m.Moves) != 0 {
+		t.Fatalf("after the split: splits %v, moves %v", m.Splits, m.Moves)
+	}
+	if got, ok := table().Split("bot"); !ok || got != gate {
+		t.Errorf("the slot table's split of bot: %+v, %v", got, ok)
+	}
+	refused("a second split", metaCommand{Op: "move-start", Move: &MoveInfo{User: "bot", Subs: 8, From: home, To: home}})
+	// A sub-log moves like a user's log.
+	sub := log.SubLog("bot", 2)
+	must(metaCommand{Op: "move-start", Move: &MoveInfo{User: sub, From: table().Shard(log.UserSlot(sub)), To: other}})
+}

@@ -213,6 +213,29 @@ func TestSplitUserOnTheWire(t *testing.T) {
 		}
 		break
 	}
+
+	// An operator's reset of a split user resets every sub-log.
+	url := fmt.Sprintf("http://%s/v1/users/bob/reset", srv.AdminAddr())
+	if code, body := testkit.HTTP(t, http.MethodPost, url, testkit.Bearer(srv.AdminToken())); code != http.StatusOK {
+		t.Fatalf("reset: HTTP %d %s", code, body)
+	}
+	for {
+		if e, ok := bob.NextSync().(*proto.EpochChanged); ok {
+			if e.Epoch == at[e.Sub].Epoch {
+				t.Fatalf("epoch changed of sub-log %d to its old epoch %d", e.Sub, e.Epoch)
+			}
+			break
+		}
+	}
+	after, ok := bob.Do(&proto.HeadCheck{ID: bob.ID()}).(*proto.Head)
+	if !ok || len(after.Subs) != subs {
+		t.Fatalf("head check after the reset: %#v", after)
+	}
+	for i, sh := range after.Subs {
+		if sh.Epoch == at[i].Epoch || sh.Head != 0 {
+			t.Errorf("sub-log %d after the reset: %+v, was %+v", i, sh, at[i])
+		}
+	}
 }
 
 // TestSplitUserUnderTraffic: on a three-node cluster an operator splits bob's stream into four

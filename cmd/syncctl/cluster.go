@@ -3,7 +3,9 @@ package main
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net/http"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -104,6 +106,8 @@ func printCluster(e *env, view adminapi.ClusterView) {
 		for _, mv := range view.Moves {
 			key := "user " + mv.User
 			switch {
+			case mv.Subs != 0:
+				key = fmt.Sprintf("split of user %s into %d", mv.User, mv.Subs)
 			case mv.Slots != "":
 				key = "slots " + mv.Slots
 			case mv.Conv != "":
@@ -115,6 +119,13 @@ func printCluster(e *env, view adminapi.ClusterView) {
 	}
 	if n, c := len(view.Overrides), len(view.ConvOverrides); n+c > 0 {
 		fmt.Fprintf(e.stdout, "\n%d users and %d conversations pinned to a shard by a move (-json lists them)\n", n, c)
+	}
+	if len(view.Splits) > 0 {
+		fmt.Fprintln(e.stdout, "\nSPLIT USERS (sub-log shards, from the user's own log on)")
+		for _, uid := range slices.Sorted(maps.Keys(view.Splits)) {
+			shards := view.Splits[uid]
+			fmt.Fprintf(e.stdout, "  %s: %d sub-logs on shards %s\n", uid, len(shards), strings.Trim(fmt.Sprint(shards), "[]"))
+		}
 	}
 }
 

@@ -255,3 +255,33 @@ func TestSyncctlSplitShard(t *testing.T) {
 		t.Fatalf("the user's head after the slot move is %d, want 2", h)
 	}
 }
+
+// TestSyncctlSplitUser: split-user refuses what is not a split of 2 to 16 sub-logs, splits a user
+// through the admin API, then refuses a second split; cluster status shows the split.
+func TestSyncctlSplitUser(t *testing.T) {
+	srv := syncdtest.Start(t, nil)
+	t.Setenv("SYNCD_ADMIN_TOKEN", srv.AdminToken())
+	admin := []string{"-admin", srv.AdminAddr().String()}
+	for _, args := range [][]string{{"split-user"}, {"split-user", "-user", "bot"}, {"split-user", "-user", "bot", "-subs", "1"}, {"split-user", "-user", "bot", "-subs", "17"}} {
+		if code, _, _ := syncctl(t, append(args, admin...)...); code != exitUsage {
+			t.Errorf("%v: exit %d, want %d", args, code, exitUsage)
+		}
+	}
+	if code, _, errOut := syncctl(t, append([]string{"split-user", "-user", "bot x", "-subs", "4"}, admin...)...); code != exitFail || !strings.Contains(errOut, "give a user id") {
+		t.Errorf("a split of a bad user id: exit %d: %s", code, errOut)
+	}
+	code, out, errOut := syncctl(t, append([]string{"split-user", "-user", "bot", "-subs", "4"}, admin...)...)
+	if code != 0 || !strings.Contains(out, "split of user bot into 4 sub-logs started") {
+		t.Fatalf("split-user: exit %d: %s %s", code, out, errOut)
+	}
+	testkit.WaitTrue(t, 20*time.Second, "the split to be done", func() bool {
+		m, _ := srv.Node().ClusterMap()
+		return m.Splits["bot"].Subs == 4 && len(m.Moves) == 0
+	})
+	if code, _, errOut := syncctl(t, append([]string{"split-user", "-user", "bot", "-subs", "2"}, admin...)...); code != exitFail || !strings.Contains(errOut, "split into 4 sub-logs already") {
+		t.Errorf("a second split: exit %d: %s", code, errOut)
+	}
+	if code, out, errOut := syncctl(t, append([]string{"cluster", "status"}, admin...)...); code != 0 || !strings.Contains(out, "bot: 4 sub-logs") {
+		t.Errorf("cluster status: exit %d: %s %s, want the split", code, out, errOut)
+	}
+}

@@ -20,7 +20,7 @@ func (s *Server) Cluster(ctx context.Context) adminapi.ClusterView {
 	m, _ := s.node.ClusterMap()
 	view.RF, view.MapIndex = m.RF, m.Index
 	for _, mv := range m.Moves {
-		v := adminapi.MoveView{ID: mv.ID, User: mv.User, Conv: mv.Conv, From: uint32(mv.From), To: uint32(mv.To),
+		v := adminapi.MoveView{ID: mv.ID, User: mv.User, Conv: mv.Conv, Subs: mv.Subs, From: uint32(mv.From), To: uint32(mv.To),
 			Step: string(mv.Step), Started: time.Unix(0, mv.Started).UTC()}
 		if mv.Slots != nil {
 			v.Slots = mv.Slots.String()
@@ -29,6 +29,14 @@ func (s *Server) Cluster(ctx context.Context) adminapi.ClusterView {
 	}
 	slices.SortFunc(view.Moves, func(a, b adminapi.MoveView) int { return cmp.Compare(a.ID, b.ID) })
 	view.Overrides, view.ConvOverrides = shardsOf(m.Overrides), shardsOf(m.ConvOverrides)
+	for uid, split := range m.Splits {
+		if view.Splits == nil {
+			view.Splits = map[string][]uint32{}
+		}
+		for i := range split.Subs {
+			view.Splits[uid] = append(view.Splits[uid], uint32(s.slots.UserShard(log.SubLog(uid, i))))
+		}
+	}
 	shards := map[raftstore.ShardID]*adminapi.ShardView{}
 	for _, id := range m.DataShards() {
 		_, creating := m.Creating[id]

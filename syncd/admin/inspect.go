@@ -91,8 +91,8 @@ func (s *Server) serveCursors(w http.ResponseWriter, r *http.Request) {
 // cursors reports uid's log and device cursors, from a replica of the user's shard wherever one
 // is (through syncd/peer).
 func (s *Server) cursors(ctx context.Context, uid string) (*adminapi.CursorReport, error) {
-	if !log.ValidID(uid) {
-		return nil, badRequest(fmt.Sprintf("bad or missing user %q", uid), "pass ?user=<uid>")
+	if !log.ValidLog(uid) {
+		return nil, badRequest(fmt.Sprintf("bad or missing user %q", uid), "pass ?user=<uid> (or a sub-log's id, \"<uid> <i>\")")
 	}
 	shard := s.slots.UserShard(uid)
 	var rep adminapi.CursorReport

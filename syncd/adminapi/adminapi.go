@@ -34,6 +34,9 @@ type ClusterView struct {
 	Moves         []MoveView        `json:"moves,omitempty"`
 	Overrides     map[string]uint32 `json:"overrides,omitempty"`
 	ConvOverrides map[string]uint32 `json:"conv_overrides,omitempty"`
+	// Splits are the users whose streams are split into sub-logs, with their sub-logs' shards
+	// (sub-log i's at index i; the first is the user's own log's).
+	Splits map[string][]uint32 `json:"splits,omitempty"`
 }
 
 // MoveView is one move of a user's log (User) or of a conversation (Conv) between shards in
@@ -43,7 +46,9 @@ type MoveView struct {
 	User string `json:"user,omitempty"`
 	Conv string `json:"conv,omitempty"`
 	// Slots, for a slot move, is its range of hash slots, "first-last".
-	Slots   string    `json:"slots,omitempty"`
+	Slots string `json:"slots,omitempty"`
+	// Subs, for a split of User's stream, is its number of sub-logs (From is To).
+	Subs    int       `json:"subs,omitempty"`
 	From    uint32    `json:"from"`
 	To      uint32    `json:"to"`
 	Step    string    `json:"step"`

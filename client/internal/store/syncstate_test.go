@@ -247,3 +247,58 @@ func TestStoreRebaseTo(t *testing.T) {
 	stApply(t, s, 2, stMsg(51, "c", 4, "a", "four"))
 	stCursor(t, s, 2, 51)
 }
+
+// TestStoreSubLogs: a split user's sub-logs each have a cursor and entries of their own, checked
+// for contiguity and epoch on their own; the vector cursor lists them up to the highest one
+// stored, and survives a reopen; an epoch change or a rebase of one sub-log leaves the others
+// as they are; messages are merged across sub-logs by msg_id.
+func TestStoreSubLogs(t *testing.T) {
+	dir := t.TempDir()
+	s := stOpen(t, dir)
+	if c, err := s.Cursors(); err != nil || !slices.Equal(c, []proto.SubCursor{{}}) {
+		t.Fatalf("a new store's vector cursor: %v, %v; want one (0, 0)", c, err)
+	}
+	stApply(t, s, 7, stMsg(1, "a", 1, "alice", "before"))
+	if n, err := s.ApplyBatch(2, 9, []proto.Entry{stMsg(1, "bb", 1, "alice", "in two")}); n != 1 || err != nil {
+		t.Fatalf("sub-log 2's first batch: %d, %v", n, err)
+	}
+	if _, err := s.ApplyBatch(2, 9, []proto.Entry{stMsg(3, "bb", 2, "alice", "gap")}); !errors.Is(err, ErrNotContiguous) {
+		t.Fatalf("a gap in sub-log 2: %v", err)
+	}
+	if _, err := s.ApplyBatch(1, 9, []proto.Entry{stMsg(2, "ccc", 1, "alice", "not from 1")}); !errors.Is(err, ErrNotContiguous) {
+		t.Fatalf("sub-log 1's first batch from 2: %v", err)
+	}
+	// The same message delivered in another sub-log changes nothing in the view.
+	if n, err := s.ApplyBatch(1, 8, []proto.Entry{stMsg(1, "a", 1, "alice", "before")}); n != 0 || err != nil {
+		t.Fatalf("a message already stored, in sub-log 1: %d, %v", n, err)
+	}
+	want := []proto.SubCursor{{Epoch: 7, Pos: 1}, {Epoch: 8, Pos: 1}, {Epoch: 9, Pos: 1}}
+	if c, err := s.Cursors(); err != nil || !slices.Equal(c, want) {
+		t.Fatalf("vector cursor %v, %v; want %v", c, err, want)
+	}
+	if _, err := s.ApplyBatch(proto.MaxSubLogs, 1, []proto.Entry{stMsg(1, "dddd", 1, "alice", "x")}); err == nil {
+		t.Fatal("a batch of sub-log 16 was stored")
+	}
+	if err := s.ResetForEpoch(1, 10); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.RebaseTo(2, 9, 5); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s = stOpen(t, dir)
+	want = []proto.SubCursor{{Epoch: 7, Pos: 1}, {Epoch: 10, Pos: 0}, {Epoch: 9, Pos: 5}}
+	if c, err := s.Cursors(); err != nil || !slices.Equal(c, want) {
+		t.Fatalf("after a reset of 1 and a rebase of 2, reopened: %v, %v; want %v", c, err, want)
+	}
+	if e, p, err := s.Cursor(); e != 7 || p != 1 || err != nil {
+		t.Fatalf("the own log's cursor: (%d, %d), %v", e, p, err)
+	}
+	for conv, n := range map[string]int{"a": 1, "bb": 1} {
+		if got := len(stMessages(t, s, conv)); got != n {
+			t.Errorf("%s: %d messages, want %d", conv, got, n)
+		}
+	}
+}

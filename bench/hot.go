@@ -99,12 +99,14 @@ func Hot(ctx context.Context, t Target, cfg HotConfig, steps []HotStep, cpu func
 	streamErr := make(chan error, 1)
 	sctx, stopStream := context.WithCancel(ctx)
 	defer stopStream()
-	st, r, err := clients[0].syncStream(sctx, &proto.SyncStart{MaxBatch: proto.MaxPage})
+	// A vector cursor: a split of the hot user's stream (an operator's step) adds its sub-logs to
+	// the stream, each contiguous on its own.
+	st, r, err := clients[0].syncStream(sctx, &proto.SyncStart{MaxBatch: proto.MaxPage, Subs: []proto.SubCursor{{}}})
 	if err != nil {
 		return nil, err
 	}
 	go func() {
-		var pos proto.Position
+		var pos [proto.MaxSubLogs]proto.Position
 		for {
 			f, err := r.Next()
 			now := time.Now()
@@ -114,18 +116,22 @@ func Hot(ctx context.Context, t Target, cfg HotConfig, steps []HotStep, cpu func
 				}
 				return
 			}
+			if e, ok := f.(*proto.Error); ok {
+				streamErr <- fmt.Errorf("bench: hot user's sync stream: %w", e)
+				return
+			}
 			b, ok := f.(*proto.Batch)
-			if !ok {
+			if !ok || b.Sub >= proto.MaxSubLogs {
 				continue
 			}
 			mu.Lock()
 			for _, e := range b.Entries {
-				if e.Seq != pos+1 {
+				if e.Seq != pos[b.Sub]+1 {
 					mu.Unlock()
-					streamErr <- fmt.Errorf("bench: hot user's log: entry %d after %d", e.Seq, pos)
+					streamErr <- fmt.Errorf("bench: hot user's sub-log %d: entry %d after %d", b.Sub, e.Seq, pos[b.Sub])
 					return
 				}
-				pos = e.Seq
+				pos[b.Sub] = e.Seq
 				push = append(push, now.Sub(time.Unix(0, e.Time)))
 			}
 			if !lastBatch.IsZero() {

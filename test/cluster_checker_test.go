@@ -22,6 +22,7 @@ import (
 	"fmt"
 	"hash/crc64"
 	"log/slog"
+	"net/url"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -105,9 +106,13 @@ func (w *workload) waitConverged(timeout time.Duration) {
 			}
 		}
 		for _, d := range w.devs {
-			head, err := w.serverHead(d.user)
-			if err != nil {
-				return false, err.Error()
+			head := uint64(0)
+			for i := range max(w.split[d.user], 1) { // every sub-log of a split user's stream
+				h, err := w.serverHead(log.SubLog(d.user, i))
+				if err != nil {
+					return false, err.Error()
+				}
+				head += h
 			}
 			d.mu.Lock()
 			stored := len(d.entries)
@@ -147,7 +152,7 @@ func (w *workload) serverHead(user string) (uint64, error) {
 		if !n.Serving() {
 			continue
 		}
-		code, body, err := w.c.get(n, "/v1/cursors?user="+user)
+		code, body, err := w.c.get(n, "/v1/cursors?user="+url.QueryEscape(user))
 		if err != nil || code != 200 {
 			continue
 		}
@@ -331,9 +336,10 @@ func (w *workload) attempts(m *wlMsg) string {
 }
 
 // checkEntries checks the entries device d stored, in the order it stored them: positions 1, 2,
-// 3… with no rebase or epoch change, each msg_id once, only entries of its conversations, and
-// within each conversation conv_seq 1, 2, 3… (every member gets every entry of its
-// conversations, in their order). It returns every problem found.
+// 3… (in each sub-log of a split user's stream) with no rebase or epoch change, each msg_id once,
+// only entries of its conversations, and within each conversation conv_seq 1, 2, 3… (every member
+// gets every entry of its conversations, in their order, across a split too). It returns every
+// problem found.
 // REQUIRES: d.mu.
 func (w *workload) checkEntries(d *wlDevice) (problems []string) {
 	bad := func(format string, args ...any) {
@@ -347,9 +353,11 @@ func (w *workload) checkEntries(d *wlDevice) (problems []string) {
 	}
 	ids := map[proto.MsgID]proto.Position{}
 	next := map[string]proto.Position{} // conv → last conv_seq stored
+	at := map[uint32]proto.Position{}   // sub-log → last position stored
 	for i, e := range d.entries {
-		if e.Seq != proto.Position(i+1) {
-			bad("entry %d stored at position %d (G2/G3)", i+1, e.Seq)
+		sub := d.subs[i]
+		if at[sub]++; e.Seq != at[sub] {
+			bad("entry %d of sub-log %d stored at position %d (G2/G3)", at[sub], sub, e.Seq)
 			return problems
 		}
 		if prev, dup := ids[e.MsgID]; dup {
@@ -421,12 +429,15 @@ func (w *workload) checkStores() {
 			}
 		}
 		for _, d := range w.devs {
-			shard, moved := w.moved[d.user]
-			if !moved {
-				shard = slots.UserShard(d.user)
-			}
-			if s := states[shard]; s != nil {
-				userEntries += w.checkUserLog(n.ID, s, d)
+			for i := range max(w.split[d.user], 1) {
+				id := log.SubLog(d.user, i)
+				shard, moved := w.moved[id]
+				if !moved {
+					shard = slots.UserShard(id)
+				}
+				if s := states[shard]; s != nil {
+					userEntries += w.checkUserLog(n.ID, s, d, uint32(i))
+				}
 			}
 		}
 		for _, cv := range w.convs {
@@ -571,24 +582,32 @@ func readWhole(read func(from log.Position) (log.Read, error)) ([]log.Entry, err
 	}
 }
 
-// checkUserLog checks node's replica of device d's user log: contiguous from 1 and holding
-// exactly the entries the device stored, in the same order. It returns the log's length.
-func (w *workload) checkUserLog(node string, s *log.Shard, d *wlDevice) int {
+// checkUserLog checks node's replica of device d's user log (its sub-log sub, for a split user):
+// contiguous from 1 and holding exactly the entries of it the device stored, in the same order.
+// It returns the log's length.
+func (w *workload) checkUserLog(node string, s *log.Shard, d *wlDevice, sub uint32) int {
 	t := w.t
 	t.Helper()
-	got, err := readWhole(func(from log.Position) (log.Read, error) { return s.ReadUser(d.user, 0, from, log.Limit{}) })
+	id := log.SubLog(d.user, int(sub))
+	got, err := readWhole(func(from log.Position) (log.Read, error) { return s.ReadUser(id, 0, from, log.Limit{}) })
 	if err != nil {
-		t.Errorf("%s: %s's log on shard %d: %v (G2)", node, d.user, s.ID(), err)
+		t.Errorf("%s: %s's log on shard %d: %v (G2)", node, id, s.ID(), err)
 		return len(got)
 	}
-	if len(got) != len(d.entries) {
-		t.Errorf("%s: %s's log holds %d entries, the device stored %d", node, d.user, len(got), len(d.entries))
+	var stored []proto.Entry // the device's entries of this sub-log
+	for i, e := range d.entries {
+		if d.subs[i] == sub {
+			stored = append(stored, e)
+		}
 	}
-	for i := range min(len(got), len(d.entries)) {
-		e, de := got[i], d.entries[i]
+	if len(got) != len(stored) {
+		t.Errorf("%s: %s's log holds %d entries, the device stored %d", node, id, len(got), len(stored))
+	}
+	for i := range min(len(got), len(stored)) {
+		e, de := got[i], stored[i]
 		if e.MsgID.String() != string(de.MsgID) || e.Conv != de.Conv || proto.Position(e.ConvSeq) != de.ConvSeq ||
 			!bytes.Equal(e.Body, de.Body) || e.Sender != de.Sender {
-			t.Errorf("%s: %s's log at %d holds %s %s/%d %q, the device stored %s %s/%d %q", node, d.user, e.Seq,
+			t.Errorf("%s: %s's log at %d holds %s %s/%d %q, the device stored %s %s/%d %q", node, id, e.Seq,
 				e.MsgID, e.Conv, e.ConvSeq, e.Body, de.MsgID, de.Conv, de.ConvSeq, de.Body)
 			break
 		}

@@ -56,9 +56,27 @@ func TestClusterCheckerCatches(t *testing.T) {
 	entry := func(seq, convSeq proto.Position, id string) proto.Entry {
 		return proto.Entry{Seq: seq, Kind: proto.KindMessage, MsgID: proto.MsgID(id), Conv: cv.id, ConvSeq: convSeq}
 	}
-	d.entries = []proto.Entry{entry(1, 1, "1.5.0"), entry(2, 2, "1.6.0")}
+	d.entries, d.subs = []proto.Entry{entry(1, 1, "1.5.0"), entry(2, 2, "1.6.0")}, []uint32{0, 0}
 	if problems := w.checkEntries(d); len(problems) != 0 {
 		t.Fatalf("good entries: %v", problems)
+	}
+	// A split user's: positions count in each sub-log, conv_seqs across them.
+	d.entries, d.subs = []proto.Entry{entry(1, 1, "1.5.0"), entry(1, 2, "1.6.0"), entry(2, 3, "1.7.0")}, []uint32{0, 2, 2}
+	if problems := w.checkEntries(d); len(problems) != 0 {
+		t.Fatalf("good entries of sub-logs: %v", problems)
+	}
+	for name, tc := range map[string]struct {
+		entries []proto.Entry
+		subs    []uint32
+		want    string
+	}{
+		"hole in a sub-log":           {[]proto.Entry{entry(1, 1, "1.5.0"), entry(2, 2, "1.6.0")}, []uint32{0, 1}, "sub-log 1 stored at position 2"},
+		"out of turn across sub-logs": {[]proto.Entry{entry(1, 2, "1.6.0"), entry(1, 1, "1.5.0")}, []uint32{1, 0}, "want conv_seq 1"},
+	} {
+		d.entries, d.subs = tc.entries, tc.subs
+		if problems := w.checkEntries(d); !strings.Contains(strings.Join(problems, "\n"), tc.want) {
+			t.Errorf("%s: problems %q, want one with %q", name, problems, tc.want)
+		}
 	}
 	for name, tc := range map[string]struct {
 		entries []proto.Entry
@@ -70,7 +88,7 @@ func TestClusterCheckerCatches(t *testing.T) {
 		"not member":  {[]proto.Entry{{Seq: 1, MsgID: "2.1.0", Conv: "d:u3:u4", ConvSeq: 1}}, "not a member"},
 		"out of turn": {[]proto.Entry{entry(1, 2, "1.6.0"), entry(2, 1, "1.5.0")}, "want conv_seq 1"},
 	} {
-		d.entries = tc.entries
+		d.entries, d.subs = tc.entries, make([]uint32, len(tc.entries))
 		if problems := w.checkEntries(d); !strings.Contains(strings.Join(problems, "\n"), tc.want) {
 			t.Errorf("%s: problems %q, want one with %q", name, problems, tc.want)
 		}

@@ -472,3 +472,68 @@ func slotsOwnedBy(v adminapi.ClusterView, span log.SlotSpan, shard raftstore.Sha
 	}
 	return false
 }
+
+// TestClusterFaultSplits: users' streams of the workload are split into sub-logs while it runs,
+// and right after each split is asked for a fault hits it: the leader of the user's shard (the
+// node driving the split) is killed, or the leader of another shard (whose outbox must cut over
+// to the sub-logs), or the driver is cut off from the other nodes and healed; the long run meets
+// each fault. A new leader resumes the split from the step the cluster map holds; the checker
+// finds every acked entry exactly once in the user's sub-logs, each contiguous, each
+// conversation's entries in order on the user's devices across the split, and every replica
+// identical.
+func TestClusterFaultSplits(t *testing.T) {
+	skipShort(t)
+	runFault(t, true, func(f *faultRun) {
+		f.w.split = map[string]int{}
+		slots := routing.Even(clusterShards)
+		for round := range f.rounds(1, 3) {
+			user, subs := wlUserName(round%len(f.w.devs)), 2+round%3
+			from := slots.UserShard(user)
+			other := from%clusterShards + 1
+			leaders := f.c.waitLeaders(30 * time.Second)
+			fault, victim := "kill the leader of the user's shard (the split's driver)", leaders[from]
+			switch round % 3 {
+			case 1:
+				fault, victim = "kill the leader of another shard, which must cut over", leaders[other]
+			case 2:
+				fault = "cut the split's driver off from the others"
+			}
+			n := f.c.nodes[(slices.Index(f.c.nodes, victim)+1)%len(f.c.nodes)]
+			path := fmt.Sprintf("/v1/users/%s/split?subs=%d", user, subs)
+			splitting := func(v adminapi.ClusterView) bool {
+				return len(v.Splits[user]) == subs || slices.ContainsFunc(v.Moves, func(m adminapi.MoveView) bool { return m.User == user && m.Subs != 0 })
+			}
+			// As with a move, an operator whose request got no answer looks at the status first.
+			testkit.Wait(f.t, 60*time.Second, "the split of "+user+" to be recorded", func() (bool, string) {
+				if v, err := f.c.clusterView(n); err == nil && splitting(v) {
+					return true, ""
+				}
+				code, body, err := f.c.do(n, http.MethodPost, path)
+				return code == http.StatusOK, fmt.Sprintf("POST %s: %d %s %v", path, code, body, err)
+			})
+			f.tl.add("split of %s into %d sub-logs asked through %s; %s: %s", user, subs, n.ID, fault, victim.ID)
+			if round%3 == 2 {
+				f.c.mesh.Partition(victim.ID)
+				f.w.waitProgress(5, 60*time.Second, "round "+strconv.Itoa(round+1)+", the split's driver cut off")
+				f.hold(f.pause(3*time.Second, 10*time.Second))
+				f.c.mesh.Heal()
+				f.tl.add("healed")
+				f.c.waitReady(60 * time.Second)
+			} else {
+				f.killNode(victim, "right after the split was asked for")
+				f.w.waitProgress(5, 60*time.Second, "round "+strconv.Itoa(round+1)+", "+fault)
+				f.restartNode(victim)
+			}
+			testkit.Wait(f.t, 120*time.Second, "the split of "+user+" to end", func() (bool, string) {
+				v, err := f.c.clusterView(n)
+				if err != nil {
+					return false, err.Error()
+				}
+				return len(v.Moves) == 0 && len(v.Splits[user]) == subs, fmt.Sprintf("moves %+v, splits %v", v.Moves, v.Splits)
+			})
+			f.w.split[user] = subs
+			f.tl.add("%s split into %d sub-logs", user, subs)
+			f.w.waitProgress(5, 60*time.Second, "after the split")
+		}
+	})
+}

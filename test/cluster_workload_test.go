@@ -73,6 +73,7 @@ type wlDevice struct {
 
 	mu      sync.Mutex
 	entries []proto.Entry // every entry stored, in the order stored (user log order)
+	subs    []uint32      // the sub-log of each of entries (0 unless the user's stream is split)
 	gaps    []proto.Position
 	rebases []client.RebaseEvent
 	epochs  []client.EpochEvent
@@ -95,6 +96,7 @@ type workload struct {
 	final      map[string]convView          // conversation → its messages as the devices stored them (checkDevices)
 	moved      map[string]raftstore.ShardID // users the schedule moved to another shard, and where
 	movedConvs map[string]raftstore.ShardID // conversations it moved, and where
+	split      map[string]int               // users whose streams the schedule split, into how many sub-logs
 
 	stop    chan struct{}
 	senders sync.WaitGroup
@@ -245,7 +247,7 @@ func (w *workload) readEvents(d *wlDevice) {
 		switch e := e.(type) {
 		case client.EntryEvent:
 			d.mu.Lock()
-			d.entries = append(d.entries, e.Entry)
+			d.entries, d.subs = append(d.entries, e.Entry), append(d.subs, e.Sub)
 			d.mu.Unlock()
 		case client.GapEvent:
 			d.mu.Lock()

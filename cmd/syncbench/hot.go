@@ -56,7 +56,14 @@ func runHot(ctx context.Context, o options) error {
 		what, kind, key, slot = "hot group", "conv", cfg.Group, log.ConvSlot
 	}
 	after, during := "after, on a shard of its own", "during the move"
+	if o.splitUser != 0 {
+		if o.hotGroup || o.split || o.splitUser < 2 || o.splitUser > log.MaxSubLogs {
+			return fmt.Errorf("syncbench: -split-user is 2 to %d sub-logs of a hot user, without -hot-group or -split", log.MaxSubLogs)
+		}
+		after, during = fmt.Sprintf("after its stream split into %d sub-logs", o.splitUser), "during the split of its stream"
+	}
 	var splitShard raftstore.ShardID
+	var subShards []uint32
 	if o.split {
 		// A name whose slot is in the upper half of its shard's range, which the split moves.
 		for i := 0; ; i++ {
@@ -87,6 +94,12 @@ func runHot(ctx context.Context, o options) error {
 		{Name: "before the move", D: o.duration, Action: profile("hot-before-")},
 		{Name: during, D: o.duration / 2, Action: func(ctx context.Context) error {
 			var err error
+			if o.splitUser != 0 {
+				start := time.Now()
+				subShards, err = splitUser(ctx, cl, key, o.splitUser)
+				splitTook = time.Since(start)
+				return err
+			}
 			if o.split {
 				start := time.Now()
 				pause, splitCopied, err = split(ctx, cl, splitShard)
@@ -111,7 +124,9 @@ func runHot(ctx context.Context, o options) error {
 		if p.FirstErr != "" {
 			note += "; the first failure: " + p.FirstErr
 		}
-		if p.Name == during {
+		if p.Name == during && o.splitUser != 0 {
+			note += fmt.Sprintf("; the split took %v, its sub-logs on shards %v (nothing pauses)", splitTook.Round(time.Millisecond), subShards)
+		} else if p.Name == during {
 			note += fmt.Sprintf("; the move paused the %s's writes %v", kind, pause.Round(time.Millisecond))
 			if o.split {
 				note += fmt.Sprintf("; the split of shard %d took %v and copied %d bytes", splitShard, splitTook.Round(time.Millisecond), splitCopied)
@@ -153,6 +168,17 @@ func moveKey(ctx context.Context, cl *procCluster, kind, key string) (pause time
 // as moveKey does.
 func split(ctx context.Context, cl *procCluster, shard raftstore.ShardID) (pause time.Duration, copied int64, err error) {
 	return timedMove(ctx, cl, fmt.Sprintf("/v1/shards/%d/split", shard), func(adminapi.ClusterView, uint32) bool { return true })
+}
+
+// splitUser asks node 0 to split uid's stream into subs sub-logs and waits until the split has
+// ended; it returns the shards of the sub-logs, the user's own log's first.
+func splitUser(ctx context.Context, cl *procCluster, uid string, subs int) ([]uint32, error) {
+	path := fmt.Sprintf("/v1/users/%s/split?subs=%d", url.PathEscape(uid), subs)
+	if _, _, err := timedMove(ctx, cl, path, func(v adminapi.ClusterView, _ uint32) bool { return len(v.Splits[uid]) == subs }); err != nil {
+		return nil, err
+	}
+	v, err := cl.pc.Node(0).ClusterView(ctx)
+	return v.Splits[uid], err
 }
 
 // timedMove starts the move path asks node 0 for and waits until no move is in progress and done

@@ -41,6 +41,7 @@
 //	go run ./cmd/syncbench -scenario hot -devices 1000 -senders 64
 //	go run ./cmd/syncbench -scenario hot -hot-group -devices 1000 -senders 64 -move-entries 0
 //	go run ./cmd/syncbench -scenario hot -hot-group -split -devices 1000 -senders 8 -move-entries 0
+//	go run ./cmd/syncbench -scenario hot -split-user 4 -devices 1000 -senders 64 -move-entries 0
 package main
 
 import (
@@ -99,6 +100,7 @@ type options struct {
 	moveEntries        int  // -scenario hot only
 	hotGroup           bool // -scenario hot only
 	split              bool // -scenario hot only
+	splitUser          int  // -scenario hot only
 }
 
 func run(args []string) error {
@@ -130,6 +132,7 @@ func run(args []string) error {
 	fs.IntVar(&o.moveEntries, "move-entries", 1000000, "hot: entries of the log moved idle after the hot user's move (0: none)")
 	fs.BoolVar(&o.hotGroup, "hot-group", false, "hot: a group of -devices members who all write to it, instead of a user they write to")
 	fs.BoolVar(&o.split, "split", false, "hot: split the hot key's shard in two (the key in its upper half) instead of moving the key to a shard of its own")
+	fs.IntVar(&o.splitUser, "split-user", 0, "hot: split the hot user's stream into this many sub-logs (2-16) instead of moving it to a shard of its own")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}

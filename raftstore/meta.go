@@ -372,7 +372,9 @@ func (f *metaFSM) setSlots(m *ClusterMap) error {
 	for _, mv := range m.Moves {
 		receiving = append(receiving, mv.To)
 	}
-	f.slots.Store(t.withKeys(maps.Clone(m.Overrides), maps.Clone(m.ConvOverrides), receiving, maps.Clone(m.Splits)))
+	if old := f.slots.Swap(t.withKeys(maps.Clone(m.Overrides), maps.Clone(m.ConvOverrides), receiving, maps.Clone(m.Splits))); old != nil {
+		close(old.replaced)
+	}
 	return nil
 }
 

@@ -60,12 +60,14 @@ type SlotTable struct {
 	users  map[string]ShardID // per-user overrides (moved users), before the slots
 	convs  map[string]ShardID // per-conversation overrides (moved conversations)
 	splits map[string]SplitInfo
+	// replaced is closed when the cluster map's next version replaces this table (Replaced).
+	replaced chan struct{}
 }
 
 // NewSlotTable checks that ranges give every slot to exactly one data shard, in order, and
 // builds the table.
 func NewSlotTable(ranges []SlotRange) (*SlotTable, error) {
-	t := &SlotTable{ranges: slices.Clone(ranges)}
+	t := &SlotTable{ranges: slices.Clone(ranges), replaced: make(chan struct{})}
 	next := 0
 	for _, r := range ranges {
 		if r.First != next || r.Last < r.First || r.Last >= NumSlots {
@@ -98,6 +100,11 @@ func (t *SlotTable) UserOverride(uid string) (ShardID, bool) {
 	return s, ok
 }
 
+// Replaced returns a channel closed once a newer version of the cluster map replaces this table
+// on this node: a reader that takes it before reading the table learns of every later change.
+// It never closes for a table that is not the node's (NewSlotTable's).
+func (t *SlotTable) Replaced() <-chan struct{} { return t.replaced }
+
 // Split returns how user uid's stream is split into sub-logs, if it is (moves.go).
 func (t *SlotTable) Split(uid string) (SplitInfo, bool) {
 	s, ok := t.splits[uid]
@@ -120,6 +127,7 @@ func (t *SlotTable) Shards() []ShardID { return t.shards }
 func (t *SlotTable) withKeys(users, convs map[string]ShardID, receiving []ShardID, splits map[string]SplitInfo) *SlotTable {
 	out := *t
 	out.users, out.convs, out.splits = users, convs, splits
+	out.replaced = make(chan struct{})
 	out.shards = slices.Clone(t.shards)
 	for _, s := range users {
 		out.shards = append(out.shards, s)

@@ -304,6 +304,9 @@ func (ss *session) syncLog(ctx context.Context, w *streamWriter, sl *subLog, sta
 	var batch syncBatch      // each read's entries, encoded into the next Batch frame
 	var movedSince time.Time // when reads first found the log moved, while they do
 	for ctx.Err() == nil {
+		if f := sl.mapChange(); f != nil {
+			return f
+		}
 		lim := log.Limit{Count: maxBatch, Bytes: room} // stored bytes: about what the batch keeps
 		// How long a remote replica may hold its answer (a long poll) for the log to grow.
 		wait := max(heartbeat-time.Since(lastSent), 100*time.Millisecond)
@@ -363,7 +366,7 @@ func (ss *session) syncLog(ctx context.Context, w *streamWriter, sl *subLog, sta
 			// Caught up: the batch's buffers go, so an idle stream holds none.
 			batch.release()
 			if !rd.lease.Held { // no heartbeat: the head is not proven
-				if err := ss.idleStale(ctx, w, sl.sub, rd, &stale, &lastSent, heartbeat); err != nil {
+				if err := ss.idleStale(ctx, w, sl, rd, &stale, &lastSent, heartbeat); err != nil {
 					return nil
 				}
 				continue
@@ -383,6 +386,7 @@ func (ss *session) syncLog(ctx context.Context, w *streamWriter, sl *subLog, sta
 			case <-ctx.Done():
 			case <-rd.wake:
 			case <-rd.leaseCh:
+			case <-sl.mapChanged:
 			case <-time.After(heartbeat - time.Since(lastSent)):
 			}
 		}
@@ -458,11 +462,11 @@ func after(d time.Duration) <-chan struct{} {
 // revision-1 connection, whose client does not know Stale, is sent nothing: its client's silence
 // check restarts the stream after three intervals. The first Heartbeat after it goes out as soon as
 // the lease is held again (serveSync).
-func (ss *session) idleStale(ctx context.Context, w *streamWriter, sub uint32, rd userRead, stale *bool, lastSent *time.Time, heartbeat time.Duration) error {
+func (ss *session) idleStale(ctx context.Context, w *streamWriter, sl *subLog, rd userRead, stale *bool, lastSent *time.Time, heartbeat time.Duration) error {
 	if !*stale || time.Since(*lastSent) >= heartbeat {
 		if ss.proto >= 2 {
 			info := rd.res.Info
-			f := &proto.Stale{Epoch: proto.Epoch(info.Epoch), Head: proto.Position(info.Head), UnheardMs: uint64(max(rd.lease.Unheard.Milliseconds(), 1)), Sub: sub}
+			f := &proto.Stale{Epoch: proto.Epoch(info.Epoch), Head: proto.Position(info.Head), UnheardMs: uint64(max(rd.lease.Unheard.Milliseconds(), 1)), Sub: sl.sub}
 			if err := w.send(f); err != nil {
 				return err
 			}
@@ -476,6 +480,7 @@ func (ss *session) idleStale(ctx context.Context, w *streamWriter, sub uint32, r
 	case <-ctx.Done():
 	case <-rd.wake:
 	case <-rd.leaseCh:
+	case <-sl.mapChanged:
 	case <-time.After(heartbeat - time.Since(*lastSent)):
 	}
 	return nil

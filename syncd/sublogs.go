@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"sync"
-	"time"
 
 	"github.com/syncd-dev/syncd/log"
 	"github.com/syncd-dev/syncd/proto"
@@ -32,6 +31,22 @@ type subLog struct {
 	cursors *cursorStore
 	own     *ownProgress         // how far the stream has sent sub-log 0: reported by it, waited on behind a gate
 	gate    *raftstore.SplitInfo // the split's gate, for every sub-log but the first; nil: none
+	// mapChanged, for sub-log 0, closes when the cluster map changes, and then its loop calls
+	// regroup (which takes the next one): a split made while the stream is open is found without
+	// a goroutine or a timer per stream. Both nil for the other sub-logs.
+	mapChanged <-chan struct{}
+	regroup    func() proto.Frame
+}
+
+// mapChange is sub-log 0's reaction to a change of the cluster map (nil for the others): the
+// frame that ends the stream, if the change does.
+func (sl *subLog) mapChange() proto.Frame {
+	select {
+	case <-sl.mapChanged:
+		return sl.regroup()
+	default:
+		return nil
+	}
 }
 
 // ownProgress is how far a sync stream has sent the user's own log (sub-log 0), which the
@@ -40,10 +55,8 @@ type ownProgress struct {
 	mu      sync.Mutex
 	epoch   log.Epoch // of the log, once read (0 before)
 	pos     log.Position
-	changed chan struct{} // closed, and replaced, at every report
+	changed chan struct{} // closed at the next report, for the waiters (nil: none waits)
 }
-
-func newOwnProgress() *ownProgress { return &ownProgress{changed: make(chan struct{})} }
 
 // report records that the stream has sent the own log, of epoch, up to pos (or found it caught
 // up there).
@@ -51,8 +64,10 @@ func (p *ownProgress) report(epoch log.Epoch, pos log.Position) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.epoch, p.pos = epoch, pos
-	close(p.changed)
-	p.changed = make(chan struct{})
+	if p.changed != nil {
+		close(p.changed)
+		p.changed = nil
+	}
 }
 
 // wait waits until the stream has sent the own log up to gate (or the log is of another epoch
@@ -62,6 +77,9 @@ func (p *ownProgress) wait(ctx context.Context, gate raftstore.SplitInfo) bool {
 	for {
 		p.mu.Lock()
 		passed := p.epoch != 0 && (uint64(p.epoch) != gate.Epoch || uint64(p.pos) >= gate.Gate)
+		if p.changed == nil {
+			p.changed = make(chan struct{})
+		}
 		changed := p.changed
 		p.mu.Unlock()
 		if passed || gate.Gate == 0 {
@@ -133,6 +151,7 @@ func (ss *session) newSubLog(i int, from log.Cursor, own *ownProgress) *subLog {
 // returns instead ends the stream: a split user's stream asked for without a vector cursor
 // (needs_upgrade), or a vector cursor longer than the stream.
 func (ss *session) subLogs(start *proto.SyncStart) (*subLogSet, proto.Frame) {
+	mapChanged := ss.s.slots.Replaced() // before the split is read: a later one closes it
 	split, isSplit := ss.s.slots.Split(ss.user)
 	n := 1
 	if isSplit {
@@ -145,7 +164,7 @@ func (ss *session) subLogs(start *proto.SyncStart) (*subLogSet, proto.Frame) {
 		return &subLogSet{}, &proto.Error{Code: proto.CodeInvalidArgument, Message: fmt.Sprintf(
 			"a vector cursor of %d sub-logs: user %s's stream has %d", len(start.Subs), ss.user, n)}
 	}
-	own := newOwnProgress()
+	own := &ownProgress{}
 	set := &subLogSet{}
 	for i := range n {
 		from := log.Cursor{Epoch: log.Epoch(start.Epoch), Pos: log.Position(start.Pos)}
@@ -161,6 +180,7 @@ func (ss *session) subLogs(start *proto.SyncStart) (*subLogSet, proto.Frame) {
 		}
 		set.list = append(set.list, sl)
 	}
+	set.list[0].mapChanged = mapChanged
 	return set, nil
 }
 
@@ -171,15 +191,12 @@ func (ss *session) needsUpgrade(n int) *proto.Error {
 		"user %s's stream is split into %d sub-logs: sync them with a vector cursor (sync_start subs, protocol revision 3)", ss.user, n)}
 }
 
-// splitPoll is how often an open sync stream looks for a split of its user's stream made since
-// it opened.
-const splitPoll = 250 * time.Millisecond
-
 // syncSubLogs serves every sub-log of the stream at once, each as syncLog does, on the one
-// stream; the first to end the stream (a final frame, a failed write, ctx) ends them all. A
-// split of the user's stream made meanwhile adds its sub-logs to the stream (behind the gate),
-// or, for a client without a vector cursor, ends it with needs_upgrade. It returns the frame
-// that ends the stream, if one does.
+// stream: sub-log 0 on this goroutine (a user whose stream is not split costs no more), each
+// other on one of its own; the first to end the stream (a final frame, a failed write, ctx) ends
+// them all. A split of the user's stream made meanwhile adds its sub-logs to the stream (behind
+// the gate), or, for a client without a vector cursor, ends it with needs_upgrade. It returns the
+// frame that ends the stream, if one does.
 func (ss *session) syncSubLogs(ctx context.Context, w *streamWriter, start *proto.SyncStart, subs *subLogSet) proto.Frame {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -197,27 +214,25 @@ func (ss *session) syncSubLogs(ctx context.Context, w *streamWriter, start *prot
 		cancel()
 	}
 	serve := func(sl *subLog) { wg.Go(func() { end(ss.syncLog(ctx, w, sl, start)) }) }
-	for i := range subs.len() {
-		serve(subs.get(i))
-	}
-	tick := time.NewTicker(splitPoll)
-	defer tick.Stop()
-	for ctx.Err() == nil {
-		select {
-		case <-ctx.Done():
-		case <-tick.C:
-			split, ok := ss.s.slots.Split(ss.user)
-			switch {
-			case !ok || split.Subs <= subs.len():
-			case start.Subs == nil:
-				end(ss.needsUpgrade(split.Subs))
-			default:
-				for _, sl := range subs.grow(ss, split) {
-					serve(sl)
-				}
+	own := subs.get(0)
+	own.regroup = func() proto.Frame {
+		own.mapChanged = ss.s.slots.Replaced() // before the split is read again
+		split, ok := ss.s.slots.Split(ss.user)
+		switch {
+		case !ok || split.Subs <= subs.len():
+		case start.Subs == nil:
+			return ss.needsUpgrade(split.Subs)
+		default:
+			for _, sl := range subs.grow(ss, split) {
+				serve(sl)
 			}
 		}
+		return nil
 	}
+	for i := 1; i < subs.len(); i++ {
+		serve(subs.get(i))
+	}
+	end(ss.syncLog(ctx, w, own, start))
 	wg.Wait()
 	return final
 }

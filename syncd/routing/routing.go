@@ -64,6 +64,10 @@ func (t *Table) ConvShard(conv string) raftstore.ShardID {
 	return st.Shard(log.ConvSlot(conv))
 }
 
+// Replaced returns a channel closed once the cluster map changes after this call: take it before
+// reading the table, and no change is missed.
+func (t *Table) Replaced() <-chan struct{} { return t.table().Replaced() }
+
 // Split returns how user uid's stream is split into sub-logs, if the cluster map says it is:
 // sub-log i is the user log log.SubLog(uid, i), routed by UserShard like any user's.
 func (t *Table) Split(uid string) (raftstore.SplitInfo, bool) { return t.table().Split(uid) }

@@ -169,6 +169,9 @@ func fuzzSeedState(s *Shard) script {
 	return append(goldenSnapshotScript(s),
 		send(Append{Conv: "g1", Sender: "bob", ClientMsgID: "r", Kind: KindReceipt, ReadUpTo: 2}),
 		func(tx *Tx, st Stamp) error { return tx.TrimOutbox(1) },
+		// alice's stream split: the records after it route to her sub-logs.
+		func(tx *Tx, st Stamp) error { _, err := tx.SplitUser("alice", 3); return err },
+		send(Append{Conv: "g1", Sender: "bob", ClientMsgID: "after-split", Kind: KindMessage, Body: []byte("s")}),
 	)
 }
 
@@ -317,7 +320,7 @@ func exerciseShard(t *testing.T, s *Shard) {
 		_, _ = s.ReadOutbox(max(info.First, 1), 4)
 	}
 	_, _ = s.SourceMark(4)
-	for _, u := range []string{"alice", "bob"} {
+	for _, u := range []string{"alice", "bob", SubLog("alice", 2)} {
 		_, _ = s.UserInfo(u)
 		_, _ = s.ReadUser(u, 0, 1, Limit{})
 		_, _ = s.Checksum(u, 1, 2)
@@ -353,6 +356,9 @@ func exerciseShard(t *testing.T, s *Shard) {
 			Batch: []MoveKey{{User: "bob", Restart: true}, {Conv: "g1"}}})
 	}
 	_, _, _ = s.KeysInSlots(*all)
+	// A split's step, and the splits a move's first step installs.
+	_, _ = tx.Move(st, &MoveStep{Op: MoveSplit, Move: 10, User: "bob", Subs: 3})
+	_, _ = tx.Move(st, &MoveStep{Op: MoveBegin, Move: 11, User: "carol", From: 4, To: 5, Splits: map[string]int{"alice": 3, "bob": 2}})
 }
 
 // FuzzMoveValues feeds each input to the decoders of a move: the Raft request (MoveStep) and the

@@ -15,21 +15,11 @@ import (
 // only once it has switched, its steps only go forward, a cancel is taken only while it copies,
 // and the overrides survive a snapshot.
 func TestMetaMoves(t *testing.T) {
-	f := newMetaFSM()
-	index := uint64(0)
-	apply := func(c metaCommand) error {
-		index++
-		c.V = metaCommandV1
-		b, _ := json.Marshal(c)
-		err, _ := f.Apply(&raft.Log{Type: raft.LogCommand, Index: index, Data: b}).(error)
-		return err
-	}
-	if err := apply(metaCommand{Op: "init", Map: &ClusterMap{Shards: 4, RF: 1, Nodes: map[string]NodeInfo{"n1": {ID: "n1", RaftAddr: "x"}}}}); err != nil {
-		t.Fatal(err)
-	}
+	a := newMetaApplier(t, 4)
+	f, apply := a.f, a.apply
 	start := func(user string, from, to ShardID) (uint64, error) {
 		err := apply(metaCommand{Op: "move-start", Move: &MoveInfo{User: user, From: from, To: to}})
-		return index, err
+		return a.index, err
 	}
 	for _, bad := range []struct {
 		user     string
@@ -108,7 +98,7 @@ func TestMetaMoves(t *testing.T) {
 	if err := apply(metaCommand{Op: "move-start", Move: &MoveInfo{Conv: "g", From: 1, To: 2}}); err != nil {
 		t.Fatal(err)
 	}
-	id3 := index
+	id3 := a.index
 	if err := apply(metaCommand{Op: "move-start", Move: &MoveInfo{Conv: "g", From: 1, To: 4}}); !errors.Is(err, ErrMetaRefused) {
 		t.Fatalf("a second move of g: %v", err)
 	}
@@ -148,22 +138,8 @@ func TestMetaMoves(t *testing.T) {
 // range to the destination in the slot table, dropping the overrides that pinned keys of it to
 // the source while keeping those that pin them elsewhere.
 func TestMetaSlotMoves(t *testing.T) {
-	f := newMetaFSM()
-	index := uint64(0)
-	apply := func(c metaCommand) error {
-		index++
-		c.V = metaCommandV1
-		b, _ := json.Marshal(c)
-		err, _ := f.Apply(&raft.Log{Type: raft.LogCommand, Index: index, Data: b}).(error)
-		return err
-	}
-	must := func(c metaCommand) {
-		t.Helper()
-		if err := apply(c); err != nil {
-			t.Fatalf("%s: %v", c.Op, err)
-		}
-	}
-	must(metaCommand{Op: "init", Map: &ClusterMap{Shards: 3, RF: 1, Nodes: map[string]NodeInfo{"n1": {ID: "n1", RaftAddr: "x"}}}})
+	a := newMetaApplier(t, 3)
+	f, apply, must := a.f, a.apply, a.must
 	// Shard 1 owns 0-1365. Pin a user of its upper half to shard 1 and another to shard 2.
 	userIn := func(prefix string, r log.SlotSpan) string {
 		for i := 0; ; i++ {
@@ -180,19 +156,19 @@ func TestMetaSlotMoves(t *testing.T) {
 		to   ShardID
 	}{{pinnedHere, 1, 3}, {pinnedAway, 1, 2}} {
 		must(metaCommand{Op: "move-start", Move: &MoveInfo{User: u.uid, From: u.from, To: u.to}})
-		id := index
+		id := a.index
 		must(metaCommand{Op: "move-step", MoveID: id, Step: StepFence})
 		must(metaCommand{Op: "move-switch", MoveID: id})
 		must(metaCommand{Op: "move-end", MoveID: id})
 	}
 	must(metaCommand{Op: "move-start", Move: &MoveInfo{User: pinnedHere, From: 3, To: 1}}) // back to 1
-	back := index
+	back := a.index
 	must(metaCommand{Op: "move-step", MoveID: back, Step: StepFence})
 	must(metaCommand{Op: "move-switch", MoveID: back})
 	must(metaCommand{Op: "move-end", MoveID: back})
 	// A user of the range moving on its own.
 	must(metaCommand{Op: "move-start", Move: &MoveInfo{User: moving, From: 1, To: 2}})
-	own := index
+	own := a.index
 	for _, bad := range []*MoveInfo{
 		{Slots: &log.SlotSpan{First: 683, Last: 1400}, From: 1, To: 3}, // 1366- are shard 2's
 		{Slots: &log.SlotSpan{First: 683, Last: 4096}, From: 1, To: 3}, // no slot 4096
@@ -206,7 +182,7 @@ func TestMetaSlotMoves(t *testing.T) {
 	must(metaCommand{Op: "move-cancel", MoveID: own})
 	must(metaCommand{Op: "move-end", MoveID: own})
 	must(metaCommand{Op: "move-start", Move: &MoveInfo{Slots: &upper, From: 1, To: 3}})
-	id := index
+	id := a.index
 	if err := apply(metaCommand{Op: "move-start", Move: &MoveInfo{Slots: &log.SlotSpan{First: 1000, Last: 1001}, From: 1, To: 2}}); !errors.Is(err, ErrMetaRefused) {
 		t.Fatalf("an overlapping slot move: %v", err)
 	}
@@ -242,28 +218,14 @@ func TestMetaSlotMoves(t *testing.T) {
 // cut over; its switch records the split with its gate, after which the user cannot be split
 // again; the slot table routes by it.
 func TestMetaSplits(t *testing.T) {
-	f := newMetaFSM()
-	index := uint64(0)
-	apply := func(c metaCommand) error {
-		index++
-		c.V = metaCommandV1
-		b, _ := json.Marshal(c)
-		err, _ := f.Apply(&raft.Log{Type: raft.LogCommand, Index: index, Data: b}).(error)
-		return err
-	}
-	must := func(c metaCommand) {
-		t.Helper()
-		if err := apply(c); err != nil {
-			t.Fatalf("%s: %v", c.Op, err)
-		}
-	}
+	a := newMetaApplier(t, 3)
+	f, apply, must := a.f, a.apply, a.must
 	refused := func(what string, c metaCommand) {
 		t.Helper()
 		if err := apply(c); !errors.Is(err, ErrMetaRefused) {
 			t.Errorf("%s: %v, want refused", what, err)
 		}
 	}
-	must(metaCommand{Op: "init", Map: &ClusterMap{Shards: 3, RF: 1, Nodes: map[string]NodeInfo{"n1": {ID: "n1", RaftAddr: "x"}}}})
 	table := func() *SlotTable { return f.slots.Load() }
 	home := table().Shard(log.UserSlot("bot"))
 	other := home%3 + 1
@@ -275,18 +237,18 @@ func TestMetaSplits(t *testing.T) {
 	refused("a split of a sub-log", metaCommand{Op: "move-start", Move: &MoveInfo{User: "bot 1", Subs: 4, From: home, To: home}})
 
 	must(metaCommand{Op: "move-start", Move: &MoveInfo{User: "alice", From: table().Shard(log.UserSlot("alice")), To: other}})
-	alice := index
+	alice := a.index
 	refused("a split while a move runs", metaCommand{Op: "move-start", Move: &MoveInfo{User: "bot", Subs: 4, From: home, To: home}})
 	must(metaCommand{Op: "move-cancel", MoveID: alice})
 	must(metaCommand{Op: "move-end", MoveID: alice})
 
 	must(metaCommand{Op: "move-start", Move: &MoveInfo{User: "bot", Subs: 4, From: home, To: home}})
-	split := index
+	split := a.index
 	refused("the split user's move during the split", metaCommand{Op: "move-start", Move: &MoveInfo{User: "bot", From: home, To: other}})
 	botSlot := log.UserSlot("bot")
 	refused("a range with the split user during the split", metaCommand{Op: "move-start", Move: &MoveInfo{Slots: &log.SlotSpan{First: botSlot, Last: botSlot}, From: home, To: other}})
 	must(metaCommand{Op: "move-start", Move: &MoveInfo{User: "carol", From: table().Shard(log.UserSlot("carol")), To: home%3 + 1}}) // other keys move on
-	carol := index
+	carol := a.index
 	must(metaCommand{Op: "move-cancel", MoveID: carol})
 	must(metaCommand{Op: "move-end", MoveID: carol})
 
@@ -307,4 +269,35 @@ func TestMetaSplits(t *testing.T) {
 	// A sub-log moves like a user's log.
 	sub := log.SubLog("bot", 2)
 	must(metaCommand{Op: "move-start", Move: &MoveInfo{User: sub, From: table().Shard(log.UserSlot(sub)), To: other}})
+}
+
+// metaApplier applies meta commands to a new meta state machine as its Raft log would, each at
+// the next index (the index of a move-start is the move's id).
+type metaApplier struct {
+	t     *testing.T
+	f     *metaFSM
+	index uint64
+}
+
+// newMetaApplier returns an applier whose map has shards data shards and one node.
+func newMetaApplier(t *testing.T, shards int) *metaApplier {
+	a := &metaApplier{t: t, f: newMetaFSM()}
+	a.must(metaCommand{Op: "init", Map: &ClusterMap{Shards: shards, RF: 1, Nodes: map[string]NodeInfo{"n1": {ID: "n1", RaftAddr: "x"}}}})
+	return a
+}
+
+func (a *metaApplier) apply(c metaCommand) error {
+	a.index++
+	c.V = metaCommandV1
+	b, _ := json.Marshal(c)
+	err, _ := a.f.Apply(&raft.Log{Type: raft.LogCommand, Index: a.index, Data: b}).(error)
+	return err
+}
+
+// must applies c and fails the test if it is refused.
+func (a *metaApplier) must(c metaCommand) {
+	a.t.Helper()
+	if err := a.apply(c); err != nil {
+		a.t.Fatalf("%s: %v", c.Op, err)
+	}
 }

@@ -307,6 +307,24 @@ func TestClusterFaultNodeReplaced(t *testing.T) {
 	})
 }
 
+// hit is the fault of a move's (or a split's) round, what: with cut, victim is cut off from the
+// other nodes for a while, then healed; otherwise it is killed, and restarted once the workload
+// has made progress without it.
+func (f *faultRun) hit(victim *clusterNode, cut bool, what string) {
+	if cut {
+		f.c.mesh.Partition(victim.ID)
+		f.w.waitProgress(5, 60*time.Second, what)
+		f.hold(f.pause(3*time.Second, 10*time.Second))
+		f.c.mesh.Heal()
+		f.tl.add("healed")
+		f.c.waitReady(60 * time.Second)
+		return
+	}
+	f.killNode(victim, what)
+	f.w.waitProgress(5, 60*time.Second, what)
+	f.restartNode(victim)
+}
+
 // TestClusterFaultMoves: users' logs, conversations and ranges of hash slots of the workload move
 // to another shard while it runs (a user, a conversation, then the half of a shard's slot range
 // holding a workload user: a split's move), and in the middle of each move a fault hits it: the
@@ -411,18 +429,7 @@ func TestClusterFaultMoves(t *testing.T) {
 					fmt.Sprintf("POST %s: %d %s %v", path, code, body, err)
 			})
 			f.tl.add("move of %s %s from shard %d to %d asked through %s; %s: %s", kind, key, from, to, n.ID, fault, victim.ID)
-			if (round+round/3)%3 == 2 {
-				f.c.mesh.Partition(victim.ID)
-				f.w.waitProgress(5, 60*time.Second, "round "+strconv.Itoa(round+1)+", the move's driver cut off")
-				f.hold(f.pause(3*time.Second, 10*time.Second))
-				f.c.mesh.Heal()
-				f.tl.add("healed")
-				f.c.waitReady(60 * time.Second)
-			} else {
-				f.killNode(victim, "in the middle of the move")
-				f.w.waitProgress(5, 60*time.Second, "round "+strconv.Itoa(round+1)+", "+fault)
-				f.restartNode(victim)
-			}
+			f.hit(victim, (round+round/3)%3 == 2, "round "+strconv.Itoa(round+1)+", "+fault)
 			testkit.Wait(f.t, 120*time.Second, "the move of "+key+" to end", func() (bool, string) {
 				v, err := f.c.clusterView(n)
 				if err != nil {
@@ -512,18 +519,7 @@ func TestClusterFaultSplits(t *testing.T) {
 				return code == http.StatusOK, fmt.Sprintf("POST %s: %d %s %v", path, code, body, err)
 			})
 			f.tl.add("split of %s into %d sub-logs asked through %s; %s: %s", user, subs, n.ID, fault, victim.ID)
-			if round%3 == 2 {
-				f.c.mesh.Partition(victim.ID)
-				f.w.waitProgress(5, 60*time.Second, "round "+strconv.Itoa(round+1)+", the split's driver cut off")
-				f.hold(f.pause(3*time.Second, 10*time.Second))
-				f.c.mesh.Heal()
-				f.tl.add("healed")
-				f.c.waitReady(60 * time.Second)
-			} else {
-				f.killNode(victim, "right after the split was asked for")
-				f.w.waitProgress(5, 60*time.Second, "round "+strconv.Itoa(round+1)+", "+fault)
-				f.restartNode(victim)
-			}
+			f.hit(victim, round%3 == 2, "round "+strconv.Itoa(round+1)+", "+fault)
 			testkit.Wait(f.t, 120*time.Second, "the split of "+user+" to end", func() (bool, string) {
 				v, err := f.c.clusterView(n)
 				if err != nil {

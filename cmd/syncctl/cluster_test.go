@@ -257,7 +257,8 @@ func TestSyncctlSplitShard(t *testing.T) {
 }
 
 // TestSyncctlSplitUser: split-user refuses what is not a split of 2 to 16 sub-logs, splits a user
-// through the admin API, then refuses a second split; cluster status shows the split.
+// through the admin API, then refuses a second split; cluster status shows the split, and pull
+// prints the sub-log of an entry that came in one.
 func TestSyncctlSplitUser(t *testing.T) {
 	srv := syncdtest.Start(t, nil)
 	t.Setenv("SYNCD_ADMIN_TOKEN", srv.AdminToken())
@@ -283,5 +284,29 @@ func TestSyncctlSplitUser(t *testing.T) {
 	}
 	if code, out, errOut := syncctl(t, append([]string{"cluster", "status"}, admin...)...); code != 0 || !strings.Contains(out, "bot: 4 sub-logs") {
 		t.Errorf("cluster status: exit %d: %s %s, want the split", code, out, errOut)
+	}
+	as := func(user string) []string {
+		tok, err := srv.MintToken(user, "phone", time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return []string{"-addr", srv.Addr().String(), "-token", tok, "-fingerprint", srv.Fingerprint(), "-store", t.TempDir()}
+	}
+	group := ""
+	for i := 0; group == ""; i++ {
+		if g := fmt.Sprint("g:", i); log.SubLogOf(g, 4) != 0 {
+			group = g
+		}
+	}
+	alice := as("alice")
+	for _, args := range [][]string{{"group", "create", "-conv", group, "-members", "bot"}, {"send", "-conv", group, "-body", "to a sub-log"}} {
+		if code, _, errOut := syncctl(t, append(args, alice...)...); code != 0 {
+			t.Fatalf("%v: exit %d: %s", args, code, errOut)
+		}
+	}
+	want := fmt.Sprintf(`"sub":%d`, log.SubLogOf(group, 4))
+	code, out, errOut = syncctl(t, append([]string{"pull"}, as("bot")...)...)
+	if code != 0 || !strings.Contains(out, want) || !strings.Contains(out, "to a sub-log") {
+		t.Errorf("pull as the split user: exit %d: %s %s, want an entry with %s", code, out, errOut, want)
 	}
 }

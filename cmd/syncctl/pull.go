@@ -15,6 +15,7 @@ import (
 // always present.
 type entryJSON struct {
 	Seq         uint64   `json:"seq"`
+	Sub         uint32   `json:"sub,omitempty"` // the sub-log seq is of, for a split user's stream
 	Kind        string   `json:"kind"`
 	MsgID       string   `json:"msg_id,omitempty"`
 	Conv        string   `json:"conv,omitempty"`
@@ -165,7 +166,9 @@ func follow(ctx context.Context, e *env, cmd string, c *connFlags, quiet time.Du
 func printEvent(e *env, cmd string, ev client.Event) {
 	switch ev := ev.(type) {
 	case client.EntryEvent:
-		writeJSON(e, toEntryJSON(ev.Entry))
+		en := toEntryJSON(ev.Entry)
+		en.Sub = ev.Sub
+		writeJSON(e, en)
 	case client.RebaseEvent:
 		e.errorf(cmd, "note: the stored cursor was too old or too far behind; jumped to the head (epoch %d, seq %d): entries before it were not printed", ev.Epoch, ev.Head)
 	case client.EpochEvent:

@@ -57,7 +57,8 @@ type EpochEvent struct {
 // Head): it is caught up. It comes once per sync stream when the stream catches up (after the
 // first Heartbeat or the Batch that reaches the head), and again after the device fell behind; a
 // steady stream of new entries shows as EntryEvents only. It also means syncing works again
-// after a SyncFailedEvent.
+// after a SyncFailedEvent. For a split user's stream it comes once every sub-log the device knows
+// has caught up; Epoch and Head are the user's own log's (sub-log 0).
 type SyncedEvent struct {
 	Epoch proto.Epoch
 	Head  proto.Position

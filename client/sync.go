@@ -108,9 +108,13 @@ func (c *Client) syncOnce(ctx context.Context, cn *conn) (restart, progressed bo
 	at := make([]proto.SubCursor, proto.MaxSubLogs)
 	copy(at, cursors)
 	var caught [proto.MaxSubLogs]bool
+	var own SyncedEvent // where the user's own log (sub-log 0) caught up
 	known := len(cursors)
 	caughtUp := func(sub uint32, epoch proto.Epoch, head proto.Position) {
 		caught[sub] = true
+		if sub == 0 {
+			own = SyncedEvent{Epoch: epoch, Head: head}
+		}
 		for i := range known {
 			if !caught[i] {
 				return // SyncedEvent once every sub-log is caught up
@@ -118,7 +122,7 @@ func (c *Client) syncOnce(ctx context.Context, cn *conn) (restart, progressed bo
 		}
 		if !synced {
 			synced = true
-			c.emit(SyncedEvent{Epoch: at[0].Epoch, Head: at[0].Pos})
+			c.emit(own)
 		}
 	}
 	behind := func(sub uint32) { caught[sub], synced = false, false } // catching up: say so again at the head

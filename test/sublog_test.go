@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/url"
 	"slices"
 	"sync"
 	"testing"
@@ -239,8 +240,8 @@ func TestSplitUserOnTheWire(t *testing.T) {
 
 // TestSplitUserUnderTraffic: on a three-node cluster an operator splits bob's stream into four
 // sub-logs while alice and carol keep sending to him in a 1:1 conversation and four groups, one
-// landing in each sub-log, and his phone keeps syncing; a laptop of his syncs from nothing after
-// the split. Both devices store every message exactly once, and each conversation's entries
+// landing in each sub-log, and his phone keeps syncing; then moves one sub-log to a shard of its
+// own; a laptop of his syncs from nothing after that. Both devices store every message exactly once, and each conversation's entries
 // arrive in order across the split (the SDK's vector cursor, the server's gate); no device is
 // told to rebase or that its epoch changed; the sub-logs hold the entries of their
 // conversations after the split, and bob's own log the others.
@@ -288,7 +289,18 @@ func TestSplitUserUnderTraffic(t *testing.T) {
 	testkit.WaitTrue(t, 20*time.Second, "traffic before the split", func() bool { return count() >= 40 })
 	split := splitUser(t, c.Server(2), "bob", subs, c.Server(0).Node(), c.Server(1).Node())
 	sentAt := count()
-	testkit.WaitTrue(t, 20*time.Second, "traffic after the split", func() bool { return count() >= sentAt+40 })
+	testkit.WaitTrue(t, 20*time.Second, "traffic after the split", func() bool { return count() >= sentAt+20 })
+	// A sub-log moves to a shard of its own like any user's log, under the same traffic.
+	moved := log.SubLog("bob", 1)
+	admin := "http://" + c.Server(1).AdminAddr().String()
+	if code, body := testkit.HTTP(t, http.MethodPost, admin+"/v1/moves?new_shard=1&user="+url.QueryEscape(moved), testkit.Bearer(c.Server(1).AdminToken())); code != http.StatusOK {
+		t.Fatalf("move of %s: HTTP %d %s", moved, code, body)
+	}
+	testkit.WaitTrue(t, 30*time.Second, "the move of "+moved, func() bool {
+		m, _ := c.Server(0).Node().ClusterMap()
+		return len(m.Moves) == 0 && m.Overrides[moved] != 0
+	})
+	testkit.WaitTrue(t, 20*time.Second, "traffic after the sub-log's move", func() bool { return count() >= sentAt+40 })
 	laptop := dialDevice(t, c.Server(1), "bob", "laptop", t.TempDir())
 	t.Cleanup(func() { laptop.Close() })
 	close(stop)
@@ -326,7 +338,11 @@ func TestSplitUserUnderTraffic(t *testing.T) {
 	total := uint64(0)
 	for i := range subs {
 		id := log.SubLog("bob", i)
-		state, err := node.State(table.Shard(log.UserSlot(id)))
+		shard, pinned := m.Overrides[id]
+		if !pinned {
+			shard = table.Shard(log.UserSlot(id))
+		}
+		state, err := node.State(shard)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -25,13 +25,13 @@ syncctl cursor -user alice
 syncctl cursor -user alice -json | jq .devices`)
 	var admin adminFlags
 	admin.register(f)
-	user := f.String("user", "", "the user whose log and device cursors to show (required)")
+	user := f.String("user", "", "the user whose log and device cursors to show (required); \"<uid> <i>\" for sub-log i of a split user's stream")
 	asJSON := f.Bool("json", false, "print the server's JSON answer")
 	if code, ok := parse(e, f, args); !ok {
 		return code
 	}
-	if !log.ValidID(*user) {
-		e.errorf(cmd, "-user is required: a user id (see -h)")
+	if !log.ValidLog(*user) {
+		e.errorf(cmd, "-user is required: a user id, or a sub-log's (\"<uid> <i>\", see -h)")
 		return exitUsage
 	}
 	var rep adminapi.CursorReport

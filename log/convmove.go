@@ -67,25 +67,7 @@ func (s *Shard) readBarriers(r pebble.Reader) (map[string]Barrier, error) {
 	if !s.barriers.Load() {
 		return nil, nil
 	}
-	lo, hi := s.k.tableBounds(tagBarrier)
-	it, err := r.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
-	if err != nil {
-		return nil, fmt.Errorf("log: read: %w", err)
-	}
-	defer it.Close()
-	out := map[string]Barrier{}
-	for ok := it.First(); ok; ok = it.Next() {
-		b, err := decodeBarrier(it.Value())
-		if err != nil {
-			return nil, err
-		}
-		id, err := keyID(it.Key(), len(lo))
-		if err != nil {
-			return nil, err
-		}
-		out[id] = b
-	}
-	return out, it.Error()
+	return readIDTable(r, s.k, tagBarrier, decodeBarrier)
 }
 
 func (k keys) convMoving(conv string) []byte {

@@ -170,23 +170,5 @@ func (s *Shard) readCutovers(r pebble.Reader) (map[string]*cutover, error) {
 	if !s.cutovers.Load() {
 		return nil, nil
 	}
-	lo, hi := s.k.tableBounds(tagCutover)
-	it, err := r.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
-	if err != nil {
-		return nil, fmt.Errorf("log: read: %w", err)
-	}
-	defer it.Close()
-	out := map[string]*cutover{}
-	for ok := it.First(); ok; ok = it.Next() {
-		c, err := decodeCutover(it.Value())
-		if err != nil {
-			return nil, err
-		}
-		id, err := keyID(it.Key(), len(lo))
-		if err != nil {
-			return nil, err
-		}
-		out[id] = &c
-	}
-	return out, it.Error()
+	return readIDTable(r, s.k, tagCutover, func(v []byte) (*cutover, error) { c, err := decodeCutover(v); return &c, err })
 }

@@ -42,13 +42,7 @@ func TestMoveSlots(t *testing.T) {
 	in1, in2, late := idIn(t, "in", UserSlot, span, true), idIn(t, "jn", UserSlot, span, true), idIn(t, "late", UserSlot, span, true)
 	out := idIn(t, "out", UserSlot, span, false)
 	gin, gout := idIn(t, "gin", ConvSlot, span, true), idIn(t, "gout", ConvSlot, span, false)
-	step := func(s *Shard, r MoveStep) (uint64, error) {
-		t.Helper()
-		r.Move, r.Slots = move, &span
-		var res uint64
-		_, err := apply(t, s, at(s), func(tx *Tx) error { var err error; res, err = tx.Move(Stamp{Time: 5000}, &r); return err })
-		return res, err
-	}
+	step := rangeStep(t, at, move, span)
 	mustStep := func(s *Shard, r MoveStep) uint64 {
 		t.Helper()
 		res, err := step(s, r)
@@ -356,13 +350,7 @@ func TestSlotMoveAroundKeysMovedOnTheirOwn(t *testing.T) {
 	mustApply(t, x, at(x), func(tx *Tx) error { _, err := tx.Cutover(10, withS, 5, 2); return err })
 	mustApply(t, x, at(x), func(tx *Tx) error { _, err := tx.Cutover(11, away, 5, 4); return err })
 
-	step := func(s *Shard, r MoveStep) (uint64, error) {
-		t.Helper()
-		r.Move, r.Slots = move, &span
-		var res uint64
-		_, err := apply(t, s, at(s), func(tx *Tx) error { var err error; res, err = tx.Move(Stamp{Time: 5000}, &r); return err })
-		return res, err
-	}
+	step := rangeStep(t, at, move, span)
 	if _, err := step(dst, MoveStep{Op: MoveBegin, From: 2}); err != nil {
 		t.Fatal(err)
 	}
@@ -417,5 +405,17 @@ func TestSlotMoveAroundKeysMovedOnTheirOwn(t *testing.T) {
 	}
 	if _, err := apply(t, x, at(x), func(tx *Tx) error { _, err := tx.Cutover(61, withS, 2, 4); return err }); !Rejected(err) {
 		t.Errorf("a cutover of withS from the range's old source: %v", err)
+	}
+}
+
+// rangeStep returns a function that applies a step of slot move move over span to a shard, at
+// the shard's next stamp (at), and returns the step's result.
+func rangeStep(t *testing.T, at func(*Shard) Stamp, move MoveID, span SlotSpan) func(*Shard, MoveStep) (uint64, error) {
+	return func(s *Shard, r MoveStep) (uint64, error) {
+		t.Helper()
+		r.Move, r.Slots = move, &span
+		var res uint64
+		_, err := apply(t, s, at(s), func(tx *Tx) error { var err error; res, err = tx.Move(Stamp{Time: 5000}, &r); return err })
+		return res, err
 	}
 }

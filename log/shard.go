@@ -107,6 +107,30 @@ func getValue(r pebble.Reader, key []byte) (val []byte, ok bool, err error) {
 	return val, true, closer.Close()
 }
 
+// readIDTable returns every record of table tag in r, each key one id (keyID), its value decoded
+// with decode: the routing tables ReadOutbox reads whole (cutovers, barriers, splits).
+func readIDTable[T any](r pebble.Reader, k keys, tag byte, decode func([]byte) (T, error)) (map[string]T, error) {
+	lo, hi := k.tableBounds(tag)
+	it, err := r.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
+	if err != nil {
+		return nil, fmt.Errorf("log: read: %w", err)
+	}
+	defer it.Close()
+	out := map[string]T{}
+	for ok := it.First(); ok; ok = it.Next() {
+		v, err := decode(it.Value())
+		if err != nil {
+			return nil, err
+		}
+		id, err := keyID(it.Key(), len(lo))
+		if err != nil {
+			return nil, err
+		}
+		out[id] = v
+	}
+	return out, it.Error()
+}
+
 func getUint(r pebble.Reader, key []byte) (uint64, bool, error) {
 	v, ok, err := getValue(r, key)
 	if err != nil || !ok {

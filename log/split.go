@@ -2,7 +2,6 @@ package log
 
 import (
 	"encoding/binary"
-	"fmt"
 	"hash/fnv"
 	"maps"
 	"slices"
@@ -131,25 +130,7 @@ func (s *Shard) readSplits(r pebble.Reader) (map[string]userSplit, error) {
 	if !s.splits.Load() {
 		return nil, nil
 	}
-	lo, hi := s.k.tableBounds(tagSplit)
-	it, err := r.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
-	if err != nil {
-		return nil, fmt.Errorf("log: read: %w", err)
-	}
-	defer it.Close()
-	out := map[string]userSplit{}
-	for ok := it.First(); ok; ok = it.Next() {
-		sp, err := decodeSplit(it.Value())
-		if err != nil {
-			return nil, err
-		}
-		id, err := keyID(it.Key(), len(lo))
-		if err != nil {
-			return nil, err
-		}
-		out[id] = sp
-	}
-	return out, it.Error()
+	return readIDTable(r, s.k, tagSplit, decodeSplit)
 }
 
 // baseUser returns the user whose stream the log id belongs to: the user itself for a user id,

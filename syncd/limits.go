@@ -165,13 +165,7 @@ func (s *Server) checkGroupsPerUser(ctx context.Context, app *log.Append) error 
 		if _, seen := owner[uid]; seen {
 			continue // named twice: counted once
 		}
-		logs := []string{uid}
-		if split, ok := s.slots.Split(uid); ok {
-			for j := 1; j < split.Subs; j++ {
-				logs = append(logs, log.SubLog(uid, j))
-			}
-		}
-		for _, id := range logs {
+		for _, id := range s.slots.Logs(uid) {
 			sh := s.slots.UserShard(id)
 			if byShard[sh] == nil {
 				order = append(order, sh)

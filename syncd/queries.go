@@ -60,20 +60,18 @@ func (ss *session) query(req proto.Request) proto.Frame {
 // only from a replica holding its lease. One cut off from its shard's leader refuses with
 // unavailable and a retry-after instead, and the client asks another node.
 func (ss *session) headCheck(ctx context.Context, q *proto.HeadCheck) (proto.Frame, error) {
-	info, err := ss.logHead(ctx, ss.user)
-	if err != nil {
-		return nil, err
-	}
-	h := &proto.Head{ID: q.ID, Epoch: proto.Epoch(info.Epoch), Head: proto.Position(info.Head), First: proto.Position(info.First)}
-	if split, ok := ss.s.slots.Split(ss.user); ok {
-		h.Subs = []proto.SubHead{{Epoch: h.Epoch, Head: h.Head, First: h.First}}
-		for i := 1; i < split.Subs; i++ {
-			info, err := ss.logHead(ctx, log.SubLog(ss.user, i))
-			if err != nil {
-				return nil, err
-			}
-			h.Subs = append(h.Subs, proto.SubHead{Epoch: proto.Epoch(info.Epoch), Head: proto.Position(info.Head), First: proto.Position(info.First)})
+	logs := ss.s.slots.Logs(ss.user)
+	var heads []proto.SubHead
+	for _, id := range logs {
+		info, err := ss.logHead(ctx, id)
+		if err != nil {
+			return nil, err
 		}
+		heads = append(heads, proto.SubHead{Epoch: proto.Epoch(info.Epoch), Head: proto.Position(info.Head), First: proto.Position(info.First)})
+	}
+	h := &proto.Head{ID: q.ID, Epoch: heads[0].Epoch, Head: heads[0].Head, First: heads[0].First}
+	if len(logs) > 1 {
+		h.Subs = heads
 	}
 	return h, nil
 }
@@ -182,14 +180,8 @@ func (ss *session) convList(ctx context.Context, q *proto.ConvList) (proto.Frame
 // after after, ascending. A split user's are those of every sub-log, merged: a conversation's
 // entries before the split are in the user's own log and later ones in its sub-log.
 func (ss *session) userConvs(ctx context.Context, after string, limit int) ([]string, error) {
-	logs := []string{ss.user}
-	if split, ok := ss.s.slots.Split(ss.user); ok {
-		for i := 1; i < split.Subs; i++ {
-			logs = append(logs, log.SubLog(ss.user, i))
-		}
-	}
 	var out []string
-	for _, id := range logs {
+	for _, id := range ss.s.slots.Logs(ss.user) {
 		state, err := ss.s.reader(ctx, ss.s.slots.UserShard(id))
 		if err != nil {
 			return nil, err

@@ -74,6 +74,9 @@ func (p *ownProgress) report(epoch log.Epoch, pos log.Position) {
 // than the gate's: reset since, nothing is behind the gate), and reports false if ctx ended
 // first.
 func (p *ownProgress) wait(ctx context.Context, gate raftstore.SplitInfo) bool {
+	if gate.Gate == 0 { // nothing was before the split
+		return true
+	}
 	for {
 		p.mu.Lock()
 		passed := p.epoch != 0 && (uint64(p.epoch) != gate.Epoch || uint64(p.pos) >= gate.Gate)
@@ -82,7 +85,7 @@ func (p *ownProgress) wait(ctx context.Context, gate raftstore.SplitInfo) bool {
 		}
 		changed := p.changed
 		p.mu.Unlock()
-		if passed || gate.Gate == 0 {
+		if passed {
 			return true
 		}
 		select {

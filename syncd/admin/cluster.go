@@ -29,12 +29,12 @@ func (s *Server) Cluster(ctx context.Context) adminapi.ClusterView {
 	}
 	slices.SortFunc(view.Moves, func(a, b adminapi.MoveView) int { return cmp.Compare(a.ID, b.ID) })
 	view.Overrides, view.ConvOverrides = shardsOf(m.Overrides), shardsOf(m.ConvOverrides)
-	for uid, split := range m.Splits {
+	for uid := range m.Splits {
 		if view.Splits == nil {
 			view.Splits = map[string][]uint32{}
 		}
-		for i := range split.Subs {
-			view.Splits[uid] = append(view.Splits[uid], uint32(s.slots.UserShard(log.SubLog(uid, i))))
+		for _, id := range s.slots.Logs(uid) {
+			view.Splits[uid] = append(view.Splits[uid], uint32(s.slots.UserShard(id)))
 		}
 	}
 	shards := map[raftstore.ShardID]*adminapi.ShardView{}

@@ -20,13 +20,10 @@ func (s *Server) ResetUserLog(ctx context.Context, uid string) (log.Epoch, error
 		return 0, fmt.Errorf("%w: bad user id %q", log.ErrInvalid, uid)
 	}
 	// A split user's stream is reset whole: every sub-log, each under a new epoch of its own.
-	if split, ok := s.slots.Split(uid); ok {
-		for i := 1; i < split.Subs; i++ {
-			id := log.SubLog(uid, i)
-			_, err := s.node.Propose(ctx, s.slots.UserShard(id), raftstore.TrimCommand(&log.Trim{Target: log.ResetUserLog, ID: id}))
-			if err != nil && !errors.Is(err, log.ErrInvalid) { // invalid: a sub-log that has no entry yet, nothing to reset
-				return 0, fmt.Errorf("reset %s: %w", id, err)
-			}
+	for _, id := range s.slots.Logs(uid)[1:] {
+		_, err := s.node.Propose(ctx, s.slots.UserShard(id), raftstore.TrimCommand(&log.Trim{Target: log.ResetUserLog, ID: id}))
+		if err != nil && !errors.Is(err, log.ErrInvalid) { // invalid: a sub-log that has no entry yet, nothing to reset
+			return 0, fmt.Errorf("reset %s: %w", id, err)
 		}
 	}
 	shard := s.slots.UserShard(uid)

@@ -72,6 +72,18 @@ func (t *Table) Replaced() <-chan struct{} { return t.table().Replaced() }
 // sub-log i is the user log log.SubLog(uid, i), routed by UserShard like any user's.
 func (t *Table) Split(uid string) (raftstore.SplitInfo, bool) { return t.table().Split(uid) }
 
+// Logs returns the user logs holding uid's stream: uid's own, then, if the stream is split, each
+// other sub-log's (log.SubLog), in sub-log order.
+func (t *Table) Logs(uid string) []string {
+	logs := []string{uid}
+	if split, ok := t.Split(uid); ok {
+		for i := 1; i < split.Subs; i++ {
+			logs = append(logs, log.SubLog(uid, i))
+		}
+	}
+	return logs
+}
+
 // SlotShard returns the shard owning hash slot slot in the slot table.
 func (t *Table) SlotShard(slot int) raftstore.ShardID { return t.table().Shard(slot) }
 

@@ -59,6 +59,16 @@ type Config struct {
 	HeadCheck time.Duration
 	// KeepAlive is the QUIC keep-alive period. Default 10s.
 	KeepAlive time.Duration
+	// Ceiling is how far behind the server's head the device's cursor may be for its sync stream
+	// to replay the entries in between: further behind, the server answers Rebase and the SDK
+	// loads each conversation's state and recent history instead (RebaseEvent), which costs a
+	// few queries per conversation rather than one entry per missed event. Default 10,000;
+	// negative: no ceiling, always replay.
+	Ceiling int
+	// RebaseHistory is how many of a conversation's latest entries a rebase loads into the local
+	// store when the device's copy of it is behind (older ones: History, on demand). Default
+	// 100; negative: none, only the conversations' state.
+	RebaseHistory int
 	// StaleFailover is how long the SDK stays on a node that says it cannot prove the head of the
 	// user's log (StaleEvent) before it reconnects through the next node of Addrs; with no other
 	// node it stays (the node resumes by itself once it hears from the cluster again). Default
@@ -90,41 +100,100 @@ func (cfg *Config) setDefaults() error {
 	if cfg.StaleFailover == 0 {
 		cfg.StaleFailover = 5 * time.Second
 	}
+	if cfg.Ceiling == 0 {
+		cfg.Ceiling = 10_000
+	}
+	if cfg.RebaseHistory == 0 {
+		cfg.RebaseHistory = 100
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
 	return nil
 }
 
-// Client is a device's connection to syncd: it keeps a durable outbox that it sends in order with
-// bounded retries, and a sync loop that stores the user's log locally, gap-free, and acks the
-// cursor. It reconnects by itself with jittered backoff. Safe for concurrent use.
+// Client is a device's connection to syncd: it keeps a durable outbox that it sends with bounded
+// retries, each conversation's mutations in order, and a sync loop that stores the user's log
+// locally, gap-free, and acks the cursor. It works from its local store while there is no
+// connection, and connects and reconnects by itself with jittered backoff. Safe for concurrent
+// use.
 type Client struct {
-	cfg    Config
-	st     *store.Store
-	events chan Event
-	kick   chan struct{} // the outbox has new work
-	ctx    context.Context
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
+	cfg      Config
+	st       *store.Store
+	events   chan Event
+	kick     chan struct{} // the outbox has new work
+	ctx      context.Context
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup
+	sessions tls.ClientSessionCache // this Client's TLS sessions, for resumption (conn.go)
 
-	user   string                       // from the first Welcome
-	limits atomic.Pointer[proto.Limits] // of the latest connection, defaults filled in
-	pace   pacer                        // the outbox's send rate (sendOutbox only)
+	user   atomic.Pointer[string]       // from the latest Welcome, or stored by an earlier run
+	limits atomic.Pointer[proto.Limits] // the latest Welcome's (the protocol's before one), defaults filled in
+	pace   pacer                        // the outbox's send rate (sendOutbox's loop only)
+	qpace  pacer                        // the query rate of a rebase and the digest checks (the sync loop only)
 	tokens tokens                       // the token in hand (token.go)
+	checks checker                      // what the digest checks and gap reports remember (check.go; the sync loop only)
 
 	curMu sync.Mutex
-	cur   *conn // the live connection, nil while reconnecting
+	cur   *conn // the live connection, nil while offline
 
 	closeOnce sync.Once
 	closeErr  error
 }
 
-// Dial opens the local store, connects and authenticates, and starts the background work. A
-// refused token fails Dial; after that, network trouble only delays (the SDK reconnects), and
-// mutations queued meanwhile are sent when the connection is back — including those left in
-// the outbox by an earlier run of the app.
+// Open opens the device's local store and returns at once, without waiting for any connection:
+// an app starts offline. Everything stored by earlier runs is readable (Messages,
+// LocalConversations, Members, ReadMark, Outbox, Lookup), and mutations queue in the durable
+// outbox as always. In the background the client connects — trying Config.Addr and then
+// Config.Addrs, with the reconnect backoff between attempts — and once a node answers it sends
+// what is queued, including what earlier runs left in the outbox, and syncs. ConnectedEvent and
+// OfflineEvent say when the connection comes and goes; until it is up, the online-only queries
+// (History, Conversations, FetchMembers) return ErrOffline. A token the server refuses does not
+// fail Open: it is reported with OfflineEvent and, as it persists, SyncFailedEvent (and retried,
+// with a fresh one from Config.TokenSource if set).
+//
+// Open fails only on a bad Config or a local store that cannot be opened (for example one that
+// another Client holds open).
+func Open(cfg Config) (*Client, error) {
+	c, err := open(cfg)
+	if err != nil {
+		return nil, err
+	}
+	c.start(nil)
+	return c, nil
+}
+
+// Dial is Open for an app that needs the server before it starts: it opens the local store,
+// connects and authenticates — the first node of Config.Addr, Config.Addrs that answers — and
+// only then returns the Client, connected. It fails, with the store closed again, when ctx ends
+// first or no node accepts the device (a refused token, a node that is down or full: the error
+// says which, and carries the server's retry-after, if any). After that it behaves as a Client
+// from Open: network trouble only delays, and mutations queued meanwhile are sent when the
+// connection is back — including those left in the outbox by an earlier run of the app.
 func Dial(ctx context.Context, cfg Config) (*Client, error) {
+	c, err := open(cfg)
+	if err != nil {
+		return nil, err
+	}
+	var first *conn
+	for _, addr := range c.cfg.addrs() { // the first node that answers; a definitive refusal is final
+		var pe *proto.Error
+		if first, err = c.dial(ctx, addr); err == nil || ctx.Err() != nil || (errors.As(err, &pe) && !pe.Code.Retryable()) {
+			break
+		}
+	}
+	if err != nil {
+		c.st.Close()
+		return nil, err
+	}
+	c.welcomed(first)
+	c.setConn(first) // online from the start: a query right after Dial finds the connection
+	c.start(first)
+	return c, nil
+}
+
+// open validates cfg and opens the local store: a Client with no connection and nothing running.
+func open(cfg Config) (*Client, error) {
 	if err := cfg.setDefaults(); err != nil {
 		return nil, err
 	}
@@ -132,32 +201,61 @@ func Dial(ctx context.Context, cfg Config) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Client{cfg: cfg, st: st, events: make(chan Event, 1024), kick: make(chan struct{}, 1)}
-	c.tokens.cur = cfg.Token
-	var first *conn
-	for _, addr := range cfg.addrs() { // the first node that answers; a definitive refusal is final
-		var pe *proto.Error
-		if first, err = c.dial(ctx, addr); err == nil || ctx.Err() != nil || (errors.As(err, &pe) && !pe.Code.Retryable()) {
-			break
-		}
-	}
+	user, err := st.User()
 	if err != nil {
 		st.Close()
 		return nil, err
 	}
-	c.user = first.welcome.User
-	c.limits.Store(&first.limits)
+	c := &Client{cfg: cfg, st: st, events: make(chan Event, 1024), kick: make(chan struct{}, 1),
+		sessions: tls.NewLRUClientSessionCache(0)}
+	c.user.Store(&user)
+	l := proto.Limits{}.WithDefaults() // until a Welcome says otherwise
+	c.limits.Store(&l)
+	c.tokens.cur = cfg.Token
+	return c, nil
+}
+
+// start starts the background work: run keeps a connection up, beginning with first (nil: dial).
+func (c *Client) start(first *conn) {
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.wg.Add(1)
 	go func() {
 		defer c.wg.Done()
 		c.run(first)
 	}()
-	return c, nil
 }
 
-// User returns the authenticated user.
-func (c *Client) User() string { return c.user }
+// welcomed takes in what a new connection's Welcome said: its limits and the user, which is
+// also stored, so that a later run opened offline knows it.
+func (c *Client) welcomed(cn *conn) {
+	c.limits.Store(&cn.limits)
+	user := cn.welcome.User
+	if old := c.user.Load(); *old != user {
+		if *old != "" {
+			// One store is one device of one user (PROTOCOL §8.1): the app pointed this user's
+			// token at another user's store. Their entries now mix; say so loudly.
+			c.cfg.Logger.Error("the local store was another user's", "store_user", *old, "user", user,
+				"store", c.cfg.StoreDir)
+		}
+		c.user.Store(&user)
+		if err := c.st.SetUser(user); err != nil {
+			c.cfg.Logger.Error("store the user", "err", err)
+		}
+	}
+}
+
+// User returns the authenticated user: from the latest Welcome, or, before the first connection
+// of a Client from Open, as an earlier run stored it ("" if this store has never connected).
+func (c *Client) User() string { return *c.user.Load() }
+
+// Connected reports whether the client has a connection up right now (between a ConnectedEvent
+// and the next OfflineEvent). It may change as soon as it returns: use it for display, and
+// ErrOffline from the online-only queries to decide.
+func (c *Client) Connected() bool {
+	c.curMu.Lock()
+	defer c.curMu.Unlock()
+	return c.cur != nil
+}
 
 // Events delivers what happened, in order, and is closed by Close. The app must keep reading
 // it: when the buffer is full the SDK waits (it never drops an event). Besides entries and
@@ -166,8 +264,8 @@ func (c *Client) User() string { return c.user }
 func (c *Client) Events() <-chan Event { return c.events }
 
 // Close stops the background work, closes the Events channel and the local store. Queued
-// mutations stay queued for the next Dial. Events emitted before Close stay readable until the
-// closed channel is drained.
+// mutations stay queued for the next Open or Dial. Events emitted before Close stay readable
+// until the closed channel is drained.
 func (c *Client) Close() error {
 	c.closeOnce.Do(func() {
 		c.cancel()
@@ -178,11 +276,11 @@ func (c *Client) Close() error {
 	return c.closeErr
 }
 
-// Send queues a message to conv and returns its client_msg_id at once; the message is stored
-// (status Sending) before Send returns, so it survives an app kill. peer names the other user
-// when conv is a direct conversation that may not exist yet. A body larger than the server's
-// max_body (as its latest Welcome announced) is refused at once with an *proto.Error of code
-// proto.CodeTooLarge, and not queued.
+// Send queues a message to conv and returns its client_msg_id at once, connected or not; the
+// message is stored (status Sending) before Send returns, so it survives an app kill. peer names
+// the other user when conv is a direct conversation that may not exist yet. A body larger than
+// the server's max_body (as its latest Welcome announced; before any, the protocol's 64 KiB) is
+// refused at once with an *proto.Error of code proto.CodeTooLarge, and not queued.
 func (c *Client) Send(conv, peer string, body []byte) (string, error) {
 	if maxBody := int(c.limits.Load().MaxBody); len(body) > maxBody {
 		return "", proto.Errorf(proto.CodeTooLarge, "body of %d bytes, the server accepts at most %d (max_body)", len(body), maxBody)
@@ -293,11 +391,14 @@ func retryAfterOf(err error) time.Duration {
 }
 
 // run keeps a connection up: it serves the current one until it dies, then reconnects on the
-// reconnect schedule (honoring a server's retry-after). It counts the attempts in a row that
-// brought no sync progress and reports them with SyncFailedEvent from SyncFailureThreshold on.
+// reconnect schedule (honoring a server's retry-after); cn is the first connection, or nil to
+// dial one (a Client from Open). It reports the connection's state with ConnectedEvent and
+// OfflineEvent, and counts the attempts in a row that brought no sync progress, reporting them
+// with SyncFailedEvent from SyncFailureThreshold on.
 func (c *Client) run(cn *conn) {
 	var rc reconnect
 	failures := 0
+	offline := false // an OfflineEvent has been sent, and no ConnectedEvent since
 	addrs, next := c.cfg.addrs(), 0
 	if cn != nil {
 		next = slices.Index(addrs, cn.addr)
@@ -312,6 +413,10 @@ func (c *Client) run(cn *conn) {
 				if c.ctx.Err() != nil {
 					break
 				}
+				if !offline {
+					offline = true
+					c.emit(OfflineEvent{Err: err})
+				}
 				next = (next + 1) % len(addrs) // the next attempt tries another node
 				wait := rc.failed(retryAfterOf(err))
 				c.cfg.Logger.Debug("reconnect failed", "err", err, "backoff", wait)
@@ -319,8 +424,10 @@ func (c *Client) run(cn *conn) {
 				sleep(c.ctx, wait)
 				continue
 			}
-			c.limits.Store(&cn.limits)
+			c.welcomed(cn)
 		}
+		offline = false
+		c.emit(ConnectedEvent{Addr: cn.addr, Resumed: cn.resumed()})
 		up := time.Now()
 		progressed, err := c.serve(cn)
 		cn.close()
@@ -328,6 +435,8 @@ func (c *Client) run(cn *conn) {
 		if c.ctx.Err() != nil {
 			break
 		}
+		offline = true
+		c.emit(OfflineEvent{Err: err})
 		if progressed {
 			failures = 0
 		} else {
@@ -432,10 +541,12 @@ func (c *Client) setConn(cn *conn) {
 	c.curMu.Unlock()
 }
 
-// ErrOffline is returned by queries while the client is reconnecting.
+// ErrOffline is returned at once by the online-only queries (History, Conversations,
+// FetchMembers) while the client has no connection: before its first one (Open), and while it
+// reconnects. Ask again after a ConnectedEvent; what the device stored is readable meanwhile.
 var ErrOffline = errors.New("client: not connected; retry when the connection is back")
 
-// query sends one request on the live connection.
+// query sends one request on the live connection, or returns ErrOffline without one.
 func (c *Client) query(ctx context.Context, build func(id uint64) proto.Frame) (proto.Frame, error) {
 	c.curMu.Lock()
 	cn := c.cur
@@ -451,8 +562,8 @@ func (c *Client) query(ctx context.Context, build func(id uint64) proto.Frame) (
 }
 
 // Conversations returns, from the server, up to limit conversations of this user with ids after
-// after (a page), and whether more follow. After a RebaseEvent this is how an app refreshes its
-// conversation list.
+// after (a page), and whether more follow; ErrOffline without a connection. (A rebase loads them
+// into the local store by itself: LocalConversations lists them.)
 func (c *Client) Conversations(ctx context.Context, after string, limit int) ([]proto.ConvInfo, bool, error) {
 	f, err := c.query(ctx, func(id uint64) proto.Frame {
 		return &proto.ConvList{ID: id, After: after, Limit: uint32(max(limit, 0))}
@@ -468,7 +579,8 @@ func (c *Client) Conversations(ctx context.Context, after string, limit int) ([]
 }
 
 // History returns, from the server, up to limit entries of conv before conv_seq before (0 = the
-// latest), ascending: "load earlier messages".
+// latest), ascending: "load earlier messages"; ErrOffline without a connection. It does not
+// store them.
 func (c *Client) History(ctx context.Context, conv string, before proto.Position, limit int) (*proto.HistoryResult, error) {
 	f, err := c.query(ctx, func(id uint64) proto.Frame {
 		return &proto.History{ID: id, Conv: conv, Before: before, Limit: uint32(max(limit, 0))}
@@ -498,7 +610,7 @@ func (c *Client) Members(conv string) ([]string, error) { return c.st.Members(co
 var ErrMembersIncomplete = store.ErrMembersIncomplete
 
 // FetchMembers pages conv's current members and their roles from the server, stores the list
-// (Members then returns it) and returns it.
+// (Members then returns it) and returns it; ErrOffline without a connection.
 func (c *Client) FetchMembers(ctx context.Context, conv string) ([]proto.Member, error) {
 	var all []proto.Member
 	for after := ""; ; {

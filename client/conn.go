@@ -25,6 +25,7 @@ type conn struct {
 	limits  proto.Limits // welcome's, with the protocol defaults filled in: what this connection allows
 
 	control  *quic.Stream
+	cmu      sync.Mutex       // serializes writes on control (Refresh, Report); never held with wmu
 	answers  chan proto.Frame // Refreshed and Error frames read from control; capacity 1
 	ctlEnded chan struct{}    // closed when control's reader stops
 
@@ -43,7 +44,7 @@ func (cl *Client) dial(ctx context.Context, addr string) (*conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	q, err := quic.DialAddr(ctx, addr, cfg.tlsConfig(), &quic.Config{KeepAlivePeriod: cfg.KeepAlive})
+	q, err := quic.DialAddr(ctx, addr, cl.tlsConfig(addr), &quic.Config{KeepAlivePeriod: cfg.KeepAlive})
 	if err != nil {
 		return nil, fmt.Errorf("client: connect to %s: %w", addr, err)
 	}
@@ -106,7 +107,8 @@ func closeError(err error) error {
 
 // readControl hands the server's answers to Refresh to keepToken, until the control stream ends
 // (with the connection). Other frames are of no use to the SDK: an Error before a close comes
-// again in the close itself.
+// again in the close itself, and invalid_argument answers a Report the server refused (never a
+// Refresh, PROTOCOL §6), which the SDK does not resend, so it must not pass for a refused Refresh.
 func (c *conn) readControl() {
 	defer close(c.ctlEnded)
 	r := proto.NewReader(c.control, int(c.limits.MaxFrame))
@@ -117,6 +119,9 @@ func (c *conn) readControl() {
 		}
 		if err != nil {
 			return
+		}
+		if e, ok := f.(*proto.Error); ok && e.Code == proto.CodeInvalidArgument {
+			continue
 		}
 		select {
 		case c.answers <- f:
@@ -149,6 +154,24 @@ func (c *conn) readAnswers() {
 	}
 }
 
+// writeControl writes f on the control stream, within timeout: Refresh and Report share it.
+func (c *conn) writeControl(f proto.Frame, timeout time.Duration) error {
+	c.cmu.Lock()
+	defer c.cmu.Unlock()
+	c.control.SetWriteDeadline(time.Now().Add(timeout))
+	return proto.WriteFrameWithin(c.control, f, int(c.limits.MaxFrame))
+}
+
+// report sends r on the control stream (PROTOCOL §6, Report), to a server of revision 4 or later
+// (an earlier one would answer unknown_frame): no answer comes to an accepted one, and the
+// server drops reports beyond a few a minute, so the caller sends one per incident.
+func (c *conn) report(r *proto.Report, timeout time.Duration) error {
+	if c.welcome.ProtoVersion < digestRevision {
+		return nil
+	}
+	return c.writeControl(r, timeout)
+}
+
 // dead is closed when the request stream's reader stops: the connection is no longer usable.
 func (c *conn) dead() <-chan struct{} { return c.pend.Done() }
 
@@ -175,16 +198,53 @@ func (c *conn) do(ctx context.Context, build func(id uint64) proto.Frame) (proto
 
 func (c *conn) close() { c.q.CloseWithError(0, "bye") }
 
-// tlsConfig pins the server certificate's SHA-256 fingerprint when one is configured, else
-// verifies the chain normally (production certificates).
-func (cfg *Config) tlsConfig() *tls.Config {
-	if cfg.TLS != nil {
-		t := cfg.TLS.Clone()
+// resumed reports whether the connection's TLS handshake resumed an earlier session.
+func (c *conn) resumed() bool { return c.q.ConnectionState().TLS.DidResume }
+
+// tlsConfig returns the TLS configuration of a connection to the node at addr: it pins the server
+// certificate's SHA-256 fingerprint when one is configured, else verifies the chain normally
+// (production certificates), or is Config.TLS. Its session cache is the Client's, so a reconnect
+// to a node resumes the last session with it (PROTOCOL §2 allows it: a shorter handshake, without
+// the certificate; no 0-RTT data is sent) — unless Config.TLS brings a cache of its own, which is
+// kept.
+//
+// A resumed handshake skips VerifyPeerCertificate, where the pin is checked; that is safe because
+// the cache is this Client's alone and every ticket in it came from a handshake that passed this
+// same pin (proto.PinnedTLSConfig).
+func (cl *Client) tlsConfig(addr string) *tls.Config {
+	cfg := &cl.cfg
+	var t *tls.Config
+	switch {
+	case cfg.TLS != nil:
+		t = cfg.TLS.Clone()
 		t.NextProtos = []string{proto.ALPN}
-		return t
+	case cfg.Fingerprint != "":
+		t = proto.PinnedTLSConfig(cfg.Fingerprint)
+	default:
+		t = &tls.Config{MinVersion: tls.VersionTLS13, NextProtos: []string{proto.ALPN}}
 	}
-	if cfg.Fingerprint != "" {
-		return proto.PinnedTLSConfig(cfg.Fingerprint)
+	if t.ClientSessionCache == nil {
+		t.ClientSessionCache = nodeSessions{addr: addr, cache: cl.sessions}
 	}
-	return &tls.Config{MinVersion: tls.VersionTLS13, NextProtos: []string{proto.ALPN}}
+	return t
+}
+
+// nodeSessions is the Client's TLS session cache as seen by a connection to the node at addr:
+// crypto/tls keys sessions by server name, which quic-go sets to the IP address when dialing one,
+// so the nodes of a cluster on one host (different ports) would take each other's tickets, which
+// only the node that issued one can use. Prefixing the key with the address keeps one session
+// per node.
+type nodeSessions struct {
+	addr  string
+	cache tls.ClientSessionCache
+}
+
+// Get implements tls.ClientSessionCache.
+func (n nodeSessions) Get(key string) (*tls.ClientSessionState, bool) {
+	return n.cache.Get(n.addr + "|" + key)
+}
+
+// Put implements tls.ClientSessionCache.
+func (n nodeSessions) Put(key string, cs *tls.ClientSessionState) {
+	n.cache.Put(n.addr+"|"+key, cs)
 }

@@ -7,8 +7,9 @@ import (
 )
 
 // Event is something the app should know about: a new entry, a status change of a sent message, a
-// repaired gap, a rebase, whether syncing works or the serving node is stale. Events arrive on Client.Events in the order they
-// happened.
+// repaired gap, a rebase, a stored range found differing from the server's, whether the device is
+// connected, whether syncing works or the serving node is stale. Events arrive on Client.Events
+// in the order they happened.
 type Event interface{ isEvent() }
 
 // EntryEvent: an entry of the user's log was stored locally (a message, receipt, recall or
@@ -37,13 +38,17 @@ type GapEvent struct {
 	Sub uint32 // the sub-log (0 unless the user's stream is split)
 }
 
-// RebaseEvent: the stored cursor was too old (trimmed) or too far behind (ceiling); the SDK
-// jumped to the head. Entries in between were not replayed: the app should refresh its
-// conversation list from the server.
+// RebaseEvent: the stored cursor was too old (trimmed) or further behind than Config.Ceiling, so
+// the SDK did not replay the entries in between: it loaded every conversation's state (members,
+// this user's read mark) and, where the device's copy was behind, its latest entries
+// (Config.RebaseHistory) into the local store, then moved the cursor to Head. Convs are the
+// conversations it loaded: refresh their views (Messages, Members, ReadMark). Entries older than
+// what it loaded are not stored; History fetches them on demand.
 type RebaseEvent struct {
 	Epoch proto.Epoch
 	Head  proto.Position
-	Sub   uint32 // the sub-log that jumped (0 unless the user's stream is split)
+	Sub   uint32   // the sub-log that jumped (0 unless the user's stream is split)
+	Convs []string // the conversations whose state and recent history were loaded, in id order
 }
 
 // EpochEvent: the user's log was re-created (for example restored from a backup); the SDK
@@ -51,6 +56,24 @@ type RebaseEvent struct {
 type EpochEvent struct {
 	Epoch proto.Epoch
 	Sub   uint32 // the sub-log re-created (0 unless the user's stream is split)
+}
+
+// MismatchEvent: what the device stored of positions From..To of sub-log Sub of the user's log
+// (in Epoch) differs from what the server holds there — the digests of the range differ
+// (PROTOCOL §8.7): a storage bug, a database restored from a backup or changed by hand. The SDK
+// reported it to the server, dropped its stored entries from From on and refetches them: they
+// come again as EntryEvents and replace the stored copies of their messages, so refresh the
+// views of the conversations they name. Sub is 0 unless the user's stream is split.
+//
+// GaveUp: the range still differed after that refetch. The SDK keeps what the server sent, does
+// not report or refetch the range again (it would loop) and logs an error: a bug of the store or
+// of the server, worth reporting to syncd's developers with the time (the server logged the first
+// report with the user and the device).
+type MismatchEvent struct {
+	Sub      uint32
+	Epoch    proto.Epoch
+	From, To proto.Position
+	GaveUp   bool
 }
 
 // SyncedEvent: the device has stored the user's log up to the head the server reported (Epoch,
@@ -90,6 +113,24 @@ type SyncFailedEvent struct {
 	Failures int
 }
 
+// ConnectedEvent: the SDK is connected to the node at Addr and authenticated (Welcome): queued
+// mutations are being sent and the sync stream is starting; the online-only queries (History,
+// Conversations, FetchMembers) work until an OfflineEvent. Resumed says the TLS handshake resumed
+// an earlier session with that node (a cheaper reconnect). It comes once per connection.
+type ConnectedEvent struct {
+	Addr    string
+	Resumed bool
+}
+
+// OfflineEvent: the SDK has no connection: the one it had ended, or (for a Client from Open) its
+// first attempt failed. Err says why. It keeps trying on its own, with backoff; meanwhile the
+// local store is readable, mutations queue in the outbox, and the online-only queries return
+// ErrOffline. It comes once per lost connection, not at every failed redial (SyncFailedEvent
+// reports those that persist); a ConnectedEvent ends the episode.
+type OfflineEvent struct {
+	Err error
+}
+
 // SyncFailureThreshold is the number of failed attempts in a row after which the SDK reports a
 // SyncFailedEvent: a single dropped connection is routine and only delays; three in a row, with
 // the backoff between them (1.5 to 2.25 s after the first), is not.
@@ -101,6 +142,10 @@ func (GapEvent) isEvent()    {}
 func (RebaseEvent) isEvent() {}
 func (EpochEvent) isEvent()  {}
 
+func (MismatchEvent) isEvent() {}
+
 func (SyncedEvent) isEvent()     {}
 func (StaleEvent) isEvent()      {}
 func (SyncFailedEvent) isEvent() {}
+func (ConnectedEvent) isEvent()  {}
+func (OfflineEvent) isEvent()    {}

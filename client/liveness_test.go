@@ -28,10 +28,22 @@ func dialTo(t *testing.T, srv *syncd.Server, addr, fp, user, device string) *Cli
 	if err != nil {
 		t.Fatal(err)
 	}
+	return dialWith(t, Config{Addr: addr, Token: token, Device: device, Fingerprint: fp})
+}
+
+// dialWith connects the device cfg configures, with a fresh store and the test's logger unless
+// cfg names them, closed when the test ends.
+func dialWith(t *testing.T, cfg Config) *Client {
+	t.Helper()
+	if cfg.StoreDir == "" {
+		cfg.StoreDir = t.TempDir()
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = syncdtest.Logger(t)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	c, err := Dial(ctx, Config{Addr: addr, Token: token, Device: device, Fingerprint: fp, StoreDir: t.TempDir(),
-		Logger: syncdtest.Logger(t)})
+	c, err := Dial(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,19 +13,26 @@ import (
 	"github.com/syncd-dev/syncd/proto"
 )
 
-// syncLoop keeps a sync stream open from the stored cursor. Each batch is checked and stored in
-// one local transaction (contiguous from the cursor, same epoch, deduplicated by msg_id), then its
-// cursor is acknowledged: the storage ack. A batch that does not continue the cursor is dropped
-// and the stream restarted from the cursor (GapEvent) — nothing is ever skipped. TooOld and
-// Rebase jump to the head (RebaseEvent); EpochChanged resyncs the new epoch from its start
-// (EpochEvent). A periodic head check restarts a stream that stalled while the head moved on, and
-// a stream silent for three heartbeat intervals is dead. Stale says the serving node cannot prove
+// syncLoop keeps a sync stream open from the stored cursor, with Config.Ceiling (PROTOCOL §8.4).
+// Each batch is checked and stored in one local transaction (contiguous from the cursor, same
+// epoch, deduplicated by msg_id), then its cursor is acknowledged: the storage ack. A batch that
+// does not continue the cursor is dropped and the stream restarted from the cursor (GapEvent),
+// and reported to the server once per incident — nothing is ever skipped. Once a stream has
+// caught up (its first Heartbeat at the head) and with each head check, what the device stored
+// is compared with the server's digest of it; a range that differs is reported, dropped from the
+// store and replayed by a new stream with no ceiling (check.go, MismatchEvent). TooOld and Rebase
+// load every conversation's state and recent history, then jump to the head (rebase,
+// RebaseEvent); EpochChanged resyncs the new epoch from its start (EpochEvent). Heartbeats are
+// checked: one of another epoch restarts the stream (the server then answers EpochChanged), and
+// a head beyond the cursor that no batch reaches for two heartbeat intervals restarts it too; the
+// periodic head check does the same from the HeadCheck answer. A stream silent for three
+// heartbeat intervals is dead. Stale says the serving node cannot prove
 // the head (StaleEvent): the stream is kept, and after Config.StaleFailover left for another node
 // if Config.Addrs names one (errMoveOn).
 //
 // It returns when the connection fails, a stream fails, streams keep restarting without progress
 // (then the connection is dropped and redialed with backoff, not restarted in a loop), or ctx
-// ends; progressed says whether any of its streams stored a batch or heard a heartbeat.
+// ends; progressed says whether any of its streams made progress (syncOnce).
 func (c *Client) syncLoop(ctx context.Context, cn *conn) (progressed bool, err error) {
 	idle := 0 // streams in a row that restarted without progress
 	for ctx.Err() == nil {
@@ -51,8 +58,10 @@ func (c *Client) syncLoop(ctx context.Context, cn *conn) (progressed bool, err e
 var errRestartLoop = errors.New("client: the sync stream restarted twice in a row without progress")
 
 // syncOnce runs one sync stream. restart says the stream ended on purpose and a new one should
-// start from the (possibly updated) cursor; progressed that it stored a batch or heard a
-// heartbeat.
+// start from the (possibly updated) cursor; progressed that it moved the stored cursor (a batch,
+// a rebase, an epoch change) or heard a heartbeat that found the device caught up — a heartbeat
+// whose head the device does not reach is no progress, so a stream that keeps restarting for
+// that ends the connection (errRestartLoop) instead of restarting forever.
 func (c *Client) syncOnce(ctx context.Context, cn *conn) (restart, progressed bool, err error) {
 	// The vector cursor: one cursor per sub-log of the user's stream (one, unless an operator
 	// split it), each advanced on its own; the first is the user's own log.
@@ -60,13 +69,21 @@ func (c *Client) syncOnce(ctx context.Context, cn *conn) (restart, progressed bo
 	if err != nil {
 		return false, false, err
 	}
+	// Beyond the ceiling the server answers Rebase (rebase.go); none while a digest mismatch is
+	// being refetched (check.go), since a rebase would jump over the entries to repair.
+	ceiling := uint64(max(c.cfg.Ceiling, 0))
+	if repairing, err := c.st.Repairing(); err != nil {
+		return false, false, err
+	} else if repairing {
+		ceiling = 0
+	}
 	st, err := cn.q.OpenStreamSync(ctx)
 	if err != nil {
 		return false, false, err
 	}
 	defer st.CancelRead(quic.StreamErrorCode(0))
 	defer st.Close()
-	start := &proto.SyncStart{Epoch: cursors[0].Epoch, Pos: cursors[0].Pos, Subs: cursors}
+	start := &proto.SyncStart{Epoch: cursors[0].Epoch, Pos: cursors[0].Pos, Subs: cursors, Ceiling: ceiling}
 	if err := proto.WriteFrameWithin(st, start, int(cn.limits.MaxFrame)); err != nil {
 		return false, false, err
 	}
@@ -75,6 +92,12 @@ func (c *Client) syncOnce(ctx context.Context, cn *conn) (restart, progressed bo
 	silence := 3 * time.Duration(cn.limits.HeartbeatMs) * time.Millisecond
 	frames := make(chan proto.Frame)
 	readErr := make(chan error, 1)
+	// alive ends with the stream, either way: when its reader fails, a digest check waiting for
+	// its answer gives up at once (a connection gone silent answers no query either), so that the
+	// silence is acted on within 3 heartbeat intervals, not a request timeout later; when this
+	// function returns, the reader stops too, even while it holds a frame nobody will take.
+	alive, dead := context.WithCancel(ctx)
+	defer dead()
 	go func() {
 		r := proto.NewReader(st, int(cn.limits.MaxFrame)) // the server keeps every frame within it
 		for {
@@ -88,12 +111,13 @@ func (c *Client) syncOnce(ctx context.Context, cn *conn) (restart, progressed bo
 			}
 			if err != nil {
 				readErr <- err
+				dead()
 				return
 			}
 			select {
 			case frames <- f:
-			case <-ctx.Done():
-				readErr <- ctx.Err()
+			case <-alive.Done():
+				readErr <- alive.Err()
 				return
 			}
 		}
@@ -133,7 +157,11 @@ func (c *Client) syncOnce(ctx context.Context, cn *conn) (restart, progressed bo
 		known = max(known, int(sub)+1)
 		return sub, nil
 	}
-	var stale *staleEpisode // the serving node said Stale, and no Heartbeat came since
+	// pending counts, per sub-log, the heartbeats in a row whose head is beyond the cursor with no
+	// batch of it in between: entries the stream should be sending and is not.
+	var pending [proto.MaxSubLogs]int
+	var checked [proto.MaxSubLogs]bool // per sub-log: the digest check after catching up is done on this stream
+	var stale *staleEpisode            // the serving node said Stale, and no Heartbeat came since
 	defer func() { stale.end() }()
 	for {
 		select {
@@ -150,6 +178,12 @@ func (c *Client) syncOnce(ctx context.Context, cn *conn) (restart, progressed bo
 				return stalled, progressed, err
 			}
 			sinceCheck = false
+			// With each head check, the next window of the walk through what the device stored
+			// (PROTOCOL §8.7), of one sub-log in turn, so a check costs one query however split
+			// the stream is; a mismatch rewound the store, and the stream replays from there.
+			if c.checkStored(alive, cn, c.checks.walkSub(known), checkWalk) {
+				return true, true, nil
+			}
 		case f := <-frames:
 			switch f := f.(type) {
 			case *proto.Batch:
@@ -157,19 +191,25 @@ func (c *Client) syncOnce(ctx context.Context, cn *conn) (restart, progressed bo
 				if err != nil {
 					return false, progressed, err
 				}
+				if len(f.Entries) == 0 {
+					break // a server never sends one (PROTOCOL §6: 1 to max_batch entries); nothing to store
+				}
 				_, err = c.st.ApplyBatch(sub, f.Epoch, f.Entries)
 				if errors.Is(err, store.ErrNotContiguous) {
+					c.reportGap(cn, sub, at[sub], f)
 					c.emit(GapEvent{At: at[sub].Pos + 1, Sub: sub})
 					return true, progressed, nil
 				}
 				if err != nil {
 					return false, progressed, err
 				}
+				c.checks.stored(sub)
 				for _, e := range f.Entries {
 					c.emit(EntryEvent{Entry: e, Sub: sub})
 				}
 				at[sub] = proto.SubCursor{Epoch: f.Epoch, Pos: f.Entries[len(f.Entries)-1].Seq}
 				progressed, sinceCheck = true, true
+				pending[sub] = 0
 				if at[sub].Pos >= f.Head && stale == nil { // a stale node's head proves nothing
 					caughtUp(sub, f.Epoch, at[sub].Pos)
 				} else {
@@ -180,33 +220,67 @@ func (c *Client) syncOnce(ctx context.Context, cn *conn) (restart, progressed bo
 					return false, progressed, err
 				}
 			case *proto.Heartbeat:
-				// Liveness (the read deadline above); the head check uses HeadCheck answers.
+				// Liveness is the read deadline above; the heartbeat's epoch and head are checked
+				// against where the stream stands (PROTOCOL §8.4).
 				sub, err := subOf(f.Sub)
 				if err != nil {
 					return false, progressed, err
 				}
-				progressed = true
 				stale.end()
 				stale = nil
-				if cur := at[sub]; f.Head <= cur.Pos && (f.Epoch == cur.Epoch || cur.Pos == 0) {
+				cur := at[sub]
+				switch {
+				case f.Epoch == 0 && cur.Epoch != 0:
+					// A replica that does not have the log yet (it lags behind the log's creation):
+					// it proves nothing, neither a head nor another epoch.
+				case otherEpoch(cur, f.Epoch):
+					// The log was re-created under the stream: a new SyncStart from the stored
+					// cursor is answered EpochChanged.
+					c.cfg.Logger.Debug("sync: heartbeat of another epoch; restarting", "sub", sub, "epoch", f.Epoch, "stored", cur.Epoch)
+					return true, progressed, nil
+				case f.Head > cur.Pos:
+					// Entries are pending. A batch may be on its way (the head was read after an
+					// append); if none comes for two heartbeat intervals, the stream is stalled.
+					behind(sub)
+					if pending[sub]++; pending[sub] > stallIntervals {
+						c.cfg.Logger.Debug("sync: heartbeats beyond the cursor and no batch; restarting", "sub", sub,
+							"head", f.Head, "pos", cur.Pos)
+						return true, progressed, nil
+					}
+				default: // at the head, or beyond it (a replica behind us: the cursor never moves back)
+					pending[sub] = 0
+					progressed = true
+					// Caught up on a new stream (a resume): check the newest entries stored
+					// (PROTOCOL §8.7) before saying so. A mismatch rewound the store: replay.
+					if !checked[sub] {
+						checked[sub] = true
+						if c.checkStored(alive, cn, sub, checkRecent) {
+							return true, true, nil
+						}
+					}
 					caughtUp(sub, f.Epoch, cur.Pos)
 				}
 			case *proto.Stale:
+				if sub, err := subOf(f.Sub); err != nil {
+					return false, progressed, err
+				} else if otherEpoch(at[sub], f.Epoch) { // like a Heartbeat's, for the epoch only
+					return true, progressed, nil
+				}
 				if stale == nil {
 					stale = c.staleEpisode()
 					synced = false // say so again once a Heartbeat proves the head
 					c.emit(StaleEvent{Epoch: f.Epoch, Head: f.Head, Unheard: time.Duration(f.UnheardMs) * time.Millisecond})
 				}
 			case *proto.TooOld:
-				return true, progressed, c.rebase(f.Sub, f.Epoch, f.Head)
+				return true, true, c.rebase(ctx, cn, f.Sub, f.Epoch, f.Head)
 			case *proto.Rebase:
-				return true, progressed, c.rebase(f.Sub, f.Epoch, f.Head)
+				return true, true, c.rebase(ctx, cn, f.Sub, f.Epoch, f.Head)
 			case *proto.EpochChanged:
 				if err := c.st.ResetForEpoch(f.Sub, f.Epoch); err != nil {
 					return false, progressed, err
 				}
 				c.emit(EpochEvent{Epoch: f.Epoch, Sub: f.Sub})
-				return true, progressed, nil
+				return true, true, nil
 			case *proto.Error:
 				return false, progressed, f
 			}
@@ -245,17 +319,21 @@ func (e *staleEpisode) end() {
 	}
 }
 
-func (c *Client) rebase(sub uint32, epoch proto.Epoch, head proto.Position) error {
-	if err := c.st.RebaseTo(sub, epoch, head); err != nil {
-		return err
-	}
-	c.emit(RebaseEvent{Epoch: epoch, Head: head, Sub: sub})
-	return nil
+// stallIntervals is how many heartbeat intervals the stream may show a head beyond the cursor
+// without a batch before it is taken for stalled (PROTOCOL §8.4: two). Counted in heartbeats:
+// the first that shows the head, then two more, one interval apart.
+const stallIntervals = 2
+
+// otherEpoch reports whether a frame's epoch says the log is not the one the cursor cur is of:
+// both known (non-zero) and different. A cursor without an epoch adopts the first one it gets.
+func otherEpoch(cur proto.SubCursor, epoch proto.Epoch) bool {
+	return epoch != 0 && cur.Epoch != 0 && epoch != cur.Epoch
 }
 
 // headMovedWithoutUs asks the server for the head (of every sub-log, for a split user); if one is
-// past the stored cursor and no batch arrived since the last check, the stream is stalled (a
-// half-dead path) and must restart.
+// of another epoch than the stored cursor (the log was re-created: the new stream gets
+// EpochChanged), or past it while no batch arrived since the last check, the stream is stalled (a
+// half-dead path) and must restart (PROTOCOL §8.5).
 func (c *Client) headMovedWithoutUs(ctx context.Context, cn *conn, progressed bool) (bool, error) {
 	rctx, cancel := context.WithTimeout(ctx, c.cfg.RequestTimeout)
 	defer cancel()
@@ -267,9 +345,7 @@ func (c *Client) headMovedWithoutUs(ctx context.Context, cn *conn, progressed bo
 	if !ok {
 		return false, nil
 	}
-	if progressed {
-		return false, nil
-	}
+	c.checks.noteHead(h) // where retention begins, for the digest checks
 	cursors, err := c.st.Cursors()
 	if err != nil {
 		return false, err
@@ -277,6 +353,14 @@ func (c *Client) headMovedWithoutUs(ctx context.Context, cn *conn, progressed bo
 	heads := h.Subs
 	if len(heads) == 0 {
 		heads = []proto.SubHead{{Epoch: h.Epoch, Head: h.Head}}
+	}
+	for i, sh := range heads {
+		if i < len(cursors) && otherEpoch(cursors[i], sh.Epoch) {
+			return true, nil
+		}
+	}
+	if progressed {
+		return false, nil
 	}
 	for i, sh := range heads {
 		if i < len(cursors) && sh.Head > cursors[i].Pos || i >= len(cursors) && sh.Head > 0 {

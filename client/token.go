@@ -115,8 +115,7 @@ func (c *Client) refresh(ctx context.Context, cn *conn) (time.Time, error) {
 	case <-cn.answers: // a late answer to an earlier refresh that timed out
 	default:
 	}
-	cn.control.SetWriteDeadline(time.Now().Add(c.cfg.RequestTimeout))
-	if err := proto.WriteFrameWithin(cn.control, &proto.Refresh{Token: tok}, int(cn.limits.MaxFrame)); err != nil {
+	if err := cn.writeControl(&proto.Refresh{Token: tok}, c.cfg.RequestTimeout); err != nil {
 		return time.Time{}, err
 	}
 	select {

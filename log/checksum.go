@@ -1,6 +1,7 @@
 package log
 
 import (
+	"context"
 	"encoding/binary"
 	"fmt"
 	"hash/crc64"
@@ -28,7 +29,7 @@ func (s *Shard) Checksum(uid string, from, to Position) (uint64, error) {
 		return 0, invalidf("checksum range %d..%d outside retained %d..%d", from, to, m.First, m.Head)
 	}
 	prefix := s.k.userEntryPrefix(uid)
-	sum, n, err := checksumRange(snap, entryKey(prefix, from), entryKey(prefix, to+1), len(prefix))
+	sum, n, err := checksumRange(context.Background(), snap, entryKey(prefix, from), entryKey(prefix, to+1), len(prefix))
 	if err == nil && n != uint64(to-from+1) {
 		err = corruptf("log of %q has %d entries in %d..%d", uid, n, from, to)
 	}
@@ -42,11 +43,13 @@ func (s *Shard) StateChecksum() (sum uint64, keys uint64, err error) {
 	snap := s.db.NewSnapshot()
 	defer snap.Close()
 	lower, upper := s.k.shardBounds()
-	return checksumRange(snap, lower, upper, len(lower))
+	return checksumRange(context.Background(), snap, lower, upper, len(lower))
 }
 
-// checksumRange chains (len, key without its first strip bytes, value) over [lower, upper).
-func checksumRange(r pebble.Reader, lower, upper []byte, strip int) (uint64, uint64, error) {
+// checksumRange chains (len, key without its first strip bytes, value) over [lower, upper). It
+// gives up with ctx's error once ctx ends (looked at every checksumCheckEvery keys): a whole
+// shard's scan can take long, and whoever runs one in the background must be able to stop it.
+func checksumRange(ctx context.Context, r pebble.Reader, lower, upper []byte, strip int) (uint64, uint64, error) {
 	it, err := r.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
 	if err != nil {
 		return 0, 0, fmt.Errorf("log: read: %w", err)
@@ -62,6 +65,9 @@ func checksumRange(r pebble.Reader, lower, upper []byte, strip int) (uint64, uin
 		sum = crc64.Update(sum, crcTable, k)
 		sum = crc64.Update(sum, crcTable, v)
 		n++
+		if n%checksumCheckEvery == 0 && ctx.Err() != nil {
+			return 0, 0, ctx.Err()
+		}
 	}
 	return sum, n, it.Error()
 }

@@ -576,6 +576,33 @@ func (req *Append) validate() error {
 	return nil
 }
 
+// Resend answers req from its dedup record without writing anything: the original result with
+// Duplicate set if a live record (unexpired at now, Unix ns) with the same payload exists, as
+// [Tx.Append] would answer it; ErrConflict if the live record is of another payload; ok false if
+// there is none (then only an Append can answer). It reads the shard's applied state, so a record
+// it finds was committed. Safe for concurrent use with the writer.
+func (s *Shard) Resend(req *Append, now int64) (res AppendResult, ok bool, err error) {
+	if err := req.validate(); err != nil {
+		return AppendResult{}, false, err
+	}
+	v, found, err := getValue(s.db, s.k.dedup(dedupSuffix(req.Sender, req.ClientMsgID, req.Kind)))
+	if err != nil || !found {
+		return AppendResult{}, false, err
+	}
+	rec, err := decodeDedupRecord(v)
+	switch {
+	case err != nil:
+		return AppendResult{}, false, err
+	case rec.Expires <= now:
+		return AppendResult{}, false, nil // expired: a resend now is a new request
+	case rec.Hash != req.hash():
+		return AppendResult{}, false, ErrConflict
+	}
+	res = rec.Result
+	res.Duplicate = true
+	return res, true, nil
+}
+
 // hash is the payload hash stored with the dedup record: everything about the request that a
 // faithful resend repeats. The windows are server settings, not payload.
 func (req *Append) hash() [16]byte {

@@ -359,6 +359,8 @@ func exerciseShard(t *testing.T, s *Shard) {
 	// A split's step, and the splits a move's first step installs.
 	_, _ = tx.Move(st, &MoveStep{Op: MoveSplit, Move: 10, User: "bob", Subs: 3})
 	_, _ = tx.Move(st, &MoveStep{Op: MoveBegin, Move: 11, User: "carol", From: 4, To: 5, Splits: map[string]int{"alice": 3, "bob": 2}})
+	// A range's cutover leaving a pinned user behind.
+	_, _ = tx.Move(st, &MoveStep{Op: MoveCutover, Move: 12, From: 4, To: 5, Slots: all, Pinned: map[string]ShardID{"alice": 6}})
 }
 
 // FuzzMoveValues feeds each input to the decoders of a move: the Raft request (MoveStep) and the
@@ -369,9 +371,10 @@ func FuzzMoveValues(f *testing.F) {
 	slotsStep, _ := goldenMoveStepSlots.MarshalBinary()
 	splitStep, _ := goldenMoveStepSplit.MarshalBinary()
 	beginStep, _ := goldenMoveStepBegin.MarshalBinary()
+	pinnedStep, _ := goldenMoveStepPinned.MarshalBinary()
 	addSeeds(f, step, convStep, slotsStep, goldenMoveMarker.encode(), goldenCutover.encode(), encodePending(-1, &goldenEntry),
 		encodeRangePending("alice", 2, &goldenEntry), encodeBarrier(Barrier{Source: 3, Pos: 1 << 40}), goldenMoveMarkerV2.encode(),
-		goldenRangeMarker.encode(), goldenRangeCutover.encode(), splitStep, beginStep, goldenSplit.encode())
+		goldenRangeMarker.encode(), goldenRangeCutover.encode(), splitStep, beginStep, goldenSplit.encode(), pinnedStep)
 	f.Fuzz(func(t *testing.T, data []byte) {
 		roundTrip(t, data,
 			func(b []byte) (MoveStep, error) { var r MoveStep; err := r.UnmarshalBinary(b); return r, err },

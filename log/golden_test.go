@@ -72,12 +72,14 @@ var (
 	goldenCutover       = cutover{move: 1 << 33, at: 1 << 40, after: 7, steps: []cutoverStep{{upTo: 258, shard: 3}, {upTo: 1 << 40, shard: 5}}}
 	goldenMoveStepSlots = MoveStep{Op: MoveActivate, Move: 1 << 33, From: 2, To: 70000, Fence: 258, Slots: &SlotSpan{First: 2048, Last: 4095},
 		Batch: []MoveKey{{User: "alice", Restart: true, Records: []Record{{Key: []byte{0x20, 'a', 0}, Value: []byte{1, 2}}}}, {Conv: "g"}}}
-	goldenMoveStepSplit = MoveStep{Op: MoveSplit, Move: 1 << 33, User: "bot", Subs: 4}
-	goldenMoveStepBegin = MoveStep{Op: MoveBegin, Move: 1 << 33, Conv: "g", From: 2, To: 70000, Splits: map[string]int{"bot": 4, "cat": 16}}
-	goldenSplit         = userSplit{k: 4, at: 1 << 40}
-	goldenRangeMarker   = rangeMarker{move: 1 << 33, span: SlotSpan{First: 2048, Last: 4095}, role: rangeIn, from: 2, pending: 258, fence: 1 << 40}
-	goldenRangeCutover  = rangeCutover{move: 1 << 33, span: SlotSpan{First: 0, Last: 7}, at: 1 << 40, from: 2, to: 70000}
-	goldenRedelivery    = Redelivery{Source: 3, Item: Delivery{Pos: 258, Users: []string{"b", "c"}, Entry: goldenEntry}}
+	goldenMoveStepSplit  = MoveStep{Op: MoveSplit, Move: 1 << 33, User: "bot", Subs: 4}
+	goldenMoveStepBegin  = MoveStep{Op: MoveBegin, Move: 1 << 33, Conv: "g", From: 2, To: 70000, Splits: map[string]int{"bot": 4, "cat": 16}}
+	goldenMoveStepPinned = MoveStep{Op: MoveCutover, Move: 1 << 33, From: 2, To: 70000, Slots: &SlotSpan{First: 0, Last: 7},
+		Pinned: map[string]ShardID{"bot 1": 70001, "cat": 9}}
+	goldenSplit        = userSplit{k: 4, at: 1 << 40}
+	goldenRangeMarker  = rangeMarker{move: 1 << 33, span: SlotSpan{First: 2048, Last: 4095}, role: rangeIn, from: 2, pending: 258, fence: 1 << 40}
+	goldenRangeCutover = rangeCutover{move: 1 << 33, span: SlotSpan{First: 0, Last: 7}, at: 1 << 40, from: 2, to: 70000}
+	goldenRedelivery   = Redelivery{Source: 3, Item: Delivery{Pos: 258, Users: []string{"b", "c"}, Entry: goldenEntry}}
 )
 
 type goldenCase struct {
@@ -157,6 +159,8 @@ func goldenCases() []goldenCase {
 			func(b []byte) (any, error) { var r MoveStep; err := r.UnmarshalBinary(b); return r, err }, goldenMoveStepSplit},
 		{"move_step_begin_splits.v1", func() []byte { return must(goldenMoveStepBegin.MarshalBinary()) },
 			func(b []byte) (any, error) { var r MoveStep; err := r.UnmarshalBinary(b); return r, err }, goldenMoveStepBegin},
+		{"move_step_pinned.v2", func() []byte { return must(goldenMoveStepPinned.MarshalBinary()) },
+			func(b []byte) (any, error) { var r MoveStep; err := r.UnmarshalBinary(b); return r, err }, goldenMoveStepPinned},
 		{"split.v1", goldenSplit.encode,
 			func(b []byte) (any, error) { return decodeSplit(b) }, goldenSplit},
 		{"cutover.v1", goldenCutover.encode,

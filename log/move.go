@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"slices"
 	"sync/atomic"
 
@@ -884,6 +885,15 @@ const (
 	flagSplits      uint8 = 1 << 7 // the split users follow
 )
 
+// moveStepV2 is the format of a [MoveStep] whose first flags byte is full: a second flags byte
+// follows the v1 layout, and its sections after it. A step is encoded as v2 only when it sets
+// a field of the second byte, so every other step keeps its v1 bytes (and an older node
+// refuses, as a corrupt command, only the steps it could not apply as meant).
+const moveStepV2 uint8 = 2
+
+// The second flags byte of a v2 [MoveStep].
+const flag2Pinned uint8 = 1 << 0 // the pinned users follow
+
 // The flags byte of each key of a [MoveStep]'s Batch.
 const (
 	keyConv    uint8 = 1 << 0
@@ -954,6 +964,10 @@ type MoveStep struct {
 	// Splits (MoveBegin) are the cluster's split users and their sub-logs, which the destination
 	// installs first (InstallSplits): the keys moving in route as they did at their old home.
 	Splits map[string]int
+	// Pinned (a slot range's MoveCutover) are the users of the range that the cluster map pins
+	// to shards other than From: they do not move with the range, and their records keep going
+	// to those shards (RangeCutover).
+	Pinned map[string]ShardID
 }
 
 // MarshalBinary encodes the request.
@@ -969,7 +983,11 @@ func (r *MoveStep) MarshalBinary() ([]byte, error) {
 		}
 	}
 	e := encoder{b: make([]byte, 0, size)}
-	e.u8(requestV1)
+	version := uint8(requestV1)
+	if len(r.Pinned) > 0 {
+		version = moveStepV2 // only steps that need it: every other step keeps its v1 bytes
+	}
+	e.u8(version)
 	e.u8(uint8(r.Op))
 	e.uvarint(uint64(r.Move))
 	e.str(r.User)
@@ -1034,13 +1052,45 @@ func (r *MoveStep) MarshalBinary() ([]byte, error) {
 		e.uvarint(uint64(r.Subs))
 	}
 	if len(r.Splits) > 0 {
-		e.uvarint(uint64(len(r.Splits)))
-		for _, uid := range slices.Sorted(maps.Keys(r.Splits)) { // one encoding per step
-			e.str(uid)
-			e.uvarint(uint64(r.Splits[uid]))
-		}
+		encodeUserTable(&e, r.Splits)
+	}
+	if version == moveStepV2 {
+		e.u8(flag2Pinned)
+		encodeUserTable(&e, r.Pinned)
 	}
 	return e.b, nil
+}
+
+// encodeUserTable encodes a table of users' numbers (a step's split users, its pinned users): a
+// count, then each user and number in ascending user order, so a step has one encoding.
+func encodeUserTable[V ~int | ~uint32](e *encoder, table map[string]V) {
+	e.uvarint(uint64(len(table)))
+	for _, uid := range slices.Sorted(maps.Keys(table)) {
+		e.str(uid)
+		e.uvarint(uint64(table[uid]))
+	}
+}
+
+// decodeUserTable decodes what encodeUserTable wrote, of a step of total bytes, refusing an
+// empty table, users out of order and numbers outside [lo, hi].
+func decodeUserTable[V ~int | ~uint32](d *decoder, what string, total int, lo, hi uint64) (map[string]V, error) {
+	n := d.uvarint()
+	if n == 0 || n > uint64(total) { // every row takes at least two bytes
+		return nil, corruptf("move step: %d %s in %d bytes", n, what, total)
+	}
+	table := make(map[string]V, n)
+	prev := ""
+	for i := range n {
+		uid, v := d.str(), d.uvarint()
+		if d.err != nil {
+			break
+		}
+		if v < lo || v > hi || i > 0 && uid <= prev { // ascending: one encoding per step
+			return nil, corruptf("move step: %s: user %q with %d, or out of order", what, uid, v)
+		}
+		table[uid], prev = V(v), uid
+	}
+	return table, nil
 }
 
 // records encodes a move step's records: a count, then each key and value.
@@ -1069,7 +1119,7 @@ func (d *decoder) records(total int) ([]Record, error) {
 // UnmarshalBinary decodes a request encoded by MarshalBinary. Errors wrap ErrCorrupt.
 func (r *MoveStep) UnmarshalBinary(b []byte) error {
 	d := decoder{b: b}
-	d.version("move step", requestV1)
+	version := d.version("move step", moveStepV2)
 	*r = MoveStep{Op: MoveOp(d.u8()), Move: MoveID(d.uvarint()), User: d.str(), From: ShardID(d.uvarint()), To: ShardID(d.uvarint())}
 	var err error
 	if r.Records, err = d.records(len(b)); err != nil {
@@ -1131,21 +1181,16 @@ func (r *MoveStep) UnmarshalBinary(b []byte) error {
 		r.Subs = int(n)
 	}
 	if flags&flagSplits != 0 {
-		n := d.uvarint()
-		if n == 0 || n > uint64(len(b)) { // every split takes at least three bytes
-			return corruptf("move step: %d split users in %d bytes", n, len(b))
+		if r.Splits, err = decodeUserTable[int](&d, "split users", len(b), 2, MaxSubLogs); err != nil {
+			return err
 		}
-		r.Splits = make(map[string]int, n)
-		prev := ""
-		for i := range n {
-			uid, k := d.str(), d.uvarint()
-			if d.err != nil {
-				break
-			}
-			if k < 2 || k > MaxSubLogs || i > 0 && uid <= prev { // ascending: one encoding per step
-				return corruptf("move step: user %q split into %d sub-logs, or out of order", uid, k)
-			}
-			r.Splits[uid], prev = int(k), uid
+	}
+	if version == moveStepV2 {
+		if flags2 := d.u8(); flags2 != flag2Pinned && d.err == nil {
+			return corruptf("move step: bad second flags %#x", flags2)
+		}
+		if r.Pinned, err = decodeUserTable[ShardID](&d, "pinned users", len(b), 1, math.MaxUint32); err != nil {
+			return err
 		}
 	}
 	return d.done("move step")

@@ -396,9 +396,19 @@ func (t *Tx) checkBatch(move MoveID, batch []MoveKey) error {
 // later ones to to. Users with a cutover of their own whose records go to from now switch with
 // the range; those whose records go elsewhere (moved away on their own) keep theirs. It returns
 // the position. Repeating it for the same move returns the same and changes nothing.
-func (t *Tx) RangeCutover(move MoveID, span SlotSpan, from, to ShardID) (uint64, error) {
+//
+// pinned names the users of span the cluster map pins to shards other than from (moved away on
+// their own, before this shard had a cutover of theirs: it was added since): each gets a
+// cutover of its own here that sends every record to its shard, so the range's does not route
+// it. Without it, records to such a user would go to to, where its log is not.
+func (t *Tx) RangeCutover(move MoveID, span SlotSpan, from, to ShardID, pinned map[string]ShardID) (uint64, error) {
 	if !span.Valid() || move == 0 || from == to || from == 0 || to == 0 {
 		return 0, invalidf("range cutover: bad slots %d-%d, move 0 or no change of shard (%d)", span.First, span.Last, from)
+	}
+	for uid, at := range pinned {
+		if !ValidLog(uid) || !span.Contains(UserSlot(uid)) || at == 0 || at == from {
+			return 0, invalidf("range cutover: user %q pinned to shard %d is not one the range leaves behind", uid, at)
+		}
 	}
 	if rs := t.rangesView(); rs != nil {
 		for _, c := range rs.cuts {
@@ -425,6 +435,13 @@ func (t *Tx) RangeCutover(move MoveID, span SlotSpan, from, to ShardID) (uint64,
 			c.move, c.at, c.after = move, info.Head, to
 			c.steps = append(c.steps, cutoverStep{upTo: info.Head, shard: from})
 			if err := t.set(t.s.k.cutover(uid), c.encode()); err != nil {
+				return 0, err
+			}
+		}
+	}
+	for _, uid := range slices.Sorted(maps.Keys(pinned)) {
+		if cuts[uid] == nil { // one of its own routes it already
+			if err := t.set(t.s.k.cutover(uid), (&cutover{after: pinned[uid]}).encode()); err != nil {
 				return 0, err
 			}
 		}
@@ -746,7 +763,7 @@ func (t *Tx) moveRange(st Stamp, r *MoveStep) (uint64, error) {
 		}
 		return 0, t.stageBatch(st, r.Move, r.Batch)
 	case MoveCutover:
-		return t.RangeCutover(r.Move, span, r.From, r.To)
+		return t.RangeCutover(r.Move, span, r.From, r.To, r.Pinned)
 	case MoveFence:
 		return t.FenceRange(r.Move, span)
 	case MoveActivate:

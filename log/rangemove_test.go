@@ -419,3 +419,53 @@ func rangeStep(t *testing.T, at func(*Shard) Stamp, move MoveID, span SlotSpan) 
 		return res, err
 	}
 }
+
+// TestRangeCutoverLeavesPinnedUsers: on a source shard that has no cutover of a user the map pins
+// elsewhere (the shard was added after the user moved), a range cutover of her slot leaves her
+// records going to her own shard, while the range's other users switch to the destination; the
+// user's next move cuts over from her own shard; and a pin that the range would move is refused.
+func TestRangeCutoverLeavesPinnedUsers(t *testing.T) {
+	const from, to, home ShardID = 2, 3, 9
+	span := SlotSpan{First: 0, Last: NumSlots/2 - 1}
+	x := newMemShard(t, 5)
+	var idx uint64
+	at := func() Stamp { idx++; return Stamp{Index: idx, Time: int64(1000 + idx)} }
+	pin, stays := idIn(t, "pin", UserSlot, span, true), idIn(t, "in", UserSlot, span, true)
+	owner := idIn(t, "own", UserSlot, span, false)
+	appendOK(t, x, at(), Append{Conv: "g", Sender: owner, ClientMsgID: "c", Kind: KindGroupCreate, Members: []string{pin, stays}})
+
+	cut := func(pinned map[string]ShardID) (uint64, error) {
+		var p uint64
+		_, err := apply(t, x, at(), func(tx *Tx) error {
+			var err error
+			p, err = tx.RangeCutover(7, span, from, to, pinned)
+			return err
+		})
+		return p, err
+	}
+	if _, err := cut(map[string]ShardID{pin: from}); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("a pin to the range's source: %v, want ErrInvalid", err)
+	}
+	p, err := cut(map[string]ShardID{pin: home})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again, err := cut(map[string]ShardID{pin: home}); err != nil || again != p {
+		t.Fatalf("the cutover again: %d, %v; want %d", again, err, p)
+	}
+	appendOK(t, x, at(), Append{Conv: "g", Sender: owner, ClientMsgID: "m", Kind: KindMessage, Body: []byte("hi")})
+	items, err := x.ReadOutbox(1, 10)
+	if err != nil || len(items) != 2 {
+		t.Fatalf("outbox: %d items, %v", len(items), err)
+	}
+	if got := items[1].Pinned; got[pin] != home || got[stays] != to {
+		t.Fatalf("a record past the cutover routes %v; want %s to %d (pinned) and %s to %d (the range)", got, pin, home, stays, to)
+	}
+	if got := items[0].Pinned; got[pin] != home || got[stays] != from {
+		t.Fatalf("a record before the cutover routes %v; want %s to %d and %s to %d", got, pin, home, stays, from)
+	}
+	// Her next move cuts over from her own shard (before, the range's destination was taken for it).
+	if _, err := apply(t, x, at(), func(tx *Tx) error { _, err := tx.Cutover(8, pin, home, 4); return err }); err != nil {
+		t.Fatalf("the pinned user's next move: %v", err)
+	}
+}

@@ -449,3 +449,38 @@ func TestCopyForNamesOnlyTheDestinationsUsers(t *testing.T) {
 		t.Fatal("CopyFor changed the entry it copies")
 	}
 }
+
+// Shard.Resend answers a resend from the dedup record exactly as Append would (the original
+// result, Duplicate set), refuses another payload under the same key as a conflict, and finds
+// nothing for a request never applied or one whose record expired; it writes nothing.
+func TestResendReadsDedupRecord(t *testing.T) {
+	s := newMemShard(t, testShardID)
+	req := Append{Conv: "d:a:b", Sender: "a", ClientMsgID: "m1", Kind: KindMessage, Body: []byte("hi"),
+		Members: []string{"a", "b"}, DedupWindow: 100}
+	orig := appendOK(t, s, Stamp{Index: 1, Time: 1000}, req)
+
+	got, ok, err := s.Resend(&req, 1050)
+	if err != nil || !ok || !got.Duplicate || got.MsgID != orig.MsgID || got.ConvSeq != orig.ConvSeq || got.Time != orig.Time {
+		t.Fatalf("Resend of an applied send = %+v %v %v, want %+v as a duplicate", got, ok, err, orig)
+	}
+	if applied := appendOK(t, s, Stamp{Index: 2, Time: 1060}, req); applied != got {
+		t.Fatalf("Append of the resend = %+v, Resend said %+v", applied, got)
+	}
+	before := stateSum(t, s)
+	other := req
+	other.Body = []byte("another")
+	if _, _, err := s.Resend(&other, 1050); !errors.Is(err, ErrConflict) {
+		t.Fatalf("Resend of another payload under the same cmid: %v, want ErrConflict", err)
+	}
+	fresh := req
+	fresh.ClientMsgID = "m2"
+	if _, ok, err := s.Resend(&fresh, 1050); ok || err != nil {
+		t.Fatalf("Resend of a send never applied: %v %v, want nothing", ok, err)
+	}
+	if _, ok, err := s.Resend(&req, 1100); ok || err != nil {
+		t.Fatalf("Resend once the record expired: %v %v, want nothing", ok, err)
+	}
+	if after := stateSum(t, s); after != before {
+		t.Fatalf("Resend wrote: state %v, was %v", after, before)
+	}
+}

@@ -97,6 +97,15 @@ const (
 	// member of the server's limit of groups. Nothing was applied; the message names the user.
 	// Not retryable as is: leave that user out, or the user leaves a group first.
 	CodeTooManyGroups Code = 33
+	// CodeTooOld: a Digest range starts below the log's first retained position: those entries
+	// were trimmed by retention, and the server never answers a silently shorter range. Not
+	// retryable as is: ask again from the first retained position (HeadCheck's First, ConvInfo's
+	// First). Revision 4; a sync stream says the same with the TooOld frame.
+	CodeTooOld Code = 34
+	// CodeEpochChanged: a Digest names an epoch other than the log's: the log was re-created and
+	// positions of the old epoch mean nothing in it. Not retryable as is: resync the new epoch
+	// (the sync stream answers EpochChanged). Revision 4.
+	CodeEpochChanged Code = 35
 )
 
 // Load and availability codes (40–49).
@@ -159,6 +168,8 @@ var codeNames = map[Code]string{
 	CodeNotPermitted:       "not_permitted",
 	CodeGroupFull:          "group_full",
 	CodeTooManyGroups:      "too_many_groups",
+	CodeTooOld:             "too_old",
+	CodeEpochChanged:       "epoch_changed",
 	CodeRateLimited:        "rate_limited",
 	CodeOverloaded:         "overloaded",
 	CodeTooManyStreams:     "too_many_streams",

@@ -46,5 +46,7 @@
 // Two helpers every client of the protocol needs live here so that there is one copy of each:
 // [PinnedTLSConfig] (with [Fingerprint]) builds the client TLS configuration that pins a server
 // certificate, and [Pending] matches a request stream's answers to the requests waiting for them.
-// [CheckShape] bounds any msgpack value before it is decoded.
+// [CheckShape] bounds any msgpack value before it is decoded. [Digester] computes the
+// reconciliation digest a [Digest] query answers (digest.go), so the server and every Go client
+// compute it from one definition.
 package proto

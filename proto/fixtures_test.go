@@ -31,6 +31,7 @@ func fixtures() []Frame {
 		&Error{ID: 7, Code: CodeRateLimited, Message: "slow down", RetryAfterMs: 1500},
 		&Refresh{Token: "v1.new.token"},
 		&Refreshed{TokenExpires: 1_700_172_800_000_000_000},
+		&Report{Kind: ReportMismatch, Conv: "g1", Epoch: 9, From: 40, To: 59},
 		&Send{ID: 1, Conv: "d:alice:bob", ClientMsgID: "cm-1", Body: []byte("hello"), Peer: "bob"},
 		&Ack{ID: 1, MsgID: "3.99.0", Conv: "d:alice:bob", ConvSeq: 12, Time: 1_700_000_000_000_000_000, Epoch: 5, Duplicate: true, NoOp: true},
 		&MarkRead{ID: 2, Conv: "g1", ClientMsgID: "cm-2", UpTo: 12},
@@ -57,5 +58,7 @@ func fixtures() []Frame {
 		&Head{ID: 11, Epoch: 9, Head: 42, First: 7, Subs: []SubHead{{Epoch: 9, Head: 42, First: 7}, {Epoch: 11, Head: 5, First: 1}}},
 		&Members{ID: 13, Conv: "g1", After: "alice", Limit: 100},
 		&MembersResult{ID: 13, Members: []Member{{User: "bob", Role: RoleOwner}, {User: "carol", Role: RoleMember}}, More: true},
+		&Digest{ID: 14, Sub: 2, Epoch: 9, From: 41, To: 1 << 40},
+		&DigestResult{ID: 14, Epoch: 9, From: 41, To: 41, Count: 1, Digest: DigestOf([]Entry{fixtureEntry}), First: 7, Head: 42},
 	}
 }

@@ -22,8 +22,9 @@ const (
 	// on the sync stream, which a server sends only on connections of revision 2 or later, and
 	// Refresh, SetRole, Members and the role_change kind. Revision 3 adds sub-logs: the vector
 	// cursor (SyncStart.Subs), the sub of sync frames and cursor acks, Head.Subs and
-	// CodeNeedsUpgrade (docs/PROTOCOL.md §9).
-	ProtoVersion = 3
+	// CodeNeedsUpgrade. Revision 4 adds reconciliation: the Digest query, the Report control
+	// frame and CodeTooOld, CodeEpochChanged (docs/PROTOCOL.md §9).
+	ProtoVersion = 4
 )
 
 // Limits. The ones a server may lower or raise are announced in [Welcome.Limits].
@@ -70,6 +71,7 @@ const (
 	TypeError     Type = 3 // server → client, any stream: [Error]
 	TypeRefresh   Type = 4 // client → server, after Welcome: [Refresh]
 	TypeRefreshed Type = 5 // server → client: [Refreshed], the answer to Refresh
+	TypeReport    Type = 6 // client → server, after Welcome: [Report] (revision 4), no answer
 
 	// Request streams (each request carries an id that its response repeats).
 	TypeSend          Type = 10 // [Send] → [Ack]
@@ -102,6 +104,8 @@ const (
 	TypeHead            Type = 37
 	TypeMembers         Type = 38 // [Members] → [MembersResult]
 	TypeMembersResult   Type = 39
+	TypeDigest          Type = 40 // [Digest] → [DigestResult] (revision 4)
+	TypeDigestResult    Type = 41
 )
 
 // StreamKind is the role of a QUIC stream. A stream's role is set by its first frame: Hello
@@ -128,6 +132,7 @@ var types = [256]typeInfo{
 	TypeError:           {"error", 0, false, func() Frame { return new(Error) }},
 	TypeRefresh:         {"refresh", StreamControl, true, func() Frame { return new(Refresh) }},
 	TypeRefreshed:       {"refreshed", StreamControl, false, func() Frame { return new(Refreshed) }},
+	TypeReport:          {"report", StreamControl, true, func() Frame { return new(Report) }},
 	TypeSend:            {"send", StreamRequest, true, func() Frame { return new(Send) }},
 	TypeAck:             {"ack", StreamRequest, false, func() Frame { return new(Ack) }},
 	TypeMarkRead:        {"mark_read", StreamRequest, true, func() Frame { return new(MarkRead) }},
@@ -154,6 +159,8 @@ var types = [256]typeInfo{
 	TypeHead:            {"head", StreamRequest, false, func() Frame { return new(Head) }},
 	TypeMembers:         {"members", StreamRequest, true, func() Frame { return new(Members) }},
 	TypeMembersResult:   {"members_result", StreamRequest, false, func() Frame { return new(MembersResult) }},
+	TypeDigest:          {"digest", StreamRequest, true, func() Frame { return new(Digest) }},
+	TypeDigestResult:    {"digest_result", StreamRequest, false, func() Frame { return new(DigestResult) }},
 }
 
 // Types returns every frame type this version knows, in ascending order.
@@ -206,7 +213,7 @@ type Request interface {
 }
 
 // Response is a frame the server sends on a request stream in answer to a Request: Ack,
-// ConvListResult, ConvStateResult, HistoryResult, Head or Error.
+// ConvListResult, ConvStateResult, HistoryResult, Head, MembersResult, DigestResult or Error.
 type Response interface {
 	Frame
 	// RequestID returns the id of the request answered; 0 in an Error not tied to a request.

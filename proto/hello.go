@@ -40,10 +40,10 @@ func (h *Hello) Validate() error {
 
 // Welcome accepts a Hello. After it the client may open request and sync streams; the control
 // stream stays open for the life of the connection (closing it ends the session). On it the
-// client may send Refresh (answered by Refreshed or an Error); the server sends an Error before
-// it closes the connection (CodeTokenExpired when the token expires, CodeUnauthenticated when
-// an operator revokes the device, CodeUnavailable when the node shuts down or leaves the
-// cluster).
+// client may send Refresh (answered by Refreshed or an Error) and Report (answered only when
+// refused); the server sends an Error before it closes the connection (CodeTokenExpired when
+// the token expires, CodeUnauthenticated when an operator revokes the device, CodeUnavailable
+// when the node shuts down or leaves the cluster).
 type Welcome struct {
 	User         string `msgpack:"user"`          // the authenticated user
 	Device       string `msgpack:"device"`        // the device, as in Hello

@@ -99,6 +99,29 @@ func TestValidate(t *testing.T) {
 		{"history from head", &History{ID: 1, Conv: "c"}, 0},
 		{"history id 0", &History{Conv: "c"}, CodeInvalidArgument},
 		{"head check id 0", &HeadCheck{}, CodeInvalidArgument},
+
+		{"digest of the user log to the head", &Digest{ID: 1, Epoch: 3, From: 1}, 0},
+		{"digest of a sub-log", &Digest{ID: 1, Sub: MaxSubLogs - 1, Epoch: 3, From: 5, To: 5}, 0},
+		{"digest of a conversation", &Digest{ID: 1, Conv: "g", Epoch: 3, From: 2, To: 1 << 63}, 0},
+		{"digest id 0", &Digest{Epoch: 3, From: 1}, CodeInvalidArgument},
+		{"digest without an epoch", &Digest{ID: 1, From: 1}, CodeInvalidArgument},
+		{"digest from 0", &Digest{ID: 1, Epoch: 3}, CodeInvalidArgument},
+		{"digest to below from", &Digest{ID: 1, Epoch: 3, From: 5, To: 4}, CodeInvalidArgument},
+		{"digest of no sub-log", &Digest{ID: 1, Sub: MaxSubLogs, Epoch: 3, From: 1}, CodeInvalidArgument},
+		{"digest of a conversation's sub-log", &Digest{ID: 1, Conv: "g", Sub: 1, Epoch: 3, From: 1}, CodeInvalidArgument},
+		{"digest bad conv", &Digest{ID: 1, Conv: long + "a", Epoch: 3, From: 1}, CodeInvalidArgument},
+
+		{"report gap", &Report{Kind: ReportGap, Epoch: 3, From: 8, To: 10}, 0},
+		{"report gap of an earlier batch", &Report{Kind: ReportGap, Epoch: 3, From: 8, To: 2}, 0},
+		{"report gap of an empty batch", &Report{Kind: ReportGap, From: 1}, 0},
+		{"report mismatch", &Report{Kind: ReportMismatch, Conv: "g", Epoch: 3, From: 8, To: 8}, 0},
+		{"report no kind", &Report{From: 1, To: 1}, CodeInvalidArgument},
+		{"report unknown kind", &Report{Kind: 3, From: 1, To: 1}, CodeInvalidArgument},
+		{"report from 0", &Report{Kind: ReportGap, To: 1}, CodeInvalidArgument},
+		{"report mismatch to below from", &Report{Kind: ReportMismatch, From: 8, To: 7}, CodeInvalidArgument},
+		{"report bad conv", &Report{Kind: ReportMismatch, Conv: "a b", From: 1, To: 1}, CodeInvalidArgument},
+		{"report of no sub-log", &Report{Kind: ReportGap, Sub: MaxSubLogs, From: 1}, CodeInvalidArgument},
+		{"report of a conversation's sub-log", &Report{Kind: ReportGap, Conv: "g", Sub: 2, From: 1}, CodeInvalidArgument},
 	}
 	for _, c := range cases {
 		err := c.f.Validate()

@@ -41,8 +41,8 @@ func (n *Node) balanceLoop(interval time.Duration, stop <-chan struct{}) {
 }
 
 // balanceOnce transfers the leadership of one shard away from this node if a live voter of it
-// leads at least two shards fewer and has applied nearly all of the shard's log (a lagging target
-// would make the transfer wait for its catch-up and likely time out). It reports whether it did.
+// leads at least two shards fewer, has applied nearly all of the shard's log and is not low on disk
+// (leadershipView.target). It reports whether it did.
 // Counts are cluster-wide, from every node's status (a node hosts only some shards in a managed
 // cluster); a node that does not answer is not a candidate.
 func (n *Node) balanceOnce() bool {
@@ -58,42 +58,113 @@ func (n *Node) balanceOnce() bool {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), n.cfg.Timing.ElectionTimeout)
 	defer cancel()
-	counts := map[string]int{}
-	applied := map[string]map[ShardID]uint64{} // node → shard → applied index of its replica
+	v := n.leadershipView(ctx)
+	now := time.Now()
+	for _, id := range slices.Sorted(maps.Keys(mine)) {
+		r := mine[id]
+		target := v.target(r, self, func(p Peer) bool {
+			return v.counts[p.ID] <= v.counts[self]-2 && !n.balanceBackoff.blocked(p.ID, now)
+		})
+		if target == nil {
+			continue
+		}
+		err := r.transferLeadership(target.ID, target.Addr, v.applied[target.ID][id])
+		if errors.Is(err, errTransferSpent) {
+			continue
+		}
+		n.balanceBackoff.record(target.ID, err == nil, time.Now())
+		n.logger.Debug("balancing leaders: handing over a shard", "shard", uint32(r.id), "to", target.ID,
+			"leads", v.counts[self], "target_leads", v.counts[target.ID], "err", err)
+		return err == nil
+	}
+	return false
+}
+
+// targetBackoff keeps the balancer from handing leaderships, again and again, to a node that
+// cannot take them. A transfer fails when its target does not win the election in time — on a
+// starved machine, a node too busy to run its Raft goroutines — and until it fails the shard
+// refuses writes ("leadership transfer in progress"). A 3-node cluster on a loaded 2-core box
+// saw seven failed transfers to one node within 33 s, each refusing writes for up to an election
+// timeout, and that node then lost the leaderships it did win by lease step-downs (issue #21).
+// So a failed transfer keeps its target out of the balancer's choice for a while, doubling with
+// each failure in a row, and a successful one clears it. Leaderships then even out more slowly
+// after trouble; an election still makes any node a leader.
+type targetBackoff map[string]backoffEntry
+
+type backoffEntry struct {
+	until    time.Time
+	failures int
+}
+
+// Backoff of a target after failed transfers: the first failure keeps it out for
+// balanceBackoffBase, each further one in a row doubles that, up to balanceBackoffMax.
+const (
+	balanceBackoffBase = 30 * time.Second
+	balanceBackoffMax  = 5 * time.Minute
+)
+
+// blocked reports whether node is kept out of the balancer's choice at now.
+func (b targetBackoff) blocked(node string, now time.Time) bool {
+	return now.Before(b[node].until)
+}
+
+// record notes the outcome of a transfer to node at now.
+func (b *targetBackoff) record(node string, ok bool, now time.Time) {
+	if *b == nil {
+		*b = targetBackoff{}
+	}
+	if ok {
+		delete(*b, node)
+		return
+	}
+	e := (*b)[node]
+	e.failures++
+	e.until = now.Add(min(balanceBackoffBase<<min(e.failures-1, 10), balanceBackoffMax))
+	(*b)[node] = e
+}
+
+// leadershipView is what the nodes answering a status call said about leading: the basis on which
+// a leader picks whom to hand a shard to (balanceOnce, shedLeaders).
+type leadershipView struct {
+	counts  map[string]int                // node → shards it leads
+	applied map[string]map[ShardID]uint64 // node → shard → applied index of its replica
+	lowDisk map[string]bool               // nodes below their disk watermark (NodeStatus.DiskLow)
+}
+
+// leadershipView asks every node for its status within ctx; a node that does not answer is in
+// none of the maps.
+func (n *Node) leadershipView(ctx context.Context) leadershipView {
+	v := leadershipView{counts: map[string]int{}, applied: map[string]map[ShardID]uint64{}, lowDisk: map[string]bool{}}
 	for _, p := range n.ClusterStatus(ctx) {
 		if p.Status == nil {
 			continue
 		}
-		applied[p.ID] = map[ShardID]uint64{}
+		v.lowDisk[p.ID] = p.Status.DiskLow
+		v.applied[p.ID] = map[ShardID]uint64{}
 		for _, st := range p.Status.Shards {
-			applied[p.ID][st.Shard] = st.AppliedIndex
+			v.applied[p.ID][st.Shard] = st.AppliedIndex
 			if st.State == "leader" {
-				counts[p.ID]++
+				v.counts[p.ID]++
 			}
 		}
 	}
-	for _, id := range slices.Sorted(maps.Keys(mine)) {
-		r := mine[id]
-		last := r.raft.LastIndex()
-		var target *Peer
-		for _, v := range r.voters() {
-			caughtUp := applied[v.ID] != nil && applied[v.ID][id]+balanceMaxLag >= last
-			if v.ID != self && caughtUp && counts[v.ID] <= counts[self]-2 && (target == nil || counts[v.ID] < counts[target.ID]) {
-				target = &v
-			}
+	return v
+}
+
+// target returns the voter of r's shard, other than self, to hand its leadership to: one that
+// answered, is not low on disk (it would refuse every send, and hand the shard back), has applied
+// nearly all of r's log (a lagging target makes the transfer wait for its catch-up and likely time
+// out), and for which ok holds; of those, the one leading the fewest shards. Nil if there is none.
+func (v leadershipView) target(r *replica, self string, ok func(Peer) bool) *Peer {
+	last := r.raft.LastIndex()
+	var target *Peer
+	for _, p := range r.voters() {
+		caughtUp := v.applied[p.ID] != nil && v.applied[p.ID][r.id]+balanceMaxLag >= last
+		if p.ID != self && caughtUp && !v.lowDisk[p.ID] && ok(p) && (target == nil || v.counts[p.ID] < v.counts[target.ID]) {
+			target = &p
 		}
-		if target == nil {
-			continue
-		}
-		err := r.transferLeadership(target.ID, target.Addr, applied[target.ID][id])
-		if errors.Is(err, errTransferSpent) {
-			continue
-		}
-		n.logger.Debug("balancing leaders: handing over a shard", "shard", uint32(r.id), "to", target.ID,
-			"leads", counts[self], "target_leads", counts[target.ID], "err", err)
-		return err == nil
 	}
-	return false
+	return target
 }
 
 // balanceMaxLag is how many entries behind the leader's log a voter may be and still be given

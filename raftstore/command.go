@@ -42,6 +42,8 @@ const (
 	opDeliverBatches op = 8
 	// A step of moving a user's log to another shard (MoveCommand).
 	opMove op = 9
+	// A checksum of every replica's state at this entry's index (ChecksumCommand, checksum.go).
+	opChecksum op = 10
 )
 
 const commandV1 = 1
@@ -103,6 +105,9 @@ type Result struct {
 	Move    uint64            // MoveCommand: the cutover's position, or the entries an activation appended
 	// Deliveries has one outcome per batch of a DeliverBatchesCommand, in the command's order.
 	Deliveries []DeliveryOutcome
+	// CheckIndex, for a ChecksumCommand, is the Raft index it was applied at: every replica
+	// records the checksum of its state as of that index (ShardStatus.Checksums).
+	CheckIndex uint64
 }
 
 // DeliveryOutcome is the outcome of one batch of a DeliverBatchesCommand: the destination's
@@ -284,7 +289,19 @@ func (c decodedCommand) apply(tx *log.Tx, st log.Stamp) (Result, error) {
 		}
 		n, err := tx.Move(st, &r)
 		return Result{Move: n}, err
+	case opChecksum:
+		// Nothing to write: the state machine captures the state once this entry is committed
+		// (fsm.ApplyBatch), and a checksum is computed outside the apply.
+		if err := decodeChecksumRequest(c.body); err != nil {
+			return Result{}, rejectDecode(err)
+		}
+		return Result{CheckIndex: st.Index}, nil
 	}
+	// An op of a later build (a node not yet upgraded, in a mixed cluster) is refused as invalid:
+	// a rejection writes nothing, so the state stays what every replica that knows the op would
+	// have made of a command that writes nothing (ChecksumCommand); for one that writes, the
+	// replicas would differ, which is why a new writing op waits until every node runs a build
+	// that knows it (D39, D53).
 	return Result{}, fmt.Errorf("%w: unknown raft command op %d", log.ErrInvalid, c.op)
 }
 

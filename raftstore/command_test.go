@@ -1,6 +1,7 @@
 package raftstore
 
 import (
+	"bytes"
 	"errors"
 	"reflect"
 	"testing"
@@ -28,6 +29,7 @@ func sampleCommands() []Command {
 			{Source: 3, Prev: 4, Last: 7},
 		}),
 		MoveCommand(&log.MoveStep{Op: log.MoveStage, Move: 9, User: "a", Records: []log.Record{{Key: []byte{0x20, 'a', 0}, Value: []byte{1}}}}),
+		ChecksumCommand(),
 	}
 }
 
@@ -47,6 +49,11 @@ func TestCommandRoundTrip(t *testing.T) {
 		if d.op != c.op || d.time != c.Time || !reflect.DeepEqual(d.body, want) {
 			t.Fatalf("op %d: decoded %+v", c.op, d)
 		}
+	}
+	// Golden bytes: ChecksumCommand as the Raft log holds it (version 1, op 10, time 1 as a
+	// zigzag varint, payload version 1).
+	if b, err := (Command{op: opChecksum, payload: checksumRequest{}, Time: 1}).encode(); err != nil || !bytes.Equal(b, []byte{1, 10, 2, 1}) {
+		t.Fatalf("checksum command encodes as % x (%v)", b, err)
 	}
 	if _, err := decodeCommand([]byte{2, 1, 0}); !errors.Is(err, log.ErrCorrupt) {
 		t.Fatalf("unknown version: %v", err)

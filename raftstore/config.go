@@ -93,12 +93,16 @@ type Config struct {
 	CacheSize int64
 
 	// MinFreeDisk is the free-space watermark of the disk holding the store, in bytes (syncd's
-	// min_free_disk): while less is free, the node refuses the proposals that add what clients
-	// ask for (AppendCommand) with ErrLowDisk, and takes them again once free space is back above
-	// it by an eighth. Reads, cursors, deliveries of acknowledged messages, trims and dead-letter
+	// min_free_disk): while less is free, the node hands the leadership of its shards to replicas
+	// on nodes with room (shedLeaders), refuses, while it still leads, the proposals that add what
+	// clients ask for (AppendCommand) with ErrLowDisk (a resend of an applied one gets its
+	// original answer), and takes them again once free space is back above it by an eighth. Reads, cursors, deliveries of acknowledged messages, trims and dead-letter
 	// drops go on; they are what the headroom is for. New refuses to start below half of it.
-	// Free space is measured once a second. Default 512 MiB; negative turns the watermark off
-	// (a start still needs room to replay the write-ahead log).
+	// Free space is measured once a second. Default 256 MiB: room for what a node writes once it
+	// refuses (new write-ahead log files of MemTableSize, a flush, a compaction, deliveries and
+	// cursors, its shards' Raft snapshots while they are small), without making a small volume
+	// "full" before it holds data; raise it above the size of the largest shard's snapshot.
+	// Negative turns the watermark off (a start still needs room to replay the write-ahead log).
 	MinFreeDisk int64
 	// FS is the store's file system (Pebble's vfs), which free space is measured on. Default
 	// vfs.Default; tests wrap it to inject faults (vfs/errorfs) or to report little free space.
@@ -186,7 +190,7 @@ func DefaultConfig() Config {
 		ReconcileInterval: 500 * time.Millisecond,
 		BalanceInterval:   5 * time.Second,
 		CacheSize:         128 << 20,
-		MinFreeDisk:       512 << 20,
+		MinFreeDisk:       256 << 20,
 		FS:                vfs.Default,
 		diskCheckEvery:    time.Second,
 	}

@@ -1,14 +1,20 @@
 package raftstore
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/hashicorp/raft"
+
+	"github.com/syncd-dev/syncd/log"
 )
 
 // Disk space. The node's store and its Raft snapshots share one disk, and nothing good happens
@@ -30,9 +36,9 @@ import (
 // DefaultConfig.
 const (
 	// startHeadroom is what a start needs on top of replaying the write-ahead log: Pebble
-	// creates a new log (preallocated to 110% of a memtable, 64 MiB here) and writes its
+	// creates a new log (preallocated to 110% of a memtable, MemTableSize) and writes its
 	// manifest and options, and Raft records its terms and votes before anything else is written.
-	startHeadroom = 96 << 20
+	startHeadroom = 32 << 20
 	// diskWALSuffix names Pebble's write-ahead log files in the store directory.
 	diskWALSuffix = ".log"
 	// noSpaceRetry is how often Pebble retries a flush or compaction that failed for lack of
@@ -78,6 +84,9 @@ type diskGuard struct {
 	space  atomic.Pointer[DiskSpace]
 	// failing says the last measurement failed (logged once); only check touches it.
 	failing bool
+	// stuck says shedLeaders found no healthy replica to hand a shard to since the node went
+	// low (logged once); check clears it when the node recovers.
+	stuck atomic.Bool
 }
 
 func newDiskGuard(fs vfs.FS, dir string, minFree int64, logger *slog.Logger) *diskGuard {
@@ -108,16 +117,18 @@ func (g *diskGuard) check() {
 	g.space.Store(&now)
 	switch {
 	case now.Low && !prev.Low:
-		g.logger.Warn("disk space low: refusing new writes (sends, group changes) with unavailable until space is freed; "+
-			"reads, syncs, deliveries and trims go on",
+		g.logger.Warn("disk space low: refusing new writes (sends, group changes) with unavailable until space is freed, "+
+			"and handing this node's shard leaderships to replicas on healthy disks; reads, syncs, deliveries and trims go on",
 			"free", fmtBytes(now.Free), "min_free_disk", fmtBytes(g.min), "resume_at", fmtBytes(now.resumeAt()))
 	case !now.Low && prev.Low:
+		g.stuck.Store(false)
 		g.logger.Info("disk space recovered: accepting writes again", "free", fmtBytes(now.Free), "min_free_disk", fmtBytes(g.min))
 	}
 }
 
-// run measures every interval until stop is closed.
-func (g *diskGuard) run(stop <-chan struct{}, interval time.Duration) {
+// run measures every interval until stop is closed, calling whileLow after each measurement
+// that finds the node below the watermark.
+func (g *diskGuard) run(stop <-chan struct{}, interval time.Duration, whileLow func()) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
@@ -126,16 +137,103 @@ func (g *diskGuard) run(stop <-chan struct{}, interval time.Duration) {
 			return
 		case <-t.C:
 			g.check()
+			if g.low() {
+				whileLow()
+			}
 		}
 	}
 }
 
-// refuse returns ErrLowDisk while the node is below the watermark.
-func (g *diskGuard) refuse() error {
-	if g.space.Load().Low {
-		return ErrLowDisk
+// low reports whether the node is below the watermark (DiskSpace.Low).
+func (g *diskGuard) low() bool { return g.space.Load().Low }
+
+// refuseLowDisk answers cmd, an op that adds data (op.addsData), proposed to r while this node is
+// below the watermark, without proposing it.
+//
+// A replica that does not lead its shard answers NotLeaderError, so that the proposal goes to the
+// leader: the leader's disk is the one that accepts the entry (every replica stores it, whoever
+// received it), and a node low on disk hands its leaderships to replicas on healthy disks
+// (shedLeaders), so refusing here would refuse what the cluster can take.
+//
+// The leader answers a resend of an append it has applied from the dedup record (log.Shard.Resend),
+// as applying the resend would have: the original result, Duplicate set. That is safe without a
+// Raft round: the record is in this replica's applied state, and Raft applies only committed
+// entries, in the same Pebble batch as the entry the record acknowledges, so the entry it names is
+// committed and will be in every future leader's log; a live record is never changed (only
+// reclaimed once it expires, and Resend ignores an expired one), so a leader deposed a moment ago
+// answers what the new one would. Nothing is written. A request with no live record is refused
+// with ErrLowDisk, and one whose record is of another payload with log.ErrConflict, as applying it
+// would.
+func (n *Node) refuseLowDisk(r *replica, cmd Command) (Result, error) {
+	if r.raft.State() != raft.Leader {
+		return Result{}, n.mapRaftError(r, raft.ErrNotLeader)
 	}
-	return nil
+	req, ok := cmd.payload.(*log.Append)
+	if !ok { // forwarded: the command's payload as it came
+		b, err := cmd.payload.MarshalBinary()
+		if err != nil {
+			return Result{}, err
+		}
+		req = new(log.Append)
+		if err := req.UnmarshalBinary(b); err != nil {
+			return Result{}, rejectDecode(err)
+		}
+	}
+	res, found, err := r.state.Resend(req, time.Now().UnixNano())
+	switch {
+	case err != nil:
+		return Result{}, err
+	case found:
+		return Result{Append: res}, nil
+	}
+	return Result{}, ErrLowDisk
+}
+
+// shedLeaders hands the leadership of every data shard this node leads to a voter on a node that
+// is not low on disk (leadershipView.target), one transfer at a time, while this node is below the
+// watermark (it runs after each such measurement, on the disk goroutine).
+//
+// A leader low on disk refuses every send to its shard, through every node, for as long as it
+// stays low (90 s in issue 21's chaos run), while the shard's other replicas could take them: the
+// entries go to every replica anyway, whichever node leads. So the low node steps aside. Nothing
+// keeps it from winning a later election (hashicorp/raft has no way to keep a voter from
+// campaigning short of demoting it), but it then hands the shard over again within a measurement,
+// and healthy nodes never hand it one (the balancer skips low targets, NodeStatus.DiskLow): the
+// leadership does not come back until the disk has room, so it cannot ping-pong. With no healthy
+// voter caught up (every replica low, or a single node), the node keeps leading and refusing,
+// and says so once. The meta shard stays where it is: its writes are the cluster map's,
+// few and small, and none is refused for disk space.
+func (n *Node) shedLeaders() {
+	mine := map[ShardID]*replica{}
+	for id, r := range *n.shards.Load() {
+		if r.raft.State() == raft.Leader {
+			mine[id] = r
+		}
+	}
+	if len(mine) == 0 {
+		return
+	}
+	self := n.cfg.NodeID
+	ctx, cancel := context.WithTimeout(n.stopCtx, n.cfg.Timing.ElectionTimeout)
+	defer cancel()
+	v := n.leadershipView(ctx)
+	for _, id := range slices.Sorted(maps.Keys(mine)) {
+		r := mine[id]
+		target := v.target(r, self, func(Peer) bool { return true })
+		if target == nil {
+			if n.disk.stuck.CompareAndSwap(false, true) {
+				n.logger.Warn("disk space low, and no replica on a healthy disk has caught up to take over: "+
+					"this node keeps leading and refuses new writes", "shard", uint32(id))
+			}
+			continue
+		}
+		err := r.transferLeadership(target.ID, target.Addr, v.applied[target.ID][id])
+		if err == nil {
+			v.counts[target.ID]++
+		}
+		n.logger.Info("disk space low: handing the shard's leadership to a replica on a healthy disk",
+			"shard", uint32(id), "to", target.ID, "err", err)
+	}
 }
 
 // DiskSpace returns what the node last measured of the disk holding its store (at most about a

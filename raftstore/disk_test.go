@@ -153,40 +153,131 @@ func TestLowDiskRefusesNewWritesOnly(t *testing.T) {
 	}
 }
 
-// TestLowDiskLeaderRefusesForwardedWrites: a leader low on disk refuses the appends forwarded to
-// it (every replica's data comes from the leader), and the refusal reaches the node that
-// forwarded them as ErrLowDisk, though that node's own disk is fine.
-func TestLowDiskLeaderRefusesForwardedWrites(t *testing.T) {
-	const shard = raftstore.ShardID(1)
+// TestLowDiskLeaderHandsOver: a leader whose disk goes below the watermark hands the leadership
+// of every shard it leads to replicas on healthy disks, within seconds, and never gets one back
+// while it is low (the balancer, running often here, skips it), so that sends through every node,
+// the low one included, keep succeeding. With every node low there is no one to hand over to: the
+// leader refuses sends with ErrLowDisk (forwarded, "at the leader"), but answers the resend of an
+// acknowledged one from its dedup record, with the original ack. Once space is back, writes go on.
+func TestLowDiskLeaderHandsOver(t *testing.T) {
+	shards := []raftstore.ShardID{1, 2, 3}
 	fss := map[string]*spaceFS{}
-	c := raftstoretest.NewCluster(t, 3, []raftstore.ShardID{shard}, func(cfg *raftstore.Config) {
+	c := raftstoretest.NewCluster(t, 3, shards, func(cfg *raftstore.Config) {
 		fss[cfg.NodeID] = newSpaceFS(vfs.Default, 1<<30)
 		cfg.FS, cfg.MinFreeDisk = fss[cfg.NodeID], 64<<20
-		raftstore.SetDiskCheckInterval(cfg, 5*time.Millisecond)
+		cfg.BalanceInterval = 100 * time.Millisecond
+		raftstore.SetDiskCheckInterval(cfg, 50*time.Millisecond)
 	})
-	leaderIdx := c.Leader(shard)
-	leader, follower := c.Node(leaderIdx), c.Node((leaderIdx+1)%3)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	if _, err := follower.Propose(ctx, shard, send("d:alice:bob", "alice", "m1", "hi", "alice", "bob")); err != nil {
-		t.Fatal(err)
+	acked := map[raftstore.ShardID]log.AppendResult{}
+	for _, sh := range shards {
+		res, err := c.Propose(ctx, sh, send("d:alice:bob", "alice", "m1", "hi", "alice", "bob"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		acked[sh] = res.Append
 	}
-	fss[leader.ID()].free.Store(1 << 20)
-	testkit.WaitTrue(t, 5*time.Second, "the leader to see its disk low", func() bool { return leader.DiskSpace().Low })
-	_, err := follower.Propose(ctx, shard, send("d:alice:bob", "alice", "m2", "hi", "alice", "bob"))
-	if !errors.Is(err, raftstore.ErrLowDisk) || !strings.Contains(err.Error(), "at the leader") {
-		t.Fatalf("forwarded append to a leader low on disk: %v, want ErrLowDisk from the leader", err)
+	// The balancer spreads the leaderships, one a node: the victim leads shard 1, and the node
+	// that takes it over then leads two, so that the balancer would hand one back to the victim if
+	// it did not skip nodes low on disk.
+	testkit.Wait(t, 20*time.Second, "one leadership a node", func() (bool, string) {
+		l, _ := leadersOf(c, shards)
+		counts := map[string]int{}
+		for _, id := range l {
+			counts[id]++
+		}
+		return len(counts) == 3, fmt.Sprint(l)
+	})
+	victim := c.Node(c.Leader(1))
+
+	fss[victim.ID()].free.Store(1 << 20)
+	began := time.Now()
+	testkit.Wait(t, 15*time.Second, victim.ID()+" to hand over its leadership", func() (bool, string) {
+		l, all := leadersOf(c, shards)
+		for _, id := range l {
+			if id == victim.ID() {
+				all = false
+			}
+		}
+		return all, fmt.Sprint(l)
+	})
+	t.Logf("%s handed over its leadership in %v", victim.ID(), time.Since(began).Round(time.Millisecond))
+	// While it stays low: sends through every node succeed, and the victim leads nothing.
+	deadline := time.Now().Add(2 * time.Second)
+	for i := 0; time.Now().Before(deadline); i++ {
+		for j := range c.Size() {
+			sh := shards[(i+j)%len(shards)]
+			if _, err := c.Node(j).Propose(ctx, sh, send("d:alice:bob", "alice", fmt.Sprintf("r%d-%d", i, j), "hi", "alice", "bob")); err != nil {
+				t.Fatalf("send through %s to shard %d with %s low on disk: %v", c.Node(j).ID(), sh, victim.ID(), err)
+			}
+		}
+		for _, sh := range shards {
+			if st, _ := victim.ShardStatus(sh); st.State == "leader" {
+				t.Fatalf("%s, low on disk, leads shard %d again", victim.ID(), sh)
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
-	if follower.DiskSpace().Low {
-		t.Fatal("the follower's disk is fine")
+
+	// Every node low: the leader keeps its shard, refuses new sends and answers resends.
+	for _, fs := range fss {
+		fs.free.Store(1 << 20)
 	}
-	fss[leader.ID()].free.Store(1 << 30)
-	testkit.WaitTrue(t, 5*time.Second, "the leader to take writes again", func() bool { return !leader.DiskSpace().Low })
-	if _, err := follower.Propose(ctx, shard, send("d:alice:bob", "alice", "m2", "hi", "alice", "bob")); err != nil {
-		t.Fatal(err)
+	for i := range c.Size() {
+		testkit.WaitTrue(t, 5*time.Second, c.Node(i).ID()+" to see its disk low", func() bool { return c.Node(i).DiskSpace().Low })
 	}
-	c.WaitConverged(shard)
-	checkConv(t, c, shard, "d:alice:bob", 2)
+	for _, sh := range shards {
+		// A node that went low after another may just have been handed the shard by it: look
+		// again until the node asked is a follower at the time of the send.
+		var li int
+		var follower *raftstore.Node
+		testkit.Wait(t, 10*time.Second, "a send through a follower to be refused by the leader", func() (bool, string) {
+			li = c.Leader(sh)
+			follower = c.Node((li + 1) % c.Size())
+			_, err := follower.Propose(ctx, sh, send("d:alice:bob", "alice", "m2", "hi", "alice", "bob"))
+			if !errors.Is(err, raftstore.ErrLowDisk) {
+				t.Fatalf("shard %d, every node low: a new send through a follower: %v, want ErrLowDisk", sh, err)
+			}
+			return strings.Contains(err.Error(), "at the leader"), err.Error()
+		})
+		for _, n := range []*raftstore.Node{follower, c.Node(li)} {
+			res, err := n.Propose(ctx, sh, send("d:alice:bob", "alice", "m1", "hi", "alice", "bob"))
+			if err != nil || !res.Append.Duplicate || res.Append.MsgID != acked[sh].MsgID || res.Append.ConvSeq != acked[sh].ConvSeq {
+				t.Fatalf("shard %d, every node low: a resend through %s: %+v %v, want the original ack %+v", sh, n.ID(), res.Append, err, acked[sh])
+			}
+		}
+		if _, err := c.Node(li).Propose(ctx, sh, send("d:alice:bob", "alice", "m1", "changed", "alice", "bob")); !errors.Is(err, log.ErrConflict) {
+			t.Fatalf("shard %d: another payload under an acknowledged cmid: %v, want a conflict", sh, err)
+		}
+	}
+
+	for _, fs := range fss {
+		fs.free.Store(1 << 30)
+	}
+	for i := range c.Size() {
+		testkit.WaitTrue(t, 5*time.Second, c.Node(i).ID()+" to take writes again", func() bool { return !c.Node(i).DiskSpace().Low })
+	}
+	for _, sh := range shards {
+		res, err := victim.Propose(ctx, sh, send("d:alice:bob", "alice", "m2", "hi", "alice", "bob"))
+		if err != nil || res.Append.Duplicate {
+			t.Fatalf("shard %d: the refused send, retried once space is back: %+v %v", sh, res.Append, err)
+		}
+		c.WaitConverged(sh)
+	}
+}
+
+// leadersOf returns the leader of each of shards that has one, by node id, and whether all have.
+func leadersOf(c *raftstoretest.Cluster, shards []raftstore.ShardID) (map[raftstore.ShardID]string, bool) {
+	out := map[raftstore.ShardID]string{}
+	for _, sh := range shards {
+		for i := range c.Size() {
+			if st, err := c.Node(i).ShardStatus(sh); err == nil && st.State == "leader" {
+				out[sh] = c.Node(i).ID()
+			}
+		}
+	}
+	return out, len(out) == len(shards)
 }
 
 // TestStartRefusedOnFullDisk: a node does not start with less free space than half the
@@ -201,8 +292,8 @@ func TestStartRefusedOnFullDisk(t *testing.T) {
 		free    uint64
 		want    []string
 	}{
-		{"below half the watermark", 0, 10 << 20, []string{"10.0 MiB free", "needs 256.0 MiB", "half of min_free_disk 512.0 MiB is 256.0 MiB"}},
-		{"watermark off", -1, 1 << 20, []string{"1.0 MiB free", "needs 96.0 MiB", "min_free_disk is off", "replaying 0 B of write-ahead log"}},
+		{"below half the watermark", 0, 10 << 20, []string{"10.0 MiB free", "needs 128.0 MiB", "half of min_free_disk 256.0 MiB is 128.0 MiB"}},
+		{"watermark off", -1, 1 << 20, []string{"1.0 MiB free", "needs 32.0 MiB", "min_free_disk is off", "replaying 0 B of write-ahead log"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()

@@ -46,6 +46,10 @@ const fwdDefaultWait = 30 * time.Second
 // fwdDialTimeout bounds connecting to a peer.
 const fwdDialTimeout = 2 * time.Second
 
+// fwdReadGrace is how long a failed write waits for the connection's reader to report why the
+// peer closed it (roundTrip).
+const fwdReadGrace = 200 * time.Millisecond
+
 // forwarder sends proposals to other nodes: one connection per peer, dialled on demand and
 // redialled after a failure.
 type forwarder struct {
@@ -78,6 +82,7 @@ func newForwarder(t *TLS, logger *slog.Logger) *forwarder {
 type fwdConn struct {
 	to    nodeAt
 	ready chan struct{} // closed once dialled (c set) or failed (err set)
+	read  chan struct{} // closed when the reader of c's answers has stopped (on c's failure)
 	c     net.Conn
 	wmu   sync.Mutex // serializes writes
 
@@ -157,6 +162,13 @@ func (f *forwarder) roundTrip(ctx context.Context, to nodeAt, req *fwdRequest) (
 	_, werr := c.c.Write(frame)
 	c.wmu.Unlock()
 	if werr != nil {
+		// A write sees only a reset where the reader sees why the peer closed: the TLS alert
+		// of a certificate it refused, which TLS 1.3 delivers after our handshake completed.
+		// The first failure is the one reported: let the reader speak first.
+		select {
+		case <-c.read:
+		case <-time.After(fwdReadGrace):
+		}
 		f.fail(c, werr)
 	}
 	timer := time.NewTimer(wait)
@@ -182,7 +194,7 @@ func (f *forwarder) conn(ctx context.Context, to nodeAt) (*fwdConn, error) {
 	}
 	c := f.conns[to]
 	if c == nil {
-		c = &fwdConn{to: to, ready: make(chan struct{}), pending: map[uint64]chan fwdResponse{}}
+		c = &fwdConn{to: to, ready: make(chan struct{}), read: make(chan struct{}), pending: map[uint64]chan fwdResponse{}}
 		f.conns[to] = c
 		f.wg.Add(1)
 		go f.dial(c)
@@ -227,6 +239,7 @@ func (f *forwarder) dial(c *fwdConn) {
 		return
 	}
 	close(c.ready)
+	defer close(c.read)
 	for {
 		body, err := readFrame(conn)
 		if err != nil {

@@ -23,7 +23,8 @@ import (
 // Response body: version u8 (1) | id uvarint | answer kind u8 | result, status or error fields
 //
 // A response with kind fwdOK carries the Result (for a DeliverBatchesCommand followed by each
-// batch's outcome, see appendDeliveries; the other answers end before), fwdBody the bytes of a status (NodeStatus as
+// batch's outcome, see appendDeliveries; the other answers end before; fwdOKMove and fwdOKCheck
+// add the field of a MoveCommand's and a ChecksumCommand's answer), fwdBody the bytes of a status (NodeStatus as
 // JSON, an operator view free to grow) or of a call's answer; any other kind carries an error's fields, so that errors.Is and errors.As
 // work on the forwarding node as if it had proposed locally.
 
@@ -55,6 +56,7 @@ const (
 	fwdMetaRefused    uint8 = 10 // message
 	fwdLowDisk        uint8 = 11
 	fwdOKMove         uint8 = 12 // fwdOK's fields, then Result.Move: a MoveCommand's answer
+	fwdOKCheck        uint8 = 13 // fwdOK's fields, then Result.CheckIndex: a ChecksumCommand's answer
 )
 
 type fwdRequest struct {
@@ -142,9 +144,14 @@ func (r *fwdResponse) encode() []byte {
 	case err == nil && r.body != nil:
 		b = appendStr(append(b, fwdBody), string(r.body))
 	case err == nil:
+		// A kind of its own for the answers with a field of their own, so that every other
+		// answer keeps the bytes it had (and a node that predates the field never sees it).
 		kind := fwdOK
-		if r.res.Move != 0 {
+		switch {
+		case r.res.Move != 0:
 			kind = fwdOKMove
+		case r.res.CheckIndex != 0:
+			kind = fwdOKCheck
 		}
 		b = append(b, kind)
 		a := r.res.Append
@@ -158,8 +165,11 @@ func (r *fwdResponse) encode() []byte {
 		b = binary.AppendUvarint(b, r.res.Deliver.Mark)
 		b = binary.AppendUvarint(b, uint64(r.res.Deliver.Appended))
 		b = binary.AppendUvarint(b, r.res.First)
-		if kind == fwdOKMove {
+		switch kind {
+		case fwdOKMove:
 			b = binary.AppendUvarint(b, r.res.Move)
+		case fwdOKCheck:
+			b = binary.AppendUvarint(b, r.res.CheckIndex)
 		}
 		if len(r.res.Deliveries) > 0 {
 			b = appendDeliveries(b, r.res.Deliveries)
@@ -202,7 +212,7 @@ func decodeFwdResponse(body []byte) (fwdResponse, error) {
 	}
 	r := fwdResponse{id: d.uvarint()}
 	switch kind := d.u8(); kind {
-	case fwdOK, fwdOKMove:
+	case fwdOK, fwdOKMove, fwdOKCheck:
 		a := &r.res.Append
 		a.MsgID.Shard = log.ShardID(d.u32())
 		a.MsgID.Index = d.uvarint()
@@ -215,8 +225,11 @@ func decodeFwdResponse(body []byte) (fwdResponse, error) {
 		r.res.Deliver.Mark = d.uvarint()
 		r.res.Deliver.Appended = int(d.uvarint())
 		r.res.First = d.uvarint()
-		if kind == fwdOKMove {
+		switch kind {
+		case fwdOKMove:
 			r.res.Move = d.uvarint()
+		case fwdOKCheck:
+			r.res.CheckIndex = d.uvarint()
 		}
 		if len(d.b) > 0 {
 			r.res.Deliveries = d.deliveries()

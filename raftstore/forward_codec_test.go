@@ -30,7 +30,8 @@ func fwdResponses() []fwdResponse {
 			{Err: &log.OutOfOrderError{Source: 5, Mark: 2, Prev: 9}},
 			{Err: log.RejectionFromCode(1, "log: delivery item at 3: users must be valid, sorted and unique")},
 		}}},
-		{id: 13, res: Result{Move: 1 << 40}}, // a MoveCommand's answer (fwdOKMove)
+		{id: 13, res: Result{Move: 1 << 40}},       // a MoveCommand's answer (fwdOKMove)
+		{id: 14, res: Result{CheckIndex: 1 << 33}}, // a ChecksumCommand's answer (fwdOKCheck)
 	}
 }
 

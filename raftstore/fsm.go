@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"sync/atomic"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -38,6 +39,9 @@ type fsm struct {
 	// onUserLogs, if set, is called after a batch that appended to user logs, with those users;
 	// after a snapshot restore it is called with nil (every user of the shard may have changed).
 	onUserLogs func(users []string)
+	// checksums, if set, records the replica's checksums at the indexes of the ChecksumCommands
+	// it applies (checksum.go).
+	checksums *replicaChecksums
 }
 
 // applyResult is what ApplyFuture.Response returns for a command.
@@ -59,13 +63,18 @@ func newFSM(shard *log.Shard, db *pebble.DB) (*fsm, error) {
 // Apply implements raft.FSM.
 func (f *fsm) Apply(l *raft.Log) any { return f.ApplyBatch([]*raft.Log{l})[0] }
 
-// ApplyBatch implements raft.BatchingFSM: the whole batch becomes one Pebble batch.
+// ApplyBatch implements raft.BatchingFSM: the whole batch becomes one Pebble batch, except that
+// a ChecksumCommand cuts it in two. A checksum is of the state as of its own index on every
+// replica, however raft batched the entries around it, so what the batch applied up to it is
+// committed first, the state is captured there, and the rest of the batch goes into a new Pebble
+// batch.
 func (f *fsm) ApplyBatch(logs []*raft.Log) []any {
 	out := make([]any, len(logs))
 	applied := f.applied.Load()
 	tx := f.shard.Begin()
-	defer tx.Close()
-	last := applied
+	defer func() { tx.Close() }()
+	last, committed := applied, applied
+	var touched []string
 	for i, l := range logs {
 		if l.Index <= applied {
 			f.skips.Add(1)
@@ -75,11 +84,39 @@ func (f *fsm) ApplyBatch(logs []*raft.Log) []any {
 		if l.Type != raft.LogCommand {
 			continue
 		}
-		out[i] = f.applyOne(tx, l)
+		res, proposed := f.applyOne(tx, l)
+		out[i] = res
+		if res.err == nil && res.res.CheckIndex != 0 {
+			touched = append(touched, f.commit(tx, last)...)
+			f.checksumAt(last, proposed)
+			f.applied.Store(last) // after the checksum is recorded: see replica.status
+			committed = last
+			tx = f.shard.Begin()
+		}
 	}
 	if last == applied {
 		return out
 	}
+	if last != committed {
+		touched = append(touched, f.commit(tx, last)...)
+		f.applied.Store(last)
+	}
+	if f.onApply != nil {
+		f.onApply(last)
+	}
+	if f.onUserLogs != nil && len(touched) > 0 {
+		if committed != applied { // two commits may have touched the same users
+			slices.Sort(touched)
+			touched = slices.Compact(touched)
+		}
+		f.onUserLogs(touched)
+	}
+	return out
+}
+
+// commit records last as the applied index in tx and commits it, and returns the users whose
+// logs it appended to.
+func (f *fsm) commit(tx *log.Tx, last uint64) []string {
 	if err := tx.SetApplied(last); err != nil {
 		panic(fmt.Sprintf("raftstore: shard %d: record applied index: %v", f.shard.ID(), err))
 	}
@@ -88,27 +125,30 @@ func (f *fsm) ApplyBatch(logs []*raft.Log) []any {
 		// re-apply from the durable Raft log.
 		panic(fmt.Sprintf("raftstore: shard %d: commit applied batch: %v", f.shard.ID(), err))
 	}
-	f.applied.Store(last)
-	if f.onApply != nil {
-		f.onApply(last)
-	}
-	if users := tx.TouchedUsers(); f.onUserLogs != nil && len(users) > 0 {
-		f.onUserLogs(users)
-	}
-	return out
+	return tx.TouchedUsers()
 }
 
-func (f *fsm) applyOne(tx *log.Tx, l *raft.Log) applyResult {
+// checksumAt captures the shard's state, committed up to index, and has its checksum computed
+// in the background (checksum.go). proposed is the command's proposer time.
+func (f *fsm) checksumAt(index uint64, proposed int64) {
+	if f.checksums == nil {
+		return
+	}
+	f.checksums.start(index, proposed, f.shard.NewSnapshot())
+}
+
+// applyOne applies the command of l in tx and returns its answer and its proposer time.
+func (f *fsm) applyOne(tx *log.Tx, l *raft.Log) (applyResult, int64) {
 	cmd, err := decodeCommand(l.Data)
 	if err != nil {
-		return applyResult{err: rejectDecode(err)}
+		return applyResult{err: rejectDecode(err)}, 0
 	}
 	f.applies.Add(1)
 	res, err := cmd.apply(tx, log.Stamp{Index: l.Index, Time: cmd.time})
 	if err != nil && !log.Rejected(err) {
 		panic(fmt.Sprintf("raftstore: shard %d: apply index %d: %v", f.shard.ID(), l.Index, err))
 	}
-	return applyResult{res: res, err: err}
+	return applyResult{res: res, err: err}, cmd.time
 }
 
 // Snapshot implements raft.FSM. It first makes the applied state durable (a synced write of the

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"log/slog"
+	"slices"
 	"strings"
 	"time"
 
@@ -156,10 +157,67 @@ func routineWarning(msg []byte) bool {
 		(strings.HasSuffix(m, " last-leader-id=") || strings.HasSuffix(m, ` last-leader-id=""`))
 }
 
+// hangUps are the errors of a connection the other side closed, or that this
+// node's own transport closed as it stops: a peer restarting, stopping or
+// removed, a leader that stepped down and dropped its pipelines. raft dials
+// again on the next attempt, where a peer that is really gone fails to dial
+// (unreachable).
+var hangUps = []string{"error=EOF", `error="unexpected EOF"`, "broken pipe", "connection reset by peer",
+	"use of closed network connection", "transport shutdown"}
+
+// unreachable are the errors of a dial to a peer that does not answer.
+var unreachable = []string{"connection refused", "i/o timeout", "no route to host", "network is unreachable"}
+
+// serveErrors are the messages raft's transport logs about one incoming
+// connection; replicationErrors those its leader (or candidate) logs about
+// one RPC to a peer. Both repeat the error that ended it.
+var (
+	serveErrors       = []string{"failed to flush response:", "failed to decode incoming command:", "failed to accept connection:"}
+	replicationErrors = []string{"failed to appendEntries to:", "failed to heartbeat to:", "failed to pipeline appendEntries:",
+		"failed to start pipeline replication to:", "failed to make requestVote RPC:", "failed to send snapshot to:"}
+)
+
+// routineErrorLevel returns the level for an entry hashicorp/raft logs at
+// ERROR, which it does for every failed RPC and for a leader stepping down
+// (21 such lines over a normal start, join, remove and stop of a cluster,
+// where OPERATIONS says an error means something is wrong):
+//
+//   - "peer has newer term, stopping replication": a leader learnt of a newer
+//     term and steps down, as after a leadership transfer (balancing) or an
+//     election it missed: info;
+//   - a served connection or an RPC ended by a hang-up: debug for the served
+//     side, info for an RPC (raft retries at once);
+//   - an RPC whose dial failed: a warning, the peer is unreachable (limited
+//     like every warning; the follower side says whether a leader was lost).
+//
+// Everything else keeps ERROR: storage failures (logs, votes, snapshots), an
+// RPC failing otherwise (a TLS refusal, a decoding error), an unexpected
+// command.
+func routineErrorLevel(msg []byte) slog.Level {
+	m := string(msg)
+	has := func(subs []string) bool {
+		return slices.ContainsFunc(subs, func(s string) bool { return strings.Contains(m, s) })
+	}
+	prefixed := func(prefixes []string) bool {
+		return slices.ContainsFunc(prefixes, func(p string) bool { return strings.HasPrefix(m, p) })
+	}
+	switch {
+	case strings.HasPrefix(m, "peer has newer term, stopping replication"):
+		return slog.LevelInfo
+	case prefixed(serveErrors) && has(hangUps):
+		return slog.LevelDebug
+	case prefixed(replicationErrors) && has(hangUps):
+		return slog.LevelInfo
+	case prefixed(replicationErrors) && has(unreachable):
+		return slog.LevelWarn
+	}
+	return slog.LevelError
+}
+
 // slogLevel maps the level of an hclog entry msg to slog: info and debug,
 // raft's per-shard narrative, become debug (see newRaftLogger); trace is
 // slog's conventional Debug-4; warnings and errors keep their level, except
-// routineWarning.
+// routineWarning and what routineErrorLevel maps down.
 func slogLevel(l hclog.Level, msg []byte) slog.Level {
 	switch l {
 	case hclog.Trace:
@@ -170,7 +228,7 @@ func slogLevel(l hclog.Level, msg []byte) slog.Level {
 		}
 		return slog.LevelWarn
 	case hclog.Error:
-		return slog.LevelError
+		return routineErrorLevel(msg)
 	default:
 		return slog.LevelDebug
 	}

@@ -2,6 +2,7 @@ package raftstore
 
 import (
 	"bytes"
+	"io"
 	"log/slog"
 	"strings"
 	"testing"
@@ -45,5 +46,34 @@ func TestRaftLoggerQuietAtInfo(t *testing.T) {
 	newRaftLogger(logger, 3).Warn("heartbeat timeout reached, starting election", "last-leader-addr", raft.ServerAddress(""), "last-leader-id", raft.ServerID(""))
 	if out := buf.String(); !strings.Contains(out, "level=DEBUG") || !strings.Contains(out, "starting election") {
 		t.Errorf("first-election warning at debug: %q", out)
+	}
+}
+
+// TestRaftRoutineErrorsMappedDown: the entries hashicorp/raft logs at ERROR for routine events
+// (as TestRaftQuietThroughRoutineMembership saw them) come out at info or debug, an unreachable
+// peer as a warning, and real errors stay errors.
+func TestRaftRoutineErrorsMappedDown(t *testing.T) {
+	for _, tc := range []struct {
+		msg  string
+		args []any
+		want string
+	}{
+		{"peer has newer term, stopping replication", []any{"peer", raft.Server{Suffrage: raft.Voter, ID: "n2", Address: "127.0.0.1:7402"}}, "INFO"},
+		{"failed to flush response", []any{"error", "write tcp 127.0.0.1:7401->127.0.0.1:55584: write: broken pipe"}, "DEBUG"},
+		{"failed to decode incoming command", []any{"error", raft.ErrTransportShutdown}, "DEBUG"},
+		{"failed to appendEntries to", []any{"peer", raft.Server{Suffrage: raft.Nonvoter, ID: "n2"}, "error", io.EOF}, "INFO"},
+		{"failed to heartbeat to", []any{"peer", "127.0.0.1:7402", "backoff time", "10ms", "error", "read tcp: connection reset by peer"}, "INFO"},
+		{"failed to heartbeat to", []any{"peer", "127.0.0.1:7402", "backoff time", "10ms", "error", "dial tcp 127.0.0.1:7402: connect: connection refused"}, "WARN"},
+		// Real errors keep their level.
+		{"failed to append to logs", []any{"error", "pebble: no space left on device"}, "ERROR"},
+		{"failed to appendEntries to", []any{"peer", "n2", "error", "remote error: tls: bad certificate"}, "ERROR"},
+		{"failed to decode incoming command", []any{"error", "unknown rpc type 9"}, "ERROR"},
+		{"failed to persist vote", []any{"error", io.EOF}, "ERROR"},
+	} {
+		var buf bytes.Buffer // a logger each: the limiter would hold back a second line of a kind
+		newRaftLogger(slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug})), 1).Error(tc.msg, tc.args...)
+		if out := buf.String(); !strings.Contains(out, "level="+tc.want) || !strings.Contains(out, tc.msg) {
+			t.Errorf("%s %v: logged %q, want level %s", tc.msg, tc.args, out, tc.want)
+		}
 	}
 }

@@ -17,17 +17,31 @@ import (
 // that stopped being true when the link broke (issue #10: devices on a node partitioned for 15 s
 // got heartbeats all along, and saw new entries up to 15 s late with nothing telling them so).
 //
-// A replica holds its lease while it leads its shard, or while it last heard from the shard's
-// leader less than Timing.StaleAfter ago. Its reads then show the shard as of at most StaleAfter
-// ago. A leader needs no clock of its own here: hashicorp/raft's leader steps down when it has
-// not reached a quorum for LeaderLeaseTimeout, far below StaleAfter. A replica that has not heard
-// from a leader since it started does not hold the lease: its state is whatever was on disk.
+// Hearing from the leader is not enough either (issue 21): a replica on a full disk kept hearing
+// its leaders' heartbeats, which hashicorp/raft handles apart from the log (they carry no
+// entries, touch no disk and are answered while the replica's log writes are stuck), while its
+// Pebble writes stalled and it applied nothing: its sync streams sent heartbeats with heads 5–10 s
+// old. So the lease is tied to applying, by proofs:
 //
-// Hearing from the leader again is not enough to hold it again: the leader's first contact after
-// a partition (or a restart) is a heartbeat that carries no entries, and the replica's state is
-// still the old one. So a follower that regains contact asks the leader for its commit index (one
-// status call per replica per regain, made by the lease loop) and holds the lease only once it
-// has applied that far.
+//   - a proof is a pair (t, c): everything the shard committed before time t has an index ≤ c;
+//   - c is the last index of the leader's Raft log: by Raft's election restriction a leader's log
+//     holds every committed entry (its commit index may trail right after an election, its log
+//     does not), so its last index at t bounds everything committed before t;
+//   - a leader makes one from its own log whenever it looks; a follower asks its leader's node
+//     (one status call per leader node, for all the shards that node leads, every
+//     leaseProveEvery, made by the lease loop), t being when it asked, before the question left;
+//   - once the replica has applied c, it is current as of t: provenAt.
+//
+// A replica holds its lease while it leads its shard or heard from its leader less than
+// Timing.StaleAfter ago, and its provenAt is less than StaleAfter old. Its reads then show the
+// shard as of at most StaleAfter ago. A leader needs no clock of its own for its log to hold the
+// shard's commits: hashicorp/raft's leader steps down when it has not reached a quorum for
+// LeaderLeaseTimeout, far below StaleAfter, and a follower asks the node its Raft instance names
+// as leader, taking the answer only if that node still says it leads. A replica that stops
+// applying (a stalled disk, a slow apply) loses its lease within StaleAfter even though it hears
+// its leader; one that regains contact after a partition holds it again once it has applied what
+// the leader committed after the regain; one that has not heard from a leader since it started
+// does not hold it: its state is whatever was on disk.
 //
 // Each look at a replica's lease (WatchLease, and the node's lease loop every StaleAfter/10)
 // closes the replica's change channel when it finds the lease lost or regained since the last
@@ -37,12 +51,20 @@ import (
 // Lease is what a replica knows of how current it is; see Node.WatchLease.
 type Lease struct {
 	// Held: the replica leads its shard, or heard from its leader less than Timing.StaleAfter
-	// ago (and, since it last regained contact, has applied what the leader had committed then).
-	// Only then does its state show the shard as of at most StaleAfter ago.
+	// ago, and has applied, less than StaleAfter ago, everything its shard had committed by
+	// then. Only then does its state show the shard as of at most StaleAfter ago.
 	Held bool
-	// Unheard is how long ago the replica last heard from its shard's leader: 0 while it leads,
-	// the time since the replica started when it never has.
+	// Unheard is how long ago the replica last heard from its shard's leader (0 while it leads,
+	// the time since the replica started when it never has), or, if longer, how old the newest
+	// state it has proved to have applied is: how far behind its reads may be.
 	Unheard time.Duration
+}
+
+// leaseProof is a proof of currency (see the top of this file): everything committed before at
+// has an index of at most commit (a leader's last index then).
+type leaseProof struct {
+	at     time.Time
+	commit uint64
 }
 
 // leaseState is a replica's lease bookkeeping. Safe for concurrent use.
@@ -53,15 +75,58 @@ type leaseState struct {
 	ledAt   time.Time     // the last time the replica was seen leading
 	held    bool          // as of the last look (observe)
 	changed chan struct{} // closed (and replaced) when a look finds held changed
-	// Catching up after regaining contact: the leader's commit index to apply before holding the
-	// lease again (valid when catchUpKnown), and whether the lease loop is asking for it.
-	catchUp      uint64
-	catchUpKnown bool
-	asking       bool
+	// provenAt is the time of the newest proof the replica has applied; pending are the proofs it
+	// has not applied yet, oldest first, each younger and with a larger commit than the one before.
+	provenAt time.Time
+	pending  []leaseProof
+	// Asking the leader's node for a proof (the lease loop): whether a call is out, and when the
+	// last one was made.
+	asking  bool
+	askedAt time.Time
 }
 
 func newLeaseState(now time.Time) *leaseState {
 	return &leaseState{started: now, changed: make(chan struct{})}
+}
+
+// leaseProofGap is the least time between two pending proofs: a newer one with a commit no larger
+// replaces the last (it proves more), one that comes sooner waits, so pending stays short
+// (StaleAfter / leaseProofGap proofs at most, older ones being of no use).
+const leaseProofGap = 50 * time.Millisecond
+
+// proveLocked records the proof p. REQUIRES: ls.mu.
+func (ls *leaseState) proveLocked(p leaseProof) {
+	if n := len(ls.pending); n > 0 {
+		last := &ls.pending[n-1]
+		switch {
+		case p.commit <= last.commit:
+			last.at = later(last.at, p.at) // everything before the later time is within the commit
+			return
+		case p.at.Sub(last.at) < leaseProofGap:
+			return
+		}
+	}
+	ls.pending = append(ls.pending, p)
+}
+
+// settleLocked moves the pending proofs that applied covers into provenAt, drops those older than
+// staleAfter (they could only prove a lapsed lease) and returns provenAt. REQUIRES: ls.mu.
+func (ls *leaseState) settleLocked(now time.Time, applied uint64, staleAfter time.Duration) time.Time {
+	i := 0
+	for ; i < len(ls.pending) && ls.pending[i].commit <= applied; i++ {
+		ls.provenAt = later(ls.provenAt, ls.pending[i].at)
+	}
+	for ; i < len(ls.pending) && now.Sub(ls.pending[i].at) >= staleAfter; i++ {
+	}
+	ls.pending = ls.pending[i:]
+	return ls.provenAt
+}
+
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }
 
 // lease returns r's lease at now.
@@ -73,10 +138,14 @@ func (r *replica) lease(now time.Time, staleAfter time.Duration) Lease {
 
 // leaseLocked is lease. REQUIRES: r.ls.mu.
 func (r *replica) leaseLocked(now time.Time, staleAfter time.Duration) Lease {
-	if r.raft.State() == raft.Leader {
+	leads := r.raft.State() == raft.Leader
+	if leads {
 		r.ls.ledAt = now
-		return Lease{Held: true}
+		r.ls.proveLocked(leaseProof{now, r.raft.LastIndex()})
 	}
+	// AppliedIndex is what raft has handed to the state machine: with the fsm stuck, raft's
+	// hand-off queue fills and it stops too (and a follower's log writes stall with it first).
+	provenAt := r.ls.settleLocked(now, r.raft.AppliedIndex(), staleAfter)
 	heard := r.raft.LastContact()
 	if r.ls.ledAt.After(heard) { // a leader that just stepped down was current until then
 		heard = r.ls.ledAt
@@ -85,53 +154,64 @@ func (r *replica) leaseLocked(now time.Time, staleAfter time.Duration) Lease {
 		return Lease{Unheard: now.Sub(r.ls.started)}
 	}
 	unheard := max(now.Sub(heard), 0)
-	switch {
-	case unheard >= staleAfter:
-		r.ls.catchUpKnown = false // the next regain asks again
-		return Lease{Unheard: unheard}
-	case r.ls.held: // held all along (a leader that stepped down, a follower in touch)
-		return Lease{Held: true, Unheard: unheard}
-	default: // regained: held once caught up with the leader's commit (learnCommit)
-		return Lease{Held: r.ls.catchUpKnown && r.raft.AppliedIndex() >= r.ls.catchUp, Unheard: unheard}
+	if provenAt.IsZero() { // nothing proved since the start: whatever was on disk
+		return Lease{Unheard: max(unheard, now.Sub(r.ls.started))}
 	}
+	behind := max(now.Sub(provenAt), 0)
+	if unheard >= staleAfter || behind >= staleAfter {
+		return Lease{Unheard: max(unheard, behind)}
+	}
+	if leads {
+		unheard = 0
+	}
+	return Lease{Held: true, Unheard: unheard}
 }
 
-// catchUpTarget returns the leader to ask for its commit index if r has regained contact but
-// does not know how far to catch up, and no one is asking yet; it marks the asking begun.
-func (r *replica) catchUpTarget(now time.Time, staleAfter time.Duration) (raft.ServerAddress, raft.ServerID, bool) {
+// leaseProveEvery is how often a follower asks its leader's node for a proof: four times a lease,
+// so that one lost or slow answer does not lapse it.
+func leaseProveEvery(staleAfter time.Duration) time.Duration { return staleAfter / 4 }
+
+// proofTarget returns the node r asks for a proof, if r follows a known leader on another node and
+// is due to ask (no call out, the last one leaseProveEvery ago); it marks the asking begun at now.
+func (r *replica) proofTarget(now time.Time, staleAfter time.Duration, self string) (raft.ServerAddress, raft.ServerID, bool) {
 	r.ls.mu.Lock()
 	defer r.ls.mu.Unlock()
-	l := r.leaseLocked(now, staleAfter)
-	if l.Held || r.ls.catchUpKnown || r.ls.asking || l.Unheard >= staleAfter || r.raft.LastContact().IsZero() {
+	if r.ls.asking || now.Sub(r.ls.askedAt) < leaseProveEvery(staleAfter) || r.raft.State() != raft.Follower {
 		return "", "", false
 	}
 	addr, id := r.raft.LeaderWithID()
-	if id == "" {
+	if id == "" || string(id) == self {
 		return "", "", false
 	}
-	r.ls.asking = true
+	r.ls.asking, r.ls.askedAt = true, now
 	return addr, id, true
 }
 
-// learnCommit asks leader for its commit index of r's shard and records it as what r must apply
-// before it holds its lease again. A failed or unfit answer (the node asked no longer leads) is
-// retried at a later tick of the lease loop.
-func (n *Node) learnCommit(r *replica, leader nodeAt) {
+// askProofs asks the node leader for the last index of its log of every shard of reps (replicas of this
+// node that follow it, marked asking at asked) in one status call, and records a proof for each
+// shard the node still leads. A failed call is retried leaseProveEvery later: the lease lapses
+// meanwhile only if no call succeeds within StaleAfter.
+func (n *Node) askProofs(leader nodeAt, reps []*replica, asked time.Time) {
 	defer n.wg.Done()
 	ctx, cancel := context.WithTimeout(n.stopCtx, n.cfg.Timing.StaleAfter)
 	defer cancel()
 	st, err := n.fwd.status(ctx, leader)
-	r.ls.mu.Lock()
-	defer r.ls.mu.Unlock()
-	r.ls.asking = false
 	if err != nil {
-		n.logger.Debug("asking the leader for its commit index", "shard", uint32(r.id), "leader", leader.String(), "err", err)
-		return
+		n.logger.Debug("asking the leader for a lease proof", "leader", leader.String(), "err", err)
 	}
+	commits := map[ShardID]uint64{}
 	for _, s := range st.Shards {
-		if s.Shard == r.id && s.State == "leader" {
-			r.ls.catchUp, r.ls.catchUpKnown = s.CommitIndex, true
+		if s.State == "leader" {
+			commits[s.Shard] = s.LastIndex
 		}
+	}
+	for _, r := range reps {
+		r.ls.mu.Lock()
+		r.ls.asking = false
+		if c, ok := commits[r.id]; ok {
+			r.ls.proveLocked(leaseProof{asked, c})
+		}
+		r.ls.mu.Unlock()
 	}
 }
 
@@ -181,8 +261,9 @@ func (n *Node) WatchLease(shard ShardID) (Lease, <-chan struct{}, error) {
 // leaseTick is how often the lease loop looks at every replica.
 func (n *Node) leaseTick() time.Duration { return max(n.cfg.Timing.StaleAfter/10, 10*time.Millisecond) }
 
-// leaseLoop looks at every replica's lease each leaseTick until the node closes, waking the
-// watchers of those whose lease was lost or regained, and logging each change once.
+// leaseLoop looks at every replica's lease each leaseTick until the node closes, asking the
+// leaders' nodes for the proofs their followers here are due (askProofs), waking the watchers of
+// those whose lease was lost or regained, and logging each change once.
 func (n *Node) leaseLoop() {
 	defer n.wg.Done()
 	t := time.NewTicker(n.leaseTick())
@@ -190,28 +271,37 @@ func (n *Node) leaseLoop() {
 	// The loop's own memory, for its logs (a watcher may see a change first): held once since the
 	// replica started, and logged as stale. A replica's first lease after its start is not news.
 	held, lapsed := map[ShardID]bool{}, map[ShardID]bool{}
+	staleAfter := n.cfg.Timing.StaleAfter
 	for {
 		select {
 		case <-n.stop:
 			return
 		case now := <-t.C:
-			for id, r := range *n.shards.Load() {
-				if addr, lid, ask := r.catchUpTarget(now, n.cfg.Timing.StaleAfter); ask {
-					n.wg.Add(1)
-					go n.learnCommit(r, nodeAt{string(lid), n.dialAddr(string(lid), string(addr))})
+			due := map[nodeAt][]*replica{}
+			for _, r := range *n.shards.Load() {
+				if addr, lid, ask := r.proofTarget(now, staleAfter, n.cfg.NodeID); ask {
+					to := nodeAt{string(lid), n.dialAddr(string(lid), string(addr))}
+					due[to] = append(due[to], r)
 				}
-				l, _ := r.observe(now, n.cfg.Timing.StaleAfter)
+			}
+			for to, reps := range due {
+				n.wg.Add(1)
+				go n.askProofs(to, reps, now)
+			}
+			for id, r := range *n.shards.Load() {
+				l, _ := r.observe(now, staleAfter)
 				switch {
 				case l.Held:
 					held[id] = true
 					if lapsed[id] {
 						delete(lapsed, id)
-						n.logger.Info("replica current again: it hears from its shard's leader", "shard", uint32(id))
+						n.logger.Info("replica current again: it hears from its shard's leader and applies what it committed", "shard", uint32(id))
 					}
 				case held[id] && !lapsed[id]:
 					lapsed[id] = true
-					n.logger.Warn("replica stale: it has not heard from its shard's leader within the lease; its readers are told",
-						"shard", uint32(id), "unheard", l.Unheard.Round(time.Millisecond), "lease", n.cfg.Timing.StaleAfter)
+					n.logger.Warn("replica stale: it has not heard from its shard's leader, or not applied what the leader "+
+						"committed, within the lease; its readers are told",
+						"shard", uint32(id), "behind", l.Unheard.Round(time.Millisecond), "lease", staleAfter)
 				}
 			}
 		}

@@ -9,8 +9,14 @@ package raftstore_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 
 	"github.com/syncd-dev/syncd/raftstore"
 	"github.com/syncd-dev/syncd/raftstore/raftstoretest"
@@ -63,8 +69,9 @@ func waitLapse(t *testing.T, c *raftstoretest.Cluster, i int, ch <-chan struct{}
 	if l.Held || l.Unheard < testStaleAfter {
 		t.Fatalf("node %d after the change: %+v, want a lapsed lease (unheard ≥ %v)", i, l, testStaleAfter)
 	}
-	// The last contact was at most a heartbeat interval (HeartbeatTimeout/10) before the cut.
-	if took < testStaleAfter-100*time.Millisecond {
+	// The last proof the replica applied was asked for at most a proof interval (StaleAfter/4)
+	// and a round trip before the cut.
+	if took < testStaleAfter-testStaleAfter/4-100*time.Millisecond {
 		t.Fatalf("node %d's lease lapsed %v after the cut, before the lease of %v ran out", i, took, testStaleAfter)
 	}
 	t.Logf("node %d's lease lapsed %v after the cut", i, took)
@@ -192,4 +199,102 @@ func TestForwardedProposalGivesUpWhenTheLeaseLapses(t *testing.T) {
 	c.WaitConverged(1)
 	checkConv(t, c, 1, "d:alice:bob", 2)
 	t.Logf("resend: %+v", res.Append)
+}
+
+// stallWAL blocks every write to a Pebble write-ahead log (a ".log" file) on fs while stalled is
+// set, until release is closed: a disk whose writes hang, as a full one's do once Pebble cannot
+// flush (its commits wait for room that never comes).
+func stallWAL(stalled *atomic.Bool, release <-chan struct{}) errorfs.Injector {
+	return errorfs.InjectorFunc(func(op errorfs.Op) error {
+		if stalled.Load() && op.Kind.ReadOrWrite() == errorfs.OpIsWrite && strings.HasSuffix(op.Path, ".log") {
+			<-release
+		}
+		return nil
+	})
+}
+
+// TestLeaseLapsesWhenTheReplicaCannotApply: a follower whose store stalls stops storing and
+// applying entries while it still hears its leader (hashicorp/raft answers heartbeats apart from
+// the log). Its lease must lapse within the lease, as if it were cut off (issue 21: such a replica
+// kept sending heartbeats with heads 5–10 s old), while the leader and the other follower keep
+// theirs and commit; once the store writes again it catches up and holds the lease again.
+func TestLeaseLapsesWhenTheReplicaCannotApply(t *testing.T) {
+	var stalled atomic.Bool
+	release := make(chan struct{})
+	var victim string
+	c := raftstoretest.NewCluster(t, 3, []raftstore.ShardID{1}, func(cfg *raftstore.Config) {
+		cfg.Timing.StaleAfter = testStaleAfter
+		if cfg.NodeID == "n3" {
+			cfg.FS = errorfs.Wrap(vfs.Default, stallWAL(&stalled, release))
+		}
+	})
+	sendN(t, c, 1, "d:alice:bob", "a", 3)
+	leader := c.Leader(1)
+	if c.Node(leader).ID() == "n3" {
+		if err := c.Node(leader).TransferLeadership(1, "n1", 0); err != nil {
+			t.Fatal(err)
+		}
+		leader = c.Leader(1)
+	}
+	f := 2 // n3
+	victim = c.Node(f).ID()
+	other := 3 - leader - f
+	waitHeld(t, c, 0, 1, 2)
+
+	_, ch := lease(t, c, f)
+	stalled.Store(true)
+	stallAt := time.Now()
+	released := false
+	defer func() {
+		if !released {
+			close(release)
+		}
+	}()
+	// Keep the shard committing through the leader: the victim falls behind.
+	stop := make(chan struct{})
+	sent := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				sent <- nil
+				return
+			default:
+			}
+			if _, err := c.Node(leader).Propose(ctx, 1, send("d:alice:bob", "alice", fmt.Sprint("b-", i), "x", "alice", "bob")); err != nil {
+				sent <- err
+				return
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}()
+	select {
+	case <-ch:
+	case <-time.After(testStaleAfter + 2*time.Second):
+		l, _ := lease(t, c, f)
+		st, _ := c.Node(f).ShardStatus(1)
+		t.Fatalf("%s still holds its lease %v after its store stalled: %+v, applied %d, the leader's log at %d",
+			victim, time.Since(stallAt).Round(time.Millisecond), l, st.AppliedIndex, c.Node(leader).Status()[0].LastIndex)
+	}
+	l, _ := lease(t, c, f)
+	if l.Held || l.Unheard < testStaleAfter {
+		t.Fatalf("%s after the change: %+v, want a lapsed lease, behind ≥ %v", victim, l, testStaleAfter)
+	}
+	if st, _ := c.Node(f).ShardStatus(1); st.LeaderID == "" {
+		t.Fatalf("%s forgot its leader: the test wants a replica that still hears it", victim)
+	}
+	t.Logf("%s's lease lapsed %v after its store stalled (%+v)", victim, time.Since(stallAt).Round(time.Millisecond), l)
+	waitHeld(t, c, leader, other) // the others go on
+	close(stop)
+	if err := <-sent; err != nil {
+		t.Fatalf("sends through the leader while a follower's store stalled: %v", err)
+	}
+
+	stalled.Store(false)
+	close(release)
+	released = true
+	waitHeld(t, c, 0, 1, 2)
+	c.WaitConverged(1)
 }

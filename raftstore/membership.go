@@ -46,6 +46,7 @@ func (n *Node) RemoveReplica(shard ShardID) error {
 	n.shards.Store(&m)    // from here on the shard is not hosted: callers get ErrNoShard
 	r.wakeLeaseWatchers() // they look again and find it gone
 	err := r.raft.Shutdown().Error()
+	r.fsm.checksums.stop() // a scan of a copy being deleted is of no use to anyone
 	r.logs.closed.Store(true)
 	r.trans.CloseStreams()
 	if cerr := r.trans.Close(); err == nil {

@@ -146,57 +146,67 @@ func (m *MoveInfo) clone() *MoveInfo {
 	return &c
 }
 
+// checkMoveStart returns why m refuses to start mv (ErrMetaRefused), or nil. It is the
+// move-start command's check, and Node.CheckMove's, so that an operator's move to a new shard is
+// refused before the shard is added.
+func checkMoveStart(m *ClusterMap, mv *MoveInfo) error {
+	kinds := 0
+	for _, set := range []bool{mv != nil && mv.User != "", mv != nil && mv.Conv != "", mv != nil && mv.Slots != nil} {
+		if set {
+			kinds++
+		}
+	}
+	split := mv != nil && mv.Subs != 0
+	switch {
+	case kinds != 1:
+		return fmt.Errorf("%w: move-start needs one of a user, a conversation or a slot range", ErrMetaRefused)
+	case mv.Slots != nil && !mv.Slots.Valid():
+		return fmt.Errorf("%w: slots %s: a range of 0-%d", ErrMetaRefused, mv.Slots, log.NumSlots-1)
+	case split && (mv.User == "" || !log.ValidID(mv.User) || mv.Subs < 2 || mv.Subs > log.MaxSubLogs || mv.To != mv.From):
+		return fmt.Errorf("%w: a split is of a user's stream into 2 to %d sub-logs, on the user's shard", ErrMetaRefused, log.MaxSubLogs)
+	case split && m.Splits[mv.User].Subs != 0:
+		return fmt.Errorf("%w: user %q is split into %d sub-logs already", ErrMetaRefused, mv.User, m.Splits[mv.User].Subs)
+	case mv.From < 1 || int(mv.From) > m.Shards || mv.To < 1 || int(mv.To) > m.Shards || mv.From == mv.To && !split:
+		return fmt.Errorf("%w: move of %s from shard %d to %d: both must be data shards (1-%d), and differ", ErrMetaRefused, mv.Key(), mv.From, mv.To, m.Shards)
+	}
+	for _, o := range m.Moves {
+		if why := mv.conflicts(o); why != "" {
+			return fmt.Errorf("%w: %s (move %d, step %s)", ErrMetaRefused, why, o.ID, o.Step)
+		}
+	}
+	if mv.Slots != nil {
+		table, err := NewSlotTable(m.Slots)
+		if err != nil {
+			return fmt.Errorf("%w: %v", ErrMetaRefused, err)
+		}
+		for i := mv.Slots.First; i <= mv.Slots.Last; i++ {
+			if owner := table.Shard(i); owner != mv.From {
+				return fmt.Errorf("%w: slot %d is shard %d's, not %d's: move a range one shard owns", ErrMetaRefused, i, owner, mv.From)
+			}
+		}
+	}
+	pinned := m.Overrides[mv.User]
+	if mv.Conv != "" {
+		pinned = m.ConvOverrides[mv.Conv]
+	}
+	if pinned != 0 && pinned != mv.From {
+		return fmt.Errorf("%w: %s is on shard %d, not %d", ErrMetaRefused, mv.Key(), pinned, mv.From)
+	}
+	if split && pinned == 0 {
+		if table, err := NewSlotTable(m.Slots); err == nil && table.Shard(log.UserSlot(mv.User)) != mv.From {
+			return fmt.Errorf("%w: user %q is on shard %d, not %d", ErrMetaRefused, mv.User, table.Shard(log.UserSlot(mv.User)), mv.From)
+		}
+	}
+	return nil
+}
+
 // applyMove applies the move commands to m; index is the command's Raft index.
 func (f *metaFSM) applyMove(m *ClusterMap, c *metaCommand, index uint64) error {
 	switch c.Op {
 	case "move-start":
 		mv := c.Move
-		kinds := 0
-		for _, set := range []bool{mv != nil && mv.User != "", mv != nil && mv.Conv != "", mv != nil && mv.Slots != nil} {
-			if set {
-				kinds++
-			}
-		}
-		split := mv != nil && mv.Subs != 0
-		switch {
-		case kinds != 1:
-			return fmt.Errorf("%w: move-start needs one of a user, a conversation or a slot range", ErrMetaRefused)
-		case mv.Slots != nil && !mv.Slots.Valid():
-			return fmt.Errorf("%w: slots %s: a range of 0-%d", ErrMetaRefused, mv.Slots, log.NumSlots-1)
-		case split && (mv.User == "" || !log.ValidID(mv.User) || mv.Subs < 2 || mv.Subs > log.MaxSubLogs || mv.To != mv.From):
-			return fmt.Errorf("%w: a split is of a user's stream into 2 to %d sub-logs, on the user's shard", ErrMetaRefused, log.MaxSubLogs)
-		case split && m.Splits[mv.User].Subs != 0:
-			return fmt.Errorf("%w: user %q is split into %d sub-logs already", ErrMetaRefused, mv.User, m.Splits[mv.User].Subs)
-		case mv.From < 1 || int(mv.From) > m.Shards || mv.To < 1 || int(mv.To) > m.Shards || mv.From == mv.To && !split:
-			return fmt.Errorf("%w: move of %s from shard %d to %d: both must be data shards (1-%d), and differ", ErrMetaRefused, mv.Key(), mv.From, mv.To, m.Shards)
-		}
-		for _, o := range m.Moves {
-			if why := mv.conflicts(o); why != "" {
-				return fmt.Errorf("%w: %s (move %d, step %s)", ErrMetaRefused, why, o.ID, o.Step)
-			}
-		}
-		if mv.Slots != nil {
-			table, err := NewSlotTable(m.Slots)
-			if err != nil {
-				return fmt.Errorf("%w: %v", ErrMetaRefused, err)
-			}
-			for i := mv.Slots.First; i <= mv.Slots.Last; i++ {
-				if owner := table.Shard(i); owner != mv.From {
-					return fmt.Errorf("%w: slot %d is shard %d's, not %d's: move a range one shard owns", ErrMetaRefused, i, owner, mv.From)
-				}
-			}
-		}
-		pinned := m.Overrides[mv.User]
-		if mv.Conv != "" {
-			pinned = m.ConvOverrides[mv.Conv]
-		}
-		if pinned != 0 && pinned != mv.From {
-			return fmt.Errorf("%w: %s is on shard %d, not %d", ErrMetaRefused, mv.Key(), pinned, mv.From)
-		}
-		if split && pinned == 0 {
-			if table, err := NewSlotTable(m.Slots); err == nil && table.Shard(log.UserSlot(mv.User)) != mv.From {
-				return fmt.Errorf("%w: user %q is on shard %d, not %d", ErrMetaRefused, mv.User, table.Shard(log.UserSlot(mv.User)), mv.From)
-			}
+		if err := checkMoveStart(m, mv); err != nil {
+			return err
 		}
 		n := &MoveInfo{ID: index, User: mv.User, Conv: mv.Conv, Slots: mv.Slots, Subs: mv.Subs, From: mv.From, To: mv.To, Step: StepCopy, Started: mv.Started}
 		if m.Moves == nil {
@@ -347,6 +357,23 @@ func (n *Node) StartMove(ctx context.Context, req MoveInfo) (uint64, error) {
 		return 0, fmt.Errorf("raftstore: the move of %s was recorded, but this node's map has not shown it yet (%w): see the cluster's status", req.Key(), err)
 	}
 	return id, nil
+}
+
+// CheckMove returns why the cluster map as this node has it would refuse StartMove(req)
+// (ErrMetaRefused), or nil; a zero req.To stands for the shard AddShard would add next. An
+// operator's move to a new shard checks first, so that a refused move adds no empty shard. The
+// map may change before StartMove's command applies (another move of the same key started
+// meanwhile), which can still refuse it.
+func (n *Node) CheckMove(req MoveInfo) error {
+	m, ok := n.ClusterMap()
+	if !ok || m.Shards == 0 {
+		return fmt.Errorf("%w: this node does not have the cluster map yet; retry", ErrMetaRefused)
+	}
+	if req.To == 0 {
+		m.Shards++
+		req.To = ShardID(m.Shards)
+	}
+	return checkMoveStart(&m, &req)
 }
 
 // WaitMap waits until this node's replica of the cluster map satisfies cond, or ctx ends: for

@@ -45,6 +45,13 @@ type Node struct {
 
 	disk *diskGuard // free space of the store's disk; refuses new writes below the watermark
 
+	// balanceBackoff holds the nodes the balancer does not pick as targets for now, after
+	// transfers to them failed (balance.go). Only the balance loop uses it.
+	balanceBackoff targetBackoff
+
+	checksums  *checksummer  // the background scans of checksum commands (checksum.go)
+	mismatches atomic.Uint64 // shard checks that found replicas disagreeing (CheckReplicas)
+
 	stop      chan struct{} // closed by Close: stops the node's own goroutines
 	stopCtx   context.Context
 	cancelCtx context.CancelFunc // ends stopCtx, with stop
@@ -80,6 +87,7 @@ func New(cfg Config) (*Node, error) {
 	n := &Node{cfg: cfg, logger: cfg.Logger.With("node", cfg.NodeID), stop: make(chan struct{}), manageKick: make(chan struct{}, 1)}
 	n.shards.Store(&map[ShardID]*replica{})
 	n.stopCtx, n.cancelCtx = context.WithCancel(context.Background())
+	n.checksums = newChecksummer(n.stopCtx)
 	if err := os.MkdirAll(cfg.Dir, 0o750); err != nil {
 		return nil, fmt.Errorf("raftstore: create data dir: %w", err)
 	}
@@ -137,7 +145,7 @@ func New(cfg Config) (*Node, error) {
 	n.wg.Add(1)
 	go func() {
 		defer n.wg.Done()
-		n.disk.run(n.stop, cfg.diskCheckEvery)
+		n.disk.run(n.stop, cfg.diskCheckEvery, n.shedLeaders)
 	}()
 	return n, nil
 }
@@ -190,6 +198,7 @@ func (n *Node) startReplica(id ShardID, peers []Peer) (*replica, error) {
 	if err != nil {
 		return nil, err
 	}
+	f.checksums = newReplicaChecksums(id, n.checksums, logger)
 	if app := cfg.App; app != nil {
 		f.onApply = func(index uint64) { app.Applied(id, index) }
 		f.onUserLogs = func(users []string) { app.UserLogsChanged(id, users) }
@@ -347,8 +356,11 @@ func (n *Node) State(shard ShardID) (*log.Shard, error) {
 // and the leader has applied it. A refused command returns the log package's sentinel (for
 // example log.ErrConflict) with a zero Result.
 //
-// A node low on disk space refuses an AppendCommand with ErrLowDisk (see Config.MinFreeDisk), as
-// does the leader it forwards one to.
+// A leader low on disk space refuses an AppendCommand with ErrLowDisk (see Config.MinFreeDisk),
+// unless it is the resend of one already applied (then the original answer comes back); a node
+// low on disk that does not lead the shard forwards it like any other, since the leader's disk is
+// the one the entry is accepted on (and such a node hands its leaderships to healthy replicas,
+// see shedLeaders).
 //
 // If this node does not lead the shard, Propose forwards cmd to the node that does and returns
 // that node's answer; a forwarded proposal whose outcome is unknown returns ErrUnreachable, as
@@ -359,11 +371,6 @@ func (n *Node) State(shard ShardID) (*log.Shard, error) {
 // hand-off to Raft (ErrTimeout); once handed off, Propose waits for the outcome, which Raft
 // always delivers (commit, ErrLeadershipLost or ErrShutdown).
 func (n *Node) Propose(ctx context.Context, shard ShardID, cmd Command) (Result, error) {
-	if cmd.op.addsData() {
-		if err := n.disk.refuse(); err != nil {
-			return Result{}, err
-		}
-	}
 	r, ok := n.replica(shard)
 	if !ok {
 		return n.proposeElsewhere(ctx, shard, cmd)
@@ -464,11 +471,6 @@ func (n *Node) proposeForwarded(req fwdRequest) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	if d.op.addsData() {
-		if err := n.disk.refuse(); err != nil {
-			return Result{}, err // the leader's disk is the one every replica's data comes from
-		}
-	}
 	// No Time: this node stamps its own clock (decodeFwdRequest refused a command naming one).
 	return n.proposeLocal(ctx, r, Command{op: d.op, payload: rawPayload(d.body)})
 }
@@ -521,6 +523,9 @@ func (n *Node) proposeLocal(ctx context.Context, r *replica, cmd Command) (Resul
 	}
 	if cmd.Time == 0 && cmd.op.delivers() {
 		return n.proposeDelivery(ctx, r, cmd) // one entry per commit for all of them
+	}
+	if cmd.op.addsData() && n.disk.low() {
+		return n.refuseLowDisk(r, cmd)
 	}
 	if cmd.Time == 0 {
 		cmd.Time = time.Now().UnixNano()
@@ -593,6 +598,7 @@ func (n *Node) Close() error {
 			n.fwd.close()
 			n.fwdSrv.close()
 		}
+		n.checksums.close() // no shard applies any more: the last scans end, before the store closes
 		if n.mux != nil {
 			errs = append(errs, n.mux.Close())
 		}
@@ -604,17 +610,24 @@ func (n *Node) Close() error {
 	return n.closeErr
 }
 
+// MemTableSize is the size of the node's store's memtables (Pebble's Options.MemTableSize). It
+// also sizes the store's write-ahead log files: Pebble preallocates each to 110% of it, and keeps
+// one per memtable not yet flushed plus up to three emptied ones for reuse, so that a fresh node
+// holds four to six of them (about 70–106 MiB) before it holds any data (docs/DECISIONS.md D51).
+const MemTableSize = 16 << 20
+
 // pebbleOptions tunes the node's store for its workload: many point reads that miss (every new
-// message's dedup key), so every level gets a bloom filter; Pebble's default is none. Much of what
-// a send writes dies young (outbox records trimmed once delivered, Raft entries compacted after a
-// snapshot), so memtables are large: what is deleted before its memtable flushes never reaches
-// an sstable. 64 MiB instead of 16 wrote a third fewer bytes per acked send and cost 4% less CPU
-// in a one-minute run (docs/BENCHMARKS.md, "The write path"). openPebble sets the logger and the
-// event listener.
+// message's dedup key), so every level gets a bloom filter; Pebble's default is none. Memtables
+// are MemTableSize: larger ones write fewer bytes per send (much of what a send writes dies young
+// and never reaches an sstable if its memtable is large enough: 64 MiB wrote a third fewer bytes
+// per acked send than 16, docs/BENCHMARKS.md, "The write path"), but each one's write-ahead log
+// file is preallocated to its size, several at once, and a fresh node with 64 MiB memtables used
+// 422 MiB of disk in two minutes of light load (issue 21): a small volume was full before it held
+// any data. openPebble sets the logger and the event listener.
 func pebbleOptions(cache *pebble.Cache, fs vfs.FS) *pebble.Options {
 	opts := &pebble.Options{
 		Cache:        cache,
-		MemTableSize: 64 << 20,
+		MemTableSize: MemTableSize,
 		FS:           fs,
 	}
 	for i := range opts.Levels {

@@ -32,6 +32,12 @@ type ShardStatus struct {
 	Applies    uint64 `json:"applies"`  // commands applied since start
 	Skips      uint64 `json:"skips"`    // entries skipped since start because the state already had them
 	Restores   uint64 `json:"restores"` // snapshots installed since start (a follower that fell far behind)
+	// Checksums are the replica's checksums of its state at the indexes of the last checksum
+	// commands it applied (ChecksumCommand), in index order. A check (Node.CheckReplicas) reads
+	// them here on every member: a replica whose StateIndex has reached a command's index holds
+	// its checksum, unless it skipped that entry (a snapshot installed past it, a restart) or has
+	// dropped it for later ones since.
+	Checksums []Checksum `json:"checksums,omitempty"`
 }
 
 // NodeStatus is a node's view of itself: its identity, the attributes the application gave it
@@ -42,11 +48,14 @@ type NodeStatus struct {
 	RaftAddr string            `json:"raft_addr"`
 	Attrs    map[string]string `json:"attrs,omitempty"`
 	Shards   []ShardStatus     `json:"shards"`
+	// DiskLow says the node is below its disk watermark (DiskSpace.Low): it refuses new writes
+	// and hands its leaderships away, and no node hands it one.
+	DiskLow bool `json:"disk_low,omitempty"`
 }
 
 // NodeStatus returns this node's status.
 func (n *Node) NodeStatus() NodeStatus {
-	st := NodeStatus{ID: n.cfg.NodeID, RaftAddr: n.addr, Shards: n.Status()}
+	st := NodeStatus{ID: n.cfg.NodeID, RaftAddr: n.addr, Shards: n.Status(), DiskLow: n.disk.low()}
 	if n.cfg.App != nil {
 		st.Attrs = n.cfg.App.Attrs()
 	}
@@ -130,6 +139,11 @@ func (n *Node) ShardStatus(shard ShardID) (ShardStatus, error) {
 }
 
 func (r *replica) status() ShardStatus {
+	// The applied index first, the checksums after: the state machine records a checksum before
+	// it publishes the index of its command, so a StateIndex at or past it means the checksum,
+	// if the replica took one, is in the list.
+	stateIndex := r.fsm.applied.Load()
+	sums := r.fsm.checksums.list()
 	addr, id := r.raft.LeaderWithID()
 	state := r.raft.State()
 	return ShardStatus{
@@ -143,10 +157,11 @@ func (r *replica) status() ShardStatus {
 		LastIndex:    r.raft.LastIndex(),
 		CommitIndex:  r.raft.CommitIndex(),
 		AppliedIndex: r.raft.AppliedIndex(),
-		StateIndex:   r.fsm.applied.Load(),
+		StateIndex:   stateIndex,
 		Applies:      r.fsm.applies.Load(),
 		Skips:        r.fsm.skips.Load(),
 		Restores:     r.fsm.restores.Load(),
+		Checksums:    sums,
 	}
 }
 

@@ -39,6 +39,9 @@ import (
 // With TLS (Config.TLS, see tls.go) every connection is mutual TLS 1.3 first and the header is
 // the first thing sent inside it; a connection that does not complete the handshake within the
 // header timeout, with a certificate of the cluster CA, is closed before any header is read.
+// Until then it is pending: at most MaxPendingHandshakes connections are, and
+// MaxPendingHandshakesPerSource from one source (connlimit.go); the mux closes one beyond
+// either as soon as it is accepted, so strangers cannot spend the node's file descriptors.
 //
 // Only the listener is shared. Every shard still runs its own
 // raft.NetworkTransport with its own connection pool, so shards dial
@@ -79,6 +82,8 @@ type Mux struct {
 	logger        *slog.Logger
 	headerTimeout time.Duration
 	routeTimeout  time.Duration
+	// pending counts the connections between accept and the end of their header (handshake).
+	pending *connGate
 
 	// closing is closed by Close; routing goroutines select on it.
 	closing   chan struct{}
@@ -116,6 +121,7 @@ func startMux(ln net.Listener, t *TLS, logger *slog.Logger, headerTimeout, route
 		logger:        logger.With("component", "raft-mux", "addr", ln.Addr().String()),
 		headerTimeout: headerTimeout,
 		routeTimeout:  routeTimeout,
+		pending:       newConnGate(MaxPendingHandshakes, MaxPendingHandshakesPerSource),
 		closing:       make(chan struct{}),
 		layers:        make(map[ShardID]*shardLayer),
 		handshaking:   make(map[net.Conn]struct{}),
@@ -223,6 +229,15 @@ func (m *Mux) acceptLoop() {
 			continue
 		}
 		delay = 0
+		src, refused := m.pending.enter(conn.RemoteAddr())
+		if refused != "" {
+			// Closed before TLS starts: no goroutine, no handshake CPU, the descriptor back at once.
+			remote := conn.RemoteAddr().String()
+			conn.Close()
+			m.warnRejected("remote", remote, "err", "too many connections pending authentication",
+				"limit", refused, "max_pending", MaxPendingHandshakes, "max_pending_per_source", MaxPendingHandshakesPerSource)
+			continue
+		}
 		if m.serverTLS != nil {
 			conn = tls.Server(conn, m.serverTLS) // the handshake runs in handshake(), under its deadline
 		}
@@ -230,20 +245,24 @@ func (m *Mux) acceptLoop() {
 		m.mu.Lock()
 		if m.closed {
 			m.mu.Unlock()
+			m.pending.leave(src)
 			conn.Close()
 			return
 		}
 		m.handshaking[conn] = struct{}{}
 		m.wg.Add(1) // safe: this goroutine's own count keeps wg above zero
 		m.mu.Unlock()
-		go m.handshake(conn)
+		go m.handshake(conn, src)
 	}
 }
 
 // handshake completes conn's TLS handshake (if any) and reads its header, under one deadline,
-// and routes it.
-func (m *Mux) handshake(conn net.Conn) {
+// and routes it. src is conn's source in m.pending, which it leaves on return: conn is closed or
+// handed over by then, so the pending count is never below the descriptors pending connections
+// hold.
+func (m *Mux) handshake(conn net.Conn, src string) {
 	defer m.wg.Done()
+	defer m.pending.leave(src)
 	forward, shard, err := m.readHeader(conn)
 	peer := peerNodeID(conn, m.tls)
 

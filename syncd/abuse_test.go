@@ -159,7 +159,13 @@ func TestQuotasAreAcrossConnections(t *testing.T) {
 		members[i] = fmt.Sprint("victim", i)
 	}
 	tablet.Ack(&proto.CreateGroup{ID: tablet.ID(), Conv: "spam", ClientMsgID: "g1", Members: members})
-	e, ok := tablet.Do(&proto.AddMembers{ID: tablet.ID(), Conv: "spam", ClientMsgID: "g2", Members: []string{"one-more"}}).(*proto.Error)
+	// More than the quota refills while the creation is applied on a loaded machine (one member
+	// per 60 ms): a single member could pass on a slow run, 100 cannot.
+	more := make([]string, 100)
+	for i := range more {
+		more[i] = fmt.Sprint("more", i)
+	}
+	e, ok := tablet.Do(&proto.AddMembers{ID: tablet.ID(), Conv: "spam", ClientMsgID: "g2", Members: more}).(*proto.Error)
 	if !ok || e.Code != proto.CodeRateLimited || e.RetryAfterMs == 0 {
 		t.Fatalf("adding past the member quota: %#v", e)
 	}

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/netip"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -16,6 +15,8 @@ import (
 	"github.com/quic-go/quic-go"
 
 	"github.com/syncd-dev/syncd/proto"
+	"github.com/syncd-dev/syncd/raftstore"
+	"github.com/syncd-dev/syncd/syncd/transport"
 )
 
 // Admission and the handshake (PROTOCOL §2, §6 Hello, §7). A connection is admitted to the
@@ -38,7 +39,7 @@ func (s *Server) listen(tlsConf *tls.Config) error {
 	if err != nil {
 		return err
 	}
-	s.transport = &quic.Transport{
+	s.udp = &quic.Transport{
 		Conn: udp,
 		// Under load a connection attempt must show it can receive at its address before it
 		// costs more than a stateless Retry.
@@ -50,7 +51,7 @@ func (s *Server) listen(tlsConf *tls.Config) error {
 			return ctx, nil
 		},
 	}
-	s.ln, err = s.transport.Listen(tlsConf, &quic.Config{
+	s.ln, err = s.udp.Listen(tlsConf, &quic.Config{
 		MaxIdleTimeout:     30 * time.Second,
 		KeepAlivePeriod:    10 * time.Second,
 		MaxIncomingStreams: int64(s.cfg.MaxStreamsPerConn),
@@ -68,23 +69,8 @@ func (s *Server) listen(tlsConf *tls.Config) error {
 // closeListener closes the client listener's transport and its socket (a Transport leaves a
 // socket it was given open).
 func (s *Server) closeListener() {
-	s.transport.Close()
-	s.transport.Conn.Close()
-}
-
-// source is the key of a connection's source address for the per-source handshake limit: the
-// IP for IPv4, the /64 prefix for IPv6 (one host usually has a whole /64 to pick from).
-func source(addr net.Addr) string {
-	ap, err := netip.ParseAddrPort(addr.String())
-	if err != nil {
-		return addr.String()
-	}
-	ip := ap.Addr().Unmap()
-	if ip.Is6() {
-		p, _ := ip.Prefix(64)
-		return p.String()
-	}
-	return ip.String()
+	s.udp.Close()
+	s.udp.Conn.Close()
 }
 
 // admissionRetry is the retry-after of a connection refused for want of handshake room.
@@ -92,7 +78,7 @@ const admissionRetry = time.Second
 
 // serveConn admits a connection to the handshake, authenticates it, then serves its control
 // stream while acceptStreams serves the others, until either side ends the session.
-func (s *Server) serveConn(ctx context.Context, conn *quic.Conn) {
+func (s *Server) serveConn(ctx context.Context, conn transport.Conn) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var streams sync.WaitGroup
@@ -109,7 +95,7 @@ func (s *Server) serveConn(ctx context.Context, conn *quic.Conn) {
 	if s.removed.Err() != nil {
 		return
 	}
-	src := source(conn.RemoteAddr())
+	src := raftstore.SourceKey(conn.RemoteAddr())
 	if !s.sources.enter(src, s.cfg.MaxHandshakesPerSource) {
 		s.metrics.handshakeRefused(refusedSource)
 		closeConn(conn, overloaded(0, fmt.Sprintf("%d handshakes in progress from your address, the most allowed", s.cfg.MaxHandshakesPerSource), admissionRetry))
@@ -138,7 +124,7 @@ func (s *Server) serveConn(ctx context.Context, conn *quic.Conn) {
 // token and answers Welcome; on any refusal it answers an Error and closes the connection with
 // the same code. From the control stream on, acceptStreams takes the connection's other streams
 // and refuses those that come before Welcome.
-func (s *Server) handshake(ctx context.Context, conn *quic.Conn, streams *sync.WaitGroup) (*session, error) {
+func (s *Server) handshake(ctx context.Context, conn transport.Conn, streams *sync.WaitGroup) (*session, error) {
 	deadline := time.Now().Add(s.cfg.HelloTimeout)
 	noHello := &proto.Error{Code: proto.CodeTimeout, Message: fmt.Sprintf("no hello within %v of connecting", s.cfg.HelloTimeout)}
 	actx, cancel := context.WithDeadline(ctx, deadline)
@@ -191,6 +177,7 @@ func (s *Server) handshake(ctx context.Context, conn *quic.Conn, streams *sync.W
 			Message: fmt.Sprintf("user %s has %d connections open, the most allowed; close one", claims.User, s.cfg.MaxConnectionsPerUser)})
 	}
 	ss.user, ss.device = claims.User, claims.Device
+	ss.answers = connAnswers{b: s.answers, user: ss.user, device: ss.key()}
 	ss.ctl.issued, ss.ctl.expires = claims.Issued, claims.Expires
 	s.sessions.add(ss)
 	// A revocation applied since checkToken found no session to end: look again, now that a
@@ -211,12 +198,16 @@ func (s *Server) handshake(ctx context.Context, conn *quic.Conn, streams *sync.W
 	ss.proto = welcome.ProtoVersion
 	welcomed.Store(true)
 	st.SetReadDeadline(time.Time{})
+	// Like every control write (writeControlLocked): a client that does not read its Welcome
+	// must not hold a handshake slot.
+	st.SetWriteDeadline(time.Now().Add(controlWriteTimeout))
 	if err := proto.WriteFrame(st, welcome); err != nil {
 		s.sessions.remove(ss)
 		s.userConns.leave(claims.User)
 		return nil, err
 	}
 	ss.startExpiry()
+	s.metrics.sessionWelcomed(conn.Kind())
 	return ss, nil
 }
 
@@ -230,10 +221,10 @@ func (ss *session) acceptStreams(ctx context.Context, welcomed *atomic.Bool, str
 			return
 		}
 		if !welcomed.Load() {
-			e := proto.Errorf(proto.CodeUnexpectedFrame, "stream %d opened before welcome: open streams only after reading welcome on the control stream", st.StreamID())
+			e := proto.Errorf(proto.CodeUnexpectedFrame, "stream %d opened before welcome: open streams only after reading welcome on the control stream", st.ID())
 			st.SetWriteDeadline(time.Now().Add(controlWriteTimeout))
 			proto.WriteFrame(st, e)
-			st.CancelRead(quic.StreamErrorCode(e.Code))
+			st.CancelRead(uint64(e.Code))
 			st.Close()
 			continue
 		}
@@ -247,7 +238,7 @@ func (ss *session) acceptStreams(ctx context.Context, welcomed *atomic.Bool, str
 
 // refuse answers the handshake with an error frame and closes the connection with its code and
 // the close reason that carries it whole.
-func (s *Server) refuse(conn *quic.Conn, st *quic.Stream, err error) error {
+func (s *Server) refuse(conn transport.Conn, st transport.Stream, err error) error {
 	e := wireError(s.logger, 0, err)
 	st.SetWriteDeadline(time.Now().Add(controlWriteTimeout))
 	proto.WriteFrame(st, e)

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -18,6 +19,7 @@ import (
 	"github.com/syncd-dev/syncd/raftstore"
 	"github.com/syncd-dev/syncd/syncd/adminapi"
 	"github.com/syncd-dev/syncd/syncd/routing"
+	"github.com/syncd-dev/syncd/syncd/transport"
 )
 
 // Config configures a Server. Zero fields take the documented defaults, which together make a
@@ -28,6 +30,18 @@ type Config struct {
 	Dir string
 	// ListenAddr is the UDP address of the QUIC listener for clients. Default "127.0.0.1:7300".
 	ListenAddr string
+	// WebAddr is where browsers connect (PROTOCOL §2.3, §2.4), path /syncd/1: WebTransport over
+	// HTTP/3 on its UDP port and WebSocket on its TCP port (plain ws:// when the address is
+	// loopback, TLS otherwise). Default "": ListenAddr's host and the next port
+	// (127.0.0.1:7301); "off" serves no browser.
+	WebAddr string
+	// DisableWebTransport and DisableWebSocket turn one of the two browser transports off.
+	// Default: both on.
+	DisableWebTransport, DisableWebSocket bool
+	// AllowedOrigins is the allow-list of the page origins browsers may connect from:
+	// "scheme://host[:port]", the port possibly "*", or "*" for any origin. Default
+	// transport.DefaultOrigins: pages of the loopback host only.
+	AllowedOrigins []string
 	// AdminAddr is the TCP address of the admin HTTP server (/metrics, /healthz, /readyz,
 	// /debug/pprof, the operator endpoints /v1/...). Default adminapi.DefaultAddr, on loopback:
 	// expose it deliberately. An address that is not loopback needs AdminTokenFile.
@@ -121,10 +135,27 @@ type Config struct {
 	// SendBurst at once. Excess gets RateLimited with a retry-after. Defaults 20/s and 100.
 	SendRate  float64
 	SendBurst int
-	// MaxInFlight caps the requests being replicated at once on this server. Beyond it a request
-	// is refused at once with Overloaded and a retry-after, rather than queueing into timeouts.
-	// Default 1024.
+	// MaxInFlight caps the requests being served at once on this server: mutations while they
+	// are replicated, queries while they read. Beyond it a request is refused at once with
+	// Overloaded and a retry-after, rather than queueing into timeouts. Default 1024.
 	MaxInFlight int
+	// MaxAnswerBytesPerConn, MaxAnswerBytesPerDevice and MaxAnswerBytesPerUser cap the bytes of
+	// answers this node holds for one connection, for all connections of one device, and for all
+	// devices of one user: from the moment a request is read until its answer is written (an
+	// answer being built counts max_frame if it may be a page, an answer waiting to be written
+	// its encoded size, every request at least a few KiB). A request beyond any of them is
+	// refused at once with Overloaded and a retry-after, so a client that does not read its
+	// answers cannot make the node hold more. Each must hold one full page (Limits.MaxFrame
+	// and the request's overhead), and PerConn ≤ PerDevice ≤ PerUser. Defaults 8 MiB, 16 MiB
+	// and 32 MiB.
+	MaxAnswerBytesPerConn   int64
+	MaxAnswerBytesPerDevice int64
+	MaxAnswerBytesPerUser   int64
+	// WriteTimeout bounds how long a write to a client's request or sync stream may make no
+	// progress (the client does not read, and QUIC flow control holds the write): then the
+	// server resets the stream with Timeout, both ways, and releases what it held for it.
+	// Default 10s.
+	WriteTimeout time.Duration
 	// MaxHandshakes caps connections being authenticated at once; beyond it new connections are
 	// closed with Overloaded and a retry-after (reconnect storms). Once half of them are in use,
 	// new connections must first prove their source address (QUIC Retry), so the other half
@@ -153,14 +184,16 @@ type Config struct {
 	MembersPerMinute int
 	// MaxGroupsPerUser caps the groups one user may be a member of: a creation or an addition
 	// naming a user already in that many is refused with TooManyGroups, so nobody can bury
-	// another user's conversation list. The count is the user's own shard's (log.Shard.UserGroups);
-	// additions still being delivered are not in it yet, so a burst of them can pass the cap by
-	// what is in flight. Default 1000.
+	// another user's conversation list; users the named user has not talked to fill at most four
+	// fifths of it, so that nobody can spend it for them (groupquota.go). The count is the user's
+	// own shard's (log.Shard.UserGroups), which this node makes up for the changes it admitted
+	// until they are delivered; through several nodes a burst can pass the cap by what the others
+	// admitted meanwhile. Default 1000.
 	MaxGroupsPerUser int
 	// MinFreeDisk is the free-space watermark, in bytes, of the disk holding Dir: below it the
 	// node refuses sends and group changes with Unavailable and a retry-after, and /readyz says
 	// why, while reads, syncs, deliveries and trims go on; below half of it the node does not
-	// start. Default 512 MiB; negative turns the watermark off. See raftstore.Config.MinFreeDisk.
+	// start. Default 256 MiB; negative turns the watermark off. See raftstore.Config.MinFreeDisk.
 	MinFreeDisk int64
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
@@ -179,6 +212,7 @@ func DefaultConfig() Config {
 	return Config{
 		Dir:               "./syncd-data",
 		ListenAddr:        "127.0.0.1:7300",
+		AllowedOrigins:    slices.Clone(transport.DefaultOrigins),
 		AdminAddr:         adminapi.DefaultAddr,
 		NodeID:            "n1",
 		RaftAddr:          "127.0.0.1:7400",
@@ -196,6 +230,7 @@ func DefaultConfig() Config {
 		SendRate:          20,
 		SendBurst:         100,
 		MaxInFlight:       1024,
+		WriteTimeout:      10 * time.Second,
 		MaxHandshakes:     256,
 		HelloTimeout:      5 * time.Second,
 		MaxTokenLifetime:  30 * 24 * time.Hour,
@@ -209,6 +244,10 @@ func DefaultConfig() Config {
 		MinFreeDisk:           raftstore.DefaultConfig().MinFreeDisk,
 
 		MaxHandshakesPerSource: 16,
+
+		MaxAnswerBytesPerConn:   8 << 20,
+		MaxAnswerBytesPerDevice: 16 << 20,
+		MaxAnswerBytesPerUser:   32 << 20,
 	}
 }
 
@@ -217,6 +256,12 @@ func (c Config) withDefaults() Config {
 	d := DefaultConfig()
 	c.Dir = cmp.Or(c.Dir, d.Dir)
 	c.ListenAddr = cmp.Or(c.ListenAddr, d.ListenAddr)
+	if c.WebAddr == "" {
+		c.WebAddr = nextPort(c.ListenAddr)
+	}
+	if c.AllowedOrigins == nil {
+		c.AllowedOrigins = d.AllowedOrigins
+	}
 	c.AdminAddr = cmp.Or(c.AdminAddr, d.AdminAddr)
 	c.NodeID = cmp.Or(c.NodeID, d.NodeID)
 	c.RaftAddr = cmp.Or(c.RaftAddr, d.RaftAddr)
@@ -234,6 +279,10 @@ func (c Config) withDefaults() Config {
 	c.SendRate = cmp.Or(c.SendRate, d.SendRate)
 	c.SendBurst = cmp.Or(c.SendBurst, d.SendBurst)
 	c.MaxInFlight = cmp.Or(c.MaxInFlight, d.MaxInFlight)
+	c.MaxAnswerBytesPerConn = cmp.Or(c.MaxAnswerBytesPerConn, d.MaxAnswerBytesPerConn)
+	c.MaxAnswerBytesPerDevice = cmp.Or(c.MaxAnswerBytesPerDevice, d.MaxAnswerBytesPerDevice)
+	c.MaxAnswerBytesPerUser = cmp.Or(c.MaxAnswerBytesPerUser, d.MaxAnswerBytesPerUser)
+	c.WriteTimeout = cmp.Or(c.WriteTimeout, d.WriteTimeout)
 	c.QueryRate = cmp.Or(c.QueryRate, d.QueryRate)
 	c.QueryBurst = cmp.Or(c.QueryBurst, d.QueryBurst)
 	c.MaxConnectionsPerUser = cmp.Or(c.MaxConnectionsPerUser, d.MaxConnectionsPerUser)
@@ -272,6 +321,14 @@ func (c Config) Validate() error {
 		if addr == "" {
 			errs = append(errs, fmt.Errorf("syncd: PeerDial gives %q an empty address", id))
 		}
+	}
+	if c.WebAddr != WebOff {
+		if _, _, err := net.SplitHostPort(c.WebAddr); err != nil {
+			errs = append(errs, fmt.Errorf("syncd: WebAddr %q: %v (host:port, or %q)", c.WebAddr, err, WebOff))
+		}
+	}
+	if _, err := transport.ParseOrigins(c.AllowedOrigins); err != nil {
+		errs = append(errs, fmt.Errorf("syncd: AllowedOrigins: %w", err))
 	}
 	if (c.CertFile == "") != (c.KeyFile == "") {
 		errs = append(errs, errors.New("syncd: CertFile and KeyFile go together: set both or neither"))
@@ -324,6 +381,16 @@ func (c Config) Validate() error {
 	if c.MembersPerMinute < proto.MaxMembers {
 		errs = append(errs, fmt.Errorf("syncd: MembersPerMinute %d must be at least %d, the members one request may name", c.MembersPerMinute, proto.MaxMembers))
 	}
+	// A connection, a device and a user must each be able to have one page answer in flight, or
+	// some requests could never be served.
+	if need := pageAnswerCost(int(c.Limits.MaxFrame)); c.MaxAnswerBytesPerConn < need ||
+		c.MaxAnswerBytesPerDevice < c.MaxAnswerBytesPerConn || c.MaxAnswerBytesPerUser < c.MaxAnswerBytesPerDevice {
+		errs = append(errs, fmt.Errorf("syncd: MaxAnswerBytesPerConn %d, MaxAnswerBytesPerDevice %d and MaxAnswerBytesPerUser %d must each be at least %d (one page answer of Limits.MaxFrame %d), in that order",
+			c.MaxAnswerBytesPerConn, c.MaxAnswerBytesPerDevice, c.MaxAnswerBytesPerUser, need, c.Limits.MaxFrame))
+	}
+	if c.WriteTimeout < 100*time.Millisecond || c.WriteTimeout > 10*time.Minute {
+		errs = append(errs, fmt.Errorf("syncd: WriteTimeout %v must be between 100ms and 10m", c.WriteTimeout))
+	}
 	// Every entry must fit a page on its own, or a sync stream could never get past it: the
 	// largest entry (a full body, or a CreateGroup of proto.MaxMembers long ids) plus what a
 	// page frame adds (proto.PageOverhead) must fit max_frame. proto.MinFrameLimit is chosen to
@@ -335,6 +402,26 @@ func (c Config) Validate() error {
 			maxFrame, entry, maxBody, proto.PageOverhead, proto.MinFrameLimit, need))
 	}
 	return errors.Join(errs...)
+}
+
+// WebOff is the WebAddr that serves no browser.
+const WebOff = "off"
+
+// nextPort is hostport with the next port number (port 0 stays 0: any free port); hostport
+// itself if it does not parse (Validate says why).
+func nextPort(hostport string) string {
+	host, port, err := net.SplitHostPort(hostport)
+	if err != nil {
+		return hostport
+	}
+	n, err := strconv.Atoi(port)
+	if err != nil || n >= 65535 {
+		return hostport
+	}
+	if n > 0 {
+		n++
+	}
+	return net.JoinHostPort(host, strconv.Itoa(n))
 }
 
 // loopback reports whether the host of hostport is a loopback address: an IP literal in

@@ -43,6 +43,8 @@ var configNoDefault = map[string]bool{
 	"Peers": true, "Join": true, "PeerDial": true, "TokenSecret": true, "TokenKeys": true, "CertFile": true,
 	"KeyFile": true, "Logger": true, "AdminTokenFile": true, "AdminMetricsAuth": true,
 	"NodeCAFile": true, "NodeCertFile": true, "NodeKeyFile": true, "InsecureNodePlane": true,
+	// Derived from ListenAddr (withDefaults), or off switches.
+	"WebAddr": true, "DisableWebTransport": true, "DisableWebSocket": true,
 }
 
 func TestConfigDefaultsComeFromDefaultConfig(t *testing.T) {
@@ -63,12 +65,23 @@ func TestConfigDefaultsComeFromDefaultConfig(t *testing.T) {
 	want.Limits.SendRatePerS, want.Limits.SendBurst, want.Logger = uint32(d.SendRate), uint32(d.SendBurst), slog.Default()
 	want.Limits.QueryRatePerS, want.Limits.QueryBurst = uint32(d.QueryRate), uint32(d.QueryBurst)
 	want.Limits.MaxStreams, want.Limits.RequestIdleMs = uint32(d.MaxStreamsPerConn), uint32(d.RequestIdle.Milliseconds())
+	want.WebAddr = "127.0.0.1:7301" // the port after ListenAddr's
 	if got := (Config{}).withDefaults(); !reflect.DeepEqual(got, want) {
 		t.Errorf("Config{}.withDefaults() =\n%+v\nwant DefaultConfig()\n%+v", got, want)
 	}
 	// So does DefaultConfig itself: filling defaults twice changes nothing.
 	if got := d.withDefaults(); !reflect.DeepEqual(got, want) {
 		t.Errorf("DefaultConfig().withDefaults() =\n%+v\nwant\n%+v", got, want)
+	}
+
+	// The browsers' address follows the client address unless set.
+	for listen, web := range map[string]string{"0.0.0.0:9000": "0.0.0.0:9001", "[::1]:7300": "[::1]:7301", "127.0.0.1:0": "127.0.0.1:0"} {
+		if got := (Config{ListenAddr: listen}).withDefaults().WebAddr; got != web {
+			t.Errorf("ListenAddr %s: WebAddr %s, want %s", listen, got, web)
+		}
+	}
+	if got := (Config{ListenAddr: "0.0.0.0:9000", WebAddr: WebOff}).withDefaults().WebAddr; got != WebOff {
+		t.Errorf("WebAddr off became %s", got)
 	}
 
 	// Set fields are kept; a Retention with one bound set keeps the other off.

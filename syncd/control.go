@@ -7,11 +7,10 @@ import (
 	"sync"
 	"time"
 
-	"github.com/quic-go/quic-go"
-
 	"github.com/syncd-dev/syncd/proto"
 	"github.com/syncd-dev/syncd/raftstore"
 	"github.com/syncd-dev/syncd/syncd/auth"
+	"github.com/syncd-dev/syncd/syncd/transport"
 )
 
 // The control stream after Welcome (PROTOCOL §6, control stream). It lives as long as the
@@ -23,7 +22,7 @@ import (
 
 // control is a session's control stream and the token it runs under.
 type control struct {
-	st *quic.Stream
+	st transport.Stream
 
 	mu      sync.Mutex  // serializes writes on st; guards the fields below
 	issued  time.Time   // of the token in force
@@ -106,23 +105,23 @@ func (ss *session) finish() {
 
 // closeConn closes conn because of e: e's code as the QUIC application error code, and e's
 // retry-after and message in the reason phrase (proto.CloseReason).
-func closeConn(conn *quic.Conn, e *proto.Error) {
+func closeConn(conn transport.Conn, e *proto.Error) {
 	if conn == nil {
 		return // a session made by a test without a connection
 	}
-	conn.CloseWithError(quic.ApplicationErrorCode(e.Code), proto.CloseReason(e))
+	conn.CloseWithError(uint64(e.Code), proto.CloseReason(e))
 }
 
 // serveControl reads the control stream after Welcome until the session ends: Refresh frames
-// are answered; the stream's end (the client closed or reset it) ends the session, and so does
-// any other frame a client may send (a second Hello, a request: unexpected_frame), a frame
-// version other than 1 (unsupported_version) or a frame beyond max_frame. Unknown frame types
-// and malformed bodies are answered and skipped, as on every stream (PROTOCOL §3).
+// are answered, Report frames counted (digest.go); the stream's end (the client closed or reset
+// it) ends the session, and so does any other frame a client may send (a second Hello, a
+// request: unexpected_frame), a frame version other than 1 (unsupported_version) or a frame
+// beyond max_frame. Unknown frame types and malformed bodies are answered and skipped, as on
+// every stream (PROTOCOL §3).
 func (ss *session) serveControl() {
 	r := proto.NewReader(ss.ctl.st, int(ss.s.cfg.Limits.MaxFrame))
 	for {
 		f, err := r.Next()
-		var reset *quic.StreamError
 		switch {
 		case errors.Is(err, proto.ErrUnknownType), errors.Is(err, proto.ErrMalformed):
 			ss.writeControl(&proto.Error{Code: codeForFrameError(err), Message: err.Error()})
@@ -130,13 +129,11 @@ func (ss *session) serveControl() {
 		case errors.Is(err, io.EOF):
 			ss.end(&proto.Error{Message: "the client closed the control stream: session ended"})
 			return
-		case errors.As(err, &reset) && reset.Remote:
+		case transport.PeerReset(err):
 			ss.end(&proto.Error{Message: "the client reset the control stream: session ended"})
 			return
 		case err != nil:
-			var closed *quic.ApplicationError
-			var idle *quic.IdleTimeoutError
-			if errors.As(err, &closed) || errors.As(err, &idle) || ss.conn.Context().Err() != nil {
+			if errors.Is(err, transport.ErrConnClosed) || ss.conn.Context().Err() != nil {
 				return // the connection is gone already
 			}
 			ss.end(&proto.Error{Code: codeForFrameError(err), Message: "control stream: " + err.Error()})
@@ -145,9 +142,11 @@ func (ss *session) serveControl() {
 		switch f := f.(type) {
 		case *proto.Refresh:
 			ss.refresh(f)
+		case *proto.Report:
+			ss.report(f) // digest.go
 		default:
 			ss.end(&proto.Error{Code: proto.CodeUnexpectedFrame, Message: fmt.Sprintf(
-				"after welcome the control stream carries only refresh from the client, got %v: session ended", f.FrameType())})
+				"after welcome the control stream carries only refresh and report from the client, got %v: session ended", f.FrameType())})
 			return
 		}
 	}
@@ -197,13 +196,18 @@ func (s *Server) checkToken(token string, now time.Time) (auth.TokenClaims, erro
 	return claims, nil
 }
 
-// revokes reports whether r covers a token issued at issued.
-func revokes(r raftstore.Revocation, issued time.Time) bool { return issued.Unix() <= r.Before }
+// revokes reports whether r covers a token issued at issued: every token issued up to r's second
+// plus auth.MaxClockSkew, since until the revocation a server accepted tokens issued that far
+// ahead of its clock (a token service whose clock runs fast); a token minted for the device
+// after that is accepted. The admin plane keeps r that much longer too (admin.RevokeDevice).
+func revokes(r raftstore.Revocation, issued time.Time) bool {
+	return issued.Unix() <= r.Before+int64(auth.MaxClockSkew/time.Second)
+}
 
 // revokedError is the answer to a token of a revoked device, and the end of its sessions.
 func revokedError(r raftstore.Revocation) *proto.Error {
 	return proto.Errorf(proto.CodeUnauthenticated, "device %s of user %s was revoked by an operator: its tokens issued up to %s are refused; get a new token",
-		r.Device, r.User, time.Unix(r.Before, 0).UTC().Format(time.RFC3339))
+		r.Device, r.User, time.Unix(r.Before, 0).Add(auth.MaxClockSkew).UTC().Format(time.RFC3339))
 }
 
 // sessions indexes the node's sessions by device, for revocations. Safe for concurrent use.

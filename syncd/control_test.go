@@ -217,3 +217,49 @@ func TestSessionEndStopsItsTimer(t *testing.T) {
 		t.Fatal("the ended session's expiry timer was still armed")
 	}
 }
+
+// TestTokensIssuedInTheFutureRefused (issue #21, 4): a token whose iat is beyond the clock skew
+// is refused at Hello and in Refresh — the audit's token issued a year ahead with a 29-day span
+// was accepted, outlived max_token_lifetime and every revocation. A token a little ahead (within
+// auth.MaxClockSkew) is accepted, and a revocation made now covers it: its session is closed and
+// it cannot reconnect.
+func TestTokensIssuedInTheFutureRefused(t *testing.T) {
+	ts := startServer(t, func(c *Config) { c.MaxTokenLifetime = 30 * 24 * time.Hour })
+	now := time.Now()
+	yearAhead := now.Add(365 * 24 * time.Hour)
+	future := mintAt(t, ts, "alice", "phone", yearAhead, yearAhead.Add(29*24*time.Hour))
+	if e, ok := hello(t, dialRaw(t, ts), future, "phone").(*proto.Error); !ok || e.Code != proto.CodeUnauthenticated || !strings.Contains(e.Message, "issued in the future") {
+		t.Fatalf("hello with a token issued a year ahead: %#v, want unauthenticated (issued in the future)", e)
+	}
+	justAhead := now.Add(auth.MaxClockSkew + 5*time.Second)
+	if e, ok := hello(t, dialRaw(t, ts), mintAt(t, ts, "alice", "phone", justAhead, justAhead.Add(time.Hour)), "phone").(*proto.Error); !ok || e.Code != proto.CodeUnauthenticated {
+		t.Fatalf("hello with a token issued %v ahead: %#v, want unauthenticated", auth.MaxClockSkew+5*time.Second, e)
+	}
+
+	// Within the skew: accepted, so a clock a few seconds fast does not log devices out.
+	skewed := now.Add(auth.MaxClockSkew / 2)
+	alice := prototest.Connect(t, ts.Addr().String(), ts.Fingerprint(), mintAt(t, ts, "alice", "phone", skewed, skewed.Add(time.Hour)), "alice", "phone")
+	stillServed(t, alice)
+	r := proto.NewReader(alice.Control, alice.MaxFrame())
+	if err := proto.WriteFrame(alice.Control, &proto.Refresh{Token: future}); err != nil {
+		t.Fatal(err)
+	}
+	if e, ok := controlNext(t, alice, r).(*proto.Error); !ok || e.Code != proto.CodeUnauthenticated {
+		t.Fatalf("refresh with a token issued a year ahead: %#v, want unauthenticated", e)
+	}
+	stillServed(t, alice) // a refused refresh leaves the session under its token
+
+	// A revocation made now covers the token issued ahead within the skew: the session ends and
+	// the token is refused (the audit's session stayed and its token reconnected).
+	code, body := testkit.HTTP(t, "POST", "http://"+ts.AdminAddr().String()+"/v1/users/alice/devices/phone/revoke", testkit.Bearer(ts.AdminToken()))
+	if code != 200 {
+		t.Fatalf("revoke: HTTP %d %s", code, body)
+	}
+	if e := prototest.Closed(t, alice.QUIC); e.Code != proto.CodeUnauthenticated || !strings.Contains(e.Message, "revoked") {
+		t.Fatalf("the session of a token issued %v ahead closed with %+v, want unauthenticated (revoked)", auth.MaxClockSkew/2, e)
+	}
+	again := mintAt(t, ts, "alice", "phone", skewed, skewed.Add(time.Hour))
+	if e, ok := hello(t, dialRaw(t, ts), again, "phone").(*proto.Error); !ok || e.Code != proto.CodeUnauthenticated || !strings.Contains(e.Message, "revoked") {
+		t.Fatalf("a revoked token issued ahead reconnecting: %#v, want unauthenticated (revoked)", e)
+	}
+}

@@ -16,8 +16,9 @@ import (
 
 // TestLowDiskRefusesWritesKeepsReads fills the disk under a server (a real tmpfs; needs root,
 // skipped otherwise) below its min_free_disk: sends and group changes get Unavailable with a
-// retry-after of lowDiskRetryAfter, while devices keep syncing what was acknowledged, queries
-// answer, and /readyz and /metrics say why; once space is freed the same send is taken.
+// retry-after of lowDiskRetryAfter, while a resend of an acknowledged send gets its original ack,
+// devices keep syncing what was acknowledged, queries answer, and /readyz and /metrics say why;
+// once space is freed the same send is taken.
 func TestLowDiskRefusesWritesKeepsReads(t *testing.T) {
 	mnt := testkit.Tmpfs(t, 256<<20)
 	ts := startServer(t, func(c *Config) { c.Dir, c.MinFreeDisk = filepath.Join(mnt, "data"), 40<<20 })
@@ -47,6 +48,12 @@ func TestLowDiskRefusesWritesKeepsReads(t *testing.T) {
 		if !ok || e.Code != proto.CodeUnavailable || e.RetryAfter() != lowDiskRetryAfter || !e.Code.Retryable() {
 			t.Fatalf("%v with the disk low: %#v, want unavailable with retry_after_ms %d", req.FrameType(), e, lowDiskRetryAfter.Milliseconds())
 		}
+	}
+	// A resend of the acknowledged send is answered with its original ack (issue 21: it was
+	// refused like a new one), and nothing is written.
+	again := alice.Ack(&proto.Send{ID: alice.ID(), Conv: "d:alice:bob", ClientMsgID: "m1", Body: []byte("hi bob"), Peer: "bob"})
+	if !again.Duplicate || again.MsgID != first.MsgID || again.ConvSeq != first.ConvSeq || again.Time != first.Time {
+		t.Fatalf("resend of an acknowledged send with the disk low: %+v, want the original ack %+v", again, first)
 	}
 	// Reads go on: bob's device syncs alice's acknowledged message, and queries answer.
 	bob.StartSync(0, 0)

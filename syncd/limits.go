@@ -148,10 +148,12 @@ func (c *counts) leave(key string) {
 }
 
 // checkGroupsPerUser refuses a group creation or addition naming a user who is already in
-// Config.MaxGroupsPerUser groups (the creator counts as named). Each user's count lives on the
-// user's own shard, read here from a replica; so it trails the additions being delivered, and
-// one naming a user already in the group counts that user too (the change would be no change
-// for them anyway).
+// Config.MaxGroupsPerUser groups (the creator counts as named), or, when the adder is someone the
+// user has not talked to, in the strangers' share of them (strangerGroups; groupquota.go). Each
+// user's count lives on the user's own shard, read here from a replica; so it trails the
+// additions being delivered, which the seats this node holds for the changes it admitted make up
+// for (groupSeats); and one naming a user already in the group counts that user too (the change
+// would be no change for them anyway).
 func (s *Server) checkGroupsPerUser(ctx context.Context, app *log.Append) error {
 	named := app.Members
 	if app.Kind == log.KindGroupCreate {
@@ -189,13 +191,29 @@ func (s *Server) checkGroupsPerUser(ctx context.Context, app *log.Append) error 
 			counts[owner[id]] += n[j]
 		}
 	}
-	// In the order the users are named (the creator first), so that the refusal names the first
-	// user at the limit, not one a map's order picked.
-	for i, n := range counts {
-		if n >= s.cfg.MaxGroupsPerUser {
-			return proto.Errorf(proto.CodeTooManyGroups, "%s is already in %d groups, at most %d (leave them out, or they leave a group first)",
-				named[i], n, s.cfg.MaxGroupsPerUser)
+	// Whether each user at or past the strangers' share has talked to the adder: read before
+	// the seats' lock (a read may cross nodes); a user who reaches the share meanwhile is
+	// counted as not having talked to the adder.
+	limit, shared := s.cfg.MaxGroupsPerUser, strangerGroups(s.cfg.MaxGroupsPerUser)
+	talked := make([]bool, len(named))
+	now := time.Now()
+	for i, uid := range named {
+		talked[i] = uid == app.Sender // the creator's own group counts against the whole quota
+		if !talked[i] && s.groupSeats.effective(uid, counts[i], now) >= shared {
+			talked[i] = s.talkedTo(ctx, uid, app.Sender)
 		}
 	}
-	return nil
+	// In the order the users are named (the creator first), so that the refusal names the first
+	// user at the limit, not one a map's order picked.
+	return s.groupSeats.admit(named, counts, now, func(i, n int) error {
+		switch {
+		case n >= limit:
+			return proto.Errorf(proto.CodeTooManyGroups, "%s is already in %d groups, at most %d (leave them out, or they leave a group first)",
+				named[i], n, limit)
+		case n >= shared && !talked[i]:
+			return proto.Errorf(proto.CodeTooManyGroups, "%s is in %d groups and has not talked to %s: groups of people %s has not talked to fill at most %d of their %d (%s can add them once they read a message of yours in your direct conversation)",
+				named[i], n, app.Sender, named[i], shared, limit, app.Sender)
+		}
+		return nil
+	})
 }

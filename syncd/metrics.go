@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/syncd-dev/syncd/raftstore"
+	"github.com/syncd-dev/syncd/syncd/transport"
 )
 
 // Metrics (DESIGN §7). Everything registers on the server's own registry, never on
@@ -35,6 +36,23 @@ const (
 
 var refusedReasons = [...]string{refusedSource, refusedBusy, refusedTimeout}
 
+// Why a request was refused with overloaded, the values of the reason label of
+// syncd_request_refused_total.
+const (
+	refusedAnswers  = "answer_bytes" // its connection's, device's or user's answer budget is spent (Config.MaxAnswerBytesPer…)
+	refusedInFlight = "in_flight"    // Config.MaxInFlight requests are being served on the node
+)
+
+var requestRefusedReasons = [...]string{refusedAnswers, refusedInFlight}
+
+// The transports a session may come by, the values of the transport label of
+// syncd_sessions_total; and why a browser's request was refused before it became a session, the
+// values of the reason label of syncd_web_refused_total (transport.WebConfig.Refused).
+var (
+	transportKinds    = [...]string{string(transport.QUIC), string(transport.WebTransport), string(transport.WebSocket)}
+	webRefusedReasons = [...]string{"origin", "path", "sessions", "upgrade"}
+)
+
 // latencyBuckets spans 0.5 ms to 5 s exponentially: three buckets a decade (1-2-5, factor ≈ 2.15),
 // with boundaries an operator can read. For a finer P99, the histograms are also native
 // histograms (factor 1.1) for scrapers that negotiate them; the text format keeps these buckets.
@@ -58,10 +76,15 @@ type metrics struct {
 	syncStreams prometheus.Gauge
 	staleTurns  prometheus.Counter
 	clientGaps  prometheus.Counter
-	refused     [len(refusedReasons)]prometheus.Counter
+	mismatches  prometheus.Counter
+	refused     []prometheus.Counter // by refusedReasons
+	reqRefused  []prometheus.Counter // by requestRefusedReasons
+	writeStalls prometheus.Counter
 	validated   prometheus.Counter
 	movePause   prometheus.Histogram
 	moveCopied  prometheus.Counter
+	sessions    []prometheus.Counter // by transportKinds
+	webRefused  []prometheus.Counter // by webRefusedReasons
 }
 
 // newMetrics registers the server's metrics on reg, which must be private to this server (a
@@ -99,7 +122,11 @@ func newMetrics(reg *prometheus.Registry, node metricsNode, conns func() int64, 
 		}),
 		clientGaps: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: "syncd", Subsystem: "client", Name: "gaps_total",
-			Help: "Gaps in their logs reported by clients.",
+			Help: "Gaps clients reported (Report kind gap): a sync batch that did not continue the device's stored cursor, which the device refetched. At most 10 a minute per device are counted.",
+		}),
+		mismatches: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "syncd", Subsystem: "client", Name: "digest_mismatches_total",
+			Help: "Digest mismatches clients reported (Report kind mismatch): a range of a log the device stored that differed from the server's digest of it, which the device refetched. At most 10 a minute per device are counted.",
 		}),
 		movePause: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Namespace: "syncd", Subsystem: "move", Name: "pause_seconds",
@@ -114,19 +141,34 @@ func newMetrics(reg *prometheus.Registry, node metricsNode, conns func() int64, 
 	for i, r := range sendResults { // every result exists from the start, at zero
 		m.sendAck[i] = sendAck.WithLabelValues(r)
 	}
-	refused := prometheus.NewCounterVec(prometheus.CounterOpts{
+	var refused, reqRefused, sessions, webRefused *prometheus.CounterVec
+	refused, m.refused = labelledCounters(prometheus.CounterOpts{
 		Namespace: "syncd", Subsystem: "handshake", Name: "refused_total",
 		Help: "Client connections closed before or at Hello for want of room, by reason: source (the per-source handshake limit), busy (the node's handshake limit), hello_timeout.",
-	}, []string{"reason"})
-	for i, r := range refusedReasons {
-		m.refused[i] = refused.WithLabelValues(r)
-	}
+	}, "reason", refusedReasons[:])
+	reqRefused, m.reqRefused = labelledCounters(prometheus.CounterOpts{
+		Namespace: "syncd", Subsystem: "request", Name: "refused_total",
+		Help: "Requests refused with overloaded, by reason: answer_bytes (the connection's, device's or user's answers not yet read hold their budget), in_flight (max_in_flight requests being served).",
+	}, "reason", requestRefusedReasons[:])
+	sessions, m.sessions = labelledCounters(prometheus.CounterOpts{
+		Namespace: "syncd", Name: "sessions_total",
+		Help: "Client sessions welcomed (Hello accepted), by transport: quic (syncd/1), webtransport, websocket.",
+	}, "transport", transportKinds[:])
+	webRefused, m.webRefused = labelledCounters(prometheus.CounterOpts{
+		Namespace: "syncd", Subsystem: "web", Name: "refused_total",
+		Help: "Browser requests refused before they became a session, by reason: origin (not in allowed_origins), path (not /syncd/1), sessions (too many WebTransport sessions on one connection), upgrade (not a valid WebTransport or WebSocket upgrade).",
+	}, "reason", webRefusedReasons[:])
+	m.writeStalls = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: "syncd", Subsystem: "stream", Name: "write_timeouts_total",
+		Help: "Request and sync streams reset with timeout because a write to them made no progress within write_timeout (the client did not read).",
+	})
 	m.validated = prometheus.NewCounter(prometheus.CounterOpts{
 		Namespace: "syncd", Subsystem: "handshake", Name: "address_validated_total",
 		Help: "Client connections that proved their source address (a QUIC Retry, asked for while half the handshake limit is in use, or an address token).",
 	})
 	reg.MustRegister(
-		sendAck, m.delivery, m.fanout, m.syncStreams, m.staleTurns, m.clientGaps, refused, m.validated,
+		sendAck, m.delivery, m.fanout, m.syncStreams, m.staleTurns, m.clientGaps, m.mismatches, refused, m.validated,
+		reqRefused, m.writeStalls, sessions, webRefused,
 		m.movePause, m.moveCopied,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Namespace: "syncd", Name: "moves_in_progress",
@@ -148,6 +190,10 @@ func newMetrics(reg *prometheus.Registry, node metricsNode, conns func() int64, 
 			Namespace: "syncd", Subsystem: "fanout", Name: "dead_lettered_total",
 			Help: "Deliveries this node's fan-out moved to dead letters because the destination refused them.",
 		}, func() float64 { return float64(fan.DeadLettered()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Namespace: "syncd", Subsystem: "replica", Name: "checksum_mismatches_total",
+			Help: "Replica checks made through this node (syncctl shard check) that found a shard's replicas holding different state at the same Raft index.",
+		}, func() float64 { return float64(node.ChecksumMismatches()) }),
 		newShardCollector(node),
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
@@ -175,12 +221,22 @@ func registerDiskMetrics(reg *prometheus.Registry, disk func() raftstore.DiskSpa
 	)
 }
 
+// registerAnswerMetrics registers the gauge of the bytes the node's answer budgets hold
+// (answerBudgets), read at scrape time.
+func registerAnswerMetrics(reg *prometheus.Registry, held func() int64) {
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Namespace: "syncd", Name: "answer_bytes",
+		Help: "Bytes of answers this node holds for clients: being built (a page counts max_frame) or waiting to be written.",
+	}, func() float64 { return float64(held()) }))
+}
+
 // metricsNode is what the metrics read of the node at scrape time (*raftstore.Node): its
 // replicas' Raft state and stores, and their leases.
 type metricsNode interface {
 	nodeShards
 	WatchLease(shard raftstore.ShardID) (raftstore.Lease, <-chan struct{}, error)
 	ClusterMap() (raftstore.ClusterMap, bool)
+	ChecksumMismatches() uint64 // replica checks that found replicas differing (raftstore.Node)
 }
 
 // fanoutStats are the fan-out counters the metrics read at scrape time (*Fanout).
@@ -254,10 +310,17 @@ func (m *metrics) syncStale() {
 	}
 }
 
-// clientGap counts a gap a client reported in its log.
+// clientGap counts a gap a client reported in its log (a Report of kind gap).
 func (m *metrics) clientGap() {
 	if m != nil {
 		m.clientGaps.Inc()
+	}
+}
+
+// clientMismatch counts a digest mismatch a client reported (a Report of kind mismatch).
+func (m *metrics) clientMismatch() {
+	if m != nil {
+		m.mismatches.Inc()
 	}
 }
 
@@ -345,10 +408,56 @@ func (m *metrics) handshakeRefused(reason string) {
 	if m == nil {
 		return
 	}
-	for i, r := range refusedReasons {
+	incReason(m.refused, refusedReasons[:], reason)
+}
+
+// requestRefused counts a request refused with overloaded for reason (one of the
+// requestRefusedReasons).
+func (m *metrics) requestRefused(reason string) {
+	if m == nil {
+		return
+	}
+	incReason(m.reqRefused, requestRefusedReasons[:], reason)
+}
+
+// labelledCounters makes a counter vector of one label and its counter for each of values, which
+// exist from the start, at zero (a fixed label set: a scrape shows every one).
+func labelledCounters(opts prometheus.CounterOpts, label string, values []string) (*prometheus.CounterVec, []prometheus.Counter) {
+	vec := prometheus.NewCounterVec(opts, []string{label})
+	counters := make([]prometheus.Counter, len(values))
+	for i, v := range values {
+		counters[i] = vec.WithLabelValues(v)
+	}
+	return vec, counters
+}
+
+// incReason increments the counter of counters that stands at reason's index in reasons.
+func incReason(counters []prometheus.Counter, reasons []string, reason string) {
+	for i, r := range reasons {
 		if r == reason {
-			m.refused[i].Inc()
+			counters[i].Inc()
 		}
+	}
+}
+
+// sessionWelcomed counts a session welcomed over transport kind k.
+func (m *metrics) sessionWelcomed(k transport.Kind) {
+	if m != nil {
+		incReason(m.sessions, transportKinds[:], string(k))
+	}
+}
+
+// webRefusal counts a browser's request refused for reason (one of webRefusedReasons).
+func (m *metrics) webRefusal(reason string) {
+	if m != nil {
+		incReason(m.webRefused, webRefusedReasons[:], reason)
+	}
+}
+
+// writeTimedOut counts a stream reset because a write to it made no progress in time.
+func (m *metrics) writeTimedOut() {
+	if m != nil {
+		m.writeStalls.Inc()
 	}
 }
 

@@ -79,6 +79,8 @@ func TestAdminServesMetricsHealthReadinessAndPprof(t *testing.T) {
 	m.syncStreamOpened()
 	m.syncStreamClosed()
 	m.clientGap()
+	m.clientMismatch()
+	m.clientMismatch()
 	m.syncStale()
 
 	var notReady atomic.Bool
@@ -89,7 +91,7 @@ func TestAdminServesMetricsHealthReadinessAndPprof(t *testing.T) {
 		return admin.LeadersReady(node)
 	}
 	token := strings.Repeat("t", adminapi.MinTokenLen)
-	adm, err := admin.Start(admin.Config{Addr: "127.0.0.1:0", Token: token, TokenFile: "admin.token", Node: node,
+	adm, err := admin.Start(admin.Config{Addr: "127.0.0.1:0", Token: token, Node: node,
 		Routing: routing.Even(2), Peer: peer.New(node), Registry: reg, Ready: ready, Logger: logger})
 	if err != nil {
 		t.Fatal(err)
@@ -132,6 +134,7 @@ func TestAdminServesMetricsHealthReadinessAndPprof(t *testing.T) {
 		`syncd_connections 3`,
 		`syncd_sync_streams 1`,
 		`syncd_client_gaps_total 1`,
+		`syncd_client_digest_mismatches_total 2`,
 		`syncd_raft_is_leader{shard="1"} 1`,
 		`syncd_raft_is_leader{shard="2"} 1`,
 		`syncd_raft_term{shard="1"} `,
@@ -228,6 +231,7 @@ func TestMetricsTwoServersInOneProcess(t *testing.T) {
 	nilMetrics.syncStreamOpened()
 	nilMetrics.syncStreamClosed()
 	nilMetrics.clientGap()
+	nilMetrics.clientMismatch()
 }
 
 // TestAdminLeadersReady checks the readiness condition against a real node, before and after

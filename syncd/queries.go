@@ -16,10 +16,11 @@ import (
 // prefix-consistent, like sync streams, and show a user only conversations it is a member of
 // (G7).
 
-// isQuery reports whether req only reads: ConvList, ConvState, History, Members, HeadCheck.
+// isQuery reports whether req only reads: ConvList, ConvState, History, Members, HeadCheck,
+// Digest.
 func isQuery(req proto.Request) bool {
 	switch req.(type) {
-	case *proto.HeadCheck, *proto.ConvList, *proto.ConvState, *proto.History, *proto.Members:
+	case *proto.HeadCheck, *proto.ConvList, *proto.ConvState, *proto.History, *proto.Members, *proto.Digest:
 		return true
 	}
 	return false
@@ -46,6 +47,8 @@ func (ss *session) query(req proto.Request) proto.Frame {
 		f, err = ss.history(ctx, q)
 	case *proto.Members:
 		f, err = ss.members(ctx, q)
+	case *proto.Digest:
+		f, err = ss.digest(ctx, q)
 	default:
 		err = proto.Errorf(proto.CodeUnexpectedFrame, "%v is not a query", req.FrameType())
 	}

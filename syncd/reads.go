@@ -24,6 +24,7 @@ type shardReader interface {
 	MembersAfter(conv, uid, after string, limit int) ([]log.Member, bool, error)
 	UserGroups(uids []string) ([]int, error)
 	ReadConvBefore(conv string, before log.Position, lim log.Limit) (log.Read, error)
+	ReadConv(conv string, epoch log.Epoch, from log.Position, lim log.Limit) (log.Read, error)
 	ReadUser(uid string, epoch log.Epoch, from log.Position, lim log.Limit) (log.Read, error)
 }
 

@@ -8,7 +8,6 @@ import (
 	"io/fs"
 	"log/slog"
 	"net"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -25,6 +24,7 @@ import (
 	"github.com/syncd-dev/syncd/syncd/moves"
 	"github.com/syncd-dev/syncd/syncd/peer"
 	"github.com/syncd-dev/syncd/syncd/routing"
+	"github.com/syncd-dev/syncd/syncd/transport"
 )
 
 // Server is a syncd node serving clients over QUIC: it owns the node's shards (raftstore), the
@@ -42,8 +42,10 @@ type Server struct {
 	keys        *auth.Keyring // token keys: TokenSecret (current) and TokenKeys
 	adminToken  string
 	fingerprint string
-	transport   *quic.Transport // the client listener's UDP socket (admission.go)
+	udp         *quic.Transport // the client listener's UDP socket (admission.go)
 	ln          *quic.Listener
+	web         *transport.WebListener // browsers' listeners (web.go); nil with WebAddr "off"
+	webCerts    *auth.BrowserCerts     // the certificates browsers pin (web.go); nil with CertFile
 	metrics     *metrics
 	admin       *admin.Server
 	app         *nodeApp // what the node calls up to: applies, calls, attributes
@@ -53,15 +55,19 @@ type Server struct {
 	removed     context.Context
 	markRemoved context.CancelFunc
 	conns       atomic.Int64 // open client connections
-	inflight    gate         // requests being replicated (Config.MaxInFlight)
+	inflight    gate         // requests being served (Config.MaxInFlight)
 	handshakes  gate         // connections being authenticated (Config.MaxHandshakes)
 	sources     counts       // connections being authenticated per source (Config.MaxHandshakesPerSource)
 	userConns   counts       // open connections per user (Config.MaxConnectionsPerUser)
 	sessions    sessions     // authenticated connections by device, for revocations (control.go)
 	// Rates per device and per user, shared by all of their connections (limits.go).
 	sends, queries *buckets    // per device: Config.SendRate/SendBurst, QueryRate/QueryBurst
+	reports        *buckets    // per device: the Reports counted and logged (digest.go)
 	memberAdds     *buckets    // per user: users named in group creations and adds, Config.MembersPerMinute
+	groupSeats     groupSeats  // places held in users' group counts by changes in flight (groupquota.go)
 	syncs          syncStreams // the live sync stream of each device (a new one supersedes it)
+
+	answers *answerBudgets // bytes of answers held per device and user (answers.go)
 }
 
 // NewServer opens the node's store and shards and binds the QUIC listener. On first start with
@@ -73,9 +79,11 @@ func NewServer(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
+	checkFDLimit(cfg.Logger)
 	s := &Server{cfg: cfg, logger: cfg.Logger, notes: newNotifier(),
-		inflight: make(gate, cfg.MaxInFlight), handshakes: make(gate, cfg.MaxHandshakes),
+		inflight: make(gate, cfg.MaxInFlight), handshakes: make(gate, cfg.MaxHandshakes), answers: newAnswerBudgets(cfg),
 		sends: newBuckets(cfg.SendRate, cfg.SendBurst), queries: newBuckets(cfg.QueryRate, cfg.QueryBurst),
+		reports:    newBuckets(float64(reportsPerMinute)/60, reportBurst),
 		memberAdds: newBuckets(float64(cfg.MembersPerMinute)/60, cfg.MembersPerMinute)}
 	s.removed, s.markRemoved = context.WithCancel(context.Background())
 	var err error
@@ -90,12 +98,6 @@ func NewServer(cfg Config) (*Server, error) {
 	}
 	adminTokenFile := cfg.AdminTokenFile
 	if adminTokenFile == "" {
-		// Absolute, as the 401's hint names it to operators who may be anywhere.
-		if dir, err := filepath.Abs(cfg.Dir); err == nil {
-			adminTokenFile = filepath.Join(dir, adminapi.TokenFile)
-		} else {
-			adminTokenFile = filepath.Join(cfg.Dir, adminapi.TokenFile)
-		}
 		s.adminToken, err = auth.LoadOrCreateAdminToken(cfg.Dir)
 	} else if s.adminToken, err = adminapi.ReadToken(adminTokenFile); errors.Is(err, fs.ErrNotExist) {
 		err = fmt.Errorf("syncd: %w; create it (openssl rand -hex 32 > %s; chmod 600 %[2]s), or name the file the "+
@@ -114,6 +116,11 @@ func NewServer(cfg Config) (*Server, error) {
 	}
 	if err != nil {
 		return nil, err
+	}
+	if cfg.CertFile == "" && cfg.servesWebTransport() {
+		if s.webCerts, err = auth.NewBrowserCerts(cfg.Dir, s.logger); err != nil {
+			return nil, err
+		}
 	}
 	nodeTLS, err := nodeTLS(cfg)
 	if err != nil {
@@ -142,10 +149,11 @@ func NewServer(cfg Config) (*Server, error) {
 	reg := prometheus.NewRegistry()
 	s.metrics = newMetrics(reg, s.node, s.conns.Load, s.fan)
 	registerDiskMetrics(reg, s.node.DiskSpace)
-	s.admin, err = admin.Start(admin.Config{Addr: cfg.AdminAddr, Token: s.adminToken, TokenFile: adminTokenFile,
+	registerAnswerMetrics(reg, s.answers.held.Load)
+	s.admin, err = admin.Start(admin.Config{Addr: cfg.AdminAddr, Token: s.adminToken,
 		MaxTokenLifetime: cfg.MaxTokenLifetime,
 		MetricsAuth:      cfg.AdminMetricsAuth, Node: s.node, Routing: s.slots, Fanout: s.fan,
-		Peer: s.peer, Registry: reg, Ready: s.Ready, Logger: s.logger})
+		Peer: s.peer, Registry: reg, Ready: s.Ready, BrowserCerts: s.BrowserCerts, Logger: s.logger})
 	if err != nil {
 		s.node.Close()
 		return nil, err
@@ -155,6 +163,12 @@ func NewServer(cfg Config) (*Server, error) {
 		s.admin.Close(context.Background())
 		s.node.Close()
 		return nil, fmt.Errorf("syncd: listen for clients on %s (is another syncd running? pick another -listen): %w", cfg.ListenAddr, err)
+	}
+	if err := s.listenWeb(cert); err != nil {
+		s.closeListener()
+		s.admin.Close(context.Background())
+		s.node.Close()
+		return nil, err
 	}
 	s.app.attrs.Store(&map[string]string{adminapi.AttrClient: s.ln.Addr().String(), adminapi.AttrAdmin: s.admin.Addr().String()})
 	return s, nil
@@ -221,12 +235,28 @@ func (s *Server) Run(ctx context.Context) error {
 			defer wg.Done()
 			s.watchRemoval(ctx)
 		}()
-		s.acceptLoop(ctx, &wg)
+		if s.web != nil {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				s.acceptLoop(ctx, &wg, s.web.Accept)
+			}()
+		}
+		s.acceptLoop(ctx, &wg, func(ctx context.Context) (transport.Conn, error) {
+			c, err := s.ln.Accept(ctx)
+			if err != nil {
+				return nil, err
+			}
+			return transport.FromQUIC(c), nil
+		})
 	}
 	cancel()
 	s.ln.Close()
 	wg.Wait()
 	s.closeListener()
+	if s.web != nil {
+		s.web.Close()
+	}
 	s.markRemoved() // releases the context; nothing watches it any more
 	closeCtx, done := context.WithTimeout(context.Background(), 5*time.Second)
 	defer done()
@@ -270,10 +300,10 @@ func (s *Server) awaitClusterMap(ctx context.Context) error {
 	return nil
 }
 
-// acceptLoop serves client connections until ctx ends or the listener fails.
-func (s *Server) acceptLoop(ctx context.Context, wg *sync.WaitGroup) {
+// acceptLoop serves the client connections accept returns until ctx ends or it fails.
+func (s *Server) acceptLoop(ctx context.Context, wg *sync.WaitGroup, accept func(context.Context) (transport.Conn, error)) {
 	for {
-		conn, err := s.ln.Accept(ctx)
+		conn, err := accept(ctx)
 		if err != nil {
 			return
 		}

@@ -8,11 +8,10 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/quic-go/quic-go"
-
 	"github.com/syncd-dev/syncd/log"
 	"github.com/syncd-dev/syncd/proto"
 	"github.com/syncd-dev/syncd/raftstore"
+	"github.com/syncd-dev/syncd/syncd/transport"
 )
 
 // maxInFlightPerStream bounds the requests one request stream may have being replicated at once,
@@ -24,13 +23,14 @@ const maxInFlightPerStream = 64
 // lifecycle are in control.go.
 type session struct {
 	s      *Server
-	conn   *quic.Conn // closed by the session on a fault that ends the connection (streams.go)
+	conn   transport.Conn // closed by the session on a fault that ends the connection (streams.go)
 	user   string
 	device string
 	ctl    control
 	proto  uint32 // the protocol revision of the connection (Welcome.ProtoVersion)
 
 	oversize atomic.Bool // an answer beyond max_frame was logged (send)
+	answers  connAnswers // what this connection's answers hold of the budgets (answers.go)
 }
 
 // key names the session's device in the server's per-device rate limits and sync streams.
@@ -39,7 +39,7 @@ func (ss *session) key() string { return ss.user + "\x00" + ss.device }
 // serveStream serves one client-opened stream. Its first frame decides its role: SyncStart
 // makes it the sync stream, a request makes it a request stream. The first frame must come
 // within Config.RequestIdle, like every frame of a request stream.
-func (ss *session) serveStream(ctx context.Context, st *quic.Stream) {
+func (ss *session) serveStream(ctx context.Context, st transport.Stream) {
 	defer st.Close()
 	r := proto.NewReader(st, int(ss.s.cfg.Limits.MaxFrame))
 	st.SetReadDeadline(time.Now().Add(ss.s.cfg.RequestIdle))
@@ -56,8 +56,10 @@ func (ss *session) serveStream(ctx context.Context, st *quic.Stream) {
 // come out of order; the request id matches them up). A stream without a frame from the client
 // for Config.RequestIdle is closed: it pins a goroutine and buffers for nothing. Whatever ends
 // the stream, the requests already received are answered before the server's side ends (the
-// caller's Close).
-func (ss *session) serveRequests(ctx context.Context, st *quic.Stream, r *proto.Reader, first proto.Frame, firstErr error) {
+// caller's Close). Each request holds its share of the answer budgets until its answer is
+// written; one beyond them is refused here, at once, and the stream is read no further until
+// that refusal is written (answers.go).
+func (ss *session) serveRequests(ctx context.Context, st transport.Stream, r *proto.Reader, first proto.Frame, firstErr error) {
 	w := &streamWriter{ss: ss, st: st}
 	var wg sync.WaitGroup
 	defer wg.Wait()
@@ -79,7 +81,7 @@ func (ss *session) serveRequests(ctx context.Context, st *quic.Stream, r *proto.
 			st.SetReadDeadline(time.Now().Add(ss.s.cfg.RequestIdle))
 			continue
 		case faultReset:
-			st.CancelRead(quic.StreamErrorCode(code))
+			st.CancelRead(uint64(code))
 			return
 		case faultClose:
 			return
@@ -93,11 +95,21 @@ func (ss *session) serveRequests(ctx context.Context, st *quic.Stream, r *proto.
 			return
 		}
 		st.SetReadDeadline(time.Now().Add(ss.s.cfg.RequestIdle))
+		held := requestCost(req, int(ss.s.cfg.Limits.MaxFrame))
+		if ok, why := ss.answers.reserve(held, false); !ok {
+			<-sem
+			ss.s.metrics.requestRefused(refusedAnswers)
+			w.send(overloaded(req.RequestID(), why, answerRetry))
+			continue
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			w.send(ss.answer(ctx, req))
+			frame := ss.encodeAnswer(ss.answer(ctx, req))
+			ss.answers.resize(&held, int64(len(frame))+answerOverhead) // the entries read are garbage now
+			w.sendAnswer(frame)
+			ss.answers.release(held)
 		}()
 	}
 }
@@ -113,6 +125,13 @@ func (ss *session) answer(ctx context.Context, req proto.Request) proto.Frame {
 		if ok, wait := ss.s.queries.take(ss.key(), now, 1); !ok {
 			return rateLimited(id, "query rate exceeded for this device", wait)
 		}
+		// A query occupies the node while it reads (a remote replica's included) as a mutation
+		// does while it is replicated.
+		if !ss.s.inflight.enter() {
+			ss.s.metrics.requestRefused(refusedInFlight)
+			return overloaded(id, "requests in flight", 100*time.Millisecond)
+		}
+		defer ss.s.inflight.leave()
 		return ss.query(req)
 	}
 	app, err := ss.appendFor(req)
@@ -131,6 +150,7 @@ func (ss *session) answer(ctx context.Context, req proto.Request) proto.Frame {
 		}
 	}
 	if !ss.s.inflight.enter() {
+		ss.s.metrics.requestRefused(refusedInFlight)
 		return overloaded(id, "requests in flight", 100*time.Millisecond)
 	}
 	defer ss.s.inflight.leave()
@@ -197,12 +217,12 @@ func (ss *session) appendFor(req proto.Request) (*log.Append, error) {
 // are read concurrently (readUpstream): cursor acks are stored, coalesced, anything else is
 // answered. A newer sync stream of the same device on this node supersedes this one: it ends
 // with Error{superseded}.
-func (ss *session) serveSync(ctx context.Context, st *quic.Stream, r *proto.Reader, start *proto.SyncStart) {
+func (ss *session) serveSync(ctx context.Context, st transport.Stream, r *proto.Reader, start *proto.SyncStart) {
 	w := &streamWriter{ss: ss, st: st}
 	if err := start.Validate(); err != nil {
 		e := wireError(ss.s.logger, 0, err)
 		w.send(e)
-		st.CancelRead(quic.StreamErrorCode(e.Code))
+		st.CancelRead(uint64(e.Code))
 		return
 	}
 	ctx, cancel := context.WithCancelCause(ctx)
@@ -212,7 +232,7 @@ func (ss *session) serveSync(ctx context.Context, st *quic.Stream, r *proto.Read
 	defer ss.s.syncs.release(ss.key(), me)
 	// An ending stream does not wait long for a device that does not read: its last frame gets
 	// a second to leave.
-	defer context.AfterFunc(ctx, func() { st.SetWriteDeadline(time.Now().Add(time.Second)) })()
+	defer context.AfterFunc(ctx, func() { w.cutOff(time.Second) })()
 	ss.s.metrics.syncStreamOpened()
 	defer ss.s.metrics.syncStreamClosed()
 
@@ -239,15 +259,15 @@ func (ss *session) serveSync(ctx context.Context, st *quic.Stream, r *proto.Read
 	case errors.Is(cause, errSuperseded):
 		code = proto.CodeSuperseded
 		if w.send(&proto.Error{Code: code, Message: "another sync stream of this device replaced this one"}) != nil {
-			st.CancelWrite(quic.StreamErrorCode(code)) // the Error could not go: the reset carries the code
+			st.CancelWrite(uint64(code)) // the Error could not go: the reset carries the code
 		}
 	case errors.As(cause, &reset):
 		code = reset.code // its Error went out already
 	}
 	if w.failed() && code != proto.CodeSuperseded {
-		st.CancelWrite(quic.StreamErrorCode(code)) // part of a frame may be on the stream: never end it cleanly
+		st.CancelWrite(uint64(code)) // part of a frame may be on the stream: never end it cleanly
 	}
-	st.CancelRead(quic.StreamErrorCode(code)) // ends readUpstream
+	st.CancelRead(uint64(code)) // ends readUpstream
 	wg.Wait()
 }
 

@@ -5,11 +5,12 @@ import (
 	"errors"
 	"io"
 	"sync"
-
-	"github.com/quic-go/quic-go"
+	"sync/atomic"
+	"time"
 
 	"github.com/syncd-dev/syncd/log"
 	"github.com/syncd-dev/syncd/proto"
+	"github.com/syncd-dev/syncd/syncd/transport"
 )
 
 // How the server treats what a client sends on its request and sync streams (PROTOCOL §3, "A
@@ -78,11 +79,15 @@ func codeForFrameError(err error) proto.Code {
 }
 
 // streamWriter writes frames to one stream for several goroutines (a request stream's answers,
-// a sync stream's batches and its answers to upstream frames). After a failed write the stream
+// a sync stream's batches and its answers to upstream frames). Every write must make progress
+// within Config.WriteTimeout (deadlineWriter): one that does not — the client reads nothing —
+// resets the stream both ways with Timeout, so the stream's reader ends and the writes waiting
+// behind it fail at once, releasing what they held (answers.go). After a failed write the stream
 // may hold part of a frame, so nothing more is written to it. Safe for concurrent use.
 type streamWriter struct {
-	ss *session
-	st *quic.Stream
+	ss    *session
+	st    transport.Stream
+	until atomic.Int64 // cutOff's deadline, Unix ns; 0: none
 
 	mu  sync.Mutex
 	err error // the first failed write
@@ -95,9 +100,9 @@ func (w *streamWriter) send(f proto.Frame) error {
 	if w.err != nil {
 		return w.err
 	}
-	err := w.ss.send(w.st, f)
+	err := w.ss.send(w.out(), f)
 	if err != nil && !errors.Is(err, proto.ErrFrameTooLarge) { // the replacement Error was a whole frame
-		w.err = err
+		w.failLocked(err)
 	}
 	return err
 }
@@ -109,11 +114,55 @@ func (w *streamWriter) sendEncoded(t proto.Type, frame []byte) error {
 	if w.err != nil {
 		return w.err
 	}
-	err := w.ss.sendEncoded(w.st, t, frame)
+	err := w.ss.sendEncoded(w.out(), t, frame)
 	if err != nil && !errors.Is(err, proto.ErrFrameTooLarge) {
-		w.err = err
+		w.failLocked(err)
 	}
 	return err
+}
+
+// sendAnswer writes a frame encoded already and checked against max_frame
+// (session.encodeAnswer).
+func (w *streamWriter) sendAnswer(frame []byte) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.err != nil {
+		return w.err
+	}
+	_, err := w.out().Write(frame)
+	if err != nil {
+		w.failLocked(err)
+	}
+	return err
+}
+
+// out is the stream under the write deadlines.
+func (w *streamWriter) out() deadlineWriter {
+	return deadlineWriter{st: w.st, timeout: w.ss.s.cfg.WriteTimeout, until: &w.until}
+}
+
+// cutOff gives the writes from now on, and the one in progress, d at most: an ending stream does
+// not wait long for a client that does not read. (A chunk begun just before may keep its own
+// deadline, at most WriteTimeout.)
+func (w *streamWriter) cutOff(d time.Duration) {
+	until := time.Now().Add(d)
+	w.until.Store(until.UnixNano())
+	w.st.SetWriteDeadline(until)
+}
+
+// failLocked records the first failed write. One that made no progress within WriteTimeout
+// resets the stream both ways with Timeout: its client does not read, so nothing it sent is
+// worth reading either. One cut off by cutOff is left to the stream's owner, which resets the
+// stream with its own code.
+//
+// REQUIRES: w.mu
+func (w *streamWriter) failLocked(err error) {
+	w.err = err
+	if stalled(err) && w.until.Load() == 0 {
+		w.ss.s.metrics.writeTimedOut()
+		w.st.CancelWrite(uint64(proto.CodeTimeout))
+		w.st.CancelRead(uint64(proto.CodeTimeout))
+	}
 }
 
 // failed reports whether a write has failed.

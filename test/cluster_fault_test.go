@@ -66,12 +66,10 @@ func runFault(t *testing.T, needsRelays bool, schedule func(f *faultRun)) {
 	runFaultWithSpares(t, needsRelays, 0, schedule)
 }
 
-// runFaultWithSpares is runFault on a cluster with spare nodes (startClusterWithSpares).
-func runFaultWithSpares(t *testing.T, needsRelays bool, spares int, schedule func(f *faultRun)) {
-	if runtime.GOOS != "linux" {
-		t.Skip("the cluster fault suite needs Linux (SIGKILL, SIGSTOP, parent-death signal)")
-	}
-	seed := uint64(time.Now().UnixNano())
+// faultMode returns the seed of a randomized run's choices, SYNCD_FAULT_SEED's or a new one, and
+// whether SYNCD_FAULT_LONG=1 asks for the long run.
+func faultMode(t *testing.T) (seed uint64, long bool) {
+	seed = uint64(time.Now().UnixNano())
 	if s := os.Getenv("SYNCD_FAULT_SEED"); s != "" {
 		v, err := strconv.ParseUint(s, 10, 64)
 		if err != nil {
@@ -79,7 +77,15 @@ func runFaultWithSpares(t *testing.T, needsRelays bool, spares int, schedule fun
 		}
 		seed = v
 	}
-	long := os.Getenv("SYNCD_FAULT_LONG") == "1"
+	return seed, os.Getenv("SYNCD_FAULT_LONG") == "1"
+}
+
+// runFaultWithSpares is runFault on a cluster with spare nodes (startClusterWithSpares).
+func runFaultWithSpares(t *testing.T, needsRelays bool, spares int, schedule func(f *faultRun)) {
+	if runtime.GOOS != "linux" {
+		t.Skip("the cluster fault suite needs Linux (SIGKILL, SIGSTOP, parent-death signal)")
+	}
+	seed, long := faultMode(t)
 	tl := newTimeline(t)
 	tl.add("workload seed %d (rerun with SYNCD_FAULT_SEED=%d); long mode %v", seed, seed, long)
 	c := startClusterWithSpares(t, 3, spares, tl)

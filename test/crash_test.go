@@ -60,7 +60,7 @@ func freeTCP(t *testing.T) string {
 func (p *serverProcess) start() {
 	p.t.Helper()
 	p.stderr = &strings.Builder{}
-	p.cmd = exec.Command(p.bin, "-data-dir", p.dir, "-listen", p.listen, "-raft-addr", p.raft, "-admin", p.admin, "-shards", "4")
+	p.cmd = exec.Command(p.bin, "-data-dir", p.dir, "-listen", p.listen, "-web-listen", "off", "-raft-addr", p.raft, "-admin", p.admin, "-shards", "4")
 	p.cmd.Stderr = p.stderr
 	if err := p.cmd.Start(); err != nil {
 		p.t.Fatal(err)

@@ -25,11 +25,13 @@ const (
 	raft      = "github.com/hashicorp/raft"
 	hashicorp = "github.com/hashicorp/"
 	quic      = "github.com/quic-go/"
+	webtrans  = "github.com/quic-go/webtransport-go"
+	websocket = "github.com/coder/websocket"
 )
 
 // serverOnly are the outside modules only the server side may import. (Prometheus cannot be
 // among them: Pebble, the SDK's store, depends on its client library.)
-var serverOnly = []string{hashicorp}
+var serverOnly = []string{hashicorp, webtrans, websocket}
 
 // rules is the package map of the design (DESIGN §6, STYLE "Layout") as a test: every package of
 // the module must have one, so a new package fails CI until someone decides where it sits. The
@@ -46,22 +48,29 @@ var rules = map[string]rule{
 	"proto/prototest":         {repo: []string{"log/ident", "proto", "test/testkit"}, deny: serverOnly},
 	"client":                  {repo: []string{"log/ident", "proto", "client/internal/store"}, deny: serverOnly},
 	"client/internal/store":   {repo: []string{"log/ident", "proto"}, deny: append([]string{quic}, serverOnly...)},
-	"bench/peerresult":        {outside: []string{}},
-	"bench/procstat":          {outside: []string{}},
-	"bench":                   {repo: []string{"log/ident", "client", "client/internal/store", "proto", "test/testkit"}, deny: serverOnly},
-	"syncd/adminapi":          {outside: []string{}},
-	"syncd/auth":              {repo: []string{"log/ident", "proto", "syncd/adminapi"}, outside: []string{msgpack}},
-	"syncd/routing":           {repo: []string{"log/ident", "log", "raftstore"}},
-	"syncd/peer":              {repo: []string{"log/ident", "log", "proto", "raftstore", "syncd/adminapi"}},
-	"syncd/fanout":            {repo: []string{"log/ident", "log", "raftstore", "syncd/adminapi"}},
-	"syncd/moves":             {repo: []string{"log/ident", "log", "raftstore"}},
+	// Damages a closed device store on purpose, for the SDK's repair tests.
+	"client/internal/store/storetest": {repo: []string{"log/ident", "proto", "client/internal/store"}, deny: append([]string{quic}, serverOnly...)},
+	"bench/peerresult":                {outside: []string{}},
+	"bench/procstat":                  {outside: []string{}},
+	"bench":                           {repo: []string{"log/ident", "client", "client/internal/store", "proto", "test/testkit"}, deny: serverOnly},
+	"syncd/adminapi":                  {outside: []string{}},
+	"syncd/auth":                      {repo: []string{"log/ident", "proto", "syncd/adminapi"}, outside: []string{msgpack}},
+	"syncd/routing":                   {repo: []string{"log/ident", "log", "raftstore"}},
+	"syncd/peer":                      {repo: []string{"log/ident", "log", "proto", "raftstore", "syncd/adminapi"}},
+	"syncd/fanout":                    {repo: []string{"log/ident", "log", "raftstore", "syncd/adminapi"}},
+	"syncd/moves":                     {repo: []string{"log/ident", "log", "raftstore"}},
+	"syncd/transport":                 {repo: []string{"log/ident", "proto"}, deny: []string{hashicorp}},
 	"syncd/admin": {repo: []string{"log/ident", "log", "proto", "raftstore", "syncd/adminapi", "syncd/fanout", "syncd/peer",
 		"syncd/routing"}},
 	"syncd": {repo: []string{"log/ident", "log", "proto", "raftstore", "syncd/admin", "syncd/adminapi", "syncd/auth",
-		"syncd/fanout", "syncd/moves", "syncd/peer", "syncd/routing"}},
+		"syncd/fanout", "syncd/moves", "syncd/peer", "syncd/routing", "syncd/transport"}},
+	// The conformance kit embeds a whole server and sits beside it: only commands and tests import it.
+	"syncd/conformance": {repo: []string{"log/ident", "log", "proto", "raftstore", "syncd", "syncd/admin", "syncd/adminapi",
+		"syncd/auth", "syncd/fanout", "syncd/moves", "syncd/peer", "syncd/routing", "syncd/transport"}},
 	"syncd/syncdtest": {repo: []string{"log/ident", "log", "proto", "raftstore", "syncd", "syncd/admin", "syncd/adminapi",
-		"syncd/auth", "syncd/fanout", "syncd/moves", "syncd/peer", "syncd/routing", "test/testkit"}},
+		"syncd/auth", "syncd/fanout", "syncd/moves", "syncd/peer", "syncd/routing", "syncd/transport", "test/testkit"}},
 	"test/testkit":     {outside: []string{}},
+	"test/browser":     {repo: []string{}, outside: []string{}}, // runs the TypeScript SDK's journeys with Node
 	"test/proccluster": {repo: []string{"log/ident", "proto", "raftstore", "log", "syncd/adminapi", "syncd/auth", "test/testkit"}},
 	// syncctl is a user's and operator's tool: it speaks the protocol (client) and the admin API
 	// (adminapi, auth), and links none of the server.

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"slices"
 	"testing"
 	"time"
 
@@ -15,8 +16,9 @@ import (
 )
 
 // TestTooOldCursorRebases: retention trims bob's log while his new device has never synced; the
-// device is told "too old" (never silently moved forward), rebases to the head, and receives what
-// comes next.
+// device is told "too old" (never silently moved forward), rebases to the head — loading the
+// conversation's state and recent history, which retention of user logs leaves whole — and
+// receives what comes next.
 func TestTooOldCursorRebases(t *testing.T) {
 	srv := startServerWith(t, func(c *syncd.Config) {
 		c.Retention = log.Retention{MaxCount: 5}
@@ -42,8 +44,8 @@ func TestTooOldCursorRebases(t *testing.T) {
 	defer bob.Close()
 	select {
 	case r := <-bob.rebases:
-		if r.Head != 20 {
-			t.Fatalf("rebase to %d, want the head 20", r.Head)
+		if r.Head != 20 || !slices.Equal(r.Convs, []string{"d:alice:bob"}) {
+			t.Fatalf("rebase to %d loading %v, want the head 20 and d:alice:bob", r.Head, r.Convs)
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("a device behind retention was not told to rebase")
@@ -62,7 +64,11 @@ func TestTooOldCursorRebases(t *testing.T) {
 	if _, err := alice.Send("d:alice:bob", "bob", []byte("new")); err != nil {
 		t.Fatal(err)
 	}
-	waitBodies(t, "d:alice:bob", []string{"new"}, bob)
+	want := make([]string, 0, 21)
+	for i := range 20 {
+		want = append(want, fmt.Sprint("old", i))
+	}
+	waitBodies(t, "d:alice:bob", append(want, "new"), bob)
 }
 
 // TestEpochChangeResyncs: an operator resets bob's user log (admin HTTP, as syncctl reset-user

@@ -508,6 +508,8 @@ func catchUpRow(ctx context.Context, o options, target bench.Target, bare bench.
 		progress("catchup: %v", err)
 		return row{name: "catch-up", value: "FAILED", note: err.Error()}
 	}
+	// Named so that a browser can replay the same log beside this replay (client/js/e2e/bench.ts).
+	progress("catchup: backlog in the log of user %s, head %d", b.User, b.Head)
 	var rates []float64
 	var runs []string
 	var last bench.CatchUpResult

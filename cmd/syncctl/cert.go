@@ -21,11 +21,16 @@ CA that names its node id (in a syncd://node/<id> URI SAN; dialers check it).
 
   create-ca     a new cluster CA in -dir: ca.crt (give it to every node) and ca.key (mode
                 0600; keep it off the nodes, it issues node certificates). Once per cluster.
+                With them, the certificate devices pin, one for the whole cluster: tls.crt and
+                tls.key (self-signed; syncctl prints its fingerprint).
   create-node   a certificate for -node-id, issued by -ca/-ca-key, valid 5 years: node.crt and
-                node.key (0600) in -dir, plus a copy of ca.crt unless -dir has one. With -dir the
-                node's data directory, syncd finds all three there; or pass -node-ca, -node-cert
-                and -node-key. -host adds host names or IP addresses as SANs, for other tools
-                (syncd checks the node id, not the address).
+                node.key (0600) in -dir, plus a copy of ca.crt unless -dir has one, and of the
+                cluster's tls.crt and tls.key (found next to -ca) unless -dir has them, so that
+                every node presents the certificate devices pinned and the SDK can fail over
+                between nodes. With -dir the node's data directory, syncd finds them all there;
+                or pass -node-ca, -node-cert and -node-key (and -cert, -key). -host adds host
+                names or IP addresses as SANs, for other tools (syncd checks the node id, not
+                the address).
 
 Neither replaces an existing file. A lone syncd with no certificates makes its own CA and
 certificate in its data directory; to grow it into a cluster, issue the new nodes' certificates
@@ -67,6 +72,14 @@ syncctl cert create-node -dir ./n2 -ca ./ca/ca.crt -ca-key ./ca/ca.key -node-id 
 		}
 		fmt.Fprintf(e.stdout, "created the cluster CA: %s (for every node) and %s (keep it safe, off the nodes)\n",
 			filepath.Join(*dir, auth.NodeCAFile), filepath.Join(*dir, auth.NodeCAKeyFile))
+		// The certificate devices pin, one per cluster: create-node gives it to every node.
+		_, fp, err := auth.SelfSignedCert(*dir, nil)
+		if err != nil {
+			e.errorf(cmd+" "+sub, "%v", err)
+			return exitFail
+		}
+		fmt.Fprintf(e.stdout, "created the certificate devices pin, for every node (create-node copies it): %s, %s; fingerprint %s\n",
+			filepath.Join(*dir, auth.TLSCertFile), filepath.Join(*dir, auth.TLSKeyFile), fp)
 	case "create-node":
 		if *caCert == "" || *caKey == "" || *nodeID == "" {
 			e.errorf(cmd+" "+sub, "-ca, -ca-key and -node-id are required (see -h)")
@@ -80,6 +93,19 @@ syncctl cert create-node -dir ./n2 -ca ./ca/ca.crt -ca-key ./ca/ca.key -node-id 
 			"-data-dir %s, or pass them as -node-ca, -node-cert and -node-key\n", *nodeID,
 			filepath.Join(*dir, auth.NodeCAFile), filepath.Join(*dir, auth.NodeCertFile), filepath.Join(*dir, auth.NodeKeyFile),
 			*nodeID, *dir)
+		switch fp, copied, err := auth.ShareCert(filepath.Dir(*caCert), *dir); {
+		case err != nil:
+			e.errorf(cmd+" "+sub, "%v", err)
+			return exitFail
+		case copied:
+			fmt.Fprintf(e.stdout, "copied the cluster's certificate devices pin (%s, fingerprint %s) into %s\n", auth.TLSCertFile, fp, *dir)
+		case fp != "":
+			fmt.Fprintf(e.stdout, "kept the certificate devices pin that %s holds already (fingerprint %s)\n", *dir, fp)
+		default:
+			fmt.Fprintf(e.stdout, "no %s next to %s: this node makes its own certificate for devices, which then pin "+
+				"one node only; copy the cluster's %s and %s into %s to give every node the same one\n",
+				auth.TLSCertFile, *caCert, auth.TLSCertFile, auth.TLSKeyFile, *dir)
+		}
 	default:
 		e.errorf(cmd, "unknown subcommand %q: want create-ca or create-node (see -h)", sub)
 		return exitUsage

@@ -86,3 +86,45 @@ func TestCertCreateCAAndNode(t *testing.T) {
 		}
 	}
 }
+
+// TestCertOneClientCertificatePerCluster (issue #21, 6): create-ca makes the certificate devices
+// pin next to the CA and create-node gives it to every node (a cluster built by hand as the
+// README says used to give each node its own, so a device that pinned n1 was refused by n2); a
+// node directory holding a certificate already keeps it, and says so.
+func TestCertOneClientCertificatePerCluster(t *testing.T) {
+	dir := t.TempDir()
+	ca := filepath.Join(dir, "ca")
+	if code, out, _ := syncctl(t, "cert", "create-ca", "-dir", ca); code != exitOK || !strings.Contains(out, "fingerprint") {
+		t.Fatalf("create-ca: exit %d, %q", code, out)
+	}
+	_, want, err := auth.LoadCert(filepath.Join(ca, auth.TLSCertFile), filepath.Join(ca, auth.TLSKeyFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	caFlags := []string{"-ca", filepath.Join(ca, auth.NodeCAFile), "-ca-key", filepath.Join(ca, auth.NodeCAKeyFile)}
+	for _, n := range []string{"n1", "n2", "n3"} {
+		code, out, errOut := syncctl(t, append([]string{"cert", "create-node", "-dir", filepath.Join(dir, n), "-node-id", n}, caFlags...)...)
+		if code != exitOK || !strings.Contains(out, "copied the cluster's certificate") {
+			t.Fatalf("create-node %s: exit %d, %q %q", n, code, out, errOut)
+		}
+		// What syncd loads from the data directory (SelfSignedCert finds the files and keeps them).
+		_, got, err := auth.SelfSignedCert(filepath.Join(dir, n), nil)
+		if err != nil || got != want {
+			t.Fatalf("%s presents %s (%v), want the cluster's %s", n, got, err, want)
+		}
+	}
+	if runtime.GOOS != "windows" {
+		if fi, err := os.Stat(filepath.Join(dir, "n2", auth.TLSKeyFile)); err != nil || fi.Mode().Perm() != 0o600 {
+			t.Errorf("copied key: %v, mode %v, want 0600", err, fi.Mode().Perm())
+		}
+	}
+	own := filepath.Join(dir, "own")
+	_, ownFP, err := auth.SelfSignedCert(own, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, out, _ := syncctl(t, append([]string{"cert", "create-node", "-dir", own, "-node-id", "n4"}, caFlags...)...)
+	if code != exitOK || !strings.Contains(out, "kept the certificate devices pin") || !strings.Contains(out, ownFP) {
+		t.Fatalf("create-node into a dir with its own certificate: exit %d, %q", code, out)
+	}
+}

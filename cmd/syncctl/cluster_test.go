@@ -89,7 +89,7 @@ func TestSyncctlShardAdd(t *testing.T) {
 			t.Fatalf("shard %d: %+v", s.Shard, s)
 		}
 	}
-	if code, _, errOut := syncctl(t, append([]string{"shard", "merge"}, admin...)...); code != exitUsage || !strings.Contains(errOut, "want add or split") {
+	if code, _, errOut := syncctl(t, append([]string{"shard", "merge"}, admin...)...); code != exitUsage || !strings.Contains(errOut, "want add, split or check") {
 		t.Fatalf("shard merge: exit %d: %s", code, errOut)
 	}
 }
@@ -308,5 +308,34 @@ func TestSyncctlSplitUser(t *testing.T) {
 	code, out, errOut = syncctl(t, append([]string{"pull"}, as("bot")...)...)
 	if code != 0 || !strings.Contains(out, want) || !strings.Contains(out, "to a sub-log") {
 		t.Errorf("pull as the split user: exit %d: %s %s, want an entry with %s", code, out, errOut, want)
+	}
+}
+
+// TestSyncctlRefusedMoveAddsNoShard (issue #21, 6): a move to a new shard that the cluster map
+// refuses (here a slot range two shards own) is refused before the shard is added: the cluster
+// keeps its shards, and a valid move to a new shard afterwards gets the next id.
+func TestSyncctlRefusedMoveAddsNoShard(t *testing.T) {
+	srv := syncdtest.Start(t, nil)
+	t.Setenv("SYNCD_ADMIN_TOKEN", srv.AdminToken())
+	admin := []string{"-admin", srv.AdminAddr().String()}
+	shards := func() int {
+		_, out, _ := syncctl(t, append([]string{"cluster", "status", "-json"}, admin...)...)
+		return len(decodeJSON[adminapi.ClusterView](t, out).Shards)
+	}
+	if n := shards(); n != 4 {
+		t.Fatalf("%d shards at start, want 4", n)
+	}
+	quarter := raftstore.NumSlots / 4 // shard 1 owns 0 to quarter-1, shard 2 the next quarter
+	span := fmt.Sprintf("%d-%d", quarter-10, quarter+10)
+	code, _, errOut := syncctl(t, append([]string{"slots", "move", span, "-new-shard"}, admin...)...)
+	if code != exitFail || !strings.Contains(errOut, "move a range one shard owns") {
+		t.Fatalf("slots move %s -new-shard: exit %d: %s", span, code, errOut)
+	}
+	if n := shards(); n != 4 {
+		t.Fatalf("%d shards after a refused move to a new shard, want 4: the refused move added one", n)
+	}
+	code, out, errOut := syncctl(t, append([]string{"slots", "move", fmt.Sprintf("0-%d", quarter/2-1), "-new-shard"}, admin...)...)
+	if code != 0 || !strings.Contains(out, "to shard 5") {
+		t.Fatalf("a valid slots move -new-shard: exit %d: %s %s", code, out, errOut)
 	}
 }

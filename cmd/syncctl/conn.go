@@ -145,9 +145,12 @@ func (c *connFlags) dial(ctx context.Context, e *env) (*client.Client, error) {
 		level = slog.LevelDebug
 	}
 	addrs := strings.Split(c.addr, ",")
+	// No ceiling: pull prints every retained entry of the log, however far behind its store is,
+	// rather than rebasing past them as an app would (the SDK's default of 10,000).
 	return client.Dial(ctx, client.Config{
 		Addr: addrs[0], Addrs: addrs[1:], Token: c.token, Device: c.device, Fingerprint: c.fingerprint, StoreDir: c.store,
-		Logger: slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: level})),
+		Logger:  slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: level})),
+		Ceiling: -1,
 	})
 }
 

@@ -30,6 +30,9 @@ const (
 	exitOK    = 0
 	exitFail  = 1 // the command ran and failed (refused, not acknowledged, not ready)
 	exitUsage = 2 // bad command line
+	// exitIncomplete: the command found nothing wrong but could not look at everything (shard
+	// check: a replica gave no checksum in time).
+	exitIncomplete = 3
 )
 
 // command is one subcommand: run gets the arguments after its name.
@@ -51,7 +54,7 @@ var commands = []command{
 	{"status", "show a node's readiness and per-shard Raft state (admin HTTP)", runStatus},
 	{"cluster", "show every node and shard of the cluster: leaders, replicas, lag (admin HTTP)", runCluster},
 	{"node", "add a node to the cluster or remove one, online (admin HTTP)", runNode},
-	{"shard", "add a data shard to the cluster, or split one in two, online (admin HTTP)", runShard},
+	{"shard", "add a data shard, split one in two, or check that its replicas agree (admin HTTP)", runShard},
 	{"slots", "move a range of hash slots to another shard, online (admin HTTP)", runSlots},
 	{"move", "move a user's log or a conversation to another shard, online (admin HTTP)", runMove},
 	{"cursor", "show a user's log and where each device's cursor stands in it (admin HTTP)", runCursor},

@@ -10,6 +10,7 @@ import (
 
 	"github.com/syncd-dev/syncd/log"
 	"github.com/syncd-dev/syncd/syncd/adminapi"
+	"github.com/syncd-dev/syncd/syncd/auth"
 )
 
 func runResetUser(ctx context.Context, e *env, args []string) int {
@@ -46,11 +47,12 @@ func runRevokeDevice(ctx context.Context, e *env, args []string) int {
 	const cmd = "revoke-device"
 	f := newFlagSet(e, cmd, "-user uid -device id [-admin host:port]", `
 Revokes a device: every node of the cluster closes its sessions now and refuses its tokens
-issued up to this second (unauthenticated, "revoked"). Tokens minted for it later are accepted,
-so a device comes back only when your token service gives it a new one: stop minting for a lost
-or stolen device first. The revocation is replicated (the meta shard): it holds on every node
-and across restarts, and is forgotten once max_token_lifetime has passed, when no token it
-covers can still be valid.`, `
+issued up to this second plus 30 s, the clock skew a token's issue time may have (unauthenticated,
+"revoked"). Tokens issued later are accepted, so a device comes back only when your token service
+gives it a new one, 30 s after the revocation at the earliest: stop minting for a lost or stolen
+device first. The revocation is replicated (the meta shard): it holds on every node and across
+restarts, and is forgotten once max_token_lifetime has passed, when no token it covers can still
+be valid.`, `
 syncctl revoke-device -user alice -device phone`)
 	var admin adminFlags
 	admin.register(f)
@@ -70,7 +72,7 @@ syncctl revoke-device -user alice -device phone`)
 		return exitFail
 	}
 	fmt.Fprintf(e.stdout, "%s/%s: revoked; its sessions close and its tokens issued up to %s are refused (kept until %s)\n",
-		res.User, res.Device, time.Unix(res.Before, 0).UTC().Format(time.RFC3339), time.Unix(res.Until, 0).UTC().Format(time.RFC3339))
+		res.User, res.Device, time.Unix(res.Before, 0).Add(auth.MaxClockSkew).UTC().Format(time.RFC3339), time.Unix(res.Until, 0).UTC().Format(time.RFC3339))
 	return exitOK
 }
 

@@ -28,8 +28,12 @@ import (
 // depend on TOML; toConfig turns it into a syncd.Config, fromConfig back.
 type fileConfig struct {
 	DataDir                string   `toml:"data_dir"`
-	MinFreeDisk            int      `toml:"min_free_disk"`
+	MinFreeDisk            byteSize `toml:"min_free_disk"`
 	Listen                 string   `toml:"listen"`
+	WebListen              string   `toml:"web_listen"`
+	WebTransport           bool     `toml:"webtransport"`
+	WebSocket              bool     `toml:"websocket"`
+	AllowedOrigins         []string `toml:"allowed_origins"`
 	Admin                  string   `toml:"admin"`
 	AdminTokenFile         string   `toml:"admin_token_file"`
 	AdminMetricsAuth       bool     `toml:"admin_metrics_auth"`
@@ -65,6 +69,10 @@ type fileConfig struct {
 	SendRate               float64  `toml:"send_rate"`
 	SendBurst              int      `toml:"send_burst"`
 	MaxInFlight            int      `toml:"max_in_flight"`
+	MaxAnswerBytesPerConn  int      `toml:"max_answer_bytes_per_conn"`
+	MaxAnswerBytesPerDev   int      `toml:"max_answer_bytes_per_device"`
+	MaxAnswerBytesPerUser  int      `toml:"max_answer_bytes_per_user"`
+	WriteTimeout           duration `toml:"write_timeout"`
 	MaxHandshakes          int      `toml:"max_handshakes"`
 	MaxHandshakesPerSource int      `toml:"max_handshakes_per_source"`
 	HelloTimeout           duration `toml:"hello_timeout"`
@@ -91,7 +99,7 @@ type options struct {
 func usageHead() string {
 	d := defaults()
 	var b bytes.Buffer
-	b.WriteString("Usage: syncd [-config file] [flags]\n\n")
+	b.WriteString("Usage: syncd [-config file] [flags]\n       syncd conformance [flags]   (the conformance kit for client authors: syncd conformance -h)\n\n")
 	wrap(&b, "", fmt.Sprintf("Runs a syncd server node. With no flags: a single node on embedded defaults, data in %s, "+
 		"clients over QUIC on %s, admin HTTP on %s, Raft on %s. Settings come from the defaults, then the "+
 		"-config file (TOML, see docs/syncd.example.toml; syncd -print-config prints one), then the flags given here.",
@@ -207,6 +215,8 @@ func (o options) toConfig(logOut io.Writer) (syncd.Config, error) {
 	}
 	cfg := syncd.Config{
 		Dir: s.DataDir, ListenAddr: s.Listen, AdminAddr: s.Admin, NodeID: s.NodeID, RaftAddr: s.RaftAddr,
+		WebAddr: s.WebListen, DisableWebTransport: !s.WebTransport, DisableWebSocket: !s.WebSocket,
+		AllowedOrigins: s.AllowedOrigins,
 		AdminTokenFile: s.AdminTokenFile, AdminMetricsAuth: s.AdminMetricsAuth,
 		Shards: s.Shards, CertFile: s.Cert, KeyFile: s.Key,
 		NodeCAFile: s.NodeCA, NodeCertFile: s.NodeCert, NodeKeyFile: s.NodeKey, InsecureNodePlane: s.InsecureNodePlane,
@@ -222,10 +232,12 @@ func (o options) toConfig(logOut io.Writer) (syncd.Config, error) {
 		MaxTokenLifetime: time.Duration(s.MaxTokenLifetime), HelloTimeout: time.Duration(s.HelloTimeout),
 		MaxHandshakesPerSource: s.MaxHandshakesPerSource,
 		MinFreeDisk:            int64(s.MinFreeDisk),
+		MaxAnswerBytesPerConn:  int64(s.MaxAnswerBytesPerConn), MaxAnswerBytesPerDevice: int64(s.MaxAnswerBytesPerDev),
+		MaxAnswerBytesPerUser: int64(s.MaxAnswerBytesPerUser), WriteTimeout: time.Duration(s.WriteTimeout),
 	}
 	switch {
 	case s.MinFreeDisk < 0:
-		bad("min-free-disk", "%d must not be negative (0 turns the watermark off)", s.MinFreeDisk)
+		bad("min-free-disk", "%d must not be negative (0 turns the watermark off)", int64(s.MinFreeDisk))
 	case s.MinFreeDisk == 0:
 		cfg.MinFreeDisk = -1 // off; a zero syncd.Config field would mean the default
 	}
@@ -318,7 +330,7 @@ func (o options) toConfig(logOut io.Writer) (syncd.Config, error) {
 		flag  string
 		value duration
 	}{{"recall-window", s.RecallWindow}, {"retention-interval", s.RetentionInterval}, {"request-timeout", s.RequestTimeout},
-		{"request-idle", s.RequestIdle}} {
+		{"request-idle", s.RequestIdle}, {"write-timeout", s.WriteTimeout}} {
 		if d.value <= 0 {
 			bad(d.flag, "%v must be positive", d.value)
 		}
@@ -338,7 +350,8 @@ func (o options) toConfig(logOut io.Writer) (syncd.Config, error) {
 		{"max-handshakes-per-source", s.MaxHandshakesPerSource, 1},
 		{"query-burst", s.QueryBurst, 1}, {"max-connections-per-user", s.MaxConnsPerUser, 1},
 		{"max-group-size", s.MaxGroupSize, 2}, {"members-per-minute", s.MembersPerMinute, proto.MaxMembers},
-		{"max-groups-per-user", s.MaxGroupsPerUser, 1}} {
+		{"max-groups-per-user", s.MaxGroupsPerUser, 1}, {"max-answer-bytes-per-conn", s.MaxAnswerBytesPerConn, 1},
+		{"max-answer-bytes-per-device", s.MaxAnswerBytesPerDev, 1}, {"max-answer-bytes-per-user", s.MaxAnswerBytesPerUser, 1}} {
 		if n.value < n.least {
 			bad(n.flag, "must be at least %d", n.least)
 		}

@@ -34,6 +34,7 @@ import (
 	"github.com/syncd-dev/syncd/syncd"
 	"github.com/syncd-dev/syncd/syncd/adminapi"
 	"github.com/syncd-dev/syncd/syncd/auth"
+	"github.com/syncd-dev/syncd/syncd/transport"
 )
 
 func main() {
@@ -57,6 +58,9 @@ const defaultGCPercent = 200
 
 // run is the whole command, serving until ctx ends; it returns the exit status.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "conformance" {
+		return runConformance(ctx, args[1:], stdout, stderr)
+	}
 	opts, err := parseArgs(args, stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
@@ -117,6 +121,23 @@ func serve(ctx context.Context, cfg syncd.Config, s fileConfig) error {
 	l := cfg.Logger
 	// One line per concern. The attribute names are stable: syncctl's help points at cert_sha256.
 	l.Info("clients: QUIC", "addr", srv.Addr().String(), "cert_sha256", srv.Fingerprint())
+	if wt, ws := srv.WebAddrs(); wt != "" || ws != "" {
+		attrs := []any{}
+		if wt != "" {
+			attrs = append(attrs, "webtransport", "https://"+wt+transport.Path)
+			for _, c := range srv.BrowserCerts() {
+				attrs = append(attrs, "webtransport_cert_sha256", c.SHA256)
+			}
+		}
+		if ws != "" {
+			scheme := "wss://"
+			if srv.WebSocketPlain() {
+				scheme = "ws://"
+			}
+			attrs = append(attrs, "websocket", scheme+ws+transport.Path)
+		}
+		l.Info("clients: browsers; pages pin the webtransport certificates (GET /v1/webtransport/certs)", attrs...)
+	}
 	open := "/healthz, /readyz, /metrics"
 	if cfg.AdminMetricsAuth {
 		open = "/healthz, /readyz"

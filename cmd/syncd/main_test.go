@@ -303,6 +303,7 @@ func TestValidation(t *testing.T) {
 		{[]string{"-max-streams-per-conn", "1"}, []string{"-max-streams-per-conn must be at least 2"}},
 		{[]string{"-send-rate", "0"}, []string{"-send-rate must be a positive number"}},
 		{[]string{"-min-free-disk", "-1"}, []string{"-min-free-disk -1 must not be negative (0 turns the watermark off)"}},
+		{[]string{"-min-free-disk", "lots"}, []string{`"lots" is not a size such as 900MiB`}},
 		{[]string{"-log-level", "loud"}, []string{`-log-level "loud" must be debug, info, warn or error`}},
 		{[]string{"-log-format", "xml"}, []string{`-log-format "xml" must be text or json`}},
 		{[]string{"-memory-limit", "lots"}, []string{`-memory-limit "lots" must be auto, off, or a size`}},
@@ -658,8 +659,33 @@ func TestFirstStartIsQuiet(t *testing.T) {
 }
 
 // TestMinFreeDiskOff: min_free_disk = 0 turns the watermark off (a negative syncd.Config
-// value: its zero would mean the default), and a value is passed through in bytes.
+// value: its zero would mean the default), and a value is passed through in bytes, whether it is
+// given in bytes or with a unit, as a flag or in the file (a TOML integer or string).
 func TestMinFreeDiskOff(t *testing.T) {
+	for _, v := range []string{"1GiB", "1024MiB", "1073741824", "0.5GiB"} {
+		want := int64(1 << 30)
+		if v == "0.5GiB" {
+			want = 512 << 20
+		}
+		if got := mustLoad(t, "-min-free-disk", v).MinFreeDisk; got != want {
+			t.Errorf("-min-free-disk %s gives MinFreeDisk %d, want %d", v, got, want)
+		}
+	}
+	for _, line := range []string{`min_free_disk = "1GiB"`, `min_free_disk = 1073741824`} {
+		file := filepath.Join(t.TempDir(), "syncd.toml")
+		if err := os.WriteFile(file, []byte(line+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if got := mustLoad(t, "-config", file).MinFreeDisk; got != 1<<30 {
+			t.Errorf("%s in the file gives MinFreeDisk %d", line, got)
+		}
+	}
+	if s := byteSize(256 << 20).String(); s != "256MiB" {
+		t.Errorf("256 MiB prints as %q", s)
+	}
+	if s := byteSize(1000).String(); s != "1000" {
+		t.Errorf("1000 bytes print as %q", s)
+	}
 	if got := mustLoad(t, "-min-free-disk", "0").MinFreeDisk; got >= 0 {
 		t.Errorf("-min-free-disk 0 gives MinFreeDisk %d, want negative (off)", got)
 	}

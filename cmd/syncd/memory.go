@@ -31,13 +31,13 @@ const (
 	// minMemoryLimit is the least memory_limit: below it the collector would run all the time.
 	minMemoryLimit = 256 << 20
 	// storeMemTables is how many of the store's memtables may be held at once (Pebble's
-	// MemTableStopWritesThreshold, 2 by default) and memTableSize their size (raftstore's
-	// pebbleOptions). With the block cache they are allocated outside the Go heap (Pebble's
+	// MemTableStopWritesThreshold, 2 by default) and memTableSize their size
+	// (raftstore.MemTableSize). With the block cache they are allocated outside the Go heap (Pebble's
 	// manual allocator, C's malloc in a cgo build), so the runtime's limit does not see them and
 	// auto leaves room for them; a CGO_ENABLED=0 build holds them in the Go heap, and auto is then
 	// that much more cautious.
 	storeMemTables = 2
-	memTableSize   = 64 << 20
+	memTableSize   = raftstore.MemTableSize
 )
 
 // storeOffHeap is what the store may hold outside the Go heap: its block cache and memtables.
@@ -51,8 +51,8 @@ type memoryLimit struct {
 	bytes     int64
 }
 
-// parseMemoryLimit reads memory_limit: "auto", "off", or a size in bytes with an optional unit
-// (KiB, MiB, GiB, TiB; B), such as "900MiB", "1.5GiB" or "2147483648".
+// parseMemoryLimit reads memory_limit: "auto", "off", or a size (parseSize), such as "900MiB",
+// "1.5GiB" or "2147483648".
 func parseMemoryLimit(s string) (memoryLimit, error) {
 	switch s {
 	case memoryLimitAuto:
@@ -60,21 +60,10 @@ func parseMemoryLimit(s string) (memoryLimit, error) {
 	case memoryLimitOff:
 		return memoryLimit{off: true}, nil
 	}
-	num, unit := s, int64(1)
-	for _, u := range []struct {
-		suffix string
-		size   int64
-	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"TiB", 1 << 40}, {"B", 1}} {
-		if n, ok := strings.CutSuffix(s, u.suffix); ok {
-			num, unit = n, u.size
-			break
-		}
-	}
-	f, err := strconv.ParseFloat(strings.TrimSpace(num), 64)
-	if err != nil || math.IsNaN(f) || math.IsInf(f, 0) || f*float64(unit) >= math.MaxInt64 {
+	b, err := parseSize(s)
+	if err != nil {
 		return memoryLimit{}, fmt.Errorf("%q must be auto, off, or a size such as 900MiB or 2GiB", s)
 	}
-	b := int64(f * float64(unit))
 	if b < minMemoryLimit {
 		return memoryLimit{}, fmt.Errorf("%q is less than %d MiB: the collector would run all the time; say off for no limit", s, minMemoryLimit>>20)
 	}

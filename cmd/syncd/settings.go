@@ -46,6 +46,8 @@ func defaults() fileConfig {
 func fromConfig(cfg syncd.Config) fileConfig {
 	c := fileConfig{
 		DataDir: cfg.Dir, Listen: cfg.ListenAddr, Admin: cfg.AdminAddr, NodeID: cfg.NodeID,
+		WebListen: cfg.WebAddr, WebTransport: !cfg.DisableWebTransport, WebSocket: !cfg.DisableWebSocket,
+		AllowedOrigins: slices.Clone(cfg.AllowedOrigins),
 		AdminTokenFile: cfg.AdminTokenFile, AdminMetricsAuth: cfg.AdminMetricsAuth,
 		RaftAddr: cfg.RaftAddr, Shards: cfg.Shards, Join: cfg.Join, ReplicationFactor: cfg.ReplicationFactor,
 		Cert: cfg.CertFile, Key: cfg.KeyFile,
@@ -61,9 +63,11 @@ func fromConfig(cfg syncd.Config) fileConfig {
 		SendRate: cfg.SendRate, SendBurst: cfg.SendBurst, MaxInFlight: cfg.MaxInFlight, MaxHandshakes: cfg.MaxHandshakes,
 		QueryRate: cfg.QueryRate, QueryBurst: cfg.QueryBurst, MaxConnsPerUser: cfg.MaxConnectionsPerUser,
 		MaxGroupSize: cfg.MaxGroupSize, MembersPerMinute: cfg.MembersPerMinute, MaxGroupsPerUser: cfg.MaxGroupsPerUser,
-		MinFreeDisk:      int(max(cfg.MinFreeDisk, 0)), // negative (off) is spelled 0
+		MinFreeDisk:      byteSize(max(cfg.MinFreeDisk, 0)), // negative (off) is spelled 0
 		MaxTokenLifetime: duration(cfg.MaxTokenLifetime), HelloTimeout: duration(cfg.HelloTimeout),
 		MaxHandshakesPerSource: cfg.MaxHandshakesPerSource,
+		MaxAnswerBytesPerConn:  int(cfg.MaxAnswerBytesPerConn), MaxAnswerBytesPerDev: int(cfg.MaxAnswerBytesPerDevice),
+		MaxAnswerBytesPerUser: int(cfg.MaxAnswerBytesPerUser), WriteTimeout: duration(cfg.WriteTimeout),
 	}
 	for _, p := range cfg.Peers {
 		c.Peers = append(c.Peers, p.ID+"="+p.Addr)
@@ -92,15 +96,36 @@ var settings = []setting{
 		usage: "directory for the store, snapshots, token secret, admin token and certificate",
 		doc:   "Directory for the store, Raft snapshots, the token secret, the admin token and the self-signed certificate."},
 	{key: "min_free_disk", field: func(c *fileConfig) any { return &c.MinFreeDisk },
-		usage: "free `bytes` on data_dir's disk below which the node refuses new writes (0: off); it does not start below half",
-		doc: "Free space, in bytes, on the disk holding data_dir below which the node refuses sends and group " +
-			"changes with Unavailable and a retry-after (reads, syncs, deliveries and trims go on, /readyz " +
-			"says why), until an eighth more is free again. The node does not start below half of it. 0 turns " +
-			"the watermark off (a start still needs room to replay the write-ahead log).",
-		means: fmt.Sprintf(" (%d MiB)", syncd.DefaultConfig().MinFreeDisk>>20)},
+		usage: "free `size` (bytes, or with a unit: 256MiB, 1GiB) on data_dir's disk below which the node refuses new writes " +
+			"and hands its leaderships away (0: off); it does not start below half",
+		doc: "Free space on the disk holding data_dir below which the node refuses sends and group changes " +
+			"with Unavailable and a retry-after while it leads their shard, and hands its shard leaderships " +
+			"to nodes with room (reads, syncs, deliveries and trims go on, /readyz says why), until an eighth " +
+			"more is free again. The node does not start below half of it. A size: bytes, or a number with " +
+			"a unit (KiB, MiB, GiB, TiB), such as \"256MiB\" or \"1GiB\". 0 turns the watermark off (a start " +
+			"still needs room to replay the write-ahead log)."},
 	{key: "listen", field: func(c *fileConfig) any { return &c.Listen },
 		usage: "UDP `host:port` of the QUIC listener for clients",
 		doc:   "UDP host:port of the QUIC listener for clients."},
+	{key: "web_listen", field: func(c *fileConfig) any { return &c.WebListen },
+		usage: "`host:port` browsers connect to: WebTransport on its UDP port, WebSocket on its TCP port (\"off\": none)",
+		doc: "host:port browsers connect to, path /syncd/1 (docs/PROTOCOL.md §2.3, §2.4): WebTransport over " +
+			"HTTP/3 on its UDP port, WebSocket on its TCP port (plain ws:// on a loopback address, TLS with cert " +
+			"otherwise). \"off\" serves no browser.",
+		means: ": listen's host and the next port (127.0.0.1:7301)"},
+	{key: "webtransport", field: func(c *fileConfig) any { return &c.WebTransport },
+		usage: "serve browsers over WebTransport on -web-listen",
+		doc: "Serve browsers over WebTransport on web_listen. Without cert, pages pin the node's short-lived " +
+			"browser certificates (GET /v1/webtransport/certs on the admin port)."},
+	{key: "websocket", field: func(c *fileConfig) any { return &c.WebSocket },
+		usage: "serve browsers over WebSocket on -web-listen (the fallback where WebTransport cannot run)",
+		doc:   "Serve browsers over WebSocket on web_listen: the fallback where UDP is blocked or WebTransport is missing."},
+	{key: "allowed_origins", field: func(c *fileConfig) any { return &c.AllowedOrigins },
+		usage: "comma-separated page `origins` browsers may connect from (scheme://host[:port], port may be *; * for any)",
+		doc: "Page origins browsers may connect from: \"scheme://host[:port]\" as the browser sends it, the port " +
+			"possibly \"*\"; \"*\" alone allows every origin. A page of another origin is refused (403).\n" +
+			`Example: allowed_origins = ["https://chat.example.com"]`,
+		means: ": pages served from the loopback host only"},
 	{key: "admin", field: func(c *fileConfig) any { return &c.Admin },
 		usage: "TCP `host:port` of the admin HTTP server: /metrics, /healthz, /readyz, /debug/pprof",
 		doc: "TCP host:port of the admin HTTP server: /metrics, /healthz, /readyz, /debug/pprof and the " +
@@ -257,9 +282,25 @@ var settings = []setting{
 		usage: "mutations each device may send at once",
 		doc:   "Mutations each device may send at once, with send_rate above."},
 	{key: "max_in_flight", field: func(c *fileConfig) any { return &c.MaxInFlight },
-		usage: "most requests being replicated at once; beyond it requests get Overloaded",
-		doc: "Most requests being replicated at once on this node; beyond it a request is refused at " +
-			"once with Overloaded and a retry-after, rather than queueing into timeouts."},
+		usage: "most requests being served at once; beyond it requests get Overloaded",
+		doc: "Most requests being served at once on this node (mutations while replicated, queries while " +
+			"they read); beyond it a request is refused at once with Overloaded and a retry-after, rather " +
+			"than queueing into timeouts."},
+	{key: "max_answer_bytes_per_conn", field: func(c *fileConfig) any { return &c.MaxAnswerBytesPerConn },
+		usage: "most `bytes` of answers held for one connection",
+		doc: "Most bytes of answers this node holds for one connection, from reading a request to writing " +
+			"its answer (a page being built counts max_frame); a request beyond it, or beyond the device's " +
+			"or the user's below, gets Overloaded with a retry-after. At least max_frame + 16 KiB."},
+	{key: "max_answer_bytes_per_device", field: func(c *fileConfig) any { return &c.MaxAnswerBytesPerDev },
+		usage: "most `bytes` of answers held for one device, all its connections",
+		doc:   "Most bytes of answers held for one device, all its connections together; at least max_answer_bytes_per_conn."},
+	{key: "max_answer_bytes_per_user", field: func(c *fileConfig) any { return &c.MaxAnswerBytesPerUser },
+		usage: "most `bytes` of answers held for one user, all its devices",
+		doc:   "Most bytes of answers held for one user, all its devices together; at least max_answer_bytes_per_device."},
+	{key: "write_timeout", field: func(c *fileConfig) any { return &c.WriteTimeout },
+		usage: "`duration` a write to a client's stream may make no progress",
+		doc: "How long a write to a client's request or sync stream may make no progress (the client does " +
+			"not read) before the stream is reset with Timeout and what it held is released."},
 	{key: "max_handshakes", field: func(c *fileConfig) any { return &c.MaxHandshakes },
 		usage: "most connections being authenticated at once",
 		doc: "Most connections being authenticated at once; beyond it new connections are closed with " +
@@ -336,6 +377,8 @@ func bindFlags(fs *flag.FlagSet, c *fileConfig) {
 		case *float64:
 			fs.Float64Var(p, name, *p, s.usage)
 		case *duration:
+			fs.Var(p, name, s.usage)
+		case *byteSize:
 			fs.Var(p, name, s.usage)
 		case *[]string:
 			fs.Var((*list)(p), name, s.usage)

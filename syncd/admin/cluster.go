@@ -264,6 +264,11 @@ func (s *Server) move(w http.ResponseWriter, r *http.Request, req raftstore.Move
 	ctx, cancel := context.WithTimeout(r.Context(), 20*time.Second)
 	defer cancel()
 	if fresh {
+		// Checked first: a move the map refuses must not leave behind the shard added for it.
+		if err := s.node.CheckMove(req); err != nil {
+			writeProposeError(w, err, "syncctl cluster status shows the shards and the moves in progress")
+			return
+		}
 		id, err := s.node.AddShard(ctx)
 		if err != nil {
 			writeProposeError(w, err, "")

@@ -5,7 +5,9 @@ import (
 	"crypto/subtle"
 	"mime"
 	"net/http"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/syncd-dev/syncd/syncd/adminapi"
 )
@@ -22,7 +24,16 @@ import (
 //  2. Every path but /healthz, /readyz and (unless metricsAuth) /metrics needs the admin token as
 //     "Authorization: Bearer <token>" (401 unauthenticated, with a WWW-Authenticate challenge).
 //     The comparison is of SHA-256 digests in constant time, so neither the token's bytes nor
-//     its length leak through timing.
+//     its length leak through timing. The hint says where operators find the token without
+//     naming any path of the node: the 401 goes to whoever asks.
+//  3. A body beyond MaxBody is refused (413 too_large) unread; a smaller one can be read only up
+//     to MaxBody.
+//
+// The guard reads no body, so a caller without the token never gets one read, and every refusal
+// closes the connection at once (refuse) instead of letting net/http drain the unread body: a
+// body trickled a byte at a time used to hold its connection, and its file descriptor, for as
+// long as the caller liked (issue #21). Every request also gets its
+// write deadline here (WriteTimeout; a pprof profile or trace its ?seconds more).
 //
 // The token alone already stops a browser (a page cannot add an Authorization header to a
 // request without a preflight the server does not answer); the browser checks make that a
@@ -31,13 +42,17 @@ import (
 type guard struct {
 	next        http.Handler
 	digest      [sha256.Size]byte // of the token
-	tokenFile   string            // where the token is, for the 401's hint
 	metricsAuth bool
 }
 
-func newGuard(next http.Handler, token, tokenFile string, metricsAuth bool) *guard {
-	return &guard{next: next, digest: sha256.Sum256([]byte(token)), tokenFile: tokenFile, metricsAuth: metricsAuth}
+func newGuard(next http.Handler, token string, metricsAuth bool) *guard {
+	return &guard{next: next, digest: sha256.Sum256([]byte(token)), metricsAuth: metricsAuth}
 }
+
+// tokenHint is the 401's hint: where an operator finds the token, in terms that name no path.
+const tokenHint = "send \"Authorization: Bearer <token>\" with the node's admin token: the content of " + adminapi.TokenFile +
+	" in its data directory, or of the file its -admin-token-file names; syncctl reads it with -data-dir <the node's data dir>, " +
+	"-admin-token-file <file> or $" + adminapi.TokenEnv
 
 // open reports whether path is served without the token.
 func (g *guard) open(path string) bool {
@@ -51,13 +66,14 @@ func (g *guard) open(path string) bool {
 }
 
 func (g *guard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	http.NewResponseController(w).SetWriteDeadline(time.Now().Add(writeTime(r)))
 	if why := crossOrigin(r); why != "" {
-		writeOpsError(w, http.StatusForbidden, adminapi.CodeCrossOrigin, why,
+		refuse(w, http.StatusForbidden, adminapi.CodeCrossOrigin, why,
 			"the admin API serves no web pages: call it from syncctl or curl, which send no Origin header")
 		return
 	}
 	if why := formBody(r); why != "" {
-		writeOpsError(w, http.StatusUnsupportedMediaType, adminapi.CodeUnsupportedMediaType, why,
+		refuse(w, http.StatusUnsupportedMediaType, adminapi.CodeUnsupportedMediaType, why,
 			"send no body (every operator endpoint takes its arguments in the URL), or a JSON one")
 		return
 	}
@@ -68,13 +84,43 @@ func (g *guard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				challenge += `, error="invalid_token"`
 			}
 			w.Header().Set("WWW-Authenticate", challenge)
-			writeOpsError(w, http.StatusUnauthorized, adminapi.CodeUnauthenticated, why,
-				"send \"Authorization: Bearer <token>\" with the token in "+g.tokenFile+" on the node; syncctl reads it with "+
-					"-data-dir <the node's data dir>, -admin-token-file <file> or $"+adminapi.TokenEnv)
+			refuse(w, http.StatusUnauthorized, adminapi.CodeUnauthenticated, why, tokenHint)
 			return
 		}
 	}
+	if r.ContentLength > MaxBody {
+		refuse(w, http.StatusRequestEntityTooLarge, adminapi.CodeTooLarge,
+			"the request body of "+strconv.FormatInt(r.ContentLength, 10)+" bytes is over "+strconv.Itoa(MaxBody),
+			"send no body: every operator endpoint takes its arguments in the URL")
+		return
+	}
+	r.Body = http.MaxBytesReader(w, r.Body, MaxBody)
 	g.next.ServeHTTP(w, r)
+}
+
+// refuse answers a request the guard refuses and has the connection closed after the answer, its
+// body unread. "Connection: close" alone does not do it: net/http still reads up to 256 KiB of an
+// unread body once the handler returns (to find the trailers), at the caller's pace; a read
+// deadline already passed ends that read at once.
+func refuse(w http.ResponseWriter, status int, code, msg, hint string) {
+	w.Header().Set("Connection", "close")
+	writeOpsError(w, status, code, msg, hint)
+	http.NewResponseController(w).SetReadDeadline(time.Now())
+}
+
+// writeTime is how long the server may take to write r's response: WriteTimeout, and for pprof's
+// profile and trace, which run for ?seconds=N (default 30 s and 1 s), N more. pprof refuses a
+// duration beyond a server-wide WriteTimeout, which is why the server sets none.
+func writeTime(r *http.Request) time.Duration {
+	switch r.URL.Path {
+	case "/debug/pprof/profile", "/debug/pprof/trace":
+		sec, err := strconv.ParseFloat(r.URL.Query().Get("seconds"), 64)
+		if err != nil || sec <= 0 {
+			sec = 30
+		}
+		return WriteTimeout + time.Duration(min(sec, 3600)*float64(time.Second))
+	}
+	return WriteTimeout
 }
 
 // unauthenticated returns why r does not carry the admin token, or "".

@@ -1,10 +1,15 @@
 package admin_test
 
 import (
+	"bufio"
+	"bytes"
 	"encoding/json"
+	"fmt"
 	"go/ast"
 	"go/parser"
 	"go/token"
+	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -16,6 +21,7 @@ import (
 
 	"github.com/syncd-dev/syncd/proto"
 	"github.com/syncd-dev/syncd/syncd"
+	"github.com/syncd-dev/syncd/syncd/admin"
 	"github.com/syncd-dev/syncd/syncd/adminapi"
 	"github.com/syncd-dev/syncd/test/testkit"
 )
@@ -64,7 +70,9 @@ func wantRefused(t *testing.T, method, url string, status int, code string, opts
 
 // TestAdminNeedsToken: every /v1 endpoint and pprof answer 401 unauthenticated without the node's
 // admin token, with a wrong one or a malformed header — with a challenge and a hint naming the
-// token file — and a refused reset resets nothing; /healthz, /readyz and /metrics stay open.
+// token file by its name, never the data directory it is in (issue #21: the 401 told anyone who
+// asked where the node keeps its data) — and a refused reset resets nothing; /healthz, /readyz
+// and /metrics stay open.
 func TestAdminNeedsToken(t *testing.T) {
 	ts, base, dir, epoch := withLog(t, nil)
 	tok := ts.AdminToken()
@@ -101,10 +109,13 @@ func TestAdminNeedsToken(t *testing.T) {
 		}
 	}
 	_, body := testkit.HTTP(t, http.MethodPost, base+"/v1/users/alice/reset")
-	for _, want := range []string{file, "-data-dir", "-admin-token-file", adminapi.TokenEnv} {
+	for _, want := range []string{adminapi.TokenFile, "data directory", "-data-dir", "-admin-token-file", adminapi.TokenEnv} {
 		if !strings.Contains(body, want) {
 			t.Errorf("the 401's hint does not name %s: %s", want, body)
 		}
+	}
+	if abs, _ := filepath.Abs(dir); strings.Contains(body, dir) || strings.Contains(body, abs) {
+		t.Errorf("the 401 names the data directory %s to a caller without the token: %s", abs, body)
 	}
 	if got := epoch(); got != before {
 		t.Fatalf("alice's epoch went from %d to %d: a refused reset reset her log", before, got)
@@ -145,8 +156,8 @@ func TestAdminMetricsAuth(t *testing.T) {
 }
 
 // TestAdminTokenFile: a token file of the operator's is what the server requires (none is
-// generated in the data directory); one that is missing or malformed stops the start with what
-// to do.
+// generated in the data directory), and a 401 names no path of it; one that is missing or
+// malformed stops the start with what to do.
 func TestAdminTokenFile(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "ops.token")
 	const mine = "0123456789abcdef0123456789abcdef-mine"
@@ -166,8 +177,8 @@ func TestAdminTokenFile(t *testing.T) {
 		t.Errorf("with the file's token: HTTP %d %s", code, body)
 	}
 	_, body := testkit.HTTP(t, http.MethodGet, base+"/v1/cluster")
-	if !strings.Contains(body, file) {
-		t.Errorf("the 401 does not name the configured file %s: %s", file, body)
+	if strings.Contains(body, filepath.Dir(file)) || !strings.Contains(body, "-admin-token-file") {
+		t.Errorf("the 401 names the configured file's directory %s, or not -admin-token-file: %s", filepath.Dir(file), body)
 	}
 
 	for content, want := range map[string]string{"": "does not exist", "short\n": "not an admin token", "has a space in it, which a header cannot carry\n": "not an admin token"} {
@@ -326,4 +337,44 @@ func v1Routes(t *testing.T) []string {
 		})
 	}
 	return routes
+}
+
+// TestAdminRefusalClosesConnection: a request without the token that announces a body and sends
+// only its first byte (the audit's flood, issue #21) is answered 401 and its connection closed at
+// once, the body unread; before, the server read on for the rest of the body to keep the
+// connection alive, for as long as the caller trickled it. With the token, a body over
+// admin.MaxBody is refused 413 too_large, unread, and the connection closed.
+func TestAdminRefusalClosesConnection(t *testing.T) {
+	ts := startServer(t, nil)
+	for _, c := range []struct {
+		auth, code string
+		length     int
+		status     int
+	}{
+		{"", adminapi.CodeUnauthenticated, 200000, http.StatusUnauthorized},
+		{"Authorization: Bearer " + ts.AdminToken() + "\r\n", adminapi.CodeTooLarge, admin.MaxBody + 1, http.StatusRequestEntityTooLarge},
+	} {
+		conn, err := net.Dial("tcp", ts.AdminAddr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		fmt.Fprintf(conn, "POST /v1/users/alice/reset HTTP/1.1\r\nHost: syncd\r\nContent-Type: application/json\r\n%s"+
+			"Content-Length: %d\r\n\r\n{", c.auth, c.length)
+		conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+		start := time.Now()
+		raw, err := io.ReadAll(conn) // up to the server's close
+		if err != nil {
+			t.Fatalf("HTTP %d case: the connection was not closed within 5 s (%v), after %q", c.status, err, raw)
+		}
+		resp, err := http.ReadResponse(bufio.NewReader(bytes.NewReader(raw)), nil)
+		if err != nil {
+			t.Fatalf("HTTP %d case: %v in %q", c.status, err, raw)
+		}
+		var e adminapi.OpsError
+		if json.NewDecoder(resp.Body).Decode(&e); resp.StatusCode != c.status || e.Code != c.code {
+			t.Errorf("answered HTTP %d %q, want %d %s", resp.StatusCode, e.Code, c.status, c.code)
+		}
+		t.Logf("HTTP %d, connection closed after %v", resp.StatusCode, time.Since(start).Round(time.Millisecond))
+	}
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/syncd-dev/syncd/proto/prototest"
 	"github.com/syncd-dev/syncd/syncd"
 	"github.com/syncd-dev/syncd/syncd/adminapi"
+	"github.com/syncd-dev/syncd/syncd/auth"
 	"github.com/syncd-dev/syncd/syncd/syncdtest"
 	"github.com/syncd-dev/syncd/test/testkit"
 )
@@ -32,7 +33,8 @@ func revoke(t *testing.T, adminAddr, adminToken, user, device string) adminapi.R
 // issued until then — also a node restarted afterwards; a token minted later is accepted, and
 // the user's other devices and other users are not touched.
 func TestRevokeDeviceEverywhere(t *testing.T) {
-	c := syncdtest.StartCluster(t, 3, func(_ int, cfg *syncd.Config) { cfg.MaxTokenLifetime = 48 * time.Hour })
+	var secret []byte
+	c := syncdtest.StartCluster(t, 3, func(_ int, cfg *syncd.Config) { cfg.MaxTokenLifetime, secret = 48*time.Hour, cfg.TokenSecret })
 	srv := c.Server(0)
 	old, err := srv.MintToken("alice", "phone", time.Hour)
 	if err != nil {
@@ -46,9 +48,12 @@ func TestRevokeDeviceEverywhere(t *testing.T) {
 	laptop := connect(t, &testServer{Server: c.Server(2)}, "alice", "laptop")
 	bob := connect(t, &testServer{Server: c.Server(1)}, "bob", "phone")
 
+	// A revocation covers tokens issued up to auth.MaxClockSkew after it, and is kept until they
+	// have expired.
+	skew := int64(auth.MaxClockSkew / time.Second)
 	before := time.Now().Unix()
 	r := revoke(t, srv.AdminAddr().String(), srv.AdminToken(), "alice", "phone")
-	if r.User != "alice" || r.Device != "phone" || r.Before < before || r.Before > time.Now().Unix() || r.Until != r.Before+48*3600 {
+	if r.User != "alice" || r.Device != "phone" || r.Before < before || r.Before > time.Now().Unix() || r.Until != r.Before+48*3600+skew {
 		t.Fatalf("revocation %+v", r)
 	}
 	for i, p := range phones {
@@ -88,8 +93,15 @@ func TestRevokeDeviceEverywhere(t *testing.T) {
 	c.Start(2)
 	refusedEverywhere()
 
-	time.Sleep(time.Until(time.Unix(r.Before+1, 0))) // a token of a later second than the revocation
-	fresh, _ := srv.MintToken("alice", "phone", time.Hour)
+	// A token issued after what the revocation covers: minted with an issue time past it, which
+	// a server accepts once it is within the skew of its clock (a token service would wait
+	// auth.MaxClockSkew after revoking before minting the device's next token).
+	time.Sleep(time.Until(time.Unix(r.Before+1, 0)))
+	issued := time.Unix(r.Before+skew+1, 0)
+	fresh, err := auth.MintToken(secret, auth.TokenClaims{User: "alice", Device: "phone", Issued: issued, Expires: issued.Add(time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
 	s := c.Server(2)
 	prototest.Connect(t, s.Addr().String(), s.Fingerprint(), fresh, "alice", "phone")
 }

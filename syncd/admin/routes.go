@@ -1,6 +1,10 @@
 package admin
 
-import "net/http"
+import (
+	"net/http"
+
+	"github.com/syncd-dev/syncd/syncd/adminapi"
+)
 
 // routes adds the operator endpoints, all under /v1/, to the admin HTTP mux. They read and
 // change shard state, so they live on the admin address (loopback by default) and never on the
@@ -11,7 +15,15 @@ func (s *Server) routes(mux *http.ServeMux) {
 	s.deadLetterRoutes(ops)
 	s.userRoutes(ops)
 	s.clusterRoutes(ops)
+	s.checkRoutes(ops)
 	s.inspectRoutes(ops)
+	ops.HandleFunc("GET /v1/webtransport/certs", func(w http.ResponseWriter, r *http.Request) {
+		certs := []adminapi.BrowserCert{}
+		if s.browserCerts != nil {
+			certs = append(certs, s.browserCerts()...)
+		}
+		writeJSON(w, http.StatusOK, adminapi.BrowserCerts{Certs: certs})
+	})
 	mux.HandleFunc("/v1/", func(w http.ResponseWriter, r *http.Request) {
 		if s.node.SlotTable() == nil {
 			writeOpsError(w, http.StatusServiceUnavailable, "unavailable", "this node does not have the cluster map yet",

@@ -1,13 +1,16 @@
 package admin
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -27,8 +30,6 @@ type Config struct {
 	// Token is the admin token (adminapi.ParseToken) every request but /healthz, /readyz and,
 	// without MetricsAuth, /metrics must present as "Authorization: Bearer <token>".
 	Token string
-	// TokenFile is where operators find Token, named in the hint of a refusal.
-	TokenFile string
 	// MetricsAuth makes /metrics need Token too. Default false: Prometheus scrapes without it.
 	MetricsAuth bool
 	// Node is this node's raftstore node: cluster views, membership, proposals.
@@ -44,12 +45,48 @@ type Config struct {
 	Registry *prometheus.Registry
 	// Ready is /readyz's condition: nil when the node can serve.
 	Ready func() error
+	// BrowserCerts returns the certificates pages pin to reach the node over WebTransport
+	// (GET /v1/webtransport/certs). May be nil: none.
+	BrowserCerts func() []adminapi.BrowserCert
 	// MaxTokenLifetime is the longest a device token may be valid (syncd.Config), which bounds
 	// how long a device revocation must be kept. Required by the revoke endpoint.
 	MaxTokenLifetime time.Duration
+	// MaxConns caps the connections open at once, idle ones included; one beyond it is answered
+	// 503 and closed at once. Default DefaultMaxConns.
+	MaxConns int
+	// MaxConnsPerSource caps them per source (an IPv4 address, or an IPv6 /64), so that one
+	// machine cannot take them all. Default DefaultMaxConnsPerSource.
+	MaxConnsPerSource int
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 }
+
+// Bounds of the admin HTTP server. Every connection costs a file descriptor from the one
+// per-process limit the store's files also come from, so what a caller who holds no token can
+// make the server keep is bounded: in number (the caps), in time (the timeouts) and in bytes.
+// docs/OPERATIONS.md ("File descriptors") has the arithmetic.
+const (
+	// DefaultMaxConns is Config.MaxConns's default: operators, syncctl and a few Prometheus
+	// servers need a handful.
+	DefaultMaxConns = 128
+	// DefaultMaxConnsPerSource is Config.MaxConnsPerSource's default.
+	DefaultMaxConnsPerSource = 32
+	// ReadHeaderTimeout bounds the wait for a request's headers.
+	ReadHeaderTimeout = 5 * time.Second
+	// ReadTimeout bounds the reading of a whole request, body included: a request body trickled a
+	// byte at a time holds its connection no longer.
+	ReadTimeout = 30 * time.Second
+	// WriteTimeout bounds the writing of a response, from when its handler starts; pprof's
+	// profile and trace, which run for ?seconds=N, get N more (guard.go).
+	WriteTimeout = time.Minute
+	// IdleTimeout closes a kept-alive connection without a request for that long.
+	IdleTimeout = time.Minute
+	// MaxHeaderBytes bounds a request's headers (the token is at most 512 bytes).
+	MaxHeaderBytes = 64 << 10
+	// MaxBody bounds a request's body: no endpoint reads one (every argument is in the URL), so a
+	// larger one is refused (413) before anything reads it.
+	MaxBody = 64 << 10
+)
 
 // Server is a running admin HTTP server. Create it with Start; stop it with Close.
 type Server struct {
@@ -60,6 +97,7 @@ type Server struct {
 	logger *slog.Logger
 
 	maxTokenLifetime time.Duration
+	browserCerts     func() []adminapi.BrowserCert
 
 	srv  *http.Server
 	ln   net.Listener
@@ -78,7 +116,7 @@ func Start(cfg Config) (*Server, error) {
 		logger = slog.Default()
 	}
 	logger = logger.With("component", "admin")
-	s := &Server{node: cfg.Node, slots: cfg.Routing, fan: cfg.Fanout, peer: cfg.Peer, logger: logger,
+	s := &Server{node: cfg.Node, slots: cfg.Routing, fan: cfg.Fanout, peer: cfg.Peer, logger: logger, browserCerts: cfg.BrowserCerts,
 		maxTokenLifetime: cfg.MaxTokenLifetime, done: make(chan struct{})}
 	s.handleInspections(cfg.Peer)
 	mux := newHandler(cfg.Registry, cfg.Ready)
@@ -88,21 +126,41 @@ func Start(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("syncd: listen for admin HTTP on %s (is another syncd running? pick another -admin): %w", cfg.Addr, err)
 	}
 	s.ln = ln
+	refused := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "syncd_admin_connections_refused_total",
+		Help: "Admin HTTP connections closed at accept: reason total (MaxConns open) or source (MaxConnsPerSource from its address)."},
+		[]string{"reason"})
+	cfg.Registry.MustRegister(refused)
+	limited := raftstore.LimitListener(ln, cmp.Or(cfg.MaxConns, DefaultMaxConns), cmp.Or(cfg.MaxConnsPerSource, DefaultMaxConnsPerSource),
+		func(c net.Conn, reason string) {
+			refused.WithLabelValues(reason).Inc()
+			// A last word for an operator's curl; not logged: anyone who reaches the port could fill the log.
+			io.WriteString(c, "HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\n"+
+				"Retry-After: 1\r\nConnection: close\r\nContent-Length: "+strconv.Itoa(len(refusedBody[reason]))+"\r\n\r\n"+refusedBody[reason])
+		})
 	s.srv = &http.Server{
-		Handler:           newGuard(mux, cfg.Token, cfg.TokenFile, cfg.MetricsAuth),
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       2 * time.Minute,
-		// No WriteTimeout: /debug/pprof/profile and /trace stream for ?seconds=N.
-		ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+		Handler:           newGuard(mux, cfg.Token, cfg.MetricsAuth),
+		ReadHeaderTimeout: ReadHeaderTimeout,
+		ReadTimeout:       ReadTimeout,
+		// No server-wide WriteTimeout: pprof would refuse profiles longer than it. The guard sets
+		// each request's write deadline instead (WriteTimeout, more for a profile).
+		IdleTimeout:    IdleTimeout,
+		MaxHeaderBytes: MaxHeaderBytes,
+		ErrorLog:       slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
 	}
 	go func() {
 		defer close(s.done)
-		if err := s.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := s.srv.Serve(limited); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			logger.Error("admin HTTP server stopped", "err", err)
 		}
 	}()
 	logger.Debug("admin HTTP listening", "addr", ln.Addr().String())
 	return s, nil
+}
+
+// refusedBody is the 503's text for a connection refused at accept, by LimitListener's reason.
+var refusedBody = map[string]string{
+	"total":  "too many admin connections open on this node; retry in a second\n",
+	"source": "too many admin connections open from your address; close some, or retry in a second\n",
 }
 
 // newHandler serves the admin endpoints:

@@ -38,6 +38,12 @@ func (s *Server) ResetUserLog(ctx context.Context, uid string) (log.Epoch, error
 	return info.Epoch, err
 }
 
+// tokenClockSkew is auth.MaxClockSkew, which this package may not import (test/deps_test.go): a
+// revocation covers the tokens issued up to that long after it (syncd's revokes), which stay
+// valid that much longer than the maximum token lifetime, so it is kept that much longer.
+// TestRevokeDeviceEverywhere checks the two agree.
+const tokenClockSkew = 30 * time.Second
+
 // RevokeDevice revokes device of uid now: every node refuses its tokens issued up to this
 // second and closes its sessions (raftstore.Node.RevokeDevice). The revocation is replicated in
 // the meta shard, so it holds on every node and across restarts, until no token it covers can
@@ -48,7 +54,7 @@ func (s *Server) RevokeDevice(ctx context.Context, uid, device string) (adminapi
 	}
 	now := time.Now().Unix()
 	r := raftstore.Revocation{User: uid, Device: device, Before: now,
-		Until: now + int64((s.maxTokenLifetime+time.Second-1)/time.Second)}
+		Until: now + int64((s.maxTokenLifetime+tokenClockSkew+time.Second-1)/time.Second)}
 	if err := s.node.RevokeDevice(ctx, r); err != nil {
 		return adminapi.Revocation{}, err
 	}

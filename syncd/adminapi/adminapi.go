@@ -257,10 +257,11 @@ type DeadLetterList struct {
 }
 
 // Revocation answers POST /v1/users/{uid}/devices/{dev}/revoke: every token of the device issued
-// at or before Before (Unix seconds) is refused by every node, and its sessions are closed; a
-// token minted later is accepted. Until (Unix seconds) is when the cluster forgets the
-// revocation: by then no token it covers can be valid (Before plus the node's maximum token
-// lifetime).
+// at or before Before (Unix seconds) plus the clock skew a token's issue time may have
+// (auth.MaxClockSkew, 30 s: nodes accepted tokens issued that far ahead) is refused by every
+// node, and its sessions are closed; a token issued later is accepted. Until (Unix seconds) is
+// when the cluster forgets the revocation: by then no token it covers can be valid (Before plus
+// the node's maximum token lifetime and the skew).
 type Revocation struct {
 	User   string `json:"user"`
 	Device string `json:"device"`
@@ -296,4 +297,79 @@ func ParseDeadLetterID(id string) (src, dest uint32, pos uint64, err error) {
 		return 0, 0, 0, fmt.Errorf("bad dead letter id %q: want <source>-<destination>-<position>, as dlq list prints", id)
 	}
 	return uint32(n[0]), uint32(n[1]), n[2], nil
+}
+
+// BrowserCerts answers GET /v1/webtransport/certs: the certificates a page pins to reach the node
+// over WebTransport (PROTOCOL §2.3), the one served now first. Empty when the node serves a
+// CA-issued certificate, which browsers trust without a pin.
+type BrowserCerts struct {
+	Certs []BrowserCert `json:"certs"`
+}
+
+// BrowserCert is one certificate a page pins (serverCertificateHashes).
+type BrowserCert struct {
+	SHA256    string    `json:"sha256"` // SHA-256 of the certificate's DER, 64 lower-case hex digits
+	NotBefore time.Time `json:"not_before"`
+	NotAfter  time.Time `json:"not_after"`
+}
+
+// Replica check limits (POST /v1/shards/check): a check waits DefaultCheckWait for every
+// replica's checksum (?wait= sets it, up to MaxCheckWait, below the admin server's write
+// timeout); a replica without one by then is reported pending, never as a mismatch.
+const (
+	DefaultCheckWait = 10 * time.Second
+	MaxCheckWait     = 45 * time.Second
+)
+
+// Verdicts of a [ShardCheck].
+const (
+	CheckAgree      = "agree"      // every replica computed the same checksum and number of keys
+	CheckMismatch   = "mismatch"   // two replicas hold different state at the same Raft index: see the replicas marked differs
+	CheckIncomplete = "incomplete" // none differ, but some replica has no checksum (pending, missed or failed): check again
+	CheckFailed     = "failed"     // the check could not be started on the shard (Error): no leader, a node of an older version…
+)
+
+// Statuses of a [ReplicaChecksum].
+const (
+	ReplicaMatch   = "match"   // computed, the same as a majority of the replicas (or all of them)
+	ReplicaDiffers = "differs" // computed, and not what a majority computed (or no majority agrees): replace this replica
+	ReplicaPending = "pending" // no checksum within the wait: still applying or computing, or its node did not answer
+	ReplicaMissed  = "missed"  // applied past the check's index without a checksum at it (a snapshot, a restart, an older version): check again
+	ReplicaFailed  = "failed"  // its scan failed: it could not read its own state (Note says why)
+)
+
+// ReplicaCheckReport answers POST /v1/shards/check (every data shard) and POST
+// /v1/shards/{id}/check (one): for each shard, the Raft index of the check's command, at which
+// every replica checksummed its state, and each replica's result. Mismatches counts the shards
+// whose verdict is CheckMismatch.
+type ReplicaCheckReport struct {
+	Node       string       `json:"node"`    // the node that ran the check
+	WaitMS     int64        `json:"wait_ms"` // how long it waited for the replicas
+	Shards     []ShardCheck `json:"shards"`
+	Mismatches int          `json:"mismatches"`
+}
+
+// ShardCheck is one shard's part of a [ReplicaCheckReport].
+type ShardCheck struct {
+	Shard   uint32 `json:"shard"`
+	Index   uint64 `json:"index"`   // the check's Raft index; 0 if it was not started
+	Verdict string `json:"verdict"` // one of the Check… verdicts
+	Error   string `json:"error,omitempty"`
+	// Replicas are the members of the shard's Raft group, by node id.
+	Replicas []ReplicaChecksum `json:"replicas"`
+}
+
+// ReplicaChecksum is one replica's checksum of its state at a check's index.
+type ReplicaChecksum struct {
+	Node   string `json:"node"`
+	Voter  bool   `json:"voter"`
+	State  string `json:"state,omitempty"` // its Raft state ("leader", "follower", …) as it last answered
+	Status string `json:"status"`          // one of the Replica… statuses
+	// Checksum (16 hex digits) and Keys are its state's, once computed.
+	Checksum string `json:"checksum,omitempty"`
+	Keys     uint64 `json:"keys,omitempty"`
+	// Applied is the last Raft index its state reflected when it last answered.
+	Applied    uint64     `json:"applied"`
+	ComputedAt *time.Time `json:"computed_at,omitempty"`
+	Note       string     `json:"note,omitempty"` // why it is not a match, in words
 }

@@ -41,6 +41,9 @@ const (
 	// CodeUnsupportedMediaType (415): a request that may change state has a body type an HTML
 	// form can send (application/x-www-form-urlencoded, multipart/form-data, text/plain).
 	CodeUnsupportedMediaType = "unsupported_media_type"
+	// CodeTooLarge (413): the request's body is over the admin server's limit (64 KiB); no
+	// endpoint takes a body.
+	CodeTooLarge = "too_large"
 )
 
 // ParseToken checks the content of an admin token file and returns the token without the white

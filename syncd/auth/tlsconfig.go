@@ -230,3 +230,45 @@ func fileExists(path string) (bool, error) {
 		return false, err
 	}
 }
+
+// ShareCert gives the node whose data directory is to the certificate devices pin that dir from
+// holds (TLSCertFile and TLSKeyFile, as SelfSignedCert keeps them), so that every node of a
+// cluster presents the same certificate and a device that pinned one node's fingerprint is
+// served by all: the SDK fails over across nodes (client.Config.Addrs) with one pin. syncctl cert
+// create-ca makes that certificate next to the cluster CA and create-node shares it; a lone
+// node's data directory holds its own, which the nodes it grows into then share.
+//
+// It copies both files (the key 0600, atomically, key first as SelfSignedCert writes them) and
+// returns the certificate's fingerprint. It copies nothing and says so (copied false) when from
+// holds no certificate, or when to holds one already, which it never replaces: that node then
+// presents its own, which the returned fingerprint (to's) shows. A certificate without its key,
+// in either directory, is an error.
+func ShareCert(from, to string) (fingerprint string, copied bool, err error) {
+	load := func(dir string) (ok bool, certPEM, keyPEM []byte, fp string, err error) {
+		certPath, keyPath := filepath.Join(dir, TLSCertFile), filepath.Join(dir, TLSKeyFile)
+		if ok, err := fileExists(certPath); err != nil || !ok {
+			return false, nil, nil, "", err
+		}
+		if _, fp, err = LoadCert(certPath, keyPath); err != nil {
+			return false, nil, nil, "", err
+		}
+		if certPEM, err = os.ReadFile(certPath); err == nil {
+			keyPEM, err = os.ReadFile(keyPath)
+		}
+		return true, certPEM, keyPEM, fp, err
+	}
+	if ok, _, _, fp, err := load(to); err != nil || ok {
+		return fp, false, err
+	}
+	ok, certPEM, keyPEM, fp, err := load(from)
+	if err != nil || !ok {
+		return "", false, err
+	}
+	if err := os.MkdirAll(to, 0o700); err != nil {
+		return "", false, fmt.Errorf("syncd: share TLS certificate: %w", err)
+	}
+	if err := writeNew(filepath.Join(to, TLSCertFile), certPEM, filepath.Join(to, TLSKeyFile), keyPEM); err != nil {
+		return "", false, err
+	}
+	return fp, true, nil
+}

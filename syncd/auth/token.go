@@ -45,12 +45,22 @@ import (
 // out: tokens of a key no longer held are refused with a message saying so. Tokens minted before
 // key ids existed lack "kid"; they verify against any key of the ring.
 //
-// A token is valid while now < exp. Nothing checks iat against the clock (devices and servers
-// may disagree by a few seconds); it records when the token was minted, which the server's
-// maximum token lifetime (exp − iat) and device revocations ("tokens issued up to t") use.
+// A token is valid while now < exp and iat <= now + MaxClockSkew. iat records when the token was
+// minted, which the server's maximum token lifetime (exp − iat) and device revocations ("tokens
+// issued up to t") use; both are sound only if iat is not in the future, so a token issued
+// beyond the skew the token service's clock and the server's may have is refused
+// (ErrTokenNotYetValid): a token with iat a year ahead and a 29-day span would otherwise be valid
+// for a year and a month, and outside every revocation made before its iat.
 
 // MaxTokenLen is the longest token VerifyToken reads; longer input is rejected before decoding.
 const MaxTokenLen = 1024
+
+// MaxClockSkew is how far ahead of the verifier's clock a token's issue time (iat) may be: the
+// token service and the servers are machines on NTP, which agree within milliseconds; half a
+// minute leaves room for a clock being corrected without letting a token outlive its lifetime
+// or a revocation by more than that. A revocation covers the tokens issued up to its second plus
+// MaxClockSkew, since a server accepted those until then (syncd's revocation check).
+const MaxClockSkew = 30 * time.Second
 
 // minSecretLen is the shortest secret MintToken and VerifyToken accept. LoadOrCreateSecret makes
 // secretLen bytes.
@@ -76,6 +86,10 @@ var (
 	// ErrTokenUnknownKey: the token names a key id the keyring does not hold (a retired key, or
 	// one of another cluster). It wraps ErrTokenInvalid too: errors.Is matches both.
 	ErrTokenUnknownKey = fmt.Errorf("%w: signed with a key this server does not hold", ErrTokenInvalid)
+	// ErrTokenNotYetValid: the token is correctly signed but claims to be issued more than
+	// MaxClockSkew after the verifier's clock (a token service whose clock is wrong, or a token
+	// minted to outlive the lifetime cap and revocations). It wraps ErrTokenInvalid too.
+	ErrTokenNotYetValid = fmt.Errorf("%w: issued in the future", ErrTokenInvalid)
 )
 
 // TokenClaims is what a token says. Times have whole-second precision on the wire: MintToken
@@ -160,6 +174,8 @@ func mint(secret []byte, c TokenClaims, kid string) (string, error) {
 //     does not match and the token names another key id;
 //   - ErrTokenExpired (wrapped): correctly signed but now >= Expires. The claims are returned
 //     too, so the caller can log whose token expired;
+//   - ErrTokenNotYetValid (wrapped, matches ErrTokenInvalid too): correctly signed but Issued
+//     is after now + MaxClockSkew; the claims are returned too;
 //   - another error if secret is shorter than 16 bytes (a server misconfiguration, not the
 //     client's fault).
 //
@@ -214,10 +230,10 @@ func (k *Keyring) IDs() []string { return slices.Sorted(maps.Keys(k.keys)) }
 // Mint signs c with the current key (MintToken).
 func (k *Keyring) Mint(c TokenClaims) (string, error) { return mint(k.keys[k.current], c, k.current) }
 
-// Verify checks token against the ring and its expiry against now, and returns its claims, with
-// VerifyToken's errors: a token naming a key id checks against that key only, and a key id the
-// ring does not hold is ErrTokenUnknownKey; a token without one (minted before key ids) checks
-// against every key.
+// Verify checks token against the ring and its expiry and issue time against now, and returns
+// its claims, with VerifyToken's errors: a token naming a key id checks against that key only,
+// and a key id the ring does not hold is ErrTokenUnknownKey; a token without one (minted before
+// key ids) checks against every key.
 func (k *Keyring) Verify(token string, now time.Time) (TokenClaims, error) {
 	signed, mac, err := splitToken(token)
 	if err != nil {
@@ -263,6 +279,10 @@ func (k *Keyring) Verify(token string, now time.Time) (TokenClaims, error) {
 	}
 	if p.Kid != nil {
 		c.KeyID = *p.Kid
+	}
+	if c.Issued.After(now.Add(MaxClockSkew)) {
+		return c, fmt.Errorf("%w: issued at %s, later than this server's clock (%s) by more than %v: check the token service's clock",
+			ErrTokenNotYetValid, c.Issued.Format(time.RFC3339), now.UTC().Format(time.RFC3339), MaxClockSkew)
 	}
 	if !now.Before(c.Expires) {
 		return c, fmt.Errorf("%w at %s", ErrTokenExpired, c.Expires.Format(time.RFC3339))

@@ -273,6 +273,25 @@ func TestVerifyTokenWrongSecret(t *testing.T) {
 	}
 }
 
+// TestVerifyTokenIssuedInTheFuture: a token issued up to MaxClockSkew after the verifier's clock
+// verifies; one issued later is ErrTokenNotYetValid (which is ErrTokenInvalid too), whatever its
+// expiry, so iat bounds what the lifetime cap and revocations rely on.
+func TestVerifyTokenIssuedInTheFuture(t *testing.T) {
+	tok := mustMint(t, testSecret, testClaims)
+	if _, err := VerifyToken(testSecret, tok, testIssued.Add(-MaxClockSkew)); err != nil {
+		t.Errorf("issued exactly MaxClockSkew ahead: %v", err)
+	}
+	for _, now := range []time.Time{testIssued.Add(-MaxClockSkew - time.Second), testIssued.Add(-365 * 24 * time.Hour)} {
+		c, err := VerifyToken(testSecret, tok, now)
+		if !errors.Is(err, ErrTokenNotYetValid) || !errors.Is(err, ErrTokenInvalid) {
+			t.Errorf("verified at %s, %v before its iat: err %v, want ErrTokenNotYetValid", now, testIssued.Sub(now), err)
+		}
+		if c.User != "alice" {
+			t.Errorf("claims not returned: %+v", c)
+		}
+	}
+}
+
 func TestVerifyTokenExpired(t *testing.T) {
 	tok := mustMint(t, testSecret, testClaims)
 	exp := testClaims.Expires

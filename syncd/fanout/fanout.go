@@ -342,6 +342,13 @@ type source struct {
 type dest struct {
 	id   raftstore.ShardID
 	mark uint64 // learned from its answers: may be stale, never ahead
+	// heard is the highest mark the destination itself answered: a lower bound of the mark it
+	// stores, which mark is not (round raises mark to the outbox's first position minus one
+	// without asking). A destination that has heard less than the head of an idle outbox is
+	// told the rest with an empty batch (round), so the marks it stores reach the head: a
+	// move's cutover waits for them (syncd/moves), and an idle source would otherwise never
+	// send one.
+	heard uint64
 	// below is set when the destination answered a mark below the outbox's first position: a
 	// shard that joined the routing after those positions were trimmed (a new shard, one a user
 	// moved to), so they hold nothing for it and its batches start at its own mark.
@@ -435,7 +442,7 @@ func (f *Fanout) settle(ctx context.Context, s *source) {
 		d := s.dest(o.dest)
 		d.inflight = false
 		if o.err == nil {
-			d.mark = max(d.mark, o.mark)
+			d.mark, d.heard = max(d.mark, o.mark), max(d.heard, o.mark)
 			d.clean = max(d.clean, d.mark)
 			if d.failing > 0 {
 				f.logger.Info("fan-out to a shard recovered", "source", s.id, "dest", d.id,
@@ -461,7 +468,7 @@ func (f *Fanout) settle(ctx context.Context, s *source) {
 			// own, at once. Below the outbox's first position only for a shard that joined the
 			// routing after those positions were trimmed (see round): a shard just added, or
 			// one a move made a destination — not a failure, so not counted or logged.
-			d.mark, d.clean, d.below = ooo.Mark, ooo.Mark, true
+			d.mark, d.clean, d.heard, d.below = ooo.Mark, ooo.Mark, ooo.Mark, true
 			d.retryAt = time.Now().Add(barrierRetry)
 			continue
 		}
@@ -536,12 +543,22 @@ func (f *Fanout) round(ctx context.Context, s *source, moved bool) error {
 	}
 	info := s.info
 	s.trimHeld = info.Head >= info.First
-	if !s.trimHeld {
-		f.setDrained(s.id, info.Head, false) // trimmed to the head: delivered everywhere
-		return nil                           // nothing waiting
-	}
 	dests := f.slots.Shards()
 	now := time.Now()
+	if !s.trimHeld {
+		// Trimmed to the head: nothing waits, every destination has what was meant for it. But a
+		// destination may store a mark below the head (a shard that joined the routing since,
+		// or one that only ever had nothing from this source): tell it, once, that it has
+		// everything up to the head, or a move waiting for its marks would wait for this
+		// source's next record, forever if none comes.
+		for _, id := range dests {
+			if d := s.dest(id); d.heard < info.Head && !d.inflight && !now.Before(d.retryAt) {
+				f.launch(ctx, s, d, &log.DeliveryBatch{Source: s.id, Prev: d.heard, Last: info.Head})
+			}
+		}
+		f.setDrained(s.id, info.Head, false)
+		return nil
+	}
 	var pending []*dest
 	for _, id := range dests {
 		d := s.dest(id)

@@ -142,9 +142,20 @@ func (r *slotRun) copyPass(ctx context.Context, final *log.MoveStep) (entries in
 }
 
 // cutoverStep switches every shard's outbox to send the range's users' later records to the
-// destination, and records where each switched.
+// destination, and records where each switched. The users of the range the map pins to other
+// shards stay where they are (log.MoveStep.Pinned): no user move runs while the range moves
+// (raftstore.MoveInfo conflicts), so the map's pins hold for every shard's cutover.
 func (r *slotRun) cutoverStep(ctx context.Context, m raftstore.ClusterMap) error {
-	return r.cutover(ctx, m, r.step(log.MoveCutover))
+	step := r.step(log.MoveCutover)
+	for uid, at := range m.Overrides {
+		if at != r.from && r.span.Contains(log.UserSlot(uid)) {
+			if step.Pinned == nil {
+				step.Pinned = map[string]log.ShardID{}
+			}
+			step.Pinned[uid] = at
+		}
+	}
+	return r.cutover(ctx, m, step)
 }
 
 // fenceStep waits until the source has every record routed to it, copies most of the tail,

@@ -85,7 +85,7 @@ func startCluster(t testing.TB, n int, tweak func(i int, c *syncd.Config), relay
 	}
 	for i := range n {
 		cfg := syncd.Config{Dir: filepath.Join(dir, peers[i].ID), NodeID: peers[i].ID, RaftAddr: peers[i].Addr, Peers: peers,
-			ListenAddr: testkit.FreeAddr(t), AdminAddr: testkit.FreeAddr(t), Shards: 4, TokenSecret: secret, Logger: Logger(t),
+			ListenAddr: testkit.FreeAddr(t), WebAddr: testkit.FreeAddr(t), AdminAddr: testkit.FreeAddr(t), Shards: 4, TokenSecret: secret, Logger: Logger(t),
 			CertFile: certFile, KeyFile: keyFile}
 		if c.mesh != nil {
 			cfg.PeerDial = c.mesh.DialMap(peers[i].ID)
@@ -125,7 +125,7 @@ func (c *Cluster) Join(tweak func(c *syncd.Config)) int {
 	id := fmt.Sprintf("n%d", i+1)
 	first := c.cfgs[0]
 	cfg := syncd.Config{Dir: filepath.Join(filepath.Dir(first.Dir), id), NodeID: id, RaftAddr: testkit.FreeAddr(c.t),
-		Join: first.RaftAddr, ListenAddr: testkit.FreeAddr(c.t), AdminAddr: testkit.FreeAddr(c.t), Shards: first.Shards,
+		Join: first.RaftAddr, ListenAddr: testkit.FreeAddr(c.t), WebAddr: testkit.FreeAddr(c.t), AdminAddr: testkit.FreeAddr(c.t), Shards: first.Shards,
 		TokenSecret: first.TokenSecret, Logger: first.Logger, CertFile: first.CertFile, KeyFile: first.KeyFile}
 	if tweak != nil {
 		tweak(&cfg)
@@ -166,7 +166,7 @@ func (c *Cluster) run(i int) {
 	go func() { done <- srv.Run(ctx) }()
 	c.stops[i] = func() {
 		cancel()
-		if err := <-done; err != nil {
+		if err := awaitShutdown(c.t, done); err != nil {
 			c.t.Errorf("node %d shutdown: %v", i, err)
 		}
 	}

@@ -5,6 +5,7 @@ package syncdtest
 import (
 	"context"
 	"log/slog"
+	"runtime"
 	"testing"
 	"time"
 
@@ -18,7 +19,7 @@ import (
 // log at Error level.
 func Start(t testing.TB, tweak func(*syncd.Config)) *syncd.Server {
 	t.Helper()
-	cfg := syncd.Config{Dir: t.TempDir(), ListenAddr: testkit.FreeAddr(t), RaftAddr: testkit.FreeAddr(t),
+	cfg := syncd.Config{Dir: t.TempDir(), ListenAddr: testkit.FreeAddr(t), WebAddr: testkit.FreeAddr(t), RaftAddr: testkit.FreeAddr(t),
 		AdminAddr: testkit.FreeAddr(t), Shards: 4, Logger: Logger(t)}
 	if tweak != nil {
 		tweak(&cfg)
@@ -33,11 +34,30 @@ func Start(t testing.TB, tweak func(*syncd.Config)) *syncd.Server {
 	go func() { done <- srv.Run(ctx) }()
 	t.Cleanup(func() {
 		cancel()
-		if err := <-done; err != nil {
+		if err := awaitShutdown(t, done); err != nil {
 			t.Errorf("server shutdown: %v", err)
 		}
 	})
 	return srv
+}
+
+// shutdownLimit bounds a graceful shutdown in tests: far above the seconds one takes even on a
+// loaded machine, far below the test binary's own timeout, whose panic names only the test.
+const shutdownLimit = 2 * time.Minute
+
+// awaitShutdown waits for Server.Run to return after its context was cancelled. A shutdown that
+// hangs fails the test with every goroutine's stack — the hang is a bug (the server must stop
+// everything it started), and the stacks say where it is — instead of hanging the test binary.
+func awaitShutdown(t testing.TB, done <-chan error) error {
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(shutdownLimit):
+		buf := make([]byte, 8<<20)
+		buf = buf[:runtime.Stack(buf, true)]
+		t.Errorf("the server did not shut down within %v; goroutines:\n%s", shutdownLimit, buf)
+		return nil
+	}
 }
 
 // Logger returns a logger writing Error-level records to the test log.

@@ -108,11 +108,12 @@ func New(cfg Config) (*Cluster, error) {
 		if cfg.BasePort != 0 {
 			ip := NodeIP(i)
 			n.ClientAddr = net.JoinHostPort(ip, strconv.Itoa(cfg.BasePort))
+			n.WebAddr = net.JoinHostPort(ip, strconv.Itoa(cfg.BasePort+1)) // syncd's own default
 			n.AdminAddr = net.JoinHostPort(ip, strconv.Itoa(cfg.BasePort+AdminPortOffset))
 			n.RaftAddr = net.JoinHostPort(ip, strconv.Itoa(cfg.BasePort+RaftPortOffset))
 			ips = append(ips, ip)
 		} else {
-			for _, a := range []*string{&n.ClientAddr, &n.AdminAddr, &n.RaftAddr} {
+			for _, a := range []*string{&n.ClientAddr, &n.WebAddr, &n.AdminAddr, &n.RaftAddr} {
 				// Ports below the kernel's ephemeral range: an outgoing connection cannot take one
 				// while its node is down between a kill and a restart.
 				if *a, err = testkit.PickAddr(); err != nil {

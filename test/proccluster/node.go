@@ -23,6 +23,7 @@ type Node struct {
 	Dir        string // data directory (-data-dir), kept across restarts
 	Log        string // file holding the stdout and stderr of every run, appended
 	ClientAddr string // QUIC, for devices (-listen)
+	WebAddr    string // WebTransport (UDP) and WebSocket (TCP), for browsers (-web-listen)
 	AdminAddr  string // admin HTTP (-admin)
 	RaftAddr   string // Raft (-raft-addr)
 	// Spare is set for the nodes of Config.Spares: not in the founding nodes' -peers and not
@@ -61,7 +62,7 @@ func (n *Node) Args() []string {
 // REQUIRES: n.mu
 func (n *Node) argsLocked() []string {
 	c := n.c
-	args := []string{"-data-dir", n.Dir, "-node-id", n.ID, "-listen", n.ClientAddr, "-admin", n.AdminAddr,
+	args := []string{"-data-dir", n.Dir, "-node-id", n.ID, "-listen", n.ClientAddr, "-web-listen", n.WebAddr, "-admin", n.AdminAddr,
 		"-raft-addr", n.RaftAddr, "-shards", fmt.Sprint(c.cfg.Shards),
 		"-token-secret-file", c.cred.secretFile, "-cert", c.cred.certFile, "-key", c.cred.keyFile,
 		"-admin-token-file", c.cred.adminTokenFile}

@@ -77,3 +77,21 @@ func GetJSON[T any](t testing.TB, url string, opts ...RequestOption) (T, int) {
 	}
 	return v, code
 }
+
+// Metric returns the value of one series (its name and labels as /metrics writes them, e.g.
+// `syncd_client_gaps_total`) from the /metrics page of the admin server at addr, failing the test
+// if the page or the series is missing.
+func Metric(t testing.TB, addr, series string) string {
+	t.Helper()
+	code, body := HTTP(t, "GET", "http://"+addr+"/metrics")
+	if code != 200 {
+		t.Fatalf("/metrics: %d", code)
+	}
+	for _, line := range strings.Split(body, "\n") {
+		if v, ok := strings.CutPrefix(line, series+" "); ok {
+			return v
+		}
+	}
+	t.Fatalf("/metrics has no %s", series)
+	return ""
+}

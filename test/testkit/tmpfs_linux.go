@@ -19,6 +19,14 @@ func Tmpfs(t testing.TB, size int64) string {
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		t.Fatal(err)
 	}
+	TmpfsAt(t, dir, size)
+	return dir
+}
+
+// TmpfsAt mounts a tmpfs of size bytes on dir, an existing directory (what it holds is hidden
+// until the unmount), like Tmpfs: for a data directory whose path a process already has.
+func TmpfsAt(t testing.TB, dir string, size int64) {
+	t.Helper()
 	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, "size="+strconv.FormatInt(size, 10)+",mode=0700"); err != nil {
 		t.Skipf("needs a small real file system: mount a tmpfs (as root): %v", err)
 	}
@@ -27,7 +35,6 @@ func Tmpfs(t testing.TB, size int64) string {
 			t.Errorf("unmount the test's tmpfs %s: %v", dir, err)
 		}
 	})
-	return dir
 }
 
 // FreeBytes returns the bytes available to this process on the file system holding dir.

@@ -11,6 +11,12 @@ func Tmpfs(t testing.TB, size int64) string {
 	return ""
 }
 
+// TmpfsAt skips the test: mounting a tmpfs is Linux's (see tmpfs_linux.go).
+func TmpfsAt(t testing.TB, dir string, size int64) {
+	t.Helper()
+	t.Skip("needs a small real file system: a tmpfs, which this test mounts on Linux only")
+}
+
 // FreeBytes is not used off Linux, where Tmpfs skips the test first.
 func FreeBytes(t testing.TB, dir string) uint64 {
 	t.Helper()

@@ -20,7 +20,9 @@ import (
 //	0x01 'v'                          format version               u64
 //	0x01 'c'                          sync cursor                  epoch u64, pos u64
 //	0x01 'c' sub u8                   sync cursor of sub-log sub ≥ 1 (a split user's stream)   epoch u64, pos u64
+//	0x01 'r' sub u8                   stored run of sub-log sub (0 included; see Run)   base u64, repair_to u64
 //	0x01 'o'                          last outbox seq assigned     u64
+//	0x01 'u'                          the device's user, as the last Welcome named it   raw id bytes
 //	0x02 seq                          outbox item                  v1 msgpack OutboxItem
 //	0x03 cmid 0x00                    outbox index by cmid         seq u64
 //	0x04 seq                          outbox item still SENDING    empty
@@ -32,10 +34,13 @@ import (
 //	0x14 conv 0x00 user 0x00          member of conv               empty
 //	0x15 conv 0x00                    known conversation           empty
 //	0x16 msg_id 0x00                  recall seen before its target     empty
+//	0x17 conv 0x00                    conv's stored members incomplete  empty
 //
 // Values that are not plain numbers start with a version byte (valueVersion) followed by
 // msgpack; msgpack maps ignore unknown keys, so later versions may add fields. The whole layout
-// is versioned by the format key: Open refuses a store of another format.
+// is versioned by the format key: Open refuses a store of another format. A key added within a
+// format (the sub-logs' keys, the runs) is one a store written before simply lacks, and its
+// absence has a meaning the code that reads it documents (getRun: an empty run).
 
 // formatVersion is the key layout version written under the format key.
 const formatVersion = 1
@@ -76,6 +81,17 @@ func (keyBuilder) cursor(sub uint32) []byte {
 	}
 	return []byte{tagMeta, 'c', byte(sub)}
 }
+
+// run is the key of the stored run of sub-log sub (every sub-log, 0 included): where the run of
+// entries stored up to the cursor begins, and how far a repair after a Rewind reaches (Run).
+// Absent in a store written before the SDK kept runs: see getRun.
+func (keyBuilder) run(sub uint32) []byte { return []byte{tagMeta, 'r', byte(sub)} }
+
+// runPrefix prefixes the stored run of every sub-log.
+func (keyBuilder) runPrefix() []byte { return []byte{tagMeta, 'r'} }
+
+// user is the key of the device's user (the latest Welcome's), so an app opened offline knows it.
+func (keyBuilder) user() []byte { return []byte{tagMeta, 'u'} }
 
 // outboxLast is the key of the last outbox seq assigned.
 func (keyBuilder) outboxLast() []byte { return []byte{tagMeta, 'o'} }

@@ -93,7 +93,15 @@ func checkSub(sub uint32) error {
 //
 // Entries are deduplicated by msg_id: an entry whose msg_id is already stored (re-delivered
 // after an epoch change, or already loaded from history) is stored under its seq and moves the
-// cursor, but changes nothing in the view. applied counts the entries that were new.
+// cursor, but changes nothing in the view — except while a repair is pending (Rewind): an entry
+// at or below the run's RepairTo comes again because the stored copy may be damaged, so it
+// replaces that copy in the view (keeping its recalled mark, which a recall in another sub-log
+// may have set) and is applied again, in log order: read marks only move up, and membership
+// changes replayed up to the head end where the log does. applied counts the entries that were
+// new.
+//
+// It also keeps the sub-log's run (Run): the batch extends it, and a repair ends once the
+// cursor reaches its RepairTo.
 func (s *Store) ApplyBatch(sub uint32, epoch proto.Epoch, entries []proto.Entry) (applied int, err error) {
 	if epoch == 0 {
 		return 0, fmt.Errorf("%w: batch without epoch", ErrEpochMismatch)
@@ -111,10 +119,11 @@ func (s *Store) ApplyBatch(sub uint32, epoch proto.Epoch, entries []proto.Entry)
 		return 0, err
 	}
 	defer s.mu.Unlock()
-	curEpoch, pos, err := getCursor(db, sub)
+	run, err := getRun(db, sub)
 	if err != nil {
 		return 0, err
 	}
+	curEpoch, pos := run.Epoch, run.Pos
 	if curEpoch == 0 && pos != 0 {
 		return 0, fmt.Errorf("client: stored cursor (0, %d) has no epoch", pos)
 	}
@@ -140,24 +149,38 @@ func (s *Store) ApplyBatch(sub uint32, epoch proto.Epoch, entries []proto.Entry)
 		if err := b.Set(sk.entry(sub, e.Seq), v, nil); err != nil {
 			return 0, err
 		}
+		seen, recalled := false, false
 		if e.MsgID != "" {
-			_, seen, err := getValue(b, sk.msgIndex(e.MsgID))
+			var ref []byte
+			ref, seen, err = getValue(b, sk.msgIndex(e.MsgID))
 			if err != nil {
 				return 0, err
 			}
-			if seen {
+			if seen && e.Seq > run.RepairTo {
 				continue
+			}
+			if seen { // repairing: the stored copy goes, this one takes its place
+				if recalled, err = dropStoredCopy(b, ref, e); err != nil {
+					return 0, err
+				}
 			}
 			if err := b.Set(sk.msgIndex(e.MsgID), sk.msgRef(e.Conv, e.ConvSeq), nil); err != nil {
 				return 0, err
 			}
 		}
-		applied++
-		if err := applyToView(b, e); err != nil {
+		if !seen {
+			applied++
+		}
+		if err := applyToView(b, e, recalled); err != nil {
 			return 0, err
 		}
 	}
-	if err := setCursor(b, sub, epoch, entries[len(entries)-1].Seq); err != nil {
+	last := entries[len(entries)-1].Seq
+	repairTo := run.RepairTo
+	if last >= repairTo {
+		repairTo = 0 // every entry the rewind dropped has come again
+	}
+	if err := errors.Join(setCursor(b, sub, epoch, last), setRun(b, sub, run.Base, repairTo)); err != nil {
 		return 0, err
 	}
 	if err := b.Commit(pebble.Sync); err != nil {
@@ -166,15 +189,42 @@ func (s *Store) ApplyBatch(sub uint32, epoch proto.Epoch, entries []proto.Entry)
 	return applied, nil
 }
 
-// applyToView applies one new entry to the message view, read marks and members.
-func applyToView(b *pebble.Batch, e *proto.Entry) error {
+// dropStoredCopy removes, for a repair, the view record the msg_id index entry ref points at if
+// it is e's message filed under another (conv, conv_seq) than e's — the damaged copy — and
+// reports whether the stored copy was marked recalled. A record there of another msg_id is not
+// e's copy (the index itself is off) and is left alone; an undecodable one is e's damaged copy.
+func dropStoredCopy(b *pebble.Batch, ref []byte, e *proto.Entry) (recalled bool, err error) {
+	conv, seq, err := sk.parseMsgRef(ref)
+	if err != nil || seq == 0 || !keyableID(conv) {
+		return false, nil // a damaged index entry: the Set that follows replaces it
+	}
+	v, ok, err := getValue(b, sk.view(conv, seq))
+	if err != nil || !ok {
+		return false, err
+	}
+	var m storedMsg
+	if decode(v, &m) == nil {
+		if m.MsgID != e.MsgID {
+			return false, nil
+		}
+		recalled = m.Recalled
+	}
+	if conv == e.Conv && seq == e.ConvSeq {
+		return recalled, nil // applyToView overwrites it
+	}
+	return recalled, b.Delete(sk.view(conv, seq), nil)
+}
+
+// applyToView applies one entry to the message view, read marks and members: a new one, or one
+// replacing a damaged copy (recalled: the copy was marked recalled, which the new record keeps).
+func applyToView(b *pebble.Batch, e *proto.Entry, recalled bool) error {
 	if e.Conv == "" {
 		return nil // nothing to attach it to (an unknown kind): stored under its seq only
 	}
 	if err := b.Set(sk.conv(e.Conv), nil, nil); err != nil {
 		return err
 	}
-	m := storedMsg{Kind: e.Kind, MsgID: e.MsgID, Sender: e.Sender, Time: e.Time}
+	m := storedMsg{Kind: e.Kind, MsgID: e.MsgID, Sender: e.Sender, Time: e.Time, Recalled: recalled && e.Kind == proto.KindMessage}
 	switch e.Kind {
 	case proto.KindMessage:
 		m.Body = e.Body
@@ -307,8 +357,8 @@ func checkEntryIDs(e *proto.Entry) error {
 }
 
 // ResetForEpoch handles an epoch change (EpochChanged) of sub-log sub: the log was re-created,
-// so its stored entries and positions mean nothing. It drops the sub-log's stored entries and
-// sets its cursor to (epoch, 0), keeping the message view, read marks, members and the msg_id
+// so its stored entries and positions mean nothing. It drops the sub-log's stored entries (its
+// run starts empty, with no repair pending) and sets its cursor to (epoch, 0), keeping the message view, read marks, members and the msg_id
 // index: history stays, and entries delivered again are deduplicated by msg_id. If the new log
 // starts after 1, the next SyncStart from (epoch, 0) is answered TooOld or Rebase (then
 // RebaseTo), or the caller may call RebaseTo(sub, epoch, first-1) itself.
@@ -329,6 +379,7 @@ func (s *Store) ResetForEpoch(sub uint32, epoch proto.Epoch) error {
 	if err := errors.Join(
 		b.DeleteRange(sk.entryPrefix(sub), prefixEnd(sk.entryPrefix(sub)), nil),
 		setCursor(b, sub, epoch, 0),
+		setRun(b, sub, 1, 0), // the new epoch's run starts empty; a pending repair was of the old one
 	); err != nil {
 		return err
 	}
@@ -341,7 +392,9 @@ func (s *Store) ResetForEpoch(sub uint32, epoch proto.Epoch) error {
 // RebaseTo jumps the cursor of sub-log sub to (epoch, head) without entries, after TooOld or
 // Rebase; the caller loads conversation state and recent history separately. Within the stored
 // epoch the cursor never moves back (ErrCursorBackward); moving to another epoch also drops the
-// sub-log's stored entries, as ResetForEpoch does.
+// sub-log's stored entries, as ResetForEpoch does. A jump starts a new, empty run at head+1
+// (the entries jumped over are not stored) and ends a pending repair (the rebase jumped over
+// it).
 func (s *Store) RebaseTo(sub uint32, epoch proto.Epoch, head proto.Position) error {
 	if epoch == 0 {
 		return errors.New("client: rebase to epoch 0")
@@ -354,20 +407,23 @@ func (s *Store) RebaseTo(sub uint32, epoch proto.Epoch, head proto.Position) err
 		return err
 	}
 	defer s.mu.Unlock()
-	curEpoch, pos, err := getCursor(db, sub)
+	run, err := getRun(db, sub)
 	if err != nil {
 		return err
 	}
 	b := db.NewBatch()
 	defer b.Close()
-	if epoch == curEpoch {
-		if head < pos {
-			return fmt.Errorf("%w: rebase to %d, stored %d", ErrCursorBackward, head, pos)
+	if epoch == run.Epoch {
+		if head < run.Pos {
+			return fmt.Errorf("%w: rebase to %d, stored %d", ErrCursorBackward, head, run.Pos)
 		}
 	} else if err := b.DeleteRange(sk.entryPrefix(sub), prefixEnd(sk.entryPrefix(sub)), nil); err != nil {
 		return err
 	}
-	if err := setCursor(b, sub, epoch, head); err != nil {
+	if epoch != run.Epoch || head != run.Pos { // a jump; a rebase to where the cursor is changes nothing
+		run.Base, run.RepairTo = head+1, 0
+	}
+	if err := errors.Join(setCursor(b, sub, epoch, head), setRun(b, sub, run.Base, run.RepairTo)); err != nil {
 		return err
 	}
 	if err := b.Commit(pebble.Sync); err != nil {

@@ -1,0 +1,109 @@
+// The events an app binds to its UI. They come in the order things happened.
+
+import type { Entry } from "./frames.js";
+import type { OutboxItem, StoreInfo } from "./store.js";
+import type { TransportChoice } from "./transport/connect.js";
+
+/** Every event, by name, with its payload. */
+export interface ClientEvents {
+  /**
+   * An entry of the user's log was stored (a message, receipt, recall or membership change, from
+   * this device or another). `duplicate`: its msg_id was already stored (an Ack's entry arriving
+   * through sync, a replay after an epoch change): it created nothing new — while a range is
+   * refetched after a `mismatch`, it replaced the stored copy, which may have been wrong (reload
+   * what is shown once `synced` follows). `sub` is the sub-log (0 unless an operator split the
+   * user's stream).
+   */
+  entry: { entry: Entry; sub: number; duplicate: boolean };
+  /** An outbox item changed status: `sent` (with the server's Ack), `failed` (with why), or `sending` again after {@link Client.retry}. */
+  status: { item: OutboxItem; error: Error | null };
+  /** The device has stored the user's log up to the head a Heartbeat or Batch proved: caught up. Once per catch-up. */
+  synced: { epoch: bigint; head: number };
+  /** The serving node cannot prove the head (§6 Stale): show "connecting…", not "up to date". Once per episode. */
+  stale: { epoch: bigint; head: number; unheardMs: number };
+  /**
+   * A batch did not continue the cursor; nothing was stored and the stream restarted from the
+   * cursor (nothing skipped). Reported to the server once per incident (§8.7).
+   */
+  gap: { sub: number; at: number };
+  /**
+   * What the device stored of sub-log `sub` over positions `from`..`to` differs from the
+   * server's log (a digest check, §8.7: a storage bug, a database restored from a backup).
+   * `refetching` true: the SDK reported it to the server, dropped its copy from `from` on and
+   * is fetching it again — entries re-arrive as `entry` events (`duplicate` for msg_ids already
+   * stored, their stored copy replaced): reload what is shown once `synced` follows. false: it
+   * still differed after a refetch; the SDK keeps what the server sent and does not try again
+   * (a bug of the store or the server: worth telling its developers).
+   */
+  mismatch: { sub: number; epoch: bigint; from: number; to: number; refetching: boolean };
+  /** The cursor was too old or too far behind: the SDK loaded the conversations' state and recent history and jumped to the head. */
+  rebase: { sub: number; epoch: bigint; head: number };
+  /** The user's log was re-created (restored from a backup): resynced from the new epoch, local messages kept. */
+  epoch: { sub: number; epoch: bigint };
+  /** Another sync stream of this device (another tab?) took over; this client stopped syncing on this connection. */
+  superseded: Record<string, never>;
+  /**
+   * Syncing failed `failures` times in a row (3 or more) without progress, most recently with
+   * `error`. The SDK keeps trying with backoff; a `synced` event says it works again. Worth
+   * showing when it lasts: a refused token (a ProtoError with code 10 or 11), an unreachable
+   * server, a failing store.
+   */
+  failed: { error: Error; failures: number };
+  /** A connection was made with this transport (and why this one). */
+  transport: TransportChoice & { endpoint: number };
+  /**
+   * What the store is, at open and when it changes: `persistent` false means nothing survives a
+   * reload (memory, or IndexedDB unavailable: private browsing) — show "not saved on this
+   * device"; `persisted` is the browser's answer to `navigator.storage.persist()`.
+   */
+  storage: StoreInfo;
+  /**
+   * The local copy was found lost or inconsistent (the database evicted or deleted, a cursor
+   * ahead of its entries): the SDK resyncs the user's log from the server. Reload what is shown
+   * once `synced` follows. Outbox items queued before a loss that the store no longer held are gone.
+   */
+  resync: { reason: string };
+  /**
+   * This tab's part among the tabs of the device (same store, same device): `leader` holds the
+   * connection; a `follower` reads the shared store, gets the leader's news, and its sends go
+   * through the shared outbox (the leader sends them). `single`: no coordination (a memory
+   * store, or a browser without Web Locks / BroadcastChannel). A follower becomes leader when
+   * the leader's tab closes.
+   */
+  role: { role: "leader" | "follower" | "single" };
+  /** The page's network status changed (`online`/`offline` events): the SDK reconnects at once when it comes back. */
+  network: { online: boolean };
+  /** The connection's state changed. `retryInMs`: when disconnected, the wait before the next attempt. */
+  connection: { state: "connecting" | "connected" | "disconnected" | "closed"; error?: Error; retryInMs?: number };
+}
+
+/** An event name. */
+export type ClientEventName = keyof ClientEvents;
+
+/** A minimal typed event emitter. */
+export class Emitter {
+  private readonly listeners = new Map<ClientEventName, Set<(e: never) => void>>();
+
+  constructor(private readonly onListenerError: (err: unknown) => void) {}
+
+  /** Calls fn for every event of this name; returns the function that removes it. */
+  on<K extends ClientEventName>(name: K, fn: (e: ClientEvents[K]) => void): () => void {
+    let set = this.listeners.get(name);
+    if (!set) this.listeners.set(name, (set = new Set()));
+    set.add(fn);
+    return () => {
+      set.delete(fn);
+    };
+  }
+
+  /** Delivers an event; a throwing listener is reported and does not stop the others (or the SDK). */
+  emit<K extends ClientEventName>(name: K, e: ClientEvents[K]): void {
+    for (const fn of this.listeners.get(name) ?? []) {
+      try {
+        (fn as (e: ClientEvents[K]) => void)(e);
+      } catch (err) {
+        this.onListenerError(err);
+      }
+    }
+  }
+}

@@ -1,0 +1,19 @@
+// @syncd/client: the browser SDK of syncd (docs/PROTOCOL.md).
+
+export { Client, Backoff, OfflineError, SYNC_FAILURE_THRESHOLD, type ClientConfig } from "./client.js";
+export { validId, directConv } from "./ids.js";
+export type { ClientEvents, ClientEventName } from "./events.js";
+export { IndexedDBStore, type IndexedDBStoreOptions } from "./idbstore.js";
+export { MemoryStore, NotContiguousError, applyEntry, type Store, type StoreInfo, type StoreSnapshot, type OutboxItem, type OutboxStatus, type Message, type StoredMsg, type StoredRange, type ViewTx } from "./store.js";
+export { digestOf, digestRecord, digestEqual, DIGEST_LEN, type DigestFields } from "./digest.js";
+export { DEFAULT_RETRY_MS } from "./outbox.js";
+export { Code, ProtoError, codeName, codeKnown, retryable, errorFromClose } from "./codes.js";
+export * from "./frames.js";
+export { FrameReader, encodeFrame, FrameTooLargeError, FRAME_VERSION, HEADER_LEN, type ReadItem } from "./framing.js";
+export { MalformedError } from "./msgpack.js";
+export { realClock, type Clock, type TimerHandle } from "./clock.js";
+export type { Logger } from "./session.js";
+export { StreamError, closeInfoFromClose, type CloseInfo, type Connection, type Stream, type TransportKind } from "./transport/types.js";
+export { WebSocketConnection, dialWebSocket, RecordKind, INITIAL_WINDOW, MAX_DATA, type WebSocketLike, type WebSocketDialOptions } from "./transport/websocket.js";
+export { WebTransportConnection, dialWebTransport, webTransportAvailable, hashBytes, type WebTransportDialOptions } from "./transport/webtransport.js";
+export { Connector, endpointOf, type Endpoint, type ConnectorOptions, type TransportChoice, type ChoiceReason } from "./transport/connect.js";

@@ -1,0 +1,602 @@
+// Local storage (§8.1) behind one interface, so that the client core does not know whether it
+// runs on memory (now) or IndexedDB (next phase).
+//
+// The interface is shaped for IndexedDB:
+// * every method that writes is one atomic unit — `applyBatch` stores the entries, their effect
+//   on the view and the new cursor together (one IDB transaction over the object stores it
+//   touches), so a cursor is never ahead of the entries it stands for (§8.4);
+// * `putOutbox` must be durable when it resolves (IDB: `durability: "strict"`): the client writes
+//   an item before it goes to the network and tells the app "queued" only then; received entries
+//   may be written with relaxed durability, because the server's log can refill them (the cursor
+//   is written with them, so it never claims more than survived);
+// * the view logic (dedup by msg_id, recalls, read marks, members) is {@link applyEntry}, written
+//   against the small async {@link ViewTx} so that an IndexedDB store runs the very same code inside
+//   its transaction.
+
+import type { Ack, Entry, SubCursor } from "./frames.js";
+import { Kind } from "./frames.js";
+
+/** Status of an outbox item (§8.3). */
+export type OutboxStatus = "sending" | "sent" | "failed";
+
+/**
+ * One mutation of the app in the outbox: written before it is sent, resent with the same cmid
+ * and payload until acknowledged or given up. `kind` uses the entry kinds: 1 Send, 2 MarkRead,
+ * 3 Recall, 4 CreateGroup, 5 AddMembers, 6 RemoveMembers, 7 SetRole.
+ */
+export interface OutboxItem {
+  /** client_msg_id: the server's dedup key; never changes. */
+  cmid: string;
+  /** Order of queueing (per device), assigned by the client. */
+  seq: number;
+  kind: number;
+  conv: string;
+  /** Send: the other user of a direct conversation that may not exist yet. */
+  peer: string;
+  body: Uint8Array;
+  upTo: number;
+  target: string;
+  members: string[];
+  role: number;
+  status: OutboxStatus;
+  /** Attempts so far, kept across restarts (the schedule goes on where it was). */
+  attempts: number;
+  /** Earliest next attempt, ms since the epoch (0 = at once). */
+  nextAttemptAt: number;
+  /** The server's answer once sent. */
+  ack: Ack | null;
+  /** The last failure, for display and logs. */
+  lastError: string;
+  /** The §7 code of a failure, when the server gave one (0 otherwise). */
+  errorCode: number;
+  /** When the app queued it, ms since the epoch. */
+  createdAt: number;
+}
+
+/** A message of a conversation as stored, for display. */
+export interface Message {
+  conv: string;
+  convSeq: number;
+  msgId: string;
+  sender: string;
+  /** Server time, Unix ns. */
+  time: bigint;
+  body: Uint8Array;
+  /** The sender recalled it (the body is kept: the app decides what to show). */
+  recalled: boolean;
+}
+
+/** One conversation entry in the view (messages and the other kinds, so it mirrors the log). */
+export interface StoredMsg {
+  kind: number;
+  msgId: string;
+  sender: string;
+  time: bigint;
+  body: Uint8Array;
+  recalled: boolean;
+  upTo: number;
+  target: string;
+  members: string[];
+}
+
+/** What a store holds when the client opens it. */
+export interface StoreSnapshot {
+  /** The vector cursor: one per sub-log from 0 up to the highest stored; `[{epoch: 0n, pos: 0}]` for a new device. */
+  cursors: SubCursor[];
+  /** Every outbox item, any status, in seq order. */
+  outbox: OutboxItem[];
+  /**
+   * Set when the store found itself lost or inconsistent (a database evicted or deleted since
+   * the last visit, a cursor ahead of the entries it claims): the cursors were reset, the client
+   * resyncs from the server and tells the app (`resync` event). Says why.
+   */
+  reset?: string;
+}
+
+/** What kind of storage a store is, for the app to show (the client's `storage` event). */
+export interface StoreInfo {
+  /** `indexeddb`, or `memory` (nothing survives a reload). */
+  kind: "indexeddb" | "memory";
+  /** Whether what is stored survives a reload of the page. */
+  persistent: boolean;
+  /** The answer of `navigator.storage.persist()` (kept under storage pressure); null while unknown or not asked. */
+  persisted: boolean | null;
+  /** The database's name (IndexedDB). */
+  name?: string;
+  /** Why the storage is not persistent, when an IndexedDB store fell back to memory (private mode…). */
+  reason?: string;
+}
+
+/**
+ * What a store holds of one sub-log over a range of positions ({@link Store.readEntries}): the
+ * entries a digest check compares with the server's (§8.7), with the cursor and the start of
+ * the run they belong to, all read at one moment.
+ */
+export interface StoredRange {
+  /** The sub-log's stored cursor ((0, 0) when it has none). */
+  cursor: SubCursor;
+  /**
+   * The first position of the run of entries that ends at the cursor: every position from `base`
+   * to `cursor.pos` was stored, none below `base` (a rebase or an epoch change jumped over them;
+   * a database written before the SDK kept it counts from its first batch after). `cursor.pos + 1`
+   * when nothing is stored under the cursor. A check covers `base` … `cursor.pos` only.
+   */
+  base: number;
+  /** The stored entries at the positions asked for, ascending; a position not stored is absent. */
+  entries: Entry[];
+}
+
+/** Thrown by {@link Store.applyBatch} when a batch does not continue the stored cursor; nothing was written. */
+export class NotContiguousError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = "NotContiguousError";
+  }
+}
+
+/** The device's local storage. Every method that writes is atomic. */
+export interface Store {
+  /** Loads the cursors and the outbox (the client opens from these with no connection). */
+  load(): Promise<StoreSnapshot>;
+  /**
+   * Stores a Batch of sub-log `sub` atomically: checks that `epoch` equals the stored epoch (or
+   * adopts it when the stored cursor is (0, 0)) and that the entries are numbered cursor+1,
+   * cursor+2, … (else throws {@link NotContiguousError} and writes nothing); stores the entries,
+   * applies them to the view with {@link applyEntry} (dedup by msg_id), and sets the cursor to
+   * (epoch, last seq). Resolves once committed, with the entries that were new (not duplicates).
+   * After a {@link rewind}, an entry at a position the rewind dropped replaces the stored copy of
+   * its msg_id in the view instead of being skipped as a duplicate (§8.7: the stored copy may be
+   * the wrong one); it is still not new.
+   */
+  applyBatch(sub: number, epoch: bigint, entries: readonly Entry[]): Promise<Entry[]>;
+  /**
+   * Moves sub-log `sub`'s cursor without entries: a rebase (TooOld, Rebase: to the head) or an
+   * epoch change (to `first − 1` of the new epoch). With `dropEntries` the sub-log's stored
+   * entries go (their positions mean nothing in another epoch); the view stays.
+   */
+  setCursor(sub: number, cursor: SubCursor, dropEntries: boolean): Promise<void>;
+  /** Applies conversation-log entries (History, a rebase) to the view, deduplicated by msg_id; no cursor moves. Returns the new ones. */
+  applyHistory(entries: readonly Entry[]): Promise<Entry[]>;
+  /** Writes an outbox item; durable when it resolves. */
+  putOutbox(item: OutboxItem): Promise<void>;
+  /** Removes an outbox item (the app dismissed a sent or failed one). */
+  deleteOutbox(cmid: string): Promise<void>;
+  /** The messages of a conversation in conv_seq order, recalled ones included. */
+  messages(conv: string): Promise<Message[]>;
+  /** How far `user` has read `conv`, as stored (0 if unknown). */
+  readMark(conv: string, user: string): Promise<number>;
+  /** The stored members of a group, sorted; `complete` is false after a change too large to be listed in the log (§5). */
+  members(conv: string): Promise<{ members: string[]; complete: boolean }>;
+  /** Replaces a group's stored members (from the server's Members pages). */
+  setMembers(conv: string, users: readonly string[]): Promise<void>;
+  /** The highest conv_seq stored of a conversation (0 if none): how far the local copy goes. */
+  convHead(conv: string): Promise<number>;
+  /** The ids of the conversations stored here. */
+  conversations(): Promise<string[]>;
+  /** Releases the store. */
+  close(): Promise<void>;
+  /** What kind of storage this is (optional: a store without it counts as persistent). */
+  info?(): StoreInfo;
+  /**
+   * Registers the client's handler for a store found lost while the client runs (its database
+   * deleted under it): the client reloads the snapshot, resyncs from the server and resends its
+   * outbox items into the store (optional).
+   */
+  onReset?(fn: (reason: string) => void): void;
+  /**
+   * The stored entries of sub-log `sub` at positions `from` … `to`, with the cursor and the base
+   * of their run, read in one transaction (optional: a store without it and {@link rewind} is not
+   * checked against the server, §8.7).
+   */
+  readEntries?(sub: number, from: number, to: number): Promise<StoredRange>;
+  /**
+   * Refetches sub-log `sub` from `from` (§8.7, a digest mismatch), in one transaction: sets its
+   * cursor back to (epoch, from − 1), deletes the stored entries at `from` and above, and
+   * remembers that entries re-arriving up to the old cursor replace the stored copies of their
+   * msg_ids in the view (see {@link applyBatch}). The view stays. Does nothing and resolves false
+   * when the stored cursor is of another epoch, or `from` is not within `base` … `cursor.pos`
+   * ({@link StoredRange.base}): the store moved since the check (optional, as readEntries).
+   */
+  rewind?(sub: number, epoch: bigint, from: number): Promise<boolean>;
+  /** Drops the cursors and stored entries (the view stays): the next sync starts over (optional; a resync). */
+  resetCursors?(): Promise<void>;
+  /** One outbox item as stored now, other tabs' writes included (optional: for shared stores). */
+  getOutbox?(cmid: string): Promise<OutboxItem | undefined>;
+}
+
+/** The view operations {@link applyEntry} needs, inside one transaction of a store. */
+export interface ViewTx {
+  getMsgRef(msgId: string): Promise<{ conv: string; convSeq: number } | undefined>;
+  putMsgRef(msgId: string, ref: { conv: string; convSeq: number }): Promise<void>;
+  getView(conv: string, convSeq: number): Promise<StoredMsg | undefined>;
+  putView(conv: string, convSeq: number, m: StoredMsg): Promise<void>;
+  delView(conv: string, convSeq: number): Promise<void>;
+  getReadMark(conv: string, user: string): Promise<number>;
+  putReadMark(conv: string, user: string, upTo: number): Promise<void>;
+  addMember(conv: string, user: string): Promise<void>;
+  removeMember(conv: string, user: string): Promise<void>;
+  markMembersIncomplete(conv: string): Promise<void>;
+  /** Remembers a recall whose target is not stored yet (possible after a rebase). */
+  takeEarlyRecall(msgId: string): Promise<boolean>;
+  putEarlyRecall(msgId: string): Promise<void>;
+  putConv(conv: string): Promise<void>;
+}
+
+/**
+ * Applies one entry to the view (§8.4 step 4), inside the caller's transaction. Returns false for
+ * a duplicate: an entry whose msg_id is already stored creates nothing new (its position still
+ * counts). The Go SDK's store (client/internal/store/syncstate.go) does the same.
+ *
+ * With `replace` (an entry refetched after a digest mismatch, §8.7), a duplicate is applied
+ * anyway over the stored copy, which may be the wrong one: its view row is rewritten (and moved,
+ * if the stored copy put its msg_id elsewhere), its effects applied again. Effects are safe to
+ * apply twice in log order (read marks only move forward, recalls only set a flag, membership
+ * changes replay in order), and a message keeps its `recalled` flag: its recall may be in another
+ * sub-log, which is not refetched. It still returns false: nothing new was created.
+ */
+export async function applyEntry(tx: ViewTx, e: Entry, replace = false): Promise<boolean> {
+  let fresh = true;
+  if (e.msgId !== "") {
+    const ref = await tx.getMsgRef(e.msgId);
+    if (ref) {
+      if (!replace) return false;
+      fresh = false;
+      if ((ref.conv !== e.conv || ref.convSeq !== e.convSeq) && ref.convSeq !== 0) {
+        const old = await tx.getView(ref.conv, ref.convSeq);
+        if (old?.msgId === e.msgId) await tx.delView(ref.conv, ref.convSeq);
+      }
+    }
+    await tx.putMsgRef(e.msgId, { conv: e.conv, convSeq: e.convSeq });
+  }
+  if (e.conv === "") return fresh; // nothing to attach it to (an unknown kind): stored by position only
+  await tx.putConv(e.conv);
+  const m: StoredMsg = { kind: e.kind, msgId: e.msgId, sender: e.sender, time: e.time, body: new Uint8Array(0), recalled: false, upTo: 0, target: "", members: [] };
+  switch (e.kind) {
+    case Kind.Message:
+      m.body = e.body;
+      if (e.msgId !== "" && (await tx.takeEarlyRecall(e.msgId))) m.recalled = true;
+      if (!fresh && !m.recalled && e.convSeq !== 0) {
+        const old = await tx.getView(e.conv, e.convSeq);
+        if (old?.msgId === e.msgId && old.recalled) m.recalled = true;
+      }
+      break;
+    case Kind.Receipt:
+      m.upTo = e.upTo;
+      if (e.sender !== "" && e.upTo > (await tx.getReadMark(e.conv, e.sender))) {
+        await tx.putReadMark(e.conv, e.sender, e.upTo); // read marks only move forward
+      }
+      break;
+    case Kind.Recall:
+      m.target = e.target;
+      if (e.target !== "") await markRecalled(tx, e.target);
+      break;
+    case Kind.GroupCreate:
+    case Kind.MemberAdd:
+    case Kind.MemberRemove:
+    case Kind.RoleChange:
+      m.members = e.members;
+      if (e.memberCount > 0) {
+        await tx.markMembersIncomplete(e.conv); // more than 32 users: the list is not in the log
+      } else if (e.kind === Kind.MemberRemove) {
+        for (const u of e.members) await tx.removeMember(e.conv, u);
+      } else if (e.kind !== Kind.RoleChange) {
+        if (e.kind === Kind.GroupCreate && e.sender !== "") await tx.addMember(e.conv, e.sender); // the creator is a member
+        for (const u of e.members) await tx.addMember(e.conv, u);
+      }
+      break;
+  }
+  if (e.convSeq !== 0) await tx.putView(e.conv, e.convSeq, m);
+  return fresh;
+}
+
+async function markRecalled(tx: ViewTx, target: string): Promise<void> {
+  const ref = await tx.getMsgRef(target);
+  const m = ref && ref.convSeq !== 0 ? await tx.getView(ref.conv, ref.convSeq) : undefined;
+  if (ref && m) {
+    if (!m.recalled) await tx.putView(ref.conv, ref.convSeq, { ...m, recalled: true });
+    return;
+  }
+  await tx.putEarlyRecall(target);
+}
+
+// --- the in-memory store ---
+
+type Table = Map<string, unknown>;
+const DELETED = Symbol("deleted");
+
+const tableNames = ["entries", "cursors", "runs", "msgRefs", "view", "readMarks", "members", "incomplete", "earlyRecalls", "convs", "outbox"] as const;
+type TableName = (typeof tableNames)[number];
+
+const k = (...parts: (string | number)[]): string => parts.join("\u0000");
+
+/**
+ * What a store keeps of a sub-log's run besides its cursor: the run's first position
+ * ({@link StoredRange.base}) and, after a rewind, the highest position whose re-arriving entry
+ * replaces the stored copy of its msg_id (0: none). The IndexedDB store keeps both in its
+ * cursor record.
+ */
+interface RunInfo {
+  base: number;
+  repairTo: number;
+}
+
+/** Writes staged over the committed tables, applied all at once by commit(): all or nothing. */
+class MemTx implements ViewTx {
+  private staged = new Map<TableName, Map<string, unknown>>();
+  constructor(private readonly tables: Map<TableName, Table>) {}
+
+  get<T>(t: TableName, key: string, _as?: T): T | undefined {
+    const s = this.staged.get(t)?.get(key);
+    if (s === DELETED) return undefined;
+    if (s !== undefined) return s as T;
+    return this.tables.get(t)?.get(key) as T | undefined;
+  }
+  put(t: TableName, key: string, v: unknown): void {
+    let m = this.staged.get(t);
+    if (!m) this.staged.set(t, (m = new Map<string, unknown>()));
+    m.set(key, v);
+  }
+  del(t: TableName, key: string): void {
+    this.put(t, key, DELETED);
+  }
+  commit(): void {
+    for (const [t, m] of this.staged) {
+      const table = this.tables.get(t) as Table;
+      for (const [key, v] of m) {
+        if (v === DELETED) table.delete(key);
+        else table.set(key, v);
+      }
+    }
+    this.staged.clear();
+  }
+
+  getMsgRef(msgId: string): Promise<{ conv: string; convSeq: number } | undefined> {
+    return Promise.resolve(this.get("msgRefs", msgId));
+  }
+  putMsgRef(msgId: string, ref: { conv: string; convSeq: number }): Promise<void> {
+    this.put("msgRefs", msgId, ref);
+    return Promise.resolve();
+  }
+  getView(conv: string, convSeq: number): Promise<StoredMsg | undefined> {
+    return Promise.resolve(this.get("view", k(conv, convSeq)));
+  }
+  putView(conv: string, convSeq: number, m: StoredMsg): Promise<void> {
+    this.put("view", k(conv, convSeq), { ...m, convSeq, conv });
+    return Promise.resolve();
+  }
+  delView(conv: string, convSeq: number): Promise<void> {
+    this.del("view", k(conv, convSeq));
+    return Promise.resolve();
+  }
+  getReadMark(conv: string, user: string): Promise<number> {
+    return Promise.resolve(this.get<number>("readMarks", k(conv, user)) ?? 0);
+  }
+  putReadMark(conv: string, user: string, upTo: number): Promise<void> {
+    this.put("readMarks", k(conv, user), upTo);
+    return Promise.resolve();
+  }
+  addMember(conv: string, user: string): Promise<void> {
+    this.put("members", k(conv, user), true);
+    return Promise.resolve();
+  }
+  removeMember(conv: string, user: string): Promise<void> {
+    this.del("members", k(conv, user));
+    return Promise.resolve();
+  }
+  markMembersIncomplete(conv: string): Promise<void> {
+    this.put("incomplete", conv, true);
+    return Promise.resolve();
+  }
+  takeEarlyRecall(msgId: string): Promise<boolean> {
+    const had = this.get("earlyRecalls", msgId) !== undefined;
+    if (had) this.del("earlyRecalls", msgId);
+    return Promise.resolve(had);
+  }
+  putEarlyRecall(msgId: string): Promise<void> {
+    this.put("earlyRecalls", msgId, true);
+    return Promise.resolve();
+  }
+  putConv(conv: string): Promise<void> {
+    this.put("convs", conv, true);
+    return Promise.resolve();
+  }
+}
+
+/**
+ * A {@link Store} in memory: for tests, for private browsing where IndexedDB fails, and as the
+ * reference the IndexedDB store must behave like. Nothing survives a reload. Values are cloned on
+ * the way in and out, as a database would, so the app cannot change stored state by accident.
+ */
+export class MemoryStore implements Store {
+  private readonly tables = new Map<TableName, Table>(tableNames.map((t) => [t, new Map()]));
+  /** Makes every write fail (tests of a store that fails: quota, a closed database). */
+  failWrites: Error | null = null;
+  /** Set when this memory store stands in for an IndexedDB store that could not open: why. */
+  notPersistedReason: string | null = null;
+
+  /** Memory: nothing survives a reload. */
+  info(): StoreInfo {
+    const i: StoreInfo = { kind: "memory", persistent: false, persisted: null };
+    if (this.notPersistedReason !== null) i.reason = this.notPersistedReason;
+    return i;
+  }
+
+  /** Drops the cursors and entries (a resync). */
+  resetCursors(): Promise<void> {
+    this.table("cursors").clear();
+    this.table("runs").clear();
+    this.table("entries").clear();
+    return Promise.resolve();
+  }
+
+  getOutbox(cmid: string): Promise<OutboxItem | undefined> {
+    const v = this.table("outbox").get(cmid) as OutboxItem | undefined;
+    return Promise.resolve(v && structuredClone(v));
+  }
+
+  private table(t: TableName): Table {
+    return this.tables.get(t) as Table;
+  }
+
+  private cursor(sub: number): SubCursor {
+    return (this.table("cursors").get(String(sub)) as SubCursor | undefined) ?? { epoch: 0n, pos: 0 };
+  }
+
+  /** The run of sub-log sub (a sub-log never written: from position 1, nothing to replace). */
+  private run(sub: number): RunInfo {
+    return (this.table("runs").get(String(sub)) as RunInfo | undefined) ?? { base: this.cursor(sub).pos + 1, repairTo: 0 };
+  }
+
+  load(): Promise<StoreSnapshot> {
+    const cursors: SubCursor[] = [];
+    for (let sub = 0; sub < 16; sub++) cursors.push(this.cursor(sub));
+    while (cursors.length > 1 && cursors[cursors.length - 1]?.epoch === 0n && cursors[cursors.length - 1]?.pos === 0) cursors.pop();
+    const outbox = [...this.table("outbox").values()].map((v) => structuredClone(v) as OutboxItem).sort((a, b) => a.seq - b.seq);
+    return Promise.resolve({ cursors: structuredClone(cursors), outbox });
+  }
+
+  async applyBatch(sub: number, epoch: bigint, entries: readonly Entry[]): Promise<Entry[]> {
+    if (this.failWrites) throw this.failWrites;
+    const cur = this.cursor(sub);
+    if (epoch === 0n) throw new NotContiguousError("batch without an epoch");
+    if (cur.epoch !== 0n && epoch !== cur.epoch) throw new NotContiguousError(`batch of epoch ${epoch}, stored epoch ${cur.epoch}`);
+    if (cur.epoch === 0n && cur.pos !== 0) throw new NotContiguousError(`stored cursor (0, ${cur.pos}) has no epoch`);
+    entries.forEach((e, i) => {
+      if (e.seq !== cur.pos + 1 + i) throw new NotContiguousError(`entry ${i} has seq ${e.seq}, want ${cur.pos + 1 + i}`);
+    });
+    if (entries.length === 0) return [];
+    const run = this.run(sub);
+    const tx = new MemTx(this.tables);
+    const fresh: Entry[] = [];
+    for (const e of entries) {
+      const copy = structuredClone(e);
+      tx.put("entries", k(sub, e.seq), copy);
+      if (await applyEntry(tx, copy, e.seq <= run.repairTo)) fresh.push(e);
+    }
+    const last = (entries[entries.length - 1] as Entry).seq;
+    tx.put("cursors", String(sub), { epoch, pos: last });
+    tx.put("runs", String(sub), { base: run.base, repairTo: last < run.repairTo ? run.repairTo : 0 } satisfies RunInfo);
+    tx.commit();
+    return fresh;
+  }
+
+  setCursor(sub: number, cursor: SubCursor, dropEntries: boolean): Promise<void> {
+    if (this.failWrites) return Promise.reject(this.failWrites);
+    const prev = this.cursor(sub);
+    // A cursor that moves without entries starts a new run after it; one that stays keeps its run.
+    const stays = !dropEntries && prev.epoch === cursor.epoch && prev.pos === cursor.pos;
+    if (dropEntries) this.dropEntries(sub, 1);
+    this.table("runs").set(String(sub), { base: stays ? this.run(sub).base : cursor.pos + 1, repairTo: 0 } satisfies RunInfo);
+    this.table("cursors").set(String(sub), { ...cursor });
+    return Promise.resolve();
+  }
+
+  private dropEntries(sub: number, from: number): void {
+    const prefix = k(sub, "");
+    for (const key of [...this.table("entries").keys()]) {
+      if (key.startsWith(prefix) && Number(key.slice(prefix.length)) >= from) this.table("entries").delete(key);
+    }
+  }
+
+  readEntries(sub: number, from: number, to: number): Promise<StoredRange> {
+    const table = this.table("entries");
+    const entries: Entry[] = [];
+    if (to - from + 1 <= table.size) {
+      for (let seq = Math.max(from, 1); seq <= to; seq++) {
+        const e = table.get(k(sub, seq)) as Entry | undefined;
+        if (e) entries.push(structuredClone(e));
+      }
+    } else {
+      // A range wider than what is stored: scan what is stored instead of every position.
+      const prefix = k(sub, "");
+      for (const [key, e] of table) {
+        const seq = Number(key.slice(prefix.length));
+        if (key.startsWith(prefix) && seq >= from && seq <= to) entries.push(structuredClone(e as Entry));
+      }
+      entries.sort((a, b) => a.seq - b.seq);
+    }
+    return Promise.resolve({ cursor: { ...this.cursor(sub) }, base: this.run(sub).base, entries });
+  }
+
+  rewind(sub: number, epoch: bigint, from: number): Promise<boolean> {
+    if (this.failWrites) return Promise.reject(this.failWrites);
+    const cur = this.cursor(sub);
+    const run = this.run(sub);
+    if (cur.epoch !== epoch || epoch === 0n || from < run.base || from > cur.pos) return Promise.resolve(false);
+    this.dropEntries(sub, from);
+    this.table("runs").set(String(sub), { base: run.base, repairTo: Math.max(run.repairTo, cur.pos) } satisfies RunInfo);
+    this.table("cursors").set(String(sub), { epoch, pos: from - 1 });
+    return Promise.resolve(true);
+  }
+
+  async applyHistory(entries: readonly Entry[]): Promise<Entry[]> {
+    if (this.failWrites) throw this.failWrites;
+    const tx = new MemTx(this.tables);
+    const fresh: Entry[] = [];
+    for (const e of entries) {
+      // A HistoryResult's seq is the conv_seq (§6).
+      const copy = structuredClone({ ...e, convSeq: e.convSeq || e.seq });
+      if (await applyEntry(tx, copy)) fresh.push(e);
+    }
+    tx.commit();
+    return fresh;
+  }
+
+  putOutbox(item: OutboxItem): Promise<void> {
+    if (this.failWrites) return Promise.reject(this.failWrites);
+    this.table("outbox").set(item.cmid, structuredClone(item));
+    return Promise.resolve();
+  }
+
+  deleteOutbox(cmid: string): Promise<void> {
+    this.table("outbox").delete(cmid);
+    return Promise.resolve();
+  }
+
+  messages(conv: string): Promise<Message[]> {
+    const prefix = k(conv, "");
+    const out: Message[] = [];
+    for (const [key, v] of this.table("view")) {
+      if (!key.startsWith(prefix)) continue;
+      const m = v as StoredMsg & { convSeq: number };
+      if (m.kind !== Kind.Message) continue;
+      out.push({ conv, convSeq: m.convSeq, msgId: m.msgId, sender: m.sender, time: m.time, body: m.body.slice(), recalled: m.recalled });
+    }
+    return Promise.resolve(out.sort((a, b) => a.convSeq - b.convSeq));
+  }
+
+  readMark(conv: string, user: string): Promise<number> {
+    return Promise.resolve((this.table("readMarks").get(k(conv, user)) as number | undefined) ?? 0);
+  }
+
+  members(conv: string): Promise<{ members: string[]; complete: boolean }> {
+    const prefix = k(conv, "");
+    const members = [...this.table("members").keys()].filter((key) => key.startsWith(prefix)).map((key) => key.slice(prefix.length));
+    return Promise.resolve({ members: members.sort(), complete: !this.table("incomplete").has(conv) });
+  }
+
+  setMembers(conv: string, users: readonly string[]): Promise<void> {
+    const prefix = k(conv, "");
+    for (const key of [...this.table("members").keys()]) if (key.startsWith(prefix)) this.table("members").delete(key);
+    for (const u of users) this.table("members").set(k(conv, u), true);
+    this.table("incomplete").delete(conv);
+    return Promise.resolve();
+  }
+
+  convHead(conv: string): Promise<number> {
+    const prefix = k(conv, "");
+    let head = 0;
+    for (const [key, v] of this.table("view")) {
+      if (key.startsWith(prefix)) head = Math.max(head, (v as { convSeq: number }).convSeq);
+    }
+    return Promise.resolve(head);
+  }
+
+  conversations(): Promise<string[]> {
+    return Promise.resolve([...this.table("convs").keys()].sort());
+  }
+
+  close(): Promise<void> {
+    return Promise.resolve();
+  }
+}

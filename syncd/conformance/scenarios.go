@@ -1,0 +1,481 @@
+package conformance
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/syncd-dev/syncd/proto"
+)
+
+// A scenario is one fault the kit injects, what it expects a correct client to do about it, and
+// how it tells. Its hooks run with the run's lock held and must not block: what takes time (the
+// kit writing messages, an operator action) runs in a goroutine of its own (run.later).
+type scenario struct {
+	name    string
+	section string // the spec sections a correct client follows here
+	summary string // what the kit does
+	correct string // what a correct client does
+	// waitingFor says, in a failed verdict, what the scenario was still waiting for when the run
+	// ran out of time.
+	waitingFor string
+
+	seeds    int // messages written to the client's conversation before the run starts
+	bodySize int // bytes of each seeded body (default a short text)
+	suffix   bool
+	tokenTTL time.Duration // of the run's first token (default an hour)
+
+	setup    func(k *Kit, r *run) error // after seeding, before the driver gets the run
+	onClient func(r *run, st *relayStream, f proto.Frame) bool
+	onServer func(r *run, st *relayStream, f proto.Frame) []proto.Frame
+	onClosed func(r *run, c *relayConn, code proto.Code)
+	verify   func(r *run) []string
+}
+
+// scenarioState is the scenarios' bookkeeping in a run (each uses what it needs).
+type scenarioState struct {
+	injected bool
+	at       time.Time // when the fault was injected
+	conn     int       // the connection it was injected on
+	count    int
+	epoch    proto.Epoch
+	pos      proto.Position
+	frame    []byte       // max_frame: the bytes of batch, exactly max_frame + 4
+	batch    *proto.Batch // max_frame: positions 1-3 in one batch
+}
+
+func (sc *scenario) client(r *run, st *relayStream, f proto.Frame) bool {
+	if sc.onClient == nil {
+		return true
+	}
+	return sc.onClient(r, st, f)
+}
+
+func (sc *scenario) server(r *run, st *relayStream, f proto.Frame) []proto.Frame {
+	if sc.onServer == nil {
+		return nil
+	}
+	return sc.onServer(r, st, f)
+}
+
+func (sc *scenario) closed(r *run, c *relayConn, code proto.Code) {
+	if sc.onClosed != nil {
+		sc.onClosed(r, c, code)
+	}
+}
+
+func (sc *scenario) check(r *run) []string {
+	if sc.verify == nil {
+		return nil
+	}
+	return sc.verify(r)
+}
+
+// heartbeat is the kit server's heartbeat_ms: short, so silence scenarios take seconds.
+const heartbeat = time.Second
+
+// scenarios are the kit's scenarios, in the order a full pass runs them.
+var scenarios = []*scenario{
+	{
+		name: "gap", section: "PROTOCOL §6 (Batch), §8.4 (Batch, steps 2-3)", seeds: 12,
+		summary:    "removes the entry at position 5 from the first batch that carries it, so the batch skips a position",
+		correct:    "stores nothing from the batch, acknowledges nothing past position 4, restarts the sync stream from its stored cursor and gets position 5 then",
+		waitingFor: "every message, position 5 included (a client that skips the gap never gets it)",
+		onServer: func(r *run, st *relayStream, f proto.Frame) []proto.Frame {
+			b, ok := f.(*proto.Batch)
+			i := seqIndex(b, 5)
+			if !ok || st.role != roleSync || r.s.injected || i < 0 {
+				return nil
+			}
+			r.s.injected = true
+			c := *b
+			c.Entries = slices.Delete(slices.Clone(b.Entries), i, i+1)
+			if len(c.Entries) == 0 {
+				return []proto.Frame{}
+			}
+			return []proto.Frame{&c}
+		},
+	},
+	{
+		name: "duplicate", section: "PROTOCOL §8.4 (Batch, steps 2-4)", seeds: 12,
+		summary: "sends the first batch that carries position 5 and then its entries from position 5 on again, so the client gets those entries twice",
+		correct: "stores each entry once: the repeated batch does not continue the cursor, so it is not stored (a restart from the stored cursor is fine); no message appears twice",
+		onServer: func(r *run, st *relayStream, f proto.Frame) []proto.Frame {
+			b, ok := f.(*proto.Batch)
+			i := seqIndex(b, 5)
+			if !ok || st.role != roleSync || r.s.injected || i < 0 {
+				return nil
+			}
+			r.s.injected = true
+			again := *b
+			again.Entries = slices.Clone(b.Entries[i:])
+			return []proto.Frame{f, &again}
+		},
+	},
+	{
+		name: "reorder", section: "PROTOCOL §8.4 (Batch, steps 2-3)", seeds: 12,
+		summary: "swaps the entries at positions 4 and 5 in the first batch that carries both",
+		correct: "stores nothing from the batch (its positions are not consecutive), restarts from its stored cursor, and ends with every message once, in order",
+		onServer: func(r *run, st *relayStream, f proto.Frame) []proto.Frame {
+			b, ok := f.(*proto.Batch)
+			i, j := seqIndex(b, 4), seqIndex(b, 5)
+			if !ok || st.role != roleSync || r.s.injected || i < 0 || j < 0 {
+				return nil
+			}
+			r.s.injected = true
+			c := *b
+			c.Entries = slices.Clone(b.Entries)
+			c.Entries[i], c.Entries[j] = c.Entries[j], c.Entries[i]
+			return []proto.Frame{&c}
+		},
+	},
+	{
+		name: "too_old", section: "PROTOCOL §6 (TooOld, a new device on a truncated log), §8.4 (TooOld)", seeds: 100, suffix: true,
+		summary:    "has retention trim the client's log (100 entries, 64 kept) before the client first syncs from nothing, then writes 3 messages once the client syncs again",
+		correct:    "rebases on TooOld: loads the conversation list and recent history, sets its cursor to the head TooOld named and syncs from there; it gets the 3 new messages once, and never loops on TooOld",
+		waitingFor: "a SyncStart from the head TooOld named, after which the kit writes 3 messages",
+		setup: func(k *Kit, r *run) error {
+			return k.waitTrimmed(r)
+		},
+		onServer: func(r *run, st *relayStream, f proto.Frame) []proto.Frame {
+			if t, ok := f.(*proto.TooOld); ok {
+				r.s.count++
+				r.s.epoch, r.s.pos = t.Epoch, t.Head
+			}
+			return nil
+		},
+		onClient: func(r *run, st *relayStream, f proto.Frame) bool {
+			if s, ok := f.(*proto.SyncStart); ok && r.s.count > 0 && !r.s.injected && s.Epoch == r.s.epoch && s.Pos >= r.s.pos {
+				r.s.injected = true
+				r.later(func(k *Kit) error { return k.post(r, 3, 0) })
+			}
+			return true
+		},
+		verify: func(r *run) []string {
+			if r.s.count > 3 {
+				return []string{fmt.Sprintf("synced %d times into TooOld: after TooOld a client rebases and syncs from the head it named (§8.4 TooOld)", r.s.count)}
+			}
+			return nil
+		},
+	},
+	{
+		name: "epoch_change", section: "PROTOCOL §1 (epochs), §6 (EpochChanged), §8.4 (EpochChanged)", seeds: 6,
+		summary:    "once the client has acknowledged position 6, resets the user's log as an operator would (syncctl reset-user: a new epoch, empty), then writes 4 messages",
+		correct:    "on EpochChanged drops its cursor but keeps its messages, syncs the new epoch from first-1 (or 0), and ends with all 10 messages once",
+		waitingFor: "a cursor ack of position 6, after which the kit resets the log and writes 4 messages",
+		onClient: func(r *run, st *relayStream, f proto.Frame) bool {
+			if a, ok := f.(*proto.CursorAck); ok && a.Pos >= 6 && !r.s.injected {
+				r.s.injected = true
+				r.later(func(k *Kit) error {
+					epoch, err := k.resetUser(r.user)
+					if err != nil {
+						return err
+					}
+					r.mu.Lock()
+					r.s.epoch = epoch
+					r.mu.Unlock()
+					return k.post(r, 4, 0)
+				})
+			}
+			return true
+		},
+		verify: func(r *run) []string {
+			for _, s := range r.starts {
+				if s.epoch == r.s.epoch {
+					return nil
+				}
+			}
+			return []string{fmt.Sprintf("no sync stream of the new epoch %d: after EpochChanged a client syncs the new epoch (§8.4)", r.s.epoch)}
+		},
+	},
+	{
+		name: "stale_silence", section: "PROTOCOL §6 (Stale), §8.4 (Stale; no frame for 3 × heartbeat_ms)", seeds: 4,
+		summary:    "once the client has acknowledged position 4, sends Stale instead of the next two heartbeats, then nothing at all on that sync stream, and writes a message",
+		correct:    "keeps the stream while Stale comes, takes it for dead after 3 × heartbeat_ms without any frame, restarts it (or reconnects) and gets the message",
+		waitingFor: "a cursor ack of position 4 and two heartbeats, after which the kit goes silent and writes a message",
+		onServer: func(r *run, st *relayStream, f proto.Frame) []proto.Frame {
+			h, ok := f.(*proto.Heartbeat)
+			if !ok || st.role != roleSync || r.acked < 4 || r.s.injected {
+				return nil
+			}
+			r.s.count++
+			if r.s.count == 2 {
+				r.s.injected, r.s.at, r.s.conn = true, time.Now(), st.c.n
+				st.silent = true
+				r.later(func(k *Kit) error { return k.post(r, 1, 0) })
+			}
+			return []proto.Frame{&proto.Stale{Epoch: h.Epoch, Head: h.Head, UnheardMs: uint64(3 * heartbeat / time.Millisecond)}}
+		},
+		verify: func(r *run) []string {
+			return restartedWithin(r, 2*heartbeat, 3*heartbeat+3*time.Second, "after the last Stale, silence")
+		},
+	},
+	{
+		name: "superseded", section: "PROTOCOL §2 (one sync stream per device and node), §8.4 (Error superseded)", seeds: 4,
+		summary:    "once the client has acknowledged position 4, opens a sync stream of the same device itself, so the server ends the client's stream with superseded",
+		correct:    "stops syncing on that connection: opens no new sync stream on it (and does not fight the other instance in a loop)",
+		waitingFor: "a cursor ack of position 4, then 3 × heartbeat_ms after the server superseded the client's stream",
+		onClient: func(r *run, st *relayStream, f proto.Frame) bool {
+			if a, ok := f.(*proto.CursorAck); ok && a.Pos >= 4 && !r.s.injected {
+				r.s.injected = true
+				epoch := a.Epoch
+				r.later(func(k *Kit) error { return k.supersede(r, epoch) })
+			}
+			return true
+		},
+		onServer: func(r *run, st *relayStream, f proto.Frame) []proto.Frame {
+			if e, ok := f.(*proto.Error); ok && e.Code == proto.CodeSuperseded && st.role == roleSync && r.s.at.IsZero() {
+				r.s.at, r.s.conn = time.Now(), st.c.n
+			}
+			return nil
+		},
+		verify: func(r *run) []string {
+			if r.s.at.IsZero() {
+				return []string{"the server never superseded the client's stream (a kit problem, not the client's)"}
+			}
+			var why []string
+			for _, s := range r.starts {
+				if s.conn == r.s.conn && s.at.After(r.s.at) {
+					why = append(why, fmt.Sprintf("opened another sync stream on connection %d %v after its stream was superseded (§8.4: stop syncing on this connection)",
+						s.conn, s.at.Sub(r.s.at).Round(time.Millisecond)))
+					break
+				}
+			}
+			if n := connsAfter(r, r.s.at); n > 2 {
+				why = append(why, fmt.Sprintf("opened %d connections within %v of being superseded: a client does not fight another instance of its device", n, 3*heartbeat))
+			}
+			return why
+		},
+	},
+	{
+		name: "max_frame", section: "PROTOCOL §3 (max_frame), §8.2 (Welcome limits)", seeds: 3, bodySize: 50000,
+		summary:    "announces a max_frame (in Welcome) equal to the size of one batch of the three 50,000-byte messages, and sends them in that batch: a frame of exactly max_frame",
+		correct:    "accepts a frame whose length is exactly max_frame (the limit is inclusive) and stores the three messages",
+		waitingFor: "the client storing the batch of exactly max_frame bytes (a client whose reader refuses a frame at the limit never does)",
+		setup: func(k *Kit, r *run) error {
+			return k.frameAtLimit(r)
+		},
+		onServer: func(r *run, st *relayStream, f proto.Frame) []proto.Frame {
+			switch f := f.(type) {
+			case *proto.Welcome:
+				w := *f
+				w.Limits.MaxFrame = uint32(len(r.s.frame) - 4)
+				return []proto.Frame{&w}
+			case *proto.Batch:
+				if st.role != roleSync || f.Entries[0].Seq > 3 {
+					return nil
+				}
+				// The batch of exactly max_frame bytes stands for the server's batches of
+				// positions 1-3 (however it cut them); only the one ending at 3 brings it.
+				if f.Entries[len(f.Entries)-1].Seq < 3 {
+					return []proto.Frame{}
+				}
+				r.s.injected = true
+				return []proto.Frame{&rawBatch{f: r.s.frame, b: r.s.batch}}
+			}
+			return nil
+		},
+	},
+	{
+		name: "slow_stream", section: "PROTOCOL §8.4 (no frame for 3 × heartbeat_ms)", seeds: 6, bodySize: 16384,
+		summary: "delivers the catch-up one entry per batch and every frame of the sync stream slowly, in pieces over 0.7 × heartbeat_ms: the 6 messages take longer than 3 × heartbeat_ms",
+		correct: "keeps the stream (frames are arriving: the stream is not silent), stores every message, and neither restarts the stream nor reconnects",
+		onServer: func(r *run, st *relayStream, f proto.Frame) []proto.Frame {
+			if st.role != roleSync {
+				return nil
+			}
+			st.pace = 7 * heartbeat / 10
+			r.s.injected = true
+			b, ok := f.(*proto.Batch)
+			if !ok || len(b.Entries) == 1 {
+				return nil
+			}
+			out := make([]proto.Frame, len(b.Entries)) // valid batches still: 1 to max_batch entries
+			for i := range b.Entries {
+				one := *b
+				one.Entries = b.Entries[i : i+1]
+				out[i] = &one
+			}
+			return out
+		},
+		verify: func(r *run) []string {
+			if len(r.starts) > 1 || len(r.conns) > 1 {
+				return []string{fmt.Sprintf("gave up on a slow stream: %d sync streams on %d connections for one catch-up", len(r.starts), len(r.conns))}
+			}
+			return nil
+		},
+	},
+	{
+		name: "retry_after", section: "PROTOCOL §2 (connection close reason), §8.3 step 4, §8.6", seeds: 2,
+		summary:    "when the client sends its second message (of the 5 the driver sends), drops it and closes the connection as an overloaded server does: Error{overloaded, retry_after_ms: 3000} on the control stream, then the connection close carrying it",
+		correct:    "reconnects no sooner than 3 s later (and not much later), resends what was not acknowledged with the same client_msg_id, and each of the 5 messages is stored once",
+		waitingFor: "the client's second Send",
+		onClient: func(r *run, st *relayStream, f proto.Frame) bool {
+			if _, ok := f.(*proto.Send); !ok || r.s.injected {
+				return true
+			}
+			if r.s.count++; r.s.count < 2 {
+				return true
+			}
+			r.s.injected, r.s.at, r.s.conn = true, time.Now(), st.c.n
+			e := &proto.Error{Code: proto.CodeOverloaded, Message: "conformance kit: closing with a retry-after", RetryAfterMs: uint32(retryAfter / time.Millisecond)}
+			st.c.blackhole = true
+			go st.c.closeWith(e)
+			return false
+		},
+		verify: func(r *run) []string {
+			d, ok := reconnected(r)
+			switch {
+			case !ok:
+				return []string{"never reconnected after the close"}
+			case d < retryAfter-100*time.Millisecond:
+				return []string{fmt.Sprintf("reconnected %v after a close with retry_after_ms %d: never sooner (§8.6)", d.Round(time.Millisecond), retryAfter/time.Millisecond)}
+			case d > retryAfter*3/2+2*time.Second:
+				return []string{fmt.Sprintf("reconnected only %v after a close with retry_after_ms %d: the backoff of a first failure is far shorter (§8.6)", d.Round(time.Millisecond), retryAfter/time.Millisecond)}
+			}
+			return nil
+		},
+	},
+	{
+		name: "token_expiry", section: "PROTOCOL §2.2 (tokens), §8.2 steps 3-4", seeds: 2, tokenTTL: 4 * time.Second,
+		summary:    "gives the client a token that expires 4 s after the run starts (fresh ones come from the run's token URL), and writes 2 messages 2 s after that",
+		correct:    "refreshes the token before it expires (Refresh) or, when the server closes with token_expired, fetches a new one and reconnects; it never retries with the expired token in a loop, and gets the 2 messages",
+		waitingFor: "the kit writing 2 messages 2 s after the first token's expiry",
+		setup: func(k *Kit, r *run) error {
+			expiry := r.firstExpiry()
+			r.s.injected = true // the fault is the token's lifetime, in place from the start
+			r.later(func(k *Kit) error {
+				select {
+				case <-time.After(time.Until(expiry) + 2*time.Second):
+				case <-k.ctx.Done():
+					return k.ctx.Err()
+				}
+				return k.post(r, 2, 0)
+			})
+			return nil
+		},
+		onClient: func(r *run, st *relayStream, f proto.Frame) bool {
+			if h, ok := f.(*proto.Hello); ok {
+				if exp, ok := r.tokens[h.Token]; ok && time.Now().After(exp) {
+					r.s.count++
+				}
+			}
+			return true
+		},
+		verify: func(r *run) []string {
+			if r.s.count > 1 {
+				return []string{fmt.Sprintf("said Hello %d times with an expired token: on token_expired a client obtains a new token before it reconnects (§8.2 step 3)", r.s.count)}
+			}
+			return nil
+		},
+	},
+	{
+		name: "unresponsive", section: "PROTOCOL §8.4 (silence), §8.5, §8.6", seeds: 4,
+		summary:    "once the client has acknowledged position 4, stops answering on that connection altogether (no frame either way, on any stream, new ones included) and writes 2 messages",
+		correct:    "notices (silence on the sync stream, an unanswered request), reconnects within seconds, and gets the 2 messages once",
+		waitingFor: "a cursor ack of position 4, after which the connection goes dead",
+		onClient: func(r *run, st *relayStream, f proto.Frame) bool {
+			if a, ok := f.(*proto.CursorAck); ok && a.Pos >= 4 && !r.s.injected {
+				r.s.injected, r.s.at, r.s.conn = true, time.Now(), st.c.n
+				st.c.blackhole = true
+				r.later(func(k *Kit) error { return k.post(r, 2, 0) })
+				return false
+			}
+			return true
+		},
+		verify: func(r *run) []string {
+			d, ok := reconnected(r)
+			switch {
+			case !ok:
+				return []string{"never reconnected after its node stopped answering"}
+			case d > 6*heartbeat+12*time.Second:
+				return []string{fmt.Sprintf("reconnected only %v after its node stopped answering (§8.4: the stream is dead after 3 × heartbeat_ms of silence)", d.Round(time.Millisecond))}
+			}
+			return nil
+		},
+	},
+}
+
+// retryAfter is the retry_after_ms of the retry_after scenario's close.
+const retryAfter = 3 * time.Second
+
+// seqIndex returns the index of the entry at position seq in b, or -1.
+func seqIndex(b *proto.Batch, seq proto.Position) int {
+	if b == nil {
+		return -1
+	}
+	for i := range b.Entries {
+		if b.Entries[i].Seq == seq {
+			return i
+		}
+	}
+	return -1
+}
+
+// restartedWithin checks that the first sync stream opened after the fault (on any connection)
+// came between lo and hi after it.
+func restartedWithin(r *run, lo, hi time.Duration, what string) []string {
+	for _, s := range r.starts {
+		if s.at.After(r.s.at) {
+			d := s.at.Sub(r.s.at)
+			switch {
+			case d < lo:
+				return []string{fmt.Sprintf("restarted the sync %v %s began: too eagerly (only no frame at all for 3 × heartbeat_ms = %v means dead)", d.Round(time.Millisecond), what, 3*heartbeat)}
+			case d > hi:
+				return []string{fmt.Sprintf("restarted the sync only %v %s began (3 × heartbeat_ms = %v)", d.Round(time.Millisecond), what, 3*heartbeat)}
+			}
+			return nil
+		}
+	}
+	return []string{"never restarted the sync after " + what + " began"}
+}
+
+// reconnected returns how long after the fault the client's first later connection came, and
+// whether one did.
+func reconnected(r *run) (time.Duration, bool) {
+	for _, c := range r.conns {
+		if c.n > r.s.conn {
+			return c.opened.Sub(r.s.at), true
+		}
+	}
+	return 0, false
+}
+
+// connsAfter counts the connections opened within 3 × heartbeat after t.
+func connsAfter(r *run, t time.Time) int {
+	n := 0
+	for _, c := range r.conns {
+		if c.opened.After(t) && c.opened.Sub(t) < 3*heartbeat {
+			n++
+		}
+	}
+	return n
+}
+
+// rawBatch is a Batch the kit encoded in advance (max_frame), written as those exact bytes.
+type rawBatch struct {
+	f []byte
+	b *proto.Batch
+}
+
+func (*rawBatch) FrameType() proto.Type { return proto.TypeBatch }
+
+// scenarioByName finds a scenario.
+func scenarioByName(name string) *scenario {
+	for _, sc := range scenarios {
+		if sc.name == name {
+			return sc
+		}
+	}
+	return nil
+}
+
+// scenarioNames lists the scenarios for an error message.
+func scenarioNames() string {
+	names := make([]string, len(scenarios))
+	for i, sc := range scenarios {
+		names[i] = sc.name
+	}
+	return strings.Join(names, ", ")
+}

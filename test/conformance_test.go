@@ -1,0 +1,229 @@
+package test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	quicgo "github.com/quic-go/quic-go"
+
+	"github.com/syncd-dev/syncd/client"
+	"github.com/syncd-dev/syncd/proto"
+	"github.com/syncd-dev/syncd/syncd/conformance"
+	"github.com/syncd-dev/syncd/syncd/syncdtest"
+	"github.com/syncd-dev/syncd/test/testkit"
+)
+
+// The conformance kit (syncd/conformance, docs/CONFORMANCE.md) run the way a driver in any
+// language runs it: through its control API over HTTP and its relay over QUIC. The Go SDK must
+// pass every scenario; a deliberately broken client must fail the scenarios it breaks.
+
+// startKit starts a kit on free loopback ports, closed when the test ends.
+func startKit(t *testing.T) *conformance.Kit {
+	t.Helper()
+	k, err := conformance.Start(conformance.Config{Listen: testkit.FreeAddr(t), Control: testkit.FreeAddr(t), Web: testkit.FreeAddr(t),
+		Logger: syncdtest.Logger(t), Out: testWriter{t}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := k.Close(); err != nil {
+			t.Errorf("kit close: %v", err)
+		}
+	})
+	return k
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimSpace(string(p)))
+	return len(p), nil
+}
+
+// postJSON posts in (nil: no body) to url and decodes the answer into out.
+func postJSON(t *testing.T, url string, in, out any) {
+	t.Helper()
+	var body io.Reader = http.NoBody
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body = bytes.NewReader(b)
+	}
+	res, err := http.Post(url, "application/json", body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	if res.StatusCode != http.StatusOK {
+		t.Fatalf("POST %s: %s: %s", url, res.Status, b)
+	}
+	if err := json.Unmarshal(b, out); err != nil {
+		t.Fatalf("POST %s: %v: %s", url, err, b)
+	}
+}
+
+// startRun starts a run of scenario on the kit.
+func startRun(t *testing.T, k *conformance.Kit, scenario string) conformance.RunInfo {
+	var info conformance.RunInfo
+	postJSON(t, k.ControlURL()+"/v1/runs", map[string]string{"scenario": scenario}, &info)
+	return info
+}
+
+// reportUntilJudged posts the client's view every 200 ms until the kit's verdict is final.
+func reportUntilJudged(t *testing.T, info conformance.RunInfo, view func() conformance.Report) conformance.Verdict {
+	t.Helper()
+	deadline := time.Now().Add(time.Duration(info.TimeoutMs)*time.Millisecond + 10*time.Second)
+	for {
+		var v conformance.Verdict
+		postJSON(t, info.ReportURL, view(), &v)
+		if v.Status != conformance.Pending {
+			return v
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("run %s still pending after its timeout: %v", info.Run, v.Reasons)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// driveGoSDK plays a run with the Go SDK: a fresh device store, the run's sends, and reports of
+// what the SDK stored until the kit has judged.
+func driveGoSDK(t *testing.T, info conformance.RunInfo) conformance.Verdict {
+	c, err := client.Open(client.Config{Addr: info.Addr, Fingerprint: info.Fingerprint, Device: info.Device, Token: info.Token,
+		TokenSource: func(ctx context.Context) (string, error) {
+			var tok struct{ Token string }
+			postJSON(t, info.TokenURL, nil, &tok)
+			return tok.Token, nil
+		},
+		StoreDir: t.TempDir(), Logger: syncdtest.Logger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	go func() { // nothing waits on events here: drain them
+		for range c.Events() {
+		}
+	}()
+	for _, s := range info.Sends {
+		if _, err := c.Send(s.Conv, s.Peer, []byte(s.Body)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return reportUntilJudged(t, info, func() conformance.Report {
+		msgs, err := c.Messages(info.Conv)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conv := conformance.ReportConv{Conv: info.Conv}
+		for _, m := range msgs {
+			conv.Messages = append(conv.Messages, conformance.ReportMessage{MsgID: string(m.MsgID), ConvSeq: uint64(m.ConvSeq)})
+		}
+		return conformance.Report{Conversations: []conformance.ReportConv{conv}}
+	})
+}
+
+func TestConformanceGoSDK(t *testing.T) {
+	k := startKit(t)
+	for _, sc := range conformance.Scenarios() {
+		t.Run(sc.Name, func(t *testing.T) {
+			v := driveGoSDK(t, startRun(t, k, sc.Name))
+			if v.Status != conformance.Passed {
+				t.Errorf("the Go SDK fails %s (%s): %s", sc.Name, v.Section, strings.Join(v.Reasons, "; "))
+			}
+		})
+	}
+}
+
+// naiveClient is a broken client: it stores every entry it is sent, in the order sent, and
+// acknowledges the last — no contiguity check, no dedup by msg_id.
+type naiveClient struct {
+	mu      chan struct{}
+	entries []proto.Entry
+}
+
+func driveNaive(t *testing.T, info conformance.RunInfo) conformance.Verdict {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	conn, err := quicgo.DialAddr(ctx, info.Addr, proto.PinnedTLSConfig(info.Fingerprint), &quicgo.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.CloseWithError(0, "")
+	ctl, err := conn.OpenStreamSync(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := proto.WriteFrame(ctl, &proto.Hello{Token: info.Token, Device: info.Device, ProtoVersion: proto.ProtoVersion}); err != nil {
+		t.Fatal(err)
+	}
+	if f, err := proto.NewReader(ctl, 0).Next(); err != nil {
+		t.Fatal(err)
+	} else if _, ok := f.(*proto.Welcome); !ok {
+		t.Fatalf("hello answered with %#v", f)
+	}
+	st, err := conn.OpenStreamSync(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := proto.WriteFrame(st, &proto.SyncStart{Subs: []proto.SubCursor{{}}}); err != nil {
+		t.Fatal(err)
+	}
+	nc := &naiveClient{mu: make(chan struct{}, 1)}
+	go func() {
+		rd := proto.NewReader(st, proto.MaxFrameLimit)
+		for {
+			f, err := rd.Next()
+			if err != nil {
+				return
+			}
+			if b, ok := f.(*proto.Batch); ok {
+				nc.mu <- struct{}{}
+				nc.entries = append(nc.entries, b.Entries...)
+				<-nc.mu
+				last := b.Entries[len(b.Entries)-1].Seq
+				proto.WriteFrame(st, &proto.CursorAck{Epoch: b.Epoch, Pos: last})
+			}
+		}
+	}()
+	return reportUntilJudged(t, info, func() conformance.Report {
+		nc.mu <- struct{}{}
+		defer func() { <-nc.mu }()
+		conv := conformance.ReportConv{Conv: info.Conv}
+		for _, e := range nc.entries {
+			if e.Kind == proto.KindMessage {
+				conv.Messages = append(conv.Messages, conformance.ReportMessage{MsgID: string(e.MsgID), ConvSeq: uint64(e.ConvSeq)})
+			}
+		}
+		return conformance.Report{Conversations: []conformance.ReportConv{conv}}
+	})
+}
+
+// TestConformanceCatchesABrokenClient: a client that stores whatever it is sent fails exactly the
+// scenarios that send it something it must not store, each for the reason that shows it.
+func TestConformanceCatchesABrokenClient(t *testing.T) {
+	k := startKit(t)
+	for _, c := range []struct{ scenario, reason string }{
+		{"gap", "as stored, but the stream had delivered a contiguous log only up to 0"},
+		{"reorder", "as stored, but the stream had delivered a contiguous log only up to 0"},
+		// stored twice, or acknowledged past the repeated batch (which broke the stream's contiguity)
+		{"duplicate", "(is stored twice|as stored, but the stream had delivered a contiguous log only up to)"},
+	} {
+		t.Run(c.scenario, func(t *testing.T) {
+			v := driveNaive(t, startRun(t, k, c.scenario))
+			if v.Status != conformance.Failed || !regexp.MustCompile(c.reason).MatchString(fmt.Sprint(v.Reasons)) {
+				t.Errorf("the broken client got %s on %s (%v), want failed because %q", v.Status, c.scenario, v.Reasons, c.reason)
+			}
+		})
+	}
+}

@@ -143,7 +143,7 @@ type Client struct {
 
 // Open opens the device's local store and returns at once, without waiting for any connection:
 // an app starts offline. Everything stored by earlier runs is readable (Messages,
-// LocalConversations, Members, ReadMark, Outbox, Lookup), and mutations queue in the durable
+// LocalConversations, Members, ReadMark, Outbox, Lookup, StatusOf, PeerMarks), and mutations queue in the durable
 // outbox as always. In the background the client connects — trying Config.Addr and then
 // Config.Addrs, with the reconnect backoff between attempts — and once a node answers it sends
 // what is queued, including what earlier runs left in the outbox, and syncs. ConnectedEvent and
@@ -542,7 +542,7 @@ func (c *Client) setConn(cn *conn) {
 }
 
 // ErrOffline is returned at once by the online-only queries (History, Conversations,
-// FetchMembers) while the client has no connection: before its first one (Open), and while it
+// FetchMembers, Receipts, Readers) while the client has no connection: before its first one (Open), and while it
 // reconnects. Ask again after a ConnectedEvent; what the device stored is readable meanwhile.
 var ErrOffline = errors.New("client: not connected; retry when the connection is back")
 
@@ -649,18 +649,32 @@ type Queued struct {
 	LastError   string     // the last failure, if any
 }
 
-func queued(it store.OutboxItem) Queued {
-	return Queued{ClientMsgID: it.ClientMsgID, Kind: it.Kind, Conv: it.Conv, Status: it.Status,
+// queued converts an outbox item for the app; a sent message's status goes on to delivered and
+// read as the peer marks say (StatusOf).
+func (c *Client) queued(it store.OutboxItem) (Queued, error) {
+	q := Queued{ClientMsgID: it.ClientMsgID, Kind: it.Kind, Conv: it.Conv, Status: it.Status,
 		Attempts: it.Attempts, Ack: it.Ack, LastError: it.LastError}
+	if it.Status == StatusSent && it.Kind == proto.KindMessage && it.Ack != nil && it.Ack.ConvSeq > 0 {
+		st, err := c.st.StatusOf(it.Ack.Conv, it.Ack.ConvSeq)
+		if err != nil {
+			return q, err
+		}
+		q.Status = st
+	}
+	return q, nil
 }
 
 // Outbox returns every mutation this device queued, oldest first, with its status: what an app
-// shows as sending, sent or failed after a restart.
+// shows as sending, sent (or, for a message, delivered or read) or failed after a restart.
 func (c *Client) Outbox() ([]Queued, error) {
 	items, err := c.st.ListOutbox()
 	out := make([]Queued, 0, len(items))
 	for _, it := range items {
-		out = append(out, queued(it))
+		q, qerr := c.queued(it)
+		if qerr != nil {
+			return out, qerr
+		}
+		out = append(out, q)
 	}
 	return out, err
 }
@@ -671,19 +685,106 @@ func (c *Client) Lookup(clientMsgID string) (Queued, bool, error) {
 	if err != nil || !ok {
 		return Queued{}, ok, err
 	}
-	return queued(it), true, nil
+	q, err := c.queued(it)
+	return q, err == nil, err
 }
 
-// Status is the state of a queued mutation: StatusSending, StatusSent or StatusFailed. Its
-// numbers are stored on disk by the local store, which owns the type.
+// Status is the state of a queued mutation — StatusSending, StatusSent or StatusFailed — and,
+// for a sent message, of its delivery: StatusDelivered, StatusRead. Its numbers are stored on
+// disk by the local store, which owns the type.
 type Status = store.Status
 
-// Outbox statuses (PROTOCOL.md §8.3).
+// Statuses (PROTOCOL.md §8.3 and "Delivery states and read counts"). A message goes sending →
+// sent → delivered → read, never back.
 const (
 	StatusSending = store.StatusSending // queued or in flight; resent after a restart
 	StatusSent    = store.StatusSent    // acknowledged by the server (Ack stored)
 	StatusFailed  = store.StatusFailed  // given up: a non-retryable error or retries exhausted
+	// StatusDelivered: sent, and a device of another member of the conversation has stored it.
+	StatusDelivered = store.StatusDelivered
+	// StatusRead: sent, and another member has read it.
+	StatusRead = store.StatusRead
 )
+
+// StatusOf returns how far this user's sent message at convSeq of conv got, as this device has
+// learned from its log: StatusRead once another member's read mark covers it, StatusDelivered
+// once one of another member's devices has stored it, else StatusSent. convSeq is the message's
+// (Ack.ConvSeq, Message.ConvSeq); StatusOf does not check that the message is this user's. In
+// a group one other member suffices (the exact counts: Receipts, who: Readers). It only moves
+// forward; StatusEvent reports each step.
+func (c *Client) StatusOf(conv string, convSeq proto.Position) (Status, error) {
+	return c.st.StatusOf(conv, convSeq)
+}
+
+// PeerMark is how far one other member of a conversation has had it delivered (one of its
+// devices stored it) and read, as this device has learned; Delivered ≥ Read. The local store
+// owns the type.
+type PeerMark = store.PeerMark
+
+// PeerMarks returns the marks of conv's other members that this device has learned from its log
+// (KindDelivered and KindReceipt entries) or a rebase, sorted by user: in a direct conversation
+// the peer's; in a group those of the members whose entries reached this user — the server
+// sends a delivered entry to the senders of the messages it covers, and none in a group larger
+// than its status_fanout_limit (100), so for groups the counts are Receipts'. A member with no
+// mark known is absent.
+func (c *Client) PeerMarks(conv string) ([]PeerMark, error) {
+	users, _, err := c.st.PeerMarks(conv)
+	return users, err
+}
+
+// Receipts asks the server, for conv_seqs of conv (typically this user's messages on screen),
+// how many members the conversation had at each, and how many of them have it delivered and
+// read: one count per seq, in the order given; ErrOffline without a connection. This user must
+// be a member. It asks in requests of at most proto.MaxReceiptSeqs seqs. The sender is not left
+// out of the counts (proto.ReceiptCount): for "read by n others" subtract it when its own marks
+// cover the message (its read mark: ReadMark).
+func (c *Client) Receipts(ctx context.Context, conv string, seqs []proto.Position) ([]proto.ReceiptCount, error) {
+	out := make([]proto.ReceiptCount, 0, len(seqs))
+	for chunk := range slices.Chunk(seqs, proto.MaxReceiptSeqs) {
+		f, err := c.query(ctx, func(id uint64) proto.Frame { return &proto.Receipts{ID: id, Conv: conv, Seqs: chunk} })
+		if err != nil {
+			return nil, err
+		}
+		r, ok := f.(*proto.ReceiptsResult)
+		if !ok {
+			return nil, fmt.Errorf("client: unexpected answer %v", f.FrameType())
+		}
+		if len(r.Counts) != len(chunk) {
+			return nil, fmt.Errorf("client: %d receipt counts for %d conv_seqs", len(r.Counts), len(chunk))
+		}
+		out = append(out, r.Counts...)
+	}
+	return out, nil
+}
+
+// Readers pages, from the server, the members of conv who have its entry convSeq delivered
+// (state StatusDelivered; those who read it included) or read (StatusRead), in ascending order
+// of user id, after after ("" from the start), at most limit (0: the server's page size). The
+// server looks at a bounded number of members per call (10,000), so a page may hold fewer users
+// than limit, even none, while more is true: ask again with after = next until more is false.
+// ErrOffline without a connection.
+func (c *Client) Readers(ctx context.Context, conv string, convSeq proto.Position, state Status, after string, limit int) (users []string, next string, more bool, err error) {
+	var kind proto.Kind
+	switch state {
+	case StatusDelivered:
+		kind = proto.KindDelivered
+	case StatusRead:
+		kind = proto.KindReceipt
+	default:
+		return nil, "", false, fmt.Errorf("client: readers in state %v: want delivered or read", state)
+	}
+	f, err := c.query(ctx, func(id uint64) proto.Frame {
+		return &proto.Readers{ID: id, Conv: conv, ConvSeq: convSeq, State: kind, After: after, Limit: uint32(max(limit, 0))}
+	})
+	if err != nil {
+		return nil, "", false, err
+	}
+	r, ok := f.(*proto.ReadersResult)
+	if !ok {
+		return nil, "", false, fmt.Errorf("client: unexpected answer %v", f.FrameType())
+	}
+	return r.Users, r.Next, r.More, nil
+}
 
 // Message is a message of a conversation as stored on the device, for display; Messages returns
 // them. The local store, which builds them, owns the type.

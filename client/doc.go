@@ -67,11 +67,34 @@
 // and logged as the bug it is. Entries a rebase jumped over are not stored, so they are not
 // checked.
 //
+// # Delivery states and read counts
+//
+// A message goes sending → sent → delivered → read (PROTOCOL "Delivery states and read counts"),
+// never back. Delivered means a device of another member has stored it: the server can prove
+// only what a device acknowledged, and waiting for every device would never finish for a dormant
+// one. The server tells the sender's devices with entries of their own log: kind 8
+// (KindDelivered, "this member's devices stored the conversation up to UpTo") and the receipts
+// (kind 2), which imply delivery up to the same conv_seq. The SDK keeps each other member's
+// marks per conversation and the highest of them (the peer marks) in the local store, written in
+// the same transaction as the entries that carry them, so a restart keeps the statuses and a
+// step reported before it is not reported again. It reports a member's mark that moves with
+// DeliveryEvent and each step of this user's messages — sent from this device or another — with
+// StatusEvent (delivered before read, once each; ClientMsgID set when this device queued it);
+// StatusOf, Lookup, Outbox and Messages answer the current status. A rebase loads the peer
+// marks of direct conversations without reporting steps (RebaseEvent: refresh).
+//
+// In a group a message counts as delivered (read) as soon as one other member's marks cover it,
+// as the messengers that show one tick do. The server sends delivered entries only to the
+// senders of the messages they cover, and none at all in a group larger than its
+// status_fanout_limit (100): there the exact numbers come from the server on demand — Receipts
+// counts the members at each message and those who have it delivered and read (the sender is
+// not left out of the counts), and Readers pages through who they are.
+//
 // # Local store
 //
 // One Pebble database per device holds the outbox, the cursor, the received entries and a
-// per-conversation view for the app: messages in conv_seq order (recalls marked), read marks per
-// member and member lists, and the user's id, so that a Client opened offline knows it. Entries
+// per-conversation view for the app: messages in conv_seq order (recalls marked), read and
+// delivered marks per member and member lists, and the user's id, so that a Client opened offline knows it. Entries
 // are deduplicated by msg_id, so an entry that arrives twice (through the sync stream and an ack,
 // replayed after an epoch change, or loaded by a rebase and then synced) appears once; only the
 // replay of a range found damaged replaces the stored copies.
@@ -110,7 +133,8 @@
 //
 // # Events
 //
-// The client reports what happens — new entries, outbox status changes, gaps, rebases, epoch
+// The client reports what happens — new entries, outbox status changes, delivery steps and
+// other members' marks (DeliveryEvent), gaps, rebases, epoch
 // changes, stored ranges found damaged (MismatchEvent), the connection coming and going
 // (ConnectedEvent, OfflineEvent) — on an event
 // channel, so an app can update its UI without polling. It also says whether syncing works:

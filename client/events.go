@@ -23,12 +23,33 @@ type EntryEvent struct {
 }
 
 // StatusEvent: a queued mutation changed status: Sent (with the server's Ack) or Failed (with
-// the reason; the app may queue it again).
+// the reason; the app may queue it again); or a message of this user's, sent from this device or
+// another, took a step beyond sent: Delivered (a device of another member stored it) or Read
+// (another member read it). Each step comes once, in order — a message whose read mark arrives
+// first gets Delivered and then Read — and never after a restart for a step already reported.
+// In a group one other member suffices; Client.Receipts gives the counts.
 type StatusEvent struct {
-	ClientMsgID string
+	ClientMsgID string // the id Send returned; "" for a Delivered or Read step of a message another device sent
 	Status      Status
 	Ack         *proto.Ack // when Sent
 	Err         error      // when Failed
+	// The message, for Delivered and Read (the Ack says it for Sent).
+	Conv    string
+	ConvSeq proto.Position
+	MsgID   proto.MsgID
+}
+
+// DeliveryEvent: User, another member of Conv, moved a mark: its devices have stored Conv up
+// to UpTo (State StatusDelivered), or it has read it up to UpTo (State StatusRead; a read mark
+// moves the delivered mark too, and that comes first). The SDK learns marks from the
+// KindDelivered and KindReceipt entries of the user's log; in a group of more members than the
+// server's status_fanout_limit (100) no delivered entry is sent (the counts are: Receipts).
+// Marks only move forward; each move comes once.
+type DeliveryEvent struct {
+	Conv  string
+	User  string
+	State Status // StatusDelivered or StatusRead
+	UpTo  proto.Position
 }
 
 // GapEvent: a batch did not continue the stored cursor; the SDK discarded it and refetched from
@@ -136,11 +157,12 @@ type OfflineEvent struct {
 // the backoff between them (1.5 to 2.25 s after the first), is not.
 const SyncFailureThreshold = 3
 
-func (EntryEvent) isEvent()  {}
-func (StatusEvent) isEvent() {}
-func (GapEvent) isEvent()    {}
-func (RebaseEvent) isEvent() {}
-func (EpochEvent) isEvent()  {}
+func (EntryEvent) isEvent()    {}
+func (StatusEvent) isEvent()   {}
+func (DeliveryEvent) isEvent() {}
+func (GapEvent) isEvent()      {}
+func (RebaseEvent) isEvent()   {}
+func (EpochEvent) isEvent()    {}
 
 func (MismatchEvent) isEvent() {}
 

@@ -194,7 +194,7 @@ func (c *Client) syncOnce(ctx context.Context, cn *conn) (restart, progressed bo
 				if len(f.Entries) == 0 {
 					break // a server never sends one (PROTOCOL §6: 1 to max_batch entries); nothing to store
 				}
-				_, err = c.st.ApplyBatch(sub, f.Epoch, f.Entries)
+				applied, err := c.st.ApplySync(sub, f.Epoch, f.Entries)
 				if errors.Is(err, store.ErrNotContiguous) {
 					c.reportGap(cn, sub, at[sub], f)
 					c.emit(GapEvent{At: at[sub].Pos + 1, Sub: sub})
@@ -207,6 +207,7 @@ func (c *Client) syncOnce(ctx context.Context, cn *conn) (restart, progressed bo
 				for _, e := range f.Entries {
 					c.emit(EntryEvent{Entry: e, Sub: sub})
 				}
+				c.emitDelivery(applied)
 				at[sub] = proto.SubCursor{Epoch: f.Epoch, Pos: f.Entries[len(f.Entries)-1].Seq}
 				progressed, sinceCheck = true, true
 				pending[sub] = 0
@@ -378,4 +379,17 @@ func headCheckEvery(every time.Duration, l proto.Limits) time.Duration {
 		every = min(every, time.Duration(l.RequestIdleMs)*time.Millisecond/2)
 	}
 	return max(every, time.Millisecond)
+}
+
+// emitDelivery reports what a stored batch's delivery marks moved (store.ApplySync): the other
+// members' marks (DeliveryEvent), then the status steps of this user's messages (StatusEvent),
+// after the batch's EntryEvents. The store committed the marks with the entries, so each is
+// reported by this batch only.
+func (c *Client) emitDelivery(a store.Applied) {
+	for _, m := range a.Moves {
+		c.emit(DeliveryEvent{Conv: m.Conv, User: m.User, State: m.State, UpTo: m.UpTo})
+	}
+	for _, st := range a.Steps {
+		c.emit(StatusEvent{ClientMsgID: st.ClientMsgID, Status: st.Status, Conv: st.Conv, ConvSeq: st.ConvSeq, MsgID: st.MsgID})
+	}
 }

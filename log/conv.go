@@ -13,14 +13,23 @@ import (
 )
 
 // Append is a request to add an entry to a conversation log: a message, a read receipt, a recall,
-// or a group creation or membership change. It is carried inside a Raft command.
+// a group creation or membership change, or a delivered report. It is carried inside a Raft
+// command.
+//
+// A KindDelivered request is the server's delivery reporter's, never a client's: it moves the
+// Sender's delivered mark to ReadUpTo (clamped to the head) and writes no dedup record (it needs
+// no ClientMsgID): a report that does not move the mark is a NoOp that writes nothing, so a
+// repeated report changes nothing. Its entry goes to both members of a direct conversation, to
+// the senders of the messages it covers in a group of at most StatusFanoutLimit members, and
+// nowhere in a larger group: there it writes no entry (NoOp) but moves the mark and the counts
+// ([Shard.Receipts]).
 type Append struct {
 	Conv        string
 	Sender      string
-	ClientMsgID string // chosen by the client; the dedup key is (Sender, ClientMsgID, Kind)
+	ClientMsgID string // chosen by the client; the dedup key is (Sender, ClientMsgID, Kind); none for KindDelivered
 	Kind        Kind
 	Body        []byte   // KindMessage
-	ReadUpTo    Position // KindReceipt
+	ReadUpTo    Position // KindReceipt, KindDelivered
 	Target      MsgID    // KindRecall
 	// Members: for KindGroupCreate the initial members (the sender is always added), for
 	// KindMemberAdd/Remove the users concerned, and for a message to a direct conversation
@@ -37,6 +46,10 @@ type Append struct {
 	// MaxGroupSize is the most members a group may have after a KindGroupCreate or KindMemberAdd.
 	// Zero means the default. It travels in the command like the windows.
 	MaxGroupSize int64
+	// StatusFanoutLimit is the largest group whose KindDelivered entries are written (to the
+	// senders concerned); a larger group's delivered marks only move its counts. Zero means
+	// DefaultStatusFanoutLimit. It travels in the command like MaxGroupSize.
+	StatusFanoutLimit int64
 }
 
 // Defaults for the windows of an [Append].
@@ -45,6 +58,10 @@ const (
 	DefaultRecallWindow = int64(2 * 60 * 1e9)
 	// DefaultMaxGroupSize is the group size limit when the request names none.
 	DefaultMaxGroupSize = 10_000
+	// DefaultStatusFanoutLimit is the largest group whose delivered reports become entries when
+	// the request names no limit: beyond it, one entry per member per report round would be a
+	// fan-out of n² per round for a group whose members all read.
+	DefaultStatusFanoutLimit = 100
 	// MaxMembersPerRequest caps the users one membership request names.
 	MaxMembersPerRequest = 1000
 	// receiptScanLimit bounds the entries a group receipt inspects to find the senders it
@@ -64,7 +81,11 @@ type AppendResult struct {
 	Time      int64 // the original command's proposer time
 	Epoch     Epoch // the conversation log's epoch
 	Duplicate bool  // this request was a resend; nothing was written
-	NoOp      bool  // a receipt that did not move the read mark: accepted, no entry written
+	// NoOp: accepted, no entry written: a receipt or a delivered report that did not move the
+	// mark, a membership change that changed nothing, or a delivered report that moved the
+	// mark of a member of a group with nobody to tell (larger than StatusFanoutLimit, or no
+	// other sender's message covered).
+	NoOp bool
 }
 
 // Append applies req, stamped st. See [Append] for the request and the sentinel errors in
@@ -72,6 +93,9 @@ type AppendResult struct {
 func (t *Tx) Append(st Stamp, req *Append) (AppendResult, error) {
 	if err := req.validate(); err != nil {
 		return AppendResult{}, err
+	}
+	if req.Kind == KindDelivered {
+		return t.appendDelivered(st, req)
 	}
 	k := t.s.k
 	suffix := dedupSuffix(req.Sender, req.ClientMsgID, req.Kind)
@@ -100,35 +124,74 @@ func (t *Tx) Append(st Stamp, req *Append) (AppendResult, error) {
 
 	// 2. Checks against the conversation, all before the first write: a conversation moving to
 	// or from this shard takes no writes (a resend of one it took is answered above).
-	if err := t.checkConvNotMoving(req.Conv); err != nil {
-		return AppendResult{}, err
-	}
-	meta, exists, err := t.logMeta(k.conv(req.Conv))
+	plan, err := t.plan(st, req)
 	if err != nil {
-		return AppendResult{}, err
-	}
-	plan := appendPlan{meta: meta}
-	if err := t.planAppend(st, req, exists, &plan); err != nil {
 		return AppendResult{}, err
 	}
 
 	// 3. Writes.
-	res := AppendResult{Time: st.Time, Epoch: plan.meta.Epoch}
-	if plan.noop {
-		res.NoOp = true
-	} else {
-		res.MsgID = MsgID{Shard: t.s.id, Index: st.Index}
-		res.ConvSeq = plan.meta.Head + 1
-		plan.meta.Head = res.ConvSeq
-		if err := t.writeConvEntry(st, req, &plan, res, suffix); err != nil {
-			return AppendResult{}, err
-		}
+	res, err := t.writeAppend(st, req, &plan, suffix)
+	if err != nil {
+		return AppendResult{}, err
 	}
 	if err := t.writeDedup(st, req, suffix, hash, res, expired); err != nil {
 		return AppendResult{}, err
 	}
 	if st.Index%dedupGCEvery == 0 {
 		return res, t.gcDedup(st)
+	}
+	return res, nil
+}
+
+// appendDelivered applies a KindDelivered request: like any append but without a dedup record,
+// which it needs none of (see [Append]).
+func (t *Tx) appendDelivered(st Stamp, req *Append) (AppendResult, error) {
+	plan, err := t.plan(st, req)
+	if err != nil {
+		return AppendResult{}, err
+	}
+	res, err := t.writeAppend(st, req, &plan, nil)
+	if err == nil && st.Index%dedupGCEvery == 0 {
+		err = t.gcDedup(st) // the rule is the Raft index's, whatever the command
+	}
+	return res, err
+}
+
+// plan checks req against the conversation and decides what it writes, before any write.
+func (t *Tx) plan(st Stamp, req *Append) (appendPlan, error) {
+	if err := t.checkConvNotMoving(req.Conv); err != nil {
+		return appendPlan{}, err
+	}
+	meta, exists, err := t.logMeta(t.s.k.conv(req.Conv))
+	if err != nil {
+		return appendPlan{}, err
+	}
+	plan := appendPlan{meta: meta}
+	return plan, t.planAppend(st, req, exists, &plan)
+}
+
+// writeAppend makes the writes plan decided for req: an entry, or only the sender's mark, or
+// nothing. dedup is the suffix of the request's dedup record (nil: it has none).
+func (t *Tx) writeAppend(st Stamp, req *Append, plan *appendPlan, dedup []byte) (AppendResult, error) {
+	res := AppendResult{Time: st.Time, Epoch: plan.meta.Epoch}
+	switch {
+	case plan.noop:
+		res.NoOp = true
+	case plan.silent:
+		res.NoOp = true
+		if err := t.writeMembers(req, plan, 0); err != nil {
+			return AppendResult{}, err
+		}
+		if err := t.putLogMeta(t.s.k.conv(req.Conv), plan.meta); err != nil {
+			return AppendResult{}, err
+		}
+	default:
+		res.MsgID = MsgID{Shard: t.s.id, Index: st.Index}
+		res.ConvSeq = plan.meta.Head + 1
+		plan.meta.Head = res.ConvSeq
+		if err := t.writeConvEntry(st, req, plan, res, dedup); err != nil {
+			return AppendResult{}, err
+		}
 	}
 	return res, nil
 }
@@ -141,11 +204,14 @@ type appendPlan struct {
 	remove     []string // members to remove
 	roles      []string // members whose role becomes req.Role (KindRoleChange)
 	self       member   // the sender's member record, where the plan rewrites it
-	readMark   bool     // update the sender's read mark
+	readMark   bool     // update the sender's read mark (and its delivered mark with it)
+	delivered  bool     // update the sender's delivered mark to upTo
+	upTo       Position // KindDelivered: the new delivered mark, the request's clamped to the head
 	demoteSelf bool     // the sender hands ownership over and becomes an admin
 	recall     *msgRef  // the target's ref, to mark recalled
 	recipients []string
-	noop       bool
+	noop       bool // nothing is written
+	silent     bool // only the sender's mark moves: no entry (a delivered report nobody is told of)
 }
 
 func (t *Tx) planAppend(st Stamp, req *Append, exists bool, p *appendPlan) error {
@@ -156,7 +222,8 @@ func (t *Tx) planAppend(st Stamp, req *Append, exists bool, p *appendPlan) error
 		if ident.ReservedForDirect(req.Conv) {
 			return invalidf("group id %q has the shape of a direct conversation id (d:… or dh:…), which only a direct conversation may have", req.Conv)
 		}
-		p.meta = logMeta{Kind: ConvGroup, Epoch: newEpoch(st), First: 1}
+		// Histograms are kept from the creation on (marks.go).
+		p.meta = logMeta{Kind: ConvGroup, Epoch: newEpoch(st), First: 1, Counted: true}
 		p.add = sortedUnique(append([]string{req.Sender}, req.Members...))
 		if err := checkGroupSize(req, len(p.add)); err != nil {
 			return err
@@ -180,6 +247,14 @@ func (t *Tx) planAppend(st Stamp, req *Append, exists bool, p *appendPlan) error
 		}
 		p.meta.Members = p.add
 	}
+	if req.Kind == KindReceipt || req.Kind == KindDelivered {
+		// Marks: a large group's member list is read only when the recipients need it.
+		ms := &memberSet{t: t, conv: req.Conv, meta: &p.meta}
+		if req.Kind == KindReceipt {
+			return t.planReceipt(req, ms, p)
+		}
+		return t.planDelivered(req, ms, p)
+	}
 	members := p.meta.Members // a direct conversation keeps its two members in its meta
 	if p.meta.Kind == ConvGroup {
 		var err error
@@ -195,8 +270,6 @@ func (t *Tx) planAppend(st Stamp, req *Append, exists bool, p *appendPlan) error
 	switch req.Kind {
 	case KindMessage:
 		p.recipients = members
-	case KindReceipt:
-		return t.planReceipt(req, members, p)
 	case KindRecall:
 		ref, err := t.planRecall(st, req)
 		if err != nil {
@@ -235,7 +308,7 @@ func (t *Tx) planMembership(req *Append, members []string, p *appendPlan) error 
 			return fmt.Errorf("%w: only the group's owner and admins add members", ErrNotPermitted)
 		}
 		for _, m := range named {
-			if !slices.Contains(members, m) {
+			if !isMember(members, m) {
 				p.add = append(p.add, m)
 			}
 		}
@@ -244,7 +317,7 @@ func (t *Tx) planMembership(req *Append, members []string, p *appendPlan) error 
 		}
 	case KindMemberRemove:
 		for _, m := range named {
-			if !slices.Contains(members, m) {
+			if !isMember(members, m) {
 				continue
 			}
 			if m == req.Sender {
@@ -269,7 +342,7 @@ func (t *Tx) planMembership(req *Append, members []string, p *appendPlan) error 
 			return invalidf("ownership goes to exactly one member, not %d", len(named))
 		}
 		for _, m := range named {
-			if !slices.Contains(members, m) {
+			if !isMember(members, m) {
 				continue
 			}
 			if them, err := t.member(req.Conv, m); err != nil {
@@ -295,14 +368,97 @@ func checkGroupSize(req *Append, n int) error {
 	return nil
 }
 
-func (t *Tx) planReceipt(req *Append, members []string, p *appendPlan) error {
+// isMember reports whether uid is in members, sorted: a binary search, since a membership
+// request names up to MaxMembersPerRequest users of a group of up to its size limit.
+func isMember(members []string, uid string) bool {
+	_, ok := slices.BinarySearch(members, uid)
+	return ok
+}
+
+// memberSet answers who is a member of a conversation for the mark requests (receipts,
+// delivered reports) without reading a group's whole member list unless the recipients need
+// it: a mark moves on every report round of every member, and a group may have many thousands.
+type memberSet struct {
+	t    *Tx
+	conv string
+	meta *logMeta // the conversation's; a group's MemberCount is set here if it lacked one
+	all  []string // a group's members, once read
+}
+
+// record returns uid's member record; ok is false if uid is not a member.
+func (ms *memberSet) record(uid string) (member, bool, error) {
+	v, ok, err := getValue(ms.t.b, ms.t.s.k.member(ms.conv, uid))
+	if err != nil || !ok {
+		return member{}, false, err
+	}
+	m, err := decodeMember(v)
+	return m, err == nil, err
+}
+
+// has reports whether uid is a member.
+func (ms *memberSet) has(uid string) (bool, error) {
+	if ms.meta.Kind == ConvDirect {
+		return slices.Contains(ms.meta.Members, uid), nil
+	}
+	if ms.all != nil {
+		return isMember(ms.all, uid), nil
+	}
+	_, ok, err := ms.record(uid)
+	return ok, err
+}
+
+// list returns every member, sorted.
+func (ms *memberSet) list() ([]string, error) {
+	if ms.meta.Kind == ConvDirect {
+		return ms.meta.Members, nil
+	}
+	if ms.all == nil {
+		all, err := ms.t.members(ms.conv)
+		if err != nil {
+			return nil, err
+		}
+		ms.all = all
+		ms.meta.MemberCount = len(all) // kept from here on (values written before lack it)
+	}
+	return ms.all, nil
+}
+
+// count returns a group's number of members, counting them once if its meta predates the count.
+func (ms *memberSet) count() (int, error) {
+	if ms.meta.Kind == ConvGroup && ms.meta.MemberCount == 0 {
+		if _, err := ms.list(); err != nil {
+			return 0, err
+		}
+	}
+	return ms.meta.MemberCount, nil
+}
+
+// self returns the sender's member record, ErrNotMember if it is none.
+func (ms *memberSet) self(uid string) (member, error) {
+	if ms.meta.Kind == ConvDirect && !slices.Contains(ms.meta.Members, uid) {
+		return member{}, ErrNotMember
+	}
+	m, ok, err := ms.record(uid)
+	if err == nil && !ok {
+		if ms.meta.Kind == ConvGroup {
+			return member{}, ErrNotMember
+		}
+		m.Role = RoleMember // a direct member whose record is missing reads as a fresh one
+	}
+	return m, err
+}
+
+func (t *Tx) planReceipt(req *Append, ms *memberSet, p *appendPlan) error {
+	m, err := ms.self(req.Sender)
+	if err != nil {
+		return err
+	}
+	if _, err := ms.count(); err != nil {
+		return err
+	}
 	head := p.meta.Head
 	if req.ReadUpTo == 0 || req.ReadUpTo > head {
 		return invalidf("receipt reads up to %d, conversation head is %d", req.ReadUpTo, head)
-	}
-	m, err := t.member(req.Conv, req.Sender)
-	if err != nil {
-		return err
 	}
 	p.self = m
 	if req.ReadUpTo <= m.ReadMark {
@@ -311,25 +467,84 @@ func (t *Tx) planReceipt(req *Append, members []string, p *appendPlan) error {
 	}
 	p.readMark = true
 	if p.meta.Kind == ConvDirect || req.ReadUpTo-m.ReadMark > receiptScanLimit {
-		p.recipients = members
-		return nil
+		p.recipients, err = ms.list()
+		return err
 	}
 	// Group: the reader's own devices and the senders whose messages were just read.
-	from := max(m.ReadMark+1, p.meta.First)
-	concerned := []string{req.Sender}
-	if from <= req.ReadUpTo {
-		entries, err := scanEntries(t.b, t.s.k.convEntryPrefix(req.Conv), from, req.ReadUpTo, receiptScanLimit, 1<<62)
-		if err != nil {
-			return err
-		}
-		for _, e := range entries {
-			if e.Kind == KindMessage && slices.Contains(members, e.Sender) {
-				concerned = append(concerned, e.Sender)
-			}
-		}
+	senders, err := t.sendersIn(req, ms, max(m.ReadMark+1, p.meta.First), req.ReadUpTo)
+	p.recipients = sortedUnique(append(senders, req.Sender))
+	return err
+}
+
+// planDelivered plans a KindDelivered report (see [Append]).
+func (t *Tx) planDelivered(req *Append, ms *memberSet, p *appendPlan) error {
+	m, err := ms.self(req.Sender)
+	if err != nil {
+		return err
 	}
-	p.recipients = sortedUnique(concerned)
+	n, err := ms.count()
+	if err != nil {
+		return err
+	}
+	p.self, p.upTo = m, min(req.ReadUpTo, p.meta.Head)
+	if p.upTo <= m.delivered() {
+		p.noop = true
+		return nil
+	}
+	p.delivered = true
+	if p.meta.Kind == ConvDirect {
+		// Both members: each member's log keeps every conv_seq of a direct conversation.
+		p.recipients = p.meta.Members
+		return nil
+	}
+	if int64(n) > cmp.Or(req.StatusFanoutLimit, DefaultStatusFanoutLimit) {
+		p.silent = true
+		return nil
+	}
+	// The senders of the messages now delivered, counted from the member's join: it saw
+	// nothing before.
+	from := max(m.delivered(), m.Joined) + 1
+	if from > p.upTo {
+		p.silent = true // the mark moves within what came before the join: nothing to tell
+		return nil
+	}
+	if p.upTo-from+1 > receiptScanLimit {
+		p.recipients, err = ms.list()
+		return err
+	}
+	senders, err := t.sendersIn(req, ms, max(from, p.meta.First), p.upTo)
+	if err != nil {
+		return err
+	}
+	p.recipients = sortedUnique(slices.DeleteFunc(senders, func(u string) bool { return u == req.Sender }))
+	p.silent = len(p.recipients) == 0
 	return nil
+}
+
+// sendersIn returns the senders of the KindMessage entries of req's conversation at from..to
+// (at most receiptScanLimit of them) who are members still.
+func (t *Tx) sendersIn(req *Append, ms *memberSet, from, to Position) ([]string, error) {
+	if from > to {
+		return nil, nil
+	}
+	var out []string
+	err := scanRange(t.b, t.s.k.convEntryPrefix(req.Conv), from, to, receiptScanLimit, 1<<62, func(val []byte, seq Position) (int, bool, error) {
+		// The kind is the second byte of every entry version: a membership entry of a large
+		// group (a thousand ids) is not decoded only to be passed over.
+		if len(val) < 2 || Kind(val[1]) != KindMessage {
+			return 1, true, nil
+		}
+		e, err := decodeEntry(val, seq)
+		if err != nil || slices.Contains(out, e.Sender) {
+			return 1, true, err
+		}
+		ok, err := ms.has(e.Sender)
+		if ok {
+			out = append(out, e.Sender)
+		}
+		return 1, true, err
+	})
+	return out, err
 }
 
 func (t *Tx) planRecall(st Stamp, req *Append) (msgRef, error) {
@@ -390,42 +605,11 @@ func (t *Tx) writeConvEntry(st Stamp, req *Append, p *appendPlan, res AppendResu
 		e.Members = p.remove
 	case KindRoleChange:
 		e.Members, e.Role = p.roles, req.Role
+	case KindDelivered:
+		e.ReadUpTo = p.upTo
 	}
-	for _, m := range p.add {
-		role := RoleMember
-		if req.Kind == KindGroupCreate && m == req.Sender {
-			role = RoleOwner // the creator owns the group
-		}
-		if err := t.set(k.member(req.Conv, m), member{Role: role}.encode()); err != nil {
-			return err
-		}
-	}
-	for _, m := range p.roles {
-		them, err := t.member(req.Conv, m)
-		if err != nil {
-			return err
-		}
-		them.Role = req.Role
-		if err := t.set(k.member(req.Conv, m), them.encode()); err != nil {
-			return err
-		}
-	}
-	if p.demoteSelf {
-		p.self.Role = RoleAdmin
-		if err := t.set(k.member(req.Conv, req.Sender), p.self.encode()); err != nil {
-			return err
-		}
-	}
-	for _, m := range p.remove {
-		if err := t.del(k.member(req.Conv, m)); err != nil {
-			return err
-		}
-	}
-	if p.readMark {
-		p.self.ReadMark = req.ReadUpTo
-		if err := t.set(k.member(req.Conv, req.Sender), p.self.encode()); err != nil {
-			return err
-		}
+	if err := t.writeMembers(req, p, res.ConvSeq); err != nil {
+		return err
 	}
 	if p.recall != nil {
 		r := *p.recall
@@ -446,6 +630,85 @@ func (t *Tx) writeConvEntry(st Stamp, req *Append, p *appendPlan, res AppendResu
 	// The outbox record keeps the whole member list, once; each destination gets only the ids of
 	// its own recipients (Entry.CopyFor) and user logs only a count (see MaxInlineMembers).
 	return t.appendOutbox(outboxRecord{Recipients: p.recipients, Entry: e})
+}
+
+// writeMembers writes the member records p changes, the entry at seq adding members (their
+// join position), and keeps a group's histograms with them (marks.go): built first if the
+// group predates them, then moved by each member's change.
+func (t *Tx) writeMembers(req *Append, p *appendPlan, seq Position) error {
+	k := t.s.k
+	var h histDelta
+	counted := p.meta.Kind == ConvGroup
+	if counted && !p.meta.Counted && (len(p.add) > 0 || len(p.remove) > 0 || p.readMark || p.delivered) {
+		// Before any member record changes: the build reads them as they were.
+		if err := t.buildCounts(req.Conv, &h); err != nil {
+			return err
+		}
+		p.meta.Counted = true
+	}
+	put := func(uid string, old *member, now member) error {
+		if counted {
+			if old != nil {
+				h.member(*old, -1)
+			}
+			h.member(now, 1)
+		}
+		return t.set(k.member(req.Conv, uid), now.encode())
+	}
+	for _, m := range p.add {
+		role := RoleMember
+		if req.Kind == KindGroupCreate && m == req.Sender {
+			role = RoleOwner // the creator owns the group
+		}
+		joined := seq
+		if p.meta.Kind == ConvDirect {
+			joined = 0 // a direct conversation's members are in it from its first entry
+		}
+		if err := put(m, nil, member{Role: role, Joined: joined}); err != nil {
+			return err
+		}
+	}
+	for _, m := range p.roles {
+		them, err := t.member(req.Conv, m)
+		if err != nil {
+			return err
+		}
+		them.Role = req.Role
+		if err := t.set(k.member(req.Conv, m), them.encode()); err != nil {
+			return err
+		}
+	}
+	if p.demoteSelf {
+		p.self.Role = RoleAdmin
+		if err := t.set(k.member(req.Conv, req.Sender), p.self.encode()); err != nil {
+			return err
+		}
+	}
+	for _, m := range p.remove {
+		if counted {
+			them, err := t.member(req.Conv, m)
+			if err != nil {
+				return err
+			}
+			h.member(them, -1)
+		}
+		if err := t.del(k.member(req.Conv, m)); err != nil {
+			return err
+		}
+	}
+	if p.readMark || p.delivered {
+		old, now := p.self, p.self
+		if p.readMark {
+			// Read implies delivered: a device that read the messages stored them.
+			now.ReadMark, now.DeliveredMark = req.ReadUpTo, max(now.DeliveredMark, req.ReadUpTo)
+		} else {
+			now.DeliveredMark = p.upTo
+		}
+		if err := put(req.Sender, &old, now); err != nil {
+			return err
+		}
+	}
+	return t.flushCounts(req.Conv, &h)
 }
 
 func (t *Tx) writeDedup(st Stamp, req *Append, suffix []byte, hash [16]byte, res AppendResult, expired *dedupRecord) error {
@@ -549,7 +812,7 @@ func (req *Append) validate() error {
 		return invalidf("bad conversation id %q", req.Conv)
 	case !ValidID(req.Sender):
 		return invalidf("bad sender id %q", req.Sender)
-	case !ValidID(req.ClientMsgID):
+	case !ValidID(req.ClientMsgID) && !(req.Kind == KindDelivered && req.ClientMsgID == ""):
 		return invalidf("bad client_msg_id %q", req.ClientMsgID)
 	case !req.Kind.Valid():
 		return invalidf("unknown entry kind %d", req.Kind)
@@ -565,8 +828,10 @@ func (req *Append) validate() error {
 		return invalidf("unknown role %d", req.Role)
 	case req.Kind != KindRoleChange && req.Role != 0:
 		return invalidf("a role in a %s request", req.Kind)
-	case req.MaxGroupSize < 0:
-		return invalidf("negative group size limit")
+	case req.MaxGroupSize < 0 || req.StatusFanoutLimit < 0:
+		return invalidf("negative group size or status fan-out limit")
+	case req.Kind == KindDelivered && (req.ReadUpTo == 0 || len(req.Members) > 0):
+		return invalidf("a delivered report names a position (not %d) and no members", req.ReadUpTo)
 	}
 	for _, m := range req.Members {
 		if !ValidID(m) {

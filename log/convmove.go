@@ -210,7 +210,7 @@ func (t *Tx) StageConv(st Stamp, move MoveID, conv string, recs []Record) error 
 		final = final || slices.Equal(r.Key, metaKey)
 	}
 	if final {
-		if err := t.deletePrefixes(k.memberPrefix(conv)); err != nil {
+		if err := t.deletePrefixes(k.memberPrefix(conv), k.countPrefix(conv)); err != nil {
 			return err
 		}
 	}
@@ -262,7 +262,8 @@ func (t *Tx) stageDedup(st Stamp, key []byte, r Record) error {
 }
 
 // convRecord reports whether r (its key without the shard prefix) is one of conv's records: its
-// meta, a member, an entry, a msg_id index entry naming conv, or a dedup record.
+// meta, a member, a histogram bucket, an entry, a msg_id index entry naming conv, or a dedup
+// record.
 func convRecord(r Record, conv string) (bool, error) {
 	if len(r.Key) < 2 {
 		return false, nil
@@ -275,6 +276,8 @@ func convRecord(r Record, conv string) (bool, error) {
 		return byConv() && len(r.Key) == len(conv)+2, nil
 	case tagMember:
 		return byConv() && len(r.Key) > len(conv)+2, nil
+	case tagCounts:
+		return byConv() && len(r.Key) == len(conv)+12, nil
 	case tagConvEntry:
 		return byConv() && len(r.Key) == len(conv)+10, nil
 	case tagMsgIndex:
@@ -296,9 +299,9 @@ func (t *Tx) dropConvState(conv string) error {
 	return t.dropMeta(t.s.k.conv(conv))
 }
 
-// deleteConvRecords deletes conv's members and entries (not its meta).
+// deleteConvRecords deletes conv's members, histograms and entries (not its meta).
 func (t *Tx) deleteConvRecords(conv string) error {
-	return t.deletePrefixes(t.s.k.memberPrefix(conv), t.s.k.convEntryPrefix(conv))
+	return t.deletePrefixes(t.s.k.memberPrefix(conv), t.s.k.countPrefix(conv), t.s.k.convEntryPrefix(conv))
 }
 
 // RestartConvCopy drops what move has staged for conv (its meta, members and entries), so that a
@@ -445,7 +448,7 @@ func (t *Tx) DropConv(move MoveID, conv string) error {
 // ExportConv passes fn conv's records from one consistent view of this shard, like ExportUser:
 // its entries with conv_seqs above after (at most limit of them; limit ≤ 0: all), each with its
 // msg_id index entry and its send's dedup record (and a recall with its target's index entry,
-// whose recalled flag it set), then, when they reach the head, conv's meta and every member. It
+// whose recalled flag it set), then, when they reach the head, conv's meta, every member and its histograms. It
 // returns the conversation's epoch (0: no such conversation), the last conv_seq passed and
 // whether it reached the head.
 func (s *Shard) ExportConv(conv string, after Position, limit int, fn func(Record) error) (epoch Epoch, last Position, done bool, err error) {
@@ -488,6 +491,6 @@ func (s *Shard) ExportConv(conv string, after Position, limit int, fn func(Recor
 		}
 		return err
 	}
-	return s.export(exportSpec{meta: k.conv(conv), entries: k.convEntryPrefix(conv), final: [][]byte{k.memberPrefix(conv)}, with: with},
+	return s.export(exportSpec{meta: k.conv(conv), entries: k.convEntryPrefix(conv), final: [][]byte{k.memberPrefix(conv), k.countPrefix(conv)}, with: with},
 		after, limit, fn)
 }

@@ -129,6 +129,14 @@ func TestMoveConv(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	var seqs []Position
+	for seq := range srcInfo.Head + 2 {
+		seqs = append(seqs, seq)
+	}
+	srcCounts, err := src.Receipts("g", "ann", seqs)
+	if err != nil || srcCounts[5] != (ReceiptCount{ConvSeq: 5, Members: 2, Delivered: 1, Read: 1}) {
+		t.Fatalf("counts on S: %+v, %v", srcCounts, err)
+	}
 
 	// The last copy rides with the activation, as the driver sends it; copy steps repeated after
 	// it change nothing.
@@ -159,8 +167,12 @@ func TestMoveConv(t *testing.T) {
 	if err != nil || !slices.Equal(members, srcMembers) || len(members) != 2 {
 		t.Fatalf("members on D: %v, %v; on S: %v (carol left)", members, err, srcMembers)
 	}
-	if st, err := dst.Conversation("g", "bob"); err != nil || st.ReadMark != 5 {
+	if st, err := dst.Conversation("g", "bob"); err != nil || st.ReadMark != 5 || st.DeliveredMark != 5 {
 		t.Fatalf("bob's read mark on D: %+v, %v", st, err)
+	}
+	// The histograms came along: D answers the counts S did (carol's removal included).
+	if counts, err := dst.Receipts("g", "ann", seqs); err != nil || !slices.Equal(counts, srcCounts) {
+		t.Fatalf("counts on D: %+v, %v; on S: %+v", counts, err, srcCounts)
 	}
 	// Dedup records came along: every acked send resent to D gets its original answer.
 	for id, orig := range sends {
@@ -210,7 +222,7 @@ func TestMoveConv(t *testing.T) {
 	if f := mustStep(src, MoveFence, nil); f != fence {
 		t.Fatalf("the fence asked again after the drop answered %d, want %d (a resumed driver needs it)", f, fence)
 	}
-	for _, tag := range []byte{tagConv, tagMember, tagConvEntry} {
+	for _, tag := range []byte{tagConv, tagMember, tagCounts, tagConvEntry} {
 		if n := countTable(t, src, tag); n != 0 {
 			t.Errorf("table %#x holds %d keys on the source after the drop", tag, n)
 		}

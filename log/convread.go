@@ -2,6 +2,7 @@ package log
 
 import (
 	"cmp"
+	"errors"
 	"slices"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -17,6 +18,12 @@ type ConvState struct {
 	MemberCount int
 	ReadMark    Position // the asking member's read mark
 	Role        Role     // the asking member's role
+	// DeliveredMark is the asking member's delivered mark: one of its devices has stored the
+	// conversation up to it (at least ReadMark).
+	DeliveredMark Position
+	// PeerDelivered and PeerRead are, in a direct conversation, the other member's marks; zero
+	// in a group (ask [Shard.Receipts] for counts).
+	PeerDelivered, PeerRead Position
 }
 
 // Conversation returns the state of conv as member uid sees it. It returns ErrNoConversation if
@@ -38,7 +45,20 @@ func (s *Shard) Conversation(conv, uid string) (ConvState, error) {
 		return ConvState{}, err
 	}
 	st := ConvState{Conv: conv, Kind: m.Kind, Info: LogInfo{Epoch: m.Epoch, First: m.First, Head: m.Head},
-		Members: m.Members, MemberCount: len(m.Members), ReadMark: mem.ReadMark, Role: mem.Role}
+		Members: m.Members, MemberCount: len(m.Members), ReadMark: mem.ReadMark, Role: mem.Role,
+		DeliveredMark: mem.delivered()}
+	if m.Kind == ConvDirect {
+		for _, peer := range m.Members {
+			if peer == uid {
+				continue
+			}
+			p, err := memberOf(snap, s.k, conv, peer)
+			if err != nil && !errors.Is(err, ErrNotMember) {
+				return ConvState{}, err
+			}
+			st.PeerDelivered, st.PeerRead = p.delivered(), p.ReadMark
+		}
+	}
 	if m.Kind == ConvGroup {
 		// One more than fits inline tells whether they all do; a group written before member
 		// counts were kept is counted once here.

@@ -16,7 +16,8 @@ type DeviceCursor struct {
 // coalesced and arrive out of order, so within one epoch the stored cursor only moves forward; a
 // cursor of another epoch replaces it (the device rebased). A position past the log's head, or a
 // cursor of an epoch the log does not have, is refused with ErrInvalid: no device can have stored
-// what the log never held.
+// what the log never held. A cursor beyond the log's reported cursor makes its deliveries due
+// (report.go).
 func (t *Tx) SetCursor(uid, device string, c Cursor) error {
 	if !ValidLog(uid) || !ValidID(device) {
 		return invalidf("bad user or device id %q/%q", uid, device)
@@ -44,6 +45,9 @@ func (t *Tx) SetCursor(uid, device string, c Cursor) error {
 		if old.Epoch == c.Epoch && old.Pos >= c.Pos {
 			return nil
 		}
+	}
+	if err := t.noteCursor(uid, c); err != nil { // before the write: it reads the cursors as they were
+		return err
 	}
 	return t.set(k.cursor(uid, device), encodeCursor(c))
 }

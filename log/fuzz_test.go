@@ -63,7 +63,7 @@ func roundTrip[V any](t *testing.T, data []byte, decode func([]byte) (V, error),
 }
 
 func FuzzAppendUnmarshal(f *testing.F) {
-	for _, a := range []Append{goldenAppend, {}, {Conv: "c", Sender: "s", ClientMsgID: "m", Kind: KindMessage}} {
+	for _, a := range []Append{goldenAppend, goldenAppendV2, goldenAppendV3, {}, {Conv: "c", Sender: "s", ClientMsgID: "m", Kind: KindMessage}} {
 		b, _ := a.MarshalBinary()
 		addSeeds(f, b)
 	}
@@ -100,7 +100,7 @@ func FuzzDecodeEntry(f *testing.F) {
 }
 
 func FuzzDecodeLogMeta(f *testing.F) {
-	addSeeds(f, goldenLogMeta.encode(), logMeta{}.encode())
+	addSeeds(f, goldenLogMeta.encode(), goldenLogMetaV4.encode(), goldenLogMetaV5.encode(), logMeta{}.encode())
 	f.Fuzz(func(t *testing.T, data []byte) { roundTrip(t, data, decodeLogMeta, logMeta.encode) })
 }
 
@@ -125,8 +125,20 @@ func FuzzDecodeCursor(f *testing.F) {
 }
 
 func FuzzDecodeMember(f *testing.F) {
-	addSeeds(f, goldenMember.encode())
+	addSeeds(f, goldenMember.encode(), goldenMemberV2.encode(), goldenMemberV3.encode())
 	f.Fuzz(func(t *testing.T, data []byte) { roundTrip(t, data, decodeMember, member.encode) })
+}
+
+func FuzzMarkReportedUnmarshal(f *testing.F) {
+	for _, r := range []MarkReported{goldenReported, {}} {
+		b, _ := r.MarshalBinary()
+		addSeeds(f, b)
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		roundTrip(t, data,
+			func(b []byte) (MarkReported, error) { var r MarkReported; err := r.UnmarshalBinary(b); return r, err },
+			func(r MarkReported) []byte { b, _ := r.MarshalBinary(); return b })
+	})
 }
 
 func FuzzDecodeDeadLetter(f *testing.F) {

@@ -255,7 +255,7 @@ func fmtErr(err error) string {
 // tableNames names the key tables for the "state" summary.
 var tableNames = map[byte]string{
 	tagMeta: "meta", tagConv: "conv", tagMember: "member", tagConvEntry: "conv_entry",
-	tagMsgIndex: "msg_index", tagUser: "user", tagUserEntry: "user_entry", tagCursor: "cursor", tagUserConv: "user_conv",
+	tagMsgIndex: "msg_index", tagCounts: "counts", tagReported: "reported", tagDue: "due", tagUser: "user", tagUserEntry: "user_entry", tagCursor: "cursor", tagUserConv: "user_conv",
 	tagDedup: "dedup", tagDedupByExp: "dedup_exp", tagOutbox: "outbox", tagSourceMark: "source_mark",
 }
 

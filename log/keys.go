@@ -14,10 +14,14 @@ import (
 //	0x01 | shard u32 | 0x11 | conv 0x00 | uid 0x00          conversation member (read mark)
 //	0x01 | shard u32 | 0x12 | conv 0x00 | conv_seq u64      conversation entry
 //	0x01 | shard u32 | 0x13 | msg_id(16)                    msg_id → (conv, conv_seq), recall flag
+//	0x01 | shard u32 | 0x14 | conv 0x00 | which u8 | level u8 | bucket u64
+//	                                                        a group's mark histogram: count (marks.go)
 //	0x01 | shard u32 | 0x20 | uid 0x00                      user log meta
 //	0x01 | shard u32 | 0x21 | uid 0x00 | seq u64            user log entry
 //	0x01 | shard u32 | 0x22 | uid 0x00 | device 0x00        device cursor
 //	0x01 | shard u32 | 0x23 | uid 0x00 | conv 0x00          a conversation the user's log has entries of
+//	0x01 | shard u32 | 0x24 | uid 0x00                      cursor up to which deliveries were reported
+//	0x01 | shard u32 | 0x25 | uid 0x00                      empty: deliveries are due (report.go)
 //	0x01 | shard u32 | 0x30 | sender 0x00 | cmid 0x00 | kind u8    dedup record
 //	0x01 | shard u32 | 0x31 | expires i64 | dedup key suffix       dedup expiry index
 //	0x01 | shard u32 | 0x40 | outbox_pos u64                outbox record
@@ -42,10 +46,13 @@ const (
 	tagMember     byte = 0x11
 	tagConvEntry  byte = 0x12
 	tagMsgIndex   byte = 0x13
+	tagCounts     byte = 0x14
 	tagUser       byte = 0x20
 	tagUserEntry  byte = 0x21
 	tagCursor     byte = 0x22
 	tagUserConv   byte = 0x23
+	tagReported   byte = 0x24
+	tagDue        byte = 0x25
 	tagDedup      byte = 0x30
 	tagDedupByExp byte = 0x31
 	tagOutbox     byte = 0x40
@@ -147,6 +154,19 @@ func (k keys) userConvPrefix(uid string) []byte {
 }
 
 func (k keys) userConv(uid, conv string) []byte { return appendID(k.userConvPrefix(uid), conv) }
+
+func (k keys) countPrefix(conv string) []byte {
+	return appendID(k.table(tagCounts, len(conv)+1+10), conv)
+}
+
+// count is the key of one bucket of one of conv's histograms (marks.go).
+func (k keys) count(conv string, which, level uint8, bucket uint64) []byte {
+	return binary.BigEndian.AppendUint64(append(k.countPrefix(conv), which, level), bucket)
+}
+
+func (k keys) reported(uid string) []byte { return appendID(k.table(tagReported, len(uid)+1), uid) }
+
+func (k keys) due(uid string) []byte { return appendID(k.table(tagDue, len(uid)+1), uid) }
 
 // dedupSuffix is the part of a dedup key after the table tag; the expiry index reuses it.
 func dedupSuffix(sender, clientMsgID string, kind Kind) []byte {

@@ -476,13 +476,18 @@ func lastPosition(r pebble.Reader, prefix []byte) (Position, error) {
 	return Position(binary.BigEndian.Uint64(it.Key()[len(prefix):])), nil
 }
 
-// deleteUserRecords deletes uid's entries, cursors and conversation index (not its log meta).
+// deleteUserRecords deletes uid's entries, cursors, conversation index and delivery reporting
+// state (not its log meta). The reporting state does not travel with a move: the destination
+// starts it afresh (report.go).
 func (t *Tx) deleteUserRecords(uid string) error {
 	var prefixes [][]byte
 	for _, tag := range userTags[1:] {
 		prefixes = append(prefixes, appendID(t.s.k.table(tag, len(uid)+1), uid)) // ids hold no 0x00: only uid's keys
 	}
-	return t.deletePrefixes(prefixes...)
+	if err := t.deletePrefixes(prefixes...); err != nil {
+		return err
+	}
+	return t.deleteReports(uid)
 }
 
 // CancelMoveIn undoes move on the destination before any source has cut over: what was copied

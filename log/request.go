@@ -14,6 +14,9 @@ const (
 	// requestV2 adds an Append's Role and MaxGroupSize, and a DeliveryBatch's barriers (each
 	// item's After); a batch without barriers is still v1.
 	requestV2 = 2
+	// requestV3 adds an Append's StatusFanoutLimit after its v2 fields; an Append without one is
+	// still v1 or v2.
+	requestV3 = 3
 )
 
 // MarshalBinary encodes the request.
@@ -22,12 +25,16 @@ func (a *Append) MarshalBinary() ([]byte, error) { return a.AppendBinary(nil) }
 // AppendBinary appends the encoding of the request to b (encoding.BinaryAppender), growing b
 // once: a Raft command puts its header in front without copying the request.
 func (a *Append) AppendBinary(b []byte) ([]byte, error) {
-	v2 := a.Role != 0 || a.MaxGroupSize != 0
-	e := encoder{b: slices.Grow(b, 2+8*binary.MaxVarintLen64+strLen(a.Conv)+strLen(a.Sender)+strLen(a.ClientMsgID)+
+	v3 := a.StatusFanoutLimit != 0
+	v2 := v3 || a.Role != 0 || a.MaxGroupSize != 0
+	e := encoder{b: slices.Grow(b, 2+9*binary.MaxVarintLen64+strLen(a.Conv)+strLen(a.Sender)+strLen(a.ClientMsgID)+
 		uvarintLen(uint64(len(a.Body)))+len(a.Body)+16+strsLen(a.Members))}
-	if v2 {
+	switch {
+	case v3:
+		e.u8(requestV3)
+	case v2:
 		e.u8(requestV2)
-	} else {
+	default:
 		e.u8(requestV1)
 	}
 	e.str(a.Conv)
@@ -44,13 +51,16 @@ func (a *Append) AppendBinary(b []byte) ([]byte, error) {
 		e.u8(uint8(a.Role))
 		e.varint(a.MaxGroupSize)
 	}
+	if v3 {
+		e.varint(a.StatusFanoutLimit)
+	}
 	return e.b, nil
 }
 
 // UnmarshalBinary decodes a request encoded by MarshalBinary. Errors wrap ErrCorrupt.
 func (a *Append) UnmarshalBinary(b []byte) error {
 	d := decoder{b: b}
-	v := d.version("append request", requestV2)
+	v := d.version("append request", requestV3)
 	*a = Append{
 		Conv:         d.str(),
 		Sender:       d.str(),
@@ -65,6 +75,9 @@ func (a *Append) UnmarshalBinary(b []byte) error {
 	}
 	if v >= requestV2 {
 		a.Role, a.MaxGroupSize = Role(d.u8()), d.varint()
+	}
+	if v >= requestV3 {
+		a.StatusFanoutLimit = d.varint()
 	}
 	return d.done("append request")
 }

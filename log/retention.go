@@ -48,6 +48,9 @@ func (t *Tx) ResetUser(st Stamp, uid string) (Epoch, error) {
 	if err := t.deletePrefixes(k.userEntryPrefix(uid), k.cursorPrefix(uid)); err != nil {
 		return 0, err
 	}
+	if err := t.deleteReports(uid); err != nil { // the new epoch's first cursor starts them again
+		return 0, err
+	}
 	// The user stays in their groups, so the count of them stays too.
 	if err := t.putLogMeta(k.user(uid), logMeta{Epoch: epoch, First: 1, Groups: m.Groups}); err != nil {
 		return 0, err

@@ -90,9 +90,13 @@ const (
 	KindMemberAdd    Kind = 5 // Members joined the group
 	KindMemberRemove Kind = 6 // Members left or were removed from the group
 	KindRoleChange   Kind = 7 // the owner gave Members the role Role
+	// KindDelivered: the sender's devices have stored the conversation up to ReadUpTo (one
+	// device suffices: delivery is what a device acked). Only the server's delivery reporter
+	// appends it ([Shard.DeliveryDue]); it takes a conv_seq like a receipt.
+	KindDelivered Kind = 8
 )
 
-var kindNames = [...]string{"", "message", "receipt", "recall", "group_create", "member_add", "member_remove", "role_change"}
+var kindNames = [...]string{"", "message", "receipt", "recall", "group_create", "member_add", "member_remove", "role_change", "delivered"}
 
 // String returns the lower-case name of k ("message", "receipt", …).
 func (k Kind) String() string {
@@ -103,7 +107,7 @@ func (k Kind) String() string {
 }
 
 // Valid reports whether k is a known kind.
-func (k Kind) Valid() bool { return k >= KindMessage && k <= KindRoleChange }
+func (k Kind) Valid() bool { return k >= KindMessage && k <= KindDelivered }
 
 // Membership reports whether k changes who is in a group or what they may do.
 func (k Kind) Membership() bool { return k >= KindGroupCreate && k <= KindRoleChange }
@@ -162,7 +166,7 @@ type Entry struct {
 	Sender   string
 	Time     int64    // proposer's clock when the conversation entry was appended (Unix ns)
 	Body     []byte   // message body (KindMessage)
-	ReadUpTo Position // KindReceipt: read up to this ConvSeq
+	ReadUpTo Position // KindReceipt: read up to this ConvSeq; KindDelivered: stored up to it
 	Target   MsgID    // KindRecall: the recalled message
 	Members  []string // membership kinds: the users concerned (left out of copies over MaxInlineMembers)
 	Role     Role     // KindRoleChange: the role given to Members

@@ -15,7 +15,14 @@ const (
 	// whose entries it receives, and a group joined before the split but left after it counts
 	// -1 in its sub-log, against the +1 in the user's own log (split.go).
 	valueV4 = 4
+	// valueV5 adds a conversation meta's flags (logMetaCounted) after the v4 fields, and a
+	// member's delivered mark and join position after its v2 role.
+	valueV5 = 5
 )
+
+// memberV3 is the version byte of a member value with a delivered mark and a join position
+// (member versions count apart from log metas': a member had v1 and v2 only).
+const memberV3 = 3
 
 // logMeta describes one log (a conversation log or a user log).
 type logMeta struct {
@@ -34,14 +41,24 @@ type logMeta struct {
 	// Memberships delivered before it was kept are not counted. A split user's count is the
 	// sum over its sub-logs, whose own may be negative (valueV4).
 	Groups int
+	// Counted is set on a group whose delivered, read and join histograms are kept (table
+	// 0x14, marks.go): every group created since they exist, and an older one from its first
+	// mark update on (valueV5).
+	Counted bool
 }
+
+// Flags of a v5 log meta.
+const logMetaCounted = 1 << 0
 
 func (m logMeta) encode() []byte {
 	e := encoder{b: make([]byte, 0, 32)}
 	v := versionFor(m.MemberCount != 0)
-	if m.Groups > 0 {
+	switch {
+	case m.Counted:
+		v = valueV5
+	case m.Groups > 0:
 		v = valueV3
-	} else if m.Groups < 0 {
+	case m.Groups < 0:
 		v = valueV4
 	}
 	e.u8(v)
@@ -56,8 +73,11 @@ func (m logMeta) encode() []byte {
 	switch v {
 	case valueV3:
 		e.uvarint(uint64(m.Groups))
-	case valueV4:
+	case valueV4, valueV5:
 		e.varint(int64(m.Groups))
+	}
+	if v == valueV5 {
+		e.u8(logMetaCounted) // the only flag, and v5 is written only with it
 	}
 	return e.b
 }
@@ -72,7 +92,7 @@ func versionFor(v2 bool) uint8 {
 
 func decodeLogMeta(b []byte) (logMeta, error) {
 	d := decoder{b: b}
-	v := d.version("log meta", valueV4)
+	v := d.version("log meta", valueV5)
 	m := logMeta{
 		Kind:  ConvKind(d.u8()),
 		Epoch: Epoch(d.uvarint()),
@@ -86,8 +106,15 @@ func decodeLogMeta(b []byte) (logMeta, error) {
 	switch v {
 	case valueV3:
 		m.Groups = int(d.uvarint())
-	case valueV4:
+	case valueV4, valueV5:
 		m.Groups = int(d.varint())
+	}
+	if v == valueV5 {
+		flags := d.u8()
+		if flags&^logMetaCounted != 0 && d.err == nil {
+			d.err = corruptf("log meta: unknown flags %#x", flags)
+		}
+		m.Counted = flags&logMetaCounted != 0
 	}
 	return m, d.done("log meta")
 }
@@ -96,26 +123,58 @@ func decodeLogMeta(b []byte) (logMeta, error) {
 type member struct {
 	ReadMark Position // highest conv_seq this member has reported read
 	Role     Role     // in a group; RoleMember in a direct conversation
+	// DeliveredMark is the highest conv_seq one of this member's devices has stored, as the
+	// delivery reporter proposed it; a receipt raises it to the read mark too (memberV3).
+	DeliveredMark Position
+	// Joined is the conv_seq of the entry that added the member to a group (its creation or a
+	// member add): its marks count from there. Zero in direct conversations and in members
+	// stored before it was kept (memberV3).
+	Joined Position
 }
 
+// delivered is the member's delivered mark, at least its read mark: a record written before
+// receipts raised the delivered mark too may have it lower.
+func (m member) delivered() Position { return max(m.DeliveredMark, m.ReadMark) }
+
+// effective returns the member's delivered mark, read mark and join position as the
+// histograms count them (marks.go): a mark below the join position counts as the join
+// position, since a member sees nothing of the conversation from before it joined.
+func (m member) effective() [countKinds]Position {
+	return [countKinds]Position{max(m.delivered(), m.Joined), max(m.ReadMark, m.Joined), m.Joined}
+}
+
+// encode writes v1 (a read mark), v2 (and a role above member) or v3 (and the delivered mark
+// and join position, when either is set), so values without the later fields keep their bytes.
 func (m member) encode() []byte {
-	e := encoder{b: make([]byte, 0, 8)}
-	e.u8(versionFor(m.Role > RoleMember))
+	e := encoder{b: make([]byte, 0, 24)}
+	v3 := m.DeliveredMark != 0 || m.Joined != 0
+	if v3 {
+		e.u8(memberV3)
+	} else {
+		e.u8(versionFor(m.Role > RoleMember))
+	}
 	e.uvarint(uint64(m.ReadMark))
-	if m.Role > RoleMember {
-		e.u8(uint8(m.Role))
+	if v3 || m.Role > RoleMember {
+		e.u8(uint8(max(m.Role, RoleMember))) // a zero Role reads back as RoleMember, as in v1
+	}
+	if v3 {
+		e.uvarint(uint64(m.DeliveredMark))
+		e.uvarint(uint64(m.Joined))
 	}
 	return e.b
 }
 
 func decodeMember(b []byte) (member, error) {
 	d := decoder{b: b}
-	v := d.version("member", valueV2)
+	v := d.version("member", memberV3)
 	m := member{ReadMark: Position(d.uvarint()), Role: RoleMember}
 	if v >= valueV2 {
 		if m.Role = Role(d.u8()); !m.Role.Valid() && d.err == nil {
 			d.err = corruptf("member: unknown role %d", m.Role)
 		}
+	}
+	if v >= memberV3 {
+		m.DeliveredMark, m.Joined = Position(d.uvarint()), Position(d.uvarint())
 	}
 	return m, d.done("member")
 }

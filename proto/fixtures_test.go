@@ -12,6 +12,7 @@ var fixtureEntry = Entry{
 var fixtureConv = ConvInfo{
 	Conv: "g1", Kind: ConvGroup, Epoch: 1_700_000_000_000_000_001, First: 4, Head: 1000,
 	Members: []string{"alice", "bob"}, ReadMark: 999, MemberCount: 2, Role: RoleAdmin,
+	DeliveredMark: 1000, PeerDelivered: 998, PeerRead: 997,
 }
 
 // fixtureRoleChange is an entry of the kind that sets Role, in a user log where its member list
@@ -19,6 +20,13 @@ var fixtureConv = ConvInfo{
 var fixtureRoleChange = Entry{
 	Seq: 43, Kind: KindRoleChange, MsgID: "3.121.0", Conv: "g1", ConvSeq: 14, Sender: "alice",
 	Time: 2, Role: RoleAdmin, MemberCount: 40,
+}
+
+// fixtureDelivered is an entry of the kind the server writes when a member's devices have stored
+// a conversation (revision 5), as it follows fixtureEntry in a conversation's history.
+var fixtureDelivered = Entry{
+	Seq: 42, Kind: KindDelivered, MsgID: "3.100.0", Conv: "g1", ConvSeq: 42, Sender: "carol",
+	Time: 1_700_000_000_000_000_001, UpTo: 41,
 }
 
 func fixtures() []Frame {
@@ -53,12 +61,16 @@ func fixtures() []Frame {
 		&ConvState{ID: 9, Conv: "g1"},
 		&ConvStateResult{ID: 9, Conv: fixtureConv},
 		&History{ID: 10, Conv: "g1", Before: 500, Limit: 50},
-		&HistoryResult{ID: 10, Entries: []Entry{fixtureEntry}, Epoch: 5, First: 4, Head: 1000},
+		&HistoryResult{ID: 10, Entries: []Entry{fixtureEntry, fixtureDelivered}, Epoch: 5, First: 4, Head: 1000},
 		&HeadCheck{ID: 11},
 		&Head{ID: 11, Epoch: 9, Head: 42, First: 7, Subs: []SubHead{{Epoch: 9, Head: 42, First: 7}, {Epoch: 11, Head: 5, First: 1}}},
 		&Members{ID: 13, Conv: "g1", After: "alice", Limit: 100},
 		&MembersResult{ID: 13, Members: []Member{{User: "bob", Role: RoleOwner}, {User: "carol", Role: RoleMember}}, More: true},
 		&Digest{ID: 14, Sub: 2, Epoch: 9, From: 41, To: 1 << 40},
 		&DigestResult{ID: 14, Epoch: 9, From: 41, To: 41, Count: 1, Digest: DigestOf([]Entry{fixtureEntry}), First: 7, Head: 42},
+		&Receipts{ID: 15, Conv: "g1", Seqs: []Position{12, 1 << 40, 3}},
+		&ReceiptsResult{ID: 15, Counts: []ReceiptCount{{ConvSeq: 12, Members: 300, Delivered: 120, Read: 7}, {ConvSeq: 1 << 40}, {ConvSeq: 3, Members: 1 << 20, Delivered: 1 << 20, Read: 1}}},
+		&Readers{ID: 16, Conv: "g1", ConvSeq: 12, State: KindDelivered, After: "alice", Limit: 50},
+		&ReadersResult{ID: 16, Users: []string{"bob", "carol"}, Next: "dave", More: true},
 	}
 }

@@ -23,8 +23,10 @@ const (
 	// Refresh, SetRole, Members and the role_change kind. Revision 3 adds sub-logs: the vector
 	// cursor (SyncStart.Subs), the sub of sync frames and cursor acks, Head.Subs and
 	// CodeNeedsUpgrade. Revision 4 adds reconciliation: the Digest query, the Report control
-	// frame and CodeTooOld, CodeEpochChanged (docs/PROTOCOL.md §9).
-	ProtoVersion = 4
+	// frame and CodeTooOld, CodeEpochChanged (docs/PROTOCOL.md §9). Revision 5 adds delivery
+	// states and read counts: the delivered kind (KindDelivered), ConvInfo's DeliveredMark,
+	// PeerDelivered and PeerRead, and the Receipts and Readers queries.
+	ProtoVersion = 5
 )
 
 // Limits. The ones a server may lower or raise are announced in [Welcome.Limits].
@@ -106,6 +108,10 @@ const (
 	TypeMembersResult   Type = 39
 	TypeDigest          Type = 40 // [Digest] → [DigestResult] (revision 4)
 	TypeDigestResult    Type = 41
+	TypeReceipts        Type = 42 // [Receipts] → [ReceiptsResult] (revision 5)
+	TypeReceiptsResult  Type = 43
+	TypeReaders         Type = 44 // [Readers] → [ReadersResult] (revision 5)
+	TypeReadersResult   Type = 45
 )
 
 // StreamKind is the role of a QUIC stream. A stream's role is set by its first frame: Hello
@@ -161,6 +167,10 @@ var types = [256]typeInfo{
 	TypeMembersResult:   {"members_result", StreamRequest, false, func() Frame { return new(MembersResult) }},
 	TypeDigest:          {"digest", StreamRequest, true, func() Frame { return new(Digest) }},
 	TypeDigestResult:    {"digest_result", StreamRequest, false, func() Frame { return new(DigestResult) }},
+	TypeReceipts:        {"receipts", StreamRequest, true, func() Frame { return new(Receipts) }},
+	TypeReceiptsResult:  {"receipts_result", StreamRequest, false, func() Frame { return new(ReceiptsResult) }},
+	TypeReaders:         {"readers", StreamRequest, true, func() Frame { return new(Readers) }},
+	TypeReadersResult:   {"readers_result", StreamRequest, false, func() Frame { return new(ReadersResult) }},
 }
 
 // Types returns every frame type this version knows, in ascending order.
@@ -213,7 +223,8 @@ type Request interface {
 }
 
 // Response is a frame the server sends on a request stream in answer to a Request: Ack,
-// ConvListResult, ConvStateResult, HistoryResult, Head, MembersResult, DigestResult or Error.
+// ConvListResult, ConvStateResult, HistoryResult, Head, MembersResult, DigestResult,
+// ReceiptsResult, ReadersResult or Error.
 type Response interface {
 	Frame
 	// RequestID returns the id of the request answered; 0 in an Error not tied to a request.

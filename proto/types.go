@@ -63,9 +63,14 @@ const (
 	KindMemberAdd    Kind = 5 // Members joined the group
 	KindMemberRemove Kind = 6 // Members left or were removed from the group
 	KindRoleChange   Kind = 7 // the owner gave Members the role Role
+	// KindDelivered (revision 5): the sender's devices have stored the conversation up to UpTo.
+	// The server writes it, never a client: it reports what the sender's devices acked
+	// (docs/PROTOCOL.md §8.8). Like a receipt it takes a
+	// conv_seq and carries UpTo.
+	KindDelivered Kind = 8
 )
 
-var kindNames = [...]string{"", "message", "receipt", "recall", "group_create", "member_add", "member_remove", "role_change"}
+var kindNames = [...]string{"", "message", "receipt", "recall", "group_create", "member_add", "member_remove", "role_change", "delivered"}
 
 // String returns the lower-case name of k ("message", "receipt", …) or "kind(N)".
 func (k Kind) String() string {
@@ -77,7 +82,7 @@ func (k Kind) String() string {
 
 // Valid reports whether k is a kind this version knows. A client that receives an entry of an
 // unknown kind stores it (its position counts) and otherwise ignores it.
-func (k Kind) Valid() bool { return k >= KindMessage && k <= KindRoleChange }
+func (k Kind) Valid() bool { return k >= KindMessage && k <= KindDelivered }
 
 // Role is a member's rank in a group (§4 of docs/PROTOCOL.md): the creator is the owner; the
 // owner names admins ([SetRole]); the owner and admins add members and remove those ranked below
@@ -145,7 +150,7 @@ type Entry struct {
 	Sender  string   `msgpack:"sender"`   // user who caused the entry
 	Time    int64    `msgpack:"time"`     // server time of the append, Unix nanoseconds
 	Body    []byte   `msgpack:"body"`     // KindMessage: the message body, at most MaxBody bytes
-	UpTo    Position `msgpack:"up_to"`    // KindReceipt: the sender has read up to this conv_seq
+	UpTo    Position `msgpack:"up_to"`    // KindReceipt: the sender has read up to this conv_seq; KindDelivered: its devices stored up to it
 	Target  MsgID    `msgpack:"target"`   // KindRecall: the recalled message
 	Members []string `msgpack:"members"`  // membership kinds: the users concerned, unless more than MaxInlineMembers
 	Role    Role     `msgpack:"role"`     // KindRoleChange: the role given to Members
@@ -167,6 +172,16 @@ type ConvInfo struct {
 	// MemberCount is the number of members; page them with [Members] when Members is empty.
 	MemberCount uint32 `msgpack:"member_count"`
 	Role        Role   `msgpack:"role"` // the requesting user's role (groups; RoleMember in a direct conversation)
+	// DeliveredMark (revision 5) is the highest conv_seq one of the requesting user's devices
+	// has stored, as far as the server has recorded it (at least ReadMark).
+	DeliveredMark Position `msgpack:"delivered_mark"`
+	// PeerDelivered (revision 5) is, in a direct conversation, the other member's delivered
+	// mark: the requesting user's messages up to it are delivered. 0 in a group, whose counts
+	// are asked for with [Receipts].
+	PeerDelivered Position `msgpack:"peer_delivered"`
+	// PeerRead (revision 5) is, in a direct conversation, the other member's read mark: the
+	// requesting user's messages up to it are read. 0 in a group.
+	PeerRead Position `msgpack:"peer_read"`
 }
 
 // ValidID reports whether s may be used as a user, device, conversation or client message id:

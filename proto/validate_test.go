@@ -32,6 +32,13 @@ func TestValidate(t *testing.T) {
 		}
 		return m
 	}
+	seqs := func(n int) []Position {
+		s := make([]Position, n)
+		for i := range s {
+			s[i] = Position(i + 1)
+		}
+		return s
+	}
 	cases := []struct {
 		name string
 		f    validator
@@ -110,6 +117,24 @@ func TestValidate(t *testing.T) {
 		{"digest of no sub-log", &Digest{ID: 1, Sub: MaxSubLogs, Epoch: 3, From: 1}, CodeInvalidArgument},
 		{"digest of a conversation's sub-log", &Digest{ID: 1, Conv: "g", Sub: 1, Epoch: 3, From: 1}, CodeInvalidArgument},
 		{"digest bad conv", &Digest{ID: 1, Conv: long + "a", Epoch: 3, From: 1}, CodeInvalidArgument},
+
+		{"receipts of one", &Receipts{ID: 1, Conv: "g", Seqs: []Position{1}}, 0},
+		{"receipts of the most", &Receipts{ID: 1, Conv: "g", Seqs: seqs(MaxReceiptSeqs)}, 0},
+		{"receipts of repeated seqs", &Receipts{ID: 1, Conv: "g", Seqs: []Position{9, 2, 9}}, 0},
+		{"receipts id 0", &Receipts{Conv: "g", Seqs: []Position{1}}, CodeInvalidArgument},
+		{"receipts bad conv", &Receipts{ID: 1, Conv: "a b", Seqs: []Position{1}}, CodeInvalidArgument},
+		{"receipts of none", &Receipts{ID: 1, Conv: "g"}, CodeInvalidArgument},
+		{"receipts of too many", &Receipts{ID: 1, Conv: "g", Seqs: seqs(MaxReceiptSeqs + 1)}, CodeInvalidArgument},
+		{"receipts of conv_seq 0", &Receipts{ID: 1, Conv: "g", Seqs: []Position{3, 0}}, CodeInvalidArgument},
+		{"readers delivered", &Readers{ID: 1, Conv: "g", ConvSeq: 1, State: KindDelivered}, 0},
+		{"readers read, paged", &Readers{ID: 1, Conv: "g", ConvSeq: 1 << 50, State: KindReceipt, After: long, Limit: 1 << 31}, 0},
+		{"readers id 0", &Readers{Conv: "g", ConvSeq: 1, State: KindReceipt}, CodeInvalidArgument},
+		{"readers bad conv", &Readers{ID: 1, Conv: "", ConvSeq: 1, State: KindReceipt}, CodeInvalidArgument},
+		{"readers of conv_seq 0", &Readers{ID: 1, Conv: "g", State: KindReceipt}, CodeInvalidArgument},
+		{"readers without a state", &Readers{ID: 1, Conv: "g", ConvSeq: 1}, CodeInvalidArgument},
+		{"readers in state message", &Readers{ID: 1, Conv: "g", ConvSeq: 1, State: KindMessage}, CodeInvalidArgument},
+		{"readers in an unknown state", &Readers{ID: 1, Conv: "g", ConvSeq: 1, State: 200}, CodeInvalidArgument},
+		{"readers bad after", &Readers{ID: 1, Conv: "g", ConvSeq: 1, State: KindDelivered, After: "a b"}, CodeInvalidArgument},
 
 		{"report gap", &Report{Kind: ReportGap, Epoch: 3, From: 8, To: 10}, 0},
 		{"report gap of an earlier batch", &Report{Kind: ReportGap, Epoch: 3, From: 8, To: 2}, 0},

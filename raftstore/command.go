@@ -44,6 +44,8 @@ const (
 	opMove op = 9
 	// A checksum of every replica's state at this entry's index (ChecksumCommand, checksum.go).
 	opChecksum op = 10
+	// A user log's deliveries reported up to a cursor (MarkReportedCommand).
+	opMarkReported op = 11
 )
 
 const commandV1 = 1
@@ -91,6 +93,12 @@ func DropDeadLetterCommand(r *log.DeadLetterDrop) Command {
 // is proposed to the shard it names (docs/MOVES.md) and is idempotent per move. It is never
 // refused for low disk: a move that stopped half-way could leave the user's writes paused.
 func MoveCommand(r *log.MoveStep) Command { return Command{op: opMove, payload: r} }
+
+// MarkReportedCommand records that a user log's entries up to a cursor have been reported as
+// delivered ([log.Tx.MarkReported]); the delivery reporter proposes it to the log's shard after
+// appending the KindDelivered entries (log.Shard.DeliveryDue). Like a cursor, it is never
+// refused for low disk: it overwrites one small record.
+func MarkReportedCommand(r *log.MarkReported) Command { return Command{op: opMarkReported, payload: r} }
 
 // RedeliverCommand replays a dead letter into user logs ([log.Tx.Redeliver]); propose it to the
 // destination shard. Result.Deliver.Appended says how many entries it wrote.
@@ -256,6 +264,12 @@ func (c decodedCommand) apply(tx *log.Tx, st log.Stamp) (Result, error) {
 			return Result{}, rejectDecode(err)
 		}
 		return Result{}, tx.SetCursor(u.UID, u.Device, u.Cursor)
+	case opMarkReported:
+		var r log.MarkReported
+		if err := r.UnmarshalBinary(c.body); err != nil {
+			return Result{}, rejectDecode(err)
+		}
+		return Result{}, tx.MarkReported(r.Log, r.Cursor)
 	case opTrim:
 		var r log.Trim
 		if err := r.UnmarshalBinary(c.body); err != nil {

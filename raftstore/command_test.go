@@ -30,6 +30,8 @@ func sampleCommands() []Command {
 		}),
 		MoveCommand(&log.MoveStep{Op: log.MoveStage, Move: 9, User: "a", Records: []log.Record{{Key: []byte{0x20, 'a', 0}, Value: []byte{1}}}}),
 		ChecksumCommand(),
+		MarkReportedCommand(&log.MarkReported{Log: "bob 3", Cursor: log.Cursor{Epoch: 5, Pos: 3}}),
+		AppendCommand(&log.Append{Conv: "g", Sender: "a", Kind: log.KindDelivered, ReadUpTo: 4, StatusFanoutLimit: 100}),
 	}
 }
 
@@ -54,6 +56,12 @@ func TestCommandRoundTrip(t *testing.T) {
 	// zigzag varint, payload version 1).
 	if b, err := (Command{op: opChecksum, payload: checksumRequest{}, Time: 1}).encode(); err != nil || !bytes.Equal(b, []byte{1, 10, 2, 1}) {
 		t.Fatalf("checksum command encodes as % x (%v)", b, err)
+	}
+	// MarkReportedCommand: op 11, time 1, then the request (version 1, log, epoch, position).
+	mr := MarkReportedCommand(&log.MarkReported{Log: "bob", Cursor: log.Cursor{Epoch: 5, Pos: 3}})
+	mr.Time = 1
+	if b, err := mr.encode(); err != nil || !bytes.Equal(b, []byte{1, 11, 2, 1, 3, 'b', 'o', 'b', 5, 3}) {
+		t.Fatalf("mark reported command encodes as % x (%v)", b, err)
 	}
 	if _, err := decodeCommand([]byte{2, 1, 0}); !errors.Is(err, log.ErrCorrupt) {
 		t.Fatalf("unknown version: %v", err)
@@ -88,6 +96,8 @@ func FuzzDecodeCommand(f *testing.F) {
 			payload = &log.CursorUpdate{}
 		case opTrim:
 			payload = &log.Trim{}
+		case opMarkReported:
+			payload = &log.MarkReported{}
 		case opDeliverBatches:
 			if bs, err := splitDeliveryBatches(d.body); err == nil {
 				for _, b := range bs {
@@ -202,5 +212,61 @@ func TestDeliverBatchesCommand(t *testing.T) {
 	}
 	if _, err := DeliverBatchesCommand(nil).encode(); err == nil {
 		t.Fatal("encoded a command without batches")
+	}
+}
+
+// TestMarkReportedCommand: the delivery reporter's commands applied as the state machine applies
+// them: a cursor makes the log due, a KindDelivered append (carrying its fan-out limit) moves
+// the mark, and MarkReportedCommand ends the log's turn.
+func TestMarkReportedCommand(t *testing.T) {
+	db, err := pebble.Open(t.TempDir(), &pebble.Options{Logger: pebbleTestLogger{testSlog(t)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	s, err := log.OpenShard(db, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var idx uint64
+	run := func(cmd Command) Result {
+		t.Helper()
+		idx++
+		tx := s.Begin()
+		defer tx.Close()
+		res, err := Apply(tx, log.Stamp{Index: idx, Time: int64(idx)}, cmd)
+		if err != nil {
+			t.Fatalf("command %d: %v", idx, err)
+		}
+		if err := tx.Commit(false); err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	run(AppendCommand(&log.Append{Conv: "d:a:b", Sender: "a", ClientMsgID: "m1", Kind: log.KindMessage, Body: []byte("hi"), Members: []string{"a", "b"}}))
+	items, err := s.ReadOutbox(1, 1)
+	if err != nil || len(items) != 1 {
+		t.Fatalf("outbox: %v, %v", items, err)
+	}
+	run(DeliverCommand(&log.DeliveryBatch{Source: 1, Prev: 0, Last: 1, Items: []log.Delivery{{Pos: 1, Users: items[0].Recipients, Entry: items[0].Entry}}}))
+	info, err := s.UserInfo("b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(CursorCommand(&log.CursorUpdate{UID: "b", Device: "phone", Cursor: log.Cursor{Epoch: info.Epoch, Pos: 1}}))
+	due, err := s.DeliveryDue(10, 100)
+	if err != nil || len(due) != 1 || len(due[0].Convs) != 1 || due[0].Convs[0] != (log.DeliveredConv{Conv: "d:a:b", UpTo: 1}) {
+		t.Fatalf("due: %+v, %v", due, err)
+	}
+	res := run(AppendCommand(&log.Append{Conv: "d:a:b", Sender: "b", Kind: log.KindDelivered, ReadUpTo: 1, StatusFanoutLimit: 100}))
+	if res.Append.NoOp || res.Append.ConvSeq != 2 {
+		t.Fatalf("delivered: %+v", res.Append)
+	}
+	run(MarkReportedCommand(&log.MarkReported{Log: due[0].Log, Cursor: log.Cursor{Epoch: due[0].Epoch, Pos: due[0].To}}))
+	if due, err := s.DeliveryDue(10, 100); err != nil || len(due) != 0 {
+		t.Fatalf("due after the report: %+v, %v", due, err)
+	}
+	if st, err := s.Conversation("d:a:b", "a"); err != nil || st.PeerDelivered != 1 {
+		t.Fatalf("a's view: %+v, %v", st, err)
 	}
 }

@@ -178,6 +178,15 @@ type Config struct {
 	MaxConnectionsPerUser int
 	// MaxGroupSize caps a group's members. Default 10000 (log.DefaultMaxGroupSize).
 	MaxGroupSize int
+	// StatusFanoutLimit is the largest group whose delivered steps reach the senders as entries
+	// of their logs (kind delivered, like receipts); in larger groups the marks and counts move
+	// but only the Receipts query shows them, so that one message does not bring the sender an
+	// entry per member. Default 100 (log.DefaultStatusFanoutLimit).
+	StatusFanoutLimit int
+	// DeliveryReportInterval is how often the leader of a shard reports what its users' devices
+	// acked to the conversations concerned (delivery.go): the delay of the delivered step and
+	// how much one report coalesces. Default 250ms.
+	DeliveryReportInterval time.Duration
 	// MembersPerMinute caps the users one user may name in group creations and additions per
 	// minute, so nobody fills others' logs with groups; at least proto.MaxMembers (one full
 	// request). Default 2000.
@@ -237,11 +246,13 @@ func DefaultConfig() Config {
 		QueryRate:         50,
 		QueryBurst:        200,
 
-		MaxConnectionsPerUser: 32,
-		MaxGroupSize:          log.DefaultMaxGroupSize,
-		MembersPerMinute:      2000,
-		MaxGroupsPerUser:      1000,
-		MinFreeDisk:           raftstore.DefaultConfig().MinFreeDisk,
+		MaxConnectionsPerUser:  32,
+		MaxGroupSize:           log.DefaultMaxGroupSize,
+		StatusFanoutLimit:      log.DefaultStatusFanoutLimit,
+		DeliveryReportInterval: 250 * time.Millisecond,
+		MembersPerMinute:       2000,
+		MaxGroupsPerUser:       1000,
+		MinFreeDisk:            raftstore.DefaultConfig().MinFreeDisk,
 
 		MaxHandshakesPerSource: 16,
 
@@ -287,6 +298,8 @@ func (c Config) withDefaults() Config {
 	c.QueryBurst = cmp.Or(c.QueryBurst, d.QueryBurst)
 	c.MaxConnectionsPerUser = cmp.Or(c.MaxConnectionsPerUser, d.MaxConnectionsPerUser)
 	c.MaxGroupSize = cmp.Or(c.MaxGroupSize, d.MaxGroupSize)
+	c.StatusFanoutLimit = cmp.Or(c.StatusFanoutLimit, d.StatusFanoutLimit)
+	c.DeliveryReportInterval = cmp.Or(c.DeliveryReportInterval, d.DeliveryReportInterval)
 	c.MembersPerMinute = cmp.Or(c.MembersPerMinute, d.MembersPerMinute)
 	c.MaxGroupsPerUser = cmp.Or(c.MaxGroupsPerUser, d.MaxGroupsPerUser)
 	c.MaxHandshakes = cmp.Or(c.MaxHandshakes, d.MaxHandshakes)
@@ -375,8 +388,9 @@ func (c Config) Validate() error {
 	if c.SendRate < 0 || c.SendBurst < 1 || c.MaxInFlight < 1 || c.MaxHandshakes < 1 {
 		errs = append(errs, errors.New("syncd: SendRate must be ≥ 0 and SendBurst, MaxInFlight, MaxHandshakes ≥ 1"))
 	}
-	if c.QueryRate < 0 || c.QueryBurst < 1 || c.MaxConnectionsPerUser < 1 || c.MaxGroupSize < 2 || c.MaxGroupsPerUser < 1 {
-		errs = append(errs, errors.New("syncd: QueryRate must be ≥ 0, QueryBurst, MaxConnectionsPerUser and MaxGroupsPerUser ≥ 1, MaxGroupSize ≥ 2"))
+	if c.QueryRate < 0 || c.QueryBurst < 1 || c.MaxConnectionsPerUser < 1 || c.MaxGroupSize < 2 || c.MaxGroupsPerUser < 1 ||
+		c.StatusFanoutLimit < 2 || c.DeliveryReportInterval < 0 {
+		errs = append(errs, errors.New("syncd: QueryRate must be ≥ 0, QueryBurst, MaxConnectionsPerUser and MaxGroupsPerUser ≥ 1, MaxGroupSize and StatusFanoutLimit ≥ 2, DeliveryReportInterval ≥ 0"))
 	}
 	if c.MembersPerMinute < proto.MaxMembers {
 		errs = append(errs, fmt.Errorf("syncd: MembersPerMinute %d must be at least %d, the members one request may name", c.MembersPerMinute, proto.MaxMembers))

@@ -45,6 +45,17 @@ const (
 
 var requestRefusedReasons = [...]string{refusedAnswers, refusedInFlight}
 
+// Results of reporting a user's deliveries to one conversation, the values of the result label of
+// syncd_delivery_reports_total (delivery.go).
+const (
+	reportAdvanced = "advanced" // the member's delivered mark moved
+	reportNoop     = "noop"     // no entry written: the mark was there (a repeated report), or a group above status_fanout_limit
+	reportRefused  = "refused"  // refused for good (the user left the conversation): skipped
+	reportError    = "error"    // not known to be applied; the log's report is retried next round
+)
+
+var reportResults = [...]string{reportAdvanced, reportNoop, reportRefused, reportError}
+
 // The transports a session may come by, the values of the transport label of
 // syncd_sessions_total; and why a browser's request was refused before it became a session, the
 // values of the reason label of syncd_web_refused_total (transport.WebConfig.Refused).
@@ -85,6 +96,7 @@ type metrics struct {
 	moveCopied  prometheus.Counter
 	sessions    []prometheus.Counter // by transportKinds
 	webRefused  []prometheus.Counter // by webRefusedReasons
+	reports     []prometheus.Counter // by reportResults
 }
 
 // newMetrics registers the server's metrics on reg, which must be private to this server (a
@@ -141,7 +153,11 @@ func newMetrics(reg *prometheus.Registry, node metricsNode, conns func() int64, 
 	for i, r := range sendResults { // every result exists from the start, at zero
 		m.sendAck[i] = sendAck.WithLabelValues(r)
 	}
-	var refused, reqRefused, sessions, webRefused *prometheus.CounterVec
+	var refused, reqRefused, sessions, webRefused, reports *prometheus.CounterVec
+	reports, m.reports = labelledCounters(prometheus.CounterOpts{
+		Namespace: "syncd", Subsystem: "delivery", Name: "reports_total",
+		Help: "Reports of a user's deliveries to a conversation (a device's cursor ack passed messages of it), by result: advanced (the member's delivered mark moved and the senders were told), noop (no entry written: the mark was there already, or the group is above status_fanout_limit and only its counts moved), refused (the user is no longer a member), error (retried next round).",
+	}, "result", reportResults[:])
 	refused, m.refused = labelledCounters(prometheus.CounterOpts{
 		Namespace: "syncd", Subsystem: "handshake", Name: "refused_total",
 		Help: "Client connections closed before or at Hello for want of room, by reason: source (the per-source handshake limit), busy (the node's handshake limit), hello_timeout.",
@@ -168,7 +184,7 @@ func newMetrics(reg *prometheus.Registry, node metricsNode, conns func() int64, 
 	})
 	reg.MustRegister(
 		sendAck, m.delivery, m.fanout, m.syncStreams, m.staleTurns, m.clientGaps, m.mismatches, refused, m.validated,
-		reqRefused, m.writeStalls, sessions, webRefused,
+		reqRefused, m.writeStalls, sessions, webRefused, reports,
 		m.movePause, m.moveCopied,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Namespace: "syncd", Name: "moves_in_progress",
@@ -437,6 +453,13 @@ func incReason(counters []prometheus.Counter, reasons []string, reason string) {
 		if r == reason {
 			counters[i].Inc()
 		}
+	}
+}
+
+// deliveryReported counts one report of deliveries with its result (one of reportResults).
+func (m *metrics) deliveryReported(result string) {
+	if m != nil {
+		incReason(m.reports, reportResults[:], result)
 	}
 }
 

@@ -17,10 +17,11 @@ import (
 // (G7).
 
 // isQuery reports whether req only reads: ConvList, ConvState, History, Members, HeadCheck,
-// Digest.
+// Digest, Receipts, Readers.
 func isQuery(req proto.Request) bool {
 	switch req.(type) {
-	case *proto.HeadCheck, *proto.ConvList, *proto.ConvState, *proto.History, *proto.Members, *proto.Digest:
+	case *proto.HeadCheck, *proto.ConvList, *proto.ConvState, *proto.History, *proto.Members, *proto.Digest,
+		*proto.Receipts, *proto.Readers:
 		return true
 	}
 	return false
@@ -49,6 +50,10 @@ func (ss *session) query(req proto.Request) proto.Frame {
 		f, err = ss.members(ctx, q)
 	case *proto.Digest:
 		f, err = ss.digest(ctx, q)
+	case *proto.Receipts:
+		f, err = ss.receipts(ctx, q)
+	case *proto.Readers:
+		f, err = ss.readers(ctx, q)
 	default:
 		err = proto.Errorf(proto.CodeUnexpectedFrame, "%v is not a query", req.FrameType())
 	}
@@ -116,7 +121,47 @@ func (ss *session) convInfo(ctx context.Context, conv string) (proto.ConvInfo, e
 	}
 	return proto.ConvInfo{Conv: conv, Kind: proto.ConvKind(c.Kind), Epoch: proto.Epoch(c.Info.Epoch),
 		First: proto.Position(c.Info.First), Head: proto.Position(c.Info.Head), Members: c.Members,
-		ReadMark: proto.Position(c.ReadMark), MemberCount: uint32(c.MemberCount), Role: proto.Role(c.Role)}, nil
+		ReadMark: proto.Position(c.ReadMark), MemberCount: uint32(c.MemberCount), Role: proto.Role(c.Role),
+		DeliveredMark: proto.Position(c.DeliveredMark), PeerDelivered: proto.Position(c.PeerDelivered),
+		PeerRead: proto.Position(c.PeerRead)}, nil
+}
+
+// receipts answers how many members of conv had each message delivered and read, from the
+// conversation's aggregated marks (log.Shard.Receipts): never a scan of its members.
+func (ss *session) receipts(ctx context.Context, q *proto.Receipts) (proto.Frame, error) {
+	state, err := ss.s.reader(ctx, ss.s.slots.ConvShard(q.Conv))
+	if err != nil {
+		return nil, err
+	}
+	seqs := make([]log.Position, len(q.Seqs))
+	for i, p := range q.Seqs {
+		seqs[i] = log.Position(p)
+	}
+	counts, err := state.Receipts(q.Conv, ss.user, seqs)
+	if err != nil {
+		return nil, err
+	}
+	res := &proto.ReceiptsResult{ID: q.ID, Counts: make([]proto.ReceiptCount, len(counts))}
+	for i, c := range counts {
+		res.Counts[i] = proto.ReceiptCount{ConvSeq: proto.Position(c.ConvSeq), Members: uint32(c.Members),
+			Delivered: uint32(c.Delivered), Read: uint32(c.Read)}
+	}
+	return res, nil
+}
+
+// readers pages the members of conv who had a message delivered or read. One page scans a
+// bounded number of members (log.MaxReadersScan), so it may come back short, or empty, with More
+// set: the client continues from Next.
+func (ss *session) readers(ctx context.Context, q *proto.Readers) (proto.Frame, error) {
+	state, err := ss.s.reader(ctx, ss.s.slots.ConvShard(q.Conv))
+	if err != nil {
+		return nil, err
+	}
+	users, next, more, err := state.Readers(q.Conv, ss.user, log.Position(q.ConvSeq), log.Kind(q.State), q.After, ss.pageLimit(q.Limit))
+	if err != nil {
+		return nil, err
+	}
+	return &proto.ReadersResult{ID: q.ID, Users: users, Next: next, More: more}, nil
 }
 
 // members pages conv's members, for a member of it.

@@ -22,6 +22,8 @@ type shardReader interface {
 	Conversation(conv, uid string) (log.ConvState, error)
 	UserConvs(uid, after string, limit int) ([]string, error)
 	MembersAfter(conv, uid, after string, limit int) ([]log.Member, bool, error)
+	Receipts(conv, uid string, seqs []log.Position) ([]log.ReceiptCount, error)
+	Readers(conv, uid string, seq log.Position, state log.Kind, after string, limit int) ([]string, string, bool, error)
 	UserGroups(uids []string) ([]int, error)
 	ReadConvBefore(conv string, before log.Position, lim log.Limit) (log.Read, error)
 	ReadConv(conv string, epoch log.Epoch, from log.Position, lim log.Limit) (log.Read, error)
@@ -92,6 +94,27 @@ func (r *remoteReader) MembersAfter(conv, uid, after string, limit int) ([]log.M
 		page[i] = log.Member{User: m.User, Role: log.Role(m.Role)}
 	}
 	return page, a.More, err
+}
+
+func (r *remoteReader) Receipts(conv, uid string, seqs []log.Position) ([]log.ReceiptCount, error) {
+	args := peer.ReadArgs{Conv: conv, UID: uid, Seqs: make([]uint64, len(seqs))}
+	for i, q := range seqs {
+		args.Seqs[i] = uint64(q)
+	}
+	a, err := r.call(peer.OpReceipts, args)
+	if err == nil && len(a.Receipts) != len(seqs) {
+		err = fmt.Errorf("%w: %d receipt counts for %d positions", peer.ErrFormat, len(a.Receipts), len(seqs))
+	}
+	counts := make([]log.ReceiptCount, len(a.Receipts))
+	for i, c := range a.Receipts {
+		counts[i] = log.ReceiptCount{ConvSeq: log.Position(c.ConvSeq), Members: c.Members, Delivered: c.Delivered, Read: c.Read}
+	}
+	return counts, err
+}
+
+func (r *remoteReader) Readers(conv, uid string, seq log.Position, state log.Kind, after string, limit int) ([]string, string, bool, error) {
+	a, err := r.call(peer.OpReaders, peer.ReadArgs{Conv: conv, UID: uid, Pos: uint64(seq), State: uint8(state), After: after, Count: limit})
+	return a.IDs, a.Next, a.More, err
 }
 
 func (r *remoteReader) UserGroups(uids []string) ([]int, error) {
@@ -175,6 +198,22 @@ func (s *Server) handleReads(p *peer.Peer) {
 			ans.Members[i] = peer.Member{User: m.User, Role: uint8(m.Role)}
 		}
 		return ans, err
+	})
+	read(peer.OpReceipts, func(_ context.Context, state *log.Shard, _ raftstore.ShardID, a peer.ReadArgs) (peer.ReadAnswer, error) {
+		seqs := make([]log.Position, len(a.Seqs))
+		for i, q := range a.Seqs {
+			seqs[i] = log.Position(q)
+		}
+		counts, err := state.Receipts(a.Conv, a.UID, seqs) // refuses more than log.MaxReceiptSeqs
+		ans := peer.ReadAnswer{Receipts: make([]peer.ReceiptCount, len(counts))}
+		for i, c := range counts {
+			ans.Receipts[i] = peer.ReceiptCount{ConvSeq: uint64(c.ConvSeq), Members: c.Members, Delivered: c.Delivered, Read: c.Read}
+		}
+		return ans, err
+	})
+	read(peer.OpReaders, func(_ context.Context, state *log.Shard, _ raftstore.ShardID, a peer.ReadArgs) (peer.ReadAnswer, error) {
+		ids, next, more, err := state.Readers(a.Conv, a.UID, log.Position(a.Pos), log.Kind(a.State), a.After, max(a.ConvCount(), 1))
+		return peer.ReadAnswer{IDs: ids, Next: next, More: more}, err
 	})
 	read(peer.OpUserGroups, func(_ context.Context, state *log.Shard, _ raftstore.ShardID, a peer.ReadArgs) (peer.ReadAnswer, error) {
 		if len(a.UIDs) > peer.MaxReadCount {

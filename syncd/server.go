@@ -218,10 +218,14 @@ func (s *Server) Run(ctx context.Context) error {
 	defer cancel()
 	var wg sync.WaitGroup
 	if s.awaitClusterMap(ctx) == nil {
-		wg.Add(4)
+		wg.Add(5)
 		go func() {
 			defer wg.Done()
 			s.fan.Run(ctx)
+		}()
+		go func() {
+			defer wg.Done()
+			s.deliveryLoop(ctx)
 		}()
 		go func() {
 			defer wg.Done()

@@ -179,7 +179,7 @@ func (ss *session) answer(ctx context.Context, req proto.Request) proto.Frame {
 func (ss *session) appendFor(req proto.Request) (*log.Append, error) {
 	cfg := ss.s.cfg
 	a := &log.Append{Sender: ss.user, DedupWindow: int64(cfg.DedupWindow), RecallWindow: int64(cfg.RecallWindow),
-		MaxGroupSize: int64(cfg.MaxGroupSize)}
+		MaxGroupSize: int64(cfg.MaxGroupSize), StatusFanoutLimit: int64(cfg.StatusFanoutLimit)}
 	switch f := req.(type) {
 	case *proto.Send:
 		if maxBody := int(cfg.Limits.MaxBody); len(f.Body) > maxBody { // the announced limit, maybe below proto.MaxBody

@@ -80,6 +80,8 @@ type fileConfig struct {
 	QueryBurst             int      `toml:"query_burst"`
 	MaxConnsPerUser        int      `toml:"max_connections_per_user"`
 	MaxGroupSize           int      `toml:"max_group_size"`
+	StatusFanoutLimit      int      `toml:"status_fanout_limit"`
+	DeliveryReportInterval duration `toml:"delivery_report_interval"`
 	MembersPerMinute       int      `toml:"members_per_minute"`
 	MaxGroupsPerUser       int      `toml:"max_groups_per_user"`
 	MemoryLimit            string   `toml:"memory_limit"`
@@ -229,6 +231,7 @@ func (o options) toConfig(logOut io.Writer) (syncd.Config, error) {
 		SendRate: s.SendRate, SendBurst: s.SendBurst, MaxInFlight: s.MaxInFlight, MaxHandshakes: s.MaxHandshakes,
 		QueryRate: s.QueryRate, QueryBurst: s.QueryBurst, MaxConnectionsPerUser: s.MaxConnsPerUser,
 		MaxGroupSize: s.MaxGroupSize, MembersPerMinute: s.MembersPerMinute, MaxGroupsPerUser: s.MaxGroupsPerUser,
+		StatusFanoutLimit: s.StatusFanoutLimit, DeliveryReportInterval: time.Duration(s.DeliveryReportInterval),
 		MaxTokenLifetime: time.Duration(s.MaxTokenLifetime), HelloTimeout: time.Duration(s.HelloTimeout),
 		MaxHandshakesPerSource: s.MaxHandshakesPerSource,
 		MinFreeDisk:            int64(s.MinFreeDisk),
@@ -329,7 +332,7 @@ func (o options) toConfig(logOut io.Writer) (syncd.Config, error) {
 	for _, d := range []struct {
 		flag  string
 		value duration
-	}{{"recall-window", s.RecallWindow}, {"retention-interval", s.RetentionInterval}, {"request-timeout", s.RequestTimeout},
+	}{{"recall-window", s.RecallWindow}, {"retention-interval", s.RetentionInterval}, {"delivery-report-interval", s.DeliveryReportInterval}, {"request-timeout", s.RequestTimeout},
 		{"request-idle", s.RequestIdle}, {"write-timeout", s.WriteTimeout}} {
 		if d.value <= 0 {
 			bad(d.flag, "%v must be positive", d.value)
@@ -349,7 +352,7 @@ func (o options) toConfig(logOut io.Writer) (syncd.Config, error) {
 		{"send-burst", s.SendBurst, 1}, {"max-in-flight", s.MaxInFlight, 1}, {"max-handshakes", s.MaxHandshakes, 1},
 		{"max-handshakes-per-source", s.MaxHandshakesPerSource, 1},
 		{"query-burst", s.QueryBurst, 1}, {"max-connections-per-user", s.MaxConnsPerUser, 1},
-		{"max-group-size", s.MaxGroupSize, 2}, {"members-per-minute", s.MembersPerMinute, proto.MaxMembers},
+		{"max-group-size", s.MaxGroupSize, 2}, {"status-fanout-limit", s.StatusFanoutLimit, 2}, {"members-per-minute", s.MembersPerMinute, proto.MaxMembers},
 		{"max-groups-per-user", s.MaxGroupsPerUser, 1}, {"max-answer-bytes-per-conn", s.MaxAnswerBytesPerConn, 1},
 		{"max-answer-bytes-per-device", s.MaxAnswerBytesPerDev, 1}, {"max-answer-bytes-per-user", s.MaxAnswerBytesPerUser, 1}} {
 		if n.value < n.least {

@@ -63,6 +63,7 @@ func fromConfig(cfg syncd.Config) fileConfig {
 		SendRate: cfg.SendRate, SendBurst: cfg.SendBurst, MaxInFlight: cfg.MaxInFlight, MaxHandshakes: cfg.MaxHandshakes,
 		QueryRate: cfg.QueryRate, QueryBurst: cfg.QueryBurst, MaxConnsPerUser: cfg.MaxConnectionsPerUser,
 		MaxGroupSize: cfg.MaxGroupSize, MembersPerMinute: cfg.MembersPerMinute, MaxGroupsPerUser: cfg.MaxGroupsPerUser,
+		StatusFanoutLimit: cfg.StatusFanoutLimit, DeliveryReportInterval: duration(cfg.DeliveryReportInterval),
 		MinFreeDisk:      byteSize(max(cfg.MinFreeDisk, 0)), // negative (off) is spelled 0
 		MaxTokenLifetime: duration(cfg.MaxTokenLifetime), HelloTimeout: duration(cfg.HelloTimeout),
 		MaxHandshakesPerSource: cfg.MaxHandshakesPerSource,
@@ -329,6 +330,15 @@ var settings = []setting{
 	{key: "max_group_size", section: "Groups", field: func(c *fileConfig) any { return &c.MaxGroupSize },
 		usage: "most members of a group",
 		doc:   "Most members a group may have; a creation or addition beyond it gets GroupFull."},
+	{key: "status_fanout_limit", field: func(c *fileConfig) any { return &c.StatusFanoutLimit },
+		usage: "largest group whose delivered steps reach the senders' logs as entries",
+		doc: "Largest group whose delivered steps reach the senders as entries of their logs (kind delivered); in " +
+			"larger groups the marks and counts still move, and the Receipts query shows them, so one message " +
+			"does not bring its sender an entry per member."},
+	{key: "delivery_report_interval", field: func(c *fileConfig) any { return &c.DeliveryReportInterval },
+		usage: "how often a shard's leader reports its users' acked deliveries (the delay of the delivered tick)",
+		doc: "How often the leader of a shard reports what its users' devices acked to the conversations " +
+			"concerned: the delay of a sender's delivered step, and how much one report coalesces."},
 	{key: "members_per_minute", field: func(c *fileConfig) any { return &c.MembersPerMinute },
 		usage: "users one user may name in group creations and additions per minute (at least 1000)",
 		doc: "Users one user may name in group creations and additions per minute, so nobody fills others' " +

@@ -25,14 +25,16 @@ type Op uint8
 
 // Reads of a replica (syncd's sync streams and queries).
 const (
-	OpUserInfo       Op = 1 // ReadArgs{UID} → ReadAnswer.Info
-	OpConversation   Op = 2 // ReadArgs{Conv, UID} → ReadAnswer.Conv
-	OpUserConvs      Op = 3 // ReadArgs{UID, After, Count} → ReadAnswer.IDs
-	OpReadConvBefore Op = 4 // ReadArgs{Conv, Pos, Limit} → ReadAnswer.Read
-	OpReadUser       Op = 5 // ReadArgs{UID, Epoch, Pos, Limit} → ReadAnswer.Read
-	OpReadUserWait   Op = 6 // as OpReadUser, but a caught-up replica waits up to WaitMS for more
-	OpMembers        Op = 7 // ReadArgs{Conv, UID, After, Count} → ReadAnswer.Members, ReadAnswer.More
-	OpUserGroups     Op = 8 // ReadArgs{UIDs} → ReadAnswer.Counts, one per uid
+	OpUserInfo       Op = 1  // ReadArgs{UID} → ReadAnswer.Info
+	OpConversation   Op = 2  // ReadArgs{Conv, UID} → ReadAnswer.Conv
+	OpUserConvs      Op = 3  // ReadArgs{UID, After, Count} → ReadAnswer.IDs
+	OpReadConvBefore Op = 4  // ReadArgs{Conv, Pos, Limit} → ReadAnswer.Read
+	OpReadUser       Op = 5  // ReadArgs{UID, Epoch, Pos, Limit} → ReadAnswer.Read
+	OpReadUserWait   Op = 6  // as OpReadUser, but a caught-up replica waits up to WaitMS for more
+	OpMembers        Op = 7  // ReadArgs{Conv, UID, After, Count} → ReadAnswer.Members, ReadAnswer.More
+	OpUserGroups     Op = 8  // ReadArgs{UIDs} → ReadAnswer.Counts, one per uid
+	OpReceipts       Op = 9  // ReadArgs{Conv, UID, Seqs} → ReadAnswer.Receipts, one per seq
+	OpReaders        Op = 10 // ReadArgs{Conv, UID, Pos, State, After, Count} → ReadAnswer.IDs, Next, More
 )
 
 // Inspections of a replica (the admin API's operator views).
@@ -47,7 +49,7 @@ const (
 var opNames = map[Op]string{
 	OpUserInfo: "user_info", OpConversation: "conversation", OpUserConvs: "user_convs",
 	OpReadConvBefore: "read_conv_before", OpReadUser: "read_user", OpReadUserWait: "read_user_wait",
-	OpMembers: "members", OpUserGroups: "user_groups",
+	OpMembers: "members", OpUserGroups: "user_groups", OpReceipts: "receipts", OpReaders: "readers",
 	OpCursors: "cursors", OpTraceHome: "trace_home", OpTraceUsers: "trace_users",
 	OpDeadLetters: "dead_letters", OpDeadLetter: "dead_letter",
 }

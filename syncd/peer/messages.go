@@ -23,6 +23,10 @@ type ReadArgs struct {
 	WaitMS     int64  `msgpack:"wait_ms"`
 	// UIDs are OpUserGroups' users, at most MaxReadCount. Omitted when empty (see ReadAnswer).
 	UIDs []string `msgpack:"uids,omitempty"`
+	// Seqs are OpReceipts' positions, at most log.MaxReceiptSeqs; State is OpReaders' mark
+	// (log.KindDelivered or log.KindReceipt) and Pos its position.
+	Seqs  []uint64 `msgpack:"seqs,omitempty"`
+	State uint8    `msgpack:"state,omitempty"`
 }
 
 // Bounds of one answer, whatever the asking node sends: a read returns at most MaxReadCount
@@ -60,6 +64,9 @@ type ReadAnswer struct {
 	More    bool     `msgpack:"more,omitempty"`
 	// Counts answers OpUserGroups.
 	Counts []int `msgpack:"counts,omitempty"`
+	// Receipts answers OpReceipts; Next (with IDs and More) OpReaders.
+	Receipts []ReceiptCount `msgpack:"receipts,omitempty"`
+	Next     string         `msgpack:"next,omitempty"`
 	// Stale and UnheardMS carry the lease of the answering replica (raftstore.Lease) with the
 	// reads of a user log (OpUserInfo, OpReadUser, OpReadUserWait), taken before the read: Stale when it does
 	// not hold it, UnheardMS how long it has not heard from its shard's leader. Omitted while it
@@ -72,6 +79,14 @@ type ReadAnswer struct {
 type Member struct {
 	User string `msgpack:"user"`
 	Role uint8  `msgpack:"role"`
+}
+
+// ReceiptCount is log.ReceiptCount on the wire.
+type ReceiptCount struct {
+	ConvSeq   uint64 `msgpack:"conv_seq"`
+	Members   int    `msgpack:"members"`
+	Delivered int    `msgpack:"delivered"`
+	Read      int    `msgpack:"read"`
 }
 
 // LogInfo is log.LogInfo on the wire.
@@ -90,6 +105,10 @@ type ConvState struct {
 	ReadMark uint64   `msgpack:"read_mark"`
 	Count    int      `msgpack:"member_count,omitempty"` // omitted when zero, like every later field
 	Role     uint8    `msgpack:"role,omitempty"`
+	// The asking member's delivered mark, and in a direct conversation the other member's marks.
+	DeliveredMark uint64 `msgpack:"delivered_mark,omitempty"`
+	PeerDelivered uint64 `msgpack:"peer_delivered,omitempty"`
+	PeerRead      uint64 `msgpack:"peer_read,omitempty"`
 }
 
 // Read is log.Read on the wire.
@@ -211,13 +230,15 @@ func (i LogInfo) Log() log.LogInfo {
 // FromConvState converts a log.ConvState.
 func FromConvState(c log.ConvState) ConvState {
 	return ConvState{Conv: c.Conv, Kind: uint8(c.Kind), Info: FromLogInfo(c.Info), Members: c.Members, ReadMark: uint64(c.ReadMark),
-		Count: c.MemberCount, Role: uint8(c.Role)}
+		Count: c.MemberCount, Role: uint8(c.Role), DeliveredMark: uint64(c.DeliveredMark),
+		PeerDelivered: uint64(c.PeerDelivered), PeerRead: uint64(c.PeerRead)}
 }
 
 // Log converts back to a log.ConvState.
 func (c ConvState) Log() log.ConvState {
 	return log.ConvState{Conv: c.Conv, Kind: log.ConvKind(c.Kind), Info: c.Info.Log(), Members: c.Members, ReadMark: log.Position(c.ReadMark),
-		MemberCount: c.Count, Role: log.Role(c.Role)}
+		MemberCount: c.Count, Role: log.Role(c.Role), DeliveredMark: log.Position(c.DeliveredMark),
+		PeerDelivered: log.Position(c.PeerDelivered), PeerRead: log.Position(c.PeerRead)}
 }
 
 // FromRead converts a log.Read; the entries' slices are shared, not copied.

@@ -2,7 +2,8 @@
 // by one device of one user (PROTOCOL.md §8.1). It holds the durable outbox (outbox.go), the
 // sync state — user-log entries, the cursor and its epoch — (syncstate.go), what the digest
 // checks read of it and the rewind that repairs what they find (runs.go), the
-// per-conversation view the app queries (queries.go), all under the versioned key layout of
+// per-conversation view the app queries (queries.go), the members' delivery marks and the
+// statuses of the user's messages they give (marks.go), all under the versioned key layout of
 // keys.go.
 //
 // Every write that matters after an app kill — outbox changes, a batch of entries with its

@@ -35,12 +35,16 @@ import (
 //	0x15 conv 0x00                    known conversation           empty
 //	0x16 msg_id 0x00                  recall seen before its target     empty
 //	0x17 conv 0x00                    conv's stored members incomplete  empty
+//	0x19 conv 0x00 user 0x00          delivered mark of user in conv    conv_seq u64
+//	0x1a conv 0x00                    other members' highest marks in conv (peer marks)   delivered u64, read u64
+//	0x1b conv 0x00 conv_seq           client_msg_id of this device's acked message there  raw id bytes
 //
 // Values that are not plain numbers start with a version byte (valueVersion) followed by
 // msgpack; msgpack maps ignore unknown keys, so later versions may add fields. The whole layout
 // is versioned by the format key: Open refuses a store of another format. A key added within a
-// format (the sub-logs' keys, the runs) is one a store written before simply lacks, and its
-// absence has a meaning the code that reads it documents (getRun: an empty run).
+// format (the sub-logs' keys, the runs, the delivery marks) is one a store written before simply
+// lacks, and its absence has a meaning the code that reads it documents (getRun: an empty run;
+// getPeerMarks: the highest read mark of another member).
 
 // formatVersion is the key layout version written under the format key.
 const formatVersion = 1
@@ -63,6 +67,9 @@ const (
 	tagEarlyRecall   = 0x16
 	tagMembersStale  = 0x17
 	tagSubEntry      = 0x18
+	tagDelivered     = 0x19
+	tagPeerMarks     = 0x1a
+	tagOwnMsg        = 0x1b
 )
 
 // keyBuilder builds the store's keys; sk is its only value.
@@ -160,6 +167,29 @@ func (keyBuilder) viewPrefix(conv string) []byte { return appendID([]byte{tagVie
 // readMark is the key of user's read mark in conv.
 func (keyBuilder) readMark(conv, user string) []byte {
 	return appendID(appendID([]byte{tagReadMark}, conv), user)
+}
+
+// readMarkPrefix prefixes the read marks of every user in conv.
+func (keyBuilder) readMarkPrefix(conv string) []byte { return appendID([]byte{tagReadMark}, conv) }
+
+// delivered is the key of user's delivered mark in conv: how far one of user's devices has stored
+// conv, as the KindDelivered entries (and receipts, which imply it) in the user log say.
+func (k keyBuilder) delivered(conv, user string) []byte {
+	return appendID(k.deliveredPrefix(conv), user)
+}
+
+// deliveredPrefix prefixes the delivered marks of every user in conv.
+func (keyBuilder) deliveredPrefix(conv string) []byte { return appendID([]byte{tagDelivered}, conv) }
+
+// peerMarks is the key of conv's peer marks: the highest delivered and read marks of any member
+// other than the device's user, kept so that a message's status is one read, not a scan of the
+// members' marks.
+func (keyBuilder) peerMarks(conv string) []byte { return appendID([]byte{tagPeerMarks}, conv) }
+
+// ownMsg is the key of the client_msg_id of this device's message acked at (conv, conv_seq), so
+// that a status step of the message can name the id the app queued it under.
+func (keyBuilder) ownMsg(conv string, seq proto.Position) []byte {
+	return binary.BigEndian.AppendUint64(appendID([]byte{tagOwnMsg}, conv), uint64(seq))
 }
 
 // member is the key marking user a member of conv.

@@ -14,18 +14,22 @@ import (
 	"github.com/syncd-dev/syncd/proto"
 )
 
-// Status is the state of an outbox item (PROTOCOL.md §8.3). The numbers are stored on disk:
-// never renumber them.
+// Status is the state of an outbox item (PROTOCOL.md §8.3), and of a sent message beyond it:
+// sending → sent → delivered → read. The numbers are stored on disk: never renumber them.
 type Status uint8
 
-// Outbox statuses.
+// Statuses. An outbox item is stored with one of the first three; StatusDelivered and
+// StatusRead are never stored in an item: they are derived from the peer marks (marks.go), so
+// that one mark entry moves every message it covers without rewriting them.
 const (
-	StatusSending Status = 1 // queued or in flight; resent after a restart
-	StatusSent    Status = 2 // acknowledged by the server (Ack stored)
-	StatusFailed  Status = 3 // given up: a non-retryable error or retries exhausted
+	StatusSending   Status = 1 // queued or in flight; resent after a restart
+	StatusSent      Status = 2 // acknowledged by the server (Ack stored)
+	StatusFailed    Status = 3 // given up: a non-retryable error or retries exhausted
+	StatusDelivered Status = 4 // sent, and stored by a device of another member
+	StatusRead      Status = 5 // sent, and read by another member
 )
 
-// String returns "sending", "sent", "failed" or "status(N)".
+// String returns "sending", "sent", "failed", "delivered", "read" or "status(N)".
 func (s Status) String() string {
 	switch s {
 	case StatusSending:
@@ -34,11 +38,16 @@ func (s Status) String() string {
 		return "sent"
 	case StatusFailed:
 		return "failed"
+	case StatusDelivered:
+		return "delivered"
+	case StatusRead:
+		return "read"
 	}
 	return "status(" + strconv.Itoa(int(s)) + ")"
 }
 
-// valid reports whether s is one of the known statuses.
+// valid reports whether s is a status an outbox item may be stored with (not delivered or
+// read: see the constants).
 func (s Status) valid() bool { return s >= StatusSending && s <= StatusFailed }
 
 // OutboxItem is one mutation of the app in the durable outbox: written before it is sent,
@@ -156,13 +165,18 @@ func putOutbox(b *pebble.Batch, it OutboxItem) error {
 	if err != nil {
 		return err
 	}
-	var mark error
+	var mark, own error
 	if it.Status == StatusSending {
 		mark = b.Set(sk.outboxSending(it.Seq), nil, nil)
 	} else {
 		mark = b.Delete(sk.outboxSending(it.Seq), nil)
 	}
-	return errors.Join(b.Set(sk.outbox(it.Seq), v, nil), mark)
+	if a := it.Ack; it.Status == StatusSent && it.Kind == proto.KindMessage && a != nil && a.ConvSeq > 0 && keyableID(a.Conv) {
+		// The message's place in its conversation, so its later status steps (marks.go) can
+		// name the client_msg_id the app knows it by.
+		own = b.Set(sk.ownMsg(a.Conv, a.ConvSeq), []byte(it.ClientMsgID), nil)
+	}
+	return errors.Join(b.Set(sk.outbox(it.Seq), v, nil), mark, own)
 }
 
 // getOutbox reads item seq.

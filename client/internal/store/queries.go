@@ -19,6 +19,9 @@ type Message struct {
 	Time     int64          // server time of the append, Unix ns
 	Body     []byte         // the body (kept after a recall: the app decides what to show)
 	Recalled bool           // the sender recalled it
+	// Status is, for a message of the device's user, how far it got: StatusSent, StatusDelivered
+	// or StatusRead (another member's marks cover it); 0 for other members' messages.
+	Status Status
 }
 
 // storedMsg is one conversation entry in the message view: a message, or a receipt, recall,
@@ -46,6 +49,14 @@ func (s *Store) Messages(conv string) ([]Message, error) {
 		return nil, err
 	}
 	defer s.mu.RUnlock()
+	self, _, err := getValue(db, sk.user())
+	if err != nil {
+		return nil, err
+	}
+	peers, err := getPeerMarks(db, conv, string(self))
+	if err != nil {
+		return nil, err
+	}
 	prefix := sk.viewPrefix(conv)
 	var out []Message
 	err = scan(db, prefix, func(k, v []byte) error {
@@ -56,9 +67,14 @@ func (s *Store) Messages(conv string) ([]Message, error) {
 		if m.Kind != proto.KindMessage {
 			return nil
 		}
+		seq := proto.Position(binary.BigEndian.Uint64(k[len(prefix):]))
+		var status Status
+		if len(self) > 0 && m.Sender == string(self) {
+			status = statusAt(peers, seq)
+		}
 		out = append(out, Message{
-			Conv: conv, ConvSeq: proto.Position(binary.BigEndian.Uint64(k[len(prefix):])),
-			MsgID: m.MsgID, Sender: m.Sender, Time: m.Time, Body: m.Body, Recalled: m.Recalled,
+			Conv: conv, ConvSeq: seq, MsgID: m.MsgID, Sender: m.Sender, Time: m.Time, Body: m.Body,
+			Recalled: m.Recalled, Status: status,
 		})
 		return nil
 	})

@@ -2,6 +2,7 @@ package store
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -71,7 +72,9 @@ func (s *Store) ConvHead(conv string) (proto.Position, error) {
 // replaced by the list, or marked incomplete when the server left the list out (more than
 // proto.MaxInlineMembers: Members then returns ErrMembersIncomplete); user's read mark moves up
 // to info.ReadMark (never back). A direct conversation's members are not stored, as no
-// membership entry names them.
+// membership entry names them; its peer marks (marks.go) move up to info.PeerDelivered and
+// PeerRead, and so do the other member's own marks when the id names it (not a hashed id).
+// Nothing is reported: the rebase's RebaseEvent tells the app to refresh what it shows.
 //
 // Apply it before the conversation's History (ApplyHistory): the history's membership entries,
 // applied in order on top, then bring the members to the history's newer point, so a change
@@ -90,7 +93,7 @@ func (s *Store) ApplyConvInfo(user string, info proto.ConvInfo) error {
 		return err
 	}
 	defer s.mu.Unlock()
-	b := db.NewBatch()
+	b := db.NewIndexedBatch() // the marks are read-check-writes (marks.go)
 	defer b.Close()
 	if err := b.Set(sk.conv(info.Conv), nil, nil); err != nil {
 		return err
@@ -127,6 +130,21 @@ func (s *Store) ApplyConvInfo(user string, info proto.ConvInfo) error {
 			}
 		}
 	}
+	mk := &marks{user: user}
+	if err := mk.raise(b, info.Conv, user, info.DeliveredMark, false); err != nil {
+		return err
+	}
+	if info.Kind == proto.ConvDirect && info.PeerDelivered+info.PeerRead > 0 {
+		if peer := directPeer(info.Conv, user); peer != "" {
+			err = errors.Join(mk.raise(b, info.Conv, peer, info.PeerDelivered, false),
+				mk.raise(b, info.Conv, peer, info.PeerRead, true))
+		} else {
+			err = mk.raisePeers(b, info.Conv, info.PeerDelivered, info.PeerRead)
+		}
+		if err != nil {
+			return err
+		}
+	}
 	if err := b.Commit(pebble.Sync); err != nil {
 		return fmt.Errorf("client: write conversation %s: %w", info.Conv, err)
 	}
@@ -157,6 +175,10 @@ func (s *Store) ApplyHistory(entries []proto.Entry) (applied int, err error) {
 		return 0, err
 	}
 	defer s.mu.Unlock()
+	mk, err := newMarks(db, false) // the rebase's RebaseEvent stands for the steps it loads
+	if err != nil {
+		return 0, err
+	}
 	b := db.NewIndexedBatch() // reads see the batch's own writes (dedup within one call)
 	defer b.Close()
 	for i := range entries {
@@ -174,7 +196,7 @@ func (s *Store) ApplyHistory(entries []proto.Entry) (applied int, err error) {
 			}
 		}
 		applied++
-		if err := applyToView(b, e, false); err != nil {
+		if err := applyToView(b, e, false, mk); err != nil {
 			return 0, err
 		}
 	}

@@ -103,40 +103,63 @@ func checkSub(sub uint32) error {
 // It also keeps the sub-log's run (Run): the batch extends it, and a repair ends once the
 // cursor reaches its RepairTo.
 func (s *Store) ApplyBatch(sub uint32, epoch proto.Epoch, entries []proto.Entry) (applied int, err error) {
+	a, err := s.ApplySync(sub, epoch, entries)
+	return a.Entries, err
+}
+
+// ApplySync is ApplyBatch reporting, besides the count of new entries, the delivery marks the
+// batch moved (marks.go): the marks of members other than the device's user that its
+// KindDelivered and KindReceipt entries raised, and the status steps of the user's messages
+// that those moves took. The marks are written in the same batch as the entries, so a step is
+// reported by the one batch that takes it, never again.
+func (s *Store) ApplySync(sub uint32, epoch proto.Epoch, entries []proto.Entry) (Applied, error) {
 	if epoch == 0 {
-		return 0, fmt.Errorf("%w: batch without epoch", ErrEpochMismatch)
+		return Applied{}, fmt.Errorf("%w: batch without epoch", ErrEpochMismatch)
 	}
 	if err := checkSub(sub); err != nil {
-		return 0, err
+		return Applied{}, err
 	}
 	for i := range entries {
 		if err := checkEntryIDs(&entries[i]); err != nil {
-			return 0, err
+			return Applied{}, err
 		}
 	}
 	db, err := s.write()
 	if err != nil {
-		return 0, err
+		return Applied{}, err
 	}
 	defer s.mu.Unlock()
+	applied, mk, err := applyBatch(db, sub, epoch, entries)
+	if err != nil {
+		return Applied{}, err
+	}
+	return Applied{Entries: applied, Moves: mk.moves, Steps: mk.steps}, nil
+}
+
+// applyBatch is ApplySync under the write lock; mk holds what the batch's marks moved.
+func applyBatch(db *pebble.DB, sub uint32, epoch proto.Epoch, entries []proto.Entry) (applied int, mk *marks, err error) {
+	mk, err = newMarks(db, true)
+	if err != nil {
+		return 0, nil, err
+	}
 	run, err := getRun(db, sub)
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	curEpoch, pos := run.Epoch, run.Pos
 	if curEpoch == 0 && pos != 0 {
-		return 0, fmt.Errorf("client: stored cursor (0, %d) has no epoch", pos)
+		return 0, nil, fmt.Errorf("client: stored cursor (0, %d) has no epoch", pos)
 	}
 	if curEpoch != 0 && epoch != curEpoch {
-		return 0, fmt.Errorf("%w: batch epoch %d, stored %d", ErrEpochMismatch, epoch, curEpoch)
+		return 0, nil, fmt.Errorf("%w: batch epoch %d, stored %d", ErrEpochMismatch, epoch, curEpoch)
 	}
 	for i := range entries {
 		if want := pos + 1 + proto.Position(i); entries[i].Seq != want {
-			return 0, fmt.Errorf("%w: entry %d has seq %d, want %d", ErrNotContiguous, i, entries[i].Seq, want)
+			return 0, nil, fmt.Errorf("%w: entry %d has seq %d, want %d", ErrNotContiguous, i, entries[i].Seq, want)
 		}
 	}
 	if len(entries) == 0 {
-		return 0, nil
+		return 0, mk, nil
 	}
 	b := db.NewIndexedBatch() // reads see the batch's own writes (dedup within one batch)
 	defer b.Close()
@@ -144,35 +167,35 @@ func (s *Store) ApplyBatch(sub uint32, epoch proto.Epoch, entries []proto.Entry)
 		e := &entries[i]
 		v, err := encode(e)
 		if err != nil {
-			return 0, err
+			return 0, nil, err
 		}
 		if err := b.Set(sk.entry(sub, e.Seq), v, nil); err != nil {
-			return 0, err
+			return 0, nil, err
 		}
 		seen, recalled := false, false
 		if e.MsgID != "" {
 			var ref []byte
 			ref, seen, err = getValue(b, sk.msgIndex(e.MsgID))
 			if err != nil {
-				return 0, err
+				return 0, nil, err
 			}
 			if seen && e.Seq > run.RepairTo {
 				continue
 			}
 			if seen { // repairing: the stored copy goes, this one takes its place
 				if recalled, err = dropStoredCopy(b, ref, e); err != nil {
-					return 0, err
+					return 0, nil, err
 				}
 			}
 			if err := b.Set(sk.msgIndex(e.MsgID), sk.msgRef(e.Conv, e.ConvSeq), nil); err != nil {
-				return 0, err
+				return 0, nil, err
 			}
 		}
 		if !seen {
 			applied++
 		}
-		if err := applyToView(b, e, recalled); err != nil {
-			return 0, err
+		if err := applyToView(b, e, recalled, mk); err != nil {
+			return 0, nil, err
 		}
 	}
 	last := entries[len(entries)-1].Seq
@@ -181,12 +204,12 @@ func (s *Store) ApplyBatch(sub uint32, epoch proto.Epoch, entries []proto.Entry)
 		repairTo = 0 // every entry the rewind dropped has come again
 	}
 	if err := errors.Join(setCursor(b, sub, epoch, last), setRun(b, sub, run.Base, repairTo)); err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	if err := b.Commit(pebble.Sync); err != nil {
-		return 0, fmt.Errorf("client: write batch: %w", err)
+		return 0, nil, fmt.Errorf("client: write batch: %w", err)
 	}
-	return applied, nil
+	return applied, mk, nil
 }
 
 // dropStoredCopy removes, for a repair, the view record the msg_id index entry ref points at if
@@ -215,9 +238,10 @@ func dropStoredCopy(b *pebble.Batch, ref []byte, e *proto.Entry) (recalled bool,
 	return recalled, b.Delete(sk.view(conv, seq), nil)
 }
 
-// applyToView applies one entry to the message view, read marks and members: a new one, or one
-// replacing a damaged copy (recalled: the copy was marked recalled, which the new record keeps).
-func applyToView(b *pebble.Batch, e *proto.Entry, recalled bool) error {
+// applyToView applies one entry to the message view, read and delivered marks (mk) and members:
+// a new one, or one replacing a damaged copy (recalled: the copy was marked recalled, which the
+// new record keeps).
+func applyToView(b *pebble.Batch, e *proto.Entry, recalled bool, mk *marks) error {
 	if e.Conv == "" {
 		return nil // nothing to attach it to (an unknown kind): stored under its seq only
 	}
@@ -241,19 +265,10 @@ func applyToView(b *pebble.Batch, e *proto.Entry, recalled bool) error {
 				}
 			}
 		}
-	case proto.KindReceipt:
+	case proto.KindReceipt, proto.KindDelivered:
 		m.UpTo = e.UpTo
-		if e.Sender != "" {
-			key := sk.readMark(e.Conv, e.Sender)
-			old, _, err := getUint(b, key)
-			if err != nil {
-				return err
-			}
-			if uint64(e.UpTo) > old {
-				if err := b.Set(key, uintValue(uint64(e.UpTo)), nil); err != nil {
-					return err
-				}
-			}
+		if err := mk.raise(b, e.Conv, e.Sender, e.UpTo, e.Kind == proto.KindReceipt); err != nil {
+			return err
 		}
 	case proto.KindRecall:
 		m.Target = e.Target

@@ -108,6 +108,24 @@ export class PageClient {
   markRead(conv: string, convSeq: number): Promise<string> {
     return this.page.evaluate((id, c, s) => window.kit.markRead(id, c, s), this.id, conv, convSeq);
   }
+  statusOf(conv: string, convSeq: number): Promise<string> {
+    return this.page.evaluate((id, c, s) => window.kit.statusOf(id, c, s), this.id, conv, convSeq);
+  }
+  peerMarks(conv: string): Promise<{ delivered: number; read: number }> {
+    return this.page.evaluate((id, c) => window.kit.peerMarks(id, c), this.id, conv);
+  }
+  receipts(conv: string, seqs: number[]): Promise<{ convSeq: number; members: number; delivered: number; read: number }[]> {
+    return this.page.evaluate((id, c, s) => window.kit.receipts(id, c, s), this.id, conv, seqs);
+  }
+  readers(conv: string, convSeq: number, state: "delivered" | "read"): Promise<string[]> {
+    return this.page.evaluate((id, c, s, st) => window.kit.readers(id, c, s, st), this.id, conv, convSeq, state);
+  }
+  /** The messageStatus events of one message, oldest first: its steps ("delivered", "read"). */
+  async steps(msgId: string): Promise<string[]> {
+    return (await this.events("messageStatus"))
+      .map((e) => JSON.parse(e.detail) as { msgId: string; status: string })
+      .filter((e) => e.msgId === msgId).map((e) => e.status);
+  }
   recall(conv: string, msgId: string): Promise<string> {
     return this.page.evaluate((id, c, m) => window.kit.recall(id, c, m), this.id, conv, msgId);
   }
@@ -616,6 +634,81 @@ export const journeys: Journey[] = [
         throw e;
       }
       await page.close();
+    },
+  },
+  {
+    name: "delivery states: sent, delivered on the first of two devices, read from the other; never backwards, told once, kept across a reload (IndexedDB)",
+    firefox: true,
+    needsIndexedDB: true,
+    async run(ctx) {
+      const c = ctx.single;
+      const hashes = await c.certHashes();
+      const alice = `alice-${ctx.tag}`, bob = `bob-${ctx.tag}`;
+      const conv = directConv(alice, bob);
+      const store = `idb:syncd-ticks-${ctx.tag}`;
+      const pageA = await ctx.browser.open(ctx.pageUrl);
+      let a = await PageClient.open(pageA, c, alice, "web", { store, hashes });
+      assert((await a.transport()) === ctx.transport, "alice's transport");
+      const pageB1 = await ctx.browser.open(ctx.pageUrl);
+      const b1 = await PageClient.open(pageB1, c, bob, "web-1", { hashes });
+      const pageB2 = await ctx.browser.open(ctx.pageUrl);
+      let b2: PageClient | null = null;
+      const convSeqOf = async (msgId: string): Promise<number> => (await a.messages(conv)).find((m) => m.msgId === msgId)?.convSeq ?? 0;
+      try {
+        // Sent, then delivered as soon as ONE of bob's devices has stored it (the server's report
+        // round is 250 ms).
+        const one = await a.sent(await a.send(conv, "one", bob));
+        await b1.message(conv, "one");
+        await waitFor("'one' delivered", async () => ((await a.steps(one)).includes("delivered") ? true : undefined));
+        const seq1 = await waitFor("'one' stored by alice", async () => (await convSeqOf(one)) || undefined);
+        assert((await a.statusOf(conv, seq1)) === "delivered", `'one' is ${await a.statusOf(conv, seq1)}`);
+        const told = (await a.events("delivery")).map((e) => JSON.parse(e.detail) as { user: string; state: string; upTo: number });
+        assert(told.some((e) => e.user === bob && e.state === "delivered" && e.upTo >= seq1), `delivery events ${JSON.stringify(told)}`);
+        // bob's second device stores it too (nothing new for alice), then bob reads it there.
+        b2 = await PageClient.open(pageB2, c, bob, "web-2", { hashes });
+        const got = await b2.message(conv, "one");
+        await b2.sent(await b2.markRead(conv, got.convSeq));
+        await waitFor("'one' read", async () => ((await a.statusOf(conv, seq1)) === "read" ? true : undefined));
+        await waitFor("the read step told", async () => ((await a.steps(one)).includes("read") ? true : undefined));
+        const marks = await a.peerMarks(conv);
+        assert(marks.read >= seq1 && marks.delivered >= marks.read, `peer marks ${JSON.stringify(marks)}`);
+        // The server's counts and names (a direct conversation answers from its two members).
+        const [count] = await a.receipts(conv, [seq1]);
+        assert(count?.convSeq === seq1 && count.members === 2 && count.delivered >= 1 && count.read >= 1, `receipts ${JSON.stringify(count)}`);
+        assert((await a.readers(conv, seq1, "read")).includes(bob), "bob is not among the readers");
+        assert((await a.readers(conv, seq1, "delivered")).includes(bob), "bob is not among those who have it delivered");
+        // With every device of bob closed, a message stays sent: delivered means a device stored it.
+        await b1.close();
+        await b2.close();
+        const two = await a.sent(await a.send(conv, "two", bob));
+        const seq2 = await waitFor("'two' stored by alice", async () => (await convSeqOf(two)) || undefined);
+        await new Promise((r) => setTimeout(r, 1500)); // six report rounds
+        assert((await a.statusOf(conv, seq2)) === "sent", `'two' is ${await a.statusOf(conv, seq2)} with bob's devices closed`);
+        assert((await a.steps(two)).length === 0, "a step for 'two' with bob's devices closed");
+        // bob's first device comes back (a fresh memory store: it stores the whole log again).
+        const b1again = await PageClient.open(pageB1, c, bob, "web-1", { hashes });
+        await b1again.message(conv, "two");
+        await waitFor("'two' delivered", async () => ((await a.steps(two)).includes("delivered") ? true : undefined));
+        await new Promise((r) => setTimeout(r, 1000));
+        // Each step once, in order, never backwards: the replay of bob's log moved no mark back.
+        assert(JSON.stringify(await a.steps(one)) === JSON.stringify(["delivered", "read"]), `'one' went ${JSON.stringify(await a.steps(one))}`);
+        assert(JSON.stringify(await a.steps(two)) === JSON.stringify(["delivered"]), `'two' went ${JSON.stringify(await a.steps(two))}`);
+        // The marks were stored with the entries: after a reload the statuses are there at once,
+        // and nothing is told again.
+        await pageA.reload();
+        await pageA.waitForFunction(() => "kit" in window, { timeout: 15_000 });
+        a = await PageClient.open(pageA, c, alice, "web", { store, hashes });
+        assert((await a.statusOf(conv, seq1)) === "read" && (await a.statusOf(conv, seq2)) === "delivered",
+          `after the reload: ${await a.statusOf(conv, seq1)}, ${await a.statusOf(conv, seq2)}`);
+        await waitFor("alice's synced event", async () => ((await a.events("synced")).length > 0 ? true : undefined));
+        await new Promise((r) => setTimeout(r, 1000));
+        assert((await a.events("messageStatus")).length === 0, `told again after the reload: ${JSON.stringify(await a.events("messageStatus"))}`);
+      } catch (e) {
+        await a.dump(ctx, "alice");
+        await b1.dump(ctx, "bob web-1").catch(() => undefined);
+        throw e;
+      }
+      for (const p of [pageA, pageB1, pageB2]) if (!p.isClosed()) await p.close();
     },
   },
 ];

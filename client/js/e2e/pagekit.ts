@@ -81,7 +81,7 @@ const kit = {
     }
     const client = await syncd.Client.open(cfg);
     const h: Handle = { client, events: [], bodies: [], logs, initialCursor: client.cursor().map((c) => ({ epoch: c.epoch.toString(), pos: c.pos })) };
-    const names: syncd.ClientEventName[] = ["entry", "status", "synced", "stale", "gap", "mismatch", "rebase", "epoch", "superseded", "failed", "transport", "connection", "storage", "resync", "role", "network"];
+    const names: syncd.ClientEventName[] = ["entry", "status", "delivery", "messageStatus", "synced", "stale", "gap", "mismatch", "rebase", "epoch", "superseded", "failed", "transport", "connection", "storage", "resync", "role", "network"];
     for (const name of names) {
       client.on(name, (e: unknown) => {
         h.events.push({ name, detail: JSON.stringify(e, (_k, v: unknown) => (typeof v === "bigint" ? v.toString() : v instanceof Uint8Array ? dec.decode(v) : v)) });
@@ -124,6 +124,33 @@ const kit = {
 
   async readMark(id: string, conv: string, user: string): Promise<number> {
     return clients.get(id)!.client.readMark(conv, user);
+  },
+
+  /** The stored status of message convSeq of conv ("sent", "delivered", "read"). */
+  async statusOf(id: string, conv: string, convSeq: number): Promise<string> {
+    return clients.get(id)!.client.statusOf(conv, convSeq);
+  },
+
+  /** The highest marks of the other members of conv, as stored. */
+  async peerMarks(id: string, conv: string): Promise<{ delivered: number; read: number }> {
+    return clients.get(id)!.client.peerMarks(conv);
+  },
+
+  /** The server's delivered and read counts of seqs of conv (Receipts). */
+  async receipts(id: string, conv: string, seqs: number[]): Promise<syncd.ReceiptCount[]> {
+    return clients.get(id)!.client.receipts(conv, seqs);
+  },
+
+  /** Every member with message convSeq of conv in state (Readers, all pages). */
+  async readers(id: string, conv: string, convSeq: number, state: "delivered" | "read"): Promise<string[]> {
+    const c = clients.get(id)!.client;
+    const users: string[] = [];
+    for (let after = "", more = true; more; ) {
+      const p = await c.readers(conv, convSeq, state, { after });
+      users.push(...p.users);
+      ({ next: after, more } = p);
+    }
+    return users;
   },
 
   /** Events of the client so far, optionally of one name. */

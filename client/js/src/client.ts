@@ -5,13 +5,13 @@
 
 import { Code, ProtoError } from "./codes.js";
 import { Checker } from "./check.js";
-import { FrameType, Kind, Limits, ReportKind, type ConvInfo, type HistoryResult, type Member, type PartialOf, type Query, type Response, type SubCursor } from "./frames.js";
+import { ConvKind, FrameType, Kind, Limits, REVISION_RECEIPTS, ReportKind, type ConvInfo, type HistoryResult, type Member, type PartialOf, type Query, type ReceiptCount, type Response, type SubCursor } from "./frames.js";
 import { realClock, sleep, type Clock, type TimerHandle } from "./clock.js";
 import { Emitter, type ClientEventName, type ClientEvents } from "./events.js";
 import { DEFAULT_RETRY_MS, Outbox } from "./outbox.js";
 import { CLOSE_GRACE_MS, Session, closeError, type Logger } from "./session.js";
 import { SyncRunner, type SyncEnd } from "./sync.js";
-import type { Message, OutboxItem, Store, StoreInfo } from "./store.js";
+import { peakExcept, statusFrom, zeroPeaks, type ConvPeaks, type DeliveryState, type MarksChange, type Message, type MessageStatus, type OutboxItem, type Store, type StoreInfo, type UserMarks } from "./store.js";
 import { Tabs, tabsAvailable, type TabMessage } from "./tabs.js";
 import { Connector, type Endpoint } from "./transport/connect.js";
 import { validId } from "./ids.js";
@@ -84,6 +84,22 @@ const defaultLogger: Logger = (level, msg, data) => {
 
 /** Failed attempts in a row without sync progress after which `failed` is emitted (as the Go SDK). */
 export const SYNC_FAILURE_THRESHOLD = 3;
+/** The widest range of conv_seqs read from the store at once to tell statuses. */
+const STATUS_PAGE = 1000;
+
+/** A page of {@link Client.readers}. */
+export interface ReadersPage {
+  /** Members with the entry in the state asked, ascending. */
+  users: string[];
+  /** The `after` of the next page: the last member id the server looked at. */
+  next: string;
+  /** Whether members remain to be looked at (a page may be empty while more is true). */
+  more: boolean;
+}
+
+/** The Readers.state of each delivery state: the kind of entry that moves its mark. */
+const readerKinds: Record<DeliveryState, number> = { delivered: Kind.Delivered, read: Kind.Receipt };
+
 /** A connection up this long resets the reconnect backoff (§8.6). */
 const STABLE_AFTER_MS = 10_000;
 /** Unavailable answers in a row that make the client leave a node (§8.3.4). */
@@ -206,6 +222,9 @@ export class Client {
     cfg.store.onReset?.((reason) => {
       void c.storeLost(reason);
     });
+    cfg.store.onMarks?.((changes) => {
+      c.marksMoved(changes);
+    });
     // Told after open resolves, so that listeners bound right after `await Client.open` hear it.
     c.clock.setTimeout(() => {
       if (c.isClosing()) return;
@@ -310,9 +329,72 @@ export class Client {
       case "state":
         if (this.roleNow !== "leader") this.emitter.emit("connection", { state: m.connected ? "connected" : "disconnected" });
         return;
+      case "marks":
+        for (const e of m.delivery) this.emitter.emit("delivery", e);
+        for (const e of m.statuses) this.emitter.emit("messageStatus", e);
+        return;
       case "leader":
         return;
     }
+  }
+
+  /** Mark moves the store committed, told in the order they committed (one at a time). */
+  private marksQueue: Promise<void> = Promise.resolve();
+
+  private marksMoved(changes: MarksChange[]): void {
+    this.marksQueue = this.marksQueue.then(() => this.announceMarks(changes)).catch((e: unknown) => {
+      this.log("warn", "cannot tell the message statuses of a mark move", { err: String(e) });
+    });
+  }
+
+  /**
+   * Turns what a committed transaction moved into events: a `delivery` per move of another
+   * user's mark, and a `messageStatus` per step of each of this user's messages that the move
+   * took past a status. The steps come from the conversation's peaks before and after that one
+   * transaction, so each is told once, even when transactions follow each other quickly.
+   */
+  private async announceMarks(changes: MarksChange[]): Promise<void> {
+    const me = this.userId;
+    const delivery: ClientEvents["delivery"][] = [];
+    const statuses: ClientEvents["messageStatus"][] = [];
+    for (const c of changes) {
+      for (const m of c.moves) if (m.user !== me) delivery.push({ conv: c.conv, user: m.user, state: m.state, upTo: m.to });
+      // Without the user (a tab that never connected), whose messages they are is unknown.
+      if (me !== "") statuses.push(...(await this.steps(c, me)));
+    }
+    for (const e of delivery) this.emitter.emit("delivery", e);
+    for (const e of statuses) this.emitter.emit("messageStatus", e);
+    if (delivery.length + statuses.length > 0) this.tabs?.post({ t: "marks", delivery, statuses });
+  }
+
+  /** The status steps of me's stored messages of one change. */
+  private async steps(c: MarksChange, me: string): Promise<ClientEvents["messageStatus"][]> {
+    const range = this.cfg.store.messageRange?.bind(this.cfg.store);
+    if (!range) return [];
+    const delivered = (p: ConvPeaks): number => Math.max(peakExcept(p.delivered, me), peakExcept(p.read, me));
+    // The conv_seqs whose status changed: newly delivered, newly read.
+    const spans = [[delivered(c.before), delivered(c.after)], [peakExcept(c.before.read, me), peakExcept(c.after.read, me)]]
+      .filter(([lo, hi]) => (hi as number) > (lo as number)) as [number, number][];
+    spans.sort((a, b) => a[0] - b[0]);
+    const merged: [number, number][] = [];
+    for (const s of spans) {
+      const last = merged[merged.length - 1];
+      if (last && s[0] <= last[1]) last[1] = Math.max(last[1], s[1]);
+      else merged.push([...s]);
+    }
+    const out: ClientEvents["messageStatus"][] = [];
+    for (const [lo, hi] of merged) {
+      for (let from = lo + 1; from <= hi; from += STATUS_PAGE) {
+        for (const m of await range(c.conv, from, Math.min(hi, from + STATUS_PAGE - 1))) {
+          if (m.sender !== me) continue;
+          const was = statusFrom(c.before, me, m.convSeq);
+          const now = statusFrom(c.after, me, m.convSeq);
+          if (was === "sent" && now !== "sent") out.push({ conv: c.conv, convSeq: m.convSeq, msgId: m.msgId, status: "delivered" });
+          if (was !== "read" && now === "read") out.push({ conv: c.conv, convSeq: m.convSeq, msgId: m.msgId, status: "read" });
+        }
+      }
+    }
+    return out;
   }
 
   /** Binds the page's lifecycle events (see {@link ClientConfig.lifecycle}). */
@@ -547,6 +629,36 @@ export class Client {
     return this.cfg.store.readMark(conv, user);
   }
 
+  /** How far user's devices have stored conv, as this device knows (§8.8; 0 with a store that keeps no delivered marks). */
+  async deliveredMark(conv: string, user: string): Promise<number> {
+    return (await this.cfg.store.deliveredMark?.(conv, user)) ?? 0;
+  }
+
+  /**
+   * The status of message `convSeq` of conv, as stored (works offline): `read` when a member
+   * other than its sender has read it, else `delivered` when a device of another member has stored
+   * it, else `sent` (§8.8). Meant for the user's own messages (for a cmid: its `ack.convSeq`);
+   * in a group, one other member is enough (exact counts: {@link receipts}). A message this
+   * device has not stored is judged as the user's. It only moves forward.
+   */
+  async statusOf(conv: string, convSeq: number): Promise<MessageStatus> {
+    const s = this.cfg.store;
+    if (!s.peaks) return "sent";
+    const [p, row] = await Promise.all([s.peaks(conv), s.messageRange?.(conv, convSeq, convSeq)]);
+    return statusFrom(p, row?.[0]?.sender ?? this.userId, convSeq);
+  }
+
+  /**
+   * The highest marks of the members of conv other than this user, as stored: the user's
+   * messages up to `delivered` are delivered, up to `read` read (in a direct conversation, the
+   * peer's marks). Before the first connection the user is unknown and the user's own marks count.
+   */
+  async peerMarks(conv: string): Promise<{ delivered: number; read: number }> {
+    const p = (await this.cfg.store.peaks?.(conv)) ?? zeroPeaks();
+    const read = peakExcept(p.read, this.userId);
+    return { delivered: Math.max(peakExcept(p.delivered, this.userId), read), read };
+  }
+
   /** The stored members of a group; `complete` false: fetch them with {@link fetchMembers}. */
   members(conv: string): Promise<{ members: string[]; complete: boolean }> {
     return this.cfg.store.members(conv);
@@ -572,11 +684,77 @@ export class Client {
     return r;
   }
 
-  /** A page of the user's conversations from the server (ascending ids after `after`), and whether more follow. */
+  /** A page of the user's conversations from the server (ascending ids after `after`), and whether more follow. Their marks are stored (§8.8). */
   async conversations(after = "", limit = 0): Promise<{ convs: ConvInfo[]; more: boolean }> {
     const r = await this.query((id) => ({ type: FrameType.ConvList, id, after, limit }));
     if (r.type !== FrameType.ConvListResult) throw new Error(`syncd: unexpected answer ${r.type}`);
+    for (const c of r.convs) await this.noteMarks(c);
     return { convs: r.convs, more: r.more };
+  }
+
+  /**
+   * Stores the marks a ConvInfo carries (revision 5): the user's own, and in a direct
+   * conversation the peer's — how a device that did not keep the entries (after a rebase) learns
+   * where the statuses are (§8.8). Marks only rise: an older answer changes nothing.
+   */
+  private async noteMarks(c: ConvInfo): Promise<void> {
+    const me = this.userId;
+    if (!this.cfg.store.raiseMarks || me === "") return;
+    const marks: UserMarks[] = [];
+    if (c.deliveredMark > 0 || c.readMark > 0) marks.push({ user: me, delivered: c.deliveredMark, read: c.readMark });
+    const peer = c.kind === ConvKind.Direct ? c.members.find((u) => u !== me) : undefined;
+    if (peer !== undefined && (c.peerDelivered > 0 || c.peerRead > 0)) marks.push({ user: peer, delivered: c.peerDelivered, read: c.peerRead });
+    if (marks.length > 0) await this.cfg.store.raiseMarks(c.conv, marks);
+  }
+
+  /** Throws when the connection runs a revision older than `revision` (the server would answer unknown_frame). */
+  private needsRevision(revision: number, what: string): void {
+    const s = this.session;
+    if (s && !s.isEnded && s.revision < revision) {
+      throw new ProtoError(Code.UnknownFrame, `syncd: ${what} needs protocol revision ${revision}, the server speaks ${s.revision}`);
+    }
+  }
+
+  /**
+   * How many members of conv had each of `seqs` (1 to 100 conv_seqs, each ≥ 1) to receive, and
+   * how many of them have it delivered and read (§8.8), in the order asked. The counts include
+   * the message's sender (leave it out for "read by n of m others"); a conv_seq outside the
+   * retained history answers zeros. Online (OfflineError), revision 5 (a ProtoError
+   * unknown_frame from an older server); not_member, no_conversation as ProtoErrors.
+   */
+  async receipts(conv: string, seqs: readonly number[]): Promise<ReceiptCount[]> {
+    this.checkConv(conv);
+    if (seqs.length === 0 || seqs.length > Limits.maxReceiptSeqs) {
+      throw new ProtoError(Code.InvalidArgument, `receipts of ${seqs.length} conv_seqs: ask for 1 to ${Limits.maxReceiptSeqs}`);
+    }
+    if (!seqs.every((n) => Number.isSafeInteger(n) && n >= 1)) throw new ProtoError(Code.InvalidArgument, "a conv_seq must be 1 or more");
+    this.needsRevision(REVISION_RECEIPTS, "Receipts");
+    const r = await this.query((id) => ({ type: FrameType.Receipts, id, conv, seqs: [...seqs] }));
+    if (r.type !== FrameType.ReceiptsResult) throw new Error(`syncd: unexpected answer ${r.type}`);
+    return r.counts;
+  }
+
+  /**
+   * A page of the members of conv who have message `convSeq` in `state` (`delivered`: readers
+   * included; `read`), ids ascending above `after` ("" = from the start), at most `limit`
+   * (0 = the server's 1,000). The server looks at 10,000 member records per request at most: a
+   * page may be short, even empty, while `more` is true — page with `after` = `next` until `more`
+   * is false. Online and revision 5, as {@link receipts}.
+   */
+  async readers(conv: string, convSeq: number, state: DeliveryState, opts: { after?: string; limit?: number } = {}): Promise<ReadersPage> {
+    this.checkConv(conv);
+    if (!Number.isSafeInteger(convSeq) || convSeq < 1) throw new ProtoError(Code.InvalidArgument, "conv_seq must be 1 or more");
+    // Checked at run time too: a caller outside TypeScript may pass anything.
+    if (!Object.hasOwn(readerKinds, state)) throw new ProtoError(Code.InvalidArgument, `state ${JSON.stringify(state)}: want "delivered" or "read"`);
+    const kind = readerKinds[state];
+    const after = opts.after ?? "";
+    if (after !== "" && !validId(after)) throw new ProtoError(Code.InvalidArgument, "bad after id");
+    const limit = opts.limit ?? 0;
+    if (!Number.isSafeInteger(limit) || limit < 0 || limit > 0xffff_ffff) throw new ProtoError(Code.InvalidArgument, "limit must be a uint32");
+    this.needsRevision(REVISION_RECEIPTS, "Readers");
+    const r = await this.query((id) => ({ type: FrameType.Readers, id, conv, convSeq, state: kind, after, limit }));
+    if (r.type !== FrameType.ReadersResult) throw new Error(`syncd: unexpected answer ${r.type}`);
+    return { users: r.users, next: r.next, more: r.more };
   }
 
   /** Entries of conv before conv_seq `before` (0 = the latest), ascending: "load earlier messages". Stored too (dedup by msg_id). */
@@ -888,6 +1066,8 @@ export class Client {
       if (r.type !== FrameType.ConvListResult) throw new Error("syncd: unexpected answer to ConvList");
       for (const c of r.convs) {
         if (c.members.length > 0 && c.members.length === c.memberCount) await this.cfg.store.setMembers(c.conv, c.members);
+        // The entries that carried the marks are jumped over: the server's marks stand for them.
+        await this.noteMarks(c);
         if (c.head > (await this.cfg.store.convHead(c.conv))) {
           const h = await ask((id) => ({ type: FrameType.History, id, conv: c.conv }));
           // Stored, not announced entry by entry: the `rebase` event that follows tells the app

@@ -1,7 +1,7 @@
 // The events an app binds to its UI. They come in the order things happened.
 
 import type { Entry } from "./frames.js";
-import type { OutboxItem, StoreInfo } from "./store.js";
+import type { DeliveryState, OutboxItem, StoreInfo } from "./store.js";
 import type { TransportChoice } from "./transport/connect.js";
 
 /** Every event, by name, with its payload. */
@@ -17,6 +17,23 @@ export interface ClientEvents {
   entry: { entry: Entry; sub: number; duplicate: boolean };
   /** An outbox item changed status: `sent` (with the server's Ack), `failed` (with why), or `sending` again after {@link Client.retry}. */
   status: { item: OutboxItem; error: Error | null };
+  /**
+   * Another member's mark moved forward in a conversation (§8.8): `user`'s devices have stored
+   * it up to `upTo` (`delivered`: its delivered entries, kind 8), or `user` has read up to
+   * `upTo` (`read`: its receipts, kind 2, which move its delivered mark too: `delivered` comes
+   * first then). From the entries of the user's log and the server's ConvInfo after a rebase.
+   * Marks only move forward: once per move, never backwards. The user's own marks are not told.
+   */
+  delivery: { conv: string; user: string; state: DeliveryState; upTo: number };
+  /**
+   * A message this user sent (from any of its devices) moved forward, past `sent`: `delivered`
+   * (a device of another member has stored it) or `read` (another member has read it). In a
+   * group, as soon as ONE other member's mark covers it (exact numbers: {@link Client.receipts}).
+   * Once per step per message, in order, never backwards: a message read before it was reported
+   * delivered gets `delivered` then `read`. Only for messages this device has stored (the others'
+   * status is {@link Client.statusOf}'s answer). `convSeq` and `msgId` are the message's.
+   */
+  messageStatus: { conv: string; convSeq: number; msgId: string; status: DeliveryState };
   /** The device has stored the user's log up to the head a Heartbeat or Batch proved: caught up. Once per catch-up. */
   synced: { epoch: bigint; head: number };
   /** The serving node cannot prove the head (§6 Stale): show "connecting…", not "up to date". Once per episode. */

@@ -57,6 +57,10 @@ export const FrameType = {
   MembersResult: 39,
   Digest: 40,
   DigestResult: 41,
+  Receipts: 42,
+  ReceiptsResult: 43,
+  Readers: 44,
+  ReadersResult: 45,
 } as const;
 
 /** A frame type number. */
@@ -71,6 +75,11 @@ export const Kind = {
   MemberAdd: 5,
   MemberRemove: 6,
   RoleChange: 7,
+  /**
+   * Revision 5, written by the server only: devices of `sender` have stored the conversation up
+   * to `up_to` (its delivered mark moved, §8.8).
+   */
+  Delivered: 8,
 } as const;
 
 /** What a Report says the device found wrong (§6 Report): a gap in a Batch, or a Digest that differs from its own. */
@@ -83,14 +92,19 @@ export const Role = { Member: 1, Admin: 2, Owner: 3 } as const;
 export const ConvKind = { Direct: 1, Group: 2 } as const;
 
 /**
- * The revision of syncd/1 this SDK speaks (Hello.proto_version, §9): 4, sub-logs (3) and
- * reconciliation (4: Digest, Report) included. The connection runs at min(ours, the server's)
- * (Welcome.proto_version): the SDK sends Digest and Report only on a revision-4 connection.
+ * The revision of syncd/1 this SDK speaks (Hello.proto_version, §9): 5, sub-logs (3),
+ * reconciliation (4: Digest, Report) and delivery states (5: kind 8, Receipts, Readers)
+ * included. The connection runs at min(ours, the server's) (Welcome.proto_version): the SDK
+ * sends Digest and Report only on a connection of revision 4 or more, Receipts and Readers only
+ * on one of revision 5 or more.
  */
-export const PROTO_VERSION = 4;
+export const PROTO_VERSION = 5;
 
 /** The first revision with Digest, DigestResult and Report (§9). */
 export const REVISION_DIGEST = 4;
+
+/** The first revision with delivered entries (kind 8), ConvInfo's marks, Receipts and Readers (§8.8). */
+export const REVISION_RECEIPTS = 5;
 
 /** Limits of §3 and §4. */
 export const Limits = {
@@ -108,6 +122,8 @@ export const Limits = {
   defaultMaxBatch: 256,
   /** Welcome.limits.heartbeat_ms default. */
   defaultHeartbeatMs: 15000,
+  /** The most conv_seqs one Receipts names (§6). */
+  maxReceiptSeqs: 100,
 } as const;
 
 /** One log entry (§5): of the user log in a Batch, of a conversation log in a HistoryResult. */
@@ -123,7 +139,7 @@ export interface Entry {
   time: bigint;
   /** Kind 1: the message. */
   body: Uint8Array;
-  /** Kind 2: read up to this conv_seq. */
+  /** Kind 2: read up to this conv_seq; kind 8: the sender's devices stored the conversation up to it. */
   upTo: number;
   /** Kind 3: msg_id of the recalled message. */
   target: string;
@@ -146,6 +162,24 @@ export interface ConvInfo {
   readMark: number;
   memberCount: number;
   role: number;
+  /** Revision 5: the requesting user's delivered mark (§8.8), at least readMark. */
+  deliveredMark: number;
+  /** Revision 5, direct conversations: the other member's delivered mark (0 in a group). */
+  peerDelivered: number;
+  /** Revision 5, direct conversations: the other member's read mark (0 in a group). */
+  peerRead: number;
+}
+
+/**
+ * The state of one conv_seq in a ReceiptsResult (§6): `members` who had joined before it,
+ * and how many of them have it `delivered` and `read` (read ≤ delivered ≤ members). The
+ * message's sender is one of `members` and is not left out (§8.8).
+ */
+export interface ReceiptCount {
+  convSeq: number;
+  members: number;
+  delivered: number;
+  read: number;
 }
 
 /** The connection's limits (Welcome.limits); 0 = default or not announced. */
@@ -261,6 +295,21 @@ export interface Digest { type: 40; id: number; conv: string; sub: number; epoch
  * and `count` 0 when nothing is there yet) — and the log's retained range `first`..`head`.
  */
 export interface DigestResult { type: 41; id: number; epoch: bigint; from: number; to: number; count: number; digest: Uint8Array; first: number; head: number }
+/** 42 Receipts (C→S, revision 5): delivered and read counts of 1 to 100 conv_seqs of `conv` (§8.8). */
+export interface Receipts { type: 42; id: number; conv: string; seqs: number[] }
+/** 43 ReceiptsResult (S→C, revision 5): one count per requested conv_seq, in the request's order. */
+export interface ReceiptsResult { type: 43; id: number; counts: ReceiptCount[] }
+/**
+ * 44 Readers (C→S, revision 5): a page of the members (ids above `after`) who have `convSeq`
+ * delivered (`state` {@link Kind.Delivered}) or read ({@link Kind.Receipt}); `limit` 0 = 1,000.
+ */
+export interface Readers { type: 44; id: number; conv: string; convSeq: number; state: number; after: string; limit: number }
+/**
+ * 45 ReadersResult (S→C, revision 5): `users` ascending; `next` the last member id the server
+ * looked at (the next page's `after`); `more` while members remain to be looked at — a page may
+ * be empty with `more` set (the server looks at 10,000 member records per request at most).
+ */
+export interface ReadersResult { type: 45; id: number; users: string[]; next: string; more: boolean }
 
 /** Any frame this version knows. */
 export type Frame =
@@ -268,23 +317,25 @@ export type Frame =
   | Send | Ack | MarkRead | Recall | CreateGroup | AddMembers | RemoveMembers | SetRole
   | SyncStart | Batch | Heartbeat | TooOld | EpochChanged | Rebase | CursorAck | Stale
   | ConvList | ConvListResult | ConvState | ConvStateResult | History | HistoryResult
-  | HeadCheck | Head | Members | MembersResult | Digest | DigestResult;
+  | HeadCheck | Head | Members | MembersResult | Digest | DigestResult
+  | Receipts | ReceiptsResult | Readers | ReadersResult;
 
 /** A mutation request (answered by Ack or Error). */
 export type Mutation = Send | MarkRead | Recall | CreateGroup | AddMembers | RemoveMembers | SetRole;
 /** A query request. */
-export type Query = ConvList | ConvState | History | HeadCheck | Members | Digest;
+export type Query = ConvList | ConvState | History | HeadCheck | Members | Digest | Receipts | Readers;
 /** A request: carries an id its response repeats. */
 export type Request = Mutation | Query;
 /** A response on a request stream. */
-export type Response = Ack | ConvListResult | ConvStateResult | HistoryResult | Head | MembersResult | DigestResult | ErrorFrame;
+export type Response = Ack | ConvListResult | ConvStateResult | HistoryResult | Head | MembersResult | DigestResult | ReceiptsResult | ReadersResult | ErrorFrame;
 
 /** A frame of the given type number. */
 export type FrameOf<T extends Frame["type"]> = Extract<Frame, { type: T }>;
 
 // --- schemas ---
 
-type Scalar = "u8" | "u16" | "u32" | "pos" | "u64" | "i64" | "str" | "bin" | "bool" | "strs";
+/** "strs": an array of str; "poss": an array of positions (Receipts.seqs). */
+type Scalar = "u8" | "u16" | "u32" | "pos" | "u64" | "i64" | "str" | "bin" | "bool" | "strs" | "poss";
 type FieldKind = Scalar | { readonly map: Schema } | { readonly list: Schema };
 /** [property, wire key, kind], in the Go struct's order. */
 type Schema = readonly (readonly [string, string, FieldKind])[];
@@ -315,6 +366,16 @@ const convInfoSchema: Schema = [
   ["readMark", "read_mark", "pos"],
   ["memberCount", "member_count", "u32"],
   ["role", "role", "u8"],
+  ["deliveredMark", "delivered_mark", "pos"],
+  ["peerDelivered", "peer_delivered", "pos"],
+  ["peerRead", "peer_read", "pos"],
+];
+
+const receiptCountSchema: Schema = [
+  ["convSeq", "conv_seq", "pos"],
+  ["members", "members", "u32"],
+  ["delivered", "delivered", "u32"],
+  ["read", "read", "u32"],
 ];
 
 const limitsSchema: Schema = [
@@ -425,6 +486,17 @@ const schemas: { readonly [T in Frame["type"]]: Schema } = {
     ["first", "first", "pos"],
     ["head", "head", "pos"],
   ],
+  42: [["id", "id", "pos"], ["conv", "conv", "str"], ["seqs", "seqs", "poss"]],
+  43: [["id", "id", "pos"], ["counts", "counts", { list: receiptCountSchema }]],
+  44: [
+    ["id", "id", "pos"],
+    ["conv", "conv", "str"],
+    ["convSeq", "conv_seq", "pos"],
+    ["state", "state", "u8"],
+    ["after", "after", "str"],
+    ["limit", "limit", "u32"],
+  ],
+  45: [["id", "id", "pos"], ["users", "users", "strs"], ["next", "next", "str"], ["more", "more", "bool"]],
 };
 
 /** Whether t is a frame type this version knows. */
@@ -502,6 +574,10 @@ function decodeScalar(key: string, kind: Scalar, v: MsgValue | undefined): unkno
         if (typeof s !== "string") bad(`${key}[${i}]`, `want a str, got ${describe(s)}`);
         return s;
       });
+    case "poss":
+      if (missing) return [];
+      if (!Array.isArray(v)) bad(key, `want an array, got ${describe(v)}`);
+      return v.map((x, i) => decodeScalar(`${key}[${i}]`, "pos", x));
   }
 }
 
@@ -562,6 +638,7 @@ function isZero(kind: FieldKind, v: unknown): boolean {
   switch (kind) {
     case "bin":
     case "strs":
+    case "poss":
       return v === undefined || (v as ArrayLike<unknown>).length === 0;
     default:
       return v === undefined || v === 0 || v === 0n || v === "" || v === false;
@@ -598,6 +675,9 @@ function checkScalar(key: string, kind: Scalar, v: unknown): EncValue {
     case "strs":
       if (!Array.isArray(v) || !v.every((s) => typeof s === "string")) wrong("want an array of strings");
       return v as string[];
+    case "poss":
+      if (!Array.isArray(v)) wrong("want an array of positions");
+      return (v as unknown[]).map((x, i) => checkScalar(`${key}[${i}]`, "pos", x) as number);
   }
 }
 

@@ -182,6 +182,8 @@ export function isResponseType(t: number): boolean {
     case FrameType.Head:
     case FrameType.MembersResult:
     case FrameType.DigestResult:
+    case FrameType.ReceiptsResult:
+    case FrameType.ReadersResult:
     case FrameType.Error:
       return true;
   }

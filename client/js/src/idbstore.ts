@@ -18,20 +18,28 @@
 //   site data, another tab's upgrade) is dropped and reopened on the next operation.
 // * Where IndexedDB cannot be used at all (private modes, disabled storage), `open` falls back
 //   to memory and says so (`info().persistent` false): the app shows "not saved on this device".
+// * Schema versions: 1 (the first); 2 adds delivered marks and each conversation's peaks
+//   (§8.8). Opening a version-1 database upgrades it in the upgrade transaction, from what it
+//   holds: every read mark is a delivered mark too, and the delivered entries (kind 8) a version-1
+//   SDK stored as an unknown kind are read again; then the peaks are computed from the marks.
+//   A tab still open on the old version closes its handle on `versionchange` and reopens.
 
 import type { Entry, SubCursor } from "./frames.js";
 import { Kind } from "./frames.js";
 import {
-  applyEntry, MemoryStore, NotContiguousError,
-  type Message, type OutboxItem, type Store, type StoreInfo, type StoreSnapshot, type StoredMsg, type StoredRange, type ViewTx,
+  applyEntry, MarkBook, MemoryStore, NotContiguousError, raiseMarksIn, raisePeak, zeroPeaks,
+  type ConvPeaks, type DeliveryState, type MarksChange, type Message, type OutboxItem, type Store, type StoreInfo,
+  type StoreSnapshot, type StoredMsg, type StoredRange, type UserMarks, type ViewTx,
 } from "./store.js";
 
-/** The database schema version. */
-const VERSION = 1;
-const STORES = ["entries", "cursors", "msgRefs", "view", "readMarks", "members", "incomplete", "earlyRecalls", "convs", "outbox", "meta"] as const;
+/** The database schema version (see the header: 2 adds deliveredMarks and peaks). */
+const VERSION = 2;
+const STORES = ["entries", "cursors", "msgRefs", "view", "readMarks", "deliveredMarks", "peaks", "members", "incomplete", "earlyRecalls", "convs", "outbox", "meta"] as const;
 type StoreName = (typeof STORES)[number];
 /** The object stores a batch (or history) touches. */
-const VIEW_STORES: StoreName[] = ["entries", "cursors", "msgRefs", "view", "readMarks", "members", "incomplete", "earlyRecalls", "convs", "meta"];
+const VIEW_STORES: StoreName[] = ["entries", "cursors", "msgRefs", "view", "readMarks", "deliveredMarks", "peaks", "members", "incomplete", "earlyRecalls", "convs", "meta"];
+/** The object stores of marks. */
+const MARK_STORES: StoreName[] = ["readMarks", "deliveredMarks", "peaks"];
 /** The most sub-logs a user may have (frames.ts Limits.maxSubLogs). */
 const MAX_SUBS = 16;
 
@@ -123,6 +131,8 @@ function prefix(first: string | number): IDBKeyRange {
 /** ViewTx over one IndexedDB transaction: writes are issued without waiting (the transaction orders them; a failure aborts it), reads see them through a cache. */
 class IdbTx implements ViewTx {
   private readonly cache = new Map<string, unknown>();
+  /** The marks this transaction moved (told to the listener after commit). */
+  readonly book = new MarkBook();
   constructor(readonly tx: IDBTransaction) {}
 
   private async get<T>(store: StoreName, key: IDBValidKey): Promise<T | undefined> {
@@ -166,8 +176,20 @@ class IdbTx implements ViewTx {
     return (await this.get<number>("readMarks", [conv, user])) ?? 0;
   }
   putReadMark(conv: string, user: string, upTo: number): Promise<void> {
-    this.put("readMarks", [conv, user], upTo);
-    return Promise.resolve();
+    return this.raise("readMarks", "read", conv, user, upTo);
+  }
+  async getDeliveredMark(conv: string, user: string): Promise<number> {
+    return (await this.get<number>("deliveredMarks", [conv, user])) ?? 0;
+  }
+  putDeliveredMark(conv: string, user: string, upTo: number): Promise<void> {
+    return this.raise("deliveredMarks", "delivered", conv, user, upTo);
+  }
+  /** Raises a mark and the conversation's peaks with it, noting the move. */
+  private async raise(store: StoreName, state: DeliveryState, conv: string, user: string, upTo: number): Promise<void> {
+    const from = (await this.get<number>(store, [conv, user])) ?? 0;
+    if (upTo <= from) return;
+    this.put(store, [conv, user], upTo);
+    this.put("peaks", conv, await this.book.moved(conv, { user, state, from, to: upTo }, () => this.get<ConvPeaks>("peaks", conv)));
   }
   addMember(conv: string, user: string): Promise<void> {
     this.put("members", [conv, user], true);
@@ -207,6 +229,7 @@ export class IndexedDBStore implements Store {
   private identity: Identity | null = null;
   private persisted: boolean | null = null;
   private resetHandler: ((reason: string) => void) | null = null;
+  private marksHandler: ((changes: MarksChange[]) => void) | null = null;
   private pendingReset: string | null = null;
   private closed = false;
   private metaLost = false;
@@ -278,6 +301,16 @@ export class IndexedDBStore implements Store {
     }
   }
 
+  onMarks(fn: (changes: MarksChange[]) => void): void {
+    this.marksHandler = fn;
+  }
+
+  /** Tells the listener what a committed transaction moved. */
+  private told(book: MarkBook): void {
+    const changes = book.list();
+    if (changes.length > 0) this.marksHandler?.(changes);
+  }
+
   /** The live handle, reopened when it was lost. */
   private handle(): Promise<IDBDatabase> {
     if (this.closed) return Promise.reject(new Error("syncd: the store is closed"));
@@ -295,6 +328,17 @@ export class IndexedDBStore implements Store {
       const db = r.result;
       if (ev.oldVersion === 0) created = true;
       for (const n of STORES) if (!db.objectStoreNames.contains(n)) db.createObjectStore(n);
+      const tx = r.transaction;
+      if (ev.oldVersion === 1 && tx) {
+        // A failed migration aborts the upgrade: the open fails and nothing of it is kept.
+        upgradeMarks(tx).catch(() => {
+          try {
+            tx.abort();
+          } catch {
+            // already finished
+          }
+        });
+      }
     };
     const db = await new Promise<IDBDatabase>((resolve, reject) => {
       r.onsuccess = () => {
@@ -465,6 +509,7 @@ export class IndexedDBStore implements Store {
         throw e;
       }
       await committed; // the storage ack may go only now (§8.4 step 5)
+      this.told(tx.book);
       return fresh;
     });
   }
@@ -531,6 +576,7 @@ export class IndexedDBStore implements Store {
         if (await applyEntry(tx, { ...e, convSeq: e.convSeq || e.seq })) fresh.push(e);
       }
       await committed;
+      this.told(tx.book);
       return fresh;
     });
   }
@@ -566,6 +612,35 @@ export class IndexedDBStore implements Store {
 
   readMark(conv: string, user: string): Promise<number> {
     return this.run(async (db) => ((await req(db.transaction(["readMarks"], "readonly").objectStore("readMarks").get([conv, user]))) as number | undefined) ?? 0);
+  }
+
+  deliveredMark(conv: string, user: string): Promise<number> {
+    return this.run(async (db) => ((await req(db.transaction(["deliveredMarks"], "readonly").objectStore("deliveredMarks").get([conv, user]))) as number | undefined) ?? 0);
+  }
+
+  peaks(conv: string): Promise<ConvPeaks> {
+    return this.run(async (db) => ((await req(db.transaction(["peaks"], "readonly").objectStore("peaks").get(conv))) as ConvPeaks | undefined) ?? zeroPeaks());
+  }
+
+  raiseMarks(conv: string, marks: readonly UserMarks[]): Promise<void> {
+    return this.run(async (db) => {
+      // Relaxed, as a batch: the server has these marks and gives them again.
+      const tx = new IdbTx(db.transaction(MARK_STORES, "readwrite", { durability: "relaxed" }));
+      const committed = done(tx.tx);
+      committed.catch(() => undefined);
+      await raiseMarksIn(tx, conv, marks);
+      await committed;
+      this.told(tx.book);
+    });
+  }
+
+  messageRange(conv: string, from: number, to: number): Promise<Message[]> {
+    return this.run(async (db) => {
+      if (from > to) return [];
+      const range = IDBKeyRange.bound([conv, Math.max(from, 0)], [conv, to]);
+      const rows = (await req(db.transaction(["view"], "readonly").objectStore("view").getAll(range))) as (StoredMsg & { convSeq: number })[];
+      return rows.filter((m) => m.kind === Kind.Message).map((m) => ({ conv, convSeq: m.convSeq, msgId: m.msgId, sender: m.sender, time: m.time, body: m.body, recalled: m.recalled }));
+    });
   }
 
   members(conv: string): Promise<{ members: string[]; complete: boolean }> {
@@ -604,6 +679,58 @@ export class IndexedDBStore implements Store {
     this.db = null;
     return Promise.resolve();
   }
+}
+
+/**
+ * The upgrade from schema 1 to 2, in the upgrade transaction: delivered marks from what the
+ * database holds — a read mark is a delivered mark too (read implies delivered, §8.8), and a
+ * delivered entry (kind 8) a version-1 SDK stored as an unknown kind raises its sender's — and
+ * each conversation's peaks from the marks. Entries dropped by a rebase or an epoch change are
+ * not there to read: the server's later entries and ConvInfo raise those marks again.
+ */
+async function upgradeMarks(tx: IDBTransaction): Promise<void> {
+  const read = new Map<string, [string, string, number]>();
+  const delivered = new Map<string, [string, string, number]>();
+  const key = (conv: string, user: string): string => JSON.stringify([conv, user]);
+  const readStore = tx.objectStore("readMarks");
+  const [rkeys, rvals] = await Promise.all([req(readStore.getAllKeys()), req(readStore.getAll())]) as [[string, string][], number[]];
+  rkeys.forEach(([conv, user], i) => {
+    const v = rvals[i] ?? 0;
+    read.set(key(conv, user), [conv, user, v]);
+    delivered.set(key(conv, user), [conv, user, v]);
+  });
+  await new Promise<void>((ok, fail) => {
+    const cur = tx.objectStore("entries").openCursor();
+    cur.onerror = () => {
+      fail(cur.error ?? new Error("IndexedDB cursor failed"));
+    };
+    cur.onsuccess = () => {
+      const c = cur.result;
+      if (!c) {
+        ok();
+        return;
+      }
+      const e = c.value as Entry;
+      if (e.kind === Kind.Delivered && e.conv !== "" && e.sender !== "") {
+        const k = key(e.conv, e.sender);
+        if (e.upTo > (delivered.get(k)?.[2] ?? 0)) delivered.set(k, [e.conv, e.sender, e.upTo]);
+      }
+      c.continue();
+    };
+  });
+  const peaks = new Map<string, ConvPeaks>();
+  const raise = (marks: Map<string, [string, string, number]>, state: DeliveryState): void => {
+    for (const [conv, user, v] of marks.values()) {
+      const p = peaks.get(conv) ?? zeroPeaks();
+      peaks.set(conv, { ...p, [state]: raisePeak(p[state], user, v) });
+    }
+  };
+  raise(read, "read");
+  raise(delivered, "delivered");
+  const dm = tx.objectStore("deliveredMarks");
+  for (const [conv, user, v] of delivered.values()) if (v > 0) dm.put(v, [conv, user]);
+  const ps = tx.objectStore("peaks");
+  for (const [conv, p] of peaks) ps.put(p, conv);
 }
 
 /** The memory store an IndexedDB store falls back to, saying why. */

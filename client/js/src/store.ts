@@ -9,9 +9,13 @@
 //   an item before it goes to the network and tells the app "queued" only then; received entries
 //   may be written with relaxed durability, because the server's log can refill them (the cursor
 //   is written with them, so it never claims more than survived);
-// * the view logic (dedup by msg_id, recalls, read marks, members) is {@link applyEntry}, written
-//   against the small async {@link ViewTx} so that an IndexedDB store runs the very same code inside
-//   its transaction.
+// * the view logic (dedup by msg_id, recalls, read and delivered marks, members) is
+//   {@link applyEntry}, written against the small async {@link ViewTx} so that an IndexedDB store
+//   runs the very same code inside its transaction;
+// * marks (§8.8) are written in the transaction of the entries that carry them, with each
+//   conversation's {@link ConvPeaks}, and a store tells its listener ({@link Store.onMarks}) what
+//   moved once that transaction has committed: the client turns exactly those moves into events,
+//   so a step is announced once, and never one that a failed write would take back.
 
 import type { Ack, Entry, SubCursor } from "./frames.js";
 import { Kind } from "./frames.js";
@@ -51,6 +55,109 @@ export interface OutboxItem {
   errorCode: number;
   /** When the app queued it, ms since the epoch. */
   createdAt: number;
+}
+
+/** A delivery state past "sent" (§8.8): some other member has a message stored, or has read it. */
+export type DeliveryState = "delivered" | "read";
+
+/** The status of a message the user sent, once acknowledged (§8.8): it only moves forward. */
+export type MessageStatus = "sent" | "delivered" | "read";
+
+/**
+ * The highest mark of one state in a conversation (`value`, of `user`) and the highest of every
+ * other user (`second`): enough to know the highest mark of the users other than any one of
+ * them — "delivered to (read by) someone other than the sender" — in O(1), without reading every
+ * member's mark (a group may have thousands).
+ */
+export interface MarkPeak {
+  user: string;
+  value: number;
+  second: number;
+}
+
+/** A conversation's peaks of delivered and read marks. */
+export interface ConvPeaks {
+  delivered: MarkPeak;
+  read: MarkPeak;
+}
+
+/** One user's mark that moved forward in a conversation. */
+export interface MarkMove {
+  user: string;
+  state: DeliveryState;
+  from: number;
+  to: number;
+}
+
+/** What one committed transaction moved in one conversation: its marks, and its peaks before and after. */
+export interface MarksChange {
+  conv: string;
+  moves: MarkMove[];
+  before: ConvPeaks;
+  after: ConvPeaks;
+}
+
+/** A user's marks to raise a conversation's to (from the server's ConvInfo, §8.8). */
+export interface UserMarks {
+  user: string;
+  delivered: number;
+  read: number;
+}
+
+/** Peaks of a conversation with no marks. */
+export function zeroPeaks(): ConvPeaks {
+  return { delivered: { user: "", value: 0, second: 0 }, read: { user: "", value: 0, second: 0 } };
+}
+
+/** The highest mark of p among the users other than `user`. */
+export function peakExcept(p: MarkPeak, user: string): number {
+  return p.user === user ? p.second : p.value;
+}
+
+/**
+ * p after `user`'s mark rose to `value`. Marks only rise, so the user at the top stays until
+ * someone passes it, and `second` (the best of the others) only grows.
+ */
+export function raisePeak(p: MarkPeak, user: string, value: number): MarkPeak {
+  if (p.user === user) return { ...p, value: Math.max(p.value, value) };
+  if (value > p.value) return { user, value, second: p.value };
+  return { ...p, second: Math.max(p.second, value) };
+}
+
+/**
+ * The status of message `convSeq` sent by `sender`, from its conversation's peaks: read when
+ * another user's read mark covers it, delivered when another's delivered (or read) mark does.
+ */
+export function statusFrom(p: ConvPeaks, sender: string, convSeq: number): MessageStatus {
+  const read = peakExcept(p.read, sender);
+  if (read >= convSeq) return "read";
+  return Math.max(peakExcept(p.delivered, sender), read) >= convSeq ? "delivered" : "sent";
+}
+
+/**
+ * The marks a store's transaction moved, per conversation, with the conversation's peaks before
+ * the transaction (read once) and after. Internal to the stores.
+ */
+export class MarkBook {
+  private readonly changes = new Map<string, MarksChange>();
+
+  /** Records a move; `load` reads the conversation's stored peaks. Returns the peaks to store. */
+  async moved(conv: string, m: MarkMove, load: () => Promise<ConvPeaks | undefined>): Promise<ConvPeaks> {
+    let c = this.changes.get(conv);
+    if (!c) {
+      const before = (await load()) ?? zeroPeaks();
+      c = this.changes.get(conv) ?? { conv, moves: [], before, after: before };
+      this.changes.set(conv, c);
+    }
+    c.moves.push(m);
+    c.after = { ...c.after, [m.state]: raisePeak(c.after[m.state], m.user, m.to) };
+    return c.after;
+  }
+
+  /** The changes, in the order conversations were first touched. */
+  list(): MarksChange[] {
+    return [...this.changes.values()];
+  }
 }
 
 /** A message of a conversation as stored, for display. */
@@ -165,6 +272,26 @@ export interface Store {
   messages(conv: string): Promise<Message[]>;
   /** How far `user` has read `conv`, as stored (0 if unknown). */
   readMark(conv: string, user: string): Promise<number>;
+  /**
+   * How far `user`'s devices have stored `conv` (§8.8), as stored (0 if unknown): raised by its
+   * delivered (kind 8) and read (kind 2) entries and by {@link raiseMarks} (optional, with the
+   * rest of the delivery-state methods: a store without them gives no message statuses).
+   */
+  deliveredMark?(conv: string, user: string): Promise<number>;
+  /** The conversation's peaks of delivered and read marks (zero when none is stored). */
+  peaks?(conv: string): Promise<ConvPeaks>;
+  /**
+   * Raises users' marks of `conv` to at least the values given (the server's ConvInfo after a
+   * rebase, §8.8); a delivered mark is raised to at least the read one. Never lowers a mark.
+   */
+  raiseMarks?(conv: string, marks: readonly UserMarks[]): Promise<void>;
+  /** The stored messages of `conv` with conv_seq `from` … `to`, ascending. */
+  messageRange?(conv: string, from: number, to: number): Promise<Message[]>;
+  /**
+   * Registers the client's handler of mark moves: called after each transaction that moved
+   * marks (a batch, history, raiseMarks) has committed, with what it moved.
+   */
+  onMarks?(fn: (changes: MarksChange[]) => void): void;
   /** The stored members of a group, sorted; `complete` is false after a change too large to be listed in the log (§5). */
   members(conv: string): Promise<{ members: string[]; complete: boolean }>;
   /** Replaces a group's stored members (from the server's Members pages). */
@@ -212,7 +339,12 @@ export interface ViewTx {
   putView(conv: string, convSeq: number, m: StoredMsg): Promise<void>;
   delView(conv: string, convSeq: number): Promise<void>;
   getReadMark(conv: string, user: string): Promise<number>;
+  /** Raises a read mark (called only with a higher value than stored). */
   putReadMark(conv: string, user: string, upTo: number): Promise<void>;
+  /** A delivered mark (optional: a ViewTx without these keeps no delivered marks). */
+  getDeliveredMark?(conv: string, user: string): Promise<number>;
+  /** Raises a delivered mark (called only with a higher value than stored). */
+  putDeliveredMark?(conv: string, user: string, upTo: number): Promise<void>;
   addMember(conv: string, user: string): Promise<void>;
   removeMember(conv: string, user: string): Promise<void>;
   markMembersIncomplete(conv: string): Promise<void>;
@@ -262,9 +394,16 @@ export async function applyEntry(tx: ViewTx, e: Entry, replace = false): Promise
       break;
     case Kind.Receipt:
       m.upTo = e.upTo;
-      if (e.sender !== "" && e.upTo > (await tx.getReadMark(e.conv, e.sender))) {
+      if (e.sender === "") break;
+      // A receipt raises the delivered mark too: what was read was stored (§8.8).
+      await raiseDelivered(tx, e.conv, e.sender, e.upTo);
+      if (e.upTo > (await tx.getReadMark(e.conv, e.sender))) {
         await tx.putReadMark(e.conv, e.sender, e.upTo); // read marks only move forward
       }
+      break;
+    case Kind.Delivered:
+      m.upTo = e.upTo;
+      if (e.sender !== "") await raiseDelivered(tx, e.conv, e.sender, e.upTo);
       break;
     case Kind.Recall:
       m.target = e.target;
@@ -289,6 +428,24 @@ export async function applyEntry(tx: ViewTx, e: Entry, replace = false): Promise
   return fresh;
 }
 
+/** Raises user's delivered mark of conv to upTo if that is higher (marks only move forward). */
+async function raiseDelivered(tx: ViewTx, conv: string, user: string, upTo: number): Promise<void> {
+  if (!tx.getDeliveredMark || !tx.putDeliveredMark) return;
+  if (upTo > (await tx.getDeliveredMark(conv, user))) await tx.putDeliveredMark(conv, user, upTo);
+}
+
+/**
+ * Raises users' marks to the values given, inside the caller's transaction: the delivered mark
+ * first (read implies delivered), as a receipt does.
+ */
+export async function raiseMarksIn(tx: ViewTx, conv: string, marks: readonly UserMarks[]): Promise<void> {
+  for (const u of marks) {
+    if (u.user === "") continue;
+    await raiseDelivered(tx, conv, u.user, Math.max(u.delivered, u.read));
+    if (u.read > (await tx.getReadMark(conv, u.user))) await tx.putReadMark(conv, u.user, u.read);
+  }
+}
+
 async function markRecalled(tx: ViewTx, target: string): Promise<void> {
   const ref = await tx.getMsgRef(target);
   const m = ref && ref.convSeq !== 0 ? await tx.getView(ref.conv, ref.convSeq) : undefined;
@@ -304,7 +461,7 @@ async function markRecalled(tx: ViewTx, target: string): Promise<void> {
 type Table = Map<string, unknown>;
 const DELETED = Symbol("deleted");
 
-const tableNames = ["entries", "cursors", "runs", "msgRefs", "view", "readMarks", "members", "incomplete", "earlyRecalls", "convs", "outbox"] as const;
+const tableNames = ["entries", "cursors", "runs", "msgRefs", "view", "readMarks", "deliveredMarks", "peaks", "members", "incomplete", "earlyRecalls", "convs", "outbox"] as const;
 type TableName = (typeof tableNames)[number];
 
 const k = (...parts: (string | number)[]): string => parts.join("\u0000");
@@ -323,6 +480,8 @@ interface RunInfo {
 /** Writes staged over the committed tables, applied all at once by commit(): all or nothing. */
 class MemTx implements ViewTx {
   private staged = new Map<TableName, Map<string, unknown>>();
+  /** The marks this transaction moved (told to the listener after commit). */
+  readonly book = new MarkBook();
   constructor(private readonly tables: Map<TableName, Table>) {}
 
   get<T>(t: TableName, key: string, _as?: T): T | undefined {
@@ -372,8 +531,20 @@ class MemTx implements ViewTx {
     return Promise.resolve(this.get<number>("readMarks", k(conv, user)) ?? 0);
   }
   putReadMark(conv: string, user: string, upTo: number): Promise<void> {
-    this.put("readMarks", k(conv, user), upTo);
-    return Promise.resolve();
+    return this.raise("readMarks", "read", conv, user, upTo);
+  }
+  getDeliveredMark(conv: string, user: string): Promise<number> {
+    return Promise.resolve(this.get<number>("deliveredMarks", k(conv, user)) ?? 0);
+  }
+  putDeliveredMark(conv: string, user: string, upTo: number): Promise<void> {
+    return this.raise("deliveredMarks", "delivered", conv, user, upTo);
+  }
+  /** Raises a mark and the conversation's peaks with it, noting the move. */
+  private async raise(table: TableName, state: DeliveryState, conv: string, user: string, upTo: number): Promise<void> {
+    const from = this.get<number>(table, k(conv, user)) ?? 0;
+    if (upTo <= from) return;
+    this.put(table, k(conv, user), upTo);
+    this.put("peaks", conv, await this.book.moved(conv, { user, state, from, to: upTo }, () => Promise.resolve(this.get<ConvPeaks>("peaks", conv))));
   }
   addMember(conv: string, user: string): Promise<void> {
     this.put("members", k(conv, user), true);
@@ -413,6 +584,18 @@ export class MemoryStore implements Store {
   failWrites: Error | null = null;
   /** Set when this memory store stands in for an IndexedDB store that could not open: why. */
   notPersistedReason: string | null = null;
+  private marksHandler: ((changes: MarksChange[]) => void) | null = null;
+
+  onMarks(fn: (changes: MarksChange[]) => void): void {
+    this.marksHandler = fn;
+  }
+
+  /** Commits tx and tells the listener what it moved. */
+  private commit(tx: MemTx): void {
+    tx.commit();
+    const changes = tx.book.list();
+    if (changes.length > 0) this.marksHandler?.(structuredClone(changes));
+  }
 
   /** Memory: nothing survives a reload. */
   info(): StoreInfo {
@@ -476,7 +659,7 @@ export class MemoryStore implements Store {
     const last = (entries[entries.length - 1] as Entry).seq;
     tx.put("cursors", String(sub), { epoch, pos: last });
     tx.put("runs", String(sub), { base: run.base, repairTo: last < run.repairTo ? run.repairTo : 0 } satisfies RunInfo);
-    tx.commit();
+    this.commit(tx);
     return fresh;
   }
 
@@ -538,7 +721,7 @@ export class MemoryStore implements Store {
       const copy = structuredClone({ ...e, convSeq: e.convSeq || e.seq });
       if (await applyEntry(tx, copy)) fresh.push(e);
     }
-    tx.commit();
+    this.commit(tx);
     return fresh;
   }
 
@@ -567,6 +750,34 @@ export class MemoryStore implements Store {
 
   readMark(conv: string, user: string): Promise<number> {
     return Promise.resolve((this.table("readMarks").get(k(conv, user)) as number | undefined) ?? 0);
+  }
+
+  deliveredMark(conv: string, user: string): Promise<number> {
+    return Promise.resolve((this.table("deliveredMarks").get(k(conv, user)) as number | undefined) ?? 0);
+  }
+
+  peaks(conv: string): Promise<ConvPeaks> {
+    const p = this.table("peaks").get(conv) as ConvPeaks | undefined;
+    return Promise.resolve(p ? structuredClone(p) : zeroPeaks());
+  }
+
+  async raiseMarks(conv: string, marks: readonly UserMarks[]): Promise<void> {
+    if (this.failWrites) throw this.failWrites;
+    const tx = new MemTx(this.tables);
+    await raiseMarksIn(tx, conv, marks);
+    this.commit(tx);
+  }
+
+  async messageRange(conv: string, from: number, to: number): Promise<Message[]> {
+    const out: Message[] = [];
+    if (to - from + 1 <= this.table("view").size) {
+      for (let seq = Math.max(from, 1); seq <= to; seq++) {
+        const m = this.table("view").get(k(conv, seq)) as StoredMsg | undefined;
+        if (m?.kind === Kind.Message) out.push({ conv, convSeq: seq, msgId: m.msgId, sender: m.sender, time: m.time, body: m.body.slice(), recalled: m.recalled });
+      }
+      return out;
+    }
+    return (await this.messages(conv)).filter((m) => m.convSeq >= from && m.convSeq <= to);
   }
 
   members(conv: string): Promise<{ members: string[]; complete: boolean }> {

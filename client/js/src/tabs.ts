@@ -11,11 +11,17 @@
 // cursor. No tab is ever locked out: a follower reads, sends and shows status like the leader.
 
 import type { Entry, SubCursor } from "./frames.js";
+import type { ClientEvents } from "./events.js";
 
 /** What the tabs of a device tell each other. */
 export type TabMessage =
   /** Leader → followers: entries of a sub-log stored (in order), and which of them were new. */
   | { t: "entries"; sub: number; epoch: bigint; entries: Entry[]; fresh: number[] }
+  /**
+   * The tab that stored mark moves (the leader: it holds the connection) → the others: the
+   * `delivery` and `messageStatus` events it emitted, in order, for them to emit too.
+   */
+  | { t: "marks"; delivery: ClientEvents["delivery"][]; statuses: ClientEvents["messageStatus"][] }
   /** Any tab → the others: an outbox item changed in the store (queued, sent, failed, retried, dismissed). */
   | { t: "outbox"; cmid: string }
   /** Leader → followers: the cursor moved without entries (rebase, epoch change, resync). */

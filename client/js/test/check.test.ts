@@ -9,7 +9,7 @@ import assert from "node:assert/strict";
 import { Client, type ClientConfig } from "../src/client.js";
 import { Code } from "../src/codes.js";
 import { digestEqual, digestOf } from "../src/digest.js";
-import { FrameType, ReportKind, makeEntry, makeFrame, type Digest, type Entry, type Frame, type PartialFrame, type Report, type SyncStart } from "../src/frames.js";
+import { FrameType, PROTO_VERSION, ReportKind, makeEntry, makeFrame, type Digest, type Entry, type Frame, type PartialFrame, type Report, type SyncStart } from "../src/frames.js";
 import { MemoryStore } from "../src/store.js";
 import { Connector } from "../src/transport/connect.js";
 import type { ClientEvents } from "../src/events.js";
@@ -298,5 +298,5 @@ test("check: a revision-3 server gets no Digest and no Report", async (t) => {
   assert.deepEqual(ln.digests(), []);
   assert.deepEqual(ln.reports(), []);
   const hello = ln.node.hellos[0] as Frame;
-  assert.equal(hello.type === FrameType.Hello && hello.protoVersion, 4);
+  assert.equal(hello.type === FrameType.Hello && hello.protoVersion, PROTO_VERSION);
 });

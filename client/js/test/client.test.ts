@@ -82,7 +82,7 @@ test("offline start: stored messages are readable and sends are queued durably b
   assert.equal(statuses[0]!.item.status, "sent");
   assert.equal(statuses[0]!.item.ack?.convSeq, 3);
   const hello = node.hellos[0]!;
-  assert.deepEqual(hello.type === FrameType.Hello && [hello.token, hello.device, hello.protoVersion], ["tok-1", "phone", 4]);
+  assert.deepEqual(hello.type === FrameType.Hello && [hello.token, hello.device, hello.protoVersion], ["tok-1", "phone", 5]);
   assert.equal((node.requests[0] as { cmid: string }).cmid, it.cmid);
   assert.equal((await store.load()).outbox[0]!.status, "sent");
   await c.close();
@@ -253,7 +253,7 @@ test("sync: TooOld rebases (ConvList, History) to the head; EpochChanged restart
       stream = s;
     },
     (f) => {
-      if (f.type === FrameType.ConvList) return makeFrame(FrameType.ConvListResult, { id: f.id, convs: [{ conv: "g1", kind: 2, epoch: 1n, first: 1, head: 7, members: ["alice", "bob"], memberCount: 2, readMark: 0, role: 1 }] });
+      if (f.type === FrameType.ConvList) return makeFrame(FrameType.ConvListResult, { id: f.id, convs: [{ conv: "g1", kind: 2, epoch: 1n, first: 1, head: 7, members: ["alice", "bob"], memberCount: 2, readMark: 0, role: 1, deliveredMark: 0, peerDelivered: 0, peerRead: 0 }] });
       if (f.type === FrameType.History) return makeFrame(FrameType.HistoryResult, { id: f.id, epoch: 1n, first: 1, head: 7, entries: [msg(6), msg(7)].map((e) => ({ ...e, seq: e.convSeq })) });
       return undefined;
     },

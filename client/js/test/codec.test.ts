@@ -9,7 +9,7 @@ import { dirname, join } from "node:path";
 import { encode as libEncode, decode as libDecode } from "@msgpack/msgpack";
 
 import { FrameReader, encodeFrame, FrameTooLargeError, isResponseType, type ReadItem } from "../src/framing.js";
-import { FrameType, ReportKind, decodeFrame, makeFrame, makeEntry, typeName, type Frame } from "../src/frames.js";
+import { FrameType, Kind, ReportKind, decodeFrame, makeFrame, makeEntry, typeName, type Frame } from "../src/frames.js";
 import { decodeBody, decodeValue, MalformedError, MsgFloat } from "../src/msgpack.js";
 import { Code, errorFromClose, codeName, retryable } from "../src/codes.js";
 
@@ -40,7 +40,7 @@ function one(items: ReadItem[]): Frame {
 const goldens = readdirSync(goldenDir).filter((f) => f.endsWith(".v1.hex")).sort();
 
 test("every golden file is here", () => {
-  // 34 frame types, one golden file each: a new type in Go without a schema here fails this.
+  // 38 frame types, one golden file each: a new type in Go without a schema here fails this.
   assert.equal(goldens.length, Object.keys(FrameType).length);
 });
 
@@ -83,6 +83,28 @@ test("golden values decode as Go wrote them", () => {
   assert.deepEqual(report, makeFrame(FrameType.Report, { kind: ReportKind.Mismatch, conv: "g1", epoch: 9n, from: 40, to: 59 }));
   // A DigestResult answers a request: the session routes it to its request by id.
   assert.ok(isResponseType(FrameType.DigestResult));
+  // Revision 5: delivery states and read counts.
+  const receipts = one(new FrameReader().push(readHex(join(goldenDir, "receipts.v1.hex"))));
+  assert.deepEqual(receipts, makeFrame(FrameType.Receipts, { id: 15, conv: "g1", seqs: [12, 2 ** 40, 3] }));
+  const counts = one(new FrameReader().push(readHex(join(goldenDir, "receipts_result.v1.hex"))));
+  assert.deepEqual(counts, makeFrame(FrameType.ReceiptsResult, { id: 15, counts: [
+    { convSeq: 12, members: 300, delivered: 120, read: 7 }, { convSeq: 2 ** 40, members: 0, delivered: 0, read: 0 }, { convSeq: 3, members: 2 ** 20, delivered: 2 ** 20, read: 1 },
+  ] }));
+  const readers = one(new FrameReader().push(readHex(join(goldenDir, "readers.v1.hex"))));
+  assert.deepEqual(readers, makeFrame(FrameType.Readers, { id: 16, conv: "g1", convSeq: 12, state: Kind.Delivered, after: "alice", limit: 50 }));
+  const page = one(new FrameReader().push(readHex(join(goldenDir, "readers_result.v1.hex"))));
+  assert.deepEqual(page, makeFrame(FrameType.ReadersResult, { id: 16, users: ["bob", "carol"], next: "dave", more: true }));
+  const state = one(new FrameReader().push(readHex(join(goldenDir, "conv_state_result.v1.hex"))));
+  if (state.type !== FrameType.ConvStateResult) assert.fail("not a conv state result");
+  assert.deepEqual([state.conv.readMark, state.conv.deliveredMark, state.conv.peerDelivered, state.conv.peerRead], [999, 1000, 998, 997]);
+  const history = one(new FrameReader().push(readHex(join(goldenDir, "history_result.v1.hex"))));
+  if (history.type !== FrameType.HistoryResult) assert.fail("not a history result");
+  assert.deepEqual(history.entries.map((e) => [e.kind, e.sender, e.upTo]), [[Kind.Message, "bob", 11], [Kind.Delivered, "carol", 41]]);
+  assert.ok(isResponseType(FrameType.ReceiptsResult) && isResponseType(FrameType.ReadersResult));
+  // A position list refuses what a position refuses.
+  assert.throws(() => decodeFrame(FrameType.Receipts, libEncode({ seqs: [1, -2] })), MalformedError);
+  assert.throws(() => decodeFrame(FrameType.Receipts, libEncode({ seqs: ["1"] })), MalformedError);
+  assert.throws(() => encodeFrame(makeFrame(FrameType.Receipts, { id: 1, conv: "g", seqs: [1.5] })), RangeError);
   assert.ok(!isResponseType(FrameType.Report));
 });
 

@@ -23,9 +23,6 @@ func heartbeatSetup(t *testing.T, fault func(*proto.Heartbeat) proto.Frame) (bob
 	t.Helper()
 	srv := syncdtest.Start(t, func(c *syncd.Config) {
 		c.Shards, c.Limits.HeartbeatMs = 2, heartbeatMs
-		// No delivered entry during the test: bob's log stays the one message whose head the
-		// heartbeats report (a report of what his device stored would append one to it).
-		c.DeliveryReportInterval = time.Hour
 	})
 	faulty = new(atomic.Bool)
 	proxy = prototest.NewProxy(t, srv.Addr().String(), srv.Fingerprint(), func(f proto.Frame) proto.Frame {

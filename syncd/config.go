@@ -183,6 +183,12 @@ type Config struct {
 	// but only the Receipts query shows them, so that one message does not bring the sender an
 	// entry per member. Default 100 (log.DefaultStatusFanoutLimit).
 	StatusFanoutLimit int
+	// DeliveryReports turns on the delivered step (delivery.go): the leader of each shard reports
+	// what its users' devices acked to the conversations concerned, which tell the senders. Off
+	// by default in this version: every node of a cluster must apply the delivered appends and
+	// op 11 (issue #24) before any node reports, so a rolling upgrade turns it on last; and the
+	// entries it adds to logs are new to clients and tools that count entries.
+	DeliveryReports bool
 	// DeliveryReportInterval is how often the leader of a shard reports what its users' devices
 	// acked to the conversations concerned (delivery.go): the delay of the delivered step and
 	// how much one report coalesces. Default 250ms.

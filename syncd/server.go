@@ -218,15 +218,18 @@ func (s *Server) Run(ctx context.Context) error {
 	defer cancel()
 	var wg sync.WaitGroup
 	if s.awaitClusterMap(ctx) == nil {
-		wg.Add(5)
+		wg.Add(4)
 		go func() {
 			defer wg.Done()
 			s.fan.Run(ctx)
 		}()
-		go func() {
-			defer wg.Done()
-			s.deliveryLoop(ctx)
-		}()
+		if s.cfg.DeliveryReports {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				s.deliveryLoop(ctx)
+			}()
+		}
 		go func() {
 			defer wg.Done()
 			s.mover.Run(ctx)

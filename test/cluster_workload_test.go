@@ -267,8 +267,11 @@ func (w *workload) readEvents(d *wlDevice) {
 	}
 }
 
-// recordStatus records a Sent or Failed status.
+// recordStatus records a Sent or Failed status (delivered and read steps are not the workload's).
 func (w *workload) recordStatus(d *wlDevice, e client.StatusEvent) {
+	if e.Status != client.StatusSent && e.Status != client.StatusFailed {
+		return
+	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	m := w.msgs[e.ClientMsgID]

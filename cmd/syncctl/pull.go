@@ -174,6 +174,9 @@ func printEvent(e *env, cmd string, ev client.Event) {
 	case client.EpochEvent:
 		e.errorf(cmd, "note: the user's log was re-created (epoch %d); printing it from its start", ev.Epoch)
 	case client.StatusEvent:
+		if ev.Status != client.StatusSent && ev.Status != client.StatusFailed {
+			break // a delivered or read step of one of the user's messages: its entry is printed
+		}
 		if ev.Status == client.StatusFailed {
 			e.errorf(cmd, "note: a previously queued action %s failed: %v", ev.ClientMsgID, ev.Err)
 		} else {

@@ -80,6 +80,7 @@ type fileConfig struct {
 	QueryBurst             int      `toml:"query_burst"`
 	MaxConnsPerUser        int      `toml:"max_connections_per_user"`
 	MaxGroupSize           int      `toml:"max_group_size"`
+	DeliveryReports        bool     `toml:"delivery_reports"`
 	StatusFanoutLimit      int      `toml:"status_fanout_limit"`
 	DeliveryReportInterval duration `toml:"delivery_report_interval"`
 	MembersPerMinute       int      `toml:"members_per_minute"`
@@ -231,7 +232,7 @@ func (o options) toConfig(logOut io.Writer) (syncd.Config, error) {
 		SendRate: s.SendRate, SendBurst: s.SendBurst, MaxInFlight: s.MaxInFlight, MaxHandshakes: s.MaxHandshakes,
 		QueryRate: s.QueryRate, QueryBurst: s.QueryBurst, MaxConnectionsPerUser: s.MaxConnsPerUser,
 		MaxGroupSize: s.MaxGroupSize, MembersPerMinute: s.MembersPerMinute, MaxGroupsPerUser: s.MaxGroupsPerUser,
-		StatusFanoutLimit: s.StatusFanoutLimit, DeliveryReportInterval: time.Duration(s.DeliveryReportInterval),
+		DeliveryReports: s.DeliveryReports, StatusFanoutLimit: s.StatusFanoutLimit, DeliveryReportInterval: time.Duration(s.DeliveryReportInterval),
 		MaxTokenLifetime: time.Duration(s.MaxTokenLifetime), HelloTimeout: time.Duration(s.HelloTimeout),
 		MaxHandshakesPerSource: s.MaxHandshakesPerSource,
 		MinFreeDisk:            int64(s.MinFreeDisk),

@@ -63,7 +63,7 @@ func fromConfig(cfg syncd.Config) fileConfig {
 		SendRate: cfg.SendRate, SendBurst: cfg.SendBurst, MaxInFlight: cfg.MaxInFlight, MaxHandshakes: cfg.MaxHandshakes,
 		QueryRate: cfg.QueryRate, QueryBurst: cfg.QueryBurst, MaxConnsPerUser: cfg.MaxConnectionsPerUser,
 		MaxGroupSize: cfg.MaxGroupSize, MembersPerMinute: cfg.MembersPerMinute, MaxGroupsPerUser: cfg.MaxGroupsPerUser,
-		StatusFanoutLimit: cfg.StatusFanoutLimit, DeliveryReportInterval: duration(cfg.DeliveryReportInterval),
+		DeliveryReports: cfg.DeliveryReports, StatusFanoutLimit: cfg.StatusFanoutLimit, DeliveryReportInterval: duration(cfg.DeliveryReportInterval),
 		MinFreeDisk:      byteSize(max(cfg.MinFreeDisk, 0)), // negative (off) is spelled 0
 		MaxTokenLifetime: duration(cfg.MaxTokenLifetime), HelloTimeout: duration(cfg.HelloTimeout),
 		MaxHandshakesPerSource: cfg.MaxHandshakesPerSource,
@@ -330,6 +330,12 @@ var settings = []setting{
 	{key: "max_group_size", section: "Groups", field: func(c *fileConfig) any { return &c.MaxGroupSize },
 		usage: "most members of a group",
 		doc:   "Most members a group may have; a creation or addition beyond it gets GroupFull."},
+	{key: "delivery_reports", field: func(c *fileConfig) any { return &c.DeliveryReports },
+		usage: "tell senders when a device of the recipient stored their message (the delivered step)",
+		doc: "Tell senders when a device of the recipient stored their message: the delivered step, as entries of " +
+			"kind delivered in their logs, and the delivered counts of groups. Off by default in this version: in a " +
+			"cluster, turn it on only once every node runs a version that has it (the nodes must all apply its appends).",
+		means: ": senders see sent and read, not delivered"},
 	{key: "status_fanout_limit", field: func(c *fileConfig) any { return &c.StatusFanoutLimit },
 		usage: "largest group whose delivered steps reach the senders' logs as entries",
 		doc: "Largest group whose delivered steps reach the senders as entries of their logs (kind delivered); in " +

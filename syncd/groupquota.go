@@ -44,6 +44,10 @@ const seatHold = 2 * time.Second
 type groupSeats struct {
 	mu      sync.Mutex
 	pending map[string][]seat // by user
+	// counted is, per user with seats held, the highest count a check brought: counts are read
+	// before the lock, so a check may come with a count older than one that already dropped the
+	// seats it shows, and would then miss those seats twice (one creation too many got through).
+	counted map[string]int
 	// sweep is when admit next drops every expired seat: a user named once and never again
 	// would otherwise keep its seats for good.
 	sweep time.Time
@@ -55,9 +59,11 @@ type seat struct {
 	expires time.Time
 }
 
-// pendingLocked drops uid's seats that its count n shows (want <= n) or that expired, and
-// returns how many remain. REQUIRES: g.mu.
-func (g *groupSeats) pendingLocked(uid string, n int, now time.Time) int {
+// seatsLocked drops uid's seats that its count n (or a higher one a check brought while seats
+// were held) shows, want <= n, or that expired, and returns that count plus the seats that
+// remain. REQUIRES: g.mu.
+func (g *groupSeats) seatsLocked(uid string, n int, now time.Time) (effective int) {
+	n = max(n, g.counted[uid])
 	kept := g.pending[uid][:0]
 	for _, s := range g.pending[uid] {
 		if s.want > n && now.Before(s.expires) {
@@ -66,17 +72,18 @@ func (g *groupSeats) pendingLocked(uid string, n int, now time.Time) int {
 	}
 	if len(kept) == 0 {
 		delete(g.pending, uid)
+		delete(g.counted, uid)
 	} else {
-		g.pending[uid] = kept
+		g.pending[uid], g.counted[uid] = kept, n
 	}
-	return len(kept)
+	return n + len(kept)
 }
 
 // effective returns uid's count n plus the seats still held for it.
 func (g *groupSeats) effective(uid string, n int, now time.Time) int {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return n + g.pendingLocked(uid, n, now)
+	return g.seatsLocked(uid, n, now)
 }
 
 // admit checks every named user's count (counts[i], the shard's) plus its held seats against
@@ -86,25 +93,27 @@ func (g *groupSeats) admit(named []string, counts []int, now time.Time, check fu
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.pending == nil {
-		g.pending = map[string][]seat{}
+		g.pending, g.counted = map[string][]seat{}, map[string]int{}
 	}
 	if !now.Before(g.sweep) { // at most once per seatHold: the map holds what was admitted in one
 		for uid, seats := range g.pending {
 			if !now.Before(seats[len(seats)-1].expires) { // the last is the latest
 				delete(g.pending, uid)
+				delete(g.counted, uid)
 			}
 		}
 		g.sweep = now.Add(seatHold)
 	}
 	effs := make([]int, len(named))
 	for i, uid := range named {
-		effs[i] = counts[i] + g.pendingLocked(uid, counts[i], now)
+		effs[i] = g.seatsLocked(uid, counts[i], now)
 		if err := check(i, effs[i]); err != nil {
 			return err
 		}
 	}
 	for i, uid := range named {
 		g.pending[uid] = append(g.pending[uid], seat{want: effs[i] + 1, expires: now.Add(seatHold)})
+		g.counted[uid] = max(g.counted[uid], counts[i])
 	}
 	return nil
 }

@@ -127,3 +127,28 @@ func TestGroupSeatsLeaveWithTheirDeliveries(t *testing.T) {
 		t.Fatalf("after seatHold: b's seats kept %v, c counted %d", kept, seen)
 	}
 }
+
+// TestGroupSeatsStaleCount: counts are read before the seats' lock, so a check may bring a count
+// older than one another check already used to drop seats; it must not count those seats' groups
+// as neither delivered nor pending (TestGroupQuotaConcurrentCreators let one creation too many
+// through under load).
+func TestGroupSeatsStaleCount(t *testing.T) {
+	var g groupSeats
+	now := time.Now()
+	for n := range 3 { // three creations admitted at counts 0: seats want 1, 2 and 3
+		if err := g.admit([]string{"v"}, []int{0}, now, func(_, eff int) error {
+			if eff != n {
+				t.Fatalf("admission %d saw %d", n, eff)
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := g.effective("v", 2, now); n != 3 { // two delivered, one pending
+		t.Fatalf("with a count of 2: %d, want 3", n)
+	}
+	if n := g.effective("v", 1, now); n != 3 { // a count read before the second delivery
+		t.Fatalf("with a stale count of 1: %d, want 3", n)
+	}
+}

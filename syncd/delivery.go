@@ -3,7 +3,6 @@ package syncd
 import (
 	"context"
 	"errors"
-	"time"
 
 	"github.com/syncd-dev/syncd/log"
 	"github.com/syncd-dev/syncd/raftstore"
@@ -36,23 +35,11 @@ const (
 // deliveryLoop reports the deliveries of the user logs of every shard this node leads, every
 // DeliveryReportInterval, until ctx ends.
 func (s *Server) deliveryLoop(ctx context.Context) {
-	t := time.NewTicker(s.cfg.DeliveryReportInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
+	s.everyLedShard(ctx, s.cfg.DeliveryReportInterval, func(id raftstore.ShardID) {
+		if err := s.reportDeliveries(ctx, id); err != nil && ctx.Err() == nil {
+			s.logger.Debug("delivery reports failed; retrying next round", "shard", id, "err", err)
 		}
-		for _, id := range s.node.Shards() {
-			if st, err := s.node.ShardStatus(id); err != nil || st.State != "leader" {
-				continue
-			}
-			if err := s.reportDeliveries(ctx, id); err != nil && ctx.Err() == nil {
-				s.logger.Debug("delivery reports failed; retrying next round", "shard", id, "err", err)
-			}
-		}
-	}
+	})
 }
 
 // reportDeliveries reports what the devices of shard's user logs acked since the last report.

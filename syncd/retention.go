@@ -21,7 +21,17 @@ type nodeShards interface {
 // RetentionInterval, until ctx ends. Trimming only moves a log's first retained position; devices
 // behind it get "too old" and rebase (G3). Failures are logged and retried next interval.
 func (s *Server) retainLoop(ctx context.Context) {
-	t := time.NewTicker(s.cfg.RetentionInterval)
+	s.everyLedShard(ctx, s.cfg.RetentionInterval, func(id raftstore.ShardID) {
+		if err := retainShard(ctx, s.node, id, s.cfg.Retention); err != nil && ctx.Err() == nil {
+			s.logger.Warn("retention pass failed; retrying next interval", "shard", id, "err", err)
+		}
+	})
+}
+
+// everyLedShard calls pass for each shard this node leads, every interval, until ctx ends: the
+// background work a shard's leader does for the shard (retention, delivery reports).
+func (s *Server) everyLedShard(ctx context.Context, interval time.Duration, pass func(raftstore.ShardID)) {
+	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
 		select {
@@ -31,9 +41,7 @@ func (s *Server) retainLoop(ctx context.Context) {
 		}
 		for _, id := range s.node.Shards() {
 			if st, err := s.node.ShardStatus(id); err == nil && st.State == "leader" {
-				if err := retainShard(ctx, s.node, id, s.cfg.Retention); err != nil && ctx.Err() == nil {
-					s.logger.Warn("retention pass failed; retrying next interval", "shard", id, "err", err)
-				}
+				pass(id)
 			}
 		}
 	}

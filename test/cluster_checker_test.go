@@ -338,8 +338,10 @@ func (w *workload) attempts(m *wlMsg) string {
 // checkEntries checks the entries device d stored, in the order it stored them: positions 1, 2,
 // 3… (in each sub-log of a split user's stream) with no rebase or epoch change, each msg_id once,
 // only entries of its conversations, and within each conversation conv_seq 1, 2, 3… (every member
-// gets every entry of its conversations, in their order, across a split too). It returns every
-// problem found.
+// gets every entry of its conversations, in their order, across a split too). A group's
+// delivery reports (kind delivered) go to the senders they are about, not to every member, so in a
+// group a forward jump is noted in w.skipped and checkConvLog checks that every position jumped
+// over holds such a report. It returns every problem found.
 // REQUIRES: d.mu.
 func (w *workload) checkEntries(d *wlDevice) (problems []string) {
 	bad := func(format string, args ...any) {
@@ -364,11 +366,25 @@ func (w *workload) checkEntries(d *wlDevice) (problems []string) {
 			bad("msg_id %s stored twice, at %d and %d (G4/G5)", e.MsgID, prev, e.Seq)
 		}
 		ids[e.MsgID] = e.Seq
-		if cv := w.conv(e.Conv); cv == nil || !slices.Contains(cv.members, d.user) {
+		cv := w.conv(e.Conv)
+		if cv == nil || !slices.Contains(cv.members, d.user) {
 			bad("entry %d of conversation %q it is not a member of (G7)", e.Seq, e.Conv)
 			continue
 		}
-		if want := next[e.Conv] + 1; e.ConvSeq != want {
+		want := next[e.Conv] + 1
+		switch {
+		case e.ConvSeq == want:
+		case e.ConvSeq > want && cv.creator != "": // a group: checkConvLog checks what was jumped over
+			if w.skipped == nil {
+				w.skipped = map[string]map[proto.Position]string{}
+			}
+			if w.skipped[e.Conv] == nil {
+				w.skipped[e.Conv] = map[proto.Position]string{}
+			}
+			for p := want; p < e.ConvSeq; p++ {
+				w.skipped[e.Conv][p] = d.user
+			}
+		default:
 			bad("entry %d is %s/%d, want conv_seq %d next (G5/G6)", e.Seq, e.Conv, e.ConvSeq, want)
 		}
 		next[e.Conv] = e.ConvSeq
@@ -630,6 +646,15 @@ func (w *workload) checkConvLog(node string, s *log.Shard, cv *wlConv) int {
 	for _, e := range got {
 		if e.Kind == log.KindMessage {
 			logView = append(logView, fmt.Sprintf("%d %s %s", e.ConvSeq, e.MsgID, e.Body))
+		}
+		if u, ok := w.skipped[cv.id][proto.Position(e.ConvSeq)]; ok && e.Kind != log.KindDelivered {
+			t.Errorf("%s: %s's device jumped over %s/%d, which holds an entry of kind %d for every member (G5)",
+				node, u, cv.id, e.ConvSeq, e.Kind)
+		}
+	}
+	for p, u := range w.skipped[cv.id] {
+		if p > proto.Position(len(got)) {
+			t.Errorf("%s: %s's device jumped over %s/%d, beyond the log's %d entries", node, u, cv.id, p, len(got))
 		}
 	}
 	if missing := w.missingAcks(cv.id, logView); len(missing) > 0 {

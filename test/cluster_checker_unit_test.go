@@ -93,6 +93,14 @@ func TestClusterCheckerCatches(t *testing.T) {
 			t.Errorf("%s: problems %q, want one with %q", name, problems, tc.want)
 		}
 	}
+	// In a group, a jump is the group's delivery reports to other senders: noted for checkConvLog.
+	grp := &wlConv{id: "grp", members: []string{"u1", "u2"}, creator: "u1"}
+	w.convs = append(w.convs, grp)
+	d.entries = []proto.Entry{{Seq: 1, MsgID: "3.1.0", Conv: grp.id, ConvSeq: 1}, {Seq: 2, MsgID: "3.4.0", Conv: grp.id, ConvSeq: 4}}
+	d.subs = make([]uint32, len(d.entries))
+	if problems := w.checkEntries(d); len(problems) != 0 || len(w.skipped[grp.id]) != 2 || w.skipped[grp.id][2] != "u2" {
+		t.Errorf("a jump in a group: problems %q, noted %v", problems, w.skipped)
+	}
 	d.entries, d.rebases = nil, []client.RebaseEvent{{Epoch: 1, Head: 9}}
 	if problems := w.checkEntries(d); len(problems) != 1 {
 		t.Errorf("a rebase: problems %q", problems)

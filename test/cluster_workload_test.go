@@ -93,10 +93,11 @@ type workload struct {
 	next   map[string]int    // sender → next message number
 	bad    []string          // inconsistencies seen while recording (an ack changing, an unknown id)
 
-	final      map[string]convView          // conversation → its messages as the devices stored them (checkDevices)
-	moved      map[string]raftstore.ShardID // users the schedule moved to another shard, and where
-	movedConvs map[string]raftstore.ShardID // conversations it moved, and where
-	split      map[string]int               // users whose streams the schedule split, into how many sub-logs
+	final      map[string]convView                  // conversation → its messages as the devices stored them (checkDevices)
+	skipped    map[string]map[proto.Position]string // group → conv_seqs a member's device jumped over → that member (checkEntries)
+	moved      map[string]raftstore.ShardID         // users the schedule moved to another shard, and where
+	movedConvs map[string]raftstore.ShardID         // conversations it moved, and where
+	split      map[string]int                       // users whose streams the schedule split, into how many sub-logs
 
 	stop    chan struct{}
 	senders sync.WaitGroup

@@ -50,14 +50,24 @@ type Append struct {
 	// senders concerned); a larger group's delivered marks only move its counts. Zero means
 	// DefaultStatusFanoutLimit. It travels in the command like MaxGroupSize.
 	StatusFanoutLimit int64
+	// LargeGroupThreshold is the most members a group may have and still be served by write
+	// diffusion (an entry per member's log); a creation or addition that takes a group past it
+	// makes it large for good (logMeta.Large, read diffusion: see [Entry.Source]). Zero means
+	// DefaultLargeGroupThreshold. It travels in the command like MaxGroupSize.
+	LargeGroupThreshold int64
 }
 
 // Defaults for the windows of an [Append].
 const (
 	DefaultDedupWindow  = int64(24 * 3600 * 1e9) // mobile apps retry after being killed for hours
 	DefaultRecallWindow = int64(2 * 60 * 1e9)
-	// DefaultMaxGroupSize is the group size limit when the request names none.
-	DefaultMaxGroupSize = 10_000
+	// DefaultMaxGroupSize is the group size limit when the request names none: large groups
+	// cost no write per member per message (read diffusion), so it is the size Telegram and
+	// WuKongIM serve.
+	DefaultMaxGroupSize = 100_000
+	// DefaultLargeGroupThreshold is the LargeGroupThreshold when the request names none: above
+	// it a message's write per member outweighs a follower per group in members' streams.
+	DefaultLargeGroupThreshold = 1000
 	// DefaultStatusFanoutLimit is the largest group whose delivered reports become entries when
 	// the request names no limit: beyond it, one entry per member per report round would be a
 	// fan-out of n² per round for a group whose members all read.
@@ -177,13 +187,22 @@ func (t *Tx) writeAppend(st Stamp, req *Append, plan *appendPlan, dedup []byte) 
 	switch {
 	case plan.noop:
 		res.NoOp = true
-	case plan.silent:
-		res.NoOp = true
+	case plan.silent, plan.private:
+		res.NoOp = plan.silent
 		if err := t.writeMembers(req, plan, 0); err != nil {
 			return AppendResult{}, err
 		}
 		if err := t.putLogMeta(t.s.k.conv(req.Conv), plan.meta); err != nil {
 			return AppendResult{}, err
+		}
+		if plan.private {
+			// A large group's receipt: the reader's own devices learn it from an entry that
+			// has no conversation position (ConvSeq 0) and goes to the reader's log only.
+			res.MsgID = MsgID{Shard: t.s.id, Index: st.Index}
+			e := Entry{Kind: req.Kind, MsgID: res.MsgID, Conv: req.Conv, Sender: req.Sender, Time: st.Time, ReadUpTo: req.ReadUpTo}
+			if err := t.appendOutbox(outboxRecord{Recipients: []string{req.Sender}, Entry: e}); err != nil {
+				return AppendResult{}, err
+			}
 		}
 	default:
 		res.MsgID = MsgID{Shard: t.s.id, Index: st.Index}
@@ -212,6 +231,8 @@ type appendPlan struct {
 	recipients []string
 	noop       bool // nothing is written
 	silent     bool // only the sender's mark moves: no entry (a delivered report nobody is told of)
+	private    bool // a large group's receipt: the marks move, and an entry without a conv_seq goes to the reader's log
+	source     bool // a membership entry starting or ending its recipients' following of a large group (Entry.Source)
 }
 
 func (t *Tx) planAppend(st Stamp, req *Append, exists bool, p *appendPlan) error {
@@ -230,6 +251,8 @@ func (t *Tx) planAppend(st Stamp, req *Append, exists bool, p *appendPlan) error
 		}
 		p.meta.MemberCount = len(p.add)
 		p.recipients = p.add
+		p.meta.Large = isLarge(req, len(p.add))
+		p.source = p.meta.Large // every member starts following
 		return nil
 	}
 	if !exists {
@@ -254,6 +277,9 @@ func (t *Tx) planAppend(st Stamp, req *Append, exists bool, p *appendPlan) error
 			return t.planReceipt(req, ms, p)
 		}
 		return t.planDelivered(req, ms, p)
+	}
+	if p.meta.Large {
+		return t.planLarge(st, req, p)
 	}
 	members := p.meta.Members // a direct conversation keeps its two members in its meta
 	if p.meta.Kind == ConvGroup {
@@ -281,21 +307,65 @@ func (t *Tx) planAppend(st Stamp, req *Append, exists bool, p *appendPlan) error
 		if p.meta.Kind != ConvGroup {
 			return ErrNotGroup
 		}
-		if err := t.planMembership(req, members, p); err != nil || p.noop {
+		has := func(uid string) (bool, error) { return isMember(members, uid), nil }
+		if err := t.planMembership(req, has, len(members), p); err != nil || p.noop {
 			return err
 		}
 		p.meta.MemberCount = len(members) + len(p.add) - len(p.remove)
 		// Removed members learn of their removal; added members see the add.
 		p.recipients = sortedUnique(append(slices.Clone(members), p.add...))
+		if req.Kind == KindMemberAdd && isLarge(req, p.meta.MemberCount) {
+			// The switch to read diffusion: this add goes to every member, each of whom
+			// follows the conversation log from it on. The one write per member it costs is
+			// paid once: a large group stays large.
+			p.meta.Large, p.source = true, true
+		}
 	}
 	return nil
 }
 
-// planMembership decides a KindMemberAdd, KindMemberRemove or KindRoleChange on a group with
-// members, checking the sender's rights (see [Role]): owners and admins add; a member may be
+// isLarge reports whether a group of n members is past req's LargeGroupThreshold.
+func isLarge(req *Append, n int) bool {
+	return int64(n) > cmp.Or(req.LargeGroupThreshold, DefaultLargeGroupThreshold)
+}
+
+// planLarge plans a message, recall or membership change of a large group: its entries are read
+// from the conversation log by the members' devices (Entry.Source), so the outbox record goes to
+// the users whose following starts or ends with it, if any; and nothing reads the member list,
+// so that what a request costs does not grow with the group.
+func (t *Tx) planLarge(st Stamp, req *Append, p *appendPlan) error {
+	ms := &memberSet{t: t, conv: req.Conv, meta: &p.meta}
+	if _, err := ms.self(req.Sender); err != nil {
+		return err
+	}
+	switch req.Kind {
+	case KindMessage:
+	case KindRecall:
+		ref, err := t.planRecall(st, req)
+		if err != nil {
+			return err
+		}
+		p.recall = &ref
+	case KindMemberAdd, KindMemberRemove, KindRoleChange:
+		n, err := ms.count()
+		if err != nil {
+			return err
+		}
+		if err := t.planMembership(req, ms.has, n, p); err != nil || p.noop {
+			return err
+		}
+		p.meta.MemberCount = n + len(p.add) - len(p.remove)
+		p.recipients = sortedUnique(append(slices.Clone(p.add), p.remove...))
+		p.source = len(p.recipients) > 0 // a role change goes to nobody's log
+	}
+	return nil
+}
+
+// planMembership decides a KindMemberAdd, KindMemberRemove or KindRoleChange on a group of n
+// members, has telling who is one, checking the sender's rights (see [Role]): owners and admins add; a member may be
 // removed by one ranked above it, or leave (the owner only last, or after handing ownership
 // over); only the owner gives roles, and giving ownership away makes the owner an admin.
-func (t *Tx) planMembership(req *Append, members []string, p *appendPlan) error {
+func (t *Tx) planMembership(req *Append, has func(uid string) (bool, error), n int, p *appendPlan) error {
 	self, err := t.member(req.Conv, req.Sender)
 	if err != nil {
 		return err
@@ -308,20 +378,24 @@ func (t *Tx) planMembership(req *Append, members []string, p *appendPlan) error 
 			return fmt.Errorf("%w: only the group's owner and admins add members", ErrNotPermitted)
 		}
 		for _, m := range named {
-			if !isMember(members, m) {
+			if in, err := has(m); err != nil {
+				return err
+			} else if !in {
 				p.add = append(p.add, m)
 			}
 		}
-		if err := checkGroupSize(req, len(members)+len(p.add)); err != nil {
+		if err := checkGroupSize(req, n+len(p.add)); err != nil {
 			return err
 		}
 	case KindMemberRemove:
 		for _, m := range named {
-			if !isMember(members, m) {
+			if in, err := has(m); err != nil {
+				return err
+			} else if !in {
 				continue
 			}
 			if m == req.Sender {
-				if self.Role == RoleOwner && len(members) > 1 {
+				if self.Role == RoleOwner && n > 1 {
 					return fmt.Errorf("%w: the owner leaves last, or after giving ownership to another member", ErrNotPermitted)
 				}
 			} else if them, err := t.member(req.Conv, m); err != nil {
@@ -342,7 +416,9 @@ func (t *Tx) planMembership(req *Append, members []string, p *appendPlan) error 
 			return invalidf("ownership goes to exactly one member, not %d", len(named))
 		}
 		for _, m := range named {
-			if !isMember(members, m) {
+			if in, err := has(m); err != nil {
+				return err
+			} else if !in {
 				continue
 			}
 			if them, err := t.member(req.Conv, m); err != nil {
@@ -466,6 +542,10 @@ func (t *Tx) planReceipt(req *Append, ms *memberSet, p *appendPlan) error {
 		return nil
 	}
 	p.readMark = true
+	if p.meta.Large {
+		p.private = true // a receipt in the log every member follows would be O(members²)
+		return nil
+	}
 	if p.meta.Kind == ConvDirect || req.ReadUpTo-m.ReadMark > receiptScanLimit {
 		p.recipients, err = ms.list()
 		return err
@@ -497,7 +577,7 @@ func (t *Tx) planDelivered(req *Append, ms *memberSet, p *appendPlan) error {
 		p.recipients = p.meta.Members
 		return nil
 	}
-	if int64(n) > cmp.Or(req.StatusFanoutLimit, DefaultStatusFanoutLimit) {
+	if p.meta.Large || int64(n) > cmp.Or(req.StatusFanoutLimit, DefaultStatusFanoutLimit) {
 		p.silent = true
 		return nil
 	}
@@ -608,6 +688,7 @@ func (t *Tx) writeConvEntry(st Stamp, req *Append, p *appendPlan, res AppendResu
 	case KindDelivered:
 		e.ReadUpTo = p.upTo
 	}
+	e.Source = p.source
 	if err := t.writeMembers(req, p, res.ConvSeq); err != nil {
 		return err
 	}
@@ -626,6 +707,9 @@ func (t *Tx) writeConvEntry(st Stamp, req *Append, p *appendPlan, res AppendResu
 	}
 	if err := t.putLogMeta(k.conv(req.Conv), p.meta); err != nil {
 		return err
+	}
+	if len(p.recipients) == 0 {
+		return nil // a large group's message: its members' devices read it from this log
 	}
 	// The outbox record keeps the whole member list, once; each destination gets only the ids of
 	// its own recipients (Entry.CopyFor) and user logs only a count (see MaxInlineMembers).

@@ -24,6 +24,9 @@ type ConvState struct {
 	// PeerDelivered and PeerRead are, in a direct conversation, the other member's marks; zero
 	// in a group (ask [Shard.Receipts] for counts).
 	PeerDelivered, PeerRead Position
+	// Large is set for a large group, which its members' devices read from the conversation
+	// log (read diffusion, Append.LargeGroupThreshold).
+	Large bool
 }
 
 // Conversation returns the state of conv as member uid sees it. It returns ErrNoConversation if
@@ -46,7 +49,7 @@ func (s *Shard) Conversation(conv, uid string) (ConvState, error) {
 	}
 	st := ConvState{Conv: conv, Kind: m.Kind, Info: LogInfo{Epoch: m.Epoch, First: m.First, Head: m.Head},
 		Members: m.Members, MemberCount: len(m.Members), ReadMark: mem.ReadMark, Role: mem.Role,
-		DeliveredMark: mem.delivered()}
+		DeliveredMark: mem.delivered(), Large: m.Large}
 	if m.Kind == ConvDirect {
 		for _, peer := range m.Members {
 			if peer == uid {

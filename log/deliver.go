@@ -156,8 +156,7 @@ func (a *userAppender) add(uid string, e Entry) error {
 	if err := t.set(k.userEntry(uid, m.Head), encodeEntry(&e)); err != nil {
 		return err
 	}
-	// Index the conversation under the user, for listing a user's conversations.
-	if err := t.set(k.userConv(uid, e.Conv), encodeUint(uint64(e.ConvSeq))); err != nil {
+	if err := t.indexUserEntry(uid, &e); err != nil {
 		return err
 	}
 	a.appended++
@@ -165,6 +164,21 @@ func (a *userAppender) add(uid string, e Entry) error {
 		t.touched = map[string]struct{}{}
 	}
 	t.touched[uid] = struct{}{}
+	return nil
+}
+
+// indexUserEntry keeps the indexes of uid's log for e, just appended to it at e.Seq: the
+// conversation under the user, for listing a user's conversations, and the follow record of a
+// large group's membership entry (follow.go).
+func (t *Tx) indexUserEntry(uid string, e *Entry) error {
+	if e.ConvSeq != 0 { // a large group's receipt has no position; its membership entries do
+		if err := t.set(t.s.k.userConv(uid, e.Conv), encodeUint(uint64(e.ConvSeq))); err != nil {
+			return err
+		}
+	}
+	if e.Source {
+		return t.noteFollow(uid, e)
+	}
 	return nil
 }
 
@@ -204,7 +218,8 @@ func (b *DeliveryBatch) validate() error {
 				return invalidf("delivery item at %d: users must be valid, sorted and unique", it.Pos)
 			}
 		}
-		if !it.Entry.Kind.Valid() || it.Entry.MsgID.IsZero() || it.Entry.ConvSeq == 0 {
+		// Only a large group's receipt has no conv_seq: it goes to the reader's log alone.
+		if !it.Entry.Kind.Valid() || it.Entry.MsgID.IsZero() || it.Entry.ConvSeq == 0 && it.Entry.Kind != KindReceipt {
 			return invalidf("delivery item at %d: incomplete entry", it.Pos)
 		}
 		if !slices.IsSorted(it.Entry.Members) { // groupsDelta searches them

@@ -63,7 +63,7 @@ func roundTrip[V any](t *testing.T, data []byte, decode func([]byte) (V, error),
 }
 
 func FuzzAppendUnmarshal(f *testing.F) {
-	for _, a := range []Append{goldenAppend, goldenAppendV2, goldenAppendV3, {}, {Conv: "c", Sender: "s", ClientMsgID: "m", Kind: KindMessage}} {
+	for _, a := range []Append{goldenAppend, goldenAppendV2, goldenAppendV3, goldenAppendV4, {}, {Conv: "c", Sender: "s", ClientMsgID: "m", Kind: KindMessage}} {
 		b, _ := a.MarshalBinary()
 		addSeeds(f, b)
 	}
@@ -87,7 +87,7 @@ func FuzzDeliveryBatchUnmarshal(f *testing.F) {
 }
 
 func FuzzDecodeEntry(f *testing.F) {
-	addSeeds(f, encodeEntry(&goldenEntry), encodeEntry(&Entry{}))
+	addSeeds(f, encodeEntry(&goldenEntry), encodeEntry(&goldenEntryV3), encodeEntry(&Entry{}))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		roundTrip(t, data, func(b []byte) (Entry, error) { return decodeEntry(b, 5) }, func(e Entry) []byte {
 			b := encodeEntry(&e)
@@ -100,7 +100,7 @@ func FuzzDecodeEntry(f *testing.F) {
 }
 
 func FuzzDecodeLogMeta(f *testing.F) {
-	addSeeds(f, goldenLogMeta.encode(), goldenLogMetaV4.encode(), goldenLogMetaV5.encode(), logMeta{}.encode())
+	addSeeds(f, goldenLogMeta.encode(), goldenLogMetaV4.encode(), goldenLogMetaV5.encode(), goldenLogMetaV5Large.encode(), logMeta{}.encode())
 	f.Fuzz(func(t *testing.T, data []byte) { roundTrip(t, data, decodeLogMeta, logMeta.encode) })
 }
 
@@ -171,6 +171,11 @@ func FuzzDeadLetterRequests(f *testing.F) {
 	})
 }
 
+func FuzzDecodeFollow(f *testing.F) {
+	addSeeds(f, encodePeriods(goldenPeriods), encodePeriods(nil))
+	f.Fuzz(func(t *testing.T, data []byte) { roundTrip(t, data, decodePeriods, encodePeriods) })
+}
+
 func FuzzDecodeCounter(f *testing.F) {
 	addSeeds(f, encodeUint(0), encodeUint(1<<63))
 	f.Fuzz(func(t *testing.T, data []byte) { roundTrip(t, data, decodeUint, encodeUint) })
@@ -184,6 +189,9 @@ func fuzzSeedState(s *Shard) script {
 		// alice's stream split: the records after it route to her sub-logs.
 		func(tx *Tx, st Stamp) error { _, err := tx.SplitUser("alice", 3); return err },
 		send(Append{Conv: "g1", Sender: "bob", ClientMsgID: "after-split", Kind: KindMessage, Body: []byte("s")}),
+		// A large group: its meta flag, and a message that writes no outbox record.
+		send(Append{Conv: "big", Sender: "bob", ClientMsgID: "big", Kind: KindGroupCreate, Members: []string{"alice", "carol"}, LargeGroupThreshold: 2}),
+		send(Append{Conv: "big", Sender: "bob", ClientMsgID: "big-1", Kind: KindMessage, Body: []byte("b")}),
 	)
 }
 

@@ -51,8 +51,14 @@ var (
 	goldenMemberV3  = member{ReadMark: 77, Role: RoleAdmin, DeliveredMark: 300, Joined: 12}
 	goldenLogMetaV5 = logMeta{Kind: ConvGroup, Epoch: 1_700_000_000_000_000_000, First: 4, Head: 1000, MemberCount: 5000, Counted: true}
 	goldenAppendV3  = Append{Conv: "g", Sender: "alice", Kind: KindDelivered, ReadUpTo: 300, StatusFanoutLimit: 100}
-	goldenReported  = MarkReported{Log: "bob 3", Cursor: Cursor{Epoch: 1_700_000_000_000_000_000, Pos: 41}}
-	goldenAppendV2  = Append{Conv: "g", Sender: "alice", ClientMsgID: "cm-2", Kind: KindRoleChange, Members: []string{"bob"},
+	goldenAppendV4  = Append{Conv: "g", Sender: "alice", ClientMsgID: "cm-4", Kind: KindMemberAdd, Members: []string{"bob"},
+		MaxGroupSize: 100_000, LargeGroupThreshold: 1000}
+	goldenEntryV3 = Entry{Kind: KindMemberRemove, MsgID: MsgID{Shard: 3, Index: 99, Sub: 1}, Conv: "g", ConvSeq: 12,
+		Sender: "alice", Time: 1_700_000_000_000_000_000, Members: []string{"bob"}, Source: true}
+	goldenLogMetaV5Large = logMeta{Kind: ConvGroup, Epoch: 1_700_000_000_000_000_000, First: 4, Head: 1000, MemberCount: 5000, Counted: true, Large: true}
+	goldenPeriods        = []Period{{From: 12, To: 300, Gate: 7}, {From: 1 << 33, Gate: 1 << 40}}
+	goldenReported       = MarkReported{Log: "bob 3", Cursor: Cursor{Epoch: 1_700_000_000_000_000_000, Pos: 41}}
+	goldenAppendV2       = Append{Conv: "g", Sender: "alice", ClientMsgID: "cm-2", Kind: KindRoleChange, Members: []string{"bob"},
 		Role: RoleOwner, DedupWindow: DefaultDedupWindow, MaxGroupSize: 5000}
 	goldenEntryV2 = Entry{Kind: KindMemberAdd, MsgID: MsgID{Shard: 3, Index: 99, Sub: 1}, Conv: "g", ConvSeq: 12,
 		Sender: "bob", Time: 1_700_000_000_000_000_000, Role: RoleAdmin, MemberCount: 40}
@@ -121,6 +127,14 @@ func goldenCases() []goldenCase {
 			func(b []byte) (any, error) { return decodeLogMeta(b) }, goldenLogMetaV5},
 		{"append.v3", func() []byte { return must(goldenAppendV3.MarshalBinary()) },
 			func(b []byte) (any, error) { var a Append; err := a.UnmarshalBinary(b); return a, err }, goldenAppendV3},
+		{"append.v4", func() []byte { return must(goldenAppendV4.MarshalBinary()) },
+			func(b []byte) (any, error) { var a Append; err := a.UnmarshalBinary(b); return a, err }, goldenAppendV4},
+		{"entry.v3", func() []byte { return encodeEntry(&goldenEntryV3) },
+			func(b []byte) (any, error) { return decodeEntry(b, 0) }, goldenEntryV3},
+		{"log_meta.v5-large", goldenLogMetaV5Large.encode,
+			func(b []byte) (any, error) { return decodeLogMeta(b) }, goldenLogMetaV5Large},
+		{"follow.v1", func() []byte { return encodePeriods(goldenPeriods) },
+			func(b []byte) (any, error) { return decodePeriods(b) }, goldenPeriods},
 		{"mark_reported.v1", func() []byte { return must(goldenReported.MarshalBinary()) },
 			func(b []byte) (any, error) { var r MarkReported; err := r.UnmarshalBinary(b); return r, err }, goldenReported},
 		{"delivery_batch.v1", func() []byte { return must(goldenBatch.MarshalBinary()) },
@@ -227,6 +241,7 @@ func TestGoldenKeys(t *testing.T) {
 		{"counts", k.count("g", countRead, 1, 258)},
 		{"reported", k.reported("alice")},
 		{"due", k.due("alice")},
+		{"follow", k.follow("alice", "g")},
 		{"dedup", k.dedup(dedupSuffix("alice", "cm", KindMessage))},
 		{"dedup_by_exp", k.dedupByExp(1_700_000_000_000_000_000, dedupSuffix("alice", "cm", KindMessage))},
 		{"outbox", k.outbox(258)},

@@ -17,6 +17,9 @@ const (
 	// requestV3 adds an Append's StatusFanoutLimit after its v2 fields; an Append without one is
 	// still v1 or v2.
 	requestV3 = 3
+	// requestV4 adds an Append's LargeGroupThreshold after its v3 fields; an Append without one
+	// is still v1 to v3.
+	requestV4 = 4
 )
 
 // MarshalBinary encodes the request.
@@ -25,11 +28,14 @@ func (a *Append) MarshalBinary() ([]byte, error) { return a.AppendBinary(nil) }
 // AppendBinary appends the encoding of the request to b (encoding.BinaryAppender), growing b
 // once: a Raft command puts its header in front without copying the request.
 func (a *Append) AppendBinary(b []byte) ([]byte, error) {
-	v3 := a.StatusFanoutLimit != 0
+	v4 := a.LargeGroupThreshold != 0
+	v3 := v4 || a.StatusFanoutLimit != 0
 	v2 := v3 || a.Role != 0 || a.MaxGroupSize != 0
 	e := encoder{b: slices.Grow(b, 2+9*binary.MaxVarintLen64+strLen(a.Conv)+strLen(a.Sender)+strLen(a.ClientMsgID)+
 		uvarintLen(uint64(len(a.Body)))+len(a.Body)+16+strsLen(a.Members))}
 	switch {
+	case v4:
+		e.u8(requestV4)
 	case v3:
 		e.u8(requestV3)
 	case v2:
@@ -54,13 +60,16 @@ func (a *Append) AppendBinary(b []byte) ([]byte, error) {
 	if v3 {
 		e.varint(a.StatusFanoutLimit)
 	}
+	if v4 {
+		e.varint(a.LargeGroupThreshold)
+	}
 	return e.b, nil
 }
 
 // UnmarshalBinary decodes a request encoded by MarshalBinary. Errors wrap ErrCorrupt.
 func (a *Append) UnmarshalBinary(b []byte) error {
 	d := decoder{b: b}
-	v := d.version("append request", requestV3)
+	v := d.version("append request", requestV4)
 	*a = Append{
 		Conv:         d.str(),
 		Sender:       d.str(),
@@ -78,6 +87,9 @@ func (a *Append) UnmarshalBinary(b []byte) error {
 	}
 	if v >= requestV3 {
 		a.StatusFanoutLimit = d.varint()
+	}
+	if v >= requestV4 {
+		a.LargeGroupThreshold = d.varint()
 	}
 	return d.done("append request")
 }

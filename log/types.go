@@ -174,6 +174,11 @@ type Entry struct {
 	// them (more than MaxInlineMembers): empty in a user log's copy, cut to one destination's
 	// recipients in a delivery (CopyFor). Zero when Members is complete.
 	MemberCount int
+	// Source marks a membership entry of a large group (read diffusion, LargeGroupThreshold)
+	// that starts (KindGroupCreate, KindMemberAdd) or ends (KindMemberRemove) the following of
+	// the conversation log by the users who receive it in their logs: their devices read the
+	// group's other entries from the conversation log itself (entryV3).
+	Source bool
 }
 
 // CopyFor returns the copy of e for recipients users of one destination shard (sorted, as an

@@ -9,7 +9,8 @@ const (
 	// count, a group's member count. Writers use v1 while those fields are zero, so values
 	// without them keep their bytes.
 	valueV2 = 2
-	// valueV3 adds a user log's group count to a log meta, after the v2 member count.
+	// valueV3 adds a user log's group count to a log meta, after the v2 member count, and an
+	// entry's flags (entrySource) after its v2 fields.
 	valueV3 = 3
 	// valueV4 writes a log meta's group count signed: a split user's sub-log counts the groups
 	// whose entries it receives, and a group joined before the split but left after it counts
@@ -45,16 +46,22 @@ type logMeta struct {
 	// 0x14, marks.go): every group created since they exist, and an older one from its first
 	// mark update on (valueV5).
 	Counted bool
+	// Large is set on a group served by read diffusion (LargeGroupThreshold): its entries are
+	// not copied into members' logs; they follow the conversation log (valueV5 flag).
+	Large bool
 }
 
 // Flags of a v5 log meta.
-const logMetaCounted = 1 << 0
+const (
+	logMetaCounted = 1 << 0
+	logMetaLarge   = 1 << 1
+)
 
 func (m logMeta) encode() []byte {
 	e := encoder{b: make([]byte, 0, 32)}
 	v := versionFor(m.MemberCount != 0)
 	switch {
-	case m.Counted:
+	case m.Counted || m.Large:
 		v = valueV5
 	case m.Groups > 0:
 		v = valueV3
@@ -76,8 +83,15 @@ func (m logMeta) encode() []byte {
 	case valueV4, valueV5:
 		e.varint(int64(m.Groups))
 	}
-	if v == valueV5 {
-		e.u8(logMetaCounted) // the only flag, and v5 is written only with it
+	if v == valueV5 { // written only with a flag
+		var flags uint8
+		if m.Counted {
+			flags |= logMetaCounted
+		}
+		if m.Large {
+			flags |= logMetaLarge
+		}
+		e.u8(flags)
 	}
 	return e.b
 }
@@ -111,10 +125,10 @@ func decodeLogMeta(b []byte) (logMeta, error) {
 	}
 	if v == valueV5 {
 		flags := d.u8()
-		if flags&^logMetaCounted != 0 && d.err == nil {
+		if flags&^(logMetaCounted|logMetaLarge) != 0 && d.err == nil {
 			d.err = corruptf("log meta: unknown flags %#x", flags)
 		}
-		m.Counted = flags&logMetaCounted != 0
+		m.Counted, m.Large = flags&logMetaCounted != 0, flags&logMetaLarge != 0
 	}
 	return m, d.done("log meta")
 }
@@ -193,16 +207,26 @@ func encodeEntry(x *Entry) []byte {
 func entryLen(x *Entry) int {
 	n := 2 + 16 + strLen(x.Conv) + uvarintLen(uint64(x.ConvSeq)) + strLen(x.Sender) + varintLen(x.Time) +
 		uvarintLen(uint64(len(x.Body))) + len(x.Body) + uvarintLen(uint64(x.ReadUpTo)) + 16 + strsLen(x.Members)
-	if x.Role != 0 || x.MemberCount != 0 {
+	if x.Role != 0 || x.MemberCount != 0 || x.Source {
 		n += 1 + uvarintLen(uint64(x.MemberCount))
+	}
+	if x.Source {
+		n++
 	}
 	return n
 }
 
-// entry appends the encoding of x (see encodeEntry).
+// Flags of a v3 entry.
+const entrySource = 1 << 0
+
+// entry appends the encoding of x (see encodeEntry). A v3 entry is a v2 one and a flags byte,
+// written only when a flag is set, so entries without one keep their bytes.
 func (e *encoder) entry(x *Entry) {
-	v2 := x.Role != 0 || x.MemberCount != 0
-	e.u8(versionFor(v2))
+	v := versionFor(x.Role != 0 || x.MemberCount != 0)
+	if x.Source {
+		v = valueV3
+	}
+	e.u8(v)
 	e.u8(uint8(x.Kind))
 	e.msgID(x.MsgID)
 	e.str(x.Conv)
@@ -213,15 +237,18 @@ func (e *encoder) entry(x *Entry) {
 	e.uvarint(uint64(x.ReadUpTo))
 	e.msgID(x.Target)
 	e.strs(x.Members)
-	if v2 {
+	if v >= valueV2 {
 		e.u8(uint8(x.Role))
 		e.uvarint(uint64(x.MemberCount))
+	}
+	if v == valueV3 {
+		e.u8(entrySource) // the only flag, and v3 is written only with it
 	}
 }
 
 func decodeEntry(b []byte, seq Position) (Entry, error) {
 	d := decoder{b: b}
-	v := d.version("entry", valueV2)
+	v := d.version("entry", valueV3)
 	x := Entry{
 		Seq:      seq,
 		Kind:     Kind(d.u8()),
@@ -237,6 +264,13 @@ func decodeEntry(b []byte, seq Position) (Entry, error) {
 	}
 	if v >= valueV2 {
 		x.Role, x.MemberCount = Role(d.u8()), int(d.uvarint())
+	}
+	if v == valueV3 {
+		flags := d.u8()
+		if flags&^entrySource != 0 && d.err == nil {
+			d.err = corruptf("entry: unknown flags %#x", flags)
+		}
+		x.Source = flags&entrySource != 0
 	}
 	return x, d.done("entry")
 }

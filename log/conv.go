@@ -708,6 +708,12 @@ func (t *Tx) writeConvEntry(st Stamp, req *Append, p *appendPlan, res AppendResu
 	if err := t.putLogMeta(k.conv(req.Conv), p.meta); err != nil {
 		return err
 	}
+	if p.meta.Large { // its members' devices read it from this log: wake them
+		if t.touchedConvs == nil {
+			t.touchedConvs = map[string]struct{}{}
+		}
+		t.touchedConvs[req.Conv] = struct{}{}
+	}
 	if len(p.recipients) == 0 {
 		return nil // a large group's message: its members' devices read it from this log
 	}

@@ -2,6 +2,8 @@ package log
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 
 	"github.com/cockroachdb/pebble/v2"
 )
@@ -26,8 +28,9 @@ type Tx struct {
 	// shard's cache of committed metas.
 	pending map[string]logMeta
 
-	// touched holds the users whose logs this Tx appended to (see TouchedUsers).
-	touched map[string]struct{}
+	// touched holds the users whose logs this Tx appended to, touchedConvs the large groups
+	// whose conversation logs it appended to (see Touched).
+	touched, touchedConvs map[string]struct{}
 
 	// routed is set when this Tx changes how ReadOutbox routes records (RoutingVersion).
 	routed bool
@@ -37,14 +40,40 @@ type Tx struct {
 	rng *shardRanges
 }
 
-// TouchedUsers returns the users whose logs this Tx appended to, in no particular order, so the
-// caller can wake exactly their readers after the commit.
-func (t *Tx) TouchedUsers() []string {
-	out := make([]string, 0, len(t.touched))
-	for uid := range t.touched {
-		out = append(out, uid)
+// Touched names logs that readers follow and a commit grew: users' logs, and the conversation
+// logs of large groups, which their members' devices follow as sources (follow.go).
+type Touched struct {
+	Users, Convs []string
+	// All is set when any log of the shard may have changed (a snapshot was restored).
+	All bool
+}
+
+// Empty reports whether t names nothing.
+func (t Touched) Empty() bool { return !t.All && len(t.Users) == 0 && len(t.Convs) == 0 }
+
+// Add adds the logs of o to t, each once.
+func (t *Touched) Add(o Touched) {
+	t.All = t.All || o.All
+	t.Users = mergeUnique(t.Users, o.Users)
+	t.Convs = mergeUnique(t.Convs, o.Convs)
+}
+
+func mergeUnique(a, b []string) []string {
+	if len(a) == 0 {
+		return b
 	}
-	return out
+	if len(b) == 0 {
+		return a
+	}
+	out := append(slices.Clone(a), b...)
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// Touched returns the logs this Tx appended to, in no particular order, so the caller can wake
+// exactly their readers after the commit.
+func (t *Tx) Touched() Touched {
+	return Touched{Users: slices.Collect(maps.Keys(t.touched)), Convs: slices.Collect(maps.Keys(t.touchedConvs))}
 }
 
 // Begin opens a Tx on the shard. The caller must Commit or Close it.

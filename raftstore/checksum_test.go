@@ -63,7 +63,7 @@ func TestChecksumIsOfItsOwnIndex(t *testing.T) {
 	state, f := open(1)
 	f.checksums = newReplicaChecksums(1, run, testSlog(t))
 	var touched [][]string
-	f.onUserLogs = func(users []string) { touched = append(touched, users) }
+	f.onLogs = func(t log.Touched) { touched = append(touched, t.Users) }
 	out := f.ApplyBatch(logs)
 
 	res := out[1].(applyResult)

@@ -125,11 +125,12 @@ type App interface {
 	// Applied is called after each applied batch of a shard with its new applied index, on the
 	// shard's apply goroutine: it must not block.
 	Applied(shard ShardID, index uint64)
-	// UserLogsChanged is called after an applied batch of a shard appended to user logs, with
-	// those users (nil after a snapshot restore: any user of the shard may have changed), on the
-	// shard's apply goroutine: it must not block. Readers of user logs use it to wake exactly the
-	// streams that have something new.
-	UserLogsChanged(shard ShardID, users []string)
+	// LogsChanged is called after an applied batch of a shard appended to logs that readers
+	// follow — user logs, and the conversation logs of large groups — with those logs (All after
+	// a snapshot restore: any log of the shard may have changed), on the shard's apply
+	// goroutine: it must not block. Sync streams use it to wake exactly the readers that have
+	// something new.
+	LogsChanged(shard ShardID, logs log.Touched)
 	// Serve answers a call another node made with Node.Call (say, a read of a shard this node
 	// hosts for a node that does not), on the forwarding connection's goroutines, under ctx (the
 	// caller's deadline). Refusals of the log package keep their sentinel across the call; other

@@ -199,10 +199,10 @@ type testApp struct {
 	serve func(ctx context.Context, method string, payload []byte) ([]byte, error)
 }
 
-func (testApp) Applied(raftstore.ShardID, uint64)           {}
-func (testApp) UserLogsChanged(raftstore.ShardID, []string) {}
-func (testApp) DeviceRevoked(raftstore.Revocation)          {}
-func (a testApp) Attrs() map[string]string                  { return a.attrs }
+func (testApp) Applied(raftstore.ShardID, uint64)          {}
+func (testApp) LogsChanged(raftstore.ShardID, log.Touched) {}
+func (testApp) DeviceRevoked(raftstore.Revocation)         {}
+func (a testApp) Attrs() map[string]string                 { return a.attrs }
 func (a testApp) Serve(ctx context.Context, method string, payload []byte) ([]byte, error) {
 	if a.serve == nil {
 		return nil, fmt.Errorf("testApp serves no calls")

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"slices"
 	"sync/atomic"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -36,9 +35,9 @@ type fsm struct {
 	restores atomic.Uint64
 	// onApply, if set, is called after each batch commits with the new applied index.
 	onApply func(index uint64)
-	// onUserLogs, if set, is called after a batch that appended to user logs, with those users;
-	// after a snapshot restore it is called with nil (every user of the shard may have changed).
-	onUserLogs func(users []string)
+	// onLogs, if set, is called after a batch that appended to logs readers follow, with those
+	// logs; after a snapshot restore it is called with All set (any log may have changed).
+	onLogs func(log.Touched)
 	// checksums, if set, records the replica's checksums at the indexes of the ChecksumCommands
 	// it applies (checksum.go).
 	checksums *replicaChecksums
@@ -74,7 +73,7 @@ func (f *fsm) ApplyBatch(logs []*raft.Log) []any {
 	tx := f.shard.Begin()
 	defer func() { tx.Close() }()
 	last, committed := applied, applied
-	var touched []string
+	var touched log.Touched
 	for i, l := range logs {
 		if l.Index <= applied {
 			f.skips.Add(1)
@@ -87,7 +86,7 @@ func (f *fsm) ApplyBatch(logs []*raft.Log) []any {
 		res, proposed := f.applyOne(tx, l)
 		out[i] = res
 		if res.err == nil && res.res.CheckIndex != 0 {
-			touched = append(touched, f.commit(tx, last)...)
+			touched.Add(f.commit(tx, last))
 			f.checksumAt(last, proposed)
 			f.applied.Store(last) // after the checksum is recorded: see replica.status
 			committed = last
@@ -98,25 +97,21 @@ func (f *fsm) ApplyBatch(logs []*raft.Log) []any {
 		return out
 	}
 	if last != committed {
-		touched = append(touched, f.commit(tx, last)...)
+		touched.Add(f.commit(tx, last))
 		f.applied.Store(last)
 	}
 	if f.onApply != nil {
 		f.onApply(last)
 	}
-	if f.onUserLogs != nil && len(touched) > 0 {
-		if committed != applied { // two commits may have touched the same users
-			slices.Sort(touched)
-			touched = slices.Compact(touched)
-		}
-		f.onUserLogs(touched)
+	if f.onLogs != nil && !touched.Empty() {
+		f.onLogs(touched)
 	}
 	return out
 }
 
-// commit records last as the applied index in tx and commits it, and returns the users whose
-// logs it appended to.
-func (f *fsm) commit(tx *log.Tx, last uint64) []string {
+// commit records last as the applied index in tx and commits it, and returns the logs it
+// appended to.
+func (f *fsm) commit(tx *log.Tx, last uint64) log.Touched {
 	if err := tx.SetApplied(last); err != nil {
 		panic(fmt.Sprintf("raftstore: shard %d: record applied index: %v", f.shard.ID(), err))
 	}
@@ -125,7 +120,7 @@ func (f *fsm) commit(tx *log.Tx, last uint64) []string {
 		// re-apply from the durable Raft log.
 		panic(fmt.Sprintf("raftstore: shard %d: commit applied batch: %v", f.shard.ID(), err))
 	}
-	return tx.TouchedUsers()
+	return tx.Touched()
 }
 
 // checksumAt captures the shard's state, committed up to index, and has its checksum computed
@@ -176,8 +171,8 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 	if f.onApply != nil {
 		f.onApply(applied)
 	}
-	if f.onUserLogs != nil {
-		f.onUserLogs(nil)
+	if f.onLogs != nil {
+		f.onLogs(log.Touched{All: true})
 	}
 	return nil
 }

@@ -201,7 +201,7 @@ func (n *Node) startReplica(id ShardID, peers []Peer) (*replica, error) {
 	f.checksums = newReplicaChecksums(id, n.checksums, logger)
 	if app := cfg.App; app != nil {
 		f.onApply = func(index uint64) { app.Applied(id, index) }
-		f.onUserLogs = func(users []string) { app.UserLogsChanged(id, users) }
+		f.onLogs = func(t log.Touched) { app.LogsChanged(id, t) }
 	}
 	rg, err := n.startRaft(id, f, true, snaps, logs, peers)
 	if err != nil {

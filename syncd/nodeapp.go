@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync/atomic"
 
+	"github.com/syncd-dev/syncd/log"
 	"github.com/syncd-dev/syncd/raftstore"
 	"github.com/syncd-dev/syncd/syncd/fanout"
 	"github.com/syncd-dev/syncd/syncd/peer"
@@ -30,8 +31,8 @@ func (a *nodeApp) Applied(shard raftstore.ShardID, _ uint64) {
 	}
 }
 
-func (a *nodeApp) UserLogsChanged(shard raftstore.ShardID, users []string) {
-	a.notes.notify(shard, users)
+func (a *nodeApp) LogsChanged(shard raftstore.ShardID, logs log.Touched) {
+	a.notes.notify(shard, logs)
 }
 
 func (a *nodeApp) DeviceRevoked(r raftstore.Revocation) { a.revoked(r) }

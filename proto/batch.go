@@ -21,7 +21,8 @@ import (
 //
 // The entries are encoded first, after a gap of HeaderLen + PageOverhead bytes; once their number
 // is known, Frame writes the header and the fields before them right-aligned into the gap, and
-// the Batch's last field after them. The bytes are those AppendFrame writes for the same Batch
+// the Batch's fields that follow them (head, sub, and for a source's batch source and after)
+// after them. The bytes are those AppendFrame writes for the same Batch
 // (TestBatchBuilderIsAppendFrame), so the wire does not change.
 
 // batchGap is the room reserved before the entries for the header and the fields before them.
@@ -84,9 +85,23 @@ func (b *BatchBuilder) Len() int { return b.n }
 // Frame completes the batch with its epoch, head and sub-log and returns the whole frame (header
 // and body), as AppendFrame would encode &Batch{Epoch: epoch, Entries: <the entries added>, Head:
 // head, Sub: sub}. The slice is the builder's buffer: it is valid until the next Reset or Release, and
-// must not be modified. Frame may be called once per batch. It does not check the peer's
-// max_frame: the sender does (the frame's length field is len(frame)-4).
+// must not be modified. Frame (or SourceFrame) may be called once per batch. It does not check
+// the peer's max_frame: the sender does (the frame's length field is len(frame)-4).
 func (b *BatchBuilder) Frame(epoch Epoch, head Position, sub uint32) []byte {
+	return b.frame(epoch, head, sub, "", 0)
+}
+
+// SourceFrame is Frame for a batch of a source (revision 6): it completes the batch with the
+// conversation log's epoch and head, the source's conversation id and, when the batch needs it,
+// the position its first entry follows, as AppendFrame would encode &Batch{Epoch: epoch,
+// Entries: <the entries added>, Head: head, Source: source, After: after}.
+func (b *BatchBuilder) SourceFrame(epoch Epoch, head Position, source string, after Position) []byte {
+	return b.frame(epoch, head, 0, source, after)
+}
+
+// frame writes the Batch's fields around the entries: those before them into the gap, those
+// after them (in the order of the struct) after the entries.
+func (b *BatchBuilder) frame(epoch Epoch, head Position, sub uint32, source string, after Position) []byte {
 	if b.done || b.enc == nil {
 		panic("proto: BatchBuilder.Frame without Reset")
 	}
@@ -95,7 +110,7 @@ func (b *BatchBuilder) Frame(epoch Epoch, head Position, sub uint32) []byte {
 	var scratch [batchGap]byte
 	entries := len(b.w.b) // the prefix is encoded after the entries, then moved into the gap
 	fields := 0
-	for _, nonZero := range []bool{epoch != 0, b.n > 0, head != 0, sub != 0} {
+	for _, nonZero := range []bool{epoch != 0, b.n > 0, head != 0, sub != 0, source != "", after != 0} {
 		if nonZero {
 			fields++
 		}
@@ -119,6 +134,14 @@ func (b *BatchBuilder) Frame(epoch Epoch, head Position, sub uint32) []byte {
 	if sub != 0 {
 		_ = b.enc.EncodeString("sub")
 		_ = b.enc.EncodeUint(uint64(sub))
+	}
+	if source != "" {
+		_ = b.enc.EncodeString("source")
+		_ = b.enc.EncodeString(source)
+	}
+	if after != 0 {
+		_ = b.enc.EncodeString("after")
+		_ = b.enc.EncodeUint(uint64(after))
 	}
 	start := batchGap - prefix
 	copy(b.w.b[start:batchGap], scratch[:prefix])

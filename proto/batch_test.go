@@ -19,7 +19,7 @@ func randomEntry(r *rand.Rand, seq Position) Entry {
 	str := func() string { return strings.Repeat("abcdefgh", 5)[:r.IntN(40)] }
 	e := Entry{Seq: seq, Kind: Kind(r.IntN(8)), MsgID: MsgID(str()), Conv: str(), ConvSeq: Position(num()),
 		Sender: str(), Time: int64(num()) * int64(1-2*r.IntN(2)), UpTo: Position(num()), Target: MsgID(str()),
-		Role: Role(r.IntN(4)), MemberCount: uint32(num())}
+		Role: Role(r.IntN(4)), MemberCount: uint32(num()), Source: r.IntN(2) == 0}
 	if r.IntN(2) == 0 {
 		e.Body = bytes.Repeat([]byte{byte(seq)}, []int{0, 1, 255, 256, 300, 65535, 65536}[r.IntN(7)])
 	}
@@ -31,16 +31,17 @@ func randomEntry(r *rand.Rand, seq Position) Entry {
 
 // TestBatchBuilderIsAppendFrame: the frame a BatchBuilder builds is byte for byte what
 // AppendFrame writes for the same Batch — for random entries, epochs and heads (zero ones
-// included, which the encoding omits), and entry counts on both sides of the fixarray/array16
-// boundary up to MaxPage — in one builder reused from batch to batch, so that no batch carries
-// bytes of the one before.
+// included, which the encoding omits), batches of the user log, of sub-logs and of sources (with
+// and without After, Frame and SourceFrame), and entry counts on both sides of the
+// fixarray/array16 boundary up to MaxPage — in one builder reused from batch to batch, so that no
+// batch carries bytes of the one before.
 func TestBatchBuilderIsAppendFrame(t *testing.T) {
 	// Frame writes Batch's fields itself: a field added to Batch must be added there too.
 	var fields []string
 	for f := range reflect.TypeFor[Batch]().Fields() {
 		fields = append(fields, f.Name)
 	}
-	if want := []string{"Epoch", "Entries", "Head", "Sub"}; !slices.Equal(fields, want) {
+	if want := []string{"Epoch", "Entries", "Head", "Sub", "Source", "After"}; !slices.Equal(fields, want) {
 		t.Fatalf("Batch has the fields %v; BatchBuilder.Frame writes %v: teach it the new ones", fields, want)
 	}
 	r := rand.New(rand.NewPCG(1, 2))
@@ -52,6 +53,11 @@ func TestBatchBuilderIsAppendFrame(t *testing.T) {
 		head := Position([]uint64{0, 5, 1 << 20, ^uint64(0)}[r.IntN(4)])
 		sub := []uint32{0, 1, MaxSubLogs - 1}[r.IntN(3)]
 		want := &Batch{Epoch: epoch, Head: head, Sub: sub}
+		if round%3 == 2 { // a source's batch (revision 6): no sub, a conversation id, maybe After
+			want.Sub = 0
+			want.Source = []string{"g", strings.Repeat("s", MaxIDLen)}[r.IntN(2)]
+			want.After = Position([]uint64{0, 7, 1 << 40, ^uint64(0)}[r.IntN(4)])
+		}
 		b.Reset(1 << 30)
 		for i := range n {
 			e := randomEntry(r, Position(round*1000+i+1))
@@ -63,18 +69,26 @@ func TestBatchBuilderIsAppendFrame(t *testing.T) {
 		if b.Len() != n {
 			t.Fatalf("round %d: Len %d, want %d", round, b.Len(), n)
 		}
-		got := b.Frame(epoch, head, sub)
+		var got []byte
+		if want.Source != "" {
+			got = b.SourceFrame(epoch, head, want.Source, want.After)
+		} else {
+			got = b.Frame(epoch, head, sub)
+		}
 		wantB, err := AppendFrame(nil, want)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if !bytes.Equal(got, wantB) {
-			t.Fatalf("round %d (%d entries, epoch %d, head %d): builder frame differs from AppendFrame\n got %x\nwant %x",
-				round, n, epoch, head, got[:min(len(got), 64)], wantB[:min(len(wantB), 64)])
+			t.Fatalf("round %d (%d entries, epoch %d, head %d, source %q, after %d): builder frame differs from AppendFrame\n got %x\nwant %x",
+				round, n, epoch, head, want.Source, want.After, got[:min(len(got), 64)], wantB[:min(len(wantB), 64)])
 		}
 		f, err := NewReader(bytes.NewReader(got), MaxFrameLimit).Next()
 		if err != nil || f.FrameType() != TypeBatch {
 			t.Fatalf("round %d: the frame reads back as %v, %v", round, f, err)
+		}
+		if g := f.(*Batch); g.Source != want.Source || g.After != want.After || g.Sub != want.Sub {
+			t.Fatalf("round %d: read back source %q after %d sub %d, want %q %d %d", round, g.Source, g.After, g.Sub, want.Source, want.After, want.Sub)
 		}
 	}
 }

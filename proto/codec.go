@@ -232,7 +232,8 @@ type reflectEntry Entry
 // decodeField decodes the value of the field named key (or skips it), as the reflective decoder
 // does for the field's kind: uints with DecodeUint64 (truncated to the field's width, as
 // reflect's SetUint does), strings with DecodeString, the body with DecodeBytes, the member list
-// as a string slice decoded into the one there (nil leaves it as it is).
+// as a string slice decoded into the one there (nil leaves it as it is), the source flag with
+// DecodeBool (nil is false).
 func (e *Entry) decodeField(d *msgpack.Decoder, key []byte) (err error) {
 	u := func() uint64 {
 		var v uint64
@@ -271,6 +272,8 @@ func (e *Entry) decodeField(d *msgpack.Decoder, key []byte) (err error) {
 		e.Role = Role(u())
 	case "member_count":
 		e.MemberCount = uint32(u())
+	case "source":
+		e.Source, err = d.DecodeBool()
 	default:
 		err = d.Skip()
 	}
@@ -318,6 +321,7 @@ func (e *Entry) writeFields(w *fieldWriter) {
 	w.strs("members", e.Members)
 	w.uint("role", uint64(e.Role))
 	w.uint("member_count", uint64(e.MemberCount))
+	w.bool("source", e.Source)
 }
 
 // fieldWriter writes the non-zero fields of a map, or only counts them.
@@ -344,6 +348,12 @@ func (w *fieldWriter) key(k string, nonZero bool) bool {
 func (w *fieldWriter) uint(k string, v uint64) {
 	if w.key(k, v != 0) {
 		w.err = w.enc.EncodeUint(v)
+	}
+}
+
+func (w *fieldWriter) bool(k string, v bool) {
+	if w.key(k, v) {
+		w.err = w.enc.EncodeBool(true)
 	}
 }
 

@@ -76,6 +76,19 @@ func TestEntryDecodeMsgpackIsReflective(t *testing.T) {
 		"wrong value type":    enc(func(e *msgpack.Encoder) { e.EncodeMapLen(1); e.EncodeString("seq"); e.EncodeString("x") }),
 		"truncated":           encodeWith(t, &fixtureEntry)[:10],
 		"a key that is a map": enc(func(e *msgpack.Encoder) { e.EncodeMapLen(1); e.EncodeMapLen(0); e.EncodeUint(1) }),
+		"source true, then nil": enc(func(e *msgpack.Encoder) {
+			e.EncodeMapLen(3)
+			e.EncodeString("source")
+			e.EncodeBool(true)
+			e.EncodeString("seq")
+			e.EncodeUint(3)
+			e.EncodeString("source")
+			e.EncodeNil()
+		}),
+		"source false":        enc(func(e *msgpack.Encoder) { e.EncodeMapLen(1); e.EncodeString("source"); e.EncodeBool(false) }),
+		"source as a number":  enc(func(e *msgpack.Encoder) { e.EncodeMapLen(1); e.EncodeString("source"); e.EncodeUint(1) }),
+		"source as a string":  enc(func(e *msgpack.Encoder) { e.EncodeMapLen(1); e.EncodeString("source"); e.EncodeString("big") }),
+		"receipt, conv_seq 0": encodeWith(t, &fixtureBigReceipt),
 	}
 	r := rand.New(rand.NewPCG(3, 4))
 	for i := range 300 {
@@ -99,7 +112,7 @@ func FuzzEntryDecodeMsgpack(f *testing.F) {
 	var w appendWriter
 	enc := msgpack.NewEncoder(&w)
 	configureEncoder(enc)
-	for _, e := range []Entry{fixtureEntry, fixtureRoleChange, {}} {
+	for _, e := range []Entry{fixtureEntry, fixtureRoleChange, fixtureFollow, fixtureBigReceipt, {}} {
 		w.b = w.b[:0]
 		enc.Encode(&e)
 		f.Add(bytes.Clone(w.b))

@@ -56,6 +56,7 @@ func fixtures() []Frame {
 		&Rebase{Epoch: 9, Head: 1 << 33, Sub: 5},
 		&CursorAck{Epoch: 9, Pos: 42, Sub: 2},
 		&Stale{Epoch: 9, Head: 42, UnheardMs: 2500, Sub: 15},
+		&SourceEnd{Source: "big", Last: 1 << 33},
 		&ConvList{ID: 8, After: "d:alice:bob", Limit: 100},
 		&ConvListResult{ID: 8, Convs: []ConvInfo{fixtureConv, {Conv: "g2", Kind: ConvDirect, Epoch: 1, First: 1}}, More: true},
 		&ConvState{ID: 9, Conv: "g1"},
@@ -73,4 +74,70 @@ func fixtures() []Frame {
 		&Readers{ID: 16, Conv: "g1", ConvSeq: 12, State: KindDelivered, After: "alice", Limit: 50},
 		&ReadersResult{ID: 16, Users: []string{"bob", "carol"}, Next: "dave", More: true},
 	}
+}
+
+// Revision 6 (sources): a large group "big" whose conversation log has the epoch fixtureBigEpoch,
+// followed by the user from the member_add at conv_seq 7000 (fixtureFollow) until it is removed at
+// 7003 (fixtureUnfollow); the user's own receipt there has no conv_seq (fixtureBigReceipt).
+const fixtureBigEpoch Epoch = 1_700_000_000_000_000_002
+
+var (
+	fixtureFollow = Entry{
+		Seq: 44, Kind: KindMemberAdd, MsgID: "5.7000.0", Conv: "big", ConvSeq: 7000, Sender: "alice",
+		Time: 3, MemberCount: 1200, Source: true,
+	}
+	fixtureBigReceipt = Entry{
+		Seq: 45, Kind: KindReceipt, MsgID: "1.45.0", Conv: "big", Sender: "alice", Time: 4, UpTo: 7002,
+	}
+	fixtureUnfollow = Entry{
+		Seq: 46, Kind: KindMemberRemove, MsgID: "5.7003.0", Conv: "big", ConvSeq: 7003, Sender: "alice",
+		Time: 5, Members: []string{"alice"}, Source: true,
+	}
+	// fixtureBigMessage is the source's entry at conv_seq 7001, as a source's Batch carries it
+	// (Seq = ConvSeq).
+	fixtureBigMessage = Entry{
+		Seq: 7001, Kind: KindMessage, MsgID: "5.7001.0", Conv: "big", ConvSeq: 7001, Sender: "bob",
+		Time: 6, Body: []byte("hi all"),
+	}
+)
+
+// namedFrame is a fixture variant: a frame of a type fixtures() already covers, with keys its
+// fixture leaves out. Its golden file is testdata/golden/variants/<name>.v1.hex, where name is
+// "<type>.<variant>".
+type namedFrame struct {
+	name string
+	f    Frame
+}
+
+// fixtureVariants covers the keys revision 6 added to frames whose golden files predate it: the
+// fixtures of those frames keep their bytes (new keys are omitted when zero), and these carry
+// the new keys, each non-zero.
+func fixtureVariants() []namedFrame {
+	bigConv := ConvInfo{
+		Conv: "big", Kind: ConvGroup, Epoch: fixtureBigEpoch, First: 1, Head: 7002, ReadMark: 7002,
+		MemberCount: 1200, Role: RoleMember, DeliveredMark: 7002, Source: true,
+	}
+	return []namedFrame{
+		{"sync_start.sources", &SyncStart{Epoch: 9, Pos: 40, Ceiling: 100_000, Subs: []SubCursor{{Epoch: 9, Pos: 40}},
+			Sources: []SourceCursor{{Conv: "big", Epoch: fixtureBigEpoch, Pos: 7001}, {Conv: "g:new"}}}},
+		{"batch.following", &Batch{Epoch: 9, Entries: []Entry{fixtureFollow, fixtureBigReceipt, fixtureUnfollow}, Head: 46}},
+		{"batch.source", &Batch{Epoch: fixtureBigEpoch, Entries: []Entry{fixtureBigMessage}, Head: 7002, Source: "big", After: 7000}},
+		{"heartbeat.source", &Heartbeat{Epoch: fixtureBigEpoch, Head: 7002, ServerTime: 1_700_000_000_000_000_000, Source: "big"}},
+		{"too_old.source", &TooOld{Epoch: fixtureBigEpoch, First: 5000, Head: 7002, Source: "big"}},
+		{"epoch_changed.source", &EpochChanged{Epoch: fixtureBigEpoch + 1, First: 1, Head: 2, Source: "big"}},
+		{"rebase.source", &Rebase{Epoch: fixtureBigEpoch, Head: 90_000, Source: "big"}},
+		{"cursor_ack.source", &CursorAck{Epoch: fixtureBigEpoch, Pos: 7001, Source: "big"}},
+		{"stale.source", &Stale{Epoch: fixtureBigEpoch, Head: 7002, UnheardMs: 2500, Source: "big"}},
+		{"conv_state_result.source", &ConvStateResult{ID: 9, Conv: bigConv}},
+	}
+}
+
+// allFixtures returns fixtures() and the frames of fixtureVariants(): every frame type and
+// every key, for round trips and fuzz seeds.
+func allFixtures() []Frame {
+	all := fixtures()
+	for _, v := range fixtureVariants() {
+		all = append(all, v.f)
+	}
+	return all
 }

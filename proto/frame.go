@@ -25,8 +25,11 @@ const (
 	// CodeNeedsUpgrade. Revision 4 adds reconciliation: the Digest query, the Report control
 	// frame and CodeTooOld, CodeEpochChanged (docs/PROTOCOL.md §9). Revision 5 adds delivery
 	// states and read counts: the delivered kind (KindDelivered), ConvInfo's DeliveredMark,
-	// PeerDelivered and PeerRead, and the Receipts and Readers queries.
-	ProtoVersion = 5
+	// PeerDelivered and PeerRead, and the Receipts and Readers queries. Revision 6 adds large
+	// groups as sources of the sync stream: SyncStart.Sources, the Source of the sync frames and
+	// of CursorAck, Batch.After, the SourceEnd frame, Entry.Source and ConvInfo.Source, and
+	// receipts with conv_seq 0 (sources.go).
+	ProtoVersion = 6
 )
 
 // Limits. The ones a server may lower or raise are announced in [Welcome.Limits].
@@ -94,6 +97,7 @@ const (
 	TypeRebase       Type = 25 // server → client: [Rebase], ends the stream
 	TypeCursorAck    Type = 26 // client → server: [CursorAck]
 	TypeStale        Type = 27 // server → client: [Stale] (revision 2)
+	TypeSourceEnd    Type = 28 // server → client: [SourceEnd] (revision 6)
 
 	// Queries (request streams).
 	TypeConvList        Type = 30 // [ConvList] → [ConvListResult]
@@ -155,6 +159,7 @@ var types = [256]typeInfo{
 	TypeRebase:          {"rebase", StreamSync, false, func() Frame { return new(Rebase) }},
 	TypeCursorAck:       {"cursor_ack", StreamSync, true, func() Frame { return new(CursorAck) }},
 	TypeStale:           {"stale", StreamSync, false, func() Frame { return new(Stale) }},
+	TypeSourceEnd:       {"source_end", StreamSync, false, func() Frame { return new(SourceEnd) }},
 	TypeConvList:        {"conv_list", StreamRequest, true, func() Frame { return new(ConvList) }},
 	TypeConvListResult:  {"conv_list_result", StreamRequest, false, func() Frame { return new(ConvListResult) }},
 	TypeConvState:       {"conv_state", StreamRequest, true, func() Frame { return new(ConvState) }},

@@ -57,11 +57,11 @@ func TestFixturesCoverEveryType(t *testing.T) {
 	}
 }
 
-// TestRoundTrip writes every fixture on one stream and reads them back, whole and one byte at
-// a time.
+// TestRoundTrip writes every fixture and fixture variant on one stream and reads them back,
+// whole and one byte at a time.
 func TestRoundTrip(t *testing.T) {
 	var stream bytes.Buffer
-	for _, f := range fixtures() {
+	for _, f := range allFixtures() {
 		if err := WriteFrame(&stream, f); err != nil {
 			t.Fatalf("WriteFrame(%s): %v", f.FrameType(), err)
 		}
@@ -75,7 +75,7 @@ func TestRoundTrip(t *testing.T) {
 	for name, mk := range readers {
 		t.Run(name, func(t *testing.T) {
 			r := NewReader(mk(stream.Bytes()), 0)
-			for _, want := range fixtures() {
+			for _, want := range allFixtures() {
 				got, err := r.Next()
 				if err != nil {
 					t.Fatalf("Next (%s): %v", want.FrameType(), err)
@@ -182,14 +182,30 @@ func TestKindNames(t *testing.T) {
 }
 
 // TestGolden pins the wire encoding of every frame type: the current encoder must produce the
-// bytes in testdata/golden and those bytes must decode to the fixture. After an intended change
-// (adding a field is one; renaming or renumbering is not allowed), run
-// `go test ./proto -run TestGolden -update` and review the diff.
+// bytes in testdata/golden (one file per frame type, <type>.v1.hex, and one per fixture
+// variant, variants/<type>.<variant>.v1.hex) and those bytes must decode to the fixture. After an
+// intended change (adding a field is one; renaming or renumbering is not allowed), run
+// `go test ./proto -run TestGolden -update` and review the diff: a new key belongs in a new
+// variant, so that the files of earlier revisions keep their bytes.
 func TestGolden(t *testing.T) {
+	type golden struct {
+		name, path string
+		f          Frame
+	}
+	var cases []golden
 	for _, f := range fixtures() {
 		name := f.FrameType().String()
+		cases = append(cases, golden{name, filepath.Join("testdata", "golden", name+".v1.hex"), f})
+	}
+	for _, v := range fixtureVariants() {
+		if typ, _, _ := strings.Cut(v.name, "."); typ != v.f.FrameType().String() {
+			t.Errorf("variant %s is a %s frame: name it %s.<variant>", v.name, v.f.FrameType(), v.f.FrameType())
+		}
+		cases = append(cases, golden{v.name, filepath.Join("testdata", "golden", "variants", v.name+".v1.hex"), v.f})
+	}
+	for _, c := range cases {
+		name, path, f := c.name, c.path, c.f
 		t.Run(name, func(t *testing.T) {
-			path := filepath.Join("testdata", "golden", name+".v1.hex")
 			got, err := AppendFrame(nil, f)
 			if err != nil {
 				t.Fatal(err)
@@ -249,12 +265,28 @@ func readHex(t *testing.T, path string) []byte {
 	return b
 }
 
+// everyFieldEntry returns fixtureEntry with every field set, for the tests that zero each subset
+// of an entry's fields: a field added to Entry must be set here.
+func everyFieldEntry(t *testing.T) Entry {
+	t.Helper()
+	e := fixtureEntry
+	e.Role, e.MemberCount, e.Source = RoleAdmin, 40, true
+	v := reflect.ValueOf(e)
+	for i := 0; i < v.NumField(); i++ {
+		if v.Field(i).IsZero() {
+			t.Fatalf("everyFieldEntry leaves %s zero: set it", v.Type().Field(i).Name)
+		}
+	}
+	return e
+}
+
 // TestEntryEncoderMatchesTags: the hand-written Entry encoder produces the bytes the pinned
 // reflective encoder produces from the struct tags, for every subset of zero fields.
 func TestEntryEncoderMatchesTags(t *testing.T) {
-	full := reflect.ValueOf(fixtureEntry)
+	base := everyFieldEntry(t)
+	full := reflect.ValueOf(base)
 	for mask := 0; mask < 1<<full.NumField(); mask++ {
-		e := fixtureEntry
+		e := base
 		v := reflect.ValueOf(&e).Elem()
 		for i := 0; i < v.NumField(); i++ {
 			if mask&(1<<i) != 0 {

@@ -3,7 +3,8 @@
 // errors; and every body that decodes re-encodes canonically to bytes that decode to the same
 // frame.
 //
-// Seeds come from AppendFrame output of the fixtures plus truncations and corruptions, and from
+// Seeds come from AppendFrame output of the fixtures and their variants (allFixtures) plus
+// truncations and corruptions, and from
 // testdata/fuzz/<FuzzName>/. Run one with: go test -run='^$' -fuzz=FuzzReader ./proto/
 package proto
 
@@ -78,7 +79,7 @@ func addSeeds(f *testing.F, seeds ...[]byte) {
 // bytes per body byte plus MaxPage records), and what it decodes round-trips.
 func FuzzDecode(f *testing.F) {
 	var seeds [][]byte
-	for _, fr := range fixtures() {
+	for _, fr := range allFixtures() {
 		b, err := AppendFrame(nil, fr)
 		if err != nil {
 			f.Fatal(err)
@@ -119,7 +120,7 @@ func FuzzDecode(f *testing.F) {
 // ErrFrameTooLarge, and everything it decodes round-trips.
 func FuzzReader(f *testing.F) {
 	var all []byte
-	for _, fr := range fixtures() {
+	for _, fr := range allFixtures() {
 		b, err := AppendFrame(nil, fr)
 		if err != nil {
 			f.Fatal(err)

@@ -24,8 +24,10 @@ import (
 
 // PageOverhead is the most bytes a Batch, HistoryResult or ConvListResult frame (the value of
 // its length field: version, type and body) takes beyond the encodings of its records, whatever
-// its other fields hold and with up to MaxPage records. HistoryResult, the largest, needs 70.
-const PageOverhead = 96
+// its other fields hold and with up to MaxPage records. A source's Batch (revision 6), the
+// largest, needs 204 with a conversation id of MaxIDLen bytes in its Source (before revision 6
+// HistoryResult was, with 70, and PageOverhead was 96); HistoryResult needs 70.
+const PageOverhead = 256
 
 // EncodedLen returns the length of e's encoding as a record of a Batch or HistoryResult body,
 // without writing it anywhere (the encoder runs over a byte counter: nothing is copied).
@@ -62,7 +64,8 @@ func maxEntry() Entry {
 	id := strings.Repeat("x", MaxIDLen)
 	msgID := MsgID("4294967295.18446744073709551615.4294967295")
 	return Entry{Seq: ^Position(0), MsgID: msgID, Conv: id, ConvSeq: ^Position(0), Sender: id,
-		Time: -1 << 63, UpTo: ^Position(0), Target: msgID, Role: RoleOwner, MemberCount: ^uint32(0)}
+		Time: -1 << 63, UpTo: ^Position(0), Target: msgID, Role: RoleOwner, MemberCount: ^uint32(0),
+		Source: true}
 }
 
 // countWriter counts the bytes written to it, for EncodedLen.

@@ -9,6 +9,10 @@ import "github.com/syncd-dev/syncd/log/ident"
 // are final: the server closes the stream after sending one, and the client restarts with a
 // new stream. The client sends CursorAck after storing entries. Restarting a sync (after a gap,
 // for example) always means closing the stream and opening a new one.
+//
+// Besides the user log, one stream serves the user's sub-logs (revision 3: the frames' Sub) and
+// the sources it follows (revision 6: large groups read from their conversation log, the
+// frames' Source; see sources.go).
 
 // SyncStart opens a sync stream from the client's cursor. It is the stream's first and only
 // client frame besides CursorAck. The server answers EpochChanged, TooOld or Rebase (checked in
@@ -32,6 +36,15 @@ type SyncStart struct {
 	// is served only to a client that sends it (else CodeNeedsUpgrade); one whose stream is not
 	// split has one sub-log. Sub-logs the client does not list start from (0, 0).
 	Subs []SubCursor `msgpack:"subs"`
+	// Sources (revision 6) is the device's cursor in each source it follows: a large group's
+	// conversation log, which the stream serves like a log of its own (positions are conv_seqs,
+	// the epoch is the conversation log's). At most MaxSources, each conversation once. The
+	// stream serves every source the user follows, listed or not: one not listed starts after
+	// the conv_seq of the user-log entry that started the following (Batch.After says where). A
+	// revision-6 client sends it, empty when it follows none; for a user who follows a source, a
+	// SyncStart without it (an older client) is answered CodeNeedsUpgrade. An empty list and an
+	// absent one are the same on the wire (docs/PROTOCOL.md §4).
+	Sources []SourceCursor `msgpack:"sources"`
 }
 
 // SubCursor is a device's cursor in one sub-log of the user's stream: like SyncStart's Epoch
@@ -48,7 +61,9 @@ const MaxSubLogs = ident.MaxSubLogs
 func (*SyncStart) FrameType() Type { return TypeSyncStart }
 
 // Validate checks that a non-zero Pos comes with its Epoch (CodeInvalidArgument): a position
-// without the epoch it belongs to cannot be checked against the log.
+// without the epoch it belongs to cannot be checked against the log. The same holds for each
+// cursor of Subs, which start with the scalar cursor, and of Sources, which name at most
+// MaxSources valid conversation ids, each once (all CodeInvalidArgument).
 func (s *SyncStart) Validate() error {
 	if s.Pos != 0 && s.Epoch == 0 {
 		return invalid("cursor position %d without an epoch", s.Pos)
@@ -64,17 +79,34 @@ func (s *SyncStart) Validate() error {
 	if len(s.Subs) > 0 && s.Subs[0] != (SubCursor{s.Epoch, s.Pos}) {
 		return invalid("subs[0] is (%d, %d), not the cursor's epoch and pos (%d, %d)", s.Subs[0].Epoch, s.Subs[0].Pos, s.Epoch, s.Pos)
 	}
-	return nil
+	return checkSources(s.Sources)
 }
 
 // Batch carries entries of the user log, contiguous: the first is at the position after the
 // cursor (SyncStart.Pos for the first Batch, the last entry of the previous Batch after that),
-// each next one at the following position. A Batch always holds at least one entry.
+// each next one at the following position. A Batch always holds at least one entry. A Batch of
+// a sub-log (Sub) or of a source (Source) is the same for that log, with its own cursor.
 type Batch struct {
 	Epoch   Epoch    `msgpack:"epoch"`   // the user log's epoch
 	Entries []Entry  `msgpack:"entries"` // contiguous user-log entries, Seq ascending by 1
 	Head    Position `msgpack:"head"`    // the log's head when the batch was read (for progress)
 	Sub     uint32   `msgpack:"sub"`     // the sub-log it is of (revision 3; 0: the user's own log)
+	// Source (revision 6) names the source the entries are of: a large group's conversation id.
+	// The entries' Seq is then their conv_seq, and contiguity, Epoch and Head are the
+	// conversation log's. "" on the batches of the user log and its sub-logs; Sub is 0 on a
+	// source's.
+	Source string `msgpack:"source"`
+	// After (revision 6, a source's batches only) is the position the first entry follows: the
+	// entries are contiguous from After+1. A source's first Batch on a stream carries it. It is
+	// the device's cursor, except (a) for a source the SyncStart did not name, where it is the
+	// conv_seq of the user-log entry (Entry.Source) that started the following, and (b) after
+	// the user was removed from the group and added again, where it is the conv_seq of the
+	// member_add that added it again. A later Batch carries it only in case (b). A client
+	// accepts an After other than its cursor only in those two cases, which its own log shows,
+	// and then checks Follows(After); anything else is a gap. 0 (absent) when not needed.
+	// Batches are not validated on decode: After without Source is never sent, and a client
+	// checks such a batch against its cursor alone.
+	After Position `msgpack:"after"`
 }
 
 // FrameType implements Frame.
@@ -107,6 +139,9 @@ type Heartbeat struct {
 	Head       Position `msgpack:"head"`        // the user log's last position
 	ServerTime int64    `msgpack:"server_time"` // server clock, Unix nanoseconds
 	Sub        uint32   `msgpack:"sub"`         // the sub-log it is of (revision 3; 0: the user's own log)
+	// Source (revision 6) is the source it is of (a large group's conversation id; "" for the
+	// user log and its sub-logs): Epoch and Head are then the conversation log's.
+	Source string `msgpack:"source"`
 }
 
 // FrameType implements Frame.
@@ -127,6 +162,10 @@ type Stale struct {
 	Head      Position `msgpack:"head"`       // the user log's last position as last known
 	UnheardMs uint64   `msgpack:"unheard_ms"` // since the replica last heard from its leader, in ms
 	Sub       uint32   `msgpack:"sub"`        // the sub-log it is of (revision 3; 0: the user's own log)
+	// Source (revision 6) is the source it is of (a large group's conversation id; "" for the
+	// user log and its sub-logs): Epoch and Head are then the conversation log's, and the replica
+	// is one of the conversation's shard.
+	Source string `msgpack:"source"`
 }
 
 // FrameType implements Frame.
@@ -140,6 +179,10 @@ type TooOld struct {
 	First Position `msgpack:"first"` // first retained position
 	Head  Position `msgpack:"head"`  // last position
 	Sub   uint32   `msgpack:"sub"`   // the sub-log it is of (revision 3; 0: the user's own log)
+	// Source (revision 6) is the source it is about (a large group's conversation id; "" for
+	// the user log and its sub-logs): the positions are then the conversation log's conv_seqs.
+	// The client rebases that source alone, then restarts the stream.
+	Source string `msgpack:"source"`
 }
 
 // FrameType implements Frame.
@@ -153,6 +196,10 @@ type EpochChanged struct {
 	First Position `msgpack:"first"` // first retained position
 	Head  Position `msgpack:"head"`  // last position
 	Sub   uint32   `msgpack:"sub"`   // the sub-log it is of (revision 3; 0: the user's own log)
+	// Source (revision 6) is the source it is about (a large group's conversation id; "" for
+	// the user log and its sub-logs): the positions are then the conversation log's conv_seqs.
+	// The client rebases that source alone, then restarts the stream.
+	Source string `msgpack:"source"`
 }
 
 // FrameType implements Frame.
@@ -164,6 +211,10 @@ type Rebase struct {
 	Epoch Epoch    `msgpack:"epoch"` // the user log's epoch
 	Head  Position `msgpack:"head"`  // last position
 	Sub   uint32   `msgpack:"sub"`   // the sub-log it is of (revision 3; 0: the user's own log)
+	// Source (revision 6) is the source it is about (a large group's conversation id; "" for
+	// the user log and its sub-logs): the positions are then the conversation log's conv_seqs.
+	// The client rebases that source alone, then restarts the stream.
+	Source string `msgpack:"source"`
 }
 
 // FrameType implements Frame.
@@ -179,16 +230,30 @@ type CursorAck struct {
 	Epoch Epoch    `msgpack:"epoch"` // the user log's epoch
 	Pos   Position `msgpack:"pos"`   // last stored position, at least 1
 	Sub   uint32   `msgpack:"sub"`   // the sub-log it is of (revision 3; 0: the user's own log)
+	// Source (revision 6) is the source acknowledged (a large group's conversation id; "" for
+	// the user log and its sub-logs): Epoch is then the conversation log's and Pos a conv_seq.
+	// It is checked as a sub-log's ack is; a source's ack moves the user's delivered mark there
+	// (counts only, no entry).
+	Source string `msgpack:"source"`
 }
 
 // FrameType implements Frame.
 func (*CursorAck) FrameType() Type { return TypeCursorAck }
 
-// Validate checks that the cursor has an epoch and a position of at least 1
-// (CodeInvalidArgument).
+// Validate checks that the cursor has an epoch and a position of at least 1, and names one log:
+// a sub-log below MaxSubLogs, or a source whose id is a valid conversation id and which then
+// names no sub-log (all CodeInvalidArgument).
 func (c *CursorAck) Validate() error {
 	if c.Epoch == 0 || c.Pos == 0 {
 		return invalid("cursor ack needs an epoch and a position of at least 1")
+	}
+	if c.Source != "" {
+		if err := checkID("source conversation id", c.Source); err != nil {
+			return err
+		}
+		if c.Sub != 0 {
+			return invalid("cursor ack of source %s and sub-log %d: a source is not a sub-log", quote(c.Source), c.Sub)
+		}
 	}
 	if c.Sub >= MaxSubLogs {
 		return invalid("cursor ack of sub-log %d: a stream has at most %d", c.Sub, MaxSubLogs)

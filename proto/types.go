@@ -141,12 +141,18 @@ func (k ConvKind) String() string {
 // Seq is its position in the log it was read from: the user log's seq in a Batch, the
 // conversation's conv_seq in a HistoryResult. Fields that do not apply to the entry's kind are
 // zero (and absent on the wire).
+//
+// ConvSeq is 0 for the one entry that has no conversation position (revision 6): the user's own
+// receipt (KindReceipt) in a large group. It is not a conversation entry, since everything in a
+// large group's log reaches every member that follows it, but reaches only the reader's own
+// devices, as an entry of its user log carrying UpTo. No check of this package refuses conv_seq 0
+// on an entry: such a receipt decodes, digests and re-encodes like any other.
 type Entry struct {
 	Seq     Position `msgpack:"seq"`      // position in the log this entry was read from
 	Kind    Kind     `msgpack:"kind"`     // what the entry means
 	MsgID   MsgID    `msgpack:"msg_id"`   // the conversation entry's id
 	Conv    string   `msgpack:"conv"`     // conversation id
-	ConvSeq Position `msgpack:"conv_seq"` // position in the conversation log
+	ConvSeq Position `msgpack:"conv_seq"` // position in the conversation log; 0 for a large group's own receipt (revision 6)
 	Sender  string   `msgpack:"sender"`   // user who caused the entry
 	Time    int64    `msgpack:"time"`     // server time of the append, Unix nanoseconds
 	Body    []byte   `msgpack:"body"`     // KindMessage: the message body, at most MaxBody bytes
@@ -157,6 +163,12 @@ type Entry struct {
 	// MemberCount is how many users a membership entry in a user log concerned when Members was
 	// left out (more than MaxInlineMembers); 0 when Members is complete.
 	MemberCount uint32 `msgpack:"member_count"`
+	// Source (revision 6) marks, in a user log, the membership entry (KindGroupCreate,
+	// KindMemberAdd, KindMemberRemove) that starts (create, add) or ends (remove) the user's
+	// following of a large group as a source of its sync stream: after a starting entry's
+	// ConvSeq the conversation's entries come from the source; a removing entry's ConvSeq is one
+	// past the source's last entry for the user. False on every other entry.
+	Source bool `msgpack:"source"`
 }
 
 // ConvInfo describes one conversation as the requesting user sees it: what a client needs to
@@ -182,6 +194,10 @@ type ConvInfo struct {
 	// PeerRead (revision 5) is, in a direct conversation, the other member's read mark: the
 	// requesting user's messages up to it are read. 0 in a group.
 	PeerRead Position `msgpack:"peer_read"`
+	// Source (revision 6) is set for a large group: the user follows its conversation log as a
+	// source of its sync stream (SyncStart.Sources) instead of getting its entries in the user
+	// log.
+	Source bool `msgpack:"source"`
 }
 
 // ValidID reports whether s may be used as a user, device, conversation or client message id:

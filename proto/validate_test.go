@@ -14,7 +14,7 @@ type validator interface {
 }
 
 func TestValidFixtures(t *testing.T) {
-	for _, f := range fixtures() {
+	for _, f := range allFixtures() {
 		if v, ok := f.(validator); ok {
 			if err := v.Validate(); err != nil {
 				t.Errorf("%s fixture: %v", f.FrameType(), err)
@@ -31,6 +31,13 @@ func TestValidate(t *testing.T) {
 			m[i] = fmt.Sprint("u", i)
 		}
 		return m
+	}
+	sources := func(n int) []SourceCursor {
+		s := make([]SourceCursor, n)
+		for i := range s {
+			s[i] = SourceCursor{Conv: fmt.Sprint("g", i), Epoch: 1, Pos: Position(i)}
+		}
+		return s
 	}
 	seqs := func(n int) []Position {
 		s := make([]Position, n)
@@ -98,6 +105,25 @@ func TestValidate(t *testing.T) {
 		{"cursor ack ok", &CursorAck{Epoch: 1, Pos: 1}, 0},
 		{"cursor ack no epoch", &CursorAck{Pos: 1}, CodeInvalidArgument},
 		{"cursor ack pos 0", &CursorAck{Epoch: 1}, CodeInvalidArgument},
+
+		// Revision 6: sources.
+		{"sync sources", &SyncStart{Epoch: 3, Pos: 9, Sources: []SourceCursor{{"big", 5, 7000}, {Conv: "new"}, {"zero", 6, 0}}}, 0},
+		{"sync sources beside a vector cursor", &SyncStart{Epoch: 3, Pos: 9, Subs: []SubCursor{{3, 9}}, Sources: []SourceCursor{{"big", 5, 1}}}, 0},
+		{"sync sources at the most", &SyncStart{Sources: sources(MaxSources)}, 0},
+		{"sync sources too many", &SyncStart{Sources: sources(MaxSources + 1)}, CodeInvalidArgument},
+		{"sync source pos without epoch", &SyncStart{Sources: []SourceCursor{{"big", 5, 1}, {Conv: "g", Pos: 2}}}, CodeInvalidArgument},
+		{"sync source without a conv", &SyncStart{Sources: []SourceCursor{{Epoch: 5, Pos: 1}}}, CodeInvalidArgument},
+		{"sync source bad conv", &SyncStart{Sources: []SourceCursor{{Conv: "a b"}}}, CodeInvalidArgument},
+		{"sync source long conv", &SyncStart{Sources: []SourceCursor{{Conv: long + "a"}}}, CodeInvalidArgument},
+		{"sync source listed twice", &SyncStart{Sources: []SourceCursor{{"big", 5, 1}, {"g", 1, 1}, {"big", 5, 2}}}, CodeInvalidArgument},
+		{"sync source listed twice, zero cursors", &SyncStart{Sources: []SourceCursor{{Conv: "g"}, {Conv: "g"}}}, CodeInvalidArgument},
+		{"sync sources do not excuse the scalar cursor", &SyncStart{Pos: 5, Sources: []SourceCursor{{"big", 5, 1}}}, CodeInvalidArgument},
+		{"cursor ack of a source", &CursorAck{Epoch: 1, Pos: 1, Source: long}, 0},
+		{"cursor ack of a source and a sub-log", &CursorAck{Epoch: 1, Pos: 1, Source: "big", Sub: 1}, CodeInvalidArgument},
+		{"cursor ack of a bad source", &CursorAck{Epoch: 1, Pos: 1, Source: "a\x00"}, CodeInvalidArgument},
+		{"cursor ack of a long source", &CursorAck{Epoch: 1, Pos: 1, Source: long + "a"}, CodeInvalidArgument},
+		{"cursor ack of a source at pos 0", &CursorAck{Epoch: 1, Source: "big"}, CodeInvalidArgument},
+		{"cursor ack of a source without epoch", &CursorAck{Pos: 1, Source: "big"}, CodeInvalidArgument},
 
 		{"conv list from start", &ConvList{ID: 1}, 0},
 		{"conv list id 0", &ConvList{}, CodeInvalidArgument},

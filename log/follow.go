@@ -1,6 +1,7 @@
 package log
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 
@@ -16,9 +17,9 @@ import (
 // tagFollow is the table of follow records: uid 0x00 conv 0x00 → followValue.
 const tagFollow byte = 0x26
 
-// maxPeriods is how many membership periods a follow record keeps, the latest. A device whose
+// MaxPeriods is how many membership periods a follow record keeps, the latest. A device whose
 // cursor is older than the first kept is answered too old for that source.
-const maxPeriods = 8
+const MaxPeriods = 8
 
 func (k keys) followPrefix(uid string) []byte {
 	return appendID(k.table(tagFollow, len(uid)+1+MaxIDLen), uid)
@@ -27,7 +28,7 @@ func (k keys) followPrefix(uid string) []byte {
 func (k keys) follow(uid, conv string) []byte { return appendID(k.followPrefix(uid), conv) }
 
 // Follow is a user log's following of one large group: the user's membership periods there,
-// oldest first, the last maxPeriods of them.
+// oldest first, the last MaxPeriods of them.
 type Follow struct {
 	Conv    string
 	Periods []Period
@@ -78,8 +79,8 @@ func (t *Tx) noteFollow(uid string, e *Entry) error {
 			return nil
 		}
 		periods = append(periods, Period{From: e.ConvSeq, Gate: e.Seq})
-		if len(periods) > maxPeriods {
-			periods = slices.Delete(periods, 0, len(periods)-maxPeriods)
+		if len(periods) > MaxPeriods {
+			periods = slices.Delete(periods, 0, len(periods)-MaxPeriods)
 		}
 	case KindMemberRemove:
 		if !open {
@@ -144,8 +145,8 @@ func decodePeriods(b []byte) ([]Period, error) {
 	d := decoder{b: b}
 	d.version("follow record", valueV1)
 	n := d.uvarint()
-	if n > maxPeriods && d.err == nil {
-		d.err = corruptf("follow record: %d periods, at most %d", n, maxPeriods)
+	if n > MaxPeriods && d.err == nil {
+		d.err = corruptf("follow record: %d periods, at most %d", n, MaxPeriods)
 	}
 	var ps []Period
 	for range n {
@@ -155,4 +156,99 @@ func decodePeriods(b []byte) ([]Period, error) {
 		ps = append(ps, Period{From: Position(d.uvarint()), To: Position(d.uvarint()), Gate: Position(d.uvarint())})
 	}
 	return ps, d.done("follow record")
+}
+
+// MarkDelivered is a request to raise the delivered marks of members of a large group to where
+// their devices acked the group's log, which they follow as a source ([Tx.MarkDelivered]); it
+// travels in a Raft command. A node coalesces the acks its sync streams take and proposes one
+// per group per report round: the marks and counts move, and no entry is written (the senders of
+// a large group learn delivered from the counts).
+type MarkDelivered struct {
+	Conv  string
+	Marks []MemberMark
+}
+
+// MemberMark is how far one member's devices acked a conversation.
+type MemberMark struct {
+	User string
+	UpTo Position
+}
+
+// MaxDeliveredMarks bounds the marks one MarkDelivered carries.
+const MaxDeliveredMarks = 4096
+
+// MarshalBinary encodes the request.
+func (r *MarkDelivered) MarshalBinary() ([]byte, error) {
+	e := encoder{b: make([]byte, 0, 8+len(r.Conv)+len(r.Marks)*24)}
+	e.u8(requestV1)
+	e.str(r.Conv)
+	e.uvarint(uint64(len(r.Marks)))
+	for _, m := range r.Marks {
+		e.str(m.User)
+		e.uvarint(uint64(m.UpTo))
+	}
+	return e.b, nil
+}
+
+// UnmarshalBinary decodes a request encoded by MarshalBinary. Errors wrap ErrCorrupt.
+func (r *MarkDelivered) UnmarshalBinary(b []byte) error {
+	d := decoder{b: b}
+	d.version("mark delivered", requestV1)
+	*r = MarkDelivered{Conv: d.str()}
+	n := d.uvarint()
+	if n > MaxDeliveredMarks && d.err == nil {
+		d.err = corruptf("mark delivered: %d marks, at most %d", n, MaxDeliveredMarks)
+	}
+	for range n {
+		if d.err != nil {
+			break
+		}
+		r.Marks = append(r.Marks, MemberMark{User: d.str(), UpTo: Position(d.uvarint())})
+	}
+	return d.done("mark delivered")
+}
+
+// MarkDelivered raises the delivered mark of each member req names, in req's conversation, to
+// its position (clamped to the head), as a KindDelivered append would, and returns how many
+// moved. A mark at or below the member's changes nothing, so a request repeated changes nothing;
+// a user who is no longer a member is skipped. In a large group no entry is written.
+func (t *Tx) MarkDelivered(st Stamp, req *MarkDelivered) (moved int, err error) {
+	if !ValidID(req.Conv) || len(req.Marks) > MaxDeliveredMarks {
+		return 0, invalidf("mark delivered: bad conversation id %q or %d marks", req.Conv, len(req.Marks))
+	}
+	// Every refusal before the first write: a command is applied whole or not at all.
+	reqs := make([]Append, len(req.Marks))
+	for i, m := range req.Marks {
+		reqs[i] = Append{Conv: req.Conv, Sender: m.User, Kind: KindDelivered, ReadUpTo: m.UpTo}
+		if err := reqs[i].validate(); err != nil {
+			return 0, err
+		}
+	}
+	if err := t.checkConvNotMoving(req.Conv); err != nil {
+		return 0, err
+	}
+	if meta, exists, err := t.logMeta(t.s.k.conv(req.Conv)); err != nil {
+		return 0, err
+	} else if !exists {
+		return 0, ErrNoConversation
+	} else if !meta.Large {
+		return 0, invalidf("mark delivered: %s is not a large group", req.Conv)
+	}
+	for i := range reqs {
+		a := &reqs[i]
+		plan, err := t.plan(st, a)
+		if errors.Is(err, ErrNotMember) {
+			continue // left the group since its device acked
+		}
+		if err != nil {
+			return moved, err // of the store: the whole batch fails
+		}
+		if _, err := t.writeAppend(st, a, &plan, nil); err != nil {
+			return moved, err
+		}
+		if plan.delivered {
+			moved++
+		}
+	}
+	return moved, nil
 }

@@ -150,17 +150,17 @@ func TestGroupBecomesLarge(t *testing.T) {
 }
 
 // TestFollowKeepsTheLastPeriods: a member added and removed again and again keeps its last
-// maxPeriods periods.
+// MaxPeriods periods.
 func TestFollowKeepsTheLastPeriods(t *testing.T) {
 	w := newLargeWorld(t)
 	w.do(Append{Conv: "g", Sender: "ann", ClientMsgID: "c", Kind: KindGroupCreate, Members: []string{"bob", "cat", "dan"}})
-	for i := range maxPeriods + 2 {
+	for i := range MaxPeriods + 2 {
 		w.do(Append{Conv: "g", Sender: "ann", ClientMsgID: fmt.Sprint("rm", i), Kind: KindMemberRemove, Members: []string{"dan"}})
 		w.do(Append{Conv: "g", Sender: "ann", ClientMsgID: fmt.Sprint("add", i), Kind: KindMemberAdd, Members: []string{"dan"}})
 	}
 	fs, err := w.s.Follows("dan")
-	if err != nil || len(fs) != 1 || len(fs[0].Periods) != maxPeriods {
-		t.Fatalf("dan's follows: %+v, %v; want %d periods", fs, err, maxPeriods)
+	if err != nil || len(fs) != 1 || len(fs[0].Periods) != MaxPeriods {
+		t.Fatalf("dan's follows: %+v, %v; want %d periods", fs, err, MaxPeriods)
 	}
 	ps := fs[0].Periods
 	if last := ps[len(ps)-1]; !last.Open() || last.From != w.s.mustHead(t, "g") {
@@ -249,5 +249,47 @@ func TestMoveUserCarriesFollows(t *testing.T) {
 	mustApply(t, w.s, w.at(), func(tx *Tx) error { return tx.DropUser(move, "bob") })
 	if n := countTable(t, w.s, tagFollow); n != 3 { // cat's, dan's and ann's stay
 		t.Errorf("the source holds %d follow records after the drop, want 3", n)
+	}
+}
+
+// TestMarkDelivered: the acks of a large group's followers move their delivered marks and the
+// counts, writing no entry; a repeated or lower mark changes nothing, a member who left is
+// skipped, and a group that is not large refuses.
+func TestMarkDelivered(t *testing.T) {
+	w := newLargeWorld(t)
+	w.do(Append{Conv: "g", Sender: "ann", ClientMsgID: "c", Kind: KindGroupCreate, Members: []string{"bob", "cat", "dan"}})
+	w.send("g", "ann")
+	w.send("g", "ann")                                                                                           // 3
+	w.do(Append{Conv: "g", Sender: "dan", ClientMsgID: "bye", Kind: KindMemberRemove, Members: []string{"dan"}}) // 4
+	mark := func(marks ...MemberMark) (int, error) {
+		var n int
+		st := w.at()
+		_, err := apply(t, w.s, st, func(tx *Tx) error {
+			var err error
+			n, err = tx.MarkDelivered(st, &MarkDelivered{Conv: "g", Marks: marks})
+			return err
+		})
+		return n, err
+	}
+	n, err := mark(MemberMark{User: "bob", UpTo: 3}, MemberMark{User: "dan", UpTo: 3}, MemberMark{User: "cat", UpTo: 99})
+	if err != nil || n != 2 {
+		t.Fatalf("marks: %d moved, %v; want bob and cat", n, err)
+	}
+	if got := w.receipts("g", "ann", 3); got[0] != (ReceiptCount{ConvSeq: 3, Members: 3, Delivered: 2}) {
+		t.Errorf("counts: %+v", got)
+	}
+	if st, _ := w.s.Conversation("g", "cat"); st.DeliveredMark != 4 || st.Info.Head != 4 {
+		t.Errorf("cat's state: %+v (its mark clamped to the head, no entry)", st)
+	}
+	if n, err := mark(MemberMark{User: "bob", UpTo: 2}, MemberMark{User: "bob", UpTo: 3}); err != nil || n != 0 {
+		t.Errorf("marks that move nothing: %d, %v", n, err)
+	}
+	w.do(Append{Conv: "d:a:b", Sender: "a", ClientMsgID: "m", Kind: KindMessage, Body: []byte("x"), Members: []string{"a", "b"}})
+	st := w.at()
+	if _, err := apply(t, w.s, st, func(tx *Tx) error {
+		_, err := tx.MarkDelivered(st, &MarkDelivered{Conv: "d:a:b", Marks: []MemberMark{{User: "b", UpTo: 1}}})
+		return err
+	}); !Rejected(err) {
+		t.Errorf("marks of a direct conversation: %v, want a refusal", err)
 	}
 }

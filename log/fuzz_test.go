@@ -171,6 +171,18 @@ func FuzzDeadLetterRequests(f *testing.F) {
 	})
 }
 
+func FuzzMarkDeliveredUnmarshal(f *testing.F) {
+	for _, r := range []MarkDelivered{goldenMarkDelivered, {}} {
+		b, _ := r.MarshalBinary()
+		addSeeds(f, b)
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		roundTrip(t, data,
+			func(b []byte) (MarkDelivered, error) { var r MarkDelivered; err := r.UnmarshalBinary(b); return r, err },
+			func(r MarkDelivered) []byte { b, _ := r.MarshalBinary(); return b })
+	})
+}
+
 func FuzzDecodeFollow(f *testing.F) {
 	addSeeds(f, encodePeriods(goldenPeriods), encodePeriods(nil))
 	f.Fuzz(func(t *testing.T, data []byte) { roundTrip(t, data, decodePeriods, encodePeriods) })

@@ -57,6 +57,7 @@ var (
 		Sender: "alice", Time: 1_700_000_000_000_000_000, Members: []string{"bob"}, Source: true}
 	goldenLogMetaV5Large = logMeta{Kind: ConvGroup, Epoch: 1_700_000_000_000_000_000, First: 4, Head: 1000, MemberCount: 5000, Counted: true, Large: true}
 	goldenPeriods        = []Period{{From: 12, To: 300, Gate: 7}, {From: 1 << 33, Gate: 1 << 40}}
+	goldenMarkDelivered  = MarkDelivered{Conv: "g", Marks: []MemberMark{{User: "alice", UpTo: 300}, {User: "bob 3", UpTo: 1 << 40}}}
 	goldenReported       = MarkReported{Log: "bob 3", Cursor: Cursor{Epoch: 1_700_000_000_000_000_000, Pos: 41}}
 	goldenAppendV2       = Append{Conv: "g", Sender: "alice", ClientMsgID: "cm-2", Kind: KindRoleChange, Members: []string{"bob"},
 		Role: RoleOwner, DedupWindow: DefaultDedupWindow, MaxGroupSize: 5000}
@@ -133,6 +134,8 @@ func goldenCases() []goldenCase {
 			func(b []byte) (any, error) { return decodeEntry(b, 0) }, goldenEntryV3},
 		{"log_meta.v5-large", goldenLogMetaV5Large.encode,
 			func(b []byte) (any, error) { return decodeLogMeta(b) }, goldenLogMetaV5Large},
+		{"mark_delivered.v1", func() []byte { return must(goldenMarkDelivered.MarshalBinary()) },
+			func(b []byte) (any, error) { var r MarkDelivered; err := r.UnmarshalBinary(b); return r, err }, goldenMarkDelivered},
 		{"follow.v1", func() []byte { return encodePeriods(goldenPeriods) },
 			func(b []byte) (any, error) { return decodePeriods(b) }, goldenPeriods},
 		{"mark_reported.v1", func() []byte { return must(goldenReported.MarshalBinary()) },

@@ -338,7 +338,7 @@ func (sc *Scan) decode(b []byte, seq Position) error {
 // (TestScanDecodesLikeRead holds them together).
 func decodeEntryInto(x *Entry, b []byte, seq Position, sc *Scan) error {
 	d := decoder{b: b}
-	v := d.version("entry", valueV2)
+	v := d.version("entry", valueV3)
 	*x = Entry{
 		Seq:      seq,
 		Kind:     Kind(d.u8()),
@@ -362,9 +362,7 @@ func decodeEntryInto(x *Entry, b []byte, seq Position, sc *Scan) error {
 		}
 		x.Members = sc.members
 	}
-	if v >= valueV2 {
-		x.Role, x.MemberCount = Role(d.u8()), int(d.uvarint())
-	}
+	d.entryTail(v, x)
 	return d.done("entry")
 }
 

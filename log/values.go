@@ -262,6 +262,13 @@ func decodeEntry(b []byte, seq Position) (Entry, error) {
 		Target:   d.msgID(),
 		Members:  d.strs(),
 	}
+	d.entryTail(v, &x)
+	return x, d.done("entry")
+}
+
+// entryTail decodes the fields of an entry of version v after its members: the v2 role and
+// member count, the v3 flags (shared by decodeEntry and decodeEntryInto).
+func (d *decoder) entryTail(v uint8, x *Entry) {
 	if v >= valueV2 {
 		x.Role, x.MemberCount = Role(d.u8()), int(d.uvarint())
 	}
@@ -272,7 +279,6 @@ func decodeEntry(b []byte, seq Position) (Entry, error) {
 		}
 		x.Source = flags&entrySource != 0
 	}
-	return x, d.done("entry")
 }
 
 // msgRef locates a message by msg_id, for recalls and traces. Dedup is the suffix of the dedup

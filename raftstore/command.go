@@ -46,6 +46,8 @@ const (
 	opChecksum op = 10
 	// A user log's deliveries reported up to a cursor (MarkReportedCommand).
 	opMarkReported op = 11
+	// Delivered marks of a large group's members, from their devices' acks (MarkDeliveredCommand).
+	opMarkDelivered op = 12
 )
 
 const commandV1 = 1
@@ -100,6 +102,11 @@ func MoveCommand(r *log.MoveStep) Command { return Command{op: opMove, payload: 
 // refused for low disk: it overwrites one small record.
 func MarkReportedCommand(r *log.MarkReported) Command { return Command{op: opMarkReported, payload: r} }
 
+// MarkDeliveredCommand raises the delivered marks of members of a large group to where their
+// devices acked its log ([log.Tx.MarkDelivered]); propose it to the group's shard.
+// Result.Marked says how many moved. Never refused for low disk: it overwrites member records.
+func MarkDeliveredCommand(r *log.MarkDelivered) Command { return Command{op: opMarkDelivered, payload: r} }
+
 // RedeliverCommand replays a dead letter into user logs ([log.Tx.Redeliver]); propose it to the
 // destination shard. Result.Deliver.Appended says how many entries it wrote.
 func RedeliverCommand(r *log.Redelivery) Command { return Command{op: opRedeliver, payload: r} }
@@ -116,6 +123,8 @@ type Result struct {
 	// CheckIndex, for a ChecksumCommand, is the Raft index it was applied at: every replica
 	// records the checksum of its state as of that index (ShardStatus.Checksums).
 	CheckIndex uint64
+	// Marked, for a MarkDeliveredCommand, is how many members' marks moved.
+	Marked int
 }
 
 // DeliveryOutcome is the outcome of one batch of a DeliverBatchesCommand: the destination's
@@ -270,6 +279,13 @@ func (c decodedCommand) apply(tx *log.Tx, st log.Stamp) (Result, error) {
 			return Result{}, rejectDecode(err)
 		}
 		return Result{}, tx.MarkReported(r.Log, r.Cursor)
+	case opMarkDelivered:
+		var r log.MarkDelivered
+		if err := r.UnmarshalBinary(c.body); err != nil {
+			return Result{}, rejectDecode(err)
+		}
+		n, err := tx.MarkDelivered(st, &r)
+		return Result{Marked: n}, err
 	case opTrim:
 		var r log.Trim
 		if err := r.UnmarshalBinary(c.body); err != nil {

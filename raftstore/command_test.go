@@ -31,6 +31,7 @@ func sampleCommands() []Command {
 		MoveCommand(&log.MoveStep{Op: log.MoveStage, Move: 9, User: "a", Records: []log.Record{{Key: []byte{0x20, 'a', 0}, Value: []byte{1}}}}),
 		ChecksumCommand(),
 		MarkReportedCommand(&log.MarkReported{Log: "bob 3", Cursor: log.Cursor{Epoch: 5, Pos: 3}}),
+		MarkDeliveredCommand(&log.MarkDelivered{Conv: "g", Marks: []log.MemberMark{{User: "a", UpTo: 4}}}),
 		AppendCommand(&log.Append{Conv: "g", Sender: "a", Kind: log.KindDelivered, ReadUpTo: 4, StatusFanoutLimit: 100}),
 	}
 }
@@ -98,6 +99,8 @@ func FuzzDecodeCommand(f *testing.F) {
 			payload = &log.Trim{}
 		case opMarkReported:
 			payload = &log.MarkReported{}
+		case opMarkDelivered:
+			payload = &log.MarkDelivered{}
 		case opDeliverBatches:
 			if bs, err := splitDeliveryBatches(d.body); err == nil {
 				for _, b := range bs {

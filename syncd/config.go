@@ -176,19 +176,23 @@ type Config struct {
 	// MaxConnectionsPerUser caps the connections one user may have open on this node, all its
 	// devices together; more get TooManyConnections with a retry-after. Default 32.
 	MaxConnectionsPerUser int
-	// MaxGroupSize caps a group's members. Default 10000 (log.DefaultMaxGroupSize).
+	// MaxGroupSize caps a group's members. Default 100000 (log.DefaultMaxGroupSize).
 	MaxGroupSize int
+	// LargeGroupThreshold is the most members a group may have and still be copied into every
+	// member's log; past it a group is large for good: its members' devices follow its
+	// conversation log as a source of their sync streams (read diffusion, docs/ARCHITECTURE.md
+	// "Large groups"). Default 1000 (log.DefaultLargeGroupThreshold).
+	LargeGroupThreshold int
 	// StatusFanoutLimit is the largest group whose delivered steps reach the senders as entries
 	// of their logs (kind delivered, like receipts); in larger groups the marks and counts move
 	// but only the Receipts query shows them, so that one message does not bring the sender an
 	// entry per member. Default 100 (log.DefaultStatusFanoutLimit).
 	StatusFanoutLimit int
-	// DeliveryReports turns on the delivered step (delivery.go): the leader of each shard reports
-	// what its users' devices acked to the conversations concerned, which tell the senders. Off
-	// by default in this version: every node of a cluster must apply the delivered appends and
-	// op 11 (issue #24) before any node reports, so a rolling upgrade turns it on last; and the
-	// entries it adds to logs are new to clients and tools that count entries.
-	DeliveryReports bool
+	// DisableDeliveryReports turns off the delivered step (delivery.go): the leader of each shard
+	// reports what its users' devices acked to the conversations concerned, which tell the
+	// senders. A cluster upgrading from a version without it (one whose nodes cannot apply the
+	// delivered appends and op 11) runs with it off until every node has the new version.
+	DisableDeliveryReports bool
 	// DeliveryReportInterval is how often the leader of a shard reports what its users' devices
 	// acked to the conversations concerned (delivery.go): the delay of the delivered step and
 	// how much one report coalesces. Default 250ms.
@@ -254,6 +258,7 @@ func DefaultConfig() Config {
 
 		MaxConnectionsPerUser:  32,
 		MaxGroupSize:           log.DefaultMaxGroupSize,
+		LargeGroupThreshold:    log.DefaultLargeGroupThreshold,
 		StatusFanoutLimit:      log.DefaultStatusFanoutLimit,
 		DeliveryReportInterval: 250 * time.Millisecond,
 		MembersPerMinute:       2000,
@@ -304,6 +309,7 @@ func (c Config) withDefaults() Config {
 	c.QueryBurst = cmp.Or(c.QueryBurst, d.QueryBurst)
 	c.MaxConnectionsPerUser = cmp.Or(c.MaxConnectionsPerUser, d.MaxConnectionsPerUser)
 	c.MaxGroupSize = cmp.Or(c.MaxGroupSize, d.MaxGroupSize)
+	c.LargeGroupThreshold = cmp.Or(c.LargeGroupThreshold, d.LargeGroupThreshold)
 	c.StatusFanoutLimit = cmp.Or(c.StatusFanoutLimit, d.StatusFanoutLimit)
 	c.DeliveryReportInterval = cmp.Or(c.DeliveryReportInterval, d.DeliveryReportInterval)
 	c.MembersPerMinute = cmp.Or(c.MembersPerMinute, d.MembersPerMinute)
@@ -395,8 +401,8 @@ func (c Config) Validate() error {
 		errs = append(errs, errors.New("syncd: SendRate must be ≥ 0 and SendBurst, MaxInFlight, MaxHandshakes ≥ 1"))
 	}
 	if c.QueryRate < 0 || c.QueryBurst < 1 || c.MaxConnectionsPerUser < 1 || c.MaxGroupSize < 2 || c.MaxGroupsPerUser < 1 ||
-		c.StatusFanoutLimit < 2 || c.DeliveryReportInterval < 0 {
-		errs = append(errs, errors.New("syncd: QueryRate must be ≥ 0, QueryBurst, MaxConnectionsPerUser and MaxGroupsPerUser ≥ 1, MaxGroupSize and StatusFanoutLimit ≥ 2, DeliveryReportInterval ≥ 0"))
+		c.StatusFanoutLimit < 2 || c.LargeGroupThreshold < 2 || c.DeliveryReportInterval < 0 {
+		errs = append(errs, errors.New("syncd: QueryRate must be ≥ 0, QueryBurst, MaxConnectionsPerUser and MaxGroupsPerUser ≥ 1, MaxGroupSize, StatusFanoutLimit and LargeGroupThreshold ≥ 2, DeliveryReportInterval ≥ 0"))
 	}
 	if c.MembersPerMinute < proto.MaxMembers {
 		errs = append(errs, fmt.Errorf("syncd: MembersPerMinute %d must be at least %d, the members one request may name", c.MembersPerMinute, proto.MaxMembers))

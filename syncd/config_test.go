@@ -44,7 +44,7 @@ var configNoDefault = map[string]bool{
 	"KeyFile": true, "Logger": true, "AdminTokenFile": true, "AdminMetricsAuth": true,
 	"NodeCAFile": true, "NodeCertFile": true, "NodeKeyFile": true, "InsecureNodePlane": true,
 	// Derived from ListenAddr (withDefaults), or off switches.
-	"WebAddr": true, "DisableWebTransport": true, "DisableWebSocket": true, "DeliveryReports": true,
+	"WebAddr": true, "DisableWebTransport": true, "DisableWebSocket": true, "DisableDeliveryReports": true,
 }
 
 func TestConfigDefaultsComeFromDefaultConfig(t *testing.T) {

@@ -25,7 +25,7 @@ func ack(t *testing.T, c *prototest.Conn, pos proto.Position) {
 // never repeated nor backwards when bob's second device acks older positions, and ConvState
 // shows both members' marks.
 func TestDeliveryStatesDirect(t *testing.T) {
-	ts := startServer(t, func(c *Config) { c.DeliveryReports = true })
+	ts := startServer(t, nil)
 	phone, tablet := connect(t, ts, "alice", "phone"), connect(t, ts, "alice", "tablet")
 	laptop, bobPhone := connect(t, ts, "bob", "laptop"), connect(t, ts, "bob", "phone")
 	for _, c := range []*prototest.Conn{phone, tablet, laptop, bobPhone} {
@@ -80,7 +80,7 @@ func TestDeliveryStatesDirect(t *testing.T) {
 // TestDeliveryCountsInAGroup: a group's senders learn delivered steps from each member, and
 // anyone in the group can ask how many members have a message delivered and read, and who.
 func TestDeliveryCountsInAGroup(t *testing.T) {
-	ts := startServer(t, func(c *Config) { c.DeliveryReports = true })
+	ts := startServer(t, nil)
 	alice := connect(t, ts, "alice", "phone")
 	alice.StartSync(0, 0)
 	members := []string{"bob", "carol", "dave"}
@@ -139,10 +139,10 @@ func grepLines(s, sub string) string {
 	return strings.Join(out, "")
 }
 
-// TestNoDeliveryReportsUnlessOn: with delivery_reports off (the default in this version), a
-// device's ack moves no mark and writes nothing, so a cluster in a rolling upgrade stays as it was.
-func TestNoDeliveryReportsUnlessOn(t *testing.T) {
-	ts := startServer(t, nil)
+// TestNoDeliveryReportsWhenOff: with delivery_reports off (a cluster in a rolling upgrade from a
+// version without them), a device's ack moves no mark and writes nothing.
+func TestNoDeliveryReportsWhenOff(t *testing.T) {
+	ts := startServer(t, func(c *Config) { c.DisableDeliveryReports = true })
 	alice, bob := connect(t, ts, "alice", "phone"), connect(t, ts, "bob", "laptop")
 	alice.StartSync(0, 0)
 	bob.StartSync(0, 0)

@@ -37,12 +37,13 @@ type syncBatch struct {
 	we    proto.Entry  // the entry being encoded, reused
 	last  log.Position // the last entry added
 	times []int64      // the entries' append times, for the delivery metric
+	marks []sourceMark // the entries marked Source added (a user log's: where its sources' periods start and end)
 }
 
 // reset starts a batch of entries that take at most room bytes encoded (pageRoom).
 func (sb *syncBatch) reset(room int) {
 	sb.b.Reset(room)
-	sb.last, sb.times = 0, sb.times[:0]
+	sb.last, sb.times, sb.marks = 0, sb.times[:0], sb.marks[:0]
 }
 
 // add converts e and adds it to the batch if it fits (always, when it is the first), and
@@ -54,6 +55,9 @@ func (sb *syncBatch) add(e *log.Entry) bool {
 	if ok {
 		sb.last = e.Seq
 		sb.times = append(sb.times, e.Time)
+		if e.Source {
+			sb.marks = append(sb.marks, sourceMark{kind: e.Kind, conv: e.Conv, convSeq: e.ConvSeq, seq: e.Seq})
+		}
 	}
 	return ok
 }
@@ -94,11 +98,17 @@ func (sb *syncBatch) frame(epoch log.Epoch, head log.Position, sub uint32) []byt
 	return sb.b.Frame(proto.Epoch(epoch), proto.Position(head), sub)
 }
 
+// sourceFrame completes the batch of a source (proto.BatchBuilder.SourceFrame): conv's entries,
+// the first following after (0: the cursor, which the device knows).
+func (sb *syncBatch) sourceFrame(epoch log.Epoch, head log.Position, conv string, after log.Position) []byte {
+	return sb.b.SourceFrame(proto.Epoch(epoch), proto.Position(head), conv, proto.Position(after))
+}
+
 // release drops the buffers of a stream that has caught up.
 func (sb *syncBatch) release() {
 	sb.b.Release()
 	sb.scan = log.Scan{}
-	sb.times = nil
+	sb.times, sb.marks = nil, nil
 }
 
 // packBackward converts the trailing entries of es that fit room (by encoded size) to wire

@@ -123,7 +123,7 @@ func (ss *session) convInfo(ctx context.Context, conv string) (proto.ConvInfo, e
 		First: proto.Position(c.Info.First), Head: proto.Position(c.Info.Head), Members: c.Members,
 		ReadMark: proto.Position(c.ReadMark), MemberCount: uint32(c.MemberCount), Role: proto.Role(c.Role),
 		DeliveredMark: proto.Position(c.DeliveredMark), PeerDelivered: proto.Position(c.PeerDelivered),
-		PeerRead: proto.Position(c.PeerRead)}, nil
+		PeerRead: proto.Position(c.PeerRead), Source: c.Large}, nil
 }
 
 // receipts answers how many members of conv had each message delivered and read, from the

@@ -28,6 +28,7 @@ type shardReader interface {
 	ReadConvBefore(conv string, before log.Position, lim log.Limit) (log.Read, error)
 	ReadConv(conv string, epoch log.Epoch, from log.Position, lim log.Limit) (log.Read, error)
 	ReadUser(uid string, epoch log.Epoch, from log.Position, lim log.Limit) (log.Read, error)
+	Follows(uid string) ([]log.Follow, error)
 }
 
 // reader returns shard's local replica if this node hosts one, else a reader of a replica on a
@@ -135,6 +136,11 @@ func (r *remoteReader) ReadUser(uid string, epoch log.Epoch, from log.Position, 
 	return a.Read.Log(), err
 }
 
+func (r *remoteReader) Follows(uid string) ([]log.Follow, error) {
+	a, err := r.call(peer.OpFollows, peer.ReadArgs{UID: uid})
+	return peer.LogFollows(a.Follows), err
+}
+
 // readUserWait reads like ReadUser, but a remote replica that is caught up waits up to wait for
 // the log to grow before it answers: a long poll, so a proxied sync stream gets new entries as
 // soon as the replica applies them.
@@ -144,8 +150,17 @@ func (r *remoteReader) ReadUser(uid string, epoch log.Epoch, from log.Position, 
 // lease that is not held and counts from that read, and reached false: a sync stream then says it
 // is stale rather than end, and tries again a little later.
 func (r *remoteReader) readUserWait(uid string, epoch log.Epoch, from log.Position, lim log.Limit, wait time.Duration) (rd log.Read, l raftstore.Lease, reached bool, err error) {
-	args := peer.ReadArgs{UID: uid, Epoch: uint64(epoch), Pos: uint64(from), WaitMS: wait.Milliseconds()}.WithLimit(lim)
-	a, err := r.call(peer.OpReadUserWait, args)
+	return r.readWait(peer.OpReadUserWait, peer.ReadArgs{UID: uid, Epoch: uint64(epoch), Pos: uint64(from), WaitMS: wait.Milliseconds()}.WithLimit(lim))
+}
+
+// readConvWait is readUserWait for a large group's conversation log, which a sync stream follows
+// as a source.
+func (r *remoteReader) readConvWait(conv string, epoch log.Epoch, from log.Position, lim log.Limit, wait time.Duration) (rd log.Read, l raftstore.Lease, reached bool, err error) {
+	return r.readWait(peer.OpReadConvWait, peer.ReadArgs{Conv: conv, Epoch: uint64(epoch), Pos: uint64(from), WaitMS: wait.Milliseconds()}.WithLimit(lim))
+}
+
+func (r *remoteReader) readWait(op peer.Op, args peer.ReadArgs) (rd log.Read, l raftstore.Lease, reached bool, err error) {
+	a, err := r.call(op, args)
 	if errors.Is(err, raftstore.ErrUnreachable) && !r.readAt.IsZero() {
 		return log.Read{Status: log.ReadCaughtUp, Info: r.info}, raftstore.Lease{Unheard: time.Since(r.readAt) + r.lease.Unheard}, false, nil
 	}
@@ -232,23 +247,39 @@ func (s *Server) handleReads(p *peer.Peer) {
 		return withLease(peer.ReadAnswer{Read: peer.FromRead(rd)}, l), err
 	})
 	read(peer.OpReadUserWait, func(ctx context.Context, state *log.Shard, shard raftstore.ShardID, a peer.ReadArgs) (peer.ReadAnswer, error) {
-		wake := s.notes.wait(shard, a.UID) // before reading, so an append after the read wakes us
-		l, leaseCh, _ := s.node.WatchLease(shard)
-		rd, err := state.ReadUser(a.UID, log.Epoch(a.Epoch), log.Position(a.Pos), a.Limit())
-		if err == nil && rd.Status == log.ReadCaughtUp && a.WaitMS > 0 {
-			t := time.NewTimer(time.Duration(min(a.WaitMS, maxReadWait.Milliseconds())) * time.Millisecond)
-			select {
-			case <-ctx.Done():
-			case <-wake:
-			case <-leaseCh: // lost or regained: the stream has something to say
-			case <-t.C:
-			}
-			t.Stop()
-			l, _, _ = s.node.WatchLease(shard)
-			rd, err = state.ReadUser(a.UID, log.Epoch(a.Epoch), log.Position(a.Pos), a.Limit())
-		}
-		return withLease(peer.ReadAnswer{Read: peer.FromRead(rd)}, l), err
+		return s.readWait(ctx, shard, a, s.notes.wait, state.ReadUser, a.UID)
 	})
+	read(peer.OpReadConvWait, func(ctx context.Context, state *log.Shard, shard raftstore.ShardID, a peer.ReadArgs) (peer.ReadAnswer, error) {
+		return s.readWait(ctx, shard, a, s.notes.waitConv, state.ReadConv, a.Conv)
+	})
+	read(peer.OpFollows, func(_ context.Context, state *log.Shard, _ raftstore.ShardID, a peer.ReadArgs) (peer.ReadAnswer, error) {
+		fs, err := state.Follows(a.UID)
+		return peer.ReadAnswer{Follows: peer.FromFollows(fs)}, err
+	})
+}
+
+// readWait answers a long-polling read of log id of a replica hosted here (OpReadUserWait,
+// OpReadConvWait): a replica that is caught up waits up to the arguments' WaitMS for the log to
+// grow or its lease to change before it answers.
+func (s *Server) readWait(ctx context.Context, shard raftstore.ShardID, a peer.ReadArgs,
+	wait func(raftstore.ShardID, string) <-chan struct{},
+	read func(string, log.Epoch, log.Position, log.Limit) (log.Read, error), id string) (peer.ReadAnswer, error) {
+	wake := wait(shard, id) // before reading, so an append after the read wakes us
+	l, leaseCh, _ := s.node.WatchLease(shard)
+	rd, err := read(id, log.Epoch(a.Epoch), log.Position(a.Pos), a.Limit())
+	if err == nil && rd.Status == log.ReadCaughtUp && a.WaitMS > 0 {
+		t := time.NewTimer(time.Duration(min(a.WaitMS, maxReadWait.Milliseconds())) * time.Millisecond)
+		select {
+		case <-ctx.Done():
+		case <-wake:
+		case <-leaseCh: // lost or regained: the stream has something to say
+		case <-t.C:
+		}
+		t.Stop()
+		l, _, _ = s.node.WatchLease(shard)
+		rd, err = read(id, log.Epoch(a.Epoch), log.Position(a.Pos), a.Limit())
+	}
+	return withLease(peer.ReadAnswer{Read: peer.FromRead(rd)}, l), err
 }
 
 // maxReadWait bounds how long a long-polling read holds a replica's answer, whatever the caller

@@ -39,6 +39,7 @@ type Server struct {
 	mover       *moves.Driver
 	peer        *peer.Peer
 	notes       *notifier
+	srcMarks    sourceMarks   // acks of large groups' logs, for their delivered marks (sourcemarks.go)
 	keys        *auth.Keyring // token keys: TokenSecret (current) and TokenKeys
 	adminToken  string
 	fingerprint string
@@ -223,11 +224,15 @@ func (s *Server) Run(ctx context.Context) error {
 			defer wg.Done()
 			s.fan.Run(ctx)
 		}()
-		if s.cfg.DeliveryReports {
-			wg.Add(1)
+		if !s.cfg.DisableDeliveryReports {
+			wg.Add(2)
 			go func() {
 				defer wg.Done()
 				s.deliveryLoop(ctx)
+			}()
+			go func() {
+				defer wg.Done()
+				s.sourceMarksLoop(ctx)
 			}()
 		}
 		go func() {

@@ -179,7 +179,8 @@ func (ss *session) answer(ctx context.Context, req proto.Request) proto.Frame {
 func (ss *session) appendFor(req proto.Request) (*log.Append, error) {
 	cfg := ss.s.cfg
 	a := &log.Append{Sender: ss.user, DedupWindow: int64(cfg.DedupWindow), RecallWindow: int64(cfg.RecallWindow),
-		MaxGroupSize: int64(cfg.MaxGroupSize), StatusFanoutLimit: int64(cfg.StatusFanoutLimit)}
+		MaxGroupSize: int64(cfg.MaxGroupSize), StatusFanoutLimit: int64(cfg.StatusFanoutLimit),
+		LargeGroupThreshold: int64(cfg.LargeGroupThreshold)}
 	switch f := req.(type) {
 	case *proto.Send:
 		if maxBody := int(cfg.Limits.MaxBody); len(f.Body) > maxBody { // the announced limit, maybe below proto.MaxBody
@@ -271,19 +272,19 @@ func (ss *session) serveSync(ctx context.Context, st transport.Stream, r *proto.
 	wg.Wait()
 }
 
-// followMove finds where a user's log went when the shard a sync stream reads answered that it
-// is not served there (log.ErrMoved): the shard the cluster map routes the user to now, with a
-// reader of it. Until this node's map has switched (a move's last steps take a few commits) it
-// waits a little and gives the same shard back; it gives up, with the error, once the log has
-// been elsewhere for longer than a move's switch can take, and the device reconnects.
-func (ss *session) followMove(ctx context.Context, id string, shard raftstore.ShardID, since *time.Time) (shardReader, raftstore.ShardID, error) {
+// followMove finds where a log went when the shard a sync stream reads answered that it is not
+// served there (log.ErrMoved): the shard the cluster map routes it to now, with a reader of it.
+// Until this node's map has switched (a move's last steps take a few commits) it waits a little
+// and gives the same shard back; it gives up, with the error, once the log has been elsewhere
+// for longer than a move's switch can take, and the device reconnects.
+func (ss *session) followMove(ctx context.Context, sl *subLog, shard raftstore.ShardID, since *time.Time) (shardReader, raftstore.ShardID, error) {
 	if since.IsZero() {
 		*since = time.Now()
 	}
 	if time.Since(*since) > moveFollowLimit {
-		return nil, shard, fmt.Errorf("%w: the user's log has not been found on its shards for %v", log.ErrMoved, moveFollowLimit)
+		return nil, shard, fmt.Errorf("%w: log %s has not been found on its shards for %v", log.ErrMoved, sl.id, moveFollowLimit)
 	}
-	next := ss.s.slots.UserShard(id)
+	next := ss.route(sl)
 	if next == shard {
 		select {
 		case <-ctx.Done():
@@ -295,16 +296,28 @@ func (ss *session) followMove(ctx context.Context, id string, shard raftstore.Sh
 	return state, next, err
 }
 
-// moveFollowLimit bounds how long a sync stream follows a user's log that is between shards.
+// route returns the shard that holds sl's log now: the user's shard of a sub-log, the group's of
+// a source.
+func (ss *session) route(sl *subLog) raftstore.ShardID {
+	if sl.src != nil {
+		return ss.s.slots.ConvShard(sl.id)
+	}
+	return ss.s.slots.UserShard(sl.id)
+}
+
+// moveFollowLimit bounds how long a sync stream follows a log that is between shards.
 const moveFollowLimit = 10 * time.Second
 
-// syncLog is serveSync's sending side for one sub-log. It returns the frame that ends the stream
-// (TooOld, EpochChanged, Rebase or an Error), or nil when ctx ended or a write failed.
+// syncLog is serveSync's sending side for one log of the stream: a sub-log of the user's stream,
+// or a large group's conversation log it follows as a source (sources.go), within the user's
+// membership periods there. It returns the frame that ends the stream (TooOld, EpochChanged,
+// Rebase or an Error), or nil when ctx ended, a write failed, or a source has nothing more for
+// the user (its SourceEnd sent).
 func (ss *session) syncLog(ctx context.Context, w *streamWriter, sl *subLog, start *proto.SyncStart) proto.Frame {
 	if sl.gate != nil && !sl.own.wait(ctx, *sl.gate) {
 		return nil
 	}
-	shard := ss.s.slots.UserShard(sl.id)
+	shard := ss.route(sl)
 	state, err := ss.s.reader(ctx, shard)
 	if err != nil {
 		return wireError(ss.s.logger, 0, err)
@@ -315,7 +328,12 @@ func (ss *session) syncLog(ctx context.Context, w *streamWriter, sl *subLog, sta
 	}
 	heartbeat := time.Duration(ss.s.cfg.Limits.HeartbeatMs) * time.Millisecond
 	epoch, pos := sl.from.Epoch, sl.from.Pos
+	source := ""
+	if sl.src != nil {
+		source = sl.id
+	}
 	first := true
+	firstBatch := true     // of a source: it says where it starts (after)
 	live := false          // caught up once: later entries are pushed as they come, so their delay counts
 	stale := false         // the replica read was found stale while idle, and no heartbeat sent since
 	heldLast := false      // the last read's replica held its lease
@@ -335,11 +353,33 @@ func (ss *session) syncLog(ctx context.Context, w *streamWriter, sl *subLog, sta
 			// back): a remote replica answers at once rather than an interval later.
 			wait = 0
 		}
-		rd, err := ss.readUserLog(state, shard, sl.id, epoch, pos+1, lim, wait, &batch)
+		h := hop{from: pos + 1, after: pos}
+		var changed <-chan struct{}
+		var rd userRead
+		if sl.src != nil {
+			changed = sl.set.changes(sl.src)
+			next, ok, tooOld := sl.set.next(sl.src, pos)
+			switch {
+			case tooOld:
+				return &proto.TooOld{Epoch: proto.Epoch(epoch), First: proto.Position(sl.set.firstKept(sl.src) + 1), Head: proto.Position(pos), Source: source}
+			case !ok:
+				if err := w.send(&proto.SourceEnd{Source: source, Last: proto.Position(pos)}); err != nil || !sl.set.finish(sl.src, pos) {
+					return nil
+				}
+				continue
+			}
+			h = next
+			if h.gate != 0 && !sl.src.gateOn.reached(ctx, h.gate) {
+				return nil
+			}
+			rd, err = ss.readSource(state, shard, sl, epoch, h.from, h.last, lim, wait, &batch)
+		} else {
+			rd, err = ss.readUserLog(state, shard, sl.id, epoch, pos+1, lim, wait, &batch)
+		}
 		if errors.Is(err, log.ErrMoved) && ctx.Err() == nil {
-			// The user's log moved to another shard (or is moving here and is not complete):
-			// the stream goes on there from the same cursor, positions unchanged.
-			if state, shard, err = ss.followMove(ctx, sl.id, shard, &movedSince); err == nil {
+			// The log moved to another shard (or is moving here and is not complete): the stream
+			// goes on there from the same cursor, positions unchanged.
+			if state, shard, err = ss.followMove(ctx, sl, shard, &movedSince); err == nil {
 				continue
 			}
 		}
@@ -353,8 +393,8 @@ func (ss *session) syncLog(ctx context.Context, w *streamWriter, sl *subLog, sta
 		heldLast = rd.lease.Held
 		res := rd.res
 		info := res.Info
-		if first && start.Ceiling > 0 && res.Status == log.ReadEntries && uint64(info.Head-pos) > start.Ceiling {
-			return &proto.Rebase{Epoch: proto.Epoch(info.Epoch), Head: proto.Position(info.Head), Sub: sl.sub}
+		if first && start.Ceiling > 0 && res.Status == log.ReadEntries && uint64(info.Head-h.after) > start.Ceiling {
+			return &proto.Rebase{Epoch: proto.Epoch(info.Epoch), Head: proto.Position(info.Head), Sub: sl.sub, Source: source}
 		}
 		first = false
 		switch res.Status {
@@ -366,25 +406,47 @@ func (ss *session) syncLog(ctx context.Context, w *streamWriter, sl *subLog, sta
 					ss.s.metrics.observeDelivery(time.Since(time.Unix(0, t)))
 				}
 			}
+			prev := pos
 			pos = batch.last
 			sl.bound.set(log.Cursor{Epoch: epoch, Pos: pos}) // before the write: the ack may come back first
-			if err := w.sendEncoded(proto.TypeBatch, batch.frame(epoch, info.Head, sl.sub)); err != nil {
+			var frame []byte
+			if sl.src != nil {
+				// A source's first batch says where it starts, and so does one that starts a
+				// later period: the positions between were not the user's.
+				after := log.Position(0)
+				if firstBatch || h.after != prev {
+					after = h.after
+				}
+				frame = batch.sourceFrame(epoch, info.Head, source, after)
+				firstBatch = false
+			} else {
+				frame = batch.frame(epoch, info.Head, sl.sub)
+			}
+			if err := w.sendEncoded(proto.TypeBatch, frame); err != nil {
 				return nil
 			}
 			lastSent = time.Now()
-			if sl.sub == 0 {
-				sl.own.report(epoch, pos)
+			sl.sent.report(epoch, pos)
+			if marks := batch.marks; len(marks) > 0 && sl.src == nil {
+				if ss.proto < 6 {
+					return sourcesNeedUpgrade(ss.user)
+				}
+				sl.set.note(sl, marks)
 			}
 		case log.ReadTooOld:
-			return &proto.TooOld{Epoch: proto.Epoch(info.Epoch), First: proto.Position(info.First), Head: proto.Position(info.Head), Sub: sl.sub}
+			return &proto.TooOld{Epoch: proto.Epoch(info.Epoch), First: proto.Position(info.First), Head: proto.Position(info.Head), Sub: sl.sub, Source: source}
 		case log.ReadEpochChanged:
-			return &proto.EpochChanged{Epoch: proto.Epoch(info.Epoch), First: proto.Position(info.First), Head: proto.Position(info.Head), Sub: sl.sub}
+			return &proto.EpochChanged{Epoch: proto.Epoch(info.Epoch), First: proto.Position(info.First), Head: proto.Position(info.Head), Sub: sl.sub, Source: source}
 		case log.ReadCaughtUp:
-			if sl.sub == 0 && info.Epoch != 0 {
-				sl.own.report(info.Epoch, pos)
+			if info.Epoch != 0 {
+				sl.sent.report(info.Epoch, pos)
 			}
 			// Caught up: the batch's buffers go, so an idle stream holds none.
 			batch.release()
+			if sl.src != nil {
+				info.Head = h.head(info.Head, pos) // no promise of positions that are not the user's
+				rd.res.Info.Head = info.Head
+			}
 			if !rd.lease.Held { // no heartbeat: the head is not proven
 				if err := ss.idleStale(ctx, w, sl, rd, &stale, &lastSent, heartbeat); err != nil {
 					return nil
@@ -395,7 +457,7 @@ func (ss *session) syncLog(ctx context.Context, w *streamWriter, sl *subLog, sta
 			// then once per idle interval, not after every pushed batch: it tells an idle device
 			// the head, so it can prove it has missed nothing.
 			if !live || stale || time.Since(lastSent) >= heartbeat {
-				hb := &proto.Heartbeat{Epoch: proto.Epoch(info.Epoch), Head: proto.Position(info.Head), ServerTime: time.Now().UnixNano(), Sub: sl.sub}
+				hb := &proto.Heartbeat{Epoch: proto.Epoch(info.Epoch), Head: proto.Position(info.Head), ServerTime: time.Now().UnixNano(), Sub: sl.sub, Source: source}
 				if err := w.send(hb); err != nil {
 					return nil
 				}
@@ -407,6 +469,7 @@ func (ss *session) syncLog(ctx context.Context, w *streamWriter, sl *subLog, sta
 			case <-rd.wake:
 			case <-rd.leaseCh:
 			case <-sl.mapChanged:
+			case <-changed:
 			case <-time.After(heartbeat - time.Since(lastSent)):
 			}
 		}

@@ -238,11 +238,22 @@ func checkAck(ca *proto.CursorAck, subs *subLogSet) error {
 	if err := ca.Validate(); err != nil {
 		return err
 	}
+	if ca.Source != "" {
+		src := subs.sources.get(ca.Source)
+		if src == nil {
+			return proto.Errorf(proto.CodeInvalidArgument, "cursor ack of source %s: this stream does not serve it", ca.Source)
+		}
+		return checkBound(ca, src.bound.get())
+	}
 	sl := subs.get(int(ca.Sub))
 	if sl == nil {
 		return proto.Errorf(proto.CodeInvalidArgument, "cursor ack of sub-log %d: this stream has %d", ca.Sub, subs.len())
 	}
-	bound := sl.bound.get()
+	return checkBound(ca, sl.bound.get())
+}
+
+// checkBound refuses an ack beyond bound, the last a log of the stream sent.
+func checkBound(ca *proto.CursorAck, bound log.Cursor) error {
 	if log.Epoch(ca.Epoch) != bound.Epoch || log.Position(ca.Pos) > bound.Pos {
 		return proto.Errorf(proto.CodeInvalidArgument, "cursor ack %d (epoch %d) is beyond what this stream sent: %d (epoch %d)",
 			ca.Pos, ca.Epoch, bound.Pos, bound.Epoch)
@@ -266,6 +277,12 @@ func (ss *session) readUpstream(r *proto.Reader, w *streamWriter, subs *subLogSe
 		} else if ca, ok := f.(*proto.CursorAck); ok {
 			if err := checkAck(ca, subs); err != nil {
 				w.send(wireError(ss.s.logger, 0, err))
+				continue
+			}
+			if ca.Source != "" {
+				if !ss.s.cfg.DisableDeliveryReports {
+					ss.s.srcMarks.ack(ca.Source, ss.user, log.Position(ca.Pos))
+				}
 				continue
 			}
 			subs.get(int(ca.Sub)).cursors.ack(log.Cursor{Epoch: log.Epoch(ca.Epoch), Pos: log.Position(ca.Pos)})

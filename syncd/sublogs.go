@@ -30,7 +30,13 @@ type subLog struct {
 	bound   *ackBound
 	cursors *cursorStore
 	own     *ownProgress         // how far the stream has sent sub-log 0: reported by it, waited on behind a gate
+	sent    *ownProgress         // how far the stream has sent this log (own, for sub-log 0): the gates of sources wait on it
 	gate    *raftstore.SplitInfo // the split's gate, for every sub-log but the first; nil: none
+	// set is the stream's sources (sources.go): a sub-log tells it the entries marked Source it
+	// sends. src, for a large group's conversation log the stream follows as a source, is the
+	// user's periods there; nil for a sub-log.
+	set *sourceSet
+	src *source
 	// mapChanged, for sub-log 0, closes when the cluster map changes, and then its loop calls
 	// regroup (which takes the next one): a split made while the stream is open is found without
 	// a goroutine or a timer per stream. Both nil for the other sub-logs.
@@ -49,8 +55,9 @@ func (sl *subLog) mapChange() proto.Frame {
 	}
 }
 
-// ownProgress is how far a sync stream has sent the user's own log (sub-log 0), which the
-// split's gate is checked against. Safe for concurrent use.
+// ownProgress is how far a sync stream has sent a log: the user's own log (sub-log 0), which the
+// split's gate is checked against, or any sub-log, which the gates of its sources are. Safe for
+// concurrent use.
 type ownProgress struct {
 	mu      sync.Mutex
 	epoch   log.Epoch // of the log, once read (0 before)
@@ -96,11 +103,34 @@ func (p *ownProgress) wait(ctx context.Context, gate raftstore.SplitInfo) bool {
 	}
 }
 
+// reached waits until the stream has sent the log up to pos, and reports false if ctx ended
+// first.
+func (p *ownProgress) reached(ctx context.Context, pos log.Position) bool {
+	for {
+		p.mu.Lock()
+		passed := p.pos >= pos
+		if p.changed == nil {
+			p.changed = make(chan struct{})
+		}
+		changed := p.changed
+		p.mu.Unlock()
+		if passed {
+			return true
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-changed:
+		}
+	}
+}
+
 // subLogSet is the sub-logs a sync stream serves; the sub-logs of a split made while the stream
-// is open are added to it. Safe for concurrent use.
+// is open are added to it. Safe for concurrent use. sources are the large groups it follows.
 type subLogSet struct {
-	mu   sync.Mutex
-	list []*subLog
+	mu      sync.Mutex
+	list    []*subLog
+	sources *sourceSet
 }
 
 // get returns sub-log i, or nil if the stream has no such sub-log.
@@ -127,7 +157,7 @@ func (s *subLogSet) grow(ss *session, split raftstore.SplitInfo) []*subLog {
 	var added []*subLog
 	for i := len(s.list); i < split.Subs; i++ {
 		sl := ss.newSubLog(i, log.Cursor{}, s.list[0].own)
-		sl.gate = &split
+		sl.gate, sl.set = &split, s.sources
 		added = append(added, sl)
 	}
 	s.list = append(s.list, added...)
@@ -146,7 +176,11 @@ func (s *subLogSet) close() {
 
 func (ss *session) newSubLog(i int, from log.Cursor, own *ownProgress) *subLog {
 	id := log.SubLog(ss.user, i)
-	return &subLog{id: id, sub: uint32(i), from: from, bound: &ackBound{c: from}, cursors: &cursorStore{ss: ss, log: id}, own: own}
+	sent := own
+	if i > 0 {
+		sent = &ownProgress{}
+	}
+	return &subLog{id: id, sub: uint32(i), from: from, bound: &ackBound{c: from}, cursors: &cursorStore{ss: ss, log: id}, own: own, sent: sent}
 }
 
 // subLogs returns the sub-logs a sync stream from start serves: the user's own log, or for a
@@ -168,7 +202,7 @@ func (ss *session) subLogs(start *proto.SyncStart) (*subLogSet, proto.Frame) {
 			"a vector cursor of %d sub-logs: user %s's stream has %d", len(start.Subs), ss.user, n)}
 	}
 	own := &ownProgress{}
-	set := &subLogSet{}
+	set := &subLogSet{sources: newSourceSet(ss)}
 	for i := range n {
 		from := log.Cursor{Epoch: log.Epoch(start.Epoch), Pos: log.Position(start.Pos)}
 		if i > 0 {
@@ -178,6 +212,7 @@ func (ss *session) subLogs(start *proto.SyncStart) (*subLogSet, proto.Frame) {
 			}
 		}
 		sl := ss.newSubLog(i, from, own)
+		sl.set = set.sources
 		if i > 0 {
 			sl.gate = &split
 		}
@@ -217,6 +252,20 @@ func (ss *session) syncSubLogs(ctx context.Context, w *streamWriter, start *prot
 		cancel()
 	}
 	serve := func(sl *subLog) { wg.Go(func() { end(ss.syncLog(ctx, w, sl, start)) }) }
+	// A source's follower ends on its own when the user has nothing more there (SourceEnd);
+	// only a final frame or a failed write ends the stream.
+	subs.sources.spawn = func(sl *subLog) {
+		wg.Go(func() {
+			if f := ss.syncLog(ctx, w, sl, start); f != nil || w.failed() {
+				end(f)
+			}
+		})
+	}
+	if f := ss.startSources(ctx, w, start, subs); f != nil {
+		end(f)
+		wg.Wait()
+		return final
+	}
 	own := subs.get(0)
 	own.regroup = func() proto.Frame {
 		own.mapChanged = ss.s.slots.Replaced() // before the split is read again

@@ -80,6 +80,7 @@ type fileConfig struct {
 	QueryBurst             int      `toml:"query_burst"`
 	MaxConnsPerUser        int      `toml:"max_connections_per_user"`
 	MaxGroupSize           int      `toml:"max_group_size"`
+	LargeGroupThreshold    int      `toml:"large_group_threshold"`
 	DeliveryReports        bool     `toml:"delivery_reports"`
 	StatusFanoutLimit      int      `toml:"status_fanout_limit"`
 	DeliveryReportInterval duration `toml:"delivery_report_interval"`
@@ -231,8 +232,8 @@ func (o options) toConfig(logOut io.Writer) (syncd.Config, error) {
 		RetentionInterval: time.Duration(s.RetentionInterval), RequestTimeout: time.Duration(s.RequestTimeout),
 		SendRate: s.SendRate, SendBurst: s.SendBurst, MaxInFlight: s.MaxInFlight, MaxHandshakes: s.MaxHandshakes,
 		QueryRate: s.QueryRate, QueryBurst: s.QueryBurst, MaxConnectionsPerUser: s.MaxConnsPerUser,
-		MaxGroupSize: s.MaxGroupSize, MembersPerMinute: s.MembersPerMinute, MaxGroupsPerUser: s.MaxGroupsPerUser,
-		DeliveryReports: s.DeliveryReports, StatusFanoutLimit: s.StatusFanoutLimit, DeliveryReportInterval: time.Duration(s.DeliveryReportInterval),
+		MaxGroupSize: s.MaxGroupSize, LargeGroupThreshold: s.LargeGroupThreshold, MembersPerMinute: s.MembersPerMinute, MaxGroupsPerUser: s.MaxGroupsPerUser,
+		DisableDeliveryReports: !s.DeliveryReports, StatusFanoutLimit: s.StatusFanoutLimit, DeliveryReportInterval: time.Duration(s.DeliveryReportInterval),
 		MaxTokenLifetime: time.Duration(s.MaxTokenLifetime), HelloTimeout: time.Duration(s.HelloTimeout),
 		MaxHandshakesPerSource: s.MaxHandshakesPerSource,
 		MinFreeDisk:            int64(s.MinFreeDisk),
@@ -353,7 +354,7 @@ func (o options) toConfig(logOut io.Writer) (syncd.Config, error) {
 		{"send-burst", s.SendBurst, 1}, {"max-in-flight", s.MaxInFlight, 1}, {"max-handshakes", s.MaxHandshakes, 1},
 		{"max-handshakes-per-source", s.MaxHandshakesPerSource, 1},
 		{"query-burst", s.QueryBurst, 1}, {"max-connections-per-user", s.MaxConnsPerUser, 1},
-		{"max-group-size", s.MaxGroupSize, 2}, {"status-fanout-limit", s.StatusFanoutLimit, 2}, {"members-per-minute", s.MembersPerMinute, proto.MaxMembers},
+		{"max-group-size", s.MaxGroupSize, 2}, {"large-group-threshold", s.LargeGroupThreshold, 2}, {"status-fanout-limit", s.StatusFanoutLimit, 2}, {"members-per-minute", s.MembersPerMinute, proto.MaxMembers},
 		{"max-groups-per-user", s.MaxGroupsPerUser, 1}, {"max-answer-bytes-per-conn", s.MaxAnswerBytesPerConn, 1},
 		{"max-answer-bytes-per-device", s.MaxAnswerBytesPerDev, 1}, {"max-answer-bytes-per-user", s.MaxAnswerBytesPerUser, 1}} {
 		if n.value < n.least {

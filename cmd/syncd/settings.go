@@ -62,8 +62,8 @@ func fromConfig(cfg syncd.Config) fileConfig {
 		RetentionInterval: duration(cfg.RetentionInterval), RequestTimeout: duration(cfg.RequestTimeout),
 		SendRate: cfg.SendRate, SendBurst: cfg.SendBurst, MaxInFlight: cfg.MaxInFlight, MaxHandshakes: cfg.MaxHandshakes,
 		QueryRate: cfg.QueryRate, QueryBurst: cfg.QueryBurst, MaxConnsPerUser: cfg.MaxConnectionsPerUser,
-		MaxGroupSize: cfg.MaxGroupSize, MembersPerMinute: cfg.MembersPerMinute, MaxGroupsPerUser: cfg.MaxGroupsPerUser,
-		DeliveryReports: cfg.DeliveryReports, StatusFanoutLimit: cfg.StatusFanoutLimit, DeliveryReportInterval: duration(cfg.DeliveryReportInterval),
+		MaxGroupSize: cfg.MaxGroupSize, LargeGroupThreshold: cfg.LargeGroupThreshold, MembersPerMinute: cfg.MembersPerMinute, MaxGroupsPerUser: cfg.MaxGroupsPerUser,
+		DeliveryReports: !cfg.DisableDeliveryReports, StatusFanoutLimit: cfg.StatusFanoutLimit, DeliveryReportInterval: duration(cfg.DeliveryReportInterval),
 		MinFreeDisk:      byteSize(max(cfg.MinFreeDisk, 0)), // negative (off) is spelled 0
 		MaxTokenLifetime: duration(cfg.MaxTokenLifetime), HelloTimeout: duration(cfg.HelloTimeout),
 		MaxHandshakesPerSource: cfg.MaxHandshakesPerSource,
@@ -330,12 +330,18 @@ var settings = []setting{
 	{key: "max_group_size", section: "Groups", field: func(c *fileConfig) any { return &c.MaxGroupSize },
 		usage: "most members of a group",
 		doc:   "Most members a group may have; a creation or addition beyond it gets GroupFull."},
+	{key: "large_group_threshold", field: func(c *fileConfig) any { return &c.LargeGroupThreshold },
+		usage: "most members of a group copied into every member's log; larger groups are read from their own log",
+		doc: "Most members a group may have and still be copied into every member's log (a write per member per " +
+			"message). A creation or addition past it makes the group large for good: its members' devices follow " +
+			"its conversation log as a source of their sync streams (protocol revision 6; an older client of such a " +
+			"member is told needs_upgrade). Lower it to spare writes, raise it to spare clients a follower per group."},
 	{key: "delivery_reports", field: func(c *fileConfig) any { return &c.DeliveryReports },
 		usage: "tell senders when a device of the recipient stored their message (the delivered step)",
 		doc: "Tell senders when a device of the recipient stored their message: the delivered step, as entries of " +
-			"kind delivered in their logs, and the delivered counts of groups. Off by default in this version: in a " +
-			"cluster, turn it on only once every node runs a version that has it (the nodes must all apply its appends).",
-		means: ": senders see sent and read, not delivered"},
+			"kind delivered in their logs, and the delivered counts of groups. A cluster upgrading from a version " +
+			"without it runs with it off until every node runs one that has it (the nodes must all apply its appends).",
+	},
 	{key: "status_fanout_limit", field: func(c *fileConfig) any { return &c.StatusFanoutLimit },
 		usage: "largest group whose delivered steps reach the senders' logs as entries",
 		doc: "Largest group whose delivered steps reach the senders as entries of their logs (kind delivered); in " +

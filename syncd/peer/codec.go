@@ -35,6 +35,8 @@ const (
 	OpUserGroups     Op = 8  // ReadArgs{UIDs} → ReadAnswer.Counts, one per uid
 	OpReceipts       Op = 9  // ReadArgs{Conv, UID, Seqs} → ReadAnswer.Receipts, one per seq
 	OpReaders        Op = 10 // ReadArgs{Conv, UID, Pos, State, After, Count} → ReadAnswer.IDs, Next, More
+	OpFollows        Op = 11 // ReadArgs{UID} → ReadAnswer.Follows: the large groups the user log follows
+	OpReadConvWait   Op = 12 // ReadArgs{Conv, Epoch, Pos, Limit, WaitMS} → ReadAnswer.Read: a source's read, as OpReadUserWait
 )
 
 // Inspections of a replica (the admin API's operator views).

@@ -67,8 +67,10 @@ type ReadAnswer struct {
 	// Receipts answers OpReceipts; Next (with IDs and More) OpReaders.
 	Receipts []ReceiptCount `msgpack:"receipts,omitempty"`
 	Next     string         `msgpack:"next,omitempty"`
+	// Follows answers OpFollows.
+	Follows []Follow `msgpack:"follows,omitempty"`
 	// Stale and UnheardMS carry the lease of the answering replica (raftstore.Lease) with the
-	// reads of a user log (OpUserInfo, OpReadUser, OpReadUserWait), taken before the read: Stale when it does
+	// reads of a user log (OpUserInfo, OpReadUser, OpReadUserWait) and of a source (OpReadConvWait), taken before the read: Stale when it does
 	// not hold it, UnheardMS how long it has not heard from its shard's leader. Omitted while it
 	// holds it, so an answer from a node of before them reads as current, as it was taken then.
 	Stale     bool  `msgpack:"stale,omitempty"`
@@ -79,6 +81,43 @@ type ReadAnswer struct {
 type Member struct {
 	User string `msgpack:"user"`
 	Role uint8  `msgpack:"role"`
+}
+
+// Follow is log.Follow on the wire.
+type Follow struct {
+	Conv    string   `msgpack:"conv"`
+	Periods []Period `msgpack:"periods"`
+}
+
+// Period is log.Period on the wire.
+type Period struct {
+	From uint64 `msgpack:"from"`
+	To   uint64 `msgpack:"to"`
+	Gate uint64 `msgpack:"gate"`
+}
+
+// FromFollows converts log.Follows.
+func FromFollows(fs []log.Follow) []Follow {
+	out := make([]Follow, len(fs))
+	for i, f := range fs {
+		out[i].Conv = f.Conv
+		for _, p := range f.Periods {
+			out[i].Periods = append(out[i].Periods, Period{From: uint64(p.From), To: uint64(p.To), Gate: uint64(p.Gate)})
+		}
+	}
+	return out
+}
+
+// LogFollows converts back to log.Follows.
+func LogFollows(fs []Follow) []log.Follow {
+	out := make([]log.Follow, len(fs))
+	for i, f := range fs {
+		out[i].Conv = f.Conv
+		for _, p := range f.Periods {
+			out[i].Periods = append(out[i].Periods, log.Period{From: log.Position(p.From), To: log.Position(p.To), Gate: log.Position(p.Gate)})
+		}
+	}
+	return out
 }
 
 // ReceiptCount is log.ReceiptCount on the wire.
@@ -109,6 +148,7 @@ type ConvState struct {
 	DeliveredMark uint64 `msgpack:"delivered_mark,omitempty"`
 	PeerDelivered uint64 `msgpack:"peer_delivered,omitempty"`
 	PeerRead      uint64 `msgpack:"peer_read,omitempty"`
+	Large         bool   `msgpack:"large,omitempty"`
 }
 
 // Read is log.Read on the wire.
@@ -140,6 +180,7 @@ type Entry struct {
 	Members  []string `msgpack:"members"`
 	Role     uint8    `msgpack:"role,omitempty"`
 	Count    int      `msgpack:"member_count,omitempty"`
+	Source   bool     `msgpack:"source,omitempty"`
 }
 
 // CursorsArgs are the arguments of OpCursors.
@@ -231,14 +272,14 @@ func (i LogInfo) Log() log.LogInfo {
 func FromConvState(c log.ConvState) ConvState {
 	return ConvState{Conv: c.Conv, Kind: uint8(c.Kind), Info: FromLogInfo(c.Info), Members: c.Members, ReadMark: uint64(c.ReadMark),
 		Count: c.MemberCount, Role: uint8(c.Role), DeliveredMark: uint64(c.DeliveredMark),
-		PeerDelivered: uint64(c.PeerDelivered), PeerRead: uint64(c.PeerRead)}
+		PeerDelivered: uint64(c.PeerDelivered), PeerRead: uint64(c.PeerRead), Large: c.Large}
 }
 
 // Log converts back to a log.ConvState.
 func (c ConvState) Log() log.ConvState {
 	return log.ConvState{Conv: c.Conv, Kind: log.ConvKind(c.Kind), Info: c.Info.Log(), Members: c.Members, ReadMark: log.Position(c.ReadMark),
 		MemberCount: c.Count, Role: log.Role(c.Role), DeliveredMark: log.Position(c.DeliveredMark),
-		PeerDelivered: log.Position(c.PeerDelivered), PeerRead: log.Position(c.PeerRead)}
+		PeerDelivered: log.Position(c.PeerDelivered), PeerRead: log.Position(c.PeerRead), Large: c.Large}
 }
 
 // FromRead converts a log.Read; the entries' slices are shared, not copied.
@@ -279,14 +320,16 @@ func (id MsgID) Log() log.MsgID {
 func FromEntry(e *log.Entry) Entry {
 	return Entry{Seq: uint64(e.Seq), Kind: uint8(e.Kind), MsgID: FromMsgID(e.MsgID), Conv: e.Conv,
 		ConvSeq: uint64(e.ConvSeq), Sender: e.Sender, Time: e.Time, Body: e.Body,
-		ReadUpTo: uint64(e.ReadUpTo), Target: FromMsgID(e.Target), Members: e.Members, Role: uint8(e.Role), Count: e.MemberCount}
+		ReadUpTo: uint64(e.ReadUpTo), Target: FromMsgID(e.Target), Members: e.Members, Role: uint8(e.Role), Count: e.MemberCount,
+		Source: e.Source}
 }
 
 // Log converts back to a log.Entry.
 func (e Entry) Log() log.Entry {
 	return log.Entry{Seq: log.Position(e.Seq), Kind: log.Kind(e.Kind), MsgID: e.MsgID.Log(), Conv: e.Conv,
 		ConvSeq: log.Position(e.ConvSeq), Sender: e.Sender, Time: e.Time, Body: e.Body,
-		ReadUpTo: log.Position(e.ReadUpTo), Target: e.Target.Log(), Members: e.Members, Role: log.Role(e.Role), MemberCount: e.Count}
+		ReadUpTo: log.Position(e.ReadUpTo), Target: e.Target.Log(), Members: e.Members, Role: log.Role(e.Role), MemberCount: e.Count,
+		Source: e.Source}
 }
 
 // FromDeadLetter converts a log.DeadLetter; withBody false leaves the body out (BodyBytes still

@@ -120,12 +120,17 @@ func (s *sourceSet) ended(src *source, convSeq log.Position) {
 }
 
 // add starts the followers of the sources of one sub-log from its follow records and the
-// device's cursors; a source the device names that the user does not follow is answered
-// SourceEnd at once.
+// device's cursors (those it takes are deleted from cursors). A group the user left, which the
+// device does not name though it has the entry that started its last period, needs nothing: the
+// device had its SourceEnd (a follow record is kept when the user leaves, so that a device that
+// has not seen the removal yet gets the rest of the period).
 func (s *sourceSet) add(sl *subLog, follows []log.Follow, cursors map[string]proto.SourceCursor) {
 	for _, f := range follows {
-		c := cursors[f.Conv]
+		c, named := cursors[f.Conv]
 		delete(cursors, f.Conv)
+		if last := f.Periods[len(f.Periods)-1]; !named && !last.Open() && last.Gate <= sl.from.Pos {
+			continue
+		}
 		s.mu.Lock()
 		if _, dup := s.byID[f.Conv]; dup {
 			s.mu.Unlock()

@@ -268,3 +268,45 @@ func TestLargeGroupOldClient(t *testing.T) {
 		}
 	}
 }
+
+// TestLargeGroupSourceAfterLeaving: once a member left, a device that names the group's source
+// at its end is told SourceEnd at once; one that has the removal and does not name it hears
+// nothing of the group; a new device syncing from nothing gets the member's whole period — the
+// entry that started it, the group's entries while it was a member, the removal — and the
+// source's end.
+func TestLargeGroupSourceAfterLeaving(t *testing.T) {
+	ts := startServer(t, func(c *Config) { c.LargeGroupThreshold = 3 })
+	ann := connect(t, ts, "ann", "phone")
+	ann.Ack(&proto.CreateGroup{ID: ann.ID(), Conv: "g", ClientMsgID: "c", Members: []string{"bob", "cat", "dan"}})
+	for i := range 3 {
+		ann.Ack(&proto.Send{ID: ann.ID(), Conv: "g", ClientMsgID: fmt.Sprint("m", i), Body: []byte(fmt.Sprint("m", i))})
+	}
+	ann.Ack(&proto.RemoveMembers{ID: ann.ID(), Conv: "g", ClientMsgID: "rm", Members: []string{"cat"}}) // 5
+	ann.Ack(&proto.Send{ID: ann.ID(), Conv: "g", ClientMsgID: "late", Body: []byte("late")})             // 6
+
+	fresh := newFollower(t, connect(t, ts, "cat", "new"))
+	fresh.start()
+	fresh.until("the whole period", func() bool { _, ended := fresh.ends["g"]; return ended && len(fresh.user) == 2 })
+	if got := fmt.Sprint(fresh.bodies("g")); got != "[m0 m1 m2]" || fresh.ends["g"] != 4 {
+		t.Fatalf("a new device of cat: %s, end %v", got, fresh.ends)
+	}
+
+	named := newFollower(t, connect(t, ts, "cat", "named"))
+	named.c.Epoch, named.userPos = fresh.c.Epoch, fresh.userPos
+	named.pos["g"], named.epochs["g"] = 4, fresh.epochs["g"]
+	named.start()
+	named.until("SourceEnd of a source named at its end", func() bool { _, ended := named.ends["g"]; return ended })
+	if len(named.got["g"]) != 0 || named.ends["g"] != 4 {
+		t.Fatalf("a device naming the source at its end: %v, end %v", named.got, named.ends)
+	}
+
+	quiet := connect(t, ts, "cat", "quiet")
+	quiet.StartSyncWith(&proto.SyncStart{Epoch: fresh.c.Epoch, Pos: fresh.userPos})
+	if hb, ok := quiet.NextSync().(*proto.Heartbeat); !ok || hb.Source != "" { // caught up
+		t.Fatalf("a device that dropped the source: %#v", hb)
+	}
+	quiet.Sync.SetReadDeadline(time.Now().Add(time.Second)) // and nothing of the group comes
+	if f, err := quiet.SyncR.Next(); err == nil {
+		t.Fatalf("a device that dropped the source got %#v", f)
+	}
+}

@@ -46,7 +46,15 @@ import (
 // (client/js/src/check.ts).
 //
 // Gaps (§8.4 step 3) are reported here too: once per incident, not once per retry of the same
-// gap.
+// gap — of a sub-log here, of a source in sources.go.
+//
+// Sources (large groups followed through their conversation log, revision 6: sources.go) are not
+// checked. The checks are of the user log and its sub-logs, whose runs the store keeps; a source
+// has no run (every rebase of it, and every rebase of the user log, jumps its cursor over entries
+// it never stores, and a removal and rejoining leave a hole the server will not send), and
+// checking it would mean Digest{conv} over runs of conv_seqs of its own — what §8.7 calls a check
+// of a conversation's history, which it leaves optional (MAY). The store keeps a source's entries
+// as received (store.SourceEntries), so such a check can come later.
 
 // digestRevision is the protocol revision that added Digest and Report (PROTOCOL §9): a server
 // of an earlier one is not asked.
@@ -97,6 +105,7 @@ type checker struct {
 	on       *conn                              // the connection skip is about
 	skip     [proto.MaxSubLogs]proto.Epoch      // per sub-log: an epoch the server on `on` said is not the log's
 	gap      [proto.MaxSubLogs]*proto.SubCursor // per sub-log: the stored cursor the last gap reported was seen at
+	gapSrc   map[string]proto.SubCursor         // per source: the same (sources.go)
 	turn     uint32                             // the sub-log whose walk goes on at the next head check
 }
 
@@ -419,3 +428,7 @@ func (c *Client) reportGap(cn *conn, sub uint32, cur proto.SubCursor, b *proto.B
 
 // stored records that a batch of sub-log sub was stored: a gap seen after it is a new incident.
 func (k *checker) stored(sub uint32) { k.gap[sub] = nil }
+
+// storedSource records that a batch of source conv was stored (or the source ended): a gap seen
+// after it is a new incident.
+func (k *checker) storedSource(conv string) { delete(k.gapSrc, conv) }

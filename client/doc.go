@@ -51,6 +51,18 @@
 // within two heartbeat intervals restarts it as stalled; streams that keep restarting without
 // progress end the connection, which is then redialed with backoff.
 //
+// # Large groups: sources
+//
+// A group with more members than the server's large_group_threshold (1,000 by default) is not
+// copied into its members' logs (PROTOCOL §6 "Sources", revision 6): the device follows its
+// conversation log directly, as a source of the same sync stream, with a cursor of its own
+// (the conversation log's epoch, a conv_seq) that is stored with the source's entries and
+// listed in every SyncStart. Each source gets the checks, storing, acknowledgement, gap
+// handling and heartbeat checks of the user log on its own; the user log still says where the
+// user's following of the group starts and ends (its membership entries), and carries the user's
+// own receipts there. A source's entries reach the app as EntryEvents naming it (Source), its end
+// as SourceEndEvent; a source too far behind is rebased alone (RebaseEvent with Source).
+//
 // # Checking what it stored
 //
 // The checks above prove that each batch continued the cursor, not that the store still holds
@@ -65,7 +77,7 @@
 // jump over them); the messages they carry replace the stored copies (MismatchEvent). A range
 // that still differs after that is left as the server sent it, not refetched or reported again,
 // and logged as the bug it is. Entries a rebase jumped over are not stored, so they are not
-// checked.
+// checked; nor are the sources' (check.go says why).
 //
 // # Delivery states and read counts
 //

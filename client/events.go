@@ -17,9 +17,17 @@ type Event interface{ isEvent() }
 // whose stream an operator split (0 otherwise): Entry.Seq is a position of that sub-log. Each
 // conversation's entries come in one sub-log, in order; there is no order across sub-logs, as
 // there is none across conversations.
+//
+// Source, when set, says the entry came instead from a source of the sync stream: the
+// conversation log of that large group, which the device follows directly rather than through
+// the user's log (PROTOCOL §6 "Sources", revision 6). Entry.Seq is then its conv_seq and Sub is
+// 0. A large group's entries come from its source, in conversation order, except those that
+// concern the user's own membership (Entry.Source set: where the following starts and ends) and
+// the user's own receipts there (conv_seq 0), which come in the user's log.
 type EntryEvent struct {
-	Entry proto.Entry
-	Sub   uint32
+	Entry  proto.Entry
+	Sub    uint32
+	Source string
 }
 
 // StatusEvent: a queued mutation changed status: Sent (with the server's Ack) or Failed (with
@@ -52,11 +60,12 @@ type DeliveryEvent struct {
 	UpTo  proto.Position
 }
 
-// GapEvent: a batch did not continue the stored cursor; the SDK discarded it and refetched from
-// the cursor. Nothing was skipped.
+// GapEvent: a batch did not continue the stored cursor (or a source ended beyond it); the SDK
+// discarded it and refetched from the cursor. Nothing was skipped.
 type GapEvent struct {
-	At  proto.Position
-	Sub uint32 // the sub-log (0 unless the user's stream is split)
+	At     proto.Position
+	Sub    uint32 // the sub-log (0 unless the user's stream is split)
+	Source string // the source (a large group's conversation id; At is a conv_seq), "" for the user's log
 }
 
 // RebaseEvent: the stored cursor was too old (trimmed) or further behind than Config.Ceiling, so
@@ -65,18 +74,34 @@ type GapEvent struct {
 // (Config.RebaseHistory) into the local store, then moved the cursor to Head. Convs are the
 // conversations it loaded: refresh their views (Messages, Members, ReadMark). Entries older than
 // what it loaded are not stored; History fetches them on demand.
+//
+// Source, when set, names the one source (a large group) that jumped instead, alone, after its
+// own TooOld or Rebase: Convs is that conversation, and Epoch and Head are its conversation
+// log's. A rebase of the user's log moves the cursors of the large groups it loads too.
 type RebaseEvent struct {
-	Epoch proto.Epoch
-	Head  proto.Position
-	Sub   uint32   // the sub-log that jumped (0 unless the user's stream is split)
-	Convs []string // the conversations whose state and recent history were loaded, in id order
+	Epoch  proto.Epoch
+	Head   proto.Position
+	Sub    uint32   // the sub-log that jumped (0 unless the user's stream is split)
+	Source string   // the source that jumped, "" for the user's log
+	Convs  []string // the conversations whose state and recent history were loaded, in id order
 }
 
 // EpochEvent: the user's log was re-created (for example restored from a backup); the SDK
-// resynced it from the start of the new epoch, keeping local history.
+// resynced it from the start of the new epoch, keeping local history. With Source set, it was
+// that large group's conversation log, resynced from its first retained entry.
 type EpochEvent struct {
-	Epoch proto.Epoch
-	Sub   uint32 // the sub-log re-created (0 unless the user's stream is split)
+	Epoch  proto.Epoch
+	Sub    uint32 // the sub-log re-created (0 unless the user's stream is split)
+	Source string // the source re-created (a large group's conversation id), "" for the user's log
+}
+
+// SourceEndEvent: the device no longer follows the large group Source (PROTOCOL §6 "Sources"):
+// the user was removed from it, at Last+1 — the removal itself comes in the user's log, as an
+// EntryEvent — and the device has stored every entry of it up to Last that was the user's. If
+// the user is added again, the group's entries come again from its source.
+type SourceEndEvent struct {
+	Source string
+	Last   proto.Position
 }
 
 // MismatchEvent: what the device stored of positions From..To of sub-log Sub of the user's log
@@ -102,7 +127,8 @@ type MismatchEvent struct {
 // first Heartbeat or the Batch that reaches the head), and again after the device fell behind; a
 // steady stream of new entries shows as EntryEvents only. It also means syncing works again
 // after a SyncFailedEvent. For a split user's stream it comes once every sub-log the device knows
-// has caught up; Epoch and Head are the user's own log's (sub-log 0).
+// has caught up, and for a user in large groups once every source the stream serves has too;
+// Epoch and Head are the user's own log's (sub-log 0).
 type SyncedEvent struct {
 	Epoch proto.Epoch
 	Head  proto.Position
@@ -114,11 +140,13 @@ type SyncedEvent struct {
 // is the last head that node knows. Show the user that the app is connecting rather than up to
 // date; a SyncedEvent says when it is current again. The SDK keeps the stream, and after
 // Config.StaleFailover moves to another node of Config.Addrs if there is one. It comes once per
-// such episode.
+// such episode. Source, when set, says the replica is one of that large group's conversation log,
+// whose epoch and head Epoch and Head then are (a source of the sync stream, revision 6).
 type StaleEvent struct {
 	Epoch   proto.Epoch
 	Head    proto.Position
 	Unheard time.Duration
+	Source  string
 }
 
 // SyncFailedEvent: syncing has failed Failures times in a row (SyncFailureThreshold or more)
@@ -163,6 +191,8 @@ func (DeliveryEvent) isEvent() {}
 func (GapEvent) isEvent()      {}
 func (RebaseEvent) isEvent()   {}
 func (EpochEvent) isEvent()    {}
+
+func (SourceEndEvent) isEvent() {}
 
 func (MismatchEvent) isEvent() {}
 

@@ -15,7 +15,11 @@ import (
 // the entries it skips would have told the device (PROTOCOL §8.4): it pages through ConvList and,
 // for each conversation, stores its state (members, this user's read mark) and, where the local
 // copy is behind the conversation's head, its latest entries (up to Config.RebaseHistory, from
-// History). Only then is the cursor moved, so an app killed or a connection lost mid-rebase
+// History). A large group the device follows as a source (ConvInfo.Source, revision 6) jumps too:
+// its source's cursor moves to the head its state and history were loaded at, right after them
+// (sources.go). It has to: the entries of the user log the rebase jumps over may be the ones that
+// said where the user's following of the group ended and started again, without which a later
+// Batch.After of the source would read as a gap every time. Only then is the cursor moved, so an app killed or a connection lost mid-rebase
 // rebases again from the old cursor; what it stored already is merged by msg_id. Entries after
 // head come on the next sync stream, also merged by msg_id with the history loaded here.
 //
@@ -37,6 +41,11 @@ func (c *Client) rebase(ctx context.Context, cn *conn, sub uint32, epoch proto.E
 		for _, info := range r.Convs {
 			if err := c.loadConv(ctx, cn, user, info); err != nil {
 				return fmt.Errorf("client: rebase: conversation %s: %w", info.Conv, err)
+			}
+			if info.Source && info.Epoch != 0 {
+				if err := c.st.RebaseSource(info.Conv, info.Epoch, info.Head); err != nil {
+					return fmt.Errorf("client: rebase: source %s: %w", info.Conv, err)
+				}
 			}
 			convs = append(convs, info.Conv)
 		}

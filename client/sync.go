@@ -30,6 +30,9 @@ import (
 // the head (StaleEvent): the stream is kept, and after Config.StaleFailover left for another node
 // if Config.Addrs names one (errMoveOn).
 //
+// The stream serves the sources the device follows too (revision 6: large groups read from their
+// conversation log, sources.go), each checked, stored and acknowledged on its own as a sub-log is.
+//
 // It returns when the connection fails, a stream fails, streams keep restarting without progress
 // (then the connection is dropped and redialed with backoff, not restarted in a loop), or ctx
 // ends; progressed says whether any of its streams made progress (syncOnce).
@@ -69,6 +72,12 @@ func (c *Client) syncOnce(ctx context.Context, cn *conn) (restart, progressed bo
 	if err != nil {
 		return false, false, err
 	}
+	// And one cursor per source the device follows (a large group's conversation log), each
+	// advanced on its own too (sources.go).
+	named, err := c.sourceCursors()
+	if err != nil {
+		return false, false, err
+	}
 	// Beyond the ceiling the server answers Rebase (rebase.go); none while a digest mismatch is
 	// being refetched (check.go), since a rebase would jump over the entries to repair.
 	ceiling := uint64(max(c.cfg.Ceiling, 0))
@@ -83,7 +92,7 @@ func (c *Client) syncOnce(ctx context.Context, cn *conn) (restart, progressed bo
 	}
 	defer st.CancelRead(quic.StreamErrorCode(0))
 	defer st.Close()
-	start := &proto.SyncStart{Epoch: cursors[0].Epoch, Pos: cursors[0].Pos, Subs: cursors, Ceiling: ceiling}
+	start := &proto.SyncStart{Epoch: cursors[0].Epoch, Pos: cursors[0].Pos, Subs: cursors, Ceiling: ceiling, Sources: named}
 	if err := proto.WriteFrameWithin(st, start, int(cn.limits.MaxFrame)); err != nil {
 		return false, false, err
 	}
@@ -134,22 +143,32 @@ func (c *Client) syncOnce(ctx context.Context, cn *conn) (restart, progressed bo
 	var caught [proto.MaxSubLogs]bool
 	var own SyncedEvent // where the user's own log (sub-log 0) caught up
 	known := len(cursors)
-	caughtUp := func(sub uint32, epoch proto.Epoch, head proto.Position) {
-		caught[sub] = true
-		if sub == 0 {
-			own = SyncedEvent{Epoch: epoch, Head: head}
-		}
+	// srcs is where each source stands on this stream: those named, then those the server sends.
+	srcs := newStreamSources(named)
+	maybeSynced := func() {
 		for i := range known {
 			if !caught[i] {
 				return // SyncedEvent once every sub-log is caught up
 			}
+		}
+		if !srcs.caughtUp() {
+			return // and every source the stream knows
 		}
 		if !synced {
 			synced = true
 			c.emit(own)
 		}
 	}
+	caughtUp := func(sub uint32, epoch proto.Epoch, head proto.Position) {
+		caught[sub] = true
+		if sub == 0 {
+			own = SyncedEvent{Epoch: epoch, Head: head}
+		}
+		maybeSynced()
+	}
 	behind := func(sub uint32) { caught[sub], synced = false, false } // catching up: say so again at the head
+	sourceCaughtUp := func(src *sourceAt) { src.caught = true; maybeSynced() }
+	sourceBehind := func(src *sourceAt) { src.caught, synced = false, false }
 	subOf := func(sub uint32) (uint32, error) {
 		if sub >= proto.MaxSubLogs {
 			return 0, fmt.Errorf("client: the server sent a frame of sub-log %d (at most %d)", sub, proto.MaxSubLogs)
@@ -187,6 +206,46 @@ func (c *Client) syncOnce(ctx context.Context, cn *conn) (restart, progressed bo
 		case f := <-frames:
 			switch f := f.(type) {
 			case *proto.Batch:
+				if f.Source != "" {
+					// A source's batch: checked against its own cursor, or its After where the
+					// store accepts it (store.ApplySource), and stored with it.
+					if len(f.Entries) == 0 {
+						break
+					}
+					src := srcs.get(f.Source)
+					applied, err := c.st.ApplySource(f.Source, f.Epoch, f.After, f.Entries)
+					if errors.Is(err, store.ErrNotContiguous) {
+						expected := src.cur.Pos + 1
+						if !src.has {
+							expected = f.After + 1
+						}
+						c.reportSourceGap(cn, f.Source, src.cur, expected, f.Entries[0].Seq)
+						c.emit(GapEvent{At: expected, Source: f.Source})
+						return true, progressed, nil
+					}
+					if err != nil {
+						return false, progressed, err
+					}
+					c.checks.storedSource(f.Source)
+					for _, e := range f.Entries {
+						c.emit(EntryEvent{Entry: e, Source: f.Source})
+					}
+					c.emitDelivery(applied)
+					src.cur, src.has = proto.SubCursor{Epoch: f.Epoch, Pos: f.Entries[len(f.Entries)-1].Seq}, true
+					// Progress, but not of the user's log: the head check (sinceCheck) is about that.
+					progressed = true
+					src.pending = 0
+					if src.cur.Pos >= f.Head && stale == nil {
+						sourceCaughtUp(src)
+					} else {
+						sourceBehind(src)
+					}
+					ack := &proto.CursorAck{Epoch: src.cur.Epoch, Pos: src.cur.Pos, Source: f.Source}
+					if err := proto.WriteFrameWithin(st, ack, int(cn.limits.MaxFrame)); err != nil {
+						return false, progressed, err
+					}
+					break
+				}
 				sub, err := subOf(f.Sub)
 				if err != nil {
 					return false, progressed, err
@@ -223,6 +282,35 @@ func (c *Client) syncOnce(ctx context.Context, cn *conn) (restart, progressed bo
 			case *proto.Heartbeat:
 				// Liveness is the read deadline above; the heartbeat's epoch and head are checked
 				// against where the stream stands (PROTOCOL §8.4).
+				if f.Source != "" {
+					stale.end()
+					stale = nil
+					src := srcs.get(f.Source)
+					if f.Epoch == 0 && src.cur.Epoch != 0 {
+						break // a replica without the log yet proves nothing (as below)
+					}
+					if otherEpoch(src.cur, f.Epoch) {
+						c.cfg.Logger.Debug("sync: heartbeat of another epoch; restarting", "source", f.Source, "epoch", f.Epoch, "stored", src.cur.Epoch)
+						return true, progressed, nil
+					}
+					pending, err := c.headPending(f.Source, src, f.Head)
+					if err != nil {
+						return false, progressed, err
+					}
+					if pending {
+						sourceBehind(src)
+						if src.pending++; src.pending > stallIntervals {
+							c.cfg.Logger.Debug("sync: heartbeats beyond the cursor and no batch; restarting", "source", f.Source,
+								"head", f.Head, "pos", src.cur.Pos)
+							return true, progressed, nil
+						}
+						break
+					}
+					src.pending = 0
+					progressed = true
+					sourceCaughtUp(src)
+					break
+				}
 				sub, err := subOf(f.Sub)
 				if err != nil {
 					return false, progressed, err
@@ -262,7 +350,11 @@ func (c *Client) syncOnce(ctx context.Context, cn *conn) (restart, progressed bo
 					caughtUp(sub, f.Epoch, cur.Pos)
 				}
 			case *proto.Stale:
-				if sub, err := subOf(f.Sub); err != nil {
+				if f.Source != "" {
+					if otherEpoch(srcs.get(f.Source).cur, f.Epoch) { // like a Heartbeat's, for the epoch only
+						return true, progressed, nil
+					}
+				} else if sub, err := subOf(f.Sub); err != nil {
 					return false, progressed, err
 				} else if otherEpoch(at[sub], f.Epoch) { // like a Heartbeat's, for the epoch only
 					return true, progressed, nil
@@ -270,18 +362,51 @@ func (c *Client) syncOnce(ctx context.Context, cn *conn) (restart, progressed bo
 				if stale == nil {
 					stale = c.staleEpisode()
 					synced = false // say so again once a Heartbeat proves the head
-					c.emit(StaleEvent{Epoch: f.Epoch, Head: f.Head, Unheard: time.Duration(f.UnheardMs) * time.Millisecond})
+					c.emit(StaleEvent{Epoch: f.Epoch, Head: f.Head, Unheard: time.Duration(f.UnheardMs) * time.Millisecond, Source: f.Source})
 				}
 			case *proto.TooOld:
+				if f.Source != "" {
+					return true, true, c.rebaseSource(ctx, cn, f.Source)
+				}
 				return true, true, c.rebase(ctx, cn, f.Sub, f.Epoch, f.Head)
 			case *proto.Rebase:
+				if f.Source != "" {
+					return true, true, c.rebaseSource(ctx, cn, f.Source)
+				}
 				return true, true, c.rebase(ctx, cn, f.Sub, f.Epoch, f.Head)
 			case *proto.EpochChanged:
+				if f.Source != "" {
+					// The conversation log was re-created: resync it from the new log's first
+					// retained entry (PROTOCOL §8.4), deduplicated by msg_id; a Rebase answer (the
+					// ceiling) rebases it.
+					if err := c.st.ResetSourceForEpoch(f.Source, f.Epoch, max(f.First, 1)-1); err != nil {
+						return false, progressed, err
+					}
+					c.emit(EpochEvent{Epoch: f.Epoch, Source: f.Source})
+					return true, true, nil
+				}
 				if err := c.st.ResetForEpoch(f.Sub, f.Epoch); err != nil {
 					return false, progressed, err
 				}
 				c.emit(EpochEvent{Epoch: f.Epoch, Sub: f.Sub})
 				return true, true, nil
+			case *proto.SourceEnd:
+				// The user has no entry of the source after Last: once it is stored up to there,
+				// its cursor goes (a cursor below Last is a gap: the stream restarts and sends the
+				// rest first).
+				src := srcs.get(f.Source)
+				if err := c.st.EndSource(f.Source, f.Last); errors.Is(err, store.ErrNotContiguous) {
+					c.reportSourceGap(cn, f.Source, src.cur, src.cur.Pos+1, 0)
+					c.emit(GapEvent{At: src.cur.Pos + 1, Source: f.Source})
+					return true, progressed, nil
+				} else if err != nil {
+					return false, progressed, err
+				}
+				c.checks.storedSource(f.Source)
+				delete(srcs, f.Source)
+				progressed = true
+				c.emit(SourceEndEvent{Source: f.Source, Last: f.Last})
+				maybeSynced()
 			case *proto.Error:
 				return false, progressed, f
 			}

@@ -38,13 +38,17 @@ import (
 //	0x19 conv 0x00 user 0x00          delivered mark of user in conv    conv_seq u64
 //	0x1a conv 0x00                    other members' highest marks in conv (peer marks)   delivered u64, read u64
 //	0x1b conv 0x00 conv_seq           client_msg_id of this device's acked message there  raw id bytes
+//	0x1c conv 0x00                    cursor of source conv (a large group the device follows)   epoch u64, pos u64
+//	0x1d conv 0x00 conv_seq           entry of source conv (stored as received)   v1 msgpack proto.Entry
+//	0x1e conv 0x00 conv_seq           the user log's entry with source set there (following starts or ends)   kind u8
 //
 // Values that are not plain numbers start with a version byte (valueVersion) followed by
 // msgpack; msgpack maps ignore unknown keys, so later versions may add fields. The whole layout
 // is versioned by the format key: Open refuses a store of another format. A key added within a
-// format (the sub-logs' keys, the runs, the delivery marks) is one a store written before simply
-// lacks, and its absence has a meaning the code that reads it documents (getRun: an empty run;
-// getPeerMarks: the highest read mark of another member).
+// format (the sub-logs' keys, the runs, the delivery marks, the sources') is one a store written
+// before simply lacks, and its absence has a meaning the code that reads it documents (getRun: an
+// empty run; getPeerMarks: the highest read mark of another member; getSourceCursor: a source the
+// device does not follow, which is all an SDK before revision 6 could have stored).
 
 // formatVersion is the key layout version written under the format key.
 const formatVersion = 1
@@ -70,6 +74,9 @@ const (
 	tagDelivered     = 0x19
 	tagPeerMarks     = 0x1a
 	tagOwnMsg        = 0x1b
+	tagSourceCursor  = 0x1c
+	tagSourceEntry   = 0x1d
+	tagFollowMark    = 0x1e
 )
 
 // keyBuilder builds the store's keys; sk is its only value.
@@ -136,6 +143,34 @@ func (keyBuilder) entryPrefix(sub uint32) []byte {
 	}
 	return []byte{tagSubEntry, byte(sub)}
 }
+
+// sourceCursor is the key of the cursor of source conv (a large group the device follows,
+// PROTOCOL §6 "Sources"): the conversation log's epoch and the last conv_seq stored.
+func (keyBuilder) sourceCursor(conv string) []byte { return appendID([]byte{tagSourceCursor}, conv) }
+
+// sourceCursorPrefix prefixes the cursor of every source.
+func (keyBuilder) sourceCursorPrefix() []byte { return []byte{tagSourceCursor} }
+
+// sourceEntry is the key of the entry at conv_seq seq of source conv, as the source's Batch
+// carried it: a source's position is (conv, conv_seq) where a sub-log's is (sub, seq).
+func (k keyBuilder) sourceEntry(conv string, seq proto.Position) []byte {
+	return binary.BigEndian.AppendUint64(k.sourceEntryPrefix(conv), uint64(seq))
+}
+
+// sourceEntryPrefix prefixes the entries of source conv.
+func (keyBuilder) sourceEntryPrefix(conv string) []byte {
+	return appendID([]byte{tagSourceEntry}, conv)
+}
+
+// followMark is the key of the mark of the user-log entry with Entry.Source set at conv_seq seq
+// of conv: where the user's following of the large group started (a group_create or member_add)
+// or ended (a member_remove). Its value is the entry's kind.
+func (k keyBuilder) followMark(conv string, seq proto.Position) []byte {
+	return binary.BigEndian.AppendUint64(k.followMarkPrefix(conv), uint64(seq))
+}
+
+// followMarkPrefix prefixes the follow marks of conv.
+func (keyBuilder) followMarkPrefix(conv string) []byte { return appendID([]byte{tagFollowMark}, conv) }
 
 // msgIndex is the key of the msg_id index entry of id.
 func (keyBuilder) msgIndex(id proto.MsgID) []byte {

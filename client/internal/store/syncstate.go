@@ -172,6 +172,11 @@ func applyBatch(db *pebble.DB, sub uint32, epoch proto.Epoch, entries []proto.En
 		if err := b.Set(sk.entry(sub, e.Seq), v, nil); err != nil {
 			return 0, nil, err
 		}
+		// Before the dedup below: the entry may be known already (loaded with History, which
+		// carries no Source), but only the user log says the following started or ended there.
+		if err := noteFollow(b, e); err != nil {
+			return 0, nil, err
+		}
 		seen, recalled := false, false
 		if e.MsgID != "" {
 			var ref []byte

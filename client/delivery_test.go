@@ -37,7 +37,7 @@ func awaitEvents(t *testing.T, c *Client, timeout time.Duration, what string, do
 // StatusOf, Lookup and Messages agree, and after a restart the statuses stand and no step is
 // reported again.
 func TestSDKDeliveryStatusDirect(t *testing.T) {
-	srv := syncdtest.Start(t, func(c *syncd.Config) { c.Shards, c.DeliveryReports = 2, true })
+	srv := syncdtest.Start(t, func(c *syncd.Config) { c.Shards = 2 })
 	conv := proto.DirectConv("alice", "bob")
 	token, err := srv.MintToken("alice", "phone", time.Hour)
 	if err != nil {
@@ -138,7 +138,7 @@ func TestSDKDeliveryStatusDirect(t *testing.T) {
 // member's device stored it and read once one member read it; Receipts counts the members who
 // have it delivered and read, and Readers names them.
 func TestSDKDeliveryGroupCounts(t *testing.T) {
-	srv := syncdtest.Start(t, func(c *syncd.Config) { c.Shards, c.DeliveryReports = 2, true })
+	srv := syncdtest.Start(t, func(c *syncd.Config) { c.Shards = 2 })
 	alice := dialTo(t, srv, srv.Addr().String(), srv.Fingerprint(), "alice", "phone")
 	dialTo(t, srv, srv.Addr().String(), srv.Fingerprint(), "bob", "phone") // online: his device stores the message
 	carol := dialTo(t, srv, srv.Addr().String(), srv.Fingerprint(), "carol", "phone")

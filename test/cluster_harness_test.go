@@ -86,13 +86,14 @@ type testCluster struct {
 
 // startClusterWithSpares builds cmd/syncd and starts n nodes n1..n<n>, with node-to-node traffic
 // through relays when the binary supports -peer-dial, and waits until every node is ready; with spare nodes n<n+1>…: set up (data directory,
-// relays, flags: -join through n1) but not started; a scenario starts one to have it join.
-func startClusterWithSpares(t *testing.T, n, spares int, tl *timeline) *testCluster {
+// relays, flags: -join through n1) but not started; a scenario starts one to have it join. args
+// are flags for every node (proccluster.Config.Args).
+func startClusterWithSpares(t *testing.T, n, spares int, tl *timeline, args ...string) *testCluster {
 	t.Helper()
 	bin := buildServer(t)
 	c := &testCluster{t: t, tl: tl, byNode: map[*proccluster.Node]*clusterNode{}}
 	pc, err := proccluster.New(proccluster.Config{Syncd: bin, Dir: t.TempDir(), Nodes: n, Spares: spares, Shards: clusterShards,
-		OnExit: c.onExit})
+		Args: args, OnExit: c.onExit})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -48,7 +48,46 @@ func TestPullFailsWhenSyncKeepsFailing(t *testing.T) {
 	}
 
 	lie.Store(false)
-	if got := pullUntil(t, n, bob...); got[0].Seq != 1 || got[n-1].Seq != n {
+	// Every message; the delivered entries bob's acks bring come after them.
+	if got := pullUntilIgnoringReports(t, n, bob...); got[0].Seq != 1 || got[n-1].Seq != n {
 		t.Fatalf("pulled %d..%d", got[0].Seq, got[n-1].Seq)
+	}
+}
+
+// TestPullPrintsDeliveryReports: with delivery reports on (the default), once a device of bob has
+// stored alice's message, her log gets a delivered entry (PROTOCOL §8.8), and pull prints it as
+// it prints any entry: kind delivered, from bob, up_to the conv_seq his devices stored.
+func TestPullPrintsDeliveryReports(t *testing.T) {
+	t.Setenv("SYNCD_TOKEN", "")
+	srv, dataDir := startServer(t)
+	device := func(user, device string) []string {
+		return []string{"-addr", srv.Addr().String(), "-token", mustToken(t, dataDir, user, device), "-data-dir", dataDir, "-store", t.TempDir()}
+	}
+	code, out, _ := syncctl(t, append([]string{"send", "-conv", "d:alice:bob", "-peer", "bob", "-body", "hi bob"}, device("alice", "phone")...)...)
+	if code != 0 {
+		t.Fatalf("send: exit %d", code)
+	}
+	sent := decodeJSON[sentJSON](t, out)
+	// bob's phone stores the message and acks it: that is what makes it delivered.
+	pullUntilIgnoringReports(t, 1, device("bob", "phone")...)
+
+	// alice's log: her message, then the report (her own devices' acks report nothing: the
+	// conversation holds no message from bob).
+	got := pullUntil(t, 2, device("alice", "laptop")...)
+	if m := got[0]; m.Kind != "message" || m.MsgID != sent.MsgID || m.Seq != 1 {
+		t.Fatalf("pull printed %+v first; want alice's message", m)
+	}
+	d := got[1]
+	if d.Kind != "delivered" || d.Seq != 2 || d.Conv != "d:alice:bob" || d.ConvSeq != sent.ConvSeq+1 || d.From != "bob" ||
+		d.UpTo != sent.ConvSeq || !proto.MsgID(d.MsgID).Valid() || d.Body != "" || d.BodyBase64 != "" {
+		t.Fatalf("pull printed the report as %+v; want kind delivered from bob, up_to %d", d, sent.ConvSeq)
+	}
+	if _, err := time.Parse(time.RFC3339Nano, d.TS); err != nil {
+		t.Fatalf("ts %q: %v", d.TS, err)
+	}
+	// trace names the report's up_to for what it is: stored, not read.
+	code, out, _ = syncctl(t, "trace", "-admin", srv.AdminAddr().String(), "-data-dir", dataDir, d.MsgID)
+	if want := fmt.Sprintf(", stored up to %d\n", sent.ConvSeq); code != 0 || !strings.Contains(out, "entry: delivered from bob at ") || !strings.Contains(out, want) {
+		t.Fatalf("trace of the report: exit %d, printed %q; want its entry, %q", code, out, want)
 	}
 }

@@ -73,6 +73,8 @@ func printTrace(e *env, r *adminapi.TraceReport) {
 		switch {
 		case en.Kind == "message":
 			fmt.Fprintf(w, ", %d bytes", en.BodyBytes)
+		case en.Kind == "delivered": // ReadUpTo is the sender's delivered mark, nothing read
+			fmt.Fprintf(w, ", stored up to %d", en.ReadUpTo)
 		case en.ReadUpTo != 0:
 			fmt.Fprintf(w, ", read up to %d", en.ReadUpTo)
 		case en.Target != "":

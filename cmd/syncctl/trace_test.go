@@ -29,3 +29,23 @@ func TestPrintTraceNodes(t *testing.T) {
 		}
 	}
 }
+
+// TestPrintTraceEntryKinds: the entry line says what each kind's up_to means — a receipt's is
+// read, a delivered report's (PROTOCOL §8.8) only stored by the sender's devices.
+func TestPrintTraceEntryKinds(t *testing.T) {
+	for _, tc := range []struct {
+		entry adminapi.TraceEntry
+		want  string
+	}{
+		{adminapi.TraceEntry{Kind: "message", Sender: "alice", BodyBytes: 5}, "entry: message from alice at 1970-01-01T00:00:00Z, 5 bytes\n"},
+		{adminapi.TraceEntry{Kind: "receipt", Sender: "bob", ReadUpTo: 3}, "entry: receipt from bob at 1970-01-01T00:00:00Z, read up to 3\n"},
+		{adminapi.TraceEntry{Kind: "delivered", Sender: "bob", ReadUpTo: 3}, "entry: delivered from bob at 1970-01-01T00:00:00Z, stored up to 3\n"},
+	} {
+		var out strings.Builder
+		printTrace(&env{stdout: &out, stderr: &out}, &adminapi.TraceReport{MsgID: "1.5.0", HomeShard: 1, Conv: "d:alice:bob",
+			ConvKind: "direct", ConvSeq: 4, Entry: &tc.entry})
+		if !strings.Contains(out.String(), tc.want) {
+			t.Errorf("trace of a %s lacks %q:\n%s", tc.entry.Kind, tc.want, out.String())
+		}
+	}
+}

@@ -177,7 +177,7 @@ type TraceEntry struct {
 	Sender    string   `json:"sender"`
 	Time      int64    `json:"time"` // the proposer's clock, Unix ns
 	BodyBytes int      `json:"body_bytes"`
-	ReadUpTo  uint64   `json:"read_up_to,omitempty"` // receipts
+	ReadUpTo  uint64   `json:"read_up_to,omitempty"` // receipts; delivered reports: the sender's devices stored up to it
 	Target    string   `json:"target,omitempty"`     // recalls
 	Members   []string `json:"members,omitempty"`    // group creation and membership changes
 }

@@ -389,6 +389,27 @@ func (w *workload) checkEntries(d *wlDevice) (problems []string) {
 		}
 		next[e.Conv] = e.ConvSeq
 	}
+	// A large group's entries come from its own log (a source): contiguous from the entry of
+	// the user's log that started the following (the workload removes nobody), each msg_id once
+	// across the user's log and its sources.
+	for conv, es := range d.sourced {
+		at := next[conv] // the user log's last entry of it: the creation, or the add that made it large
+		if at == 0 {
+			bad("entries of source %s, whose start is not in the user's log (G3)", conv)
+			continue
+		}
+		for _, e := range es {
+			if e.ConvSeq != at+1 || e.Conv != conv {
+				bad("source %s: %s/%d stored after %d (G2/G3)", conv, e.Conv, e.ConvSeq, at)
+				break
+			}
+			at = e.ConvSeq
+			if prev, dup := ids[e.MsgID]; dup {
+				bad("msg_id %s stored twice, at %d and from source %s (G4/G5)", e.MsgID, prev, conv)
+			}
+			ids[e.MsgID] = e.ConvSeq
+		}
+	}
 	return problems
 }
 

@@ -101,6 +101,17 @@ func TestClusterCheckerCatches(t *testing.T) {
 	if problems := w.checkEntries(d); len(problems) != 0 || len(w.skipped[grp.id]) != 2 || w.skipped[grp.id][2] != "u2" {
 		t.Errorf("a jump in a group: problems %q, noted %v", problems, w.skipped)
 	}
+	// A large group's entries from its source: contiguous from the user log's start of it.
+	d.entries, d.subs = []proto.Entry{{Seq: 1, MsgID: "3.1.0", Conv: grp.id, ConvSeq: 1}}, []uint32{0}
+	d.sourced = map[string][]proto.Entry{grp.id: {{MsgID: "3.2.0", Conv: grp.id, ConvSeq: 2}, {MsgID: "3.3.0", Conv: grp.id, ConvSeq: 3}}}
+	if problems := w.checkEntries(d); len(problems) != 0 {
+		t.Errorf("a source: problems %q", problems)
+	}
+	d.sourced[grp.id] = append(d.sourced[grp.id], proto.Entry{MsgID: "3.5.0", Conv: grp.id, ConvSeq: 5})
+	if problems := w.checkEntries(d); !strings.Contains(strings.Join(problems, "\n"), "stored after 3") {
+		t.Errorf("a source with a hole: problems %q", problems)
+	}
+	d.sourced = nil
 	d.entries, d.rebases = nil, []client.RebaseEvent{{Epoch: 1, Head: 9}}
 	if problems := w.checkEntries(d); len(problems) != 1 {
 		t.Errorf("a rebase: problems %q", problems)

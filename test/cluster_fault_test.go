@@ -80,15 +80,16 @@ func faultMode(t *testing.T) (seed uint64, long bool) {
 	return seed, os.Getenv("SYNCD_FAULT_LONG") == "1"
 }
 
-// runFaultWithSpares is runFault on a cluster with spare nodes (startClusterWithSpares).
-func runFaultWithSpares(t *testing.T, needsRelays bool, spares int, schedule func(f *faultRun)) {
+// runFaultWithSpares is runFault on a cluster with spare nodes (startClusterWithSpares), whose
+// nodes get args besides the harness's flags.
+func runFaultWithSpares(t *testing.T, needsRelays bool, spares int, schedule func(f *faultRun), args ...string) {
 	if runtime.GOOS != "linux" {
 		t.Skip("the cluster fault suite needs Linux (SIGKILL, SIGSTOP, parent-death signal)")
 	}
 	seed, long := faultMode(t)
 	tl := newTimeline(t)
 	tl.add("workload seed %d (rerun with SYNCD_FAULT_SEED=%d); long mode %v", seed, seed, long)
-	c := startClusterWithSpares(t, 3, spares, tl)
+	c := startClusterWithSpares(t, 3, spares, tl, args...)
 	if needsRelays && c.mesh == nil {
 		t.Skip("this syncd has no -peer-dial: no relays to partition with")
 	}
@@ -141,18 +142,32 @@ func (f *faultRun) restartNode(n *clusterNode) {
 // duplicated.
 func TestClusterFaultLeaderKills(t *testing.T) {
 	skipShort(t)
-	runFault(t, false, func(f *faultRun) {
-		for round := range f.rounds(3, 10) {
-			shard := raftstore.ShardID(round%clusterShards + 1)
-			leaders := f.c.waitLeaders(30 * time.Second)
-			victim := leaders[shard]
-			f.killNode(victim, fmt.Sprintf("leader of shard %d; leaders %s", shard, describeLeaders(leaders)))
-			f.w.waitProgress(5, 60*time.Second, "round "+strconv.Itoa(round+1)+", leader down")
-			f.hold(f.pause(2*time.Second, 5*time.Second))
-			f.restartNode(victim)
-			f.w.waitProgress(5, 60*time.Second, "after the restart")
-		}
-	})
+	runFault(t, false, killLeaders)
+}
+
+// killLeaders is the schedule of the leader kills: each round the leader of another shard is
+// killed, the others take writes, and it is restarted on its data.
+func killLeaders(f *faultRun) {
+	for round := range f.rounds(3, 10) {
+		shard := raftstore.ShardID(round%clusterShards + 1)
+		leaders := f.c.waitLeaders(30 * time.Second)
+		victim := leaders[shard]
+		f.killNode(victim, fmt.Sprintf("leader of shard %d; leaders %s", shard, describeLeaders(leaders)))
+		f.w.waitProgress(5, 60*time.Second, "round "+strconv.Itoa(round+1)+", leader down")
+		f.hold(f.pause(2*time.Second, 5*time.Second))
+		f.restartNode(victim)
+		f.w.waitProgress(5, 60*time.Second, "after the restart")
+	}
+}
+
+// TestClusterFaultLargeGroupLeaderKills: the leader kills, with the group of everyone large
+// (read diffusion: -large-group-threshold 3, so its six members read it from its own log as a
+// source while the group of three is copied into its members' logs). Every acked message of the
+// large group reaches every member's device once, contiguous from the entry that started its
+// following, with the conversation log holding exactly what the devices stored.
+func TestClusterFaultLargeGroupLeaderKills(t *testing.T) {
+	skipShort(t)
+	runFaultWithSpares(t, false, 0, killLeaders, "-large-group-threshold", "3")
 }
 
 // TestClusterFaultFollowerKill: a node leading the fewest shards (a follower of the others) is

@@ -74,6 +74,9 @@ type wlDevice struct {
 	mu      sync.Mutex
 	entries []proto.Entry // every entry stored, in the order stored (user log order)
 	subs    []uint32      // the sub-log of each of entries (0 unless the user's stream is split)
+	// sourced holds the entries stored from each large group's log the device follows (a
+	// source), in the order stored.
+	sourced map[string][]proto.Entry
 	gaps    []proto.Position
 	rebases []client.RebaseEvent
 	epochs  []client.EpochEvent
@@ -248,7 +251,14 @@ func (w *workload) readEvents(d *wlDevice) {
 		switch e := e.(type) {
 		case client.EntryEvent:
 			d.mu.Lock()
-			d.entries, d.subs = append(d.entries, e.Entry), append(d.subs, e.Sub)
+			if e.Source != "" {
+				if d.sourced == nil {
+					d.sourced = map[string][]proto.Entry{}
+				}
+				d.sourced[e.Source] = append(d.sourced[e.Source], e.Entry)
+			} else {
+				d.entries, d.subs = append(d.entries, e.Entry), append(d.subs, e.Sub)
+			}
 			d.mu.Unlock()
 		case client.GapEvent:
 			d.mu.Lock()

@@ -428,8 +428,11 @@ export const journeys: Journey[] = [
     firefox: true,
     needsIndexedDB: true,
     async run(ctx) {
-      // Senders write fast: the backlog is made in seconds.
-      const c = await ctx.cluster(1, ["-send-rate", "100000", "-send-burst", "100000"]);
+      // Senders write fast: the backlog is made in seconds. Delivery reports off: the reader's
+      // acks would add delivered entries to its own log (its conversations are direct), and the
+      // positions checked here (the head at total, the entries after the reload) must not depend
+      // on when the server's report rounds run.
+      const c = await ctx.cluster(1, ["-send-rate", "100000", "-send-burst", "100000", "-delivery-reports=false"]);
       const hashes = await c.certHashes();
       const me = `reader-${ctx.tag}`;
       const store = `idb:syncd-reload-${ctx.tag}`;
@@ -641,7 +644,7 @@ export const journeys: Journey[] = [
     firefox: true,
     needsIndexedDB: true,
     async run(ctx) {
-      const c = await ctx.cluster(1, ["-delivery-reports"]); // off by default in this version
+      const c = await ctx.cluster(1);
       const hashes = await c.certHashes();
       const alice = `alice-${ctx.tag}`, bob = `bob-${ctx.tag}`;
       const conv = directConv(alice, bob);
@@ -709,6 +712,79 @@ export const journeys: Journey[] = [
         throw e;
       }
       for (const p of [pageA, pageB1, pageB2]) if (!p.isClosed()) await p.close();
+    },
+  },
+  {
+    name: "a large group followed as a source: each message once, in order; a reload resumes from the stored source cursor; the user's receipt from another device shows as read (IndexedDB)",
+    firefox: true,
+    needsIndexedDB: true,
+    async run(ctx) {
+      // A group with more than 3 members is large: its entries are not copied into the members'
+      // logs, each member's device follows the group's conversation log as a source (PROTOCOL §6).
+      const c = await ctx.cluster(1, ["-large-group-threshold", "3"]);
+      const hashes = await c.certHashes();
+      const owner = `owner-${ctx.tag}`, alice = `alice-${ctx.tag}`, bob = `bob-${ctx.tag}`, carol = `carol-${ctx.tag}`;
+      const group = `g:big-${ctx.tag}`;
+      const store = `idb:syncd-source-${ctx.tag}`;
+      type EntryEvent = { entry: { seq: number; kind: number; convSeq: number; conv: string; body: string; upTo: number; source: boolean }; sub: number; source: string; duplicate: boolean };
+      const entryEvents = async (pc: PageClient): Promise<EntryEvent[]> => (await pc.events("entry")).map((e) => JSON.parse(e.detail) as EntryEvent);
+      const ownerSend = async (body: string): Promise<number> => (JSON.parse(await c.syncctl(owner, "go", ["send", "-conv", group, "-body", body])) as { conv_seq: number }).conv_seq;
+      const page = await ctx.browser.open(ctx.pageUrl);
+      let web = await PageClient.open(page, c, alice, "web", { store, hashes });
+      try {
+        assert((await web.transport()) === ctx.transport, "alice's transport");
+        // Three members: a group like any other, copied into alice's log.
+        await c.syncctl(owner, "go", ["group", "create", "-conv", group, "-members", `${alice},${bob}`]);
+        await ownerSend("while small");
+        await web.message(group, "while small");
+        // The fourth member makes it large: the member_add that did (source: true) is in every member's log.
+        await c.syncctl(owner, "go", ["group", "add", "-conv", group, "-members", carol]);
+        const large = await waitFor("the member_add that made the group large, in alice's log", async () =>
+          (await entryEvents(web)).find((e) => e.entry.conv === group && e.entry.kind === 5 && e.entry.source));
+        assert(large.source === "", `the following's start came from ${JSON.stringify(large.source)}, not the user log`);
+        const sent: number[] = [];
+        for (const b of ["big 1", "big 2", "big 3"]) sent.push(await ownerSend(b));
+        await web.message(group, "big 3");
+        const before = (await entryEvents(web)).filter((e) => e.source === group);
+        const seqs = before.map((e) => e.entry.seq);
+        assert(before.length > 0 && before.every((e) => e.sub === 0 && e.entry.seq === e.entry.convSeq), `source entries ${JSON.stringify(seqs)}`);
+        assert(seqs.every((s, i) => i === 0 || s === seqs[i - 1]! + 1), `the source's entries are not contiguous: ${JSON.stringify(seqs)}`);
+        const bodiesBefore = before.filter((e) => e.entry.kind === 1).map((e) => e.entry.body);
+        assert(JSON.stringify(bodiesBefore) === JSON.stringify(["big 1", "big 2", "big 3"]), `from the source: ${JSON.stringify(bodiesBefore)}`);
+        assert(JSON.stringify(before.filter((e) => e.entry.kind === 1).map((e) => e.entry.convSeq)) === JSON.stringify(sent), `conv_seqs ${JSON.stringify(seqs)}, sent ${JSON.stringify(sent)}`);
+        assert(!(await entryEvents(web)).some((e) => e.source === "" && e.entry.kind === 1 && e.entry.body.startsWith("big")), "a large group's message came in the user log");
+        // The stored source cursor is the last conv_seq stored: the page reloads, the group goes on meanwhile.
+        const cursor = seqs.at(-1)!;
+        await page.reload();
+        await page.waitForFunction(() => "kit" in window, { timeout: 15_000 });
+        for (const b of ["big 4", "big 5"]) sent.push(await ownerSend(b));
+        web = await PageClient.open(page, c, alice, "web", { store, hashes });
+        await web.message(group, "big 5");
+        // Caught up: the user log and the source (whose heartbeats say its head) both.
+        await waitFor("alice's synced event after the reload", async () => ((await web.events("synced")).length > 0 ? true : undefined));
+        const started = (await web.logs()).find((l) => l.includes("sync stream started"));
+        assert(started?.includes(`${group}@`) && started.includes(`:${cursor}`), `the first SyncStart after the reload: ${started ?? "not logged"}; want the source's cursor at ${cursor}`);
+        const after = (await entryEvents(web)).filter((e) => e.source === group);
+        assert(after[0]?.entry.seq === cursor + 1, `after the reload the source resumed at ${after[0]?.entry.seq}, want ${cursor + 1}`);
+        const bodiesAfter = after.filter((e) => e.entry.kind === 1).map((e) => e.entry.body);
+        assert(JSON.stringify(bodiesAfter) === JSON.stringify(["big 4", "big 5"]), `after the reload, from the source: ${JSON.stringify(bodiesAfter)}`);
+        assert(after.every((e) => !e.duplicate), "an entry came twice");
+        assert((await web.events("gap")).length === 0 && (await web.events("rebase")).length === 0, `gaps or rebases: ${JSON.stringify([...await web.events("gap"), ...await web.events("rebase")])}`);
+        const shown = (await web.messages(group)).map((m) => m.body);
+        const want = ["while small", "big 1", "big 2", "big 3", "big 4", "big 5"];
+        assert(JSON.stringify(shown) === JSON.stringify(want), `alice's copy of the group: ${JSON.stringify(shown)}`);
+        // Alice reads the group on another device: her receipt (no conv_seq in a large group) comes in her log.
+        const last = sent.at(-1)!;
+        await c.syncctl(alice, "go", ["read", "-conv", group, "-up-to", String(last)]);
+        await waitFor("alice's read mark from her other device", async () =>
+          ((await page.evaluate((id, g, u) => window.kit.readMark(id, g, u), web.id, group, alice)) === last ? true : undefined));
+        const receipt = (await entryEvents(web)).find((e) => e.entry.kind === 2 && e.entry.conv === group);
+        assert(receipt?.source === "" && receipt.entry.convSeq === 0 && receipt.entry.upTo === last, `the receipt: ${JSON.stringify(receipt)}`);
+      } catch (e) {
+        await web.dump(ctx, "alice");
+        throw e;
+      }
+      await page.close();
     },
   },
 ];

@@ -5,13 +5,13 @@
 
 import { Code, ProtoError } from "./codes.js";
 import { Checker } from "./check.js";
-import { ConvKind, FrameType, Kind, Limits, REVISION_RECEIPTS, ReportKind, type ConvInfo, type HistoryResult, type Member, type PartialOf, type Query, type ReceiptCount, type Response, type SubCursor } from "./frames.js";
+import { ConvKind, FrameType, Kind, Limits, PROTO_VERSION, REVISION_RECEIPTS, ReportKind, type ConvInfo, type HistoryResult, type Member, type PartialOf, type Query, type ReceiptCount, type Response, type SourceCursor, type SubCursor } from "./frames.js";
 import { realClock, sleep, type Clock, type TimerHandle } from "./clock.js";
 import { Emitter, type ClientEventName, type ClientEvents } from "./events.js";
 import { DEFAULT_RETRY_MS, Outbox } from "./outbox.js";
 import { CLOSE_GRACE_MS, Session, closeError, type Logger } from "./session.js";
 import { SyncRunner, type SyncEnd } from "./sync.js";
-import { peakExcept, statusFrom, zeroPeaks, type ConvPeaks, type DeliveryState, type MarksChange, type Message, type MessageStatus, type OutboxItem, type Store, type StoreInfo, type UserMarks } from "./store.js";
+import { hasSources, peakExcept, statusFrom, zeroPeaks, type ConvPeaks, type DeliveryState, type MarksChange, type Message, type MessageStatus, type OutboxItem, type Store, type StoreInfo, type UserMarks } from "./store.js";
 import { Tabs, tabsAvailable, type TabMessage } from "./tabs.js";
 import { Connector, type Endpoint } from "./transport/connect.js";
 import { validId } from "./ids.js";
@@ -157,10 +157,12 @@ export class Client {
   private readonly connector: Connector;
   private readonly outbox: Outbox;
   private readonly checker: Checker;
-  /** Per sub-log, the gap last reported ("epoch:from"): one Report per incident, not per retry (§8.7). */
-  private readonly gapsReported = new Map<number, string>();
+  /** Per sub-log ("sub:N") or source ("source:conv"), the gap last reported ("epoch:from"): one Report per incident, not per retry (§8.7). */
+  private readonly gapsReported = new Map<string, string>();
   private readonly closing = new AbortController();
   private cursors: SubCursor[] = [{ epoch: 0n, pos: 0 }];
+  /** The mirror of the store's source cursors (revision 6), by conversation id: updated by the sync runner after each commit. */
+  private readonly sources = new Map<string, SubCursor>();
   private session: Session | null = null;
   private runner: SyncRunner | null = null;
   private loop: Promise<void> | null = null;
@@ -194,7 +196,7 @@ export class Client {
         this.emitter.emit("mismatch", r);
       },
       rewound: () => {
-        this.tabs?.post({ t: "cursor", cursors: this.cursor() });
+        this.postCursors();
       },
     }, this.log);
     this.outbox = new Outbox(cfg.store, this.clock, cfg.retryScheduleMs ?? DEFAULT_RETRY_MS, {
@@ -218,6 +220,7 @@ export class Client {
     const c = new Client(cfg);
     const snap = await cfg.store.load();
     c.cursors = snap.cursors.length > 0 ? snap.cursors : [{ epoch: 0n, pos: 0 }];
+    c.setSources(snap.sources ?? []);
     c.outbox.load(snap.outbox);
     cfg.store.onReset?.((reason) => {
       void c.storeLost(reason);
@@ -264,12 +267,24 @@ export class Client {
       const snap = await this.cfg.store.load();
       // In place: the running sync stream holds this array.
       this.cursors.splice(0, this.cursors.length, ...(snap.cursors.length > 0 ? snap.cursors : [{ epoch: 0n, pos: 0 }]));
+      this.setSources(snap.sources ?? []);
       await this.outbox.rewrite();
     } catch (e) {
       this.log("error", "cannot reload the store after a loss", { err: String(e) });
     }
     this.runner?.restart("the local store was reset");
-    this.tabs?.post({ t: "cursor", cursors: this.cursor() });
+    this.postCursors();
+  }
+
+  /** Replaces the mirror of the sources' cursors (in place: the running sync stream holds it). */
+  private setSources(sources: readonly SourceCursor[]): void {
+    this.sources.clear();
+    for (const c of sources) this.sources.set(c.conv, { epoch: c.epoch, pos: c.pos });
+  }
+
+  /** Tells the other tabs that the cursors moved without entries. */
+  private postCursors(): void {
+    this.tabs?.post({ t: "cursor", cursors: this.cursor(), sources: this.sourceCursors() });
   }
 
   /** Becomes the tab that holds the connection: from the stored cursor and outbox, which the previous leader kept. */
@@ -283,6 +298,7 @@ export class Client {
       try {
         const snap = await this.cfg.store.load();
         this.cursors.splice(0, this.cursors.length, ...(snap.cursors.length > 0 ? snap.cursors : [{ epoch: 0n, pos: 0 }]));
+        this.setSources(snap.sources ?? []);
         for (const it of snap.outbox) this.outbox.adopt(it.cmid, it);
       } catch (e) {
         this.log("error", "cannot reload the store to lead", { err: String(e) });
@@ -310,18 +326,29 @@ export class Client {
       case "entries": {
         if (this.roleNow === "leader") return;
         const last = m.entries[m.entries.length - 1];
-        if (last) {
+        if (last && m.source !== "") {
+          this.sources.set(m.source, { epoch: m.epoch, pos: last.seq });
+        } else if (last) {
           while (this.cursors.length <= m.sub) this.cursors.push({ epoch: 0n, pos: 0 });
           this.cursors[m.sub] = { epoch: m.epoch, pos: last.seq };
         }
         const fresh = new Set(m.fresh);
         m.entries.forEach((e, i) => {
-          this.emitter.emit("entry", { entry: e, sub: m.sub, duplicate: !fresh.has(i) });
+          this.emitter.emit("entry", { entry: e, sub: m.sub, source: m.source, duplicate: !fresh.has(i) });
         });
         return;
       }
       case "cursor":
-        if (this.roleNow !== "leader") this.cursors.splice(0, this.cursors.length, ...m.cursors);
+        if (this.roleNow !== "leader") {
+          this.cursors.splice(0, this.cursors.length, ...m.cursors);
+          this.setSources(m.sources);
+        }
+        return;
+      case "sourceEnd":
+        if (this.roleNow !== "leader") {
+          this.sources.delete(m.source);
+          this.emitter.emit("sourceEnd", { source: m.source, last: m.last });
+        }
         return;
       case "synced":
         if (this.roleNow !== "leader") this.emitter.emit("synced", { epoch: m.epoch, head: m.head });
@@ -674,6 +701,14 @@ export class Client {
     return this.cursors.map((c) => ({ ...c }));
   }
 
+  /**
+   * The stored cursor of every source the device follows (revision 6: a large group's
+   * conversation log, §6 "Sources"), in conversation id order: what the next SyncStart names.
+   */
+  sourceCursors(): SourceCursor[] {
+    return [...this.sources].map(([conv, c]) => ({ conv, epoch: c.epoch, pos: c.pos })).sort((a, b) => (a.conv < b.conv ? -1 : a.conv > b.conv ? 1 : 0));
+  }
+
   // --- queries (online) ---
 
   private async query(build: (id: number) => PartialOf<Query>): Promise<Response> {
@@ -838,6 +873,9 @@ export class Client {
           clock: this.clock,
           log: this.log,
           probeTimeoutMs: this.cfg.probeTimeoutMs ?? 5000,
+          // Revision 6 only with a store that keeps sources: a client announcing it gets a large
+          // group's entries only from its source, and would miss them otherwise.
+          protoVersion: hasSources(this.cfg.store) ? PROTO_VERSION : REVISION_RECEIPTS,
         });
         this.tokenRefused = false;
         if (session.welcome.tokenExpires > 0n) this.tokenExpires = Number(session.welcome.tokenExpires / 1_000_000n);
@@ -892,54 +930,61 @@ export class Client {
       };
     });
 
-    const runner = new SyncRunner(session, this.cfg.store, this.cursors, this.clock, {
+    const runner = new SyncRunner(session, this.cfg.store, this.cursors, this.sources, this.clock, {
       ceiling: this.cfg.ceiling ?? 0,
       staleFailoverMs: this.cfg.staleFailoverMs ?? 5000,
       canMove: this.cfg.endpoints.length > 1,
     }, {
-      entries: (entries, fresh, sub) => {
-        for (const e of entries) this.emitter.emit("entry", { entry: e, sub, duplicate: !fresh.has(e) });
+      entries: (entries, fresh, sub, source) => {
+        for (const e of entries) this.emitter.emit("entry", { entry: e, sub, source, duplicate: !fresh.has(e) });
         if (this.tabs && entries.length > 0) {
           const f: number[] = [];
           entries.forEach((e, i) => {
             if (fresh.has(e)) f.push(i);
           });
-          this.tabs.post({ t: "entries", sub, epoch: this.cursors[sub]?.epoch ?? 0n, entries: [...entries], fresh: f });
+          const epoch = (source !== "" ? this.sources.get(source)?.epoch : this.cursors[sub]?.epoch) ?? 0n;
+          this.tabs.post({ t: "entries", sub, source, epoch, entries: [...entries], fresh: f });
         }
       },
       synced: (epoch, head) => {
         this.emitter.emit("synced", { epoch, head });
         this.tabs?.post({ t: "synced", epoch, head });
       },
-      stale: (epoch, head, unheardMs) => {
-        this.emitter.emit("stale", { epoch, head, unheardMs });
+      stale: (epoch, head, unheardMs, source) => {
+        this.emitter.emit("stale", { epoch, head, unheardMs, source });
       },
-      gap: (sub, epoch, at, got) => {
-        this.emitter.emit("gap", { sub, at });
+      gap: (sub, epoch, at, got, source) => {
+        this.emitter.emit("gap", { sub, at, source });
         // Reported once per incident (§8.7): a gap that comes back at the same stored position
-        // is the same one, retried.
+        // is the same one, retried. A source's gap is about its conversation's history (`conv`).
+        const log = source !== "" ? `source:${source}` : `sub:${sub}`;
         const key = `${epoch}:${at}`;
-        if (this.gapsReported.get(sub) !== key) {
-          this.gapsReported.set(sub, key);
-          void session.report({ kind: ReportKind.Gap, conv: "", sub, epoch, from: at, to: got });
+        if (this.gapsReported.get(log) !== key) {
+          this.gapsReported.set(log, key);
+          void session.report({ kind: ReportKind.Gap, conv: source, sub, epoch, from: Math.max(at, 1), to: got });
         }
       },
       firstHeartbeat: (sub) => {
         // A resume has caught up: check the newest entries stored (§8.7).
         void this.checker.check(session, runner, sub, "recent");
       },
-      rebase: (sub, epoch, head) => {
-        this.emitter.emit("rebase", { sub, epoch, head });
-        this.tabs?.post({ t: "cursor", cursors: this.cursor() });
+      rebase: (sub, epoch, head, source) => {
+        this.emitter.emit("rebase", { sub, epoch, head, source });
+        this.postCursors();
       },
-      epoch: (sub, epoch) => {
-        this.emitter.emit("epoch", { sub, epoch });
-        this.tabs?.post({ t: "cursor", cursors: this.cursor() });
+      epoch: (sub, epoch, source) => {
+        this.emitter.emit("epoch", { sub, epoch, source });
+        this.postCursors();
+      },
+      sourceEnd: (source, last) => {
+        this.emitter.emit("sourceEnd", { source, last });
+        this.tabs?.post({ t: "sourceEnd", source, last });
       },
       superseded: () => {
         this.emitter.emit("superseded", {});
       },
       loadForRebase: (s) => this.loadForRebase(s),
+      loadSource: (s, conv) => this.loadSource(s, conv),
     }, this.log);
     this.runner = runner;
     // A node killed outright sends no close: the heartbeats' absence tells (§8.4 liveness).
@@ -1056,23 +1101,20 @@ export class Client {
    * history stays loadable on demand ({@link history}).
    */
   private async loadForRebase(session: Session): Promise<void> {
-    const ask = async (build: (id: number) => PartialOf<Query>): Promise<Response> => {
-      const r = await session.request(build);
-      if (r.type === FrameType.Error) throw new ProtoError(r.code, r.message, r.retryAfterMs);
-      return r;
-    };
+    const store = this.cfg.store;
     for (let after = ""; ; ) {
-      const r = await ask((id) => ({ type: FrameType.ConvList, id, after }));
+      const r = await ask(session, (id) => ({ type: FrameType.ConvList, id, after }));
       if (r.type !== FrameType.ConvListResult) throw new Error("syncd: unexpected answer to ConvList");
       for (const c of r.convs) {
-        if (c.members.length > 0 && c.members.length === c.memberCount) await this.cfg.store.setMembers(c.conv, c.members);
-        // The entries that carried the marks are jumped over: the server's marks stand for them.
-        await this.noteMarks(c);
-        if (c.head > (await this.cfg.store.convHead(c.conv))) {
-          const h = await ask((id) => ({ type: FrameType.History, id, conv: c.conv }));
-          // Stored, not announced entry by entry: the `rebase` event that follows tells the app
-          // to reload what it shows.
-          if (h.type === FrameType.HistoryResult) await this.cfg.store.applyHistory(h.entries);
+        await this.loadConv(session, c);
+        // A large group the device follows as a source jumps too, to the head just loaded: the
+        // user-log entries the rebase jumps over may be the ones that said where its following
+        // ended and started again, which a later Batch.after of the source is checked against
+        // (never back: a source's cursor ahead of this head stays).
+        if (c.source && c.epoch !== 0n && hasSources(store)) {
+          await store.rebaseSource(c.conv, c.epoch, c.head);
+          const stored = this.sources.get(c.conv);
+          if (!(stored?.epoch === c.epoch && stored.pos > c.head)) this.sources.set(c.conv, { epoch: c.epoch, pos: c.head });
         }
       }
       const last = r.convs[r.convs.length - 1];
@@ -1080,4 +1122,51 @@ export class Client {
       after = last.conv;
     }
   }
+
+  /**
+   * Stores one conversation's state for a rebase: its members (when listed), the marks its
+   * ConvInfo carries, and its latest History page where the local copy is behind its head. Older
+   * history stays loadable on demand ({@link history}).
+   */
+  private async loadConv(session: Session, c: ConvInfo): Promise<void> {
+    if (c.members.length > 0 && c.members.length === c.memberCount) await this.cfg.store.setMembers(c.conv, c.members);
+    // The entries that carried the marks are jumped over: the server's marks stand for them.
+    await this.noteMarks(c);
+    if (c.head > (await this.cfg.store.convHead(c.conv))) {
+      const h = await ask(session, (id) => ({ type: FrameType.History, id, conv: c.conv }));
+      // Stored, not announced entry by entry: the `rebase` event that follows tells the app
+      // to reload what it shows.
+      if (h.type === FrameType.HistoryResult) await this.cfg.store.applyHistory(h.entries);
+    }
+  }
+
+  /**
+   * A rebase of source `conv` alone (its TooOld or Rebase, §8.4): its state from ConvState and
+   * its recent History, stored as a rebase of the user log stores each conversation's; resolves
+   * with the cursor to move to, (epoch, head) of that state — or null when the user is no longer
+   * a member (not_member, no_conversation: the removal is in the user's log), its cursor to drop.
+   */
+  private async loadSource(session: Session, conv: string): Promise<SubCursor | null> {
+    const r = await session.request((id) => ({ type: FrameType.ConvState, id, conv }));
+    if (r.type === FrameType.Error) {
+      if (r.code === Code.NotMember || r.code === Code.NoConversation) {
+        this.log("debug", "rebase of a source: no longer a member; dropping its cursor", { source: conv });
+        return null;
+      }
+      throw new ProtoError(r.code, r.message, r.retryAfterMs);
+    }
+    if (r.type !== FrameType.ConvStateResult) throw new Error("syncd: unexpected answer to ConvState");
+    const info = r.conv;
+    if (info.conv !== conv || info.epoch === 0n) throw new Error(`syncd: rebase of source ${conv}: the server answered the state of ${JSON.stringify(info.conv)} in epoch ${info.epoch}`);
+    await this.loadConv(session, info);
+    this.log("debug", "rebased a source", { source: conv, epoch: String(info.epoch), head: info.head });
+    return { epoch: info.epoch, pos: info.head };
+  }
+}
+
+/** A query of a rebase on session: its answer, or its Error thrown as a ProtoError. */
+async function ask(session: Session, build: (id: number) => PartialOf<Query>): Promise<Response> {
+  const r = await session.request(build);
+  if (r.type === FrameType.Error) throw new ProtoError(r.code, r.message, r.retryAfterMs);
+  return r;
 }

@@ -12,9 +12,15 @@ export interface ClientEvents {
    * through sync, a replay after an epoch change): it created nothing new — while a range is
    * refetched after a `mismatch`, it replaced the stored copy, which may have been wrong (reload
    * what is shown once `synced` follows). `sub` is the sub-log (0 unless an operator split the
-   * user's stream).
+   * user's stream). `source` (revision 6), when not empty, says the entry came instead from a
+   * source of the sync stream: the conversation log of that large group, which the device
+   * follows directly rather than through the user's log (§6 "Sources"); `entry.seq` is then its
+   * conv_seq and `sub` is 0. A large group's entries come from its source, in conversation
+   * order, except those about the user's own membership (`entry.source` set: where the following
+   * starts and ends) and the user's own receipts there (`entry.convSeq` 0), which come in the
+   * user's log.
    */
-  entry: { entry: Entry; sub: number; duplicate: boolean };
+  entry: { entry: Entry; sub: number; source: string; duplicate: boolean };
   /** An outbox item changed status: `sent` (with the server's Ack), `failed` (with why), or `sending` again after {@link Client.retry}. */
   status: { item: OutboxItem; error: Error | null };
   /**
@@ -36,13 +42,18 @@ export interface ClientEvents {
   messageStatus: { conv: string; convSeq: number; msgId: string; status: DeliveryState };
   /** The device has stored the user's log up to the head a Heartbeat or Batch proved: caught up. Once per catch-up. */
   synced: { epoch: bigint; head: number };
-  /** The serving node cannot prove the head (§6 Stale): show "connecting…", not "up to date". Once per episode. */
-  stale: { epoch: bigint; head: number; unheardMs: number };
+  /**
+   * The serving node cannot prove the head (§6 Stale): show "connecting…", not "up to date". Once
+   * per episode. `source`: the large group whose replica said it first ("" for the user's log).
+   */
+  stale: { epoch: bigint; head: number; unheardMs: number; source: string };
   /**
    * A batch did not continue the cursor; nothing was stored and the stream restarted from the
-   * cursor (nothing skipped). Reported to the server once per incident (§8.7).
+   * cursor (nothing skipped). Reported to the server once per incident (§8.7). `source`: the
+   * large group whose batch it was (`at` is then a conv_seq), "" for the user's log; a
+   * SourceEnd beyond the source's cursor is a gap too.
    */
-  gap: { sub: number; at: number };
+  gap: { sub: number; at: number; source: string };
   /**
    * What the device stored of sub-log `sub` over positions `from`..`to` differs from the
    * server's log (a digest check, §8.7: a storage bug, a database restored from a backup).
@@ -53,10 +64,23 @@ export interface ClientEvents {
    * (a bug of the store or the server: worth telling its developers).
    */
   mismatch: { sub: number; epoch: bigint; from: number; to: number; refetching: boolean };
-  /** The cursor was too old or too far behind: the SDK loaded the conversations' state and recent history and jumped to the head. */
-  rebase: { sub: number; epoch: bigint; head: number };
-  /** The user's log was re-created (restored from a backup): resynced from the new epoch, local messages kept. */
-  epoch: { sub: number; epoch: bigint };
+  /**
+   * The cursor was too old or too far behind: the SDK loaded the conversations' state and recent
+   * history and jumped to the head. With `source` set, it was that large group's cursor alone
+   * (its state and recent history loaded, its cursor moved to the conversation's head).
+   */
+  rebase: { sub: number; epoch: bigint; head: number; source: string };
+  /**
+   * The user's log was re-created (restored from a backup): resynced from the new epoch, local
+   * messages kept. With `source` set, it was that large group's conversation log.
+   */
+  epoch: { sub: number; epoch: bigint; source: string };
+  /**
+   * Revision 6: the device no longer follows large group `source` (§6 SourceEnd): the user was
+   * removed from it (its last entry for the user is `last`), and its cursor was dropped. If the
+   * user is added again, the group's entries come again from its source.
+   */
+  sourceEnd: { source: string; last: number };
   /** Another sync stream of this device (another tab?) took over; this client stopped syncing on this connection. */
   superseded: Record<string, never>;
   /**

@@ -45,6 +45,7 @@ export const FrameType = {
   Rebase: 25,
   CursorAck: 26,
   Stale: 27,
+  SourceEnd: 28,
   ConvList: 30,
   ConvListResult: 31,
   ConvState: 32,
@@ -92,19 +93,25 @@ export const Role = { Member: 1, Admin: 2, Owner: 3 } as const;
 export const ConvKind = { Direct: 1, Group: 2 } as const;
 
 /**
- * The revision of syncd/1 this SDK speaks (Hello.proto_version, §9): 5, sub-logs (3),
- * reconciliation (4: Digest, Report) and delivery states (5: kind 8, Receipts, Readers)
- * included. The connection runs at min(ours, the server's) (Welcome.proto_version): the SDK
- * sends Digest and Report only on a connection of revision 4 or more, Receipts and Readers only
- * on one of revision 5 or more.
+ * The revision of syncd/1 this SDK speaks (Hello.proto_version, §9): 6, sub-logs (3),
+ * reconciliation (4: Digest, Report), delivery states (5: kind 8, Receipts, Readers) and large
+ * groups as sources of the sync stream (6: SourceEnd, `sources`, `source`, `after`) included.
+ * The connection runs at min(ours, the server's) (Welcome.proto_version): the SDK sends Digest
+ * and Report only on a connection of revision 4 or more, Receipts and Readers only on one of
+ * revision 5 or more. A client whose store cannot keep sources' cursors announces
+ * {@link REVISION_RECEIPTS} instead (a server then refuses to sync a user who follows a large
+ * group, `needs_upgrade`, rather than let the device miss its entries).
  */
-export const PROTO_VERSION = 5;
+export const PROTO_VERSION = 6;
 
 /** The first revision with Digest, DigestResult and Report (§9). */
 export const REVISION_DIGEST = 4;
 
 /** The first revision with delivered entries (kind 8), ConvInfo's marks, Receipts and Readers (§8.8). */
 export const REVISION_RECEIPTS = 5;
+
+/** The first revision with sources (§6 "Sources: large groups"): SyncStart.sources, `source` and `after`, SourceEnd. */
+export const REVISION_SOURCES = 6;
 
 /** Limits of §3 and §4. */
 export const Limits = {
@@ -124,6 +131,8 @@ export const Limits = {
   defaultHeartbeatMs: 15000,
   /** The most conv_seqs one Receipts names (§6). */
   maxReceiptSeqs: 100,
+  /** The most sources one SyncStart names (§6 "Sources"). */
+  maxSources: 1000,
 } as const;
 
 /** One log entry (§5): of the user log in a Batch, of a conversation log in a HistoryResult. */
@@ -149,6 +158,11 @@ export interface Entry {
   role: number;
   /** Kinds 4–7 in a user log: how many users were concerned when members was left out. */
   memberCount: number;
+  /**
+   * Revision 6, kinds 4–6 in a user log: this membership entry starts (4, 5) or ends (6) the
+   * user's following of a large group as a source of the sync stream (§6 "Sources").
+   */
+  source: boolean;
 }
 
 /** A conversation as the requesting user sees it (§5). */
@@ -168,6 +182,8 @@ export interface ConvInfo {
   peerDelivered: number;
   /** Revision 5, direct conversations: the other member's read mark (0 in a group). */
   peerRead: number;
+  /** Revision 6: a large group, which the user follows as a source of its sync stream (§6 "Sources"). */
+  source: boolean;
 }
 
 /**
@@ -198,6 +214,16 @@ export interface WireLimits {
 
 /** One sub-log's cursor in SyncStart.subs. */
 export interface SubCursor {
+  epoch: bigint;
+  pos: number;
+}
+
+/**
+ * One source's cursor in SyncStart.sources (revision 6): the device's cursor in a large group's
+ * conversation log — the log's epoch, and the last conv_seq stored.
+ */
+export interface SourceCursor {
+  conv: string;
   epoch: bigint;
   pos: number;
 }
@@ -248,22 +274,33 @@ export interface AddMembers { type: 15; id: number; conv: string; cmid: string; 
 export interface RemoveMembers { type: 16; id: number; conv: string; cmid: string; members: string[] }
 /** 17 SetRole (C→S). */
 export interface SetRole { type: 17; id: number; conv: string; cmid: string; members: string[]; role: number }
-/** 20 SyncStart (C→S). */
-export interface SyncStart { type: 20; epoch: bigint; pos: number; ceiling: number; maxBatch: number; subs: SubCursor[] }
-/** 21 Batch (S→C). */
-export interface Batch { type: 21; epoch: bigint; entries: Entry[]; head: number; sub: number }
-/** 22 Heartbeat (S→C). */
-export interface Heartbeat { type: 22; epoch: bigint; head: number; serverTime: bigint; sub: number }
-/** 23 TooOld (S→C). */
-export interface TooOld { type: 23; epoch: bigint; first: number; head: number; sub: number }
-/** 24 EpochChanged (S→C). */
-export interface EpochChanged { type: 24; epoch: bigint; first: number; head: number; sub: number }
-/** 25 Rebase (S→C). */
-export interface Rebase { type: 25; epoch: bigint; head: number; sub: number }
-/** 26 CursorAck (C→S). */
-export interface CursorAck { type: 26; epoch: bigint; pos: number; sub: number }
-/** 27 Stale (S→C). */
-export interface Stale { type: 27; epoch: bigint; head: number; unheardMs: number; sub: number }
+/** 20 SyncStart (C→S). `sources` (revision 6): the cursor of each source the device follows. */
+export interface SyncStart { type: 20; epoch: bigint; pos: number; ceiling: number; maxBatch: number; subs: SubCursor[]; sources: SourceCursor[] }
+/**
+ * 21 Batch (S→C). `source` (revision 6): the large group whose conversation log the entries are
+ * of ("" for the user log and its sub-logs; `seq` is then the conv_seq, and epoch, head and
+ * contiguity are the conversation log's). `after` (revision 6, a source's batches only): the
+ * position the first entry follows, when the device's cursor does not say it (0: absent).
+ */
+export interface Batch { type: 21; epoch: bigint; entries: Entry[]; head: number; sub: number; source: string; after: number }
+/** 22 Heartbeat (S→C). `source` (revision 6): the source it is of ("" for the user log and its sub-logs). */
+export interface Heartbeat { type: 22; epoch: bigint; head: number; serverTime: bigint; sub: number; source: string }
+/** 23 TooOld (S→C). `source` (revision 6): the source it is about. */
+export interface TooOld { type: 23; epoch: bigint; first: number; head: number; sub: number; source: string }
+/** 24 EpochChanged (S→C). `source` (revision 6): the source it is about. */
+export interface EpochChanged { type: 24; epoch: bigint; first: number; head: number; sub: number; source: string }
+/** 25 Rebase (S→C). `source` (revision 6): the source it is about. */
+export interface Rebase { type: 25; epoch: bigint; head: number; sub: number; source: string }
+/** 26 CursorAck (C→S). `source` (revision 6): the source acknowledged ("" for the user log and its sub-logs). */
+export interface CursorAck { type: 26; epoch: bigint; pos: number; sub: number; source: string }
+/** 27 Stale (S→C). `source` (revision 6): the source whose replica this is. */
+export interface Stale { type: 27; epoch: bigint; head: number; unheardMs: number; sub: number; source: string }
+/**
+ * 28 SourceEnd (S→C, revision 6): the user has no entry of source `source` after conv_seq
+ * `last` (removed from the group at `last` + 1, or a SyncStart named a source the user does not
+ * follow beyond its cursor). The client drops the source's cursor once it has stored it up to `last`.
+ */
+export interface SourceEnd { type: 28; source: string; last: number }
 /** 30 ConvList (C→S). */
 export interface ConvList { type: 30; id: number; after: string; limit: number }
 /** 31 ConvListResult (S→C). */
@@ -315,7 +352,7 @@ export interface ReadersResult { type: 45; id: number; users: string[]; next: st
 export type Frame =
   | Hello | Welcome | ErrorFrame | Refresh | Refreshed | Report
   | Send | Ack | MarkRead | Recall | CreateGroup | AddMembers | RemoveMembers | SetRole
-  | SyncStart | Batch | Heartbeat | TooOld | EpochChanged | Rebase | CursorAck | Stale
+  | SyncStart | Batch | Heartbeat | TooOld | EpochChanged | Rebase | CursorAck | Stale | SourceEnd
   | ConvList | ConvListResult | ConvState | ConvStateResult | History | HistoryResult
   | HeadCheck | Head | Members | MembersResult | Digest | DigestResult
   | Receipts | ReceiptsResult | Readers | ReadersResult;
@@ -354,6 +391,7 @@ const entrySchema: Schema = [
   ["members", "members", "strs"],
   ["role", "role", "u8"],
   ["memberCount", "member_count", "u32"],
+  ["source", "source", "bool"],
 ];
 
 const convInfoSchema: Schema = [
@@ -369,6 +407,7 @@ const convInfoSchema: Schema = [
   ["deliveredMark", "delivered_mark", "pos"],
   ["peerDelivered", "peer_delivered", "pos"],
   ["peerRead", "peer_read", "pos"],
+  ["source", "source", "bool"],
 ];
 
 const receiptCountSchema: Schema = [
@@ -392,6 +431,12 @@ const limitsSchema: Schema = [
 ];
 
 const subCursorSchema: Schema = [
+  ["epoch", "epoch", "u64"],
+  ["pos", "pos", "pos"],
+];
+
+const sourceCursorSchema: Schema = [
+  ["conv", "conv", "str"],
   ["epoch", "epoch", "u64"],
   ["pos", "pos", "pos"],
 ];
@@ -451,14 +496,23 @@ const schemas: { readonly [T in Frame["type"]]: Schema } = {
     ["ceiling", "ceiling", "pos"],
     ["maxBatch", "max_batch", "u32"],
     ["subs", "subs", { list: subCursorSchema }],
+    ["sources", "sources", { list: sourceCursorSchema }],
   ],
-  21: [["epoch", "epoch", "u64"], ["entries", "entries", { list: entrySchema }], ["head", "head", "pos"], ["sub", "sub", "u32"]],
-  22: [["epoch", "epoch", "u64"], ["head", "head", "pos"], ["serverTime", "server_time", "i64"], ["sub", "sub", "u32"]],
-  23: [["epoch", "epoch", "u64"], ["first", "first", "pos"], ["head", "head", "pos"], ["sub", "sub", "u32"]],
-  24: [["epoch", "epoch", "u64"], ["first", "first", "pos"], ["head", "head", "pos"], ["sub", "sub", "u32"]],
-  25: [["epoch", "epoch", "u64"], ["head", "head", "pos"], ["sub", "sub", "u32"]],
-  26: [["epoch", "epoch", "u64"], ["pos", "pos", "pos"], ["sub", "sub", "u32"]],
-  27: [["epoch", "epoch", "u64"], ["head", "head", "pos"], ["unheardMs", "unheard_ms", "pos"], ["sub", "sub", "u32"]],
+  21: [
+    ["epoch", "epoch", "u64"],
+    ["entries", "entries", { list: entrySchema }],
+    ["head", "head", "pos"],
+    ["sub", "sub", "u32"],
+    ["source", "source", "str"],
+    ["after", "after", "pos"],
+  ],
+  22: [["epoch", "epoch", "u64"], ["head", "head", "pos"], ["serverTime", "server_time", "i64"], ["sub", "sub", "u32"], ["source", "source", "str"]],
+  23: [["epoch", "epoch", "u64"], ["first", "first", "pos"], ["head", "head", "pos"], ["sub", "sub", "u32"], ["source", "source", "str"]],
+  24: [["epoch", "epoch", "u64"], ["first", "first", "pos"], ["head", "head", "pos"], ["sub", "sub", "u32"], ["source", "source", "str"]],
+  25: [["epoch", "epoch", "u64"], ["head", "head", "pos"], ["sub", "sub", "u32"], ["source", "source", "str"]],
+  26: [["epoch", "epoch", "u64"], ["pos", "pos", "pos"], ["sub", "sub", "u32"], ["source", "source", "str"]],
+  27: [["epoch", "epoch", "u64"], ["head", "head", "pos"], ["unheardMs", "unheard_ms", "pos"], ["sub", "sub", "u32"], ["source", "source", "str"]],
+  28: [["source", "source", "str"], ["last", "last", "pos"]],
   30: [["id", "id", "pos"], ["after", "after", "str"], ["limit", "limit", "u32"]],
   31: [["id", "id", "pos"], ["convs", "convs", { list: convInfoSchema }], ["more", "more", "bool"]],
   32: [["id", "id", "pos"], ["conv", "conv", "str"]],

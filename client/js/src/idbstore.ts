@@ -22,22 +22,36 @@
 //   (§8.8). Opening a version-1 database upgrades it in the upgrade transaction, from what it
 //   holds: every read mark is a delivered mark too, and the delivered entries (kind 8) a version-1
 //   SDK stored as an unknown kind are read again; then the peaks are computed from the marks.
+//   3 adds sources (revision 6, §6 "Sources: large groups"): `sourceCursors` (conv → {epoch,
+//   pos}, written in the transaction of the source's entries), `sourceEntries` (keyed [conv,
+//   conv_seq], as received) and `follows` (keyed [conv, conv_seq] → kind: the user-log entries
+//   with `source` set, where a following started or ended). The upgrade from 1 or 2 only creates
+//   them, empty, and keeps everything else: an SDK of revision 5 or less never stored a source,
+//   and its decoder dropped the `source` key of the entries it stored (a server refuses to sync
+//   such a client's user once it follows a large group, so none was stored for one anyway).
 //   A tab still open on the old version closes its handle on `versionchange` and reopens.
 
-import type { Entry, SubCursor } from "./frames.js";
+import type { Entry, SourceCursor, SubCursor } from "./frames.js";
 import { Kind } from "./frames.js";
 import {
-  applyEntry, MarkBook, MemoryStore, NotContiguousError, raiseMarksIn, raisePeak, zeroPeaks,
-  type ConvPeaks, type DeliveryState, type MarksChange, type Message, type OutboxItem, type Store, type StoreInfo,
+  applyEntry, followStarts, isFollowMark, MarkBook, MemoryStore, NotContiguousError, raiseMarksIn, raisePeak, sourceEntriesOf, sourceStart, zeroPeaks,
+  type ConvPeaks, type DeliveryState, type FollowMarks, type MarksChange, type Message, type OutboxItem, type Store, type StoreInfo,
   type StoreSnapshot, type StoredMsg, type StoredRange, type UserMarks, type ViewTx,
 } from "./store.js";
 
-/** The database schema version (see the header: 2 adds deliveredMarks and peaks). */
-const VERSION = 2;
-const STORES = ["entries", "cursors", "msgRefs", "view", "readMarks", "deliveredMarks", "peaks", "members", "incomplete", "earlyRecalls", "convs", "outbox", "meta"] as const;
+/** The database schema version (see the header: 2 adds deliveredMarks and peaks; 3 sourceCursors, sourceEntries and follows). */
+const VERSION = 3;
+const STORES = [
+  "entries", "cursors", "msgRefs", "view", "readMarks", "deliveredMarks", "peaks", "members", "incomplete", "earlyRecalls", "convs", "outbox", "meta",
+  "sourceCursors", "sourceEntries", "follows",
+] as const;
 type StoreName = (typeof STORES)[number];
 /** The object stores a batch (or history) touches. */
-const VIEW_STORES: StoreName[] = ["entries", "cursors", "msgRefs", "view", "readMarks", "deliveredMarks", "peaks", "members", "incomplete", "earlyRecalls", "convs", "meta"];
+const VIEW_STORES: StoreName[] = ["entries", "cursors", "msgRefs", "view", "readMarks", "deliveredMarks", "peaks", "members", "incomplete", "earlyRecalls", "convs", "meta", "follows"];
+/** The object stores a source's batch touches. */
+const SOURCE_STORES: StoreName[] = [...VIEW_STORES, "sourceCursors", "sourceEntries"];
+/** The object stores a resync clears. */
+const CURSOR_STORES: StoreName[] = ["cursors", "entries", "sourceCursors", "sourceEntries", "follows"];
 /** The object stores of marks. */
 const MARK_STORES: StoreName[] = ["readMarks", "deliveredMarks", "peaks"];
 /** The most sub-logs a user may have (frames.ts Limits.maxSubLogs). */
@@ -113,6 +127,7 @@ function done(tx: IDBTransaction): Promise<void> {
 
 /** Whether an error means the handle is unusable and a new one may work (closing, forced close, lost backing store). */
 function handleLost(e: unknown): boolean {
+  if (e instanceof NotContiguousError) return false; // a check's answer, whatever ids its message names
   const name = e instanceof Error || (typeof DOMException !== "undefined" && e instanceof DOMException) ? (e as Error).name : "";
   const msg = e instanceof Error ? e.message : String(e);
   return name === "InvalidStateError" || name === "UnknownError" || /closing|closed|connection.*lost/i.test(msg);
@@ -129,7 +144,7 @@ function prefix(first: string | number): IDBKeyRange {
 }
 
 /** ViewTx over one IndexedDB transaction: writes are issued without waiting (the transaction orders them; a failure aborts it), reads see them through a cache. */
-class IdbTx implements ViewTx {
+class IdbTx implements ViewTx, FollowMarks {
   private readonly cache = new Map<string, unknown>();
   /** The marks this transaction moved (told to the listener after commit). */
   readonly book = new MarkBook();
@@ -216,6 +231,22 @@ class IdbTx implements ViewTx {
     this.put("convs", conv, true);
     return Promise.resolve();
   }
+  sourceCursor(conv: string): Promise<SubCursor | undefined> {
+    return this.get<SubCursor>("sourceCursors", conv);
+  }
+  followAt(conv: string, convSeq: number): Promise<number | undefined> {
+    return this.get<number>("follows", [conv, convSeq]);
+  }
+  lastFollowBefore(conv: string, before: number): Promise<{ convSeq: number; kind: number } | undefined> {
+    return lastFollow(this.tx.objectStore("follows"), conv, before);
+  }
+}
+
+/** The follow mark of conv with the highest conv_seq below `before` in `follows` (the transaction's own writes included). */
+async function lastFollow(follows: IDBObjectStore, conv: string, before: number): Promise<{ convSeq: number; kind: number } | undefined> {
+  if (before <= 0) return undefined;
+  const c = await req(follows.openCursor(IDBKeyRange.bound([conv, 0], [conv, before], false, true), "prev"));
+  return c ? { convSeq: (c.key as [string, number])[1], kind: c.value as number } : undefined;
 }
 
 /**
@@ -425,7 +456,10 @@ export class IndexedDBStore implements Store {
 
   async load(): Promise<StoreSnapshot> {
     const snap = await this.run(async (db) => {
-      const tx = db.transaction(["cursors", "outbox", "entries"], "readonly");
+      const tx = db.transaction(["cursors", "outbox", "entries", "sourceCursors"], "readonly");
+      const srcCurs = (await req(tx.objectStore("sourceCursors").getAll())) as SubCursor[];
+      const srcKeys = (await req(tx.objectStore("sourceCursors").getAllKeys())) as string[];
+      const sources: SourceCursor[] = srcKeys.map((conv, i) => ({ conv, epoch: (srcCurs[i] as SubCursor).epoch, pos: (srcCurs[i] as SubCursor).pos }));
       const curs = (await req(tx.objectStore("cursors").getAll(IDBKeyRange.bound(0, MAX_SUBS - 1)))) as StoredCursor[];
       const keys = (await req(tx.objectStore("cursors").getAllKeys(IDBKeyRange.bound(0, MAX_SUBS - 1)))) as number[];
       const outbox = (await req(tx.objectStore("outbox").getAll())) as OutboxItem[];
@@ -443,7 +477,7 @@ export class IndexedDBStore implements Store {
         const c = curs[i] as StoredCursor;
         cursors[k] = { epoch: c.epoch, pos: c.pos };
       });
-      return { cursors, outbox: outbox.sort((a, b) => a.seq - b.seq), inconsistent };
+      return { cursors, sources, outbox: outbox.sort((a, b) => a.seq - b.seq), inconsistent };
     });
     if (this.metaLost) {
       snap.inconsistent ??= "the database lost its identity record";
@@ -453,9 +487,10 @@ export class IndexedDBStore implements Store {
       await this.resetCursors();
       this.pendingReset = `${snap.inconsistent}: resyncing from the server`;
       snap.cursors = [];
+      snap.sources = [];
     }
     if (snap.cursors.length === 0) snap.cursors.push({ epoch: 0n, pos: 0 });
-    const out: StoreSnapshot = { cursors: snap.cursors, outbox: snap.outbox };
+    const out: StoreSnapshot = { cursors: snap.cursors, outbox: snap.outbox, sources: snap.sources };
     if (this.pendingReset !== null) {
       out.reset = this.pendingReset;
       this.pendingReset = null;
@@ -463,12 +498,11 @@ export class IndexedDBStore implements Store {
     return out;
   }
 
-  /** Drops every cursor and stored entry (the view stays: a replay merges into it by msg_id). */
+  /** Drops every cursor and stored entry, the sources' too (the view stays: a replay merges into it by msg_id). */
   async resetCursors(): Promise<void> {
     await this.run(async (db) => {
-      const tx = db.transaction(["cursors", "entries"], "readwrite", { durability: "strict" });
-      tx.objectStore("cursors").clear();
-      tx.objectStore("entries").clear();
+      const tx = db.transaction(CURSOR_STORES, "readwrite", { durability: "strict" });
+      for (const n of CURSOR_STORES) tx.objectStore(n).clear();
       await done(tx);
     });
   }
@@ -492,6 +526,8 @@ export class IndexedDBStore implements Store {
         const repairTo = cur.repairTo ?? 0;
         for (const e of entries) {
           tx.put("entries", [sub, e.seq], e);
+          // Before the dedup: only the user log says where a following started or ended.
+          if (isFollowMark(e)) tx.put("follows", [e.conv, e.convSeq], e.kind);
           if (await applyEntry(tx, e, e.seq <= repairTo)) fresh.push(e);
         }
         const last = entries[entries.length - 1];
@@ -671,6 +707,108 @@ export class IndexedDBStore implements Store {
 
   conversations(): Promise<string[]> {
     return this.run(async (db) => ((await req(db.transaction(["convs"], "readonly").objectStore("convs").getAllKeys())) as string[]).sort());
+  }
+
+  // --- sources (revision 6) ---
+
+  applySource(conv: string, epoch: bigint, after: number, entries: readonly Entry[]): Promise<Entry[]> {
+    return this.run(async (db) => {
+      // Relaxed, as a sub-log's batch: the entries are written atomically with their cursor.
+      const tx = new IdbTx(db.transaction(SOURCE_STORES, "readwrite", { durability: "relaxed" }));
+      const committed = done(tx.tx);
+      committed.catch(() => undefined);
+      const fresh: Entry[] = [];
+      try {
+        const from = await sourceStart(tx, conv, await tx.sourceCursor(conv), epoch, after);
+        const own = sourceEntriesOf(conv, entries, from);
+        for (const [i, e] of own.entries()) {
+          tx.put("sourceEntries", [conv, e.seq], e);
+          if (await applyEntry(tx, e)) fresh.push(entries[i] as Entry);
+        }
+        const last = own[own.length - 1];
+        if (last) tx.put("sourceCursors", conv, { epoch, pos: last.seq } satisfies SubCursor);
+      } catch (e) {
+        try {
+          tx.tx.abort();
+        } catch {
+          // already finished
+        }
+        throw e;
+      }
+      await committed; // the storage ack may go only now (§8.4 step 5)
+      this.told(tx.book);
+      return fresh;
+    });
+  }
+
+  endSource(conv: string, last: number): Promise<void> {
+    return this.run(async (db) => {
+      const tx = db.transaction(["sourceCursors"], "readwrite", { durability: "strict" });
+      const committed = done(tx);
+      committed.catch(() => undefined);
+      const cur = (await req(tx.objectStore("sourceCursors").get(conv))) as SubCursor | undefined;
+      if (cur && cur.pos < last) {
+        tx.abort();
+        throw new NotContiguousError(`source ${conv} ends at ${last}, stored up to ${cur.pos}`);
+      }
+      if (cur) tx.objectStore("sourceCursors").delete(conv);
+      await committed;
+    });
+  }
+
+  dropSource(conv: string): Promise<void> {
+    return this.run(async (db) => {
+      const tx = db.transaction(["sourceCursors"], "readwrite", { durability: "strict" });
+      tx.objectStore("sourceCursors").delete(conv);
+      await done(tx);
+    });
+  }
+
+  rebaseSource(conv: string, epoch: bigint, head: number): Promise<void> {
+    if (epoch === 0n) return Promise.reject(new Error(`syncd: rebase of source ${conv} to epoch 0`));
+    return this.run(async (db) => {
+      const tx = db.transaction(["sourceCursors", "sourceEntries"], "readwrite", { durability: "strict" });
+      const committed = done(tx);
+      committed.catch(() => undefined);
+      const cur = (await req(tx.objectStore("sourceCursors").get(conv))) as SubCursor | undefined;
+      if (!(cur?.epoch === epoch && head <= cur.pos)) { // never back within an epoch
+        if (cur && cur.epoch !== epoch) tx.objectStore("sourceEntries").delete(IDBKeyRange.bound([conv], [conv, []]));
+        tx.objectStore("sourceCursors").put({ epoch, pos: head } satisfies SubCursor, conv);
+      }
+      await committed;
+    });
+  }
+
+  resetSourceForEpoch(conv: string, epoch: bigint, pos: number): Promise<void> {
+    if (epoch === 0n) return Promise.reject(new Error(`syncd: reset of source ${conv} to epoch 0`));
+    return this.run(async (db) => {
+      const tx = db.transaction(["sourceCursors", "sourceEntries"], "readwrite", { durability: "strict" });
+      tx.objectStore("sourceEntries").delete(IDBKeyRange.bound([conv], [conv, []]));
+      tx.objectStore("sourceCursors").put({ epoch, pos } satisfies SubCursor, conv);
+      await done(tx);
+    });
+  }
+
+  sourceCursors(): Promise<SourceCursor[]> {
+    return this.run(async (db) => {
+      const st = db.transaction(["sourceCursors"], "readonly").objectStore("sourceCursors");
+      const [keys, vals] = await Promise.all([req(st.getAllKeys()), req(st.getAll())]) as [string[], SubCursor[]];
+      return keys.map((conv, i) => ({ conv, epoch: (vals[i] as SubCursor).epoch, pos: (vals[i] as SubCursor).pos }));
+    });
+  }
+
+  followStart(conv: string): Promise<number | null> {
+    return this.run(async (db) => {
+      const m = await lastFollow(db.transaction(["follows"], "readonly").objectStore("follows"), conv, Number.MAX_SAFE_INTEGER);
+      return m && followStarts(m.kind) ? m.convSeq : null;
+    });
+  }
+
+  sourceEntries(conv: string, from: number, to: number): Promise<Entry[]> {
+    return this.run(async (db) => {
+      if (from > to) return [];
+      return (await req(db.transaction(["sourceEntries"], "readonly").objectStore("sourceEntries").getAll(IDBKeyRange.bound([conv, Math.max(from, 0)], [conv, to])))) as Entry[];
+    });
   }
 
   close(): Promise<void> {

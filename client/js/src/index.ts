@@ -4,7 +4,7 @@ export { Client, Backoff, OfflineError, SYNC_FAILURE_THRESHOLD, type ClientConfi
 export { validId, directConv } from "./ids.js";
 export type { ClientEvents, ClientEventName } from "./events.js";
 export { IndexedDBStore, type IndexedDBStoreOptions } from "./idbstore.js";
-export { MemoryStore, NotContiguousError, applyEntry, raisePeak, zeroPeaks, type Store, type DeliveryState, type MessageStatus, type MarkPeak, type ConvPeaks, type MarkMove, type MarksChange, type UserMarks, type StoreInfo, type StoreSnapshot, type OutboxItem, type OutboxStatus, type Message, type StoredMsg, type StoredRange, type ViewTx } from "./store.js";
+export { MemoryStore, NotContiguousError, applyEntry, raisePeak, zeroPeaks, hasSources, sourceStart, isFollowMark, type SourceMethods, type FollowMarks, type Store, type DeliveryState, type MessageStatus, type MarkPeak, type ConvPeaks, type MarkMove, type MarksChange, type UserMarks, type StoreInfo, type StoreSnapshot, type OutboxItem, type OutboxStatus, type Message, type StoredMsg, type StoredRange, type ViewTx } from "./store.js";
 export { digestOf, digestRecord, digestEqual, DIGEST_LEN, type DigestFields } from "./digest.js";
 export { DEFAULT_RETRY_MS } from "./outbox.js";
 export { Code, ProtoError, codeName, codeKnown, retryable, errorFromClose } from "./codes.js";

@@ -92,6 +92,8 @@ export interface SessionOptions {
   requestTimeoutMs: number;
   /** How long a liveness probe (a HeadCheck) may go unanswered before the connection is declared dead. */
   probeTimeoutMs?: number;
+  /** Hello.proto_version: the revision this client speaks (default {@link PROTO_VERSION}; lower for a store without sources). */
+  protoVersion?: number;
   clock: Clock;
   log: Logger;
 }
@@ -187,7 +189,7 @@ export class Session {
     timeout.catch(() => undefined);
     const attempt = async (): Promise<Session> => {
       const control = await conn.openStream();
-      const hello = makeFrame(FrameType.Hello, { token, device: opts.device, clientVersion: opts.clientVersion, protoVersion: PROTO_VERSION });
+      const hello = makeFrame(FrameType.Hello, { token, device: opts.device, clientVersion: opts.clientVersion, protoVersion: opts.protoVersion ?? PROTO_VERSION });
       await control.write(encodeFrame(hello));
       const reader = new FrameReader();
       // The first frame answers: Welcome or Error. Before Welcome nothing else may come.

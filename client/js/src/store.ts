@@ -16,8 +16,14 @@
 //   conversation's {@link ConvPeaks}, and a store tells its listener ({@link Store.onMarks}) what
 //   moved once that transaction has committed: the client turns exactly those moves into events,
 //   so a step is announced once, and never one that a failed write would take back.
+// * sources (revision 6, §6 "Sources: large groups"): a large group's entries come from its
+//   conversation log, a source of the sync stream with a cursor of its own — (the conversation
+//   log's epoch, a conv_seq) — which `applySource` writes in the transaction of the source's
+//   entries, as `applyBatch` does a sub-log's. Where the user's following of each large group
+//   started and ended (the user-log entries with `source` set) is noted by `applyBatch` too: it
+//   is what makes a Batch's `after` beyond the stored cursor acceptable ({@link sourceStart}).
 
-import type { Ack, Entry, SubCursor } from "./frames.js";
+import type { Ack, Entry, SourceCursor, SubCursor } from "./frames.js";
 import { Kind } from "./frames.js";
 
 /** Status of an outbox item (§8.3). */
@@ -192,6 +198,8 @@ export interface StoreSnapshot {
   cursors: SubCursor[];
   /** Every outbox item, any status, in seq order. */
   outbox: OutboxItem[];
+  /** Revision 6: the stored cursor of every source the device follows, in conversation id order (a store without sources: absent). */
+  sources?: SourceCursor[];
   /**
    * Set when the store found itself lost or inconsistent (a database evicted or deleted since
    * the last visit, a cursor ahead of the entries it claims): the cursors were reset, the client
@@ -241,8 +249,67 @@ export class NotContiguousError extends Error {
   }
 }
 
+/**
+ * What a store keeps for sources (revision 6, §6 "Sources: large groups", §8.4). A store offers
+ * all of these or none ({@link hasSources}): a client whose store has none announces revision 5,
+ * and a server then refuses to sync a user who follows a large group (`needs_upgrade`) rather
+ * than let the device miss the group's entries.
+ */
+export interface SourceMethods {
+  /**
+   * Stores a Batch of source `conv` (a large group's conversation log: `seq` is the conv_seq)
+   * atomically, as {@link Store.applyBatch} does a sub-log's: checks that it continues the
+   * source's stored cursor, or `after` where that is allowed ({@link sourceStart}; else throws
+   * {@link NotContiguousError} and writes nothing); stores the entries under (conv, conv_seq),
+   * applies them to the view with {@link applyEntry} (dedup by msg_id) and sets the source's
+   * cursor to (epoch, last conv_seq). Resolves once committed, with the entries that were new.
+   * An entry naming another conversation, or a conv_seq other than its seq, is refused (an
+   * Error, not a gap: the server sent what it must not); one that leaves them out gets them.
+   */
+  applySource(conv: string, epoch: bigint, after: number, entries: readonly Entry[]): Promise<Entry[]>;
+  /**
+   * SourceEnd{conv, last}: the user has no entry of the source after `last`. With a stored
+   * cursor below `last`, entries the user should have are missing: throws
+   * {@link NotContiguousError} (the client restarts, and they come first). Otherwise the
+   * source's cursor goes (durably); its stored entries and the view stay. No cursor: nothing.
+   */
+  endSource(conv: string, last: number): Promise<void>;
+  /** Drops the cursor of source `conv` without a check (the user is no longer a member); the entries and the view stay. */
+  dropSource(conv: string): Promise<void>;
+  /**
+   * Moves the cursor of source `conv` to (epoch, head) without entries: a rebase of the source
+   * (its TooOld or Rebase), or of the user log (a large group it loaded). Within the stored epoch
+   * it never moves back; moving to another epoch drops the source's stored entries. A source
+   * without a cursor gets one.
+   */
+  rebaseSource(conv: string, epoch: bigint, head: number): Promise<void>;
+  /**
+   * EpochChanged of source `conv`: its log was re-created. Drops the source's stored entries and
+   * sets its cursor to (epoch, pos) — the new log's first retained position − 1 — keeping the view
+   * (entries that come again are deduplicated by msg_id).
+   */
+  resetSourceForEpoch(conv: string, epoch: bigint, pos: number): Promise<void>;
+  /** The stored cursor of every source the device follows, in conversation id order: SyncStart.sources. */
+  sourceCursors(): Promise<SourceCursor[]>;
+  /**
+   * Where the user log says the user's current following of `conv` started: the conv_seq of its
+   * latest entry with `source` set, if that one started it; null when the latest ended it or the
+   * log never said (not stored, or jumped over by a rebase).
+   */
+  followStart(conv: string): Promise<number | null>;
+  /** The stored entries of source `conv` at conv_seqs `from` … `to`, ascending, as received. */
+  sourceEntries(conv: string, from: number, to: number): Promise<Entry[]>;
+}
+
+/** Whether a store keeps sources (every method of {@link SourceMethods}). */
+export function hasSources(s: Store): s is Store & SourceMethods {
+  return typeof s.applySource === "function" && typeof s.endSource === "function" && typeof s.dropSource === "function" &&
+    typeof s.rebaseSource === "function" && typeof s.resetSourceForEpoch === "function" && typeof s.sourceCursors === "function" &&
+    typeof s.followStart === "function" && typeof s.sourceEntries === "function";
+}
+
 /** The device's local storage. Every method that writes is atomic. */
-export interface Store {
+export interface Store extends Partial<SourceMethods> {
   /** Loads the cursors and the outbox (the client opens from these with no connection). */
   load(): Promise<StoreSnapshot>;
   /**
@@ -456,12 +523,87 @@ async function markRecalled(tx: ViewTx, target: string): Promise<void> {
   await tx.putEarlyRecall(target);
 }
 
+// --- sources ---
+
+/** Whether entry kind `k` of a follow mark starts a following (group_create, member_add) rather than ends it. */
+export function followStarts(k: number): boolean {
+  return k === Kind.GroupCreate || k === Kind.MemberAdd;
+}
+
+/**
+ * Whether a user-log entry says where the user's following of a large group starts or ends
+ * (§5 Entry.source): a group_create, member_add or member_remove with `source` set and a
+ * position in its conversation. Stores note these in the transaction of their batch.
+ */
+export function isFollowMark(e: Entry): boolean {
+  return e.source && e.conv !== "" && e.convSeq !== 0 && (followStarts(e.kind) || e.kind === Kind.MemberRemove);
+}
+
+/** The follow marks a store noted (see {@link isFollowMark}), read inside its transaction. */
+export interface FollowMarks {
+  /** The kind of the follow mark of `conv` at `convSeq`, undefined when there is none. */
+  followAt(conv: string, convSeq: number): Promise<number | undefined>;
+  /** The follow mark of `conv` with the highest conv_seq below `before`, undefined when there is none. */
+  lastFollowBefore(conv: string, before: number): Promise<{ convSeq: number; kind: number } | undefined>;
+}
+
+/**
+ * The position a Batch of source `conv` in `epoch`, carrying `after` (0: absent), continues
+ * from (§6 "Where a source starts", §8.4), given the source's stored cursor `cur`:
+ *
+ * * no stored cursor: `after` — a source the SyncStart did not name, or whose cursor a
+ *   SourceEnd dropped and which the user joined again (the gate stored the user-log entry that
+ *   started the following first); its epoch is adopted;
+ * * a stored cursor: the batch's epoch must be the cursor's; an `after` of 0 or at the cursor
+ *   continues the cursor; an `after` beyond it (the user was removed and added again, and the
+ *   positions between were not the user's) only when the user log shows exactly that: a
+ *   member_add (or group_create) with `source` set at conv_seq `after`, and before it, as the
+ *   latest follow mark, the removal that ended the period the cursor is in, at most one past the
+ *   cursor (that period's last entry for the user is the one before the removal) — so neither the
+ *   rest of that period nor a whole period between is skipped.
+ *
+ * Anything else throws {@link NotContiguousError}: a gap, handled as a user-log gap.
+ */
+export async function sourceStart(marks: FollowMarks, conv: string, cur: SubCursor | undefined, epoch: bigint, after: number): Promise<number> {
+  if (epoch === 0n) throw new NotContiguousError(`batch of source ${conv} without an epoch`);
+  if (!cur || (cur.epoch === 0n && cur.pos === 0)) return after;
+  if (cur.epoch === 0n) throw new NotContiguousError(`stored cursor (0, ${cur.pos}) of source ${conv} has no epoch`);
+  if (epoch !== cur.epoch) throw new NotContiguousError(`batch of source ${conv} of epoch ${epoch}, stored epoch ${cur.epoch}`);
+  if (after === 0 || after === cur.pos) return cur.pos;
+  if (after > cur.pos) {
+    const at = await marks.followAt(conv, after);
+    if (at !== undefined && followStarts(at)) {
+      const before = await marks.lastFollowBefore(conv, after);
+      if (before?.kind === Kind.MemberRemove && before.convSeq <= cur.pos + 1) return after;
+    }
+  }
+  throw new NotContiguousError(`source ${conv}: the batch follows ${after}, the stored cursor is at ${cur.pos} and the log shows no rejoining there`);
+}
+
+/**
+ * The entries of a Batch of source `conv`, each with its conversation and conv_seq: one that
+ * leaves either out gets `conv` and its seq; one naming another conversation, or a conv_seq
+ * other than its seq, is refused (an Error: the server sent what it must not). Then checked
+ * contiguous from `from` (else {@link NotContiguousError}).
+ */
+export function sourceEntriesOf(conv: string, entries: readonly Entry[], from: number): Entry[] {
+  return entries.map((e, i) => {
+    if (e.conv !== "" && e.conv !== conv) throw new Error(`syncd: a batch of source ${conv} holds an entry of conversation ${e.conv}`);
+    if (e.convSeq !== 0 && e.convSeq !== e.seq) throw new Error(`syncd: a batch of source ${conv} holds an entry at seq ${e.seq} with conv_seq ${e.convSeq}`);
+    if (e.seq !== from + 1 + i) throw new NotContiguousError(`source ${conv}: entry ${i} has seq ${e.seq}, want ${from + 1 + i}`);
+    return { ...e, conv, convSeq: e.seq };
+  });
+}
+
 // --- the in-memory store ---
 
 type Table = Map<string, unknown>;
 const DELETED = Symbol("deleted");
 
-const tableNames = ["entries", "cursors", "runs", "msgRefs", "view", "readMarks", "deliveredMarks", "peaks", "members", "incomplete", "earlyRecalls", "convs", "outbox"] as const;
+const tableNames = [
+  "entries", "cursors", "runs", "msgRefs", "view", "readMarks", "deliveredMarks", "peaks", "members", "incomplete", "earlyRecalls", "convs", "outbox",
+  "sourceCursors", "sourceEntries", "follows",
+] as const;
 type TableName = (typeof tableNames)[number];
 
 const k = (...parts: (string | number)[]): string => parts.join("\u0000");
@@ -478,7 +620,7 @@ interface RunInfo {
 }
 
 /** Writes staged over the committed tables, applied all at once by commit(): all or nothing. */
-class MemTx implements ViewTx {
+class MemTx implements ViewTx, FollowMarks {
   private staged = new Map<TableName, Map<string, unknown>>();
   /** The marks this transaction moved (told to the listener after commit). */
   readonly book = new MarkBook();
@@ -571,6 +713,21 @@ class MemTx implements ViewTx {
     this.put("convs", conv, true);
     return Promise.resolve();
   }
+  followAt(conv: string, convSeq: number): Promise<number | undefined> {
+    return Promise.resolve(this.get<number>("follows", k(conv, convSeq)));
+  }
+  lastFollowBefore(conv: string, before: number): Promise<{ convSeq: number; kind: number } | undefined> {
+    const prefix = k(conv, "");
+    let best: { convSeq: number; kind: number } | undefined;
+    const keys = new Set([...(this.tables.get("follows") as Table).keys(), ...(this.staged.get("follows")?.keys() ?? [])]);
+    for (const key of keys) {
+      if (!key.startsWith(prefix)) continue;
+      const convSeq = Number(key.slice(prefix.length));
+      const kind = this.get<number>("follows", key);
+      if (kind !== undefined && convSeq < before && (!best || convSeq > best.convSeq)) best = { convSeq, kind };
+    }
+    return Promise.resolve(best);
+  }
 }
 
 /**
@@ -604,11 +761,9 @@ export class MemoryStore implements Store {
     return i;
   }
 
-  /** Drops the cursors and entries (a resync). */
+  /** Drops the cursors and entries, the sources' too (a resync). */
   resetCursors(): Promise<void> {
-    this.table("cursors").clear();
-    this.table("runs").clear();
-    this.table("entries").clear();
+    for (const t of ["cursors", "runs", "entries", "sourceCursors", "sourceEntries", "follows"] as const) this.table(t).clear();
     return Promise.resolve();
   }
 
@@ -635,7 +790,7 @@ export class MemoryStore implements Store {
     for (let sub = 0; sub < 16; sub++) cursors.push(this.cursor(sub));
     while (cursors.length > 1 && cursors[cursors.length - 1]?.epoch === 0n && cursors[cursors.length - 1]?.pos === 0) cursors.pop();
     const outbox = [...this.table("outbox").values()].map((v) => structuredClone(v) as OutboxItem).sort((a, b) => a.seq - b.seq);
-    return Promise.resolve({ cursors: structuredClone(cursors), outbox });
+    return Promise.resolve({ cursors: structuredClone(cursors), outbox, sources: this.sourceList() });
   }
 
   async applyBatch(sub: number, epoch: bigint, entries: readonly Entry[]): Promise<Entry[]> {
@@ -654,6 +809,8 @@ export class MemoryStore implements Store {
     for (const e of entries) {
       const copy = structuredClone(e);
       tx.put("entries", k(sub, e.seq), copy);
+      // Before the dedup: only the user log says where a following started or ended.
+      if (isFollowMark(e)) tx.put("follows", k(e.conv, e.convSeq), e.kind);
       if (await applyEntry(tx, copy, e.seq <= run.repairTo)) fresh.push(e);
     }
     const last = (entries[entries.length - 1] as Entry).seq;
@@ -805,6 +962,87 @@ export class MemoryStore implements Store {
 
   conversations(): Promise<string[]> {
     return Promise.resolve([...this.table("convs").keys()].sort());
+  }
+
+  // --- sources (revision 6) ---
+
+  private sourceList(): SourceCursor[] {
+    return [...this.table("sourceCursors")].map(([conv, c]) => ({ conv, ...(c as SubCursor) })).sort((a, b) => (a.conv < b.conv ? -1 : a.conv > b.conv ? 1 : 0));
+  }
+
+  private dropSourceEntries(conv: string): void {
+    const prefix = k(conv, "");
+    for (const key of [...this.table("sourceEntries").keys()]) if (key.startsWith(prefix)) this.table("sourceEntries").delete(key);
+  }
+
+  async applySource(conv: string, epoch: bigint, after: number, entries: readonly Entry[]): Promise<Entry[]> {
+    if (this.failWrites) throw this.failWrites;
+    const tx = new MemTx(this.tables);
+    const from = await sourceStart(tx, conv, tx.get<SubCursor>("sourceCursors", conv), epoch, after);
+    const own = sourceEntriesOf(conv, entries, from);
+    const last = own[own.length - 1];
+    if (!last) return [];
+    const fresh: Entry[] = [];
+    for (const [i, e] of own.entries()) {
+      const copy = structuredClone(e);
+      tx.put("sourceEntries", k(conv, e.seq), copy);
+      if (await applyEntry(tx, copy)) fresh.push(entries[i] as Entry);
+    }
+    tx.put("sourceCursors", conv, { epoch, pos: last.seq } satisfies SubCursor);
+    this.commit(tx);
+    return fresh;
+  }
+
+  endSource(conv: string, last: number): Promise<void> {
+    if (this.failWrites) return Promise.reject(this.failWrites);
+    const cur = this.table("sourceCursors").get(conv) as SubCursor | undefined;
+    if (!cur) return Promise.resolve();
+    if (cur.pos < last) return Promise.reject(new NotContiguousError(`source ${conv} ends at ${last}, stored up to ${cur.pos}`));
+    this.table("sourceCursors").delete(conv);
+    return Promise.resolve();
+  }
+
+  dropSource(conv: string): Promise<void> {
+    if (this.failWrites) return Promise.reject(this.failWrites);
+    this.table("sourceCursors").delete(conv);
+    return Promise.resolve();
+  }
+
+  rebaseSource(conv: string, epoch: bigint, head: number): Promise<void> {
+    if (this.failWrites) return Promise.reject(this.failWrites);
+    if (epoch === 0n) return Promise.reject(new Error(`syncd: rebase of source ${conv} to epoch 0`));
+    const cur = this.table("sourceCursors").get(conv) as SubCursor | undefined;
+    if (cur?.epoch === epoch && head <= cur.pos) return Promise.resolve(); // never back within an epoch
+    if (cur && cur.epoch !== epoch) this.dropSourceEntries(conv);
+    this.table("sourceCursors").set(conv, { epoch, pos: head } satisfies SubCursor);
+    return Promise.resolve();
+  }
+
+  resetSourceForEpoch(conv: string, epoch: bigint, pos: number): Promise<void> {
+    if (this.failWrites) return Promise.reject(this.failWrites);
+    if (epoch === 0n) return Promise.reject(new Error(`syncd: reset of source ${conv} to epoch 0`));
+    this.dropSourceEntries(conv);
+    this.table("sourceCursors").set(conv, { epoch, pos } satisfies SubCursor);
+    return Promise.resolve();
+  }
+
+  sourceCursors(): Promise<SourceCursor[]> {
+    return Promise.resolve(this.sourceList());
+  }
+
+  async followStart(conv: string): Promise<number | null> {
+    const m = await new MemTx(this.tables).lastFollowBefore(conv, Number.MAX_SAFE_INTEGER);
+    return m && followStarts(m.kind) ? m.convSeq : null;
+  }
+
+  sourceEntries(conv: string, from: number, to: number): Promise<Entry[]> {
+    const prefix = k(conv, "");
+    const out: Entry[] = [];
+    for (const [key, e] of this.table("sourceEntries")) {
+      const seq = Number(key.slice(prefix.length));
+      if (key.startsWith(prefix) && seq >= from && seq <= to) out.push(structuredClone(e as Entry));
+    }
+    return Promise.resolve(out.sort((a, b) => a.seq - b.seq));
   }
 
   close(): Promise<void> {

@@ -10,13 +10,13 @@
 // closes, the browser releases its lock and the next waiting tab takes over from the stored
 // cursor. No tab is ever locked out: a follower reads, sends and shows status like the leader.
 
-import type { Entry, SubCursor } from "./frames.js";
+import type { Entry, SourceCursor, SubCursor } from "./frames.js";
 import type { ClientEvents } from "./events.js";
 
 /** What the tabs of a device tell each other. */
 export type TabMessage =
-  /** Leader → followers: entries of a sub-log stored (in order), and which of them were new. */
-  | { t: "entries"; sub: number; epoch: bigint; entries: Entry[]; fresh: number[] }
+  /** Leader → followers: entries of a sub-log (or of a source, revision 6: `source` not empty) stored (in order), and which of them were new. */
+  | { t: "entries"; sub: number; source: string; epoch: bigint; entries: Entry[]; fresh: number[] }
   /**
    * The tab that stored mark moves (the leader: it holds the connection) → the others: the
    * `delivery` and `messageStatus` events it emitted, in order, for them to emit too.
@@ -24,8 +24,10 @@ export type TabMessage =
   | { t: "marks"; delivery: ClientEvents["delivery"][]; statuses: ClientEvents["messageStatus"][] }
   /** Any tab → the others: an outbox item changed in the store (queued, sent, failed, retried, dismissed). */
   | { t: "outbox"; cmid: string }
-  /** Leader → followers: the cursor moved without entries (rebase, epoch change, resync). */
-  | { t: "cursor"; cursors: SubCursor[] }
+  /** Leader → followers: the cursor moved without entries (rebase, epoch change, resync, a source's end); with every source's cursor. */
+  | { t: "cursor"; cursors: SubCursor[]; sources: SourceCursor[] }
+  /** Leader → followers: the device no longer follows a source (SourceEnd). */
+  | { t: "sourceEnd"; source: string; last: number }
   /** Leader → followers: the leader's connection state, and sync news. */
   | { t: "state"; connected: boolean }
   | { t: "synced"; epoch: bigint; head: number }

@@ -249,7 +249,7 @@ test("check: epoch_changed stops checks of that epoch on the connection, without
   };
   ln.endStream();
   await until(() => outcomes(logs, "match") === 1, "the new epoch checked", 5000);
-  assert.deepEqual(epochs, [{ sub: 0, epoch: 10n }]);
+  assert.deepEqual(epochs, [{ sub: 0, epoch: 10n, source: "" }]);
   assert.deepEqual(ln.digests().map((d) => d.epoch), [9n, 10n]);
   assert.deepEqual(ln.reports(), []);
 });

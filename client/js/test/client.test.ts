@@ -82,7 +82,7 @@ test("offline start: stored messages are readable and sends are queued durably b
   assert.equal(statuses[0]!.item.status, "sent");
   assert.equal(statuses[0]!.item.ack?.convSeq, 3);
   const hello = node.hellos[0]!;
-  assert.deepEqual(hello.type === FrameType.Hello && [hello.token, hello.device, hello.protoVersion], ["tok-1", "phone", 5]);
+  assert.deepEqual(hello.type === FrameType.Hello && [hello.token, hello.device, hello.protoVersion], ["tok-1", "phone", 6]);
   assert.equal((node.requests[0] as { cmid: string }).cmid, it.cmid);
   assert.equal((await store.load()).outbox[0]!.status, "sent");
   await c.close();
@@ -198,7 +198,7 @@ test("sync: batches stored then acknowledged; a gap is refetched from the stored
   // A batch that skips position 3: nothing stored, a gap, a new SyncStart from (9, 2).
   stream!.send(makeFrame(FrameType.Batch, { epoch: 9n, entries: [msg(4)], head: 4 }));
   await until(() => starts.length === 2, "restart after the gap");
-  assert.deepEqual(gaps, [{ sub: 0, at: 3 }]);
+  assert.deepEqual(gaps, [{ sub: 0, at: 3, source: "" }]);
   const st2 = starts[1]!;
   assert.deepEqual(st2.type === FrameType.SyncStart && [st2.epoch, st2.pos], [9n, 2]);
   assert.deepEqual((await store.load()).cursors, [{ epoch: 9n, pos: 2 }]);
@@ -253,7 +253,7 @@ test("sync: TooOld rebases (ConvList, History) to the head; EpochChanged restart
       stream = s;
     },
     (f) => {
-      if (f.type === FrameType.ConvList) return makeFrame(FrameType.ConvListResult, { id: f.id, convs: [{ conv: "g1", kind: 2, epoch: 1n, first: 1, head: 7, members: ["alice", "bob"], memberCount: 2, readMark: 0, role: 1, deliveredMark: 0, peerDelivered: 0, peerRead: 0 }] });
+      if (f.type === FrameType.ConvList) return makeFrame(FrameType.ConvListResult, { id: f.id, convs: [{ conv: "g1", kind: 2, epoch: 1n, first: 1, head: 7, members: ["alice", "bob"], memberCount: 2, readMark: 0, role: 1, deliveredMark: 0, peerDelivered: 0, peerRead: 0, source: false }] });
       if (f.type === FrameType.History) return makeFrame(FrameType.HistoryResult, { id: f.id, epoch: 1n, first: 1, head: 7, entries: [msg(6), msg(7)].map((e) => ({ ...e, seq: e.convSeq })) });
       return undefined;
     },
@@ -264,7 +264,7 @@ test("sync: TooOld rebases (ConvList, History) to the head; EpochChanged restart
   await until(() => starts.length === 1, "SyncStart");
   stream!.send(makeFrame(FrameType.TooOld, { epoch: 9n, first: 50, head: 100 }));
   await until(() => starts.length === 2, "restart after the rebase");
-  assert.deepEqual(rebases, [{ sub: 0, epoch: 9n, head: 100 }]);
+  assert.deepEqual(rebases, [{ sub: 0, epoch: 9n, head: 100, source: "" }]);
   const st = starts[1]!;
   assert.deepEqual(st.type === FrameType.SyncStart && [st.epoch, st.pos], [9n, 100]);
   assert.deepEqual((await store.messages("g1")).map((m) => m.convSeq), [1, 6, 7], "recent history loaded");
@@ -272,7 +272,7 @@ test("sync: TooOld rebases (ConvList, History) to the head; EpochChanged restart
   assert.deepEqual(node.requests.map((r) => r.type), [FrameType.ConvList, FrameType.History]);
   stream!.send(makeFrame(FrameType.EpochChanged, { epoch: 11n, first: 4, head: 9 }));
   await until(() => starts.length === 3, "restart after the epoch change");
-  assert.deepEqual(epochs, [{ sub: 0, epoch: 11n }]);
+  assert.deepEqual(epochs, [{ sub: 0, epoch: 11n, source: "" }]);
   const st3 = starts[2]!;
   assert.deepEqual(st3.type === FrameType.SyncStart && [st3.epoch, st3.pos], [11n, 3]);
   assert.equal((await store.messages("g1")).length, 3, "messages kept across the epoch change");
@@ -361,7 +361,7 @@ test("sync: Stale is reported once per episode and moves to another node after s
   streams[0]!.send(makeFrame(FrameType.Stale, { epoch: 0n, head: 0, unheardMs: 2500 }));
   streams[0]!.send(makeFrame(FrameType.Stale, { epoch: 0n, head: 0, unheardMs: 2600 }));
   await until(() => streams.length === 2, "moved to node b", 3000);
-  assert.deepEqual(stale, [{ epoch: 0n, head: 0, unheardMs: 2500 }]);
+  assert.deepEqual(stale, [{ epoch: 0n, head: 0, unheardMs: 2500, source: "" }]);
   assert.equal(b.conns.length, 1);
   assert.deepEqual(transports.map((t) => t.endpoint), [0, 1]);
   streams[1]!.send(makeFrame(FrameType.Heartbeat, { epoch: 0n, head: 0 }));

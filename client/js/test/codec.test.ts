@@ -40,7 +40,7 @@ function one(items: ReadItem[]): Frame {
 const goldens = readdirSync(goldenDir).filter((f) => f.endsWith(".v1.hex")).sort();
 
 test("every golden file is here", () => {
-  // 38 frame types, one golden file each: a new type in Go without a schema here fails this.
+  // 39 frame types, one golden file each: a new type in Go without a schema here fails this.
   assert.equal(goldens.length, Object.keys(FrameType).length);
 });
 
@@ -52,6 +52,70 @@ for (const name of goldens) {
     assert.equal(toHex(encodeFrame(f)), toHex(bytes));
   });
 }
+
+// Variants (proto/testdata/golden/variants/<type>.<variant>.v1.hex): frames of types above with
+// the keys their fixture leaves out (revision 6's `source`, `after`, `sources`, …).
+const variantDir = join(goldenDir, "variants");
+const variants = readdirSync(variantDir).filter((f) => f.endsWith(".v1.hex")).sort();
+
+test("variants: there are some, each of a known type", () => {
+  assert.ok(variants.length >= 10, `only ${variants.length} variant files`);
+});
+
+for (const name of variants) {
+  test(`golden variant ${name}: decode, re-encode byte-exact`, () => {
+    const bytes = readHex(join(variantDir, name));
+    const f = one(new FrameReader().push(bytes));
+    assert.equal(typeName(f.type), name.split(".")[0]);
+    assert.equal(toHex(encodeFrame(f)), toHex(bytes));
+  });
+}
+
+/** The epoch of the large group "big" in the Go fixtures (fixtureBigEpoch). */
+const bigEpoch = 0x17979cfe362a0002n;
+
+test("golden variants decode as Go wrote them (revision 6: sources)", () => {
+  const v = (name: string): Frame => one(new FrameReader().push(readHex(join(variantDir, `${name}.v1.hex`))));
+  assert.deepEqual(v("sync_start.sources"), makeFrame(FrameType.SyncStart, {
+    epoch: 9n, pos: 40, ceiling: 100_000, subs: [{ epoch: 9n, pos: 40 }],
+    sources: [{ conv: "big", epoch: bigEpoch, pos: 7001 }, { conv: "g:new", epoch: 0n, pos: 0 }],
+  }));
+  // The user log's entries that start and end the following, and the user's own receipt there.
+  const following = v("batch.following");
+  if (following.type !== FrameType.Batch) assert.fail("not a batch");
+  assert.deepEqual([following.epoch, following.head, following.source, following.after], [9n, 46, "", 0]);
+  assert.deepEqual(following.entries, [
+    makeEntry({ seq: 44, kind: Kind.MemberAdd, msgId: "5.7000.0", conv: "big", convSeq: 7000, sender: "alice", time: 3n, memberCount: 1200, source: true }),
+    makeEntry({ seq: 45, kind: Kind.Receipt, msgId: "1.45.0", conv: "big", convSeq: 0, sender: "alice", time: 4n, upTo: 7002 }),
+    makeEntry({ seq: 46, kind: Kind.MemberRemove, msgId: "5.7003.0", conv: "big", convSeq: 7003, sender: "alice", time: 5n, members: ["alice"], source: true }),
+  ]);
+  assert.deepEqual(v("batch.source"), makeFrame(FrameType.Batch, {
+    epoch: bigEpoch, head: 7002, source: "big", after: 7000,
+    entries: [makeEntry({ seq: 7001, kind: Kind.Message, msgId: "5.7001.0", conv: "big", convSeq: 7001, sender: "bob", time: 6n, body: new TextEncoder().encode("hi all") })],
+  }));
+  assert.deepEqual(v("heartbeat.source"), makeFrame(FrameType.Heartbeat, { epoch: bigEpoch, head: 7002, serverTime: 1_700_000_000_000_000_000n, source: "big" }));
+  assert.deepEqual(v("too_old.source"), makeFrame(FrameType.TooOld, { epoch: bigEpoch, first: 5000, head: 7002, source: "big" }));
+  assert.deepEqual(v("epoch_changed.source"), makeFrame(FrameType.EpochChanged, { epoch: bigEpoch + 1n, first: 1, head: 2, source: "big" }));
+  assert.deepEqual(v("rebase.source"), makeFrame(FrameType.Rebase, { epoch: bigEpoch, head: 90_000, source: "big" }));
+  assert.deepEqual(v("cursor_ack.source"), makeFrame(FrameType.CursorAck, { epoch: bigEpoch, pos: 7001, source: "big" }));
+  assert.deepEqual(v("stale.source"), makeFrame(FrameType.Stale, { epoch: bigEpoch, head: 7002, unheardMs: 2500, source: "big" }));
+  const state = v("conv_state_result.source");
+  if (state.type !== FrameType.ConvStateResult) assert.fail("not a conv state result");
+  assert.equal(state.id, 9);
+  assert.deepEqual(state.conv, {
+    conv: "big", kind: 2, epoch: bigEpoch, first: 1, head: 7002, members: [], readMark: 7002, memberCount: 1200, role: 1,
+    deliveredMark: 7002, peerDelivered: 0, peerRead: 0, source: true,
+  });
+  // The new frame type of revision 6: 28 SourceEnd.
+  const end = one(new FrameReader().push(readHex(join(goldenDir, "source_end.v1.hex"))));
+  assert.deepEqual(end, makeFrame(FrameType.SourceEnd, { source: "big", last: 2 ** 33 }));
+  assert.equal(typeName(FrameType.SourceEnd), "source_end");
+  assert.ok(!isResponseType(FrameType.SourceEnd), "SourceEnd is a sync stream frame, not a response");
+  // A frame without the new keys decodes them as zero: an older server's frames are the user log's.
+  const plain = one(new FrameReader().push(readHex(join(goldenDir, "batch.v1.hex"))));
+  if (plain.type !== FrameType.Batch) assert.fail("not a batch");
+  assert.deepEqual([plain.source, plain.after, plain.entries.every((e) => !e.source)], ["", 0, true]);
+});
 
 test("golden values decode as Go wrote them", () => {
   const send = one(new FrameReader().push(readHex(join(goldenDir, "send.v1.hex"))));

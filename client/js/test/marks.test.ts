@@ -280,7 +280,7 @@ test("client: after a rebase the ConvInfo marks stand for the entries jumped ove
   const store = new MemoryStore();
   const conv = "d:alice:bob";
   await store.applyBatch(0, 5n, [message(1, "alice", 3, conv), message(2, "alice", 5, conv)]);
-  const info: ConvInfo = { conv, kind: 1, epoch: 1n, first: 1, head: 5, members: ["alice", "bob"], memberCount: 2, readMark: 4, role: 1, deliveredMark: 6, peerDelivered: 5, peerRead: 3 };
+  const info: ConvInfo = { conv, kind: 1, epoch: 1n, first: 1, head: 5, members: ["alice", "bob"], memberCount: 2, readMark: 4, role: 1, deliveredMark: 6, peerDelivered: 5, peerRead: 3, source: false };
   const { n, stream } = node((f) => {
     if (f.type === FrameType.ConvList) return makeFrame(FrameType.ConvListResult, { id: f.id, convs: [info] });
     return undefined;

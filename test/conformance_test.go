@@ -192,7 +192,7 @@ func driveNaive(t *testing.T, info conformance.RunInfo) conformance.Verdict {
 				nc.entries = append(nc.entries, b.Entries...)
 				<-nc.mu
 				last := b.Entries[len(b.Entries)-1].Seq
-				proto.WriteFrame(st, &proto.CursorAck{Epoch: b.Epoch, Pos: last})
+				proto.WriteFrame(st, &proto.CursorAck{Epoch: b.Epoch, Pos: last, Source: b.Source})
 			}
 		}
 	}()
@@ -216,6 +216,7 @@ func TestConformanceCatchesABrokenClient(t *testing.T) {
 	for _, c := range []struct{ scenario, reason string }{
 		{"gap", "as stored, but the stream had delivered a contiguous log only up to 0"},
 		{"reorder", "as stored, but the stream had delivered a contiguous log only up to 0"},
+		{"source_gap", "of source .* as stored, but the stream had delivered a contiguous log of it only up to 1"},
 		// stored twice, or acknowledged past the repeated batch (which broke the stream's contiguity)
 		{"duplicate", "(is stored twice|as stored, but the stream had delivered a contiguous log only up to)"},
 	} {

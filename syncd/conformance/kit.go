@@ -117,6 +117,9 @@ func (k *Kit) start() error {
 		Limits: proto.Limits{HeartbeatMs: uint32(heartbeat / time.Millisecond)},
 		// too_old needs retention to trim a log; no other scenario writes 64 entries to one.
 		Retention: log.Retention{MaxCount: 64}, RetentionInterval: 300 * time.Millisecond,
+		// The source scenarios' groups of four are large (read diffusion); the others' direct
+		// conversations are not concerned.
+		LargeGroupThreshold: 3,
 	})
 	if err != nil {
 		return fmt.Errorf("conformance kit: its server: %w", err)
@@ -293,6 +296,13 @@ func (k *Kit) newRun(sc *scenario) (*run, error) {
 	user, other := "cf-"+tag+"-u", "cf-"+tag+"-p"
 	r := &run{id: id, sc: sc, k: k, user: user, device: "d1", other: other, conv: proto.DirectConv(user, other),
 		created: time.Now(), tokens: map[string]time.Time{}, sent: map[string]bool{}}
+	if sc.largeGroup {
+		// A group of four, large for the kit's server: the client reads it as a source.
+		r.conv = "g:cf-" + tag
+		if err := k.createGroup(r, user, "cf-"+tag+"-x1", "cf-"+tag+"-x2"); err != nil {
+			return nil, err
+		}
+	}
 	if sc.name == "retry_after" {
 		for i := range 5 {
 			r.sends = append(r.sends, Send{Conv: r.conv, Peer: r.other, Body: fmt.Sprintf("driver message %d", i+1)})
@@ -332,6 +342,20 @@ func (k *Kit) issue(r *run, ttl time.Duration) (string, error) {
 	r.tokens[tok] = time.Now().Add(ttl).Truncate(time.Second)
 	r.mu.Unlock()
 	return tok, nil
+}
+
+// createGroup has the run's other user create the run's conversation as a group with members.
+func (k *Kit) createGroup(r *run, members ...string) error {
+	p, err := r.writer()
+	if err != nil {
+		return err
+	}
+	r.writerMu.Lock()
+	defer r.writerMu.Unlock()
+	_, err = p.call(func(id uint64) proto.Frame {
+		return &proto.CreateGroup{ID: id, Conv: r.conv, ClientMsgID: "kit-group", Members: members}
+	})
+	return err
 }
 
 // post writes n messages from the run's other user to its conversation, of size bytes each (0:

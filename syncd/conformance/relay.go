@@ -45,6 +45,8 @@ type relayStream struct {
 	epoch  proto.Epoch
 	contig proto.Position
 	broken bool // a batch that did not follow was delivered: nothing after it counts
+	// sources is the same for each source of the stream (large groups), by conversation.
+	sources map[string]*sourceAccount
 
 	silent bool          // drop every server frame from now on
 	pace   time.Duration // deliver each server frame in pieces over this long

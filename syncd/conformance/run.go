@@ -92,6 +92,13 @@ func (r *run) onAck(st *relayStream, a *proto.CursorAck) {
 	if a.Sub != 0 {
 		return // the kit does not split users
 	}
+	if a.Source != "" {
+		if acc := st.sources[a.Source]; acc == nil || a.Epoch == acc.epoch && a.Pos > acc.contig {
+			r.fail("acknowledged position %d of source %s as stored, but the stream had delivered a contiguous log of it only up to %d: an entry was skipped or stored out of order (%s)",
+				a.Pos, a.Source, acc.get(), secBatch)
+		}
+		return
+	}
 	if a.Epoch == st.epoch && a.Pos > st.contig {
 		r.fail("acknowledged position %d as stored, but the stream had delivered a contiguous log only up to %d: an entry was skipped or stored out of order (%s)",
 			a.Pos, st.contig, secBatch)
@@ -104,6 +111,10 @@ func (r *run) onAck(st *relayStream, a *proto.CursorAck) {
 
 // delivered accounts a Batch the relay wrote to the client on st. Called with r.mu held.
 func (st *relayStream) delivered(b *proto.Batch) {
+	if b.Source != "" {
+		st.deliveredSource(b)
+		return
+	}
 	if b.Sub != 0 || st.broken {
 		return
 	}
@@ -115,6 +126,48 @@ func (st *relayStream) delivered(b *proto.Batch) {
 		return
 	}
 	st.contig = b.Entries[len(b.Entries)-1].Seq
+}
+
+// sourceAccount is the contiguous log of one source the relay has delivered on a sync stream:
+// from the cursor the SyncStart named, or from where the server's first batch says it starts
+// (after), which the scenarios never change.
+type sourceAccount struct {
+	epoch  proto.Epoch
+	contig proto.Position
+	broken bool
+}
+
+func (a *sourceAccount) get() proto.Position {
+	if a == nil {
+		return 0
+	}
+	return a.contig
+}
+
+// deliveredSource accounts a Batch of a source. Called with r.mu held.
+func (st *relayStream) deliveredSource(b *proto.Batch) {
+	if st.sources == nil {
+		st.sources = map[string]*sourceAccount{}
+		for _, c := range st.start.Sources {
+			st.sources[c.Conv] = &sourceAccount{epoch: c.Epoch, contig: c.Pos}
+		}
+	}
+	acc := st.sources[b.Source]
+	if acc == nil {
+		acc = &sourceAccount{epoch: b.Epoch, contig: b.After}
+		st.sources[b.Source] = acc
+	}
+	if b.After > acc.contig { // the server starts a later period of the user's: not a fault
+		acc.contig = b.After
+	}
+	if acc.epoch == 0 && acc.contig == 0 {
+		acc.epoch = b.Epoch
+	}
+	if acc.broken || b.Epoch != acc.epoch || !b.Follows(acc.contig) {
+		acc.broken = true
+		return
+	}
+	acc.contig = b.Entries[len(b.Entries)-1].Seq
 }
 
 // Report is what a driver tells the kit about its client's local store: every message it shows,

@@ -25,6 +25,9 @@ type scenario struct {
 	bodySize int // bytes of each seeded body (default a short text)
 	suffix   bool
 	tokenTTL time.Duration // of the run's first token (default an hour)
+	// largeGroup makes the run's conversation a large group (of the client's user, the kit's
+	// writer and two more), which the client reads from the group's own log as a source.
+	largeGroup bool
 
 	setup    func(k *Kit, r *run) error // after seeding, before the driver gets the run
 	onClient func(r *run, st *relayStream, f proto.Frame) bool
@@ -86,6 +89,29 @@ var scenarios = []*scenario{
 			b, ok := f.(*proto.Batch)
 			i := seqIndex(b, 5)
 			if !ok || st.role != roleSync || r.s.injected || i < 0 {
+				return nil
+			}
+			r.s.injected = true
+			c := *b
+			c.Entries = slices.Delete(slices.Clone(b.Entries), i, i+1)
+			if len(c.Entries) == 0 {
+				return []proto.Frame{}
+			}
+			return []proto.Frame{&c}
+		},
+	},
+	{
+		name: "source_gap", section: "PROTOCOL §6 (Sources: large groups), §8.4 (Batch, steps 2-3)", seeds: 12, largeGroup: true,
+		summary:    "makes the run's conversation a large group, read as a source, and removes the entry at conv_seq 5 from the first batch of the source that carries it",
+		correct:    "stores nothing from the source's batch, acknowledges nothing of the source past 4, restarts the sync stream from its stored cursors and gets conv_seq 5 then",
+		waitingFor: "every message of the group, conv_seq 5 included",
+		onServer: func(r *run, st *relayStream, f proto.Frame) []proto.Frame {
+			b, ok := f.(*proto.Batch)
+			if !ok || b.Source == "" || st.role != roleSync || r.s.injected {
+				return nil
+			}
+			i := seqIndex(b, 5)
+			if i < 0 {
 				return nil
 			}
 			r.s.injected = true

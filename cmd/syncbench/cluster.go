@@ -74,6 +74,22 @@ func clusterScenario(ctx context.Context, o options) ([]row, error) {
 }
 
 // syncdBinary returns the syncd binary the nodes run: -syncd, or ./cmd/syncd built into dir.
+// processScenario prepares a scenario of syncd child processes: a temporary directory (the
+// caller removes it), the syncd binary (-syncd, or built there) and the -cpuprofile directory.
+func processScenario(ctx context.Context, o options, name string) (dir, bin string, err error) {
+	if dir, err = os.MkdirTemp("", "syncbench-"+name+"-"); err != nil {
+		return "", "", err
+	}
+	if bin, err = syncdBinary(ctx, o, dir); err == nil && o.cpuprofile != "" {
+		err = os.MkdirAll(o.cpuprofile, 0o755)
+	}
+	if err != nil {
+		os.RemoveAll(dir)
+		return "", "", err
+	}
+	return dir, bin, nil
+}
+
 func syncdBinary(ctx context.Context, o options, dir string) (string, error) {
 	if o.syncd != "" {
 		return o.syncd, nil

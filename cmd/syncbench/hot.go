@@ -28,20 +28,11 @@ import (
 // -move-entries entries is moved the same way, idle, and the time and bytes the move took are
 // reported.
 func runHot(ctx context.Context, o options) error {
-	dir, err := os.MkdirTemp("", "syncbench-hot-")
+	dir, bin, err := processScenario(ctx, o, "hot")
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	bin, err := syncdBinary(ctx, o, dir)
-	if err != nil {
-		return err
-	}
-	if o.cpuprofile != "" {
-		if err := os.MkdirAll(o.cpuprofile, 0o755); err != nil {
-			return err
-		}
-	}
 	fmt.Printf("# syncbench: scenario hot, %d nodes, %d shards, %d senders (%d in flight), %v per phase, a %d-entry log moved\n",
 		o.nodes, o.shards, o.devices, o.senders, o.duration, o.moveEntries)
 	cl, err := startProcCluster(ctx, bin, dir, o.nodes, o.shards)

@@ -42,6 +42,14 @@
 //	go run ./cmd/syncbench -scenario hot -hot-group -devices 1000 -senders 64 -move-entries 0
 //	go run ./cmd/syncbench -scenario hot -hot-group -split -devices 1000 -senders 8 -move-entries 0
 //	go run ./cmd/syncbench -scenario hot -split-user 4 -devices 1000 -senders 64 -move-entries 0
+//
+// -scenario groups (issue #24) compares, on one node (a syncd child process per measurement),
+// write diffusion (large_group_threshold above the group) with read diffusion (below it) for
+// groups of -group-sizes members: the disk bytes and time of building the group, of
+// -group-messages messages to it and of single joins; then the push of a large group's messages
+// to -live members' devices against a direct conversation's (groups.go):
+//
+//	go run ./cmd/syncbench -scenario groups -repeat 2 -duration 15s
 package main
 
 import (
@@ -101,12 +109,13 @@ type options struct {
 	hotGroup           bool // -scenario hot only
 	split              bool // -scenario hot only
 	splitUser          int  // -scenario hot only
+	groups             groupFlags
 }
 
 func run(args []string) error {
 	fs := flag.NewFlagSet("syncbench", flag.ContinueOnError)
 	var o options
-	fs.StringVar(&o.scenario, "scenario", "all", "all, bare, sends, overload, delivery, catchup, idle; or cluster, cluster-catchup, peers, hot (not part of all)")
+	fs.StringVar(&o.scenario, "scenario", "all", "all, bare, sends, overload, delivery, catchup, idle; or cluster, cluster-catchup, peers, hot, groups (not part of all)")
 	fs.DurationVar(&o.duration, "duration", 10*time.Second, "duration of each timed scenario")
 	fs.IntVar(&o.devices, "devices", 1000, "connected devices in sends and overload")
 	fs.IntVar(&o.senders, "senders", 64, "concurrent senders in sends")
@@ -124,7 +133,7 @@ func run(args []string) error {
 	fs.IntVar(&o.repeat, "repeat", 3, "catchup: replays of the backlog; cluster: runs of sends and delivery on each side, and catch-up replays through each node")
 	fs.IntVar(&o.failovers, "failovers", 3, "cluster: leader kills")
 	fs.StringVar(&o.syncd, "syncd", "", "cluster, peers: syncd binary for the nodes (default: go build ./cmd/syncd into a temp dir)")
-	fs.StringVar(&o.cpuprofile, "cpuprofile", "", "cluster: directory for CPU profiles of every node during the first sends run on each side; hot: before and after the move")
+	fs.StringVar(&o.cpuprofile, "cpuprofile", "", "cluster: directory for CPU profiles of every node during the first sends run on each side; hot: before and after the move; groups: of the read-diffusion node during the first group push")
 	fs.StringVar(&o.selfprofile, "selfprofile", "", "catchup: file for a CPU profile of this process (the load generator's side) during the replays")
 	fs.StringVar(&o.peers, "peers", "pebble,etcd1,etcd3,redis", "peers: the references to measure: pebble (raw Pebble, in-process), etcd<N> (an etcd cluster of N members), redis")
 	fs.IntVar(&o.users, "users", 10000, "peers: logs the peers' appends go to at random")
@@ -133,6 +142,14 @@ func run(args []string) error {
 	fs.BoolVar(&o.hotGroup, "hot-group", false, "hot: a group of -devices members who all write to it, instead of a user they write to")
 	fs.BoolVar(&o.split, "split", false, "hot: split the hot key's shard in two (the key in its upper half) instead of moving the key to a shard of its own")
 	fs.IntVar(&o.splitUser, "split-user", 0, "hot: split the hot user's stream into this many sub-logs (2-16) instead of moving it to a shard of its own")
+	fs.StringVar(&o.groups.sizes, "group-sizes", "1000,10000,100000", "groups: the group sizes measured (members, the owner included)")
+	fs.StringVar(&o.groups.modes, "group-modes", "write,read", "groups: write (write diffusion), read (read diffusion) or both")
+	fs.IntVar(&o.groups.messages, "group-messages", 200, "groups: messages sent to each group")
+	fs.IntVar(&o.groups.writeEntries, "group-write-entries", 2000000, "groups: under write diffusion, fewer messages to a large group, so that they write at most this many member-log entries (0: no cap)")
+	fs.IntVar(&o.groups.window, "group-window", 8, "groups: messages in flight")
+	fs.IntVar(&o.groups.joins, "group-joins", 3, "groups: single members added to each group, one at a time")
+	fs.IntVar(&o.groups.live, "live", 1000, "groups: members whose devices sync during the push, in the largest group under read diffusion and the smallest under write diffusion (0: no push)")
+	fs.IntVar(&o.groups.rate, "group-rate", 20, "groups: messages per second in the push, for -duration")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -149,6 +166,9 @@ func run(args []string) error {
 	}
 	if o.scenario == "hot" {
 		return runHot(ctx, o)
+	}
+	if o.scenario == "groups" {
+		return runGroups(ctx, o, o.groups)
 	}
 	want := map[string]bool{}
 	for _, s := range []string{"bare", "sends", "overload", "delivery", "catchup", "idle"} {
@@ -321,16 +341,26 @@ func setupTarget(ctx context.Context, o options) (bench.Target, *inProcess, func
 		t, err := externalTarget(o.addr, o.dataDir)
 		return t, nil, func() {}, err
 	}
+	return startInProcess(ctx, o, nil)
+}
+
+// startInProcess starts the in-process server (o.shards shards) on a fresh temporary data
+// directory, with tweak, if not nil, applied to its configuration, and returns once it is ready.
+func startInProcess(ctx context.Context, o options, tweak func(*syncd.Config)) (bench.Target, *inProcess, func(), error) {
 	dir, err := os.MkdirTemp("", "syncbench-")
 	if err != nil {
 		return bench.Target{}, nil, nil, err
 	}
 	progress("starting an in-process server (%d shards) in %s", o.shards, dir)
-	srv, err := syncd.NewServer(syncd.Config{
+	cfg := syncd.Config{
 		Dir: dir, ListenAddr: "127.0.0.1:0", RaftAddr: "127.0.0.1:0", AdminAddr: "127.0.0.1:0", Shards: o.shards,
 		SendRate: 1e6, SendBurst: 1e6, // the bench measures the server, not the per-device limit
 		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError})),
-	})
+	}
+	if tweak != nil {
+		tweak(&cfg)
+	}
+	srv, err := syncd.NewServer(cfg)
 	if err != nil {
 		os.RemoveAll(dir)
 		return bench.Target{}, nil, nil, err

@@ -36,11 +36,13 @@ type procCluster struct {
 
 // startProcCluster starts nodes syncd processes of bin with shards shards in dir and returns once
 // the cluster has settled (proccluster.Cluster.WaitSettled). With one node there are no peers:
-// the node runs exactly as `syncd` does alone. On error the nodes started are stopped again.
-func startProcCluster(ctx context.Context, bin, dir string, nodes, shards int) (*procCluster, error) {
+// the node runs exactly as `syncd` does alone. extra are further flags for every node (after the
+// harness's and the bench's own, so they override them). On error the nodes started are stopped
+// again.
+func startProcCluster(ctx context.Context, bin, dir string, nodes, shards int, extra ...string) (*procCluster, error) {
 	pc, err := proccluster.New(proccluster.Config{Syncd: bin, Dir: dir, Nodes: nodes, Shards: shards,
-		Args: []string{"-send-rate", "1000000", "-send-burst", "1000000", // the bench measures the server, not the per-device limit
-			"-log-level", "warn"}})
+		Args: append([]string{"-send-rate", "1000000", "-send-burst", "1000000", // the bench measures the server, not the per-device limit
+			"-log-level", "warn"}, extra...)})
 	if err != nil {
 		return nil, err
 	}

@@ -34,13 +34,12 @@ type source struct {
 
 // sourceSet is the sources a sync stream serves. Safe for concurrent use.
 type sourceSet struct {
-	ss    *session
 	mu    sync.Mutex
 	byID  map[string]*source
 	spawn func(*subLog) // starts a follower of a source (set by syncSubLogs)
 }
 
-func newSourceSet(ss *session) *sourceSet { return &sourceSet{ss: ss, byID: map[string]*source{}} }
+func newSourceSet() *sourceSet { return &sourceSet{byID: map[string]*source{}} }
 
 // hop is where a source's follower goes next from the device's cursor pos: read from from, the
 // first batch following after (not pos when the cursor sits before a period the user was added
@@ -114,9 +113,18 @@ func (s *sourceSet) finish(src *source, pos log.Position) bool {
 func (s *sourceSet) ended(src *source, convSeq log.Position) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if n := len(src.periods); n > 0 && src.periods[n-1].Open() && src.periods[n-1].From < convSeq {
-		src.periods[n-1].To = convSeq
+	src.closeAt(convSeq)
+}
+
+// closeAt ends src's open period with the removal at convSeq, and reports whether it did.
+// REQUIRES: the set's mutex.
+func (src *source) closeAt(convSeq log.Position) bool {
+	n := len(src.periods)
+	if n == 0 || !src.periods[n-1].Open() || src.periods[n-1].From >= convSeq {
+		return false
 	}
+	src.periods[n-1].To = convSeq
+	return true
 }
 
 // add starts the followers of the sources of one sub-log from its follow records and the
@@ -151,11 +159,8 @@ func (s *sourceSet) note(sl *subLog, marks []sourceMark) {
 		s.mu.Lock()
 		src := s.byID[m.conv]
 		if m.kind == log.KindMemberRemove {
-			if src != nil {
-				if n := len(src.periods); n > 0 && src.periods[n-1].Open() && src.periods[n-1].From < m.convSeq {
-					src.periods[n-1].To = m.convSeq
-					src.wake()
-				}
+			if src != nil && src.closeAt(m.convSeq) {
+				src.wake()
 			}
 			s.mu.Unlock()
 			continue

@@ -202,7 +202,7 @@ func (ss *session) subLogs(start *proto.SyncStart) (*subLogSet, proto.Frame) {
 			"a vector cursor of %d sub-logs: user %s's stream has %d", len(start.Subs), ss.user, n)}
 	}
 	own := &ownProgress{}
-	set := &subLogSet{sources: newSourceSet(ss)}
+	set := &subLogSet{sources: newSourceSet()}
 	for i := range n {
 		from := log.Cursor{Epoch: log.Epoch(start.Epoch), Pos: log.Position(start.Pos)}
 		if i > 0 {

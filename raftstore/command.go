@@ -105,7 +105,9 @@ func MarkReportedCommand(r *log.MarkReported) Command { return Command{op: opMar
 // MarkDeliveredCommand raises the delivered marks of members of a large group to where their
 // devices acked its log ([log.Tx.MarkDelivered]); propose it to the group's shard.
 // Result.Marked says how many moved. Never refused for low disk: it overwrites member records.
-func MarkDeliveredCommand(r *log.MarkDelivered) Command { return Command{op: opMarkDelivered, payload: r} }
+func MarkDeliveredCommand(r *log.MarkDelivered) Command {
+	return Command{op: opMarkDelivered, payload: r}
+}
 
 // RedeliverCommand replays a dead letter into user logs ([log.Tx.Redeliver]); propose it to the
 // destination shard. Result.Deliver.Appended says how many entries it wrote.

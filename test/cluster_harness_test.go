@@ -71,6 +71,7 @@ type clusterNode struct {
 
 	mu       sync.Mutex
 	surprise []string // unexpected exits, for the checker
+	mayExit  string   // set: an exit by itself is what the scenario allows now, for this reason
 }
 
 // testCluster is a cluster of syncd processes on loopback that share one token secret and one
@@ -148,8 +149,15 @@ func (c *testCluster) onExit(pn *proccluster.Node, err error, expected bool) {
 	}
 	n := c.byNode[pn]
 	n.mu.Lock()
-	n.surprise = append(n.surprise, fmt.Sprintf("run #%d exited by itself: %v", pn.Starts(), err))
+	allowed := n.mayExit
+	if allowed == "" {
+		n.surprise = append(n.surprise, fmt.Sprintf("run #%d exited by itself: %v", pn.Starts(), err))
+	}
 	n.mu.Unlock()
+	if allowed != "" {
+		c.tl.add("%s exited by itself (%v), which it may do now: %s", pn.ID, err, allowed)
+		return
+	}
 	c.tl.add("%s EXITED UNEXPECTEDLY: %v", pn.ID, err)
 }
 

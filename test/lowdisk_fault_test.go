@@ -119,6 +119,10 @@ func TestClusterFaultLowDisk(t *testing.T) {
 		f.tl.add("%s led nothing %v after its disk went low; leaders %s", victim.ID, time.Since(lowAt).Round(time.Millisecond), describeLeaders(f.c.leaders()))
 		check := func(phase string) {
 			for _, n := range f.c.nodes {
+				if !n.Running() {
+					f.tl.add("%s: %s is down, not checked", phase, n.ID)
+					continue
+				}
 				c := connect(n, "check-"+n.ID)
 				for _, s := range before {
 					r := *s.req
@@ -149,7 +153,12 @@ func TestClusterFaultLowDisk(t *testing.T) {
 		sendFor(f.pause(5*time.Second, 30*time.Second))
 		check("low-later")
 
-		// Full: the victim's own writes fail now, and its replicas may stop applying.
+		// Full: the victim's own writes fail now, and its replicas may stop applying; once Pebble
+		// cannot write its log the process exits (OPERATIONS, "If the disk fills up anyway"):
+		// a clean crash, nothing acknowledged lost, which the checker verifies.
+		victim.mu.Lock()
+		victim.mayExit = "its disk is full, and Pebble exits when it cannot write its log"
+		victim.mu.Unlock()
 		testkit.Fill(f.t, filler, 0)
 		f.tl.add("%s's disk full", victim.ID)
 		f.w.waitProgress(5, 60*time.Second, victim.ID+"'s disk full")
@@ -160,6 +169,12 @@ func TestClusterFaultLowDisk(t *testing.T) {
 			f.t.Fatal(err)
 		}
 		f.tl.add("%s's disk freed", victim.ID)
+		victim.mu.Lock()
+		victim.mayExit = ""
+		victim.mu.Unlock()
+		if !victim.Running() {
+			f.restartNode(victim)
+		}
 		f.w.waitProgress(5, 60*time.Second, victim.ID+"'s disk freed")
 		hb.stop()
 		f.tl.add("heartbeats of %s checked: %s", victim.ID, hb.verdict())

@@ -84,37 +84,27 @@ func (p *ownProgress) wait(ctx context.Context, gate raftstore.SplitInfo) bool {
 	if gate.Gate == 0 { // nothing was before the split
 		return true
 	}
-	for {
-		p.mu.Lock()
-		passed := p.epoch != 0 && (uint64(p.epoch) != gate.Epoch || uint64(p.pos) >= gate.Gate)
-		if p.changed == nil {
-			p.changed = make(chan struct{})
-		}
-		changed := p.changed
-		p.mu.Unlock()
-		if passed {
-			return true
-		}
-		select {
-		case <-ctx.Done():
-			return false
-		case <-changed:
-		}
-	}
+	return p.until(ctx, func() bool { return p.epoch != 0 && (uint64(p.epoch) != gate.Epoch || uint64(p.pos) >= gate.Gate) })
 }
 
 // reached waits until the stream has sent the log up to pos, and reports false if ctx ended
 // first.
 func (p *ownProgress) reached(ctx context.Context, pos log.Position) bool {
+	return p.until(ctx, func() bool { return p.pos >= pos })
+}
+
+// until waits until passed, called with p.mu held, holds after a report, and reports false if
+// ctx ended first.
+func (p *ownProgress) until(ctx context.Context, passed func() bool) bool {
 	for {
 		p.mu.Lock()
-		passed := p.pos >= pos
+		ok := passed()
 		if p.changed == nil {
 			p.changed = make(chan struct{})
 		}
 		changed := p.changed
 		p.mu.Unlock()
-		if passed {
+		if ok {
 			return true
 		}
 		select {

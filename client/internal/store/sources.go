@@ -368,19 +368,25 @@ func (s *Store) RebaseSource(conv string, epoch proto.Epoch, head proto.Position
 	if has && cur.Epoch == epoch && head <= cur.Pos {
 		return nil
 	}
+	return setSourceCursorDropping(db, conv, epoch, head, has && cur.Epoch != epoch, "rebase")
+}
+
+// setSourceCursorDropping sets the cursor of source conv to (epoch, pos), durably, first
+// dropping the source's stored entries if drop is set (their positions are of another epoch).
+func setSourceCursorDropping(db *pebble.DB, conv string, epoch proto.Epoch, pos proto.Position, drop bool, what string) error {
 	b := db.NewBatch()
 	defer b.Close()
-	if has && cur.Epoch != epoch {
+	if drop {
 		prefix := sk.sourceEntryPrefix(conv)
 		if err := b.DeleteRange(prefix, prefixEnd(prefix), nil); err != nil {
 			return err
 		}
 	}
-	if err := setSourceCursor(b, conv, epoch, head); err != nil {
+	if err := setSourceCursor(b, conv, epoch, pos); err != nil {
 		return err
 	}
 	if err := b.Commit(pebble.Sync); err != nil {
-		return fmt.Errorf("client: rebase source %s: %w", conv, err)
+		return fmt.Errorf("client: %s source %s: %w", what, conv, err)
 	}
 	return nil
 }
@@ -402,16 +408,7 @@ func (s *Store) ResetSourceForEpoch(conv string, epoch proto.Epoch, pos proto.Po
 		return err
 	}
 	defer s.mu.Unlock()
-	b := db.NewBatch()
-	defer b.Close()
-	prefix := sk.sourceEntryPrefix(conv)
-	if err := errors.Join(b.DeleteRange(prefix, prefixEnd(prefix), nil), setSourceCursor(b, conv, epoch, pos)); err != nil {
-		return err
-	}
-	if err := b.Commit(pebble.Sync); err != nil {
-		return fmt.Errorf("client: reset source %s: %w", conv, err)
-	}
-	return nil
+	return setSourceCursorDropping(db, conv, epoch, pos, true, "reset")
 }
 
 // SourceEntries returns the stored entries of source conv at conv_seqs from through to,

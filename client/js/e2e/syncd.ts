@@ -30,24 +30,60 @@ export async function binaries(): Promise<{ syncd: string; syncctl: string }> {
   return { syncd, syncctl };
 }
 
-/** A loopback port free for both TCP and UDP (WebSocket and WebTransport share the number). */
-export async function freePort(): Promise<number> {
-  for (;;) {
-    const port = await new Promise<number>((ok, fail) => {
-      const s = createServer();
-      s.once("error", fail);
-      s.listen(0, "127.0.0.1", () => {
-        const a = s.address();
-        s.close(() => ok(typeof a === "object" && a ? a.port : 0));
-      });
-    });
-    const udpFree = await new Promise<boolean>((ok) => {
-      const u = createSocket("udp4");
-      u.once("error", () => ok(false));
-      u.bind(port, "127.0.0.1", () => u.close(() => ok(true)));
-    });
-    if (udpFree) return port;
+/** Ports handed out by this process, so two nodes never get the same one before either binds it. */
+const handedOut = new Set<number>();
+
+/** The lowest port freePort hands out: below it live well-known and registered services. */
+const portFloor = 10000;
+
+/** The first port of the kernel's ephemeral range, or 0 if it cannot be read. */
+function ephemeralLow(): number {
+  try {
+    const lo = Number(readFileSync("/proc/sys/net/ipv4/ip_local_port_range", "utf8").trim().split(/\s+/)[0]);
+    return Number.isInteger(lo) ? lo : 0;
+  } catch {
+    return 0;
   }
+}
+
+async function tcpFree(port: number): Promise<boolean> {
+  return new Promise<boolean>((ok) => {
+    const s = createServer();
+    s.once("error", () => ok(false));
+    s.listen(port, "127.0.0.1", () => s.close(() => ok(true)));
+  });
+}
+
+async function udpFree(port: number): Promise<boolean> {
+  return new Promise<boolean>((ok) => {
+    const u = createSocket("udp4");
+    u.once("error", () => ok(false));
+    u.bind(port, "127.0.0.1", () => u.close(() => ok(true)));
+  });
+}
+
+/**
+ * A loopback port free for both TCP and UDP (WebSocket and WebTransport share the number), below
+ * the kernel's ephemeral range. A port from that range (what listening on 0 gives) can be taken
+ * by any outgoing connection — a browser's QUIC socket, a test's dial — between the moment it is
+ * picked and the moment a node binds it, or while a killed node is down; the node then fails
+ * with "address already in use". Ports below the range are taken only by an explicit bind (the
+ * Go side's testkit.FreeAddr makes the same choice).
+ */
+export async function freePort(): Promise<number> {
+  const lo = ephemeralLow();
+  if (lo < portFloor + 1000) throw new Error(`the ephemeral port range starts at ${lo}: too low to pick ports below it`);
+  const span = lo - portFloor;
+  const start = Math.floor(Math.random() * span);
+  for (let i = 0; i < span; i++) {
+    const port = portFloor + ((start + i) % span);
+    if (handedOut.has(port)) continue;
+    if ((await tcpFree(port)) && (await udpFree(port))) {
+      handedOut.add(port);
+      return port;
+    }
+  }
+  throw new Error("no free loopback port below the ephemeral range");
 }
 
 /** One syncd process of a cluster. */
@@ -61,6 +97,15 @@ export interface SyncdNode {
   admin: string;
   raft: string;
   proc?: ChildProcess;
+}
+
+/** The last lines of a node's log, for an error that says why it did not start. */
+function logTail(node: SyncdNode, lines = 20): string {
+  try {
+    return readFileSync(join(node.dir, "syncd.log"), "utf8").trimEnd().split("\n").slice(-lines).join("\n");
+  } catch (e) {
+    return `(no log: ${String(e)})`;
+  }
 }
 
 /** A cluster of syncd processes. */
@@ -131,7 +176,10 @@ export class Cluster {
       } catch {
         // not listening yet
       }
-      if (Date.now() > until) throw new Error(`${node.id} not ready after ${timeoutMs} ms; see ${node.dir}/syncd.log`);
+      if (node.proc && node.proc.exitCode !== null) {
+        throw new Error(`${node.id} exited (code ${node.proc.exitCode}) before it was ready; its log ends:\n${logTail(node)}`);
+      }
+      if (Date.now() > until) throw new Error(`${node.id} not ready after ${timeoutMs} ms; its log ends:\n${logTail(node)}`);
       await new Promise((r) => setTimeout(r, 100));
     }
   }

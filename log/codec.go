@@ -19,6 +19,14 @@ func (e *encoder) bytes(v []byte)   { e.uvarint(uint64(len(v))); e.b = append(e.
 func (e *encoder) str(v string)     { e.uvarint(uint64(len(v))); e.b = append(e.b, v...) }
 func (e *encoder) msgID(id MsgID)   { e.b = appendMsgID(e.b, id) }
 
+// boolByte is b as a stored byte: 1 or 0 (decoder.bool reads it back).
+func boolByte(b bool) uint8 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
 func (e *encoder) strs(v []string) {
 	e.uvarint(uint64(len(v)))
 	for _, s := range v {
@@ -142,6 +150,15 @@ func (d *decoder) strs() []string {
 		v = append(v, d.str())
 	}
 	return v
+}
+
+// bool reads a byte written by boolByte; any other value is corrupt.
+func (d *decoder) bool(what string) bool {
+	v := d.u8()
+	if v > 1 && d.err == nil {
+		d.err = corruptf("%s: bad boolean %d", what, v)
+	}
+	return v == 1
 }
 
 // version reads the leading format version byte and checks it is one this code understands.

@@ -28,9 +28,11 @@ type Append struct {
 	Sender      string
 	ClientMsgID string // chosen by the client; the dedup key is (Sender, ClientMsgID, Kind); none for KindDelivered
 	Kind        Kind
-	Body        []byte   // KindMessage
+	Body        []byte   // KindMessage, KindEdit (the new body)
 	ReadUpTo    Position // KindReceipt, KindDelivered
-	Target      MsgID    // KindRecall
+	Target      MsgID    // KindRecall, KindEdit, KindReaction
+	Reaction    string   // KindReaction: at most MaxReactionLen bytes of printable UTF-8
+	Remove      bool     // KindReaction: take Reaction off instead of putting it on
 	// Members: for KindGroupCreate the initial members (the sender is always added), for
 	// KindMemberAdd/Remove the users concerned, and for a message to a direct conversation
 	// that does not exist yet exactly the two users, which creates it.
@@ -296,12 +298,10 @@ func (t *Tx) planAppend(st Stamp, req *Append, exists bool, p *appendPlan) error
 	switch req.Kind {
 	case KindMessage:
 		p.recipients = members
-	case KindRecall:
-		ref, err := t.planRecall(st, req)
-		if err != nil {
+	case KindRecall, KindEdit, KindReaction:
+		if err := t.planTargeted(st, req, p); err != nil {
 			return err
 		}
-		p.recall = &ref
 		p.recipients = members
 	case KindMemberAdd, KindMemberRemove, KindRoleChange:
 		if p.meta.Kind != ConvGroup {
@@ -340,12 +340,10 @@ func (t *Tx) planLarge(st Stamp, req *Append, p *appendPlan) error {
 	}
 	switch req.Kind {
 	case KindMessage:
-	case KindRecall:
-		ref, err := t.planRecall(st, req)
-		if err != nil {
+	case KindRecall, KindEdit, KindReaction:
+		if err := t.planTargeted(st, req, p); err != nil {
 			return err
 		}
-		p.recall = &ref
 	case KindMemberAdd, KindMemberRemove, KindRoleChange:
 		n, err := ms.count()
 		if err != nil {
@@ -627,47 +625,60 @@ func (t *Tx) sendersIn(req *Append, ms *memberSet, from, to Position) ([]string,
 	return out, err
 }
 
-func (t *Tx) planRecall(st Stamp, req *Append) (msgRef, error) {
+// planTargeted checks a recall, edit or reaction against the message it names: a message of
+// this conversation, still retained and not recalled; recalled and edited by its author only,
+// recalled within the recall window. A recall is planned to mark the message recalled.
+func (t *Tx) planTargeted(st Stamp, req *Append, p *appendPlan) error {
+	ref, target, err := t.targetMessage(req)
+	if err != nil {
+		return err
+	}
+	switch {
+	case req.Kind != KindReaction && target.Sender != req.Sender:
+		return ErrNotSender
+	case ref.Recalled:
+		return ErrAlreadyRecalled
+	case req.Kind == KindRecall && st.Time-target.Time > cmp.Or(req.RecallWindow, DefaultRecallWindow):
+		return ErrRecallWindow
+	}
+	if req.Kind == KindRecall {
+		p.recall = &ref
+	}
+	return nil
+}
+
+// targetMessage returns the msg_id index entry and the entry of req's Target, ErrNoMessage
+// unless it is a message of req's conversation still in its log.
+func (t *Tx) targetMessage(req *Append) (msgRef, Entry, error) {
 	v, ok, err := getValue(t.b, t.s.k.msgIndex(req.Target))
 	if err != nil {
-		return msgRef{}, err
+		return msgRef{}, Entry{}, err
 	}
 	if !ok {
-		return msgRef{}, ErrNoMessage
+		return msgRef{}, Entry{}, ErrNoMessage
 	}
 	ref, err := decodeMsgRef(v)
 	if err != nil {
-		return msgRef{}, err
+		return msgRef{}, Entry{}, err
 	}
 	if ref.Conv != req.Conv {
-		return msgRef{}, ErrNoMessage
+		return msgRef{}, Entry{}, ErrNoMessage
 	}
 	ev, ok, err := getValue(t.b, t.s.k.convEntry(ref.Conv, ref.ConvSeq))
 	if err != nil {
-		return msgRef{}, err
+		return msgRef{}, Entry{}, err
 	}
 	if !ok {
-		return msgRef{}, ErrNoMessage // trimmed from the history
+		return msgRef{}, Entry{}, ErrNoMessage // trimmed from the history
 	}
 	target, err := decodeEntry(ev, ref.ConvSeq)
 	if err != nil {
-		return msgRef{}, err
+		return msgRef{}, Entry{}, err
 	}
-	window := req.RecallWindow
-	if window == 0 {
-		window = DefaultRecallWindow
+	if target.Kind != KindMessage {
+		return msgRef{}, Entry{}, ErrNoMessage
 	}
-	switch {
-	case target.Kind != KindMessage:
-		return msgRef{}, ErrNoMessage
-	case target.Sender != req.Sender:
-		return msgRef{}, ErrNotSender
-	case ref.Recalled:
-		return msgRef{}, ErrAlreadyRecalled
-	case st.Time-target.Time > window:
-		return msgRef{}, ErrRecallWindow
-	}
-	return ref, nil
+	return ref, target, nil
 }
 
 // writeConvEntry writes the entry res names, with the membership, read mark and recall changes
@@ -677,6 +688,7 @@ func (t *Tx) writeConvEntry(st Stamp, req *Append, p *appendPlan, res AppendResu
 	e := Entry{
 		Kind: req.Kind, MsgID: res.MsgID, Conv: req.Conv, ConvSeq: res.ConvSeq,
 		Sender: req.Sender, Time: st.Time, Body: req.Body, ReadUpTo: req.ReadUpTo, Target: req.Target,
+		Reaction: req.Reaction, Remove: req.Remove,
 	}
 	switch req.Kind {
 	case KindGroupCreate, KindMemberAdd:
@@ -910,8 +922,14 @@ func (req *Append) validate() error {
 		return invalidf("%d members in one request, at most %d", len(req.Members), MaxMembersPerRequest)
 	case req.DedupWindow < 0 || req.RecallWindow < 0:
 		return invalidf("negative window")
-	case req.Kind == KindRecall && req.Target.IsZero():
-		return invalidf("recall without a target msg_id")
+	case req.Kind.Targeted() && req.Target.IsZero():
+		return invalidf("%s without a target msg_id", req.Kind)
+	case req.Kind == KindReaction && !ident.ValidReaction(req.Reaction):
+		return invalidf("bad reaction %q: 1 to %d bytes of printable UTF-8, no spaces", req.Reaction, ident.MaxReactionLen)
+	case req.Kind != KindReaction && (req.Reaction != "" || req.Remove):
+		return invalidf("a reaction in a %s request", req.Kind)
+	case (req.Kind == KindEdit || req.Kind == KindReaction) && len(req.Members) > 0:
+		return invalidf("a %s names no members", req.Kind)
 	case (req.Kind == KindMemberAdd || req.Kind == KindMemberRemove || req.Kind == KindRoleChange) && len(req.Members) == 0:
 		return invalidf("%s names no members", req.Kind)
 	case req.Kind == KindRoleChange && !req.Role.Valid():
@@ -971,6 +989,10 @@ func (req *Append) hash() [16]byte {
 	e.strs(sortedUnique(slices.Clone(req.Members)))
 	if req.Role != 0 { // requests without a role keep the hash they always had
 		e.u8(uint8(req.Role))
+	}
+	if req.Kind == KindReaction { // nor do kinds without a reaction
+		e.str(req.Reaction)
+		e.u8(boolByte(req.Remove))
 	}
 	h.Write(e.b)
 	var out [16]byte

@@ -168,8 +168,8 @@ func (a *userAppender) add(uid string, e Entry) error {
 }
 
 // indexUserEntry keeps the indexes of uid's log for e, just appended to it at e.Seq: the
-// conversation under the user, for listing a user's conversations, and the follow record of a
-// large group's membership entry (follow.go).
+// conversation under the user, for listing a user's conversations, the follow record of a
+// large group's membership entry (follow.go), and the fold index (fold.go).
 func (t *Tx) indexUserEntry(uid string, e *Entry) error {
 	if e.ConvSeq != 0 { // a large group's receipt has no position; its membership entries do
 		if err := t.set(t.s.k.userConv(uid, e.Conv), encodeUint(uint64(e.ConvSeq))); err != nil {
@@ -177,9 +177,11 @@ func (t *Tx) indexUserEntry(uid string, e *Entry) error {
 		}
 	}
 	if e.Source {
-		return t.noteFollow(uid, e)
+		if err := t.noteFollow(uid, e); err != nil {
+			return err
+		}
 	}
-	return nil
+	return t.foldSuperseded(uid, e)
 }
 
 // finish writes the metas of every log appended to, in a deterministic order.

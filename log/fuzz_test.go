@@ -63,7 +63,7 @@ func roundTrip[V any](t *testing.T, data []byte, decode func([]byte) (V, error),
 }
 
 func FuzzAppendUnmarshal(f *testing.F) {
-	for _, a := range []Append{goldenAppend, goldenAppendV2, goldenAppendV3, goldenAppendV4, {}, {Conv: "c", Sender: "s", ClientMsgID: "m", Kind: KindMessage}} {
+	for _, a := range []Append{goldenAppend, goldenAppendV2, goldenAppendV3, goldenAppendV4, goldenAppendV5, {}, {Conv: "c", Sender: "s", ClientMsgID: "m", Kind: KindMessage}} {
 		b, _ := a.MarshalBinary()
 		addSeeds(f, b)
 	}
@@ -87,7 +87,7 @@ func FuzzDeliveryBatchUnmarshal(f *testing.F) {
 }
 
 func FuzzDecodeEntry(f *testing.F) {
-	addSeeds(f, encodeEntry(&goldenEntry), encodeEntry(&goldenEntryV3), encodeEntry(&Entry{}))
+	addSeeds(f, encodeEntry(&goldenEntry), encodeEntry(&goldenEntryV3), encodeEntry(&goldenEntryV4), encodeEntry(&Entry{}))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		roundTrip(t, data, func(b []byte) (Entry, error) { return decodeEntry(b, 5) }, func(e Entry) []byte {
 			b := encodeEntry(&e)

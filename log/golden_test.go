@@ -55,6 +55,11 @@ var (
 		MaxGroupSize: 100_000, LargeGroupThreshold: 1000}
 	goldenEntryV3 = Entry{Kind: KindMemberRemove, MsgID: MsgID{Shard: 3, Index: 99, Sub: 1}, Conv: "g", ConvSeq: 12,
 		Sender: "alice", Time: 1_700_000_000_000_000_000, Members: []string{"bob"}, Source: true}
+	goldenAppendV5 = Append{Conv: "g", Sender: "alice", ClientMsgID: "cm-5", Kind: KindReaction, Target: MsgID{Shard: 3, Index: 98},
+		Reaction: "👍", Remove: true}
+	goldenEntryV4 = Entry{Kind: KindReaction, MsgID: MsgID{Shard: 3, Index: 99, Sub: 1}, Conv: "g", ConvSeq: 12,
+		Sender: "alice", Time: 1_700_000_000_000_000_000, Target: MsgID{Shard: 3, Index: 98}, Reaction: "👍", Remove: true,
+		Folded: 300, BodyHash: []byte{0xe3, 0xb0, 0xc4, 0x42}}
 	goldenLogMetaV5Large = logMeta{Kind: ConvGroup, Epoch: 1_700_000_000_000_000_000, First: 4, Head: 1000, MemberCount: 5000, Counted: true, Large: true}
 	goldenPeriods        = []Period{{From: 12, To: 300, Gate: 7}, {From: 1 << 33, Gate: 1 << 40}}
 	goldenMarkDelivered  = MarkDelivered{Conv: "g", Marks: []MemberMark{{User: "alice", UpTo: 300}, {User: "bob 3", UpTo: 1 << 40}}}
@@ -132,6 +137,10 @@ func goldenCases() []goldenCase {
 			func(b []byte) (any, error) { var a Append; err := a.UnmarshalBinary(b); return a, err }, goldenAppendV4},
 		{"entry.v3", func() []byte { return encodeEntry(&goldenEntryV3) },
 			func(b []byte) (any, error) { return decodeEntry(b, 0) }, goldenEntryV3},
+		{"append.v5", func() []byte { return must(goldenAppendV5.MarshalBinary()) },
+			func(b []byte) (any, error) { var a Append; err := a.UnmarshalBinary(b); return a, err }, goldenAppendV5},
+		{"entry.v4", func() []byte { return encodeEntry(&goldenEntryV4) },
+			func(b []byte) (any, error) { return decodeEntry(b, 0) }, goldenEntryV4},
 		{"log_meta.v5-large", goldenLogMetaV5Large.encode,
 			func(b []byte) (any, error) { return decodeLogMeta(b) }, goldenLogMetaV5Large},
 		{"mark_delivered.v1", func() []byte { return must(goldenMarkDelivered.MarshalBinary()) },
@@ -229,6 +238,7 @@ func TestGolden(t *testing.T) {
 // TestGoldenKeys pins the key layout (keys.go): every table's key for shard 0x01020304.
 func TestGoldenKeys(t *testing.T) {
 	k := newKeys(0x01020304)
+	foldKeyOf := func(e Entry) []byte { key, _ := k.foldKey("alice", &e); return key }
 	keys := []struct {
 		name string
 		key  []byte
@@ -245,6 +255,9 @@ func TestGoldenKeys(t *testing.T) {
 		{"reported", k.reported("alice")},
 		{"due", k.due("alice")},
 		{"follow", k.follow("alice", "g")},
+		{"fold receipt", foldKeyOf(Entry{Kind: KindReceipt, Conv: "g", Sender: "bob"})},
+		{"fold edit", foldKeyOf(Entry{Kind: KindEdit, Conv: "g", Sender: "bob", Target: MsgID{Shard: 3, Index: 98}})},
+		{"fold reaction", foldKeyOf(Entry{Kind: KindReaction, Conv: "g", Sender: "bob", Target: MsgID{Shard: 3, Index: 98}, Reaction: "+1"})},
 		{"dedup", k.dedup(dedupSuffix("alice", "cm", KindMessage))},
 		{"dedup_by_exp", k.dedupByExp(1_700_000_000_000_000_000, dedupSuffix("alice", "cm", KindMessage))},
 		{"outbox", k.outbox(258)},

@@ -23,6 +23,7 @@ import (
 //	0x01 | shard u32 | 0x24 | uid 0x00                      cursor up to which deliveries were reported
 //	0x01 | shard u32 | 0x25 | uid 0x00                      empty: deliveries are due (report.go)
 //	0x01 | shard u32 | 0x26 | uid 0x00 | conv 0x00          follow record: a large group's membership periods (follow.go)
+//	0x01 | shard u32 | 0x27 | uid 0x00 | kind u8 | conv 0x00 | …   fold index: the last foldable entry of a kind (fold.go)
 //	0x01 | shard u32 | 0x30 | sender 0x00 | cmid 0x00 | kind u8    dedup record
 //	0x01 | shard u32 | 0x31 | expires i64 | dedup key suffix       dedup expiry index
 //	0x01 | shard u32 | 0x40 | outbox_pos u64                outbox record

@@ -372,7 +372,7 @@ func (t *Tx) StageUser(move MoveID, uid string, recs []Record) error {
 }
 
 // userTags are the tables holding a user's state, each keyed by uid 0x00 first.
-var userTags = []byte{tagUser, tagUserEntry, tagCursor, tagUserConv, tagFollow}
+var userTags = []byte{tagUser, tagUserEntry, tagCursor, tagUserConv, tagFollow, tagFold}
 
 // userRecord reports whether key (without the shard prefix) is in one of uid's tables.
 func userRecord(key []byte, uid string) bool {
@@ -793,7 +793,7 @@ func (s *Shard) ExportUser(uid string, after Position, limit int, fn func(Record
 		return 0, 0, false, invalidf("bad user id %q", uid)
 	}
 	k := s.k
-	return s.export(exportSpec{meta: k.user(uid), entries: k.userEntryPrefix(uid), final: [][]byte{k.cursorPrefix(uid), k.userConvPrefix(uid), k.followPrefix(uid)}},
+	return s.export(exportSpec{meta: k.user(uid), entries: k.userEntryPrefix(uid), final: [][]byte{k.cursorPrefix(uid), k.userConvPrefix(uid), k.followPrefix(uid), k.foldPrefix(uid)}},
 		after, limit, fn)
 }
 

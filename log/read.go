@@ -338,7 +338,7 @@ func (sc *Scan) decode(b []byte, seq Position) error {
 // (TestScanDecodesLikeRead holds them together).
 func decodeEntryInto(x *Entry, b []byte, seq Position, sc *Scan) error {
 	d := decoder{b: b}
-	v := d.version("entry", valueV3)
+	v := d.version("entry", entryV4)
 	*x = Entry{
 		Seq:      seq,
 		Kind:     Kind(d.u8()),

@@ -20,6 +20,9 @@ const (
 	// requestV4 adds an Append's LargeGroupThreshold after its v3 fields; an Append without one
 	// is still v1 to v3.
 	requestV4 = 4
+	// requestV5 adds an Append's Reaction and Remove (KindReaction) after its v4 fields; an
+	// Append without them is still v1 to v4.
+	requestV5 = 5
 )
 
 // MarshalBinary encodes the request.
@@ -28,12 +31,15 @@ func (a *Append) MarshalBinary() ([]byte, error) { return a.AppendBinary(nil) }
 // AppendBinary appends the encoding of the request to b (encoding.BinaryAppender), growing b
 // once: a Raft command puts its header in front without copying the request.
 func (a *Append) AppendBinary(b []byte) ([]byte, error) {
-	v4 := a.LargeGroupThreshold != 0
+	v5 := a.Reaction != "" || a.Remove
+	v4 := v5 || a.LargeGroupThreshold != 0
 	v3 := v4 || a.StatusFanoutLimit != 0
 	v2 := v3 || a.Role != 0 || a.MaxGroupSize != 0
 	e := encoder{b: slices.Grow(b, 2+9*binary.MaxVarintLen64+strLen(a.Conv)+strLen(a.Sender)+strLen(a.ClientMsgID)+
-		uvarintLen(uint64(len(a.Body)))+len(a.Body)+16+strsLen(a.Members))}
+		uvarintLen(uint64(len(a.Body)))+len(a.Body)+16+strsLen(a.Members)+strLen(a.Reaction)+1)}
 	switch {
+	case v5:
+		e.u8(requestV5)
 	case v4:
 		e.u8(requestV4)
 	case v3:
@@ -63,13 +69,17 @@ func (a *Append) AppendBinary(b []byte) ([]byte, error) {
 	if v4 {
 		e.varint(a.LargeGroupThreshold)
 	}
+	if v5 {
+		e.str(a.Reaction)
+		e.u8(boolByte(a.Remove))
+	}
 	return e.b, nil
 }
 
 // UnmarshalBinary decodes a request encoded by MarshalBinary. Errors wrap ErrCorrupt.
 func (a *Append) UnmarshalBinary(b []byte) error {
 	d := decoder{b: b}
-	v := d.version("append request", requestV4)
+	v := d.version("append request", requestV5)
 	*a = Append{
 		Conv:         d.str(),
 		Sender:       d.str(),
@@ -90,6 +100,10 @@ func (a *Append) UnmarshalBinary(b []byte) error {
 	}
 	if v >= requestV4 {
 		a.LargeGroupThreshold = d.varint()
+	}
+	if v >= requestV5 {
+		a.Reaction = d.str()
+		a.Remove = d.bool("append request")
 	}
 	return d.done("append request")
 }

@@ -291,7 +291,7 @@ func TestParseMsgID(t *testing.T) {
 }
 
 func TestNames(t *testing.T) {
-	for k, want := range map[Kind]string{KindMessage: "message", KindMemberRemove: "member_remove", KindRoleChange: "role_change", KindDelivered: "delivered", 0: "kind(0)", 9: "kind(9)"} {
+	for k, want := range map[Kind]string{KindMessage: "message", KindMemberRemove: "member_remove", KindRoleChange: "role_change", KindDelivered: "delivered", KindEdit: "edit", KindReaction: "reaction", 0: "kind(0)", 11: "kind(11)"} {
 		if k.String() != want || k.Valid() != (want[0] != 'k') {
 			t.Errorf("Kind(%d) = %q valid=%v", k, k.String(), k.Valid())
 		}

@@ -94,9 +94,16 @@ const (
 	// device suffices: delivery is what a device acked). Only the server's delivery reporter
 	// appends it ([Shard.DeliveryDue]); it takes a conv_seq like a receipt.
 	KindDelivered Kind = 8
+	// KindEdit: the sender replaces the Body of its message Target (only a message's author
+	// edits it, and not once it is recalled). Every member receives it, like the message.
+	KindEdit Kind = 9
+	// KindReaction: the sender puts Reaction on the message Target, or takes it back (Remove).
+	// The last reaction entry of a (Target, sender, Reaction) in conversation order says
+	// whether it is on, so a repeat changes nothing a reader shows. Every member receives it.
+	KindReaction Kind = 10
 )
 
-var kindNames = [...]string{"", "message", "receipt", "recall", "group_create", "member_add", "member_remove", "role_change", "delivered"}
+var kindNames = [...]string{"", "message", "receipt", "recall", "group_create", "member_add", "member_remove", "role_change", "delivered", "edit", "reaction"}
 
 // String returns the lower-case name of k ("message", "receipt", …).
 func (k Kind) String() string {
@@ -107,7 +114,11 @@ func (k Kind) String() string {
 }
 
 // Valid reports whether k is a known kind.
-func (k Kind) Valid() bool { return k >= KindMessage && k <= KindDelivered }
+func (k Kind) Valid() bool { return k >= KindMessage && k <= KindReaction }
+
+// Targeted reports whether k acts on an earlier message named by Target (recall, edit,
+// reaction).
+func (k Kind) Targeted() bool { return k == KindRecall || k == KindEdit || k == KindReaction }
 
 // Membership reports whether k changes who is in a group or what they may do.
 func (k Kind) Membership() bool { return k >= KindGroupCreate && k <= KindRoleChange }
@@ -165,9 +176,11 @@ type Entry struct {
 	ConvSeq  Position // position in the conversation log
 	Sender   string
 	Time     int64    // proposer's clock when the conversation entry was appended (Unix ns)
-	Body     []byte   // message body (KindMessage)
+	Body     []byte   // message body (KindMessage), the new body (KindEdit)
 	ReadUpTo Position // KindReceipt: read up to this ConvSeq; KindDelivered: stored up to it
-	Target   MsgID    // KindRecall: the recalled message
+	Target   MsgID    // KindRecall, KindEdit, KindReaction: the message acted on
+	Reaction string   // KindReaction: the reaction put on (or taken off) Target
+	Remove   bool     // KindReaction: Reaction is taken off
 	Members  []string // membership kinds: the users concerned (left out of copies over MaxInlineMembers)
 	Role     Role     // KindRoleChange: the role given to Members
 	// MemberCount is how many users a membership entry concerned when Members is not all of
@@ -179,6 +192,17 @@ type Entry struct {
 	// the conversation log by the users who receive it in their logs: their devices read the
 	// group's other entries from the conversation log itself (entryV3).
 	Source bool
+	// Folded is set on a user log's copy that a later entry of the same log supersedes (a
+	// receipt or delivered report by a later one of the same reader, an edit by a later edit or
+	// the recall of its message, a reaction by a later one of the same reaction): the position
+	// of that later entry. A folded copy keeps its kind, ids, positions, sender, time and
+	// Target, and drops its payload (Body, ReadUpTo, Reaction, Remove): the position is still
+	// answered, explicitly, and costs a few dozen bytes (fold.go).
+	Folded Position
+	// BodyHash is a folded copy's SHA-256 of the Body it dropped (none if it had none), so that
+	// a digest of the log is the same whether a device stored the copy before or after the
+	// fold (proto.AppendDigestRecord).
+	BodyHash []byte
 }
 
 // CopyFor returns the copy of e for recipients users of one destination shard (sorted, as an

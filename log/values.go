@@ -21,6 +21,11 @@ const (
 	valueV5 = 5
 )
 
+// entryV4 is the version byte of an entry with a reaction, a fold or a body hash (entry
+// versions reuse the value numbers up to 3): the v3 layout with its flags byte always written,
+// then the reaction, the folded position and the body hash.
+const entryV4 = 4
+
 // memberV3 is the version byte of a member value with a delivered mark and a join position
 // (member versions count apart from log metas': a member had v1 and v2 only).
 const memberV3 = 3
@@ -207,25 +212,42 @@ func encodeEntry(x *Entry) []byte {
 func entryLen(x *Entry) int {
 	n := 2 + 16 + strLen(x.Conv) + uvarintLen(uint64(x.ConvSeq)) + strLen(x.Sender) + varintLen(x.Time) +
 		uvarintLen(uint64(len(x.Body))) + len(x.Body) + uvarintLen(uint64(x.ReadUpTo)) + 16 + strsLen(x.Members)
-	if x.Role != 0 || x.MemberCount != 0 || x.Source {
+	v := x.version()
+	if v >= valueV2 {
 		n += 1 + uvarintLen(uint64(x.MemberCount))
 	}
-	if x.Source {
+	if v >= valueV3 {
 		n++
+	}
+	if v >= entryV4 {
+		n += strLen(x.Reaction) + uvarintLen(uint64(x.Folded)) + uvarintLen(uint64(len(x.BodyHash))) + len(x.BodyHash)
 	}
 	return n
 }
 
-// Flags of a v3 entry.
-const entrySource = 1 << 0
+// Flags of a v3 or v4 entry.
+const (
+	entrySource = 1 << 0
+	entryRemove = 1 << 1 // v4 only
+)
+
+// version returns the version x is written in: the lowest that holds its fields, so entries
+// without the later ones keep their bytes.
+func (x *Entry) version() uint8 {
+	switch {
+	case x.Reaction != "" || x.Remove || x.Folded != 0 || len(x.BodyHash) > 0:
+		return entryV4
+	case x.Source:
+		return valueV3
+	}
+	return versionFor(x.Role != 0 || x.MemberCount != 0)
+}
 
 // entry appends the encoding of x (see encodeEntry). A v3 entry is a v2 one and a flags byte,
-// written only when a flag is set, so entries without one keep their bytes.
+// written only when a flag is set; a v4 entry is a v3 one with its flags byte, the reaction,
+// the folded position and the body hash.
 func (e *encoder) entry(x *Entry) {
-	v := versionFor(x.Role != 0 || x.MemberCount != 0)
-	if x.Source {
-		v = valueV3
-	}
+	v := x.version()
 	e.u8(v)
 	e.u8(uint8(x.Kind))
 	e.msgID(x.MsgID)
@@ -241,14 +263,26 @@ func (e *encoder) entry(x *Entry) {
 		e.u8(uint8(x.Role))
 		e.uvarint(uint64(x.MemberCount))
 	}
-	if v == valueV3 {
-		e.u8(entrySource) // the only flag, and v3 is written only with it
+	if v >= valueV3 {
+		var flags uint8
+		if x.Source {
+			flags |= entrySource
+		}
+		if x.Remove {
+			flags |= entryRemove
+		}
+		e.u8(flags)
+	}
+	if v >= entryV4 {
+		e.str(x.Reaction)
+		e.uvarint(uint64(x.Folded))
+		e.bytes(x.BodyHash)
 	}
 }
 
 func decodeEntry(b []byte, seq Position) (Entry, error) {
 	d := decoder{b: b}
-	v := d.version("entry", valueV3)
+	v := d.version("entry", entryV4)
 	x := Entry{
 		Seq:      seq,
 		Kind:     Kind(d.u8()),
@@ -267,17 +301,29 @@ func decodeEntry(b []byte, seq Position) (Entry, error) {
 }
 
 // entryTail decodes the fields of an entry of version v after its members: the v2 role and
-// member count, the v3 flags (shared by decodeEntry and decodeEntryInto).
+// member count, the v3 flags, the v4 reaction, fold and body hash (shared by decodeEntry and
+// decodeEntryInto).
 func (d *decoder) entryTail(v uint8, x *Entry) {
 	if v >= valueV2 {
 		x.Role, x.MemberCount = Role(d.u8()), int(d.uvarint())
 	}
-	if v == valueV3 {
+	if v >= valueV3 {
+		known := uint8(entrySource)
+		if v >= entryV4 {
+			known |= entryRemove
+		}
 		flags := d.u8()
-		if flags&^entrySource != 0 && d.err == nil {
+		if flags&^known != 0 && d.err == nil {
 			d.err = corruptf("entry: unknown flags %#x", flags)
 		}
-		x.Source = flags&entrySource != 0
+		x.Source, x.Remove = flags&entrySource != 0, flags&entryRemove != 0
+	}
+	if v >= entryV4 {
+		x.Reaction = d.str()
+		x.Folded = Position(d.uvarint())
+		if x.BodyHash = d.bytes(); len(x.BodyHash) == 0 {
+			x.BodyHash = nil
+		}
 	}
 }
 

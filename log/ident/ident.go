@@ -12,6 +12,8 @@ import (
 	"encoding/base64"
 	"strconv"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 )
 
 // MaxLen is the longest user, device, conversation or client message id accepted.
@@ -108,4 +110,28 @@ func ParseLog(id string) (uid string, sub int, ok bool) {
 func ValidLog(id string) bool {
 	_, _, ok := ParseLog(id)
 	return ok
+}
+
+// MaxReactionLen is the longest reaction, in bytes: an emoji sequence (a family with skin tones
+// is about 40 bytes of UTF-8) or a short app-defined name.
+const MaxReactionLen = 64
+
+// ValidReaction reports whether s may be put on a message as a reaction: 1 to MaxReactionLen
+// bytes of valid UTF-8 with no control characters, no spaces and no invisible format characters
+// used alone. The server keeps reactions opaque (any emoji, or names an app defines), but never
+// lets one carry a newline, an escape sequence or a string that renders as nothing.
+func ValidReaction(s string) bool {
+	if len(s) == 0 || len(s) > MaxReactionLen || !utf8.ValidString(s) {
+		return false
+	}
+	visible := false
+	for _, r := range s {
+		switch {
+		case unicode.IsControl(r) || unicode.IsSpace(r):
+			return false
+		case !unicode.Is(unicode.Cf, r) && !unicode.Is(unicode.Mn, r) && !unicode.Is(unicode.Me, r):
+			visible = true // a zero-width joiner or a variation selector alone shows nothing
+		}
+	}
+	return visible
 }

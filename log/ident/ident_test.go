@@ -72,3 +72,16 @@ func TestSubLogIDs(t *testing.T) {
 		}
 	}
 }
+
+func TestValidReaction(t *testing.T) {
+	for _, ok := range []string{"👍", "❤️", "👨‍👩‍👧‍👦", "+1", "party_parrot", strings.Repeat("a", MaxReactionLen)} {
+		if !ValidReaction(ok) {
+			t.Errorf("ValidReaction(%q) = false, want true", ok)
+		}
+	}
+	for _, bad := range []string{"", "a b", "a\nb", "\x1b[31m", "\u200d", "\ufe0f", "\xff", strings.Repeat("a", MaxReactionLen+1)} {
+		if ValidReaction(bad) {
+			t.Errorf("ValidReaction(%q) = true, want false", bad)
+		}
+	}
+}

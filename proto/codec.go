@@ -274,6 +274,14 @@ func (e *Entry) decodeField(d *msgpack.Decoder, key []byte) (err error) {
 		e.MemberCount = uint32(u())
 	case "source":
 		e.Source, err = d.DecodeBool()
+	case "reaction":
+		e.Reaction = str()
+	case "remove":
+		e.Remove, err = d.DecodeBool()
+	case "folded":
+		e.Folded = Position(u())
+	case "body_hash":
+		e.BodyHash, err = d.DecodeBytes()
 	default:
 		err = d.Skip()
 	}
@@ -322,6 +330,10 @@ func (e *Entry) writeFields(w *fieldWriter) {
 	w.uint("role", uint64(e.Role))
 	w.uint("member_count", uint64(e.MemberCount))
 	w.bool("source", e.Source)
+	w.str("reaction", e.Reaction)
+	w.bool("remove", e.Remove)
+	w.uint("folded", uint64(e.Folded))
+	w.bytes("body_hash", e.BodyHash)
 }
 
 // fieldWriter writes the non-zero fields of a map, or only counts them.

@@ -24,8 +24,11 @@ import (
 // seq is the entry's position in the log the digest is of (Entry.Seq: the user log's seq, or the
 // conv_seq for a conversation's history); an absent field is its zero value (an empty msg_id or
 // conv has length 0), and an entry without a body (every kind but message, or an empty message)
-// hashes the empty body: SHA-256("") = e3b0c442…b855. The digest of no entries is SHA-256 of
-// nothing, the same e3b0c442…b855.
+// hashes the empty body: SHA-256("") = e3b0c442…b855. A folded entry (revision 7: Folded set)
+// hashes its body_hash in place of SHA-256(body) — the hash of the body it had before the fold,
+// or of the empty body if body_hash is absent — so a device that stored the entry before it was
+// folded and one that stored the stub compute the same record. The digest of no entries is
+// SHA-256 of nothing, the same e3b0c442…b855.
 //
 // Why these fields: they are the ones every client stores for every entry and that are the same
 // wherever the entry is read. msg_id names the conversation entry, and the server never changes
@@ -34,6 +37,9 @@ import (
 // storage bug would truncate or mangle. members and member_count are left out: a user log carries
 // a membership entry's list only up to 32 users (§5), so they are not the same in a Batch and in
 // a HistoryResult, and a client that paged them with Members stores them elsewhere.
+
+// emptyBodyHash is SHA-256(""), what an entry without a body hashes.
+var emptyBodyHash = sha256.Sum256(nil)
 
 // DigestLen is the length of a digest: a SHA-256.
 const DigestLen = sha256.Size
@@ -53,6 +59,12 @@ func AppendDigestRecord(dst []byte, e *Entry) []byte {
 	dst = binary.BigEndian.AppendUint32(dst, uint32(len(e.Conv)))
 	dst = append(dst, e.Conv...)
 	dst = binary.BigEndian.AppendUint64(dst, uint64(e.ConvSeq))
+	if e.Folded != 0 { // revision 7: the hash of the body the entry had before it was folded
+		if len(e.BodyHash) == sha256.Size {
+			return append(dst, e.BodyHash...)
+		}
+		return append(dst, emptyBodyHash[:]...)
+	}
 	body := sha256.Sum256(e.Body)
 	return append(dst, body[:]...)
 }

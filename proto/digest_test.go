@@ -184,3 +184,23 @@ func TestReportKindNames(t *testing.T) {
 		t.Error("report kinds' validity")
 	}
 }
+
+// TestDigestFoldedLikeOriginal: a folded entry digests like the entry it was before the fold,
+// so a device that stored either agrees with the server (PROTOCOL §5, "Folded entries").
+func TestDigestFoldedLikeOriginal(t *testing.T) {
+	edit := Entry{Seq: 50, Kind: KindEdit, MsgID: "3.130.0", Conv: "g1", ConvSeq: 20, Sender: "alice", Time: 7, Target: "3.99.0", Body: []byte("hello, edited")}
+	stub := Entry{Seq: 50, Kind: KindEdit, MsgID: "3.130.0", Conv: "g1", ConvSeq: 20, Sender: "alice", Time: 7, Target: "3.99.0", Folded: 53, BodyHash: fixtureHash("hello, edited")}
+	receipt := Entry{Seq: 51, Kind: KindReceipt, MsgID: "3.120.0", Conv: "g1", ConvSeq: 13, Sender: "carol", UpTo: 12}
+	folded := Entry{Seq: 51, Kind: KindReceipt, MsgID: "3.120.0", Conv: "g1", ConvSeq: 13, Sender: "carol", Folded: 54}
+	for _, pair := range [][2]Entry{{edit, stub}, {receipt, folded}} {
+		if a, b := AppendDigestRecord(nil, &pair[0]), AppendDigestRecord(nil, &pair[1]); !bytes.Equal(a, b) {
+			t.Errorf("kind %v: the folded record differs:\n%x\n%x", pair[0].Kind, a, b)
+		}
+	}
+	// A stub whose hash does not match is a different record.
+	bad := stub
+	bad.BodyHash = fixtureHash("something else")
+	if bytes.Equal(AppendDigestRecord(nil, &edit), AppendDigestRecord(nil, &bad)) {
+		t.Error("a folded entry with another body_hash digests like the original")
+	}
+}

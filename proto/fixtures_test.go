@@ -3,6 +3,8 @@ package proto
 // Fixtures: one frame of every type with every field set to a non-zero, recognisable value, so
 // a round trip or a golden file covers every key.
 
+import "crypto/sha256"
+
 var fixtureEntry = Entry{
 	Seq: 41, Kind: KindMessage, MsgID: "3.99.1", Conv: "g1", ConvSeq: 12, Sender: "bob",
 	Time: 1_700_000_000_000_000_000, Body: []byte{0, 1, 0xff}, UpTo: 11, Target: "3.98.0",
@@ -48,6 +50,8 @@ func fixtures() []Frame {
 		&AddMembers{ID: 5, Conv: "g1", ClientMsgID: "cm-5", Members: []string{"dave"}},
 		&RemoveMembers{ID: 6, Conv: "g1", ClientMsgID: "cm-6", Members: []string{"carol", "dave"}},
 		&SetRole{ID: 12, Conv: "g1", ClientMsgID: "cm-12", Members: []string{"bob"}, Role: RoleOwner},
+		&Edit{ID: 13, Conv: "g1", ClientMsgID: "cm-13", Target: "3.99.0", Body: []byte("hello, edited")},
+		&React{ID: 14, Conv: "g1", ClientMsgID: "cm-14", Target: "3.99.0", Reaction: "👍", Remove: true},
 		&SyncStart{Epoch: 9, Pos: 40, Ceiling: 100_000, MaxBatch: 500, Subs: []SubCursor{{Epoch: 9, Pos: 40}, {}, {Epoch: 11, Pos: 3}}},
 		&Batch{Epoch: 9, Entries: []Entry{fixtureEntry, {Seq: 42, Kind: KindReceipt, MsgID: "3.120.0", Conv: "g1", ConvSeq: 13, Sender: "carol", Time: 1, UpTo: 12}, fixtureRoleChange}, Head: 1 << 40, Sub: 2},
 		&Heartbeat{Epoch: 9, Head: 42, ServerTime: 1_700_000_000_000_000_000, Sub: 1},
@@ -101,6 +105,9 @@ var (
 	}
 )
 
+// fixtureHash is SHA-256(s), a folded entry's body_hash.
+func fixtureHash(s string) []byte { h := sha256.Sum256([]byte(s)); return h[:] }
+
 // namedFrame is a fixture variant: a frame of a type fixtures() already covers, with keys its
 // fixture leaves out. Its golden file is testdata/golden/variants/<name>.v1.hex, where name is
 // "<type>.<variant>".
@@ -109,7 +116,7 @@ type namedFrame struct {
 	f    Frame
 }
 
-// fixtureVariants covers the keys revision 6 added to frames whose golden files predate it: the
+// fixtureVariants covers the keys revisions 6 and 7 added to frames whose golden files predate it: the
 // fixtures of those frames keep their bytes (new keys are omitted when zero), and these carry
 // the new keys, each non-zero.
 func fixtureVariants() []namedFrame {
@@ -129,6 +136,17 @@ func fixtureVariants() []namedFrame {
 		{"cursor_ack.source", &CursorAck{Epoch: fixtureBigEpoch, Pos: 7001, Source: "big"}},
 		{"stale.source", &Stale{Epoch: fixtureBigEpoch, Head: 7002, UnheardMs: 2500, Source: "big"}},
 		{"conv_state_result.source", &ConvStateResult{ID: 9, Conv: bigConv}},
+		// Revision 7: an edit, a reaction, and the folded stubs of an edit and a receipt.
+		{"batch.edits", &Batch{Epoch: 9, Entries: []Entry{
+			{Seq: 50, Kind: KindEdit, MsgID: "3.130.0", Conv: "g1", ConvSeq: 20, Sender: "alice", Time: 7, Target: "3.99.0", Body: []byte("hello, edited")},
+			{Seq: 51, Kind: KindReaction, MsgID: "3.131.0", Conv: "g1", ConvSeq: 21, Sender: "bob", Time: 8, Target: "3.99.0", Reaction: "👍"},
+			{Seq: 52, Kind: KindReaction, MsgID: "3.132.0", Conv: "g1", ConvSeq: 22, Sender: "bob", Time: 9, Target: "3.99.0", Reaction: "👍", Remove: true},
+		}, Head: 52}},
+		{"batch.folded", &Batch{Epoch: 9, Entries: []Entry{
+			{Seq: 50, Kind: KindEdit, MsgID: "3.130.0", Conv: "g1", ConvSeq: 20, Sender: "alice", Time: 7, Target: "3.99.0", Folded: 53,
+				BodyHash: fixtureHash("hello, edited")},
+			{Seq: 51, Kind: KindReceipt, MsgID: "3.120.0", Conv: "g1", ConvSeq: 13, Sender: "carol", Time: 1, Folded: 54},
+		}, Head: 54}},
 	}
 }
 

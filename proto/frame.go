@@ -29,7 +29,7 @@ const (
 	// groups as sources of the sync stream: SyncStart.Sources, the Source of the sync frames and
 	// of CursorAck, Batch.After, the SourceEnd frame, Entry.Source and ConvInfo.Source, and
 	// receipts with conv_seq 0 (sources.go).
-	ProtoVersion = 6
+	ProtoVersion = 7
 )
 
 // Limits. The ones a server may lower or raise are announced in [Welcome.Limits].
@@ -87,6 +87,8 @@ const (
 	TypeAddMembers    Type = 15 // [AddMembers] → [Ack]
 	TypeRemoveMembers Type = 16 // [RemoveMembers] → [Ack]
 	TypeSetRole       Type = 17 // [SetRole] → [Ack]
+	TypeEdit          Type = 18 // [Edit] → [Ack] (revision 7)
+	TypeReact         Type = 19 // [React] → [Ack] (revision 7)
 
 	// Sync stream.
 	TypeSyncStart    Type = 20 // client → server: [SyncStart]
@@ -151,6 +153,8 @@ var types = [256]typeInfo{
 	TypeAddMembers:      {"add_members", StreamRequest, true, func() Frame { return new(AddMembers) }},
 	TypeRemoveMembers:   {"remove_members", StreamRequest, true, func() Frame { return new(RemoveMembers) }},
 	TypeSetRole:         {"set_role", StreamRequest, true, func() Frame { return new(SetRole) }},
+	TypeEdit:            {"edit", StreamRequest, true, func() Frame { return new(Edit) }},
+	TypeReact:           {"react", StreamRequest, true, func() Frame { return new(React) }},
 	TypeSyncStart:       {"sync_start", StreamSync, true, func() Frame { return new(SyncStart) }},
 	TypeBatch:           {"batch", StreamSync, false, func() Frame { return new(Batch) }},
 	TypeHeartbeat:       {"heartbeat", StreamSync, false, func() Frame { return new(Heartbeat) }},

@@ -271,6 +271,7 @@ func everyFieldEntry(t *testing.T) Entry {
 	t.Helper()
 	e := fixtureEntry
 	e.Role, e.MemberCount, e.Source = RoleAdmin, 40, true
+	e.Reaction, e.Remove, e.Folded, e.BodyHash = "👍", true, 50, []byte{0xe3, 0xb0}
 	v := reflect.ValueOf(e)
 	for i := 0; i < v.NumField(); i++ {
 		if v.Field(i).IsZero() {

@@ -101,12 +101,73 @@ func (*Recall) FrameType() Type { return TypeRecall }
 func (r *Recall) RequestID() uint64 { return r.ID }
 
 // Validate checks the ids, including Target's canonical form (CodeInvalidArgument).
-func (r *Recall) Validate() error {
-	if err := checkMutation(r.ID, r.Conv, r.ClientMsgID); err != nil {
+func (r *Recall) Validate() error { return checkTargeted(r.ID, r.Conv, r.ClientMsgID, r.Target) }
+
+// Edit (revision 7) replaces the body of one of the sender's own messages. Every member gets
+// the edit as an entry (KindEdit); a message that was recalled cannot be edited.
+type Edit struct {
+	ID          uint64 `msgpack:"id"`     // request id
+	Conv        string `msgpack:"conv"`   // conversation id
+	ClientMsgID string `msgpack:"cmid"`   // client_msg_id
+	Target      MsgID  `msgpack:"target"` // the message to edit
+	Body        []byte `msgpack:"body"`   // the new body, at most Limits.MaxBody bytes
+}
+
+// FrameType implements Frame.
+func (*Edit) FrameType() Type { return TypeEdit }
+
+// RequestID implements Request.
+func (r *Edit) RequestID() uint64 { return r.ID }
+
+// Validate checks the ids, Target's canonical form (CodeInvalidArgument) and the body size
+// (CodeTooLarge).
+func (r *Edit) Validate() error {
+	if err := checkTargeted(r.ID, r.Conv, r.ClientMsgID, r.Target); err != nil {
 		return err
 	}
-	if !r.Target.Valid() {
-		return invalid("bad target msg_id %s: want shard.index.sub", quote(string(r.Target)))
+	if len(r.Body) > MaxBody {
+		return Errorf(CodeTooLarge, "body of %d bytes, at most %d", len(r.Body), MaxBody)
+	}
+	return nil
+}
+
+// React (revision 7) puts a reaction on a message of the conversation, or takes it off
+// (Remove). Any member may react; every member gets the reaction as an entry (KindReaction).
+// Putting on a reaction that is on (or taking off one that is off) is accepted and written: the
+// last entry of a (message, sender, reaction) is what counts.
+type React struct {
+	ID          uint64 `msgpack:"id"`       // request id
+	Conv        string `msgpack:"conv"`     // conversation id
+	ClientMsgID string `msgpack:"cmid"`     // client_msg_id
+	Target      MsgID  `msgpack:"target"`   // the message reacted to
+	Reaction    string `msgpack:"reaction"` // 1 to MaxReactionLen bytes (ValidReaction)
+	Remove      bool   `msgpack:"remove"`   // take the reaction off
+}
+
+// FrameType implements Frame.
+func (*React) FrameType() Type { return TypeReact }
+
+// RequestID implements Request.
+func (r *React) RequestID() uint64 { return r.ID }
+
+// Validate checks the ids, Target's canonical form and the reaction (CodeInvalidArgument).
+func (r *React) Validate() error {
+	if err := checkTargeted(r.ID, r.Conv, r.ClientMsgID, r.Target); err != nil {
+		return err
+	}
+	if !ValidReaction(r.Reaction) {
+		return invalid("bad reaction %s: 1 to %d bytes of printable UTF-8, no spaces", quote(r.Reaction), MaxReactionLen)
+	}
+	return nil
+}
+
+// checkTargeted checks a mutation that names an earlier message (Recall, Edit, React).
+func checkTargeted(id uint64, conv, cmid string, target MsgID) error {
+	if err := checkMutation(id, conv, cmid); err != nil {
+		return err
+	}
+	if !target.Valid() {
+		return invalid("bad target msg_id %s: want shard.index.sub", quote(string(target)))
 	}
 	return nil
 }

@@ -68,9 +68,14 @@ const (
 	// (docs/PROTOCOL.md §8.8). Like a receipt it takes a
 	// conv_seq and carries UpTo.
 	KindDelivered Kind = 8
+	// KindEdit (revision 7): the sender replaced the body of its message Target with Body.
+	KindEdit Kind = 9
+	// KindReaction (revision 7): the sender put Reaction on the message Target, or took it off
+	// (Remove). The last reaction entry of a (Target, sender, Reaction) says whether it is on.
+	KindReaction Kind = 10
 )
 
-var kindNames = [...]string{"", "message", "receipt", "recall", "group_create", "member_add", "member_remove", "role_change", "delivered"}
+var kindNames = [...]string{"", "message", "receipt", "recall", "group_create", "member_add", "member_remove", "role_change", "delivered", "edit", "reaction"}
 
 // String returns the lower-case name of k ("message", "receipt", …) or "kind(N)".
 func (k Kind) String() string {
@@ -155,9 +160,9 @@ type Entry struct {
 	ConvSeq Position `msgpack:"conv_seq"` // position in the conversation log; 0 for a large group's own receipt (revision 6)
 	Sender  string   `msgpack:"sender"`   // user who caused the entry
 	Time    int64    `msgpack:"time"`     // server time of the append, Unix nanoseconds
-	Body    []byte   `msgpack:"body"`     // KindMessage: the message body, at most MaxBody bytes
+	Body    []byte   `msgpack:"body"`     // KindMessage: the message body, at most MaxBody bytes; KindEdit: the new body
 	UpTo    Position `msgpack:"up_to"`    // KindReceipt: the sender has read up to this conv_seq; KindDelivered: its devices stored up to it
-	Target  MsgID    `msgpack:"target"`   // KindRecall: the recalled message
+	Target  MsgID    `msgpack:"target"`   // KindRecall, KindEdit, KindReaction: the message acted on
 	Members []string `msgpack:"members"`  // membership kinds: the users concerned, unless more than MaxInlineMembers
 	Role    Role     `msgpack:"role"`     // KindRoleChange: the role given to Members
 	// MemberCount is how many users a membership entry in a user log concerned when Members was
@@ -169,7 +174,27 @@ type Entry struct {
 	// ConvSeq the conversation's entries come from the source; a removing entry's ConvSeq is one
 	// past the source's last entry for the user. False on every other entry.
 	Source bool `msgpack:"source"`
+	// Reaction (revision 7) is a KindReaction's reaction: 1 to MaxReactionLen bytes of
+	// printable UTF-8 (an emoji, or a name the app defines).
+	Reaction string `msgpack:"reaction"`
+	// Remove (revision 7) is set on a KindReaction that takes Reaction off.
+	Remove bool `msgpack:"remove"`
+	// Folded (revision 7) is set on a user log's entry that a later entry of the same log
+	// supersedes: that entry's seq. The folded entry keeps its kind, ids, positions, sender,
+	// time and Target, and has no Body, UpTo, Reaction or Remove: store it (its position
+	// counts) and take the state from the later entry (docs/PROTOCOL.md §5, "Folded entries").
+	Folded Position `msgpack:"folded"`
+	// BodyHash (revision 7) is a folded entry's SHA-256 of the body it no longer carries (absent
+	// if it had none); a digest hashes it in place of the body (AppendDigestRecord).
+	BodyHash []byte `msgpack:"body_hash"`
 }
+
+// MaxReactionLen is the longest Reaction, in bytes.
+const MaxReactionLen = ident.MaxReactionLen
+
+// ValidReaction reports whether s may be sent as a reaction: 1 to MaxReactionLen bytes of valid
+// UTF-8 with no control characters and no spaces, and something visible (the server's rule).
+func ValidReaction(s string) bool { return ident.ValidReaction(s) }
 
 // ConvInfo describes one conversation as the requesting user sees it: what a client needs to
 // rebase (jump to the head without replaying history) and to page history.

@@ -57,6 +57,8 @@ func requestCost(req proto.Request, maxFrame int) int64 {
 		return pageAnswerCost(maxFrame)
 	case *proto.Send:
 		return answerOverhead + int64(len(r.Body))
+	case *proto.Edit:
+		return answerOverhead + int64(len(r.Body))
 	case *proto.CreateGroup:
 		return answerOverhead + idsCost(r.Members)
 	case *proto.AddMembers:

@@ -15,7 +15,7 @@ func wireEntry(e *log.Entry) proto.Entry {
 		Seq: proto.Position(e.Seq), Kind: proto.Kind(e.Kind), MsgID: wireMsgID(e.MsgID), Conv: e.Conv,
 		ConvSeq: proto.Position(e.ConvSeq), Sender: e.Sender, Time: e.Time, Body: e.Body,
 		UpTo: proto.Position(e.ReadUpTo), Members: e.Members, Role: proto.Role(e.Role), MemberCount: uint32(e.MemberCount),
-		Source: e.Source,
+		Source: e.Source, Reaction: e.Reaction, Remove: e.Remove, Folded: proto.Position(e.Folded), BodyHash: e.BodyHash,
 	}
 	if !e.Target.IsZero() {
 		out.Target = wireMsgID(e.Target)

@@ -193,11 +193,26 @@ func (ss *session) appendFor(req proto.Request) (*log.Append, error) {
 	case *proto.MarkRead:
 		a.Conv, a.ClientMsgID, a.Kind, a.ReadUpTo = f.Conv, f.ClientMsgID, log.KindReceipt, log.Position(f.UpTo)
 	case *proto.Recall:
-		target, err := log.ParseMsgID(string(f.Target))
+		target, err := parseTarget(f.Target)
 		if err != nil {
-			return nil, proto.Errorf(proto.CodeInvalidArgument, "target: %v", err)
+			return nil, err
 		}
 		a.Conv, a.ClientMsgID, a.Kind, a.Target = f.Conv, f.ClientMsgID, log.KindRecall, target
+	case *proto.Edit:
+		if maxBody := int(cfg.Limits.MaxBody); len(f.Body) > maxBody {
+			return nil, proto.Errorf(proto.CodeTooLarge, "body of %d bytes, at most %d", len(f.Body), maxBody)
+		}
+		target, err := parseTarget(f.Target)
+		if err != nil {
+			return nil, err
+		}
+		a.Conv, a.ClientMsgID, a.Kind, a.Target, a.Body = f.Conv, f.ClientMsgID, log.KindEdit, target, f.Body
+	case *proto.React:
+		target, err := parseTarget(f.Target)
+		if err != nil {
+			return nil, err
+		}
+		a.Conv, a.ClientMsgID, a.Kind, a.Target, a.Reaction, a.Remove = f.Conv, f.ClientMsgID, log.KindReaction, target, f.Reaction, f.Remove
 	case *proto.CreateGroup:
 		a.Conv, a.ClientMsgID, a.Kind, a.Members = f.Conv, f.ClientMsgID, log.KindGroupCreate, f.Members
 	case *proto.AddMembers:
@@ -210,6 +225,15 @@ func (ss *session) appendFor(req proto.Request) (*log.Append, error) {
 		return nil, proto.Errorf(proto.CodeUnexpectedFrame, "%v is not served yet", req.FrameType())
 	}
 	return a, nil
+}
+
+// parseTarget reads the msg_id a Recall, Edit or React names.
+func parseTarget(id proto.MsgID) (log.MsgID, error) {
+	target, err := log.ParseMsgID(string(id))
+	if err != nil {
+		return log.MsgID{}, proto.Errorf(proto.CodeInvalidArgument, "target: %v", err)
+	}
+	return target, nil
 }
 
 // serveSync streams the user's log to the device from its cursor: contiguous batches, then new

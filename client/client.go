@@ -298,6 +298,25 @@ func (c *Client) Recall(conv string, target proto.MsgID) (string, error) {
 	return c.queue(store.OutboxItem{Kind: proto.KindRecall, Conv: conv, Target: target})
 }
 
+// Edit queues the replacement of the body of this user's message target in conv (protocol
+// revision 7). A body larger than the server's max_body is refused at once, as Send refuses it.
+func (c *Client) Edit(conv string, target proto.MsgID, body []byte) (string, error) {
+	if maxBody := int(c.limits.Load().MaxBody); len(body) > maxBody {
+		return "", proto.Errorf(proto.CodeTooLarge, "body of %d bytes, the server accepts at most %d (max_body)", len(body), maxBody)
+	}
+	return c.queue(store.OutboxItem{Kind: proto.KindEdit, Conv: conv, Target: target, Body: body})
+}
+
+// React queues putting reaction on the message target of conv, or taking it off (remove)
+// (protocol revision 7). A reaction the server would refuse (proto.ValidReaction) is refused at
+// once with an *proto.Error of code proto.CodeInvalidArgument, and not queued.
+func (c *Client) React(conv string, target proto.MsgID, reaction string, remove bool) (string, error) {
+	if !proto.ValidReaction(reaction) {
+		return "", proto.Errorf(proto.CodeInvalidArgument, "bad reaction %q: 1 to %d bytes of printable UTF-8, no spaces", reaction, proto.MaxReactionLen)
+	}
+	return c.queue(store.OutboxItem{Kind: proto.KindReaction, Conv: conv, Target: target, Reaction: reaction, Remove: remove})
+}
+
 // CreateGroup queues the creation of group conv with members (this user is always a member).
 func (c *Client) CreateGroup(conv string, members []string) (string, error) {
 	return c.queue(store.OutboxItem{Kind: proto.KindGroupCreate, Conv: conv, Members: members})

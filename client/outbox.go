@@ -239,6 +239,10 @@ func itemFrame(it *store.OutboxItem, id uint64) proto.Frame {
 		return &proto.MarkRead{ID: id, Conv: it.Conv, ClientMsgID: it.ClientMsgID, UpTo: it.UpTo}
 	case proto.KindRecall:
 		return &proto.Recall{ID: id, Conv: it.Conv, ClientMsgID: it.ClientMsgID, Target: it.Target}
+	case proto.KindEdit:
+		return &proto.Edit{ID: id, Conv: it.Conv, ClientMsgID: it.ClientMsgID, Target: it.Target, Body: it.Body}
+	case proto.KindReaction:
+		return &proto.React{ID: id, Conv: it.Conv, ClientMsgID: it.ClientMsgID, Target: it.Target, Reaction: it.Reaction, Remove: it.Remove}
 	case proto.KindGroupCreate:
 		return &proto.CreateGroup{ID: id, Conv: it.Conv, ClientMsgID: it.ClientMsgID, Members: it.Members}
 	case proto.KindMemberAdd:

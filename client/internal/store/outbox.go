@@ -53,24 +53,27 @@ func (s Status) valid() bool { return s >= StatusSending && s <= StatusFailed }
 // OutboxItem is one mutation of the app in the durable outbox: written before it is sent,
 // resent with the same ClientMsgID and payload until acked or given up. Which payload fields
 // are used depends on Kind (Body/Peer for messages, UpTo for receipts, Target for recalls,
-// Members for group changes).
+// Target and Body for edits, Target, Reaction and Remove for reactions, Members for group
+// changes).
 type OutboxItem struct {
-	Seq         uint64         `msgpack:"seq"`          // outbox order, assigned by AddOutbox
-	ClientMsgID string         `msgpack:"cmid"`         // dedup key at the server; never changes
-	Kind        proto.Kind     `msgpack:"kind"`         // which mutation
-	Conv        string         `msgpack:"conv"`         // conversation id
-	Peer        string         `msgpack:"peer"`         // KindMessage: other user of a direct conversation
-	Body        []byte         `msgpack:"body"`         // KindMessage: the body
-	UpTo        proto.Position `msgpack:"up_to"`        // KindReceipt: read up to this conv_seq
-	Target      proto.MsgID    `msgpack:"target"`       // KindRecall: the message to recall
-	Members     []string       `msgpack:"members"`      // group create/add/remove/role change
-	Role        proto.Role     `msgpack:"role"`         // KindRoleChange: the role to give
-	Status      Status         `msgpack:"status"`       // sending, sent, failed
-	Attempts    int            `msgpack:"attempts"`     // send attempts so far (kept across restarts)
-	NextAttempt int64          `msgpack:"next_attempt"` // earliest next attempt, Unix ns
-	Ack         *proto.Ack     `msgpack:"ack"`          // the server's answer, set when SENT
-	LastError   string         `msgpack:"last_error"`   // the last error, for display and logs
-	Created     int64          `msgpack:"created"`      // when the app queued it, Unix ns
+	Seq         uint64         `msgpack:"seq"`                // outbox order, assigned by AddOutbox
+	ClientMsgID string         `msgpack:"cmid"`               // dedup key at the server; never changes
+	Kind        proto.Kind     `msgpack:"kind"`               // which mutation
+	Conv        string         `msgpack:"conv"`               // conversation id
+	Peer        string         `msgpack:"peer"`               // KindMessage: other user of a direct conversation
+	Body        []byte         `msgpack:"body"`               // KindMessage: the body; KindEdit: the new body
+	UpTo        proto.Position `msgpack:"up_to"`              // KindReceipt: read up to this conv_seq
+	Target      proto.MsgID    `msgpack:"target"`             // KindRecall, KindEdit, KindReaction: the message acted on
+	Reaction    string         `msgpack:"reaction,omitempty"` // KindReaction: the reaction
+	Remove      bool           `msgpack:"remove,omitempty"`   // KindReaction: take it off
+	Members     []string       `msgpack:"members"`            // group create/add/remove/role change
+	Role        proto.Role     `msgpack:"role"`               // KindRoleChange: the role to give
+	Status      Status         `msgpack:"status"`             // sending, sent, failed
+	Attempts    int            `msgpack:"attempts"`           // send attempts so far (kept across restarts)
+	NextAttempt int64          `msgpack:"next_attempt"`       // earliest next attempt, Unix ns
+	Ack         *proto.Ack     `msgpack:"ack"`                // the server's answer, set when SENT
+	LastError   string         `msgpack:"last_error"`         // the last error, for display and logs
+	Created     int64          `msgpack:"created"`            // when the app queued it, Unix ns
 }
 
 // AddOutbox stores a new outbox item durably and returns it with Seq assigned (the next outbox

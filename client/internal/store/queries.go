@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/cockroachdb/pebble/v2"
 
@@ -17,8 +18,13 @@ type Message struct {
 	MsgID    proto.MsgID    // server-assigned id
 	Sender   string         // user who sent it
 	Time     int64          // server time of the append, Unix ns
-	Body     []byte         // the body (kept after a recall: the app decides what to show)
+	Body     []byte         // the body, its latest edit's if edited (kept after a recall: the app decides what to show)
 	Recalled bool           // the sender recalled it
+	// EditedAt is the server time of the latest edit applied (protocol revision 7), 0 if none.
+	EditedAt int64
+	// Reactions maps each reaction on the message to the users who have it on, sorted
+	// (protocol revision 7); nil if none.
+	Reactions map[string][]string
 	// Status is, for a message of the device's user, how far it got: StatusSent, StatusDelivered
 	// or StatusRead (another member's marks cover it); 0 for other members' messages.
 	Status Status
@@ -36,6 +42,36 @@ type storedMsg struct {
 	UpTo     proto.Position `msgpack:"up_to,omitempty"`
 	Target   proto.MsgID    `msgpack:"target,omitempty"`
 	Members  []string       `msgpack:"members,omitempty"`
+	// A message's latest edit applied (its conv_seq and time) and its reactions' states.
+	EditSeq   proto.Position `msgpack:"edit_seq,omitempty"`
+	EditedAt  int64          `msgpack:"edited_at,omitempty"`
+	Reactions []reactionMark `msgpack:"reactions,omitempty"`
+}
+
+// reactionMark is the state of one (sender, reaction) on a message: its last entry's.
+type reactionMark struct {
+	Sender   string         `msgpack:"sender"`
+	Reaction string         `msgpack:"reaction"`
+	Seq      proto.Position `msgpack:"seq"` // conv_seq of the entry that set it
+	On       bool           `msgpack:"on,omitempty"`
+}
+
+// reactionsOn returns marks as Message.Reactions shows them.
+func reactionsOn(marks []reactionMark) map[string][]string {
+	var out map[string][]string
+	for _, r := range marks {
+		if !r.On {
+			continue
+		}
+		if out == nil {
+			out = map[string][]string{}
+		}
+		out[r.Reaction] = append(out[r.Reaction], r.Sender)
+	}
+	for _, senders := range out {
+		slices.Sort(senders)
+	}
+	return out
 }
 
 // Messages returns the messages (KindMessage entries) of conv in conv_seq order, recalled ones
@@ -74,7 +110,7 @@ func (s *Store) Messages(conv string) ([]Message, error) {
 		}
 		out = append(out, Message{
 			Conv: conv, ConvSeq: seq, MsgID: m.MsgID, Sender: m.Sender, Time: m.Time, Body: m.Body,
-			Recalled: m.Recalled, Status: status,
+			Recalled: m.Recalled, Status: status, EditedAt: m.EditedAt, Reactions: reactionsOn(m.Reactions),
 		})
 		return nil
 	})

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -254,7 +255,13 @@ func applyToView(b *pebble.Batch, e *proto.Entry, recalled bool, mk *marks) erro
 		return err
 	}
 	m := storedMsg{Kind: e.Kind, MsgID: e.MsgID, Sender: e.Sender, Time: e.Time, Recalled: recalled && e.Kind == proto.KindMessage}
-	switch e.Kind {
+	kind := e.Kind
+	if e.Folded != 0 {
+		// Superseded by the entry at e.Folded of the same log, which brings its state: stored
+		// for its position and id, applied to nothing (PROTOCOL §5, "Folded entries").
+		m.Target, kind = e.Target, 0
+	}
+	switch kind {
 	case proto.KindMessage:
 		m.Body = e.Body
 		if e.MsgID != "" {
@@ -281,6 +288,16 @@ func applyToView(b *pebble.Batch, e *proto.Entry, recalled bool, mk *marks) erro
 			if err := markRecalled(b, e.Target); err != nil {
 				return err
 			}
+		}
+	case proto.KindEdit:
+		m.Target, m.Body = e.Target, e.Body
+		if err := applyEdit(b, e); err != nil {
+			return err
+		}
+	case proto.KindReaction:
+		m.Target = e.Target
+		if err := applyReaction(b, e); err != nil {
+			return err
 		}
 	case proto.KindGroupCreate, proto.KindMemberAdd, proto.KindMemberRemove, proto.KindRoleChange:
 		m.Members = e.Members
@@ -329,37 +346,80 @@ func applyMembership(b *pebble.Batch, e *proto.Entry) error {
 // markRecalled marks the stored message target recalled, or remembers the recall until the
 // message arrives.
 func markRecalled(b *pebble.Batch, target proto.MsgID) error {
-	ref, ok, err := getValue(b, sk.msgIndex(target))
-	if err != nil {
+	found, err := updateMessage(b, target, func(m *storedMsg) bool {
+		changed := !m.Recalled
+		m.Recalled = true
+		return changed
+	})
+	if err != nil || found {
 		return err
 	}
-	if ok {
-		conv, seq, err := sk.parseMsgRef(ref)
-		if err != nil {
-			return err
-		}
-		if seq != 0 {
-			v, ok, err := getValue(b, sk.view(conv, seq))
-			if err != nil {
-				return err
-			}
-			if ok {
-				var m storedMsg
-				if err := decode(v, &m); err != nil {
-					return fmt.Errorf("client: message %s: %w", target, err)
-				}
-				if m.Recalled {
-					return nil
-				}
-				m.Recalled = true
-				if v, err = encode(&m); err != nil {
-					return err
-				}
-				return b.Set(sk.view(conv, seq), v, nil)
-			}
-		}
-	}
 	return b.Set(sk.earlyRecall(target), nil, nil)
+}
+
+// applyEdit makes e, an edit, the body of its target unless a later edit is applied already
+// (an edit paged in with History may come after a later one). An edit whose target is not
+// stored is not remembered, unlike a recall: the target, when it comes (History, a resync),
+// comes with the server's state of that time, and the later edit is in the same conversation.
+func applyEdit(b *pebble.Batch, e *proto.Entry) error {
+	_, err := updateMessage(b, e.Target, func(m *storedMsg) bool {
+		if e.ConvSeq <= m.EditSeq {
+			return false
+		}
+		m.Body, m.EditSeq, m.EditedAt = e.Body, e.ConvSeq, e.Time
+		return true
+	})
+	return err
+}
+
+// applyReaction records e, a reaction entry, on its target: the state of (sender, reaction) is
+// its last entry's, by conv_seq. A target not stored is not remembered (see applyEdit).
+func applyReaction(b *pebble.Batch, e *proto.Entry) error {
+	_, err := updateMessage(b, e.Target, func(m *storedMsg) bool {
+		i := slices.IndexFunc(m.Reactions, func(r reactionMark) bool { return r.Sender == e.Sender && r.Reaction == e.Reaction })
+		mark := reactionMark{Sender: e.Sender, Reaction: e.Reaction, Seq: e.ConvSeq, On: !e.Remove}
+		switch {
+		case i < 0:
+			m.Reactions = append(m.Reactions, mark)
+		case e.ConvSeq > m.Reactions[i].Seq:
+			m.Reactions[i] = mark
+		default:
+			return false
+		}
+		return true
+	})
+	return err
+}
+
+// updateMessage applies change to the stored message target, writing it back if change reports
+// a change; found is false if the message is not stored.
+func updateMessage(b *pebble.Batch, target proto.MsgID, change func(*storedMsg) bool) (found bool, err error) {
+	if target == "" {
+		return false, nil
+	}
+	ref, ok, err := getValue(b, sk.msgIndex(target))
+	if err != nil || !ok {
+		return false, err
+	}
+	conv, seq, err := sk.parseMsgRef(ref)
+	if err != nil || seq == 0 {
+		return false, err
+	}
+	v, ok, err := getValue(b, sk.view(conv, seq))
+	if err != nil || !ok {
+		return false, err
+	}
+	var m storedMsg
+	if err := decode(v, &m); err != nil {
+		return false, fmt.Errorf("client: message %s: %w", target, err)
+	}
+	if m.Kind != proto.KindMessage || !change(&m) {
+		return true, nil
+	}
+	if v, err = encode(&m); err != nil {
+		return true, err
+	}
+	return true, b.Set(sk.view(conv, seq), v, nil)
 }
 
 // checkEntryIDs refuses an entry whose ids contain 0x00, which would break the key layout

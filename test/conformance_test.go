@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -152,7 +153,10 @@ type naiveClient struct {
 	entries []proto.Entry
 }
 
-func driveNaive(t *testing.T, info conformance.RunInfo) conformance.Verdict {
+// driveNaive plays a run with the naive client. With digests it also checks its log with Digest
+// once caught up, as §8.7 asks, but digests every entry by its body — a folded entry's body_hash
+// ignored — and reports the mismatch it then finds.
+func driveNaive(t *testing.T, info conformance.RunInfo, digests bool) conformance.Verdict {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	conn, err := quicgo.DialAddr(ctx, info.Addr, proto.PinnedTLSConfig(info.Fingerprint), &quicgo.Config{})
@@ -194,6 +198,13 @@ func driveNaive(t *testing.T, info conformance.RunInfo) conformance.Verdict {
 				last := b.Entries[len(b.Entries)-1].Seq
 				proto.WriteFrame(st, &proto.CursorAck{Epoch: b.Epoch, Pos: last, Source: b.Source})
 			}
+			if h, ok := f.(*proto.Heartbeat); ok && digests && h.Head > 0 {
+				digests = false // once
+				nc.mu <- struct{}{}
+				stored := slices.Clone(nc.entries)
+				<-nc.mu
+				naiveDigestCheck(ctx, t, conn, ctl, h.Epoch, stored)
+			}
 		}
 	}()
 	return reportUntilJudged(t, info, func() conformance.Report {
@@ -209,6 +220,33 @@ func driveNaive(t *testing.T, info conformance.RunInfo) conformance.Verdict {
 	})
 }
 
+// naiveDigestCheck asks the server for the digest of stored (the user log from 1) and reports a
+// mismatch with its own, computed by body even for folded entries.
+func naiveDigestCheck(ctx context.Context, t *testing.T, conn *quicgo.Conn, ctl *quicgo.Stream, epoch proto.Epoch, stored []proto.Entry) {
+	req, err := conn.OpenStreamSync(ctx)
+	if err != nil {
+		return
+	}
+	defer req.Close()
+	to := proto.Position(len(stored))
+	if err := proto.WriteFrame(req, &proto.Digest{ID: 1, Epoch: epoch, From: 1, To: to}); err != nil {
+		return
+	}
+	f, err := proto.NewReader(req, proto.MaxFrameLimit).Next()
+	res, ok := f.(*proto.DigestResult)
+	if err != nil || !ok {
+		return
+	}
+	var d proto.Digester
+	for _, e := range stored[:min(int(res.To), len(stored))] {
+		e.Folded, e.BodyHash = 0, nil // the broken part
+		d.Add(&e)
+	}
+	if !bytes.Equal(d.Sum(), res.Digest) {
+		proto.WriteFrame(ctl, &proto.Report{Kind: proto.ReportMismatch, Epoch: epoch, From: res.From, To: res.To})
+	}
+}
+
 // TestConformanceCatchesABrokenClient: a client that stores whatever it is sent fails exactly the
 // scenarios that send it something it must not store, each for the reason that shows it.
 func TestConformanceCatchesABrokenClient(t *testing.T) {
@@ -219,9 +257,11 @@ func TestConformanceCatchesABrokenClient(t *testing.T) {
 		{"source_gap", "of source .* as stored, but the stream had delivered a contiguous log of it only up to 1"},
 		// stored twice, or acknowledged past the repeated batch (which broke the stream's contiguity)
 		{"duplicate", "(is stored twice|as stored, but the stream had delivered a contiguous log only up to)"},
+		// a client that digests a folded entry by its (absent) body
+		{"folded", "the client reported mismatch over 1-"},
 	} {
 		t.Run(c.scenario, func(t *testing.T) {
-			v := driveNaive(t, startRun(t, k, c.scenario))
+			v := driveNaive(t, startRun(t, k, c.scenario), c.scenario == "folded")
 			if v.Status != conformance.Failed || !regexp.MustCompile(c.reason).MatchString(fmt.Sprint(v.Reasons)) {
 				t.Errorf("the broken client got %s on %s (%v), want failed because %q", v.Status, c.scenario, v.Reasons, c.reason)
 			}

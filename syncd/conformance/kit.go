@@ -380,6 +380,51 @@ func (k *Kit) post(r *run, n, size int) error {
 	return nil
 }
 
+// supersede7 has the run's other user write, after the seeds, what the server folds in the run
+// user's log (scenario folded): two edits of the first message (the first folded by the second),
+// a reaction put on and taken off (the first folded), and two receipts (the first folded).
+func (k *Kit) supersede7(r *run) error {
+	truth, err := k.history(r)
+	if err != nil {
+		return err
+	}
+	if len(truth) == 0 {
+		return errors.New("no seeded message to edit")
+	}
+	target := truth[0].MsgID
+	p, err := r.writer()
+	if err != nil {
+		return err
+	}
+	r.writerMu.Lock()
+	defer r.writerMu.Unlock()
+	for i, build := range []func(id uint64) proto.Frame{
+		func(id uint64) proto.Frame {
+			return &proto.Edit{ID: id, Conv: r.conv, ClientMsgID: "kit-e1", Target: target, Body: []byte("edited once")}
+		},
+		func(id uint64) proto.Frame {
+			return &proto.React{ID: id, Conv: r.conv, ClientMsgID: "kit-x1", Target: target, Reaction: "👍"}
+		},
+		func(id uint64) proto.Frame {
+			return &proto.Edit{ID: id, Conv: r.conv, ClientMsgID: "kit-e2", Target: target, Body: []byte("edited twice")}
+		},
+		func(id uint64) proto.Frame {
+			return &proto.React{ID: id, Conv: r.conv, ClientMsgID: "kit-x2", Target: target, Reaction: "👍", Remove: true}
+		},
+		func(id uint64) proto.Frame {
+			return &proto.MarkRead{ID: id, Conv: r.conv, ClientMsgID: "kit-r1", UpTo: 6}
+		},
+		func(id uint64) proto.Frame {
+			return &proto.MarkRead{ID: id, Conv: r.conv, ClientMsgID: "kit-r2", UpTo: 10}
+		},
+	} {
+		if _, err := p.call(build); err != nil {
+			return fmt.Errorf("step %d: %w", i+1, err)
+		}
+	}
+	return nil
+}
+
 // history reads the run's conversation from the server, as the run's user on the kit's own device.
 func (k *Kit) history(r *run) ([]proto.Entry, error) {
 	p, err := r.reader()

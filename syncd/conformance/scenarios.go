@@ -124,6 +124,43 @@ var scenarios = []*scenario{
 		},
 	},
 	{
+		name: "folded", section: "PROTOCOL §5 (Folded entries), §6 (Digest), §8.4 (Batch, step 4), §8.7", seeds: 6,
+		summary:    "before the client connects, edits the first message twice, puts a reaction on it and takes it off, and marks the conversation read twice, so the client's log holds entries the server has folded (positions 7, 8 and 11)",
+		correct:    "stores the folded entries at their positions without applying them, acknowledges past them, and, if it checks its log with Digest, finds it equal (a folded entry digests with its body_hash): no mismatch or gap reported",
+		waitingFor: "a batch carrying a folded entry",
+		setup:      func(k *Kit, r *run) error { return k.supersede7(r) },
+		onServer: func(r *run, st *relayStream, f proto.Frame) []proto.Frame {
+			b, ok := f.(*proto.Batch)
+			if !ok || st.role != roleSync || r.s.count > 0 || !slices.ContainsFunc(b.Entries, func(e proto.Entry) bool { return e.Folded != 0 }) {
+				return nil
+			}
+			// The run ends a while after the folded entries went out: time for the check
+			// of the log a client makes once caught up (§8.7), whose answer it must accept.
+			r.s.count = 1
+			r.later(func(*Kit) error {
+				time.Sleep(3 * heartbeat)
+				r.mu.Lock()
+				r.s.injected = true
+				r.mu.Unlock()
+				return nil
+			})
+			return nil
+		},
+		onClient: func(r *run, st *relayStream, f proto.Frame) bool {
+			if rep, ok := f.(*proto.Report); ok {
+				r.fail("the client reported %s over %d-%d: a folded entry is neither a gap nor a mismatch (its record digests with body_hash, §6 Digest)",
+					rep.Kind, rep.From, rep.To)
+			}
+			return true
+		},
+		verify: func(r *run) []string {
+			if r.acked < 12 {
+				return []string{fmt.Sprintf("the client acknowledged its log up to %d, not past the folded entries (12)", r.acked)}
+			}
+			return nil
+		},
+	},
+	{
 		name: "duplicate", section: "PROTOCOL §8.4 (Batch, steps 2-4)", seeds: 12,
 		summary: "sends the first batch that carries position 5 and then its entries from position 5 on again, so the client gets those entries twice",
 		correct: "stores each entry once: the repeated batch does not continue the cursor, so it is not stored (a restart from the stored cursor is fine); no message appears twice",

@@ -167,14 +167,14 @@ func TestMsgIDValid(t *testing.T) {
 }
 
 func TestKindNames(t *testing.T) {
-	want := []string{"message", "receipt", "recall", "group_create", "member_add", "member_remove", "role_change", "delivered"}
+	want := []string{"message", "receipt", "recall", "group_create", "member_add", "member_remove", "role_change", "delivered", "edit", "reaction"}
 	for i, n := range want {
 		if k := Kind(i + 1); !k.Valid() || k.String() != n {
 			t.Errorf("Kind(%d) = %q valid %v, want %q", i+1, k, k.Valid(), n)
 		}
 	}
-	if Kind(0).Valid() || Kind(9).Valid() || Kind(9).String() != "kind(9)" || KindDelivered != 8 {
-		t.Error("kinds 0, 8 and 9 misdescribed")
+	if Kind(0).Valid() || Kind(11).Valid() || Kind(11).String() != "kind(11)" || KindDelivered != 8 || KindReaction != 10 {
+		t.Error("kinds 0, 8, 10 and 11 misdescribed")
 	}
 	if ConvDirect.String() != "direct" || ConvGroup.String() != "group" || ConvKind(3).String() != "conv_kind(3)" {
 		t.Error("conversation kinds misdescribed")

@@ -87,7 +87,7 @@ func (k Kind) String() string {
 
 // Valid reports whether k is a kind this version knows. A client that receives an entry of an
 // unknown kind stores it (its position counts) and otherwise ignores it.
-func (k Kind) Valid() bool { return k >= KindMessage && k <= KindDelivered }
+func (k Kind) Valid() bool { return k >= KindMessage && k <= KindReaction }
 
 // Role is a member's rank in a group (§4 of docs/PROTOCOL.md): the creator is the owner; the
 // owner names admins ([SetRole]); the owner and admins add members and remove those ranked below

@@ -211,11 +211,11 @@ func hintFor(err error, c *connFlags) string {
 	case proto.CodeNoMessage:
 		return "check -msg-id: it must be a message of this conversation still retained (see the msg_id printed by send or pull)"
 	case proto.CodeNotSender:
-		return "only the sender of a message can recall it"
+		return "only the sender of a message can recall or edit it"
 	case proto.CodeRecallWindow:
 		return "too late: the server's recall window has passed"
 	case proto.CodeAlreadyRecalled:
-		return "nothing to do: the message is already recalled"
+		return "the message is recalled: it cannot be recalled again, edited or reacted to"
 	case proto.CodeConflict:
 		return "this client_msg_id was already used with another payload (a client bug): run the command again, which queues it under a new id"
 	case proto.CodeRateLimited, proto.CodeOverloaded, proto.CodeUnavailable, proto.CodeTimeout, proto.CodeTooManyConnections:

@@ -1,5 +1,5 @@
 // Command syncctl talks to a syncd server as a user device, through the Go SDK (package client):
-// it sends messages, receipts, recalls and group changes, prints the user's log, and shows a
+// it sends messages, receipts, recalls, edits, reactions and group changes, prints the user's log, and shows a
 // node's shard status. `syncctl token` mints a device token with a server's signing secret (a
 // development and operations convenience); `syncctl cert` creates the cluster CA and the node
 // certificates of the node plane.
@@ -48,6 +48,8 @@ var commands = []command{
 	{"send", "send a message", runSend},
 	{"read", "mark a conversation read up to a conv_seq", runRead},
 	{"recall", "recall one of this user's messages", runRecall},
+	{"edit", "replace the body of one of this user's messages", runEdit},
+	{"react", "put a reaction on a message, or take it off", runReact},
 	{"group", "create a group, add or remove members, give roles, list members", runGroup},
 	{"pull", "print the user's new log entries, then exit", runPull},
 	{"tail", "print the user's new log entries until Ctrl-C", runTail},

@@ -164,9 +164,11 @@ func TestSyncctl(t *testing.T) {
 		t.Fatalf("second pull: exit %d, printed %q; want nothing new", code, out)
 	}
 
-	// read, recall, group create/add: each acknowledged, and each reaches bob's log.
+	// read, edit, react, recall, group create/add: each acknowledged, and each reaches bob's log.
 	for _, args := range [][]string{
 		append([]string{"read", "-conv", "d:alice:bob", "-up-to", "1"}, bobPhone...),
+		append([]string{"edit", "-conv", "d:alice:bob", "-msg-id", sent.MsgID, "-body", "hi, edited"}, alice...),
+		append([]string{"react", "-conv", "d:alice:bob", "-msg-id", sent.MsgID, "-reaction", "👍"}, bobPhone...),
 		append([]string{"recall", "-conv", "d:alice:bob", "-msg-id", sent.MsgID}, alice...),
 		append([]string{"group", "create", "-conv", "g:team", "-members", "bob"}, alice...),
 		append([]string{"group", "add", "-conv", "g:team", "-members", "carol,dave"}, alice...),
@@ -187,7 +189,7 @@ func TestSyncctl(t *testing.T) {
 	if code, _, errOut := syncctl(t, append([]string{"group", "role", "-conv", "g:team", "-members", "bob", "-role", "king"}, alice...)...); code != exitUsage || !strings.Contains(errOut, "member, admin or owner") {
 		t.Fatalf("group role -role king: exit %d, %s", code, errOut)
 	}
-	got = pullUntil(t, 5, bob...)
+	got = pullUntil(t, 7, bob...)
 	kinds := map[string]entryJSON{}
 	for _, en := range got {
 		kinds[en.Kind] = en
@@ -197,6 +199,12 @@ func TestSyncctl(t *testing.T) {
 	}
 	if r := kinds["recall"]; r.From != "alice" || r.Target != sent.MsgID {
 		t.Errorf("recall: %+v", r)
+	}
+	if r := kinds["edit"]; r.From != "alice" || r.Target != sent.MsgID || r.Body != "hi, edited" && r.Folded == 0 {
+		t.Errorf("edit: %+v", r)
+	}
+	if r := kinds["reaction"]; r.From != "bob" || r.Target != sent.MsgID || r.Reaction != "👍" {
+		t.Errorf("reaction: %+v", r)
 	}
 	if g := kinds["group_create"]; g.Conv != "g:team" || len(g.Members) == 0 {
 		t.Errorf("group_create: %+v", g)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"slices"
 	"strings"
@@ -99,22 +100,92 @@ within the server's recall window, and prints the acknowledgement as JSON.`+stor
 syncctl recall -data-dir ./syncd-data -token "$TOKEN" -conv d:alice:bob -msg-id 1.42.0`)
 	var c connFlags
 	c.register(f, timeoutHelp)
-	conv := f.String("conv", "", "conversation id (required)")
-	msgID := f.String("msg-id", "", "the message's msg_id, shard.index.sub (required)")
+	t := registerTarget(f)
 	if code, ok := parse(e, f, args); !ok {
 		return code
 	}
-	if *conv == "" || *msgID == "" {
-		e.errorf(cmd, "-conv and -msg-id are required (see -h)")
-		return exitUsage
-	}
-	if !proto.MsgID(*msgID).Valid() {
-		e.errorf(cmd, "-msg-id %q is not a msg_id (shard.index.sub, as printed by send or pull)", *msgID)
+	if !t.check(e, cmd) {
 		return exitUsage
 	}
 	return mutate(ctx, e, cmd, &c, func(cl *client.Client) (string, error) {
-		return cl.Recall(*conv, proto.MsgID(*msgID))
+		return cl.Recall(*t.conv, proto.MsgID(*t.msgID))
 	})
+}
+
+func runEdit(ctx context.Context, e *env, args []string) int {
+	const cmd = "edit"
+	f := newFlagSet(e, cmd, "-conv C -msg-id ID -body TEXT [connection flags]", `
+Replaces the body of this user's message -msg-id (the msg_id printed by send or pull) in
+conversation -conv with -body, and prints the acknowledgement as JSON. Every member gets the edit;
+a recalled message cannot be edited.`+storeNote, `
+syncctl edit -data-dir ./syncd-data -token "$TOKEN" -conv d:alice:bob -msg-id 1.42.0 -body "hello, fixed"`)
+	var c connFlags
+	c.register(f, timeoutHelp)
+	t := registerTarget(f)
+	body := f.String("body", "", "the new body (required)")
+	if code, ok := parse(e, f, args); !ok {
+		return code
+	}
+	if !t.check(e, cmd) {
+		return exitUsage
+	}
+	if *body == "" {
+		e.errorf(cmd, "-body is required (see -h)")
+		return exitUsage
+	}
+	return mutate(ctx, e, cmd, &c, func(cl *client.Client) (string, error) {
+		return cl.Edit(*t.conv, proto.MsgID(*t.msgID), []byte(*body))
+	})
+}
+
+func runReact(ctx context.Context, e *env, args []string) int {
+	const cmd = "react"
+	f := newFlagSet(e, cmd, "-conv C -msg-id ID -reaction R [-remove] [connection flags]", `
+Puts the reaction -reaction (an emoji, or a name your app defines: 1 to 64 bytes, no spaces) on
+the message -msg-id of conversation -conv, or takes it off with -remove, and prints the
+acknowledgement as JSON. Every member gets the reaction.`+storeNote, `
+syncctl react -data-dir ./syncd-data -token "$TOKEN" -conv d:alice:bob -msg-id 1.42.0 -reaction 👍`)
+	var c connFlags
+	c.register(f, timeoutHelp)
+	t := registerTarget(f)
+	reaction := f.String("reaction", "", "the reaction (required)")
+	remove := f.Bool("remove", false, "take the reaction off")
+	if code, ok := parse(e, f, args); !ok {
+		return code
+	}
+	if !t.check(e, cmd) {
+		return exitUsage
+	}
+	if !proto.ValidReaction(*reaction) {
+		e.errorf(cmd, "-reaction %q is not a reaction: 1 to %d bytes of printable UTF-8, no spaces", *reaction, proto.MaxReactionLen)
+		return exitUsage
+	}
+	return mutate(ctx, e, cmd, &c, func(cl *client.Client) (string, error) {
+		return cl.React(*t.conv, proto.MsgID(*t.msgID), *reaction, *remove)
+	})
+}
+
+// targetFlags are the flags of a command acting on a message: its conversation and msg_id.
+type targetFlags struct{ conv, msgID *string }
+
+func registerTarget(f *flag.FlagSet) targetFlags {
+	return targetFlags{
+		conv:  f.String("conv", "", "conversation id (required)"),
+		msgID: f.String("msg-id", "", "the message's msg_id, shard.index.sub (required)"),
+	}
+}
+
+// check reports whether both flags are given and -msg-id is a msg_id, saying what is wrong if not.
+func (t targetFlags) check(e *env, cmd string) bool {
+	if *t.conv == "" || *t.msgID == "" {
+		e.errorf(cmd, "-conv and -msg-id are required (see -h)")
+		return false
+	}
+	if !proto.MsgID(*t.msgID).Valid() {
+		e.errorf(cmd, "-msg-id %q is not a msg_id (shard.index.sub, as printed by send or pull)", *t.msgID)
+		return false
+	}
+	return true
 }
 
 func runGroup(ctx context.Context, e *env, args []string) int {

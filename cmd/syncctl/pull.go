@@ -29,13 +29,16 @@ type entryJSON struct {
 	Members     []string `json:"members,omitempty"`
 	Role        string   `json:"role,omitempty"`         // role_change
 	MemberCount uint32   `json:"member_count,omitempty"` // a membership change too long to list (syncctl group members lists them)
+	Reaction    string   `json:"reaction,omitempty"`     // reaction
+	Remove      bool     `json:"remove,omitempty"`       // reaction: taken off
+	Folded      uint64   `json:"folded,omitempty"`       // superseded by the entry at this seq (PROTOCOL §5)
 }
 
 func toEntryJSON(en proto.Entry) entryJSON {
 	out := entryJSON{
 		Seq: uint64(en.Seq), Kind: en.Kind.String(), MsgID: string(en.MsgID), Conv: en.Conv,
 		ConvSeq: uint64(en.ConvSeq), From: en.Sender, UpTo: uint64(en.UpTo), Target: string(en.Target),
-		Members: en.Members, MemberCount: en.MemberCount,
+		Members: en.Members, MemberCount: en.MemberCount, Reaction: en.Reaction, Remove: en.Remove, Folded: uint64(en.Folded),
 	}
 	if en.Role != 0 {
 		out.Role = en.Role.String()
@@ -52,7 +55,7 @@ func toEntryJSON(en proto.Entry) entryJSON {
 }
 
 const followNote = "\n\n" + `Each entry is one JSON line: seq, kind, msg_id, conv, conv_seq, from, ts, body, up_to, target,
-members, role, member_count (empty fields omitted).
+members, role, member_count, reaction, remove, folded (empty fields omitted).
 
 The SDK stores what it syncs in -store and keeps the cursor there, like a real device: a second
 run with the same -store prints only entries that are new since the last one. Use one -store per

@@ -7,14 +7,14 @@ import { Code, ProtoError } from "./codes.js";
 import { Checker } from "./check.js";
 import { ConvKind, FrameType, Kind, Limits, PROTO_VERSION, REVISION_RECEIPTS, ReportKind, type ConvInfo, type HistoryResult, type Member, type PartialOf, type Query, type ReceiptCount, type Response, type SourceCursor, type SubCursor } from "./frames.js";
 import { realClock, sleep, type Clock, type TimerHandle } from "./clock.js";
-import { Emitter, type ClientEventName, type ClientEvents } from "./events.js";
+import { Emitter, messageChangeOf, type ClientEventName, type ClientEvents } from "./events.js";
 import { DEFAULT_RETRY_MS, Outbox } from "./outbox.js";
 import { CLOSE_GRACE_MS, Session, closeError, type Logger } from "./session.js";
 import { SyncRunner, type SyncEnd } from "./sync.js";
 import { hasSources, peakExcept, statusFrom, zeroPeaks, type ConvPeaks, type DeliveryState, type MarksChange, type Message, type MessageStatus, type OutboxItem, type Store, type StoreInfo, type UserMarks } from "./store.js";
 import { Tabs, tabsAvailable, type TabMessage } from "./tabs.js";
 import { Connector, type Endpoint } from "./transport/connect.js";
-import { validId } from "./ids.js";
+import { validId, validReaction } from "./ids.js";
 
 /** How a Client is set up. Only `endpoints`, `device`, `store` and a token (or tokenProvider) are required. */
 export interface ClientConfig {
@@ -335,6 +335,8 @@ export class Client {
         const fresh = new Set(m.fresh);
         m.entries.forEach((e, i) => {
           this.emitter.emit("entry", { entry: e, sub: m.sub, source: m.source, duplicate: !fresh.has(i) });
+          const change = fresh.has(i) ? messageChangeOf(e) : null;
+          if (change) this.emitter.emit("messageChanged", change);
         });
         return;
       }
@@ -602,6 +604,37 @@ export class Client {
   /** Queues the recall of this user's message target in conv. */
   recall(conv: string, target: string): Promise<OutboxItem> {
     return this.queue({ kind: Kind.Recall, conv, target });
+  }
+
+  /**
+   * Queues an edit (revision 7): replaces the body of this user's message `target` (its msg_id)
+   * in conv with `body`, for every member. Through the outbox like {@link send}: resolves once
+   * it is in the store. A body over max_body is refused at once (ProtoError too_large). The
+   * server refuses another user's message (`not_sender`), a recalled one (`already_recalled`) or
+   * one it no longer has (`no_message`): the item fails. Stored messages show their latest
+   * edit's body (`Message.edited`) once the edit comes back through sync.
+   */
+  edit(conv: string, target: string, body: Uint8Array, opts: { cmid?: string } = {}): Promise<OutboxItem> {
+    if (body.length > this.maxBody) {
+      return Promise.reject(new ProtoError(Code.TooLarge, `body of ${body.length} bytes, the server accepts at most ${this.maxBody} (max_body)`));
+    }
+    if (!validId(target)) return Promise.reject(new ProtoError(Code.InvalidArgument, "bad target msg_id"));
+    return this.queue({ kind: Kind.Edit, conv, target, body: body.slice() }, opts.cmid);
+  }
+
+  /**
+   * Queues a reaction (revision 7): puts `reaction` (an emoji, or a name the app defines: 1–64
+   * bytes of UTF-8, no control characters, no white space, not only invisible format
+   * characters) on the message `target` of conv, or takes it off (`remove`). Any member may
+   * react to any message. An invalid reaction is refused at once (ProtoError invalid_argument)
+   * and not queued. Stored messages show it in `Message.reactions` once it comes back through sync.
+   */
+  react(conv: string, target: string, reaction: string, remove = false, opts: { cmid?: string } = {}): Promise<OutboxItem> {
+    if (!validReaction(reaction)) {
+      return Promise.reject(new ProtoError(Code.InvalidArgument, `bad reaction ${JSON.stringify(reaction)}: 1 to 64 bytes of printable UTF-8, no spaces`));
+    }
+    if (!validId(target)) return Promise.reject(new ProtoError(Code.InvalidArgument, "bad target msg_id"));
+    return this.queue({ kind: Kind.Reaction, conv, target, reaction, remove }, opts.cmid);
   }
 
   /** Queues the creation of group conv with members (this user is always a member). */
@@ -936,7 +969,11 @@ export class Client {
       canMove: this.cfg.endpoints.length > 1,
     }, {
       entries: (entries, fresh, sub, source) => {
-        for (const e of entries) this.emitter.emit("entry", { entry: e, sub, source, duplicate: !fresh.has(e) });
+        for (const e of entries) {
+          this.emitter.emit("entry", { entry: e, sub, source, duplicate: !fresh.has(e) });
+          const change = fresh.has(e) ? messageChangeOf(e) : null;
+          if (change) this.emitter.emit("messageChanged", change);
+        }
         if (this.tabs && entries.length > 0) {
           const f: number[] = [];
           entries.forEach((e, i) => {

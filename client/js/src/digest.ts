@@ -14,7 +14,9 @@
 // `seq` is the entry's position in the log digested (its seq in the user log, its conv_seq in a
 // conversation's history); an absent field is its zero value (an empty id has length 0); an entry
 // without a body hashes the empty string, and so does the digest of no entries
-// (e3b0c442…b855). Other fields (sender, time, up_to, target, role, members) are not covered: the
+// (e3b0c442…b855). A folded entry (revision 7: `folded` set) hashes its `body_hash` in place of
+// SHA-256(body) — the hash of the body it had before it was folded, or of the empty body when it
+// has none — so a stub digests like the entry a device stored before the fold. Other fields (sender, time, up_to, target, role, members) are not covered: the
 // server never changes what a msg_id stands for, and a user log lists members only up to 32.
 //
 // WebCrypto (`crypto.subtle.digest`, in every browser and in Node ≥ 20) has no incremental hash,
@@ -24,8 +26,12 @@
 
 import type { Entry } from "./frames.js";
 
-/** The fields of an entry the digest covers: what a store must keep of an entry for it to be checked. */
-export type DigestFields = Pick<Entry, "seq" | "kind" | "msgId" | "conv" | "convSeq" | "body">;
+/**
+ * The fields of an entry the digest covers: what a store must keep of an entry for it to be
+ * checked. `folded` and `bodyHash` (revision 7) may be absent: an entry stored by an older SDK
+ * was never folded.
+ */
+export type DigestFields = Pick<Entry, "seq" | "kind" | "msgId" | "conv" | "convSeq" | "body"> & Partial<Pick<Entry, "folded" | "bodyHash">>;
 
 /** The length of a digest (and of a body hash): a SHA-256. */
 export const DIGEST_LEN = 32;
@@ -72,10 +78,16 @@ function putRecord(out: Uint8Array, off: number, e: DigestFields, msgId: Uint8Ar
   return off + DIGEST_LEN;
 }
 
+/** The hash a record carries for e: its body's, or a folded entry's body_hash (SHA-256("") without one). */
+function recordHash(e: DigestFields): Promise<Uint8Array> {
+  if (e.folded) return Promise.resolve(e.bodyHash?.length === DIGEST_LEN ? e.bodyHash.slice() : EMPTY_SHA256.slice());
+  return bodyHash(e.body);
+}
+
 /** The records of entries, in the order given, in one buffer (what the digest hashes). */
 async function records(entries: readonly DigestFields[]): Promise<Uint8Array<ArrayBuffer>> {
   const ids = entries.map((e) => [utf8.encode(e.msgId), utf8.encode(e.conv)] as const);
-  const bodies = await Promise.all(entries.map((e) => bodyHash(e.body)));
+  const bodies = await Promise.all(entries.map(recordHash));
   const size = ids.reduce((n, [m, c]) => n + RECORD_FIXED + m.length + c.length, 0);
   const out = new Uint8Array(size);
   let off = 0;

@@ -1,6 +1,6 @@
 // The events an app binds to its UI. They come in the order things happened.
 
-import type { Entry } from "./frames.js";
+import { Kind, type Entry } from "./frames.js";
 import type { DeliveryState, OutboxItem, StoreInfo } from "./store.js";
 import type { TransportChoice } from "./transport/connect.js";
 
@@ -21,6 +21,16 @@ export interface ClientEvents {
    * user's log.
    */
   entry: { entry: Entry; sub: number; source: string; duplicate: boolean };
+  /**
+   * A stored message may show differently (revision 7 edits and reactions, and recalls): the
+   * entry `entry` (kind 3 recall, 9 edit or 10 reaction) was stored and applied to the message
+   * `msgId` of `conv` — reload it ({@link Client.messages}) and re-render. Follows the `entry`
+   * event of that entry, once per new entry (not for duplicates, nor for folded entries, which
+   * are not applied). A reaction that repeats the state changes nothing shown but is told too;
+   * an edit or a reaction of a message not stored yet is remembered, and the message shows it
+   * when it comes (no event then: the message is new).
+   */
+  messageChanged: { conv: string; msgId: string; cause: "recall" | "edit" | "reaction"; entry: Entry };
   /** An outbox item changed status: `sent` (with the server's Ack), `failed` (with why), or `sending` again after {@link Client.retry}. */
   status: { item: OutboxItem; error: Error | null };
   /**
@@ -116,6 +126,13 @@ export interface ClientEvents {
   network: { online: boolean };
   /** The connection's state changed. `retryInMs`: when disconnected, the wait before the next attempt. */
   connection: { state: "connecting" | "connected" | "disconnected" | "closed"; error?: Error; retryInMs?: number };
+}
+
+/** The messageChanged event an entry gives once stored as new, or null (another kind, folded, no target). */
+export function messageChangeOf(entry: Entry): ClientEvents["messageChanged"] | null {
+  if (entry.folded || entry.target === "" || entry.conv === "") return null;
+  const cause = entry.kind === Kind.Recall ? "recall" : entry.kind === Kind.Edit ? "edit" : entry.kind === Kind.Reaction ? "reaction" : null;
+  return cause && { conv: entry.conv, msgId: entry.target, cause, entry };
 }
 
 /** An event name. */

@@ -37,6 +37,10 @@ export const FrameType = {
   AddMembers: 15,
   RemoveMembers: 16,
   SetRole: 17,
+  /** Revision 7. */
+  Edit: 18,
+  /** Revision 7. */
+  React: 19,
   SyncStart: 20,
   Batch: 21,
   Heartbeat: 22,
@@ -81,6 +85,13 @@ export const Kind = {
    * to `up_to` (its delivered mark moved, §8.8).
    */
   Delivered: 8,
+  /** Revision 7: `sender` replaced the body of its message `target` with `body`. */
+  Edit: 9,
+  /**
+   * Revision 7: `sender` put `reaction` on the message `target`, or took it off (`remove`). The
+   * last reaction entry of a (target, sender, reaction) in conv_seq order says whether it is on.
+   */
+  Reaction: 10,
 } as const;
 
 /** What a Report says the device found wrong (§6 Report): a gap in a Batch, or a Digest that differs from its own. */
@@ -93,16 +104,17 @@ export const Role = { Member: 1, Admin: 2, Owner: 3 } as const;
 export const ConvKind = { Direct: 1, Group: 2 } as const;
 
 /**
- * The revision of syncd/1 this SDK speaks (Hello.proto_version, §9): 6, sub-logs (3),
- * reconciliation (4: Digest, Report), delivery states (5: kind 8, Receipts, Readers) and large
- * groups as sources of the sync stream (6: SourceEnd, `sources`, `source`, `after`) included.
+ * The revision of syncd/1 this SDK speaks (Hello.proto_version, §9): 7, sub-logs (3),
+ * reconciliation (4: Digest, Report), delivery states (5: kind 8, Receipts, Readers), large
+ * groups as sources of the sync stream (6: SourceEnd, `sources`, `source`, `after`) and edits and
+ * reactions (7: Edit, React, kinds 9 and 10, folded entries) included.
  * The connection runs at min(ours, the server's) (Welcome.proto_version): the SDK sends Digest
  * and Report only on a connection of revision 4 or more, Receipts and Readers only on one of
  * revision 5 or more. A client whose store cannot keep sources' cursors announces
  * {@link REVISION_RECEIPTS} instead (a server then refuses to sync a user who follows a large
  * group, `needs_upgrade`, rather than let the device miss its entries).
  */
-export const PROTO_VERSION = 6;
+export const PROTO_VERSION = 7;
 
 /** The first revision with Digest, DigestResult and Report (§9). */
 export const REVISION_DIGEST = 4;
@@ -112,6 +124,9 @@ export const REVISION_RECEIPTS = 5;
 
 /** The first revision with sources (§6 "Sources: large groups"): SyncStart.sources, `source` and `after`, SourceEnd. */
 export const REVISION_SOURCES = 6;
+
+/** The first revision with Edit and React, the kinds edit (9) and reaction (10), and folded entries (§5). */
+export const REVISION_EDITS = 7;
 
 /** Limits of §3 and §4. */
 export const Limits = {
@@ -133,6 +148,8 @@ export const Limits = {
   maxReceiptSeqs: 100,
   /** The most sources one SyncStart names (§6 "Sources"). */
   maxSources: 1000,
+  /** The longest reaction, in bytes of UTF-8 (§6 React). */
+  maxReactionLen: 64,
 } as const;
 
 /** One log entry (§5): of the user log in a Batch, of a conversation log in a HistoryResult. */
@@ -146,11 +163,11 @@ export interface Entry {
   sender: string;
   /** Server time of the append, Unix ns. */
   time: bigint;
-  /** Kind 1: the message. */
+  /** Kind 1: the message; kind 9 (edit): the new body. */
   body: Uint8Array;
   /** Kind 2: read up to this conv_seq; kind 8: the sender's devices stored the conversation up to it. */
   upTo: number;
-  /** Kind 3: msg_id of the recalled message. */
+  /** Kinds 3, 9, 10: msg_id of the message recalled, edited or reacted to. */
   target: string;
   /** Kinds 4–7; in a user log, empty when more than 32 users are concerned (see memberCount). */
   members: string[];
@@ -163,6 +180,21 @@ export interface Entry {
    * user's following of a large group as a source of the sync stream (§6 "Sources").
    */
   source: boolean;
+  /** Revision 7, kind 10: the reaction, 1–64 bytes of UTF-8. */
+  reaction: string;
+  /** Revision 7, kind 10: the reaction is taken off. */
+  remove: boolean;
+  /**
+   * Revision 7, user logs only: this entry is folded — the entry at this seq of the same log
+   * supersedes it (§5 "Folded entries"); 0 when it is not. A folded entry is stored (its position
+   * counts, its msg_id is deduplicated) and not applied; it has no body, up_to, reaction or remove.
+   */
+  folded: number;
+  /**
+   * Revision 7, a folded entry that had a body (an edit): the SHA-256 of that body (32 bytes),
+   * which a digest hashes in place of the body's (§6 Digest); empty otherwise.
+   */
+  bodyHash: Uint8Array;
 }
 
 /** A conversation as the requesting user sees it (§5). */
@@ -274,6 +306,10 @@ export interface AddMembers { type: 15; id: number; conv: string; cmid: string; 
 export interface RemoveMembers { type: 16; id: number; conv: string; cmid: string; members: string[] }
 /** 17 SetRole (C→S). */
 export interface SetRole { type: 17; id: number; conv: string; cmid: string; members: string[]; role: number }
+/** 18 Edit (C→S, revision 7): replace the body of this user's message `target` (no edit window). */
+export interface Edit { type: 18; id: number; conv: string; cmid: string; target: string; body: Uint8Array }
+/** 19 React (C→S, revision 7): put `reaction` on the message `target`, or take it off (`remove`). */
+export interface React { type: 19; id: number; conv: string; cmid: string; target: string; reaction: string; remove: boolean }
 /** 20 SyncStart (C→S). `sources` (revision 6): the cursor of each source the device follows. */
 export interface SyncStart { type: 20; epoch: bigint; pos: number; ceiling: number; maxBatch: number; subs: SubCursor[]; sources: SourceCursor[] }
 /**
@@ -351,14 +387,14 @@ export interface ReadersResult { type: 45; id: number; users: string[]; next: st
 /** Any frame this version knows. */
 export type Frame =
   | Hello | Welcome | ErrorFrame | Refresh | Refreshed | Report
-  | Send | Ack | MarkRead | Recall | CreateGroup | AddMembers | RemoveMembers | SetRole
+  | Send | Ack | MarkRead | Recall | CreateGroup | AddMembers | RemoveMembers | SetRole | Edit | React
   | SyncStart | Batch | Heartbeat | TooOld | EpochChanged | Rebase | CursorAck | Stale | SourceEnd
   | ConvList | ConvListResult | ConvState | ConvStateResult | History | HistoryResult
   | HeadCheck | Head | Members | MembersResult | Digest | DigestResult
   | Receipts | ReceiptsResult | Readers | ReadersResult;
 
 /** A mutation request (answered by Ack or Error). */
-export type Mutation = Send | MarkRead | Recall | CreateGroup | AddMembers | RemoveMembers | SetRole;
+export type Mutation = Send | MarkRead | Recall | CreateGroup | AddMembers | RemoveMembers | SetRole | Edit | React;
 /** A query request. */
 export type Query = ConvList | ConvState | History | HeadCheck | Members | Digest | Receipts | Readers;
 /** A request: carries an id its response repeats. */
@@ -392,6 +428,10 @@ const entrySchema: Schema = [
   ["role", "role", "u8"],
   ["memberCount", "member_count", "u32"],
   ["source", "source", "bool"],
+  ["reaction", "reaction", "str"],
+  ["remove", "remove", "bool"],
+  ["folded", "folded", "pos"],
+  ["bodyHash", "body_hash", "bin"],
 ];
 
 const convInfoSchema: Schema = [
@@ -490,6 +530,8 @@ const schemas: { readonly [T in Frame["type"]]: Schema } = {
   15: [...mutationHead, ["members", "members", "strs"]],
   16: [...mutationHead, ["members", "members", "strs"]],
   17: [...mutationHead, ["members", "members", "strs"], ["role", "role", "u8"]],
+  18: [...mutationHead, ["target", "target", "str"], ["body", "body", "bin"]],
+  19: [...mutationHead, ["target", "target", "str"], ["reaction", "reaction", "str"], ["remove", "remove", "bool"]],
   20: [
     ["epoch", "epoch", "u64"],
     ["pos", "pos", "pos"],

@@ -29,25 +29,32 @@
 //   them, empty, and keeps everything else: an SDK of revision 5 or less never stored a source,
 //   and its decoder dropped the `source` key of the entries it stored (a server refuses to sync
 //   such a client's user once it follows a large group, so none was stored for one anyway).
+//   4 adds `earlyEffects` (revision 7: msg_id → the edits and reactions of a message not stored
+//   yet, applied when it comes, as `earlyRecalls` are recalls). The upgrade from 1–3 only
+//   creates it, empty: an SDK of revision 6 or less announced no revision 7, so the server never
+//   sent it an edit or a reaction (nor would its view have applied one), and a view row without
+//   the new fields is a message never edited and without reactions.
 //   A tab still open on the old version closes its handle on `versionchange` and reopens.
 
 import type { Entry, SourceCursor, SubCursor } from "./frames.js";
 import { Kind } from "./frames.js";
 import {
   applyEntry, followStarts, isFollowMark, MarkBook, MemoryStore, NotContiguousError, raiseMarksIn, raisePeak, sourceEntriesOf, sourceStart, zeroPeaks,
-  type ConvPeaks, type DeliveryState, type FollowMarks, type MarksChange, type Message, type OutboxItem, type Store, type StoreInfo,
+  toMessage, type ConvPeaks, type DeliveryState, type FollowMarks, type MarksChange, type Message, type MsgEffects, type OutboxItem, type Store, type StoreInfo,
   type StoreSnapshot, type StoredMsg, type StoredRange, type UserMarks, type ViewTx,
 } from "./store.js";
 
-/** The database schema version (see the header: 2 adds deliveredMarks and peaks; 3 sourceCursors, sourceEntries and follows). */
-const VERSION = 3;
+/** The database schema version (see the header: 2 adds deliveredMarks and peaks; 3 sourceCursors, sourceEntries and follows; 4 earlyEffects). */
+const VERSION = 4;
 const STORES = [
   "entries", "cursors", "msgRefs", "view", "readMarks", "deliveredMarks", "peaks", "members", "incomplete", "earlyRecalls", "convs", "outbox", "meta",
-  "sourceCursors", "sourceEntries", "follows",
+  "sourceCursors", "sourceEntries", "follows", "earlyEffects",
 ] as const;
 type StoreName = (typeof STORES)[number];
 /** The object stores a batch (or history) touches. */
-const VIEW_STORES: StoreName[] = ["entries", "cursors", "msgRefs", "view", "readMarks", "deliveredMarks", "peaks", "members", "incomplete", "earlyRecalls", "convs", "meta", "follows"];
+const VIEW_STORES: StoreName[] = [
+  "entries", "cursors", "msgRefs", "view", "readMarks", "deliveredMarks", "peaks", "members", "incomplete", "earlyRecalls", "convs", "meta", "follows", "earlyEffects",
+];
 /** The object stores a source's batch touches. */
 const SOURCE_STORES: StoreName[] = [...VIEW_STORES, "sourceCursors", "sourceEntries"];
 /** The object stores a resync clears. */
@@ -225,6 +232,14 @@ class IdbTx implements ViewTx, FollowMarks {
   }
   putEarlyRecall(msgId: string): Promise<void> {
     this.put("earlyRecalls", msgId, true);
+    return Promise.resolve();
+  }
+  getEarlyEffects(msgId: string): Promise<MsgEffects | undefined> {
+    return this.get<MsgEffects>("earlyEffects", msgId);
+  }
+  putEarlyEffects(msgId: string, fx: MsgEffects | undefined): Promise<void> {
+    if (fx) this.put("earlyEffects", msgId, fx);
+    else this.del("earlyEffects", msgId);
     return Promise.resolve();
   }
   putConv(conv: string): Promise<void> {
@@ -642,7 +657,7 @@ export class IndexedDBStore implements Store {
   messages(conv: string): Promise<Message[]> {
     return this.run(async (db) => {
       const rows = (await req(db.transaction(["view"], "readonly").objectStore("view").getAll(prefix(conv)))) as (StoredMsg & { conv: string; convSeq: number })[];
-      return rows.filter((m) => m.kind === Kind.Message).map((m) => ({ conv, convSeq: m.convSeq, msgId: m.msgId, sender: m.sender, time: m.time, body: m.body, recalled: m.recalled }));
+      return rows.filter((m) => m.kind === Kind.Message).map((m) => toMessage(conv, m.convSeq, m));
     });
   }
 
@@ -675,7 +690,7 @@ export class IndexedDBStore implements Store {
       if (from > to) return [];
       const range = IDBKeyRange.bound([conv, Math.max(from, 0)], [conv, to]);
       const rows = (await req(db.transaction(["view"], "readonly").objectStore("view").getAll(range))) as (StoredMsg & { convSeq: number })[];
-      return rows.filter((m) => m.kind === Kind.Message).map((m) => ({ conv, convSeq: m.convSeq, msgId: m.msgId, sender: m.sender, time: m.time, body: m.body, recalled: m.recalled }));
+      return rows.filter((m) => m.kind === Kind.Message).map((m) => toMessage(conv, m.convSeq, m));
     });
   }
 

@@ -30,3 +30,18 @@ export async function directConv(a: string, b: string): Promise<string> {
   const digest = await globalThis.crypto.subtle.digest("SHA-256", new TextEncoder().encode(`${lo}\n${hi}`));
   return `dh:${base64url(new Uint8Array(digest))}`;
 }
+
+/** The longest reaction, in bytes of UTF-8 (§6 React). */
+const MAX_REACTION_LEN = 64;
+
+/**
+ * Whether s may be put on a message as a reaction (§6 React): 1–64 bytes of UTF-8 with no
+ * control characters and no white space, and not only invisible format characters (Cf, Mn, Me:
+ * a zero-width joiner or a variation selector alone shows nothing). The server's rule
+ * (log/ident/ident.go ValidReaction); a string with a lone surrogate is not valid UTF-8.
+ */
+export function validReaction(s: string): boolean {
+  if (s.length === 0 || /[\p{Cs}\p{Cc}\p{White_Space}]/u.test(s)) return false;
+  if (new TextEncoder().encode(s).length > MAX_REACTION_LEN) return false;
+  return /[^\p{Cf}\p{Mn}\p{Me}]/u.test(s);
+}

@@ -41,6 +41,10 @@ export function itemFrame(it: OutboxItem, id: number): PartialOf<Mutation> {
       return { type: FrameType.RemoveMembers, ...head, members: it.members };
     case Kind.RoleChange:
       return { type: FrameType.SetRole, ...head, members: it.members, role: it.role };
+    case Kind.Edit:
+      return { type: FrameType.Edit, ...head, target: it.target, body: it.body };
+    case Kind.Reaction:
+      return { type: FrameType.React, ...head, target: it.target, reaction: it.reaction ?? "", remove: it.remove ?? false };
   }
   return { type: FrameType.Send, ...head, body: it.body, peer: it.peer };
 }
@@ -264,9 +268,10 @@ export class Outbox {
       } else if (answer && answer.type !== FrameType.Error) {
         await this.finish(it, "failed", null, new Error(`syncd: unexpected answer ${answer.type} to a mutation`));
       } else if (error instanceof ProtoError && !retryable(error.code) && (answer || error.code === Code.TooLarge)) {
-        // A refusal: final. already_recalled means the recall is done (§8.3.5); conflict is a
-        // client bug (a cmid reused with another payload): never "fixed" by a new cmid.
-        if (error.code === Code.AlreadyRecalled) await this.finish(it, "sent", null, null);
+        // A refusal: final. already_recalled means the recall is done (§8.3.5) — an edit or a
+        // reaction refused so failed; conflict is a client bug (a cmid reused with another
+        // payload): never "fixed" by a new cmid.
+        if (error.code === Code.AlreadyRecalled && it.kind === Kind.Recall) await this.finish(it, "sent", null, null);
         else {
           if (error.code === Code.Conflict) this.log("error", "conflict: a cmid was reused with a different payload (client bug)", { cmid: it.cmid });
           await this.finish(it, "failed", null, error);

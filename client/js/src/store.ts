@@ -32,7 +32,7 @@ export type OutboxStatus = "sending" | "sent" | "failed";
 /**
  * One mutation of the app in the outbox: written before it is sent, resent with the same cmid
  * and payload until acknowledged or given up. `kind` uses the entry kinds: 1 Send, 2 MarkRead,
- * 3 Recall, 4 CreateGroup, 5 AddMembers, 6 RemoveMembers, 7 SetRole.
+ * 3 Recall, 4 CreateGroup, 5 AddMembers, 6 RemoveMembers, 7 SetRole, 9 Edit, 10 React.
  */
 export interface OutboxItem {
   /** client_msg_id: the server's dedup key; never changes. */
@@ -48,6 +48,10 @@ export interface OutboxItem {
   target: string;
   members: string[];
   role: number;
+  /** React (revision 7): the reaction (absent in items an older SDK stored). */
+  reaction?: string;
+  /** React: take the reaction off. */
+  remove?: boolean;
   status: OutboxStatus;
   /** Attempts so far, kept across restarts (the schedule goes on where it was). */
   attempts: number;
@@ -177,10 +181,54 @@ export interface Message {
   body: Uint8Array;
   /** The sender recalled it (the body is kept: the app decides what to show). */
   recalled: boolean;
+  /** Revision 7: the sender edited it; `body` is then its latest edit's. */
+  edited: boolean;
+  /** Server time of the latest edit shown, Unix ns (0n: never edited). */
+  editedAt: bigint;
+  /**
+   * Revision 7: the reactions on it, reaction → the users who have it on (sorted, never empty);
+   * `{}` when none. A user's own reactions are those naming the user.
+   */
+  reactions: Record<string, string[]>;
 }
 
-/** One conversation entry in the view (messages and the other kinds, so it mirrors the log). */
-export interface StoredMsg {
+/**
+ * The state of one (sender, reaction) on a message (revision 7): the conv_seq of the last
+ * reaction entry applied (`at`) and whether it put the reaction on. The last entry in conv_seq
+ * order wins, so entries applied out of order (a History page after the sync stream) cannot undo
+ * a later one.
+ */
+export interface ReactionMark {
+  at: number;
+  on: boolean;
+}
+
+/**
+ * What edits and reactions did to a message (revision 7), in its view row, or remembered for a
+ * message not stored yet ({@link ViewTx.getEarlyEffects}). Reactions are keyed by
+ * {@link reactionKey}.
+ */
+export interface MsgEffects {
+  /** The latest edit's body (absent: never edited). */
+  editBody?: Uint8Array;
+  /** The conv_seq of the latest edit applied (0 or absent: none). */
+  editSeq?: number;
+  /** Its server time, Unix ns. */
+  editedAt?: bigint;
+  reactions?: Record<string, ReactionMark>;
+}
+
+/** The key of one (sender, reaction) in {@link MsgEffects.reactions} (neither contains NUL). */
+export function reactionKey(sender: string, reaction: string): string {
+  return `${sender}\u0000${reaction}`;
+}
+
+/**
+ * One conversation entry in the view (messages and the other kinds, so it mirrors the log). A
+ * message's `body` is the body it was sent with; its edits and reactions (revision 7) are the
+ * {@link MsgEffects} fields, absent in rows an older SDK stored.
+ */
+export interface StoredMsg extends MsgEffects {
   kind: number;
   msgId: string;
   sender: string;
@@ -190,6 +238,25 @@ export interface StoredMsg {
   upTo: number;
   target: string;
   members: string[];
+}
+
+/** The message a view row of kind 1 shows (its latest edit's body, its reactions on). */
+export function toMessage(conv: string, convSeq: number, m: StoredMsg): Message {
+  const reactions: Record<string, string[]> = {};
+  for (const [key, r] of Object.entries(m.reactions ?? {})) {
+    if (!r.on) continue;
+    const cut = key.indexOf("\u0000");
+    const sender = key.slice(0, cut);
+    const reaction = key.slice(cut + 1);
+    (reactions[reaction] ??= []).push(sender);
+  }
+  for (const users of Object.values(reactions)) users.sort();
+  const edited = m.editBody !== undefined;
+  return {
+    conv, convSeq, msgId: m.msgId, sender: m.sender, time: m.time,
+    body: (edited ? (m.editBody as Uint8Array) : m.body).slice(), recalled: m.recalled,
+    edited, editedAt: edited ? (m.editedAt ?? 0n) : 0n, reactions,
+  };
 }
 
 /** What a store holds when the client opens it. */
@@ -418,6 +485,14 @@ export interface ViewTx {
   /** Remembers a recall whose target is not stored yet (possible after a rebase). */
   takeEarlyRecall(msgId: string): Promise<boolean>;
   putEarlyRecall(msgId: string): Promise<void>;
+  /**
+   * Revision 7: the edits and reactions remembered for a message not stored yet (an edit or a
+   * reaction whose target is before the device's history, or not yet paged with History), as
+   * early recalls are. Optional: a ViewTx without these ignores such edits and reactions.
+   */
+  getEarlyEffects?(msgId: string): Promise<MsgEffects | undefined>;
+  /** Writes (or, with undefined, forgets) the effects remembered for msgId. */
+  putEarlyEffects?(msgId: string, fx: MsgEffects | undefined): Promise<void>;
   putConv(conv: string): Promise<void>;
 }
 
@@ -430,8 +505,15 @@ export interface ViewTx {
  * anyway over the stored copy, which may be the wrong one: its view row is rewritten (and moved,
  * if the stored copy put its msg_id elsewhere), its effects applied again. Effects are safe to
  * apply twice in log order (read marks only move forward, recalls only set a flag, membership
- * changes replay in order), and a message keeps its `recalled` flag: its recall may be in another
- * sub-log, which is not refetched. It still returns false: nothing new was created.
+ * changes replay in order, edits and reactions are last-wins by conv_seq), and a message keeps
+ * its `recalled` flag, edits and reactions: those may be in another sub-log, which is not
+ * refetched. It still returns false: nothing new was created.
+ *
+ * Revision 7: an edit (kind 9) replaces its target's body and a reaction (kind 10) sets the state
+ * of its (sender, reaction) on the target, both last-wins by conv_seq; one whose target is not
+ * stored is remembered and applied when the target comes (like a recall). A folded entry
+ * (`folded` set, §5) is stored — its row in the view, its msg_id deduplicated — and not applied:
+ * the entry that folded it, later in the same log, carries the state.
  */
 export async function applyEntry(tx: ViewTx, e: Entry, replace = false): Promise<boolean> {
   let fresh = true;
@@ -450,14 +532,35 @@ export async function applyEntry(tx: ViewTx, e: Entry, replace = false): Promise
   if (e.conv === "") return fresh; // nothing to attach it to (an unknown kind): stored by position only
   await tx.putConv(e.conv);
   const m: StoredMsg = { kind: e.kind, msgId: e.msgId, sender: e.sender, time: e.time, body: new Uint8Array(0), recalled: false, upTo: 0, target: "", members: [] };
+  if (e.folded) {
+    // Revision 7: stored, not applied (the entry at `folded` says the state it would have given).
+    m.target = e.target;
+    if (e.convSeq !== 0) await tx.putView(e.conv, e.convSeq, m);
+    return fresh;
+  }
   switch (e.kind) {
     case Kind.Message:
       m.body = e.body;
       if (e.msgId !== "" && (await tx.takeEarlyRecall(e.msgId))) m.recalled = true;
-      if (!fresh && !m.recalled && e.convSeq !== 0) {
+      if (!fresh && e.convSeq !== 0) {
         const old = await tx.getView(e.conv, e.convSeq);
-        if (old?.msgId === e.msgId && old.recalled) m.recalled = true;
+        if (old?.msgId === e.msgId) {
+          if (old.recalled) m.recalled = true;
+          mergeEffects(m, old);
+        }
       }
+      if (e.msgId !== "" && tx.getEarlyEffects && tx.putEarlyEffects) {
+        const early = await tx.getEarlyEffects(e.msgId);
+        if (early) {
+          mergeEffects(m, early);
+          await tx.putEarlyEffects(e.msgId, undefined);
+        }
+      }
+      break;
+    case Kind.Edit:
+    case Kind.Reaction:
+      m.target = e.target;
+      if (e.target !== "") await applyToTarget(tx, e);
       break;
     case Kind.Receipt:
       m.upTo = e.upTo;
@@ -511,6 +614,53 @@ export async function raiseMarksIn(tx: ViewTx, conv: string, marks: readonly Use
     await raiseDelivered(tx, conv, u.user, Math.max(u.delivered, u.read));
     if (u.read > (await tx.getReadMark(conv, u.user))) await tx.putReadMark(conv, u.user, u.read);
   }
+}
+
+/** Applies edit or reaction e to the effects fx (last-wins by conv_seq); whether it changed them. */
+function effectOf(fx: MsgEffects, e: Entry): boolean {
+  if (e.kind === Kind.Edit) {
+    if ((fx.editSeq ?? 0) > e.convSeq) return false;
+    fx.editBody = e.body;
+    fx.editSeq = e.convSeq;
+    fx.editedAt = e.time;
+    return true;
+  }
+  const key = reactionKey(e.sender, e.reaction);
+  const had = fx.reactions?.[key];
+  if (had && had.at > e.convSeq) return false;
+  fx.reactions = { ...fx.reactions, [key]: { at: e.convSeq, on: !e.remove } };
+  return true;
+}
+
+/** Merges the effects `from` into `into`, entry by entry, the later (by conv_seq) winning. */
+function mergeEffects(into: MsgEffects, from: MsgEffects): void {
+  if (from.editBody !== undefined && (from.editSeq ?? 0) >= (into.editSeq ?? 0)) {
+    into.editBody = from.editBody;
+    into.editSeq = from.editSeq ?? 0;
+    into.editedAt = from.editedAt ?? 0n;
+  }
+  for (const [key, r] of Object.entries(from.reactions ?? {})) {
+    const had = into.reactions?.[key];
+    if (!had || had.at <= r.at) into.reactions = { ...into.reactions, [key]: r };
+  }
+}
+
+/**
+ * Applies an edit or a reaction to its target message; one whose target is not stored is
+ * remembered (when the ViewTx can) and applied when the message comes.
+ */
+async function applyToTarget(tx: ViewTx, e: Entry): Promise<void> {
+  const ref = await tx.getMsgRef(e.target);
+  const m = ref && ref.convSeq !== 0 ? await tx.getView(ref.conv, ref.convSeq) : undefined;
+  if (ref && m) {
+    if (m.kind !== Kind.Message) return; // not a message: nothing to edit or react to
+    const next: StoredMsg = { ...m };
+    if (effectOf(next, e)) await tx.putView(ref.conv, ref.convSeq, next);
+    return;
+  }
+  if (!tx.getEarlyEffects || !tx.putEarlyEffects) return; // ignored: this ViewTx remembers none
+  const fx: MsgEffects = { ...(await tx.getEarlyEffects(e.target)) };
+  if (effectOf(fx, e)) await tx.putEarlyEffects(e.target, fx);
 }
 
 async function markRecalled(tx: ViewTx, target: string): Promise<void> {
@@ -602,7 +752,7 @@ const DELETED = Symbol("deleted");
 
 const tableNames = [
   "entries", "cursors", "runs", "msgRefs", "view", "readMarks", "deliveredMarks", "peaks", "members", "incomplete", "earlyRecalls", "convs", "outbox",
-  "sourceCursors", "sourceEntries", "follows",
+  "sourceCursors", "sourceEntries", "follows", "earlyEffects",
 ] as const;
 type TableName = (typeof tableNames)[number];
 
@@ -707,6 +857,14 @@ class MemTx implements ViewTx, FollowMarks {
   }
   putEarlyRecall(msgId: string): Promise<void> {
     this.put("earlyRecalls", msgId, true);
+    return Promise.resolve();
+  }
+  getEarlyEffects(msgId: string): Promise<MsgEffects | undefined> {
+    return Promise.resolve(this.get<MsgEffects>("earlyEffects", msgId));
+  }
+  putEarlyEffects(msgId: string, fx: MsgEffects | undefined): Promise<void> {
+    if (fx) this.put("earlyEffects", msgId, fx);
+    else this.del("earlyEffects", msgId);
     return Promise.resolve();
   }
   putConv(conv: string): Promise<void> {
@@ -900,7 +1058,7 @@ export class MemoryStore implements Store {
       if (!key.startsWith(prefix)) continue;
       const m = v as StoredMsg & { convSeq: number };
       if (m.kind !== Kind.Message) continue;
-      out.push({ conv, convSeq: m.convSeq, msgId: m.msgId, sender: m.sender, time: m.time, body: m.body.slice(), recalled: m.recalled });
+      out.push(toMessage(conv, m.convSeq, structuredClone(m)));
     }
     return Promise.resolve(out.sort((a, b) => a.convSeq - b.convSeq));
   }
@@ -930,7 +1088,7 @@ export class MemoryStore implements Store {
     if (to - from + 1 <= this.table("view").size) {
       for (let seq = Math.max(from, 1); seq <= to; seq++) {
         const m = this.table("view").get(k(conv, seq)) as StoredMsg | undefined;
-        if (m?.kind === Kind.Message) out.push({ conv, convSeq: seq, msgId: m.msgId, sender: m.sender, time: m.time, body: m.body.slice(), recalled: m.recalled });
+        if (m?.kind === Kind.Message) out.push(toMessage(conv, seq, structuredClone(m)));
       }
       return out;
     }

@@ -82,7 +82,7 @@ test("offline start: stored messages are readable and sends are queued durably b
   assert.equal(statuses[0]!.item.status, "sent");
   assert.equal(statuses[0]!.item.ack?.convSeq, 3);
   const hello = node.hellos[0]!;
-  assert.deepEqual(hello.type === FrameType.Hello && [hello.token, hello.device, hello.protoVersion], ["tok-1", "phone", 6]);
+  assert.deepEqual(hello.type === FrameType.Hello && [hello.token, hello.device, hello.protoVersion], ["tok-1", "phone", 7]);
   assert.equal((node.requests[0] as { cmid: string }).cmid, it.cmid);
   assert.equal((await store.load()).outbox[0]!.status, "sent");
   await c.close();

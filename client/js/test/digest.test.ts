@@ -8,7 +8,7 @@ import { fileURLToPath } from "node:url";
 import { dirname, join } from "node:path";
 
 import { digestEqual, digestOf, digestRecord } from "../src/digest.js";
-import { makeEntry, type Entry } from "../src/frames.js";
+import { Kind, makeEntry, type Entry } from "../src/frames.js";
 
 const here = dirname(fileURLToPath(import.meta.url));
 // build-test/test → client/js → repo root
@@ -76,4 +76,25 @@ test("digest: fields it does not cover change nothing; each field it covers chan
   big.set(unhex("68656c6c6f"), 5);
   const viewed = [{ ...entries[0]!, body: big.subarray(5, 10) }, entries[1]!, entries[2]!];
   assert.equal(hex(await digestOf(viewed)), v.digest);
+});
+
+test("digest (revision 7): a folded stub digests like its original (proto TestDigestFoldedLikeOriginal)", async () => {
+  const sha = async (s: string): Promise<Uint8Array> => new Uint8Array(await crypto.subtle.digest("SHA-256", new TextEncoder().encode(s)));
+  const edit = makeEntry({ seq: 50, kind: Kind.Edit, msgId: "3.130.0", conv: "g1", convSeq: 20, sender: "alice", time: 7n, target: "3.99.0", body: new TextEncoder().encode("hello, edited") });
+  const stub = makeEntry({ seq: 50, kind: Kind.Edit, msgId: "3.130.0", conv: "g1", convSeq: 20, sender: "alice", time: 7n, target: "3.99.0", folded: 53, bodyHash: await sha("hello, edited") });
+  const receipt = makeEntry({ seq: 51, kind: Kind.Receipt, msgId: "3.120.0", conv: "g1", convSeq: 13, sender: "carol", upTo: 12 });
+  const folded = makeEntry({ seq: 51, kind: Kind.Receipt, msgId: "3.120.0", conv: "g1", convSeq: 13, sender: "carol", folded: 54 });
+  for (const [a, b] of [[edit, stub], [receipt, folded]] as const) {
+    assert.equal(hex(await digestRecord(b)), hex(await digestRecord(a)), `kind ${a.kind}: the folded record differs`);
+  }
+  assert.equal(hex(await digestOf([stub, folded])), hex(await digestOf([edit, receipt])));
+  // A stub whose hash does not match is a different record.
+  const bad = { ...stub, bodyHash: await sha("something else") };
+  assert.notEqual(hex(await digestRecord(bad)), hex(await digestRecord(edit)));
+  // A body_hash is what a folded entry hashes, never its body (it has none); unfolded, the body counts.
+  assert.equal(hex(await digestRecord({ ...stub, body: Uint8Array.of(1) })), hex(await digestRecord(edit)));
+  assert.equal(hex(await digestRecord({ ...edit, bodyHash: await sha("ignored") })), hex(await digestRecord(edit)));
+  // An entry stored by an older SDK has no folded or bodyHash field at all.
+  const old = { seq: edit.seq, kind: edit.kind, msgId: edit.msgId, conv: edit.conv, convSeq: edit.convSeq, body: edit.body };
+  assert.equal(hex(await digestRecord(old)), hex(await digestRecord(edit)));
 });

@@ -243,7 +243,7 @@ async function writeV2(factory: IDBFactory, name: string): Promise<void> {
   db.close();
 }
 
-test("idb: a schema-2 database is upgraded to 3: everything kept, the source stores added empty", async (t) => {
+test("idb: a schema-2 database is upgraded to the current schema (4): everything kept, the source stores and earlyEffects added empty", async (t) => {
   const factory = new IDBFactory();
   await writeV2(factory, "syncd:v2");
   const s = await openIdb(t, factory, "syncd:v2");
@@ -253,6 +253,8 @@ test("idb: a schema-2 database is upgraded to 3: everything kept, the source sto
   assert.deepEqual(snap.sources, []);
   assert.deepEqual(snap.outbox.map((o) => o.cmid), ["c1"]);
   assert.deepEqual((await s.messages("g1")).map((m) => new TextDecoder().decode(m.body)), ["kept"]);
+  // A view row of an older SDK has no edit or reaction fields: a message never edited, without reactions.
+  assert.deepEqual((await s.messages("g1")).map((m) => [m.edited, m.editedAt, m.reactions]), [[false, 0n, {}]]);
   assert.equal(await s.readMark("g1", "alice"), 1);
   assert.equal(await s.deliveredMark("g1", "alice"), 1);
   // The new stores work, and the old ones go on.
@@ -270,8 +272,8 @@ test("idb: a schema-2 database is upgraded to 3: everything kept, the source sto
       fail(r.error ?? new Error("open"));
     };
   });
-  assert.equal(db.version, 3);
-  assert.ok(["sourceCursors", "sourceEntries", "follows"].every((n) => db.objectStoreNames.contains(n)));
+  assert.equal(db.version, 4);
+  assert.ok(["sourceCursors", "sourceEntries", "follows", "earlyEffects"].every((n) => db.objectStoreNames.contains(n)));
   db.close();
 });
 
@@ -342,7 +344,7 @@ test("client: revision 6; SyncStart names the stored source cursors; a source's 
   const ends = record(c, "sourceEnd");
   await until(() => starts.length === 1, "SyncStart");
   const hello = node.hellos[0];
-  assert.equal(hello?.type === FrameType.Hello && hello.protoVersion, 6);
+  assert.equal(hello?.type === FrameType.Hello && hello.protoVersion, 7, "the current revision (PROTO_VERSION)");
   assert.deepEqual(namedIn(starts[0]), [{ conv: "g:old", epoch: 7n, pos: 40 }]);
   // The user log first (the gate): the entry that starts the following of the large group.
   stream().send(makeFrame(FrameType.Batch, { epoch: 9n, entries: [follow(1, Kind.MemberAdd, 7000)], head: 1 }));

@@ -257,6 +257,8 @@ func TestConformanceCatchesABrokenClient(t *testing.T) {
 		{"source_gap", "of source .* as stored, but the stream had delivered a contiguous log of it only up to 1"},
 		// stored twice, or acknowledged past the repeated batch (which broke the stream's contiguity)
 		{"duplicate", "(is stored twice|as stored, but the stream had delivered a contiguous log only up to)"},
+		// a client that takes a source's after at its word
+		{"source_after", "of source .* as stored, but the stream had delivered a contiguous log of it only up to 1"},
 		// a client that digests a folded entry by its (absent) body
 		{"folded", "the client reported mismatch over 1-"},
 	} {

@@ -45,6 +45,10 @@ type relayStream struct {
 	epoch  proto.Epoch
 	contig proto.Position
 	broken bool // a batch that did not follow was delivered: nothing after it counts
+	// forged: the scenario moved the after of the batch being delivered (source_after) from
+	// realAfter: the source's log the stream delivered is broken from it on.
+	forged    bool
+	realAfter proto.Position
 	// sources is the same for each source of the stream (large groups), by conversation.
 	sources map[string]*sourceAccount
 

@@ -130,7 +130,7 @@ func (st *relayStream) delivered(b *proto.Batch) {
 
 // sourceAccount is the contiguous log of one source the relay has delivered on a sync stream:
 // from the cursor the SyncStart named, or from where the server's first batch says it starts
-// (after), which the scenarios never change.
+// (after), which only the scenario source_after changes (relayStream.forged).
 type sourceAccount struct {
 	epoch  proto.Epoch
 	contig proto.Position
@@ -152,10 +152,18 @@ func (st *relayStream) deliveredSource(b *proto.Batch) {
 			st.sources[c.Conv] = &sourceAccount{epoch: c.Epoch, contig: c.Pos}
 		}
 	}
+	after := b.After
+	if st.forged {
+		after = st.realAfter
+	}
 	acc := st.sources[b.Source]
 	if acc == nil {
-		acc = &sourceAccount{epoch: b.Epoch, contig: b.After}
+		acc = &sourceAccount{epoch: b.Epoch, contig: after}
 		st.sources[b.Source] = acc
+	}
+	if st.forged {
+		st.forged, acc.broken = false, true
+		return
 	}
 	if b.After > acc.contig { // the server starts a later period of the user's: not a fault
 		acc.contig = b.After

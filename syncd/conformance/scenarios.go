@@ -161,6 +161,26 @@ var scenarios = []*scenario{
 		},
 	},
 	{
+		name: "source_after", section: "PROTOCOL §6 (Sources: where a source starts, after), §8.4 (Batch, steps 2-3)", seeds: 12, largeGroup: true,
+		summary:    "makes the run's conversation a large group read as a source, and rewrites the first batch of the source that carries conv_seq 5 so that it starts at 5 with after 4, as if the positions before were not the user's",
+		correct:    "accepts an after other than its cursor only where its log shows why (the entry that started the following at after, or a removal and re-addition); here it shows neither: a gap, so it stores nothing of that batch, restarts from its stored cursors and gets every message",
+		waitingFor: "every message of the group, those before conv_seq 5 included",
+		onServer: func(r *run, st *relayStream, f proto.Frame) []proto.Frame {
+			b, ok := f.(*proto.Batch)
+			if !ok || b.Source == "" || st.role != roleSync || r.s.injected {
+				return nil
+			}
+			i := seqIndex(b, 5)
+			if i <= 0 { // the batch must have entries before 5 to leave out
+				return nil
+			}
+			r.s.injected, st.forged, st.realAfter = true, true, b.After
+			c := *b
+			c.Entries, c.After = slices.Clone(b.Entries[i:]), 4
+			return []proto.Frame{&c}
+		},
+	},
+	{
 		name: "duplicate", section: "PROTOCOL §8.4 (Batch, steps 2-4)", seeds: 12,
 		summary: "sends the first batch that carries position 5 and then its entries from position 5 on again, so the client gets those entries twice",
 		correct: "stores each entry once: the repeated batch does not continue the cursor, so it is not stored (a restart from the stored cursor is fine); no message appears twice",

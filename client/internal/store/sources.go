@@ -154,8 +154,8 @@ func lastFollowMark(r pebble.Reader, conv string, before proto.Position) (seq pr
 //
 //   - a source the device has no cursor for: from after, whatever its epoch (adopted). The
 //     gate (§6) has stored the user-log entry that started the following before any frame of
-//     the source, so after is where the log says it starts; it is not checked against that
-//     entry, which a rebase of the user log may have jumped over;
+//     the source, so after must be where the log says it starts — unless the log does not say
+//     (a rebase of the user log jumped over the entry), when after is taken as it comes;
 //   - else, under the stored epoch (ErrEpochMismatch), from the stored cursor — or from an after
 //     beyond it when the user log shows the user was removed and added again there (sourceStart).
 //
@@ -267,6 +267,16 @@ func sourceStart(r pebble.Reader, conv string, epoch proto.Epoch, after proto.Po
 	case err != nil:
 		return 0, err
 	case !has:
+		// Where the log says the following started, if it says (a rebase of the user log
+		// may have jumped over the entry): a first batch from elsewhere is a gap (§6).
+		seq, kind, found, err := lastFollowMark(r, conv, ^proto.Position(0))
+		if err != nil {
+			return 0, err
+		}
+		if found && followStart(kind) && seq != after {
+			return 0, fmt.Errorf("%w: source %s: the first batch follows %d, the user log says the following started at %d",
+				ErrNotContiguous, conv, after, seq)
+		}
 		return after, nil
 	case cur.Epoch == 0 && cur.Pos != 0:
 		return 0, fmt.Errorf("client: stored cursor (0, %d) of source %s has no epoch", cur.Pos, conv)

@@ -703,7 +703,8 @@ export interface FollowMarks {
  *
  * * no stored cursor: `after` — a source the SyncStart did not name, or whose cursor a
  *   SourceEnd dropped and which the user joined again (the gate stored the user-log entry that
- *   started the following first); its epoch is adopted;
+ *   started the following first, so `after` must be where that entry is, unless a rebase of
+ *   the user log jumped over it and the log does not say); its epoch is adopted;
  * * a stored cursor: the batch's epoch must be the cursor's; an `after` of 0 or at the cursor
  *   continues the cursor; an `after` beyond it (the user was removed and added again, and the
  *   positions between were not the user's) only when the user log shows exactly that: a
@@ -716,7 +717,15 @@ export interface FollowMarks {
  */
 export async function sourceStart(marks: FollowMarks, conv: string, cur: SubCursor | undefined, epoch: bigint, after: number): Promise<number> {
   if (epoch === 0n) throw new NotContiguousError(`batch of source ${conv} without an epoch`);
-  if (!cur || (cur.epoch === 0n && cur.pos === 0)) return after;
+  if (!cur || (cur.epoch === 0n && cur.pos === 0)) {
+    // Where the log says the following started, if it says (a rebase of the user log may have
+    // jumped over the entry): a first batch from elsewhere is a gap.
+    const last = await marks.lastFollowBefore(conv, Number.MAX_SAFE_INTEGER);
+    if (last !== undefined && followStarts(last.kind) && last.convSeq !== after) {
+      throw new NotContiguousError(`source ${conv}: the first batch follows ${after}, the user log says the following started at ${last.convSeq}`);
+    }
+    return after;
+  }
   if (cur.epoch === 0n) throw new NotContiguousError(`stored cursor (0, ${cur.pos}) of source ${conv} has no epoch`);
   if (epoch !== cur.epoch) throw new NotContiguousError(`batch of source ${conv} of epoch ${epoch}, stored epoch ${cur.epoch}`);
   if (after === 0 || after === cur.pos) return cur.pos;

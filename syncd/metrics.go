@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/syncd-dev/syncd/raftstore"
+	"github.com/syncd-dev/syncd/syncd/buildinfo"
 	"github.com/syncd-dev/syncd/syncd/transport"
 )
 
@@ -182,6 +183,14 @@ func newMetrics(reg *prometheus.Registry, node metricsNode, conns func() int64, 
 		Namespace: "syncd", Subsystem: "handshake", Name: "address_validated_total",
 		Help: "Client connections that proved their source address (a QUIC Retry, asked for while half the handshake limit is in use, or an address token).",
 	})
+	build := buildinfo.Get()
+	buildInfo := prometheus.NewGauge(prometheus.GaugeOpts{
+		Namespace: "syncd", Name: "build_info",
+		Help:        "Always 1; its labels say which build this node runs (syncd -version), to follow a rolling upgrade.",
+		ConstLabels: prometheus.Labels{"version": build.Version, "revision": build.Revision, "goversion": build.GoVersion},
+	})
+	buildInfo.Set(1)
+	reg.MustRegister(buildInfo)
 	reg.MustRegister(
 		sendAck, m.delivery, m.fanout, m.syncStreams, m.staleTurns, m.clientGaps, m.mismatches, refused, m.validated,
 		reqRefused, m.writeStalls, sessions, webRefused, reports,

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"runtime"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -132,6 +133,7 @@ func TestAdminServesMetricsHealthReadinessAndPprof(t *testing.T) {
 		`syncd_fanout_lag_entries{shard="1"} 1`,
 		`syncd_fanout_lag_entries{shard="2"} 0`,
 		`syncd_connections 3`,
+		`syncd_build_info{goversion="` + runtime.Version() + `",revision="",version="devel"} 1`,
 		`syncd_sync_streams 1`,
 		`syncd_client_gaps_total 1`,
 		`syncd_client_digest_mismatches_total 2`,

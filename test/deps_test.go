@@ -54,6 +54,7 @@ var rules = map[string]rule{
 	"bench/procstat":                  {outside: []string{}},
 	"bench":                           {repo: []string{"log/ident", "client", "client/internal/store", "proto", "test/testkit"}, deny: serverOnly},
 	"syncd/adminapi":                  {outside: []string{}},
+	"syncd/buildinfo":                 {outside: []string{}}, // the build's version: syncd and syncctl print it
 	"syncd/auth":                      {repo: []string{"log/ident", "proto", "syncd/adminapi"}, outside: []string{msgpack}},
 	"syncd/routing":                   {repo: []string{"log/ident", "log", "raftstore"}},
 	"syncd/peer":                      {repo: []string{"log/ident", "log", "proto", "raftstore", "syncd/adminapi"}},
@@ -62,19 +63,19 @@ var rules = map[string]rule{
 	"syncd/transport":                 {repo: []string{"log/ident", "proto"}, deny: []string{hashicorp}},
 	"syncd/admin": {repo: []string{"log/ident", "log", "proto", "raftstore", "syncd/adminapi", "syncd/fanout", "syncd/peer",
 		"syncd/routing"}},
-	"syncd": {repo: []string{"log/ident", "log", "proto", "raftstore", "syncd/admin", "syncd/adminapi", "syncd/auth",
+	"syncd": {repo: []string{"log/ident", "log", "proto", "raftstore", "syncd/admin", "syncd/adminapi", "syncd/auth", "syncd/buildinfo",
 		"syncd/fanout", "syncd/moves", "syncd/peer", "syncd/routing", "syncd/transport"}},
 	// The conformance kit embeds a whole server and sits beside it: only commands and tests import it.
 	"syncd/conformance": {repo: []string{"log/ident", "log", "proto", "raftstore", "syncd", "syncd/admin", "syncd/adminapi",
-		"syncd/auth", "syncd/fanout", "syncd/moves", "syncd/peer", "syncd/routing", "syncd/transport"}},
+		"syncd/auth", "syncd/buildinfo", "syncd/fanout", "syncd/moves", "syncd/peer", "syncd/routing", "syncd/transport"}},
 	"syncd/syncdtest": {repo: []string{"log/ident", "log", "proto", "raftstore", "syncd", "syncd/admin", "syncd/adminapi",
-		"syncd/auth", "syncd/fanout", "syncd/moves", "syncd/peer", "syncd/routing", "syncd/transport", "test/testkit"}},
+		"syncd/auth", "syncd/buildinfo", "syncd/fanout", "syncd/moves", "syncd/peer", "syncd/routing", "syncd/transport", "test/testkit"}},
 	"test/testkit":     {outside: []string{}},
 	"test/browser":     {repo: []string{}, outside: []string{}}, // runs the TypeScript SDK's journeys with Node
 	"test/proccluster": {repo: []string{"log/ident", "proto", "raftstore", "log", "syncd/adminapi", "syncd/auth", "test/testkit"}},
 	// syncctl is a user's and operator's tool: it speaks the protocol (client) and the admin API
 	// (adminapi, auth), and links none of the server.
-	"cmd/syncctl": {repo: []string{"log/ident", "client", "client/internal/store", "proto", "log", "syncd/adminapi", "syncd/auth"},
+	"cmd/syncctl": {repo: []string{"log/ident", "client", "client/internal/store", "proto", "log", "syncd/adminapi", "syncd/auth", "syncd/buildinfo"},
 		deny: []string{raft}},
 	// Commands, benchmarks' runner and tests put the pieces together: anything.
 	"cmd/syncd":        {repo: []string{"*"}},

@@ -19,6 +19,8 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+
+	"github.com/syncd-dev/syncd/syncd/buildinfo"
 )
 
 func main() {
@@ -92,6 +94,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case "help", "-h", "-help", "--help":
 		usage(e.stdout)
 		return exitOK
+	case "version", "-version", "--version":
+		fmt.Fprintln(e.stdout, "syncctl", buildinfo.Get())
+		return exitOK
 	}
 	for _, c := range commands {
 		if c.name == name {
@@ -125,7 +130,8 @@ Quick start (with "go run ./cmd/syncd" running on its defaults):
 The commands marked (admin HTTP) send the node's admin token, read from ./syncd-data/admin.token
 where a local syncd creates it, or from -data-dir, -admin-token-file or $SYNCD_ADMIN_TOKEN.
 
-Run "syncctl <command> -h" for the flags of a command and an example.
+Run "syncctl <command> -h" for the flags of a command and an example, "syncctl -version" for
+the build.
 `)
 }
 

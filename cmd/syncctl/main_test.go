@@ -15,6 +15,7 @@ import (
 	"github.com/syncd-dev/syncd/proto"
 	"github.com/syncd-dev/syncd/syncd"
 	"github.com/syncd-dev/syncd/syncd/auth"
+	"github.com/syncd-dev/syncd/syncd/buildinfo"
 	"github.com/syncd-dev/syncd/syncd/syncdtest"
 	"github.com/syncd-dev/syncd/test/testkit"
 )
@@ -319,5 +320,13 @@ func TestParseSample(t *testing.T) {
 	s, ok = parseSample(`syncd_connections 1.5e+06`)
 	if !ok || s.value != "1500000" || len(s.labels) != 0 {
 		t.Fatalf("%+v %v", s, ok)
+	}
+}
+
+// TestVersion: syncctl -version prints the build on one line.
+func TestVersion(t *testing.T) {
+	code, out, _ := syncctl(t, "-version")
+	if code != exitOK || !strings.HasPrefix(out, "syncctl "+buildinfo.Get().Version+" (") {
+		t.Errorf("syncctl -version: exit %d, printed %q", code, out)
 	}
 }

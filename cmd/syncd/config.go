@@ -95,6 +95,7 @@ type fileConfig struct {
 type options struct {
 	settings    fileConfig // defaults < config file < flags on the command line
 	printConfig bool
+	version     bool // -version: print the build and exit
 	// source names where each setting came from, for error messages.
 	source func(flagName string) string
 }
@@ -122,6 +123,7 @@ func parseArgs(args []string, usage io.Writer) (options, error) {
 	bindFlags(fs, &first)
 	configFile := fs.String("config", "", "TOML `file` with settings; flags given on the command line override it")
 	printConfig := fs.Bool("print-config", false, "print the effective configuration as a commented TOML file and exit")
+	version := fs.Bool("version", false, "print the build (version, commit, Go release) and exit")
 	fs.Usage = func() {}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -136,6 +138,9 @@ func parseArgs(args []string, usage io.Writer) (options, error) {
 		return options{}, fmt.Errorf("unexpected argument %q: syncd takes only flags (syncd -h lists them)", fs.Arg(0))
 	}
 
+	if *version {
+		return options{version: true}, nil // nothing else is read: it works with any other flags
+	}
 	o := options{settings: defaults(), printConfig: *printConfig}
 	var md toml.MetaData
 	if *configFile != "" {

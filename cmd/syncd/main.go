@@ -34,6 +34,7 @@ import (
 	"github.com/syncd-dev/syncd/syncd"
 	"github.com/syncd-dev/syncd/syncd/adminapi"
 	"github.com/syncd-dev/syncd/syncd/auth"
+	"github.com/syncd-dev/syncd/syncd/buildinfo"
 	"github.com/syncd-dev/syncd/syncd/transport"
 )
 
@@ -68,6 +69,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		printErr(stderr, err)
 		return 2
+	}
+	if opts.version {
+		fmt.Fprintln(stdout, "syncd", buildinfo.Get())
+		return 0
 	}
 	cfg, err := opts.toConfig(stderr)
 	if err != nil {
@@ -161,7 +166,7 @@ func serve(ctx context.Context, cfg syncd.Config, s fileConfig) error {
 	if limit != math.MaxInt64 {
 		mib = strconv.FormatInt(limit>>20, 10)
 	}
-	l.Info("syncd serving; stop with Ctrl-C or SIGTERM", "memory_limit_mib", mib, "memory_limit_from", limitFrom)
+	l.Info("syncd serving; stop with Ctrl-C or SIGTERM", "version", buildinfo.Get().String(), "memory_limit_mib", mib, "memory_limit_from", limitFrom)
 	err = srv.Run(ctx)
 	if errors.Is(err, context.Canceled) {
 		err = nil

@@ -29,6 +29,7 @@ import (
 	"github.com/syncd-dev/syncd/syncd"
 	"github.com/syncd-dev/syncd/syncd/adminapi"
 	"github.com/syncd-dev/syncd/syncd/auth"
+	"github.com/syncd-dev/syncd/syncd/buildinfo"
 	"github.com/syncd-dev/syncd/test/testkit"
 )
 
@@ -694,5 +695,17 @@ func TestMinFreeDiskOff(t *testing.T) {
 	}
 	if got := mustLoad(t).MinFreeDisk; got != syncd.DefaultConfig().MinFreeDisk {
 		t.Errorf("default MinFreeDisk %d, want %d", got, syncd.DefaultConfig().MinFreeDisk)
+	}
+}
+
+// TestVersion: -version prints the build on one line and exits 0, whatever else the command
+// line says, and reads no configuration.
+func TestVersion(t *testing.T) {
+	var out, errOut bytes.Buffer
+	if rc := run(context.Background(), []string{"-version", "-config", "/nonexistent.toml"}, &out, &errOut); rc != 0 {
+		t.Fatalf("syncd -version: exit %d, %s", rc, errOut.String())
+	}
+	if got := out.String(); !strings.HasPrefix(got, "syncd "+buildinfo.Get().Version+" (") || strings.Count(got, "\n") != 1 {
+		t.Errorf("syncd -version printed %q", got)
 	}
 }

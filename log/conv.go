@@ -9,7 +9,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 
-	"github.com/syncd-dev/syncd/log/ident"
+	"github.com/syncd-dev/syncd/proto/ident"
 )
 
 // Append is a request to add an entry to a conversation log: a message, a read receipt, a recall,

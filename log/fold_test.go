@@ -8,7 +8,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/syncd-dev/syncd/log/ident"
+	"github.com/syncd-dev/syncd/proto/ident"
 )
 
 // try appends req (with the test threshold) and delivers its outbox record, returning the error.

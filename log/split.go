@@ -8,7 +8,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 
-	"github.com/syncd-dev/syncd/log/ident"
+	"github.com/syncd-dev/syncd/proto/ident"
 )
 
 // Splits: where a source shard's outbox sends the entries of a user whose stream is split into

@@ -7,7 +7,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/syncd-dev/syncd/log/ident"
+	"github.com/syncd-dev/syncd/proto/ident"
 )
 
 // ShardID names one shard (one Raft group). Shard IDs are never reused, which is what makes

@@ -1,7 +1,7 @@
 // Package proto is syncd's wire protocol: the frames a client and a server exchange over QUIC,
 // their msgpack encoding, the framing that delimits them on a stream, and the error codes. It is
 // the only package the server (syncd) and the Go SDK (client) share, and it imports nothing
-// from this module. docs/PROTOCOL.md is the specification for implementers in other languages;
+// from this module but its own leaf proto/ident (the id rules the storage core applies too). docs/PROTOCOL.md is the specification for implementers in other languages;
 // this package is its reference implementation.
 //
 // # Transport

@@ -3,7 +3,7 @@ package proto
 import (
 	"strconv"
 
-	"github.com/syncd-dev/syncd/log/ident"
+	"github.com/syncd-dev/syncd/proto/ident"
 )
 
 // ALPN is the TLS application protocol a client offers and the server requires. Its number is

@@ -1,6 +1,6 @@
 package proto
 
-import "github.com/syncd-dev/syncd/log/ident"
+import "github.com/syncd-dev/syncd/proto/ident"
 
 // The sync stream. The client opens it with SyncStart carrying its stored cursor; the server
 // answers with Batches of contiguous entries from there, then keeps the stream open, pushing

@@ -4,7 +4,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/syncd-dev/syncd/log/ident"
+	"github.com/syncd-dev/syncd/proto/ident"
 )
 
 // Position is a place in a log: the first entry is at 1, the next at 2, and so on without holes.

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/syncd-dev/syncd/log"
-	"github.com/syncd-dev/syncd/log/ident"
+	"github.com/syncd-dev/syncd/proto/ident"
 	"github.com/syncd-dev/syncd/raftstore"
 	"github.com/syncd-dev/syncd/syncd"
 	"github.com/syncd-dev/syncd/syncd/routing"

@@ -16,8 +16,8 @@ import (
 	quicgo "github.com/quic-go/quic-go"
 	"github.com/quic-go/webtransport-go"
 
-	"github.com/syncd-dev/syncd/log/ident"
 	"github.com/syncd-dev/syncd/proto"
+	"github.com/syncd-dev/syncd/proto/ident"
 	"github.com/syncd-dev/syncd/syncd"
 	"github.com/syncd-dev/syncd/syncd/adminapi"
 	"github.com/syncd-dev/syncd/syncd/auth"

@@ -8,7 +8,7 @@ import (
 	"net/url"
 	"text/tabwriter"
 
-	"github.com/syncd-dev/syncd/log"
+	"github.com/syncd-dev/syncd/proto/ident"
 	"github.com/syncd-dev/syncd/syncd/adminapi"
 )
 
@@ -30,7 +30,7 @@ syncctl cursor -user alice -json | jq .devices`)
 	if code, ok := parse(e, f, args); !ok {
 		return code
 	}
-	if !log.ValidLog(*user) {
+	if !ident.ValidLog(*user) {
 		e.errorf(cmd, "-user is required: a user id, or a sub-log's (\"<uid> <i>\", see -h)")
 		return exitUsage
 	}

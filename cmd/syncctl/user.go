@@ -8,7 +8,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/syncd-dev/syncd/log"
+	"github.com/syncd-dev/syncd/proto/ident"
 	"github.com/syncd-dev/syncd/syncd/adminapi"
 	"github.com/syncd-dev/syncd/syncd/auth"
 )
@@ -90,12 +90,12 @@ syncctl split-user -user support-bot -subs 4`)
 	var admin adminFlags
 	admin.register(f)
 	user := f.String("user", "", "the user whose stream to split (required)")
-	subs := f.Int("subs", 0, fmt.Sprintf("the number of sub-logs, 2 to %d (required)", log.MaxSubLogs))
+	subs := f.Int("subs", 0, fmt.Sprintf("the number of sub-logs, 2 to %d (required)", ident.MaxSubLogs))
 	if code, ok := parse(e, f, args); !ok {
 		return code
 	}
-	if *user == "" || *subs < 2 || *subs > log.MaxSubLogs {
-		fmt.Fprintf(e.stderr, "syncctl split-user: needs -user and -subs (2 to %d)\n", log.MaxSubLogs)
+	if *user == "" || *subs < 2 || *subs > ident.MaxSubLogs {
+		fmt.Fprintf(e.stderr, "syncctl split-user: needs -user and -subs (2 to %d)\n", ident.MaxSubLogs)
 		return exitUsage
 	}
 	return startMove(ctx, e, &admin, cmd, "/v1/users/"+url.PathEscape(*user)+"/split?subs="+strconv.Itoa(*subs))

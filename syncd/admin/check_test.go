@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/syncd-dev/syncd/log"
-	"github.com/syncd-dev/syncd/log/ident"
+	"github.com/syncd-dev/syncd/proto/ident"
 	"github.com/syncd-dev/syncd/raftstore"
 	"github.com/syncd-dev/syncd/raftstore/raftstoretest"
 	"github.com/syncd-dev/syncd/syncd"

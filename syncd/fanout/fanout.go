@@ -50,7 +50,7 @@ import (
 // committing. The deliveries of all the sources a node drains meet in one lane per destination
 // (lane.go), which has one proposal in flight and puts the batches queued meanwhile into the
 // next one, so a destination takes one Raft entry per commit however many sources feed it:
-// that is the batching the sequential rounds had, without their wait (D36). The outbox is trimmed
+// that is the batching the sequential rounds had, without their wait (D39). The outbox is trimmed
 // every TrimEvery, not after every round.
 //
 // Failures are isolated per destination. A destination that fails backs off on its own, and one
@@ -521,7 +521,7 @@ func (f *Fanout) settleTrim(ctx context.Context, s *source, o outcome) {
 // flight at once, and each next batch holds everything that arrived while the last one was
 // committing. An entry then waits for at most the one commit before its own, not for a round of
 // commits to every destination in turn, as it did when the rounds proposed to the destinations
-// one after another (D34, D36). Destinations read one window of the outbox together when they
+// one after another (D34, D39). Destinations read one window of the outbox together when they
 // are close (one read, a batch each; the records read stay in memory for the next rounds, see
 // read); one far behind (back after an outage) reads its own window, so it catches up without
 // holding the others to its pace. moved says whether the source may have applied something since

@@ -17,7 +17,7 @@ import (
 // entry per commit however many sources feed it. This is what keeps the batching of the old
 // sequential rounds (a send cost 1.22 Raft entries there) now that each source proposes to every
 // destination at once: without lanes, pipelining alone cost 1.75 entries per send and 0.91 of
-// the throughput (D36, docs/BENCHMARKS.md).
+// the throughput (D39, docs/BENCHMARKS.md).
 //
 // A lane keeps failures with its destination: a proposal that hangs holds up only the batches
 // queued behind it, all for the same shard. Each source has at most one batch in a lane (its

@@ -38,7 +38,7 @@ const MAX_REACTION_LEN = 64;
  * Whether s may be put on a message as a reaction (§6 React): 1–64 bytes of UTF-8 with no
  * control characters and no white space, and not only invisible format characters (Cf, Mn, Me:
  * a zero-width joiner or a variation selector alone shows nothing). The server's rule
- * (log/ident/ident.go ValidReaction); a string with a lone surrogate is not valid UTF-8.
+ * (proto/ident/ident.go ValidReaction); a string with a lone surrogate is not valid UTF-8.
  */
 export function validReaction(s: string): boolean {
   if (s.length === 0 || /[\p{Cs}\p{Cc}\p{White_Space}]/u.test(s)) return false;

@@ -102,7 +102,7 @@ for (const [name, open] of stores) {
   });
 }
 
-test("validReaction: the server's rule (log/ident ValidReaction)", () => {
+test("validReaction: the server's rule (proto/ident ValidReaction)", () => {
   for (const ok of ["👍", "❤️", "👨‍👩‍👧‍👦", "+1", "thumbs_up", "x".repeat(64), "é", "日本"]) assert.ok(validReaction(ok), ok);
   const bad = ["", "x".repeat(65), "👍".repeat(17), "a b", "a\tb", "\n", "a\u00a0b", "a\u3000b", "\u0007", "\u007f", "\u200d", "\ufe0f", "\u200d\ufe0f", "\u0301", "\ud83d"];
   for (const no of bad) assert.ok(!validReaction(no), JSON.stringify(no));

@@ -4,7 +4,8 @@
 // It is its own package, with no dependencies, so that both the state machine (package log,
 // which decides) and the protocol (package proto, which clients build ids with) use one copy of
 // the rules: a direct conversation id that a client computes is exactly the one the server
-// checks.
+// checks. It sits under proto because the ids are the protocol's: a tool that speaks the
+// protocol (syncctl) imports it without linking the state machine.
 package ident
 
 import (

@@ -107,7 +107,8 @@ func usageHead() string {
 	b.WriteString("Usage: syncd [-config file] [flags]\n       syncd conformance [flags]   (the conformance kit for client authors: syncd conformance -h)\n\n")
 	wrap(&b, "", fmt.Sprintf("Runs a syncd server node. With no flags: a single node on embedded defaults, data in %s, "+
 		"clients over QUIC on %s, admin HTTP on %s, Raft on %s. Settings come from the defaults, then the "+
-		"-config file (TOML, see docs/syncd.example.toml; syncd -print-config prints one), then the flags given here.",
+		"-config file (TOML, see docs/syncd.example.toml; syncd -print-config prints one; SYNCD_CONFIG names it when -config is not given), "+
+		"then the environment (SYNCD_ and the key in upper case: SYNCD_DATA_DIR for data_dir), then the flags given here.",
 		d.DataDir, d.Listen, d.Admin, d.RaftAddr))
 	b.WriteString("\nFlags:\n")
 	return b.String()
@@ -121,7 +122,7 @@ func parseArgs(args []string, usage io.Writer) (options, error) {
 	fs.SetOutput(io.Discard)
 	first := defaults()
 	bindFlags(fs, &first)
-	configFile := fs.String("config", "", "TOML `file` with settings; flags given on the command line override it")
+	configFile := fs.String("config", "", "TOML `file` with settings (default $SYNCD_CONFIG); SYNCD_* variables and flags given on the command line override it")
 	printConfig := fs.Bool("print-config", false, "print the effective configuration as a commented TOML file and exit")
 	version := fs.Bool("version", false, "print the build (version, commit, Go release) and exit")
 	fs.Usage = func() {}
@@ -142,12 +143,19 @@ func parseArgs(args []string, usage io.Writer) (options, error) {
 		return options{version: true}, nil // nothing else is read: it works with any other flags
 	}
 	o := options{settings: defaults(), printConfig: *printConfig}
+	if *configFile == "" {
+		*configFile = os.Getenv(envConfig)
+	}
 	var md toml.MetaData
 	if *configFile != "" {
 		var err error
 		if md, err = decodeFile(*configFile, &o.settings); err != nil {
 			return options{}, err
 		}
+	}
+	fromEnv, err := applyEnv(&o.settings)
+	if err != nil {
+		return options{}, err
 	}
 	// Second pass onto the merged settings: only the flags on the command line are set again,
 	// so they override the file and nothing else does. Visit tells which those were.
@@ -163,12 +171,47 @@ func parseArgs(args []string, usage io.Writer) (options, error) {
 	fs2.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	o.source = func(name string) string {
 		key := strings.ReplaceAll(name, "-", "_")
-		if !set[name] && md.IsDefined(key) {
+		switch {
+		case set[name]:
+		case fromEnv[key]:
+			return envName(key)
+		case md.IsDefined(key):
 			return fmt.Sprintf("%s: %s", *configFile, key)
 		}
 		return "-" + name
 	}
 	return o, nil
+}
+
+// envConfig names the config file when -config is not given.
+const envConfig = "SYNCD_CONFIG"
+
+// envName is the environment variable of a file key: SYNCD_ and the key in upper case
+// (data_dir, SYNCD_DATA_DIR).
+func envName(key string) string { return "SYNCD_" + strings.ToUpper(key) }
+
+// applyEnv sets every setting whose environment variable is set (envName), parsed as its flag
+// is, over c, and reports which keys it set. Containers and systemd units configure a node this
+// way; a value that does not parse is an error naming the variable. Other SYNCD_ variables
+// (syncctl's SYNCD_TOKEN, say) are not syncd's and are left alone.
+func applyEnv(c *fileConfig) (map[string]bool, error) {
+	fs := flag.NewFlagSet("env", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	bindFlags(fs, c)
+	set := map[string]bool{}
+	var errs []error
+	for _, st := range settings {
+		v, ok := os.LookupEnv(envName(st.key))
+		if !ok {
+			continue
+		}
+		if err := fs.Set(flagName(st.key), v); err != nil {
+			errs = append(errs, fmt.Errorf("%s=%q: %v", envName(st.key), v, err))
+			continue
+		}
+		set[st.key] = true
+	}
+	return set, errors.Join(errs...)
 }
 
 // decodeFile reads the TOML file at path over c: keys it has replace fields of c, keys it lacks

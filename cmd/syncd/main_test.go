@@ -709,3 +709,34 @@ func TestVersion(t *testing.T) {
 		t.Errorf("syncd -version printed %q", got)
 	}
 }
+
+// TestEnvironment: SYNCD_<KEY> sets a setting over the file, a flag on the command line over
+// both; SYNCD_CONFIG names the file when -config is not given; a value that does not parse is an
+// error naming the variable; a bad value's error names where it came from; other SYNCD_
+// variables (syncctl's) are not syncd's business.
+func TestEnvironment(t *testing.T) {
+	file := writeFile(t, "shards = 3\nrecall_window = \"90s\"\nmax_group_size = 500\n")
+	t.Setenv("SYNCD_CONFIG", file)
+	t.Setenv("SYNCD_RECALL_WINDOW", "5m")
+	t.Setenv("SYNCD_MAX_GROUP_SIZE", "700")
+	t.Setenv("SYNCD_PEERS", "n1=a:1, n2=b:2")
+	t.Setenv("SYNCD_TOKEN", "syncctl's, not a setting")
+	cfg := mustLoad(t, "-max-group-size", "900")
+	if cfg.Shards != 3 || cfg.RecallWindow != 5*time.Minute || cfg.MaxGroupSize != 900 || len(cfg.Peers) != 2 || cfg.Peers[1].Addr != "b:2" {
+		t.Errorf("file < environment < flags: shards %d (file: 3), recall window %v (environment: 5m), max group size %d (flag: 900), peers %+v",
+			cfg.Shards, cfg.RecallWindow, cfg.MaxGroupSize, cfg.Peers)
+	}
+	// -config beats SYNCD_CONFIG.
+	if cfg := mustLoad(t, "-config", writeFile(t, "shards = 5\n")); cfg.Shards != 5 {
+		t.Errorf("-config over SYNCD_CONFIG: shards %d, want 5", cfg.Shards)
+	}
+	t.Setenv("SYNCD_RECALL_WINDOW", "soon")
+	if _, err := loadConfig(nil); err == nil || !strings.Contains(err.Error(), `SYNCD_RECALL_WINDOW="soon"`) {
+		t.Errorf("an unparsable value: %v, want an error naming SYNCD_RECALL_WINDOW", err)
+	}
+	t.Setenv("SYNCD_RECALL_WINDOW", "5m")
+	t.Setenv("SYNCD_MAX_FRAME", "10")
+	if _, err := loadConfig(nil); err == nil || !strings.Contains(err.Error(), "SYNCD_MAX_FRAME") {
+		t.Errorf("a value out of range: %v, want an error naming SYNCD_MAX_FRAME", err)
+	}
+}

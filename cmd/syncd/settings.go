@@ -415,8 +415,9 @@ const printHead = `# syncd configuration: syncd -config syncd.toml
 # Written by syncd -print-config, which prints the settings a node would run with: with no flags
 # and no file, every value is the default, and that output is docs/syncd.example.toml. Every key
 # is optional; the comment above each names its default. Each key has a flag of the same name in
-# kebab-case (data_dir, -data-dir); flags given on the command line override the file. An unknown
-# key is an error. Durations are Go durations: "90s", "10m", "720h".
+# kebab-case (data_dir, -data-dir) and an environment variable in upper case (SYNCD_DATA_DIR);
+# the environment overrides the file, and flags given on the command line override both. An
+# unknown key is an error. Durations are Go durations: "90s", "10m", "720h".
 `
 
 // commentWidth is where writeTOML wraps comments.

@@ -262,6 +262,7 @@ func (s *Server) Run(ctx context.Context) error {
 			return transport.FromQUIC(c), nil
 		})
 	}
+	s.handOver()
 	cancel()
 	s.ln.Close()
 	wg.Wait()
@@ -273,6 +274,26 @@ func (s *Server) Run(ctx context.Context) error {
 	closeCtx, done := context.WithTimeout(context.Background(), 5*time.Second)
 	defer done()
 	return errors.Join(s.admin.Close(closeCtx), s.node.Close()) // admin first: scrapes read the store
+}
+
+// handOverTimeout bounds how long a stopping node waits for its groups' new leaders: a
+// transfer takes a round trip or two, and one to a follower that lags a little, a few more.
+const handOverTimeout = 5 * time.Second
+
+// handOver gives the leadership of every group this node leads to another node before it stops
+// (raftstore.Node.HandOver), so that a node stopped on purpose — SIGTERM, a rolling upgrade —
+// stalls no write for an election timeout, as a crash does.
+func (s *Server) handOver() {
+	ctx, cancel := context.WithTimeout(context.Background(), handOverTimeout)
+	defer cancel()
+	start := time.Now()
+	handed, err := s.node.HandOver(ctx)
+	if handed > 0 {
+		s.logger.Info("handed the leadership of this node's groups to other nodes", "groups", handed, "took", time.Since(start).Round(time.Millisecond))
+	}
+	if err != nil {
+		s.logger.Warn("some groups were not handed over: they elect a leader after this node stops", "err", err)
+	}
 }
 
 // awaitClusterMap waits until this node has the cluster map, whose slot table routes every key:

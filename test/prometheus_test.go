@@ -1,0 +1,216 @@
+package test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/syncd-dev/syncd/test/testkit"
+)
+
+// alertRules is the alert rules file the project ships (docs/OPERATIONS.md, "Alerts").
+const alertRules = "../cmd/syncd/deploy/alerts.yml"
+
+// TestPrometheusAlerts: a real Prometheus (Debian's) scrapes a real three-node cluster with the
+// shipped alert rules and fires nothing while the cluster is healthy; then a node's disk goes
+// below min_free_disk (a tmpfs filled up) and SyncdDiskLow fires for that node; then two nodes
+// are killed and SyncdNodeDown fires for each, and SyncdShardWithoutLeader for every shard the
+// survivor hosts (it lost its quorum). The rules run with their "for" durations set to 0s, so
+// that the test does not wait minutes (promtool test rules alerts_test.yml checks each "for").
+// The rules on dead letters and a stalled fan-out are checked by promtool only: making either
+// condition true on real nodes takes a refused delivery or an outbox stuck for five minutes.
+func TestPrometheusAlerts(t *testing.T) {
+	skipShort(t)
+	prom, err := exec.LookPath("prometheus")
+	if err != nil {
+		t.Skip("no prometheus on PATH (apt-get install prometheus)")
+	}
+	tl := newTimeline(t)
+	c := startClusterWithSpares(t, 3, 0, tl)
+	c.waitLeaders(60 * time.Second)
+	low := c.nodes[2]
+	filler := moveOntoSmallDisk(t, c, low)
+	// Leaders balanced again after the restart: no transfer is under way while the test asks a
+	// healthy cluster to fire nothing (the rules run with "for: 0s").
+	if err := c.pc.WaitSettled(context.Background(), 60*time.Second); err != nil {
+		t.Fatal(err)
+	}
+
+	dir := t.TempDir()
+	rules, err := os.ReadFile(alertRules)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rules = regexp.MustCompile(`(?m)^(\s+)for: .*$`).ReplaceAll(rules, []byte("${1}for: 0s"))
+	if err := os.WriteFile(filepath.Join(dir, "alerts.yml"), rules, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var targets []string
+	for _, n := range c.nodes {
+		targets = append(targets, fmt.Sprintf("      - targets: [%q]\n        labels: {instance: %s}\n", n.AdminAddr, n.ID))
+	}
+	config := "global: {scrape_interval: 1s, evaluation_interval: 1s, scrape_timeout: 900ms}\n" +
+		"rule_files: [alerts.yml]\nscrape_configs:\n  - job_name: syncd\n    static_configs:\n" + strings.Join(targets, "")
+	if err := os.WriteFile(filepath.Join(dir, "prometheus.yml"), []byte(config), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	addr := testkit.FreeAddr(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	cmd := exec.CommandContext(ctx, prom, "--config.file="+filepath.Join(dir, "prometheus.yml"),
+		"--storage.tsdb.path="+filepath.Join(dir, "data"), "--web.listen-address="+addr, "--log.level=warn")
+	logFile, err := os.Create(filepath.Join(dir, "prometheus.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cancel()
+		_ = cmd.Wait()
+		logFile.Close()
+		if t.Failed() {
+			b, _ := os.ReadFile(logFile.Name())
+			t.Logf("prometheus's log:\n%s", b)
+		}
+	})
+
+	firing := func() []string {
+		resp, err := http.Get("http://" + addr + "/api/v1/alerts")
+		if err != nil {
+			return nil
+		}
+		defer resp.Body.Close()
+		var body struct {
+			Data struct {
+				Alerts []struct {
+					Labels map[string]string `json:"labels"`
+					State  string            `json:"state"`
+				} `json:"alerts"`
+			} `json:"data"`
+		}
+		if json.NewDecoder(resp.Body).Decode(&body) != nil {
+			return nil
+		}
+		var out []string
+		for _, a := range body.Data.Alerts {
+			if a.State == "firing" {
+				out = append(out, a.Labels["alertname"]+" "+a.Labels["instance"]+a.Labels["shard"])
+			}
+		}
+		slices.Sort(out)
+		return out
+	}
+	scraped := func() bool {
+		resp, err := http.Get("http://" + addr + "/api/v1/query?query=count(up%3D%3D1)")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		var body struct {
+			Data struct {
+				Result []struct {
+					Value []any `json:"value"`
+				} `json:"result"`
+			} `json:"data"`
+		}
+		return json.NewDecoder(resp.Body).Decode(&body) == nil && len(body.Data.Result) == 1 &&
+			len(body.Data.Result[0].Value) == 2 && body.Data.Result[0].Value[1] == "3"
+	}
+	testkit.WaitTrue(t, 60*time.Second, "prometheus scraping the three nodes", scraped)
+	time.Sleep(5 * time.Second) // five evaluations of every rule on a healthy cluster
+	if got := firing(); len(got) > 0 {
+		t.Fatalf("alerts firing on a healthy cluster: %v", got)
+	}
+	tl.add("prometheus scrapes the three nodes; no alert fires")
+
+	testkit.Fill(t, filler, smallDiskWatermark/2)
+	tl.add("%s's disk filled below min_free_disk", low.ID)
+	want := "SyncdDiskLow " + low.ID
+	testkit.Wait(t, 60*time.Second, want, func() (bool, string) {
+		got := firing()
+		return slices.Contains(got, want), fmt.Sprint(got)
+	})
+	tl.add("%s fires", want)
+	if err := os.Remove(filler); err != nil {
+		t.Fatal(err)
+	}
+
+	for _, n := range c.nodes[:2] {
+		if err := n.Kill(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tl.add("n1 and n2 killed")
+	testkit.Wait(t, 60*time.Second, "node-down and no-leader alerts", func() (bool, string) {
+		got := firing()
+		down := slices.Contains(got, "SyncdNodeDown n1") && slices.Contains(got, "SyncdNodeDown n2")
+		leaderless := slices.ContainsFunc(got, func(a string) bool { return strings.HasPrefix(a, "SyncdShardWithoutLeader ") })
+		return down && leaderless && !slices.Contains(got, want), fmt.Sprint(got)
+	})
+	tl.add("firing: %v", firing())
+}
+
+// TestAlertRulesUnit runs promtool on the shipped alert rules: they parse, and every test of
+// alerts_test.yml (each alert fires on its condition after its "for", none on a healthy cluster)
+// passes.
+func TestAlertRulesUnit(t *testing.T) {
+	promtool, err := exec.LookPath("promtool")
+	if err != nil {
+		t.Skip("no promtool on PATH (apt-get install prometheus)")
+	}
+	for _, args := range [][]string{{"check", "rules", "alerts.yml"}, {"test", "rules", "alerts_test.yml"}} {
+		cmd := exec.Command(promtool, args...)
+		cmd.Dir = filepath.Dir(alertRules)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Errorf("promtool %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+	}
+}
+
+// smallDiskWatermark is the min_free_disk of a node moved onto a small disk.
+const smallDiskWatermark = 96 << 20
+
+// moveOntoSmallDisk stops n, moves its data directory onto a tmpfs mounted on the same path (as
+// root; the test is skipped otherwise), restarts it with min_free_disk smallDiskWatermark, and
+// returns the path of a file to fill that disk with.
+func moveOntoSmallDisk(t *testing.T, c *testCluster, n *clusterNode) string {
+	t.Helper()
+	if err := n.Stop(30 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	aside := n.Dir + ".before-tmpfs"
+	if err := os.Rename(n.Dir, aside); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(n.Dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	size := dirBytes(t, aside) + 3*smallDiskWatermark + 256<<20
+	testkit.TmpfsAt(t, n.Dir, size)
+	if out, err := exec.Command("cp", "-a", aside+"/.", n.Dir).CombinedOutput(); err != nil {
+		t.Fatalf("copy %s's data onto the tmpfs: %v\n%s", n.ID, err, out)
+	}
+	var extra []string // the node's own flags (its -peer-dial map), kept
+	args := n.Args()
+	if i := slices.Index(args, "-peer-dial"); i >= 0 {
+		extra = append(extra, args[i:i+2]...)
+	}
+	n.SetArgs(append(extra, "-min-free-disk", fmt.Sprint(smallDiskWatermark))...)
+	if err := n.Start(); err != nil {
+		t.Fatal(err)
+	}
+	c.waitReady(60 * time.Second)
+	return filepath.Join(n.Dir, "filler")
+}

@@ -1,6 +1,7 @@
 package log
 
 import (
+	"bytes"
 	"crypto/sha256"
 )
 
@@ -77,7 +78,7 @@ func (t *Tx) foldSuperseded(uid string, e *Entry) error {
 		return err
 	}
 	if ok && Position(prev) < e.Seq {
-		if err := t.fold(uid, Position(prev), e.Seq); err != nil {
+		if err := t.fold(uid, key, Position(prev), e.Seq); err != nil {
 			return err
 		}
 	}
@@ -87,8 +88,9 @@ func (t *Tx) foldSuperseded(uid string, e *Entry) error {
 	return t.set(key, encodeUint(uint64(e.Seq)))
 }
 
-// fold rewrites the entry at pos in uid's log as a stub superseded by the entry at by.
-func (t *Tx) fold(uid string, pos, by Position) error {
+// fold rewrites the entry at pos in uid's log, recorded under the fold index key, as a stub
+// superseded by the entry at by.
+func (t *Tx) fold(uid string, key []byte, pos, by Position) error {
 	k := t.s.k.userEntry(uid, pos)
 	v, ok, err := getValue(t.b, k)
 	if err != nil || !ok {
@@ -97,6 +99,12 @@ func (t *Tx) fold(uid string, pos, by Position) error {
 	old, err := decodeEntry(v, pos)
 	if err != nil || old.Folded != 0 {
 		return err
+	}
+	if oldKey, foldable := t.s.k.foldKey(uid, &old); !foldable || !bytes.Equal(oldKey, key) {
+		// Not the entry the index recorded: only an index outliving its log could bring this
+		// about (ResetUser drops it). Folding it would drop what a device needs, and folding
+		// is only a saving: the entry stays whole.
+		return nil
 	}
 	stub := Entry{Kind: old.Kind, MsgID: old.MsgID, Conv: old.Conv, ConvSeq: old.ConvSeq, Sender: old.Sender,
 		Time: old.Time, Target: old.Target, Folded: by}

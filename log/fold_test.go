@@ -6,7 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
+
+	"github.com/cockroachdb/pebble/v2"
 
 	"github.com/syncd-dev/syncd/proto/ident"
 )
@@ -235,4 +238,49 @@ func TestLargeGroupEditsAndReactions(t *testing.T) {
 	if head := w.s.mustHead(t, "g"); head != 4 {
 		t.Errorf("the conversation's head: %d, want 4", head)
 	}
+}
+
+// TestResetUserDropsFoldIndexAndGates: a reset log restarts at position 1, so nothing of the old
+// epoch's fold index may fold an entry of the new one, and the follow records' gates (positions
+// of the old epoch) are cleared.
+func TestResetUserDropsFoldIndexAndGates(t *testing.T) {
+	w := newLargeWorld(t)
+	dm := ident.DirectConv("ann", "bob")
+	w.do(Append{Conv: dm, Sender: "ann", ClientMsgID: "m1", Kind: KindMessage, Body: []byte("hi"), Members: []string{"ann", "bob"}})
+	w.do(Append{Conv: dm, Sender: "bob", ClientMsgID: "r1", Kind: KindReceipt, ReadUpTo: 1}) // bob's log: 2
+	w.do(Append{Conv: "g", Sender: "ann", ClientMsgID: "g", Kind: KindGroupCreate, Members: []string{"bob", "cat", "dan"}})
+	st := w.at()
+	mustApply(t, w.s, st, func(tx *Tx) error { _, err := tx.ResetUser(st, "bob"); return err })
+	if n := countFoldKeys(t, w.s, "bob"); n != 0 {
+		t.Errorf("bob's fold index after the reset: %d keys, want none", n)
+	}
+	fs, err := w.s.Follows("bob")
+	if err != nil || len(fs) != 1 || fs[0].Periods[0].Gate != 0 || fs[0].Periods[0].From != 1 {
+		t.Errorf("bob's follows after the reset: %+v, %v; want the open period, ungated", fs, err)
+	}
+	// New entries at positions 1, 2, 3: the old index (bob's receipt at 2) must fold none of them.
+	w.do(Append{Conv: dm, Sender: "ann", ClientMsgID: "m3", Kind: KindMessage, Body: []byte("again")})
+	w.do(Append{Conv: dm, Sender: "ann", ClientMsgID: "m4", Kind: KindMessage, Body: []byte("again")})
+	w.do(Append{Conv: dm, Sender: "bob", ClientMsgID: "r2", Kind: KindReceipt, ReadUpTo: 4})
+	for _, e := range w.entries("bob") {
+		if strings.Contains(e, "folded") {
+			t.Errorf("bob's new log: %q folded by the old epoch's index", e)
+		}
+	}
+}
+
+// countFoldKeys counts uid's fold index keys.
+func countFoldKeys(t *testing.T, s *Shard, uid string) int {
+	t.Helper()
+	prefix := s.k.foldPrefix(uid)
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: prefixEnd(prefix)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer it.Close()
+	n := 0
+	for ok := it.First(); ok; ok = it.Next() {
+		n++
+	}
+	return n
 }

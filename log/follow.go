@@ -93,6 +93,43 @@ func (t *Tx) noteFollow(uid string, e *Entry) error {
 	return t.set(k, encodePeriods(periods))
 }
 
+// ungateFollows clears the gates of uid's follow records, for a reset of its log (ResetUser): a
+// gate is a position of the old epoch, which the new log, restarting at 1 without the entries
+// that started the following, might never reach. The user is still a member of those groups,
+// and its devices, resyncing the new epoch, follow them at once.
+func (t *Tx) ungateFollows(uid string) error {
+	prefix := t.s.k.followPrefix(uid)
+	it, err := t.b.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: prefixEnd(prefix)})
+	if err != nil {
+		return fmt.Errorf("log: read: %w", err)
+	}
+	type record struct {
+		key     []byte
+		periods []Period
+	}
+	var recs []record
+	for ok := it.First(); ok; ok = it.Next() {
+		periods, err := decodePeriods(it.Value())
+		if err != nil {
+			it.Close()
+			return err
+		}
+		recs = append(recs, record{slices.Clone(it.Key()), periods})
+	}
+	if err := it.Close(); err != nil {
+		return fmt.Errorf("log: read: %w", err)
+	}
+	for _, r := range recs {
+		for i := range r.periods {
+			r.periods[i].Gate = 0
+		}
+		if err := t.set(r.key, encodePeriods(r.periods)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // Follows returns uid's follow records, in conversation id order: the large groups its log's
 // devices read from the conversation logs, and from where.
 func (s *Shard) Follows(uid string) ([]Follow, error) {

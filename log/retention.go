@@ -45,10 +45,14 @@ func (t *Tx) ResetUser(st Stamp, uid string) (Epoch, error) {
 		return 0, invalidf("user %q has no log to reset", uid)
 	}
 	epoch := max(newEpoch(st), m.Epoch+1)
-	if err := t.deletePrefixes(k.userEntryPrefix(uid), k.cursorPrefix(uid)); err != nil {
+	// The fold index names positions of the old epoch, which the new one reuses.
+	if err := t.deletePrefixes(k.userEntryPrefix(uid), k.cursorPrefix(uid), k.foldPrefix(uid)); err != nil {
 		return 0, err
 	}
 	if err := t.deleteReports(uid); err != nil { // the new epoch's first cursor starts them again
+		return 0, err
+	}
+	if err := t.ungateFollows(uid); err != nil {
 		return 0, err
 	}
 	// The user stays in their groups, so the count of them stays too.

@@ -82,6 +82,9 @@ func FuzzDecodeCommand(f *testing.F) {
 	}
 	f.Add([]byte{})
 	f.Add([]byte{1, 99, 0})
+	for _, b := range goldenSeeds(f, "command_", false) { // every op, every field set
+		f.Add(b)
+	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		d, err := decodeCommand(data)
 		if err != nil {

@@ -126,6 +126,9 @@ func FuzzForwardFrames(f *testing.F) {
 	f.Add((&fwdRequest{id: 4, kind: fwdCall, method: "m", command: []byte("x")}).encode()[4:])
 	f.Add((&fwdResponse{id: 3, body: []byte("{}")}).encode()[4:])
 	f.Add([]byte{})
+	for _, b := range goldenSeeds(f, "fwd_", true) { // every request and answer kind
+		f.Add(b)
+	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		if req, err := decodeFwdRequest(data); err == nil {
 			again, err := decodeFwdRequest(req.encode()[4:])

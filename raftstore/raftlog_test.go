@@ -431,6 +431,9 @@ func FuzzRaftLogDecode(f *testing.F) {
 	f.Add(encodeLog(nil, testEntry(7)))
 	f.Add([]byte{})
 	f.Add([]byte{logFormatV1})
+	for _, b := range goldenSeeds(f, "raft_log_entry", false) {
+		f.Add(b)
+	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var out raft.Log
 		if err := decodeLog(b, &out); err != nil {

@@ -129,6 +129,9 @@ func FuzzMetaApply(f *testing.F) {
 	} {
 		f.Add([]byte(seed))
 	}
+	for _, b := range goldenSeeds(f, "meta_", false) { // every op, and a snapshot (refused)
+		f.Add(b)
+	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		fsm := newMetaFSM()
 		first := ClusterMap{Shards: 3, RF: 1, Nodes: map[string]NodeInfo{"n1": {ID: "n1", RaftAddr: "127.0.0.1:7000"}},

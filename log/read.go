@@ -380,11 +380,22 @@ func (sc *Scan) str(b []byte) string {
 // the id after ("" for the beginning), with each log's info. It pages through the shard for
 // background work such as retention.
 func (s *Shard) Users(after string, limit int) ([]string, []LogInfo, error) {
-	lower := s.k.table(tagUser, len(after)+2)
+	return s.logs(tagUser, "user", after, limit)
+}
+
+// Convs is Users for the conversation logs of this shard: up to limit conversation ids after
+// after, in id order, with each log's info (the retention of conversation logs pages with it).
+func (s *Shard) Convs(after string, limit int) ([]string, []LogInfo, error) {
+	return s.logs(tagConv, "conversation", after, limit)
+}
+
+// logs pages the log metas of table tag (users' or conversations'), each keyed by its id.
+func (s *Shard) logs(tag byte, what string, after string, limit int) ([]string, []LogInfo, error) {
+	lower := s.k.table(tag, len(after)+2)
 	if after != "" {
 		lower = append(appendID(lower, after), 0) // just past after's key
 	}
-	_, upper := s.k.tableBounds(tagUser)
+	_, upper := s.k.tableBounds(tag)
 	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
 	if err != nil {
 		return nil, nil, fmt.Errorf("log: read: %w", err)
@@ -396,7 +407,7 @@ func (s *Shard) Users(after string, limit int) ([]string, []LogInfo, error) {
 		key := it.Key()
 		prefixLen := len(s.k.prefix) + 1
 		if len(key) <= prefixLen+1 {
-			return nil, nil, corruptf("user key %x names no user", key)
+			return nil, nil, corruptf("%s key %x names no %s", what, key, what)
 		}
 		m, err := decodeLogMeta(it.Value())
 		if err != nil {

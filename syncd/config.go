@@ -127,7 +127,12 @@ type Config struct {
 	// Retention bounds every user log; trimmed positions are answered "too old" and devices
 	// rebase. Zero fields mean no bound; the default keeps 30 days.
 	Retention log.Retention
-	// RetentionInterval is how often each shard leader applies Retention. Default 10m.
+	// ConvRetention bounds every conversation log (the history History pages, and what a large
+	// group's members follow); trimmed positions are answered "too old", and a device behind
+	// them rebases that source. Zero fields mean no bound, the default: chat history is kept.
+	ConvRetention log.Retention
+	// RetentionInterval is how often each shard leader applies Retention and ConvRetention.
+	// Default 10m.
 	RetentionInterval time.Duration
 	// RequestTimeout bounds one request's replication. Default 10s.
 	RequestTimeout time.Duration

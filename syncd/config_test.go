@@ -40,7 +40,8 @@ func TestConfigPeerDial(t *testing.T) {
 // configNoDefault lists the Config fields DefaultConfig leaves zero on purpose; every other
 // field must have its default there, so a new setting cannot get its default written elsewhere.
 var configNoDefault = map[string]bool{
-	"Peers": true, "Join": true, "PeerDial": true, "TokenSecret": true, "TokenKeys": true, "CertFile": true,
+	"ConvRetention": true, // conversation logs are kept whole unless the operator bounds them
+	"Peers":         true, "Join": true, "PeerDial": true, "TokenSecret": true, "TokenKeys": true, "CertFile": true,
 	"KeyFile": true, "Logger": true, "AdminTokenFile": true, "AdminMetricsAuth": true,
 	"NodeCAFile": true, "NodeCertFile": true, "NodeKeyFile": true, "InsecureNodePlane": true,
 	// Derived from ListenAddr (withDefaults), or off switches.

@@ -17,13 +17,20 @@ type nodeShards interface {
 	Status() []raftstore.ShardStatus
 }
 
-// retainLoop applies Config.Retention to the user logs of every shard this node leads, every
-// RetentionInterval, until ctx ends. Trimming only moves a log's first retained position; devices
-// behind it get "too old" and rebase (G3). Failures are logged and retried next interval.
+// retainLoop applies Config.Retention to the user logs and Config.ConvRetention to the
+// conversation logs of every shard this node leads, every RetentionInterval, until ctx ends.
+// Trimming only moves a log's first retained position; devices behind it get "too old" and
+// rebase (G3). Failures are logged and retried next interval.
 func (s *Server) retainLoop(ctx context.Context) {
 	s.everyLedShard(ctx, s.cfg.RetentionInterval, func(id raftstore.ShardID) {
-		if err := retainShard(ctx, s.node, id, s.cfg.Retention); err != nil && ctx.Err() == nil {
-			s.logger.Warn("retention pass failed; retrying next interval", "shard", id, "err", err)
+		if err := retainShard(ctx, s.node, id, log.TrimUserLog, s.cfg.Retention); err != nil && ctx.Err() == nil {
+			s.logger.Warn("retention pass over user logs failed; retrying next interval", "shard", id, "err", err)
+		}
+		if s.cfg.ConvRetention == (log.Retention{}) {
+			return
+		}
+		if err := retainShard(ctx, s.node, id, log.TrimConvLog, s.cfg.ConvRetention); err != nil && ctx.Err() == nil {
+			s.logger.Warn("retention pass over conversation logs failed; retrying next interval", "shard", id, "err", err)
 		}
 	})
 }
@@ -47,26 +54,30 @@ func (s *Server) everyLedShard(ctx context.Context, interval time.Duration, pass
 	}
 }
 
-// retainShard proposes a trim for each user log of shard that holds more than r allows: over
-// MaxCount entries, or an oldest entry older than MaxAge.
-func retainShard(ctx context.Context, node nodeShards, shard raftstore.ShardID, r log.Retention) error {
+// retainShard proposes a trim for each log of target's kind (user or conversation logs) of shard
+// that holds more than r allows: over MaxCount entries, or an oldest entry older than MaxAge.
+func retainShard(ctx context.Context, node nodeShards, shard raftstore.ShardID, target log.TrimTarget, r log.Retention) error {
 	state, err := node.State(shard)
 	if err != nil {
 		return err
 	}
+	page, read := state.Users, state.ReadUser
+	if target == log.TrimConvLog {
+		page, read = state.Convs, state.ReadConv
+	}
 	for after := ""; ; {
-		ids, infos, err := state.Users(after, 256)
+		ids, infos, err := page(after, 256)
 		if err != nil || len(ids) == 0 {
 			return err
 		}
-		for i, uid := range ids {
-			if due, err := retentionDue(state, uid, infos[i], r); err != nil || !due {
+		for i, id := range ids {
+			if due, err := retentionDue(read, id, infos[i], r); err != nil || !due {
 				if err != nil {
 					return err
 				}
 				continue
 			}
-			cmd := raftstore.TrimCommand(&log.Trim{Target: log.TrimUserLog, ID: uid, Retention: r})
+			cmd := raftstore.TrimCommand(&log.Trim{Target: target, ID: id, Retention: r})
 			if _, err := node.Propose(ctx, shard, cmd); err != nil {
 				return err
 			}
@@ -75,7 +86,8 @@ func retainShard(ctx context.Context, node nodeShards, shard raftstore.ShardID, 
 	}
 }
 
-func retentionDue(state *log.Shard, uid string, info log.LogInfo, r log.Retention) (bool, error) {
+// retentionDue reports whether the log id, of info, read by read, holds more than r allows.
+func retentionDue(read func(id string, epoch log.Epoch, from log.Position, lim log.Limit) (log.Read, error), id string, info log.LogInfo, r log.Retention) (bool, error) {
 	if info.Head < info.First {
 		return false, nil // empty
 	}
@@ -85,7 +97,7 @@ func retentionDue(state *log.Shard, uid string, info log.LogInfo, r log.Retentio
 	if r.MaxAge <= 0 {
 		return false, nil
 	}
-	oldest, err := state.ReadUser(uid, info.Epoch, info.First, log.Limit{Count: 1})
+	oldest, err := read(id, info.Epoch, info.First, log.Limit{Count: 1})
 	if err != nil || oldest.Status != log.ReadEntries {
 		return false, err
 	}

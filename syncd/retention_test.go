@@ -7,8 +7,10 @@ import (
 	"time"
 
 	"github.com/syncd-dev/syncd/log"
+	"github.com/syncd-dev/syncd/proto"
 	"github.com/syncd-dev/syncd/raftstore"
 	"github.com/syncd-dev/syncd/raftstore/raftstoretest"
+	"github.com/syncd-dev/syncd/test/testkit"
 )
 
 // TestRetainShard: a retention pass trims exactly the logs over the limit — by count, keeping the
@@ -42,7 +44,7 @@ func TestRetainShard(t *testing.T) {
 	deliver("old", 2, now)                   // …but these two
 	deliver("fine", 3, now)                  // within both
 
-	if err := retainShard(ctx, node, shard, log.Retention{MaxCount: 5, MaxAge: int64(time.Hour)}); err != nil {
+	if err := retainShard(ctx, node, shard, log.TrimUserLog, log.Retention{MaxCount: 5, MaxAge: int64(time.Hour)}); err != nil {
 		t.Fatal(err)
 	}
 	state, _ := node.State(shard)
@@ -50,6 +52,40 @@ func TestRetainShard(t *testing.T) {
 		info, err := state.UserInfo(uid)
 		if err != nil || info.First != want[0] || info.Head != want[1] {
 			t.Errorf("%s: first %d head %d (%v), want first %d head %d", uid, info.First, info.Head, err, want[0], want[1])
+		}
+	}
+}
+
+// TestConvRetention: with conversation retention set, each shard leader trims conversation logs
+// too, keeping the newest entries; a large group's member whose device follows it from before
+// what is kept is told TooOld for that source (PROTOCOL §6), never skipped ahead silently.
+func TestConvRetention(t *testing.T) {
+	ts := startServer(t, func(c *Config) {
+		c.LargeGroupThreshold, c.ConvRetention, c.RetentionInterval = 3, log.Retention{MaxCount: 4}, 50*time.Millisecond
+		c.SendRate, c.SendBurst = 1e6, 1e6
+	})
+	ann := connect(t, ts, "ann", "phone")
+	ann.Ack(&proto.CreateGroup{ID: ann.ID(), Conv: "g", ClientMsgID: "c", Members: []string{"bob", "cat", "dan"}})
+	for i := range 10 {
+		ann.Ack(&proto.Send{ID: ann.ID(), Conv: "g", ClientMsgID: fmt.Sprint("m", i), Body: []byte("x")}) // 2..11
+	}
+	testkit.WaitTrue(t, 10*time.Second, "the group's log trimmed to its newest 4 entries", func() bool {
+		st, ok := ann.Do(&proto.ConvState{ID: ann.ID(), Conv: "g"}).(*proto.ConvStateResult)
+		return ok && st.Conv.First == 8 && st.Conv.Head == 11
+	})
+	bob := connect(t, ts, "bob", "phone")
+	bob.StartSync(0, 0)
+	for {
+		switch f := bob.NextSync().(type) {
+		case *proto.TooOld:
+			if f.Source != "g" || f.First != 8 || f.Head != 11 {
+				t.Fatalf("TooOld %+v, want the source g, first 8, head 11", f)
+			}
+			return
+		case *proto.Batch:
+			if f.Source == "g" {
+				t.Fatalf("a batch of the trimmed source: %+v", f)
+			}
 		}
 	}
 }

@@ -64,6 +64,8 @@ type fileConfig struct {
 	RequestIdle            duration `toml:"request_idle"`
 	RetentionMaxCount      uint64   `toml:"retention_max_count"`
 	RetentionMaxAge        duration `toml:"retention_max_age"`
+	ConvRetentionMaxCount  uint64   `toml:"conv_retention_max_count"`
+	ConvRetentionMaxAge    duration `toml:"conv_retention_max_age"`
 	RetentionInterval      duration `toml:"retention_interval"`
 	RequestTimeout         duration `toml:"request_timeout"`
 	SendRate               float64  `toml:"send_rate"`
@@ -277,6 +279,7 @@ func (o options) toConfig(logOut io.Writer) (syncd.Config, error) {
 		DedupWindow: time.Duration(s.DedupWindow), RecallWindow: time.Duration(s.RecallWindow),
 		MaxConnections: s.MaxConnections, MaxStreamsPerConn: s.MaxStreamsPerConn, RequestIdle: time.Duration(s.RequestIdle),
 		Retention:         log.Retention{MaxCount: s.RetentionMaxCount, MaxAge: int64(s.RetentionMaxAge)},
+		ConvRetention:     log.Retention{MaxCount: s.ConvRetentionMaxCount, MaxAge: int64(s.ConvRetentionMaxAge)},
 		RetentionInterval: time.Duration(s.RetentionInterval), RequestTimeout: time.Duration(s.RequestTimeout),
 		SendRate: s.SendRate, SendBurst: s.SendBurst, MaxInFlight: s.MaxInFlight, MaxHandshakes: s.MaxHandshakes,
 		QueryRate: s.QueryRate, QueryBurst: s.QueryBurst, MaxConnectionsPerUser: s.MaxConnsPerUser,
@@ -390,6 +393,9 @@ func (o options) toConfig(logOut io.Writer) (syncd.Config, error) {
 	}
 	if s.RetentionMaxAge < 0 {
 		bad("retention-max-age", "%v must not be negative", s.RetentionMaxAge)
+	}
+	if s.ConvRetentionMaxAge < 0 {
+		bad("conv-retention-max-age", "%v must not be negative", s.ConvRetentionMaxAge)
 	}
 	if s.RetentionMaxAge == 0 && s.RetentionMaxCount == 0 {
 		errs = append(errs, fmt.Errorf("%s and %s are both 0, which means the default (%v), not unbounded: "+

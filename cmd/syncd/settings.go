@@ -59,6 +59,7 @@ func fromConfig(cfg syncd.Config) fileConfig {
 		DedupWindow:       duration(cfg.DedupWindow), RecallWindow: duration(cfg.RecallWindow),
 		MaxConnections: cfg.MaxConnections, MaxStreamsPerConn: cfg.MaxStreamsPerConn, RequestIdle: duration(cfg.RequestIdle),
 		RetentionMaxCount: cfg.Retention.MaxCount, RetentionMaxAge: duration(cfg.Retention.MaxAge),
+		ConvRetentionMaxCount: cfg.ConvRetention.MaxCount, ConvRetentionMaxAge: duration(cfg.ConvRetention.MaxAge),
 		RetentionInterval: duration(cfg.RetentionInterval), RequestTimeout: duration(cfg.RequestTimeout),
 		SendRate: cfg.SendRate, SendBurst: cfg.SendBurst, MaxInFlight: cfg.MaxInFlight, MaxHandshakes: cfg.MaxHandshakes,
 		QueryRate: cfg.QueryRate, QueryBurst: cfg.QueryBurst, MaxConnsPerUser: cfg.MaxConnectionsPerUser,
@@ -257,6 +258,14 @@ var settings = []setting{
 	{key: "retention_max_age", field: func(c *fileConfig) any { return &c.RetentionMaxAge },
 		usage: "drop user log entries older than this `age` (0: no bound by age)",
 		doc:   "Age bound of every user log, with retention_max_count above."},
+	{key: "conv_retention_max_count", field: func(c *fileConfig) any { return &c.ConvRetentionMaxCount },
+		usage: "keep at most this many newest entries per conversation log (0: no bound by count)",
+		doc: "Bounds on every conversation log: the history History pages, and what a large group's " +
+			"members follow (a device behind them is told \"too old\" for that group and rebases it). " +
+			"Both 0, the default: conversation logs are kept whole, as chat history is."},
+	{key: "conv_retention_max_age", field: func(c *fileConfig) any { return &c.ConvRetentionMaxAge },
+		usage: "drop conversation log entries older than this `age` (0: no bound by age)",
+		doc:   "Age bound of every conversation log, with conv_retention_max_count above."},
 	{key: "retention_interval", field: func(c *fileConfig) any { return &c.RetentionInterval },
 		usage: "`interval` at which each shard leader applies the retention bounds",
 		doc:   "How often each shard leader applies the retention bounds."},

@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -21,7 +23,8 @@ import (
 const alertRules = "../cmd/syncd/deploy/alerts.yml"
 
 // TestPrometheusAlerts: a real Prometheus (Debian's) scrapes a real three-node cluster with the
-// shipped alert rules and fires nothing while the cluster is healthy; then a node's disk goes
+// shipped alert rules; every query of the shipped Grafana dashboard evaluates there, naming only
+// metrics the nodes export; nothing fires while the cluster is healthy; then a node's disk goes
 // below min_free_disk (a tmpfs filled up) and SyncdDiskLow fires for that node; then two nodes
 // are killed and SyncdNodeDown fires for each, and SyncdShardWithoutLeader for every shard the
 // survivor hosts (it lost its quorum). The rules run with their "for" durations set to 0s, so
@@ -128,6 +131,7 @@ func TestPrometheusAlerts(t *testing.T) {
 			len(body.Data.Result[0].Value) == 2 && body.Data.Result[0].Value[1] == "3"
 	}
 	testkit.WaitTrue(t, 60*time.Second, "prometheus scraping the three nodes", scraped)
+	checkDashboard(t, addr, c.nodes[0].AdminAddr)
 	time.Sleep(5 * time.Second) // five evaluations of every rule on a healthy cluster
 	if got := firing(); len(got) > 0 {
 		t.Fatalf("alerts firing on a healthy cluster: %v", got)
@@ -159,6 +163,79 @@ func TestPrometheusAlerts(t *testing.T) {
 		return down && leaderless && !slices.Contains(got, want), fmt.Sprint(got)
 	})
 	tl.add("firing: %v", firing())
+}
+
+// dashboardFile is the Grafana dashboard the project ships.
+const dashboardFile = "../cmd/syncd/deploy/dashboard.json"
+
+// checkDashboard checks every query of the shipped dashboard against a real Prometheus at prom
+// (it parses and evaluates: no syntax or type error) and every metric it names against a real
+// node's /metrics at admin (the node exports the family, so no panel stays empty for a typo).
+func checkDashboard(t *testing.T, prom, admin string) {
+	t.Helper()
+	b, err := os.ReadFile(dashboardFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dash struct {
+		Panels []struct {
+			Title   string `json:"title"`
+			Targets []struct {
+				Expr string `json:"expr"`
+			} `json:"targets"`
+		} `json:"panels"`
+	}
+	if err := json.Unmarshal(b, &dash); err != nil {
+		t.Fatalf("%s: %v", dashboardFile, err)
+	}
+	resp, err := http.Get("http://" + admin + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	metrics, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	families := map[string]bool{}
+	for _, m := range regexp.MustCompile(`(?m)^# TYPE (\S+) `).FindAllSubmatch(metrics, -1) {
+		families[string(m[1])] = true
+	}
+	name := regexp.MustCompile(`syncd_[a-z_]+`)
+	queries := 0
+	for _, p := range dash.Panels {
+		for _, target := range p.Targets {
+			queries++
+			for _, m := range name.FindAllString(target.Expr, -1) {
+				family := m
+				for _, suffix := range []string{"_bucket", "_count", "_sum"} {
+					if f := strings.TrimSuffix(m, suffix); f != m && families[f] {
+						family = f
+					}
+				}
+				if !families[family] {
+					t.Errorf("panel %q queries %s, which the node does not export", p.Title, m)
+				}
+			}
+			q := strings.ReplaceAll(target.Expr, "$instance", ".*")
+			resp, err := http.Get("http://" + prom + "/api/v1/query?query=" + url.QueryEscape(q))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var body struct {
+				Status string `json:"status"`
+				Error  string `json:"error"`
+			}
+			err = json.NewDecoder(resp.Body).Decode(&body)
+			resp.Body.Close()
+			if err != nil || body.Status != "success" {
+				t.Errorf("panel %q: query %q: %v %s", p.Title, q, err, body.Error)
+			}
+		}
+	}
+	if queries == 0 {
+		t.Fatalf("%s has no queries", dashboardFile)
+	}
 }
 
 // TestAlertRulesUnit runs promtool on the shipped alert rules: they parse, and every test of

@@ -2,10 +2,15 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
+	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
+	"github.com/syncd-dev/syncd/syncd/adminapi"
 	"github.com/syncd-dev/syncd/syncd/auth"
 )
 
@@ -14,7 +19,7 @@ import (
 // syncd/auth's, the same syncd runs on a lone node's first start.
 func runCert(_ context.Context, e *env, args []string) int {
 	const cmd = "cert"
-	f := newFlagSet(e, cmd, "create-ca -dir DIR | create-node -dir DIR -ca CA.crt -ca-key CA.key -node-id ID [-host H ...]", `
+	f := newFlagSet(e, cmd, "create-ca -dir DIR | create-node -dir DIR -ca CA.crt -ca-key CA.key -node-id ID [-host H ...] | create-cluster -dir DIR -nodes ID,ID,...", `
 Creates the certificates of the node plane: every node's Raft port (Raft, forwarded proposals,
 calls) speaks mutual TLS 1.3, and each node must present a certificate issued by the cluster's
 CA that names its node id (in a syncd://node/<id> URI SAN; dialers check it).
@@ -31,6 +36,12 @@ CA that names its node id (in a syncd://node/<id> URI SAN; dialers check it).
                 or pass -node-ca, -node-cert and -node-key (and -cert, -key). -host adds host
                 names or IP addresses as SANs, for other tools (syncd checks the node id, not
                 the address).
+  create-cluster  everything a new cluster's nodes share, in -dir, creating only what is
+                missing (so it can run before every start, as a compose file's first service
+                does): the CA in -dir/ca (as create-ca; ca.key stays there, give the nodes
+                only their own directories), a directory -dir/<id> per node of -nodes with its
+                certificates (as create-node), and the token secret and admin token every node
+                shares in -dir/shared (token.key, admin.token).
 
 Neither replaces an existing file. A lone syncd with no certificates makes its own CA and
 certificate in its data directory; to grow it into a cluster, issue the new nodes' certificates
@@ -42,6 +53,7 @@ syncctl cert create-node -dir ./n2 -ca ./ca/ca.crt -ca-key ./ca/ca.key -node-id 
 	caCert := f.String("ca", "", "create-node: the CA certificate file (ca.crt of create-ca)")
 	caKey := f.String("ca-key", "", "create-node: the CA key file (ca.key of create-ca)")
 	nodeID := f.String("node-id", "", "create-node: the node id the certificate names (syncd -node-id)")
+	nodes := f.String("nodes", "", "create-cluster: the node ids, comma-separated")
 	var hosts hostList
 	f.Var(&hosts, "host", "create-node: a host name or IP address to add as a SAN; repeat or comma-separate")
 	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
@@ -106,11 +118,68 @@ syncctl cert create-node -dir ./n2 -ca ./ca/ca.crt -ca-key ./ca/ca.key -node-id 
 				"one node only; copy the cluster's %s and %s into %s to give every node the same one\n",
 				auth.TLSCertFile, *caCert, auth.TLSCertFile, auth.TLSKeyFile, *dir)
 		}
+	case "create-cluster":
+		ids := strings.Split(*nodes, ",")
+		if *nodes == "" || *caCert != "" || *caKey != "" || *nodeID != "" {
+			e.errorf(cmd+" "+sub, "takes -dir and -nodes (and -host): the CA is the one in -dir/ca")
+			return exitUsage
+		}
+		if err := createCluster(e, *dir, ids, hosts); err != nil {
+			e.errorf(cmd+" "+sub, "%v", err)
+			return exitFail
+		}
 	default:
-		e.errorf(cmd, "unknown subcommand %q: want create-ca or create-node (see -h)", sub)
+		e.errorf(cmd, "unknown subcommand %q: want create-ca, create-node or create-cluster (see -h)", sub)
 		return exitUsage
 	}
 	return exitOK
+}
+
+// createCluster creates in dir what is missing of a cluster's files: the CA and the
+// certificate devices pin (dir/ca), each node's certificates (dir/<id>, with copies of both),
+// and the token secret and admin token every node shares (dir/shared). What exists is kept, so
+// running it again changes nothing. The CA's key is only in dir/ca: a node is given its own
+// directory and dir/shared, never the key that issues nodes.
+func createCluster(e *env, dir string, ids []string, hosts []string) error {
+	caDir := filepath.Join(dir, "ca")
+	caCert, caKey := filepath.Join(caDir, auth.NodeCAFile), filepath.Join(caDir, auth.NodeCAKeyFile)
+	if _, err := os.Stat(caCert); errors.Is(err, fs.ErrNotExist) {
+		if err := auth.CreateCA(caDir); err != nil {
+			return err
+		}
+		fmt.Fprintf(e.stdout, "created the cluster CA in %s\n", caDir)
+	} else if err != nil {
+		return err
+	}
+	_, fp, err := auth.SelfSignedCert(caDir, nil)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(e.stdout, "the certificate devices pin: %s, fingerprint %s\n", filepath.Join(caDir, auth.TLSCertFile), fp)
+	for _, id := range ids {
+		nodeDir := filepath.Join(dir, id)
+		if _, err := os.Stat(filepath.Join(nodeDir, auth.NodeCertFile)); errors.Is(err, fs.ErrNotExist) {
+			if err := auth.CreateNodeCert(nodeDir, caCert, caKey, id, append(slices.Clone(hosts), id)); err != nil {
+				return err
+			}
+			fmt.Fprintf(e.stdout, "created node %s's certificate in %s\n", id, nodeDir)
+		} else if err != nil {
+			return err
+		}
+		if _, _, err := auth.ShareCert(caDir, nodeDir); err != nil {
+			return err
+		}
+	}
+	shared := filepath.Join(dir, "shared")
+	if _, err := auth.LoadOrCreateSecret(shared); err != nil {
+		return err
+	}
+	if _, err := auth.LoadOrCreateAdminToken(shared); err != nil {
+		return err
+	}
+	fmt.Fprintf(e.stdout, "the token secret and the admin token every node shares: %s, %s\n",
+		filepath.Join(shared, auth.TokenKeyFile), filepath.Join(shared, adminapi.TokenFile))
+	return nil
 }
 
 // hostList collects -host values: each use adds, and a value may hold several, comma-separated.

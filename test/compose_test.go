@@ -225,4 +225,3 @@ func dockerBuild(t *testing.T) string {
 	}
 	return out
 }
-

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"slices"
 	"strconv"
 	"sync"
@@ -226,6 +227,11 @@ type GroupPushConfig struct {
 	// Ready, if set, is called once every device has received the warm-up, right before the
 	// timed sends (to start a profile of the server, say).
 	Ready func()
+	// SourceAckEvery coalesces the devices' acks of a source (CursorAck{Source}): 0 acks every
+	// source batch, as the SDK does; d > 0 acks a source at most once per d, with the newest
+	// cursor, d after the first batch not acked yet (PROTOCOL §8.4 step 5: coalescing is fine).
+	// A source's delivered marks then move up to d later. User-log batches are acked each.
+	SourceAckEvery time.Duration
 }
 
 // catchUpParallel bounds the live devices of GroupPush catching up at once; catchUpWait is the
@@ -332,7 +338,7 @@ func GroupPush(ctx context.Context, t Target, cfg GroupPushConfig) (GroupPushRes
 		release := sync.OnceFunc(func() { <-sem })
 		timer := time.AfterFunc(catchUpWait, release)
 		d := &pushDevice{user: c.user, conv: cfg.Conv, mark: mark, sources: map[string]*srcCursor{}, arrived: &arrived, warm: &warm,
-			timed: &timed, batches: &timedBatches, caughtUp: release}
+			timed: &timed, batches: &timedBatches, caughtUp: release, ackEvery: cfg.SourceAckEvery}
 		devs[i] = d
 		wg.Go(func() {
 			err := d.read(st, r) // only ever ends with an error
@@ -492,6 +498,8 @@ type pushDevice struct {
 	// group as a source, the source have been sent up to their heads; caughtUp is called then.
 	userCaught, srcCaught, expectSrc, ready bool
 	caughtUp                                func()
+
+	ackEvery time.Duration // GroupPushConfig.SourceAckEvery
 }
 
 // checkReady calls caughtUp the first time the device is caught up.
@@ -504,7 +512,9 @@ func (d *pushDevice) checkReady() {
 
 // read reads the device's sync stream until it fails (the connection is closed at the end),
 // checking each log's contiguity and acknowledging every batch as the SDK does.
-func (d *pushDevice) read(st interface{ Write([]byte) (int, error) }, r *proto.Reader) error {
+func (d *pushDevice) read(st io.Writer, r *proto.Reader) error {
+	acks := &acker{st: st, every: d.ackEvery}
+	defer acks.stop()
 	for {
 		f, err := r.Next()
 		now := time.Now()
@@ -565,7 +575,7 @@ func (d *pushDevice) read(st interface{ Write([]byte) (int, error) }, r *proto.R
 				d.userCaught = d.userCaught || d.pos >= f.Head
 				ack = proto.CursorAck{Epoch: f.Epoch, Pos: d.pos}
 			}
-			if err := proto.WriteFrame(st, &ack); err != nil {
+			if err := acks.ack(ack); err != nil {
 				return err
 			}
 			d.checkReady()
@@ -608,4 +618,70 @@ func (d *pushDevice) entry(e proto.Entry, source string, now time.Time) {
 	d.sendLat = append(d.sendLat, time.Duration(now.UnixNano()-sentAt))
 	d.pushLat = append(d.pushLat, time.Duration(now.UnixNano()-e.Time))
 	d.arrived.Add(1)
+}
+
+// acker writes a device's CursorAcks on its sync stream: each user-log ack at once, a source's
+// at once or coalesced (every > 0: at most one per source per every, with the newest cursor,
+// written by a timer). Safe for concurrent use: the timer and the reader write through it.
+type acker struct {
+	mu      sync.Mutex
+	st      io.Writer
+	every   time.Duration
+	pending map[string]proto.CursorAck // the newest ack of each source not written yet
+	timer   *time.Timer                // flushes the pending acks
+	armed   bool                       // the timer will fire: acks are pending
+	err     error                      // the first write error of a coalesced ack
+	stopped bool
+}
+
+// ack writes a or, for a source's with coalescing, keeps it for the next flush. It returns the
+// error of a write, now or by an earlier flush.
+func (a *acker) ack(ack proto.CursorAck) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.err != nil {
+		return a.err
+	}
+	if ack.Source == "" || a.every <= 0 {
+		return proto.WriteFrame(a.st, &ack)
+	}
+	if a.pending == nil {
+		a.pending = map[string]proto.CursorAck{}
+	}
+	a.pending[ack.Source] = ack
+	switch { // armed once per every, not pushed back by each batch: under steady traffic acks still go
+	case a.timer == nil:
+		a.timer = time.AfterFunc(a.every, a.flush)
+	case !a.armed:
+		a.timer.Reset(a.every)
+	}
+	a.armed = true
+	return nil
+}
+
+// flush writes the pending acks (the timer's).
+func (a *acker) flush() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.armed = false
+	if a.stopped || a.err != nil {
+		return
+	}
+	for src, ack := range a.pending {
+		if err := proto.WriteFrame(a.st, &ack); err != nil {
+			a.err = err
+			return
+		}
+		delete(a.pending, src)
+	}
+}
+
+// stop ends the coalescing: pending acks are dropped (the stream is ending) and the timer stops.
+func (a *acker) stop() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.stopped = true
+	if a.timer != nil {
+		a.timer.Stop()
+	}
 }

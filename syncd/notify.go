@@ -23,6 +23,11 @@ import (
 type notifier struct {
 	mu sync.Mutex
 	ch map[raftstore.ShardID]map[logKey]chan struct{}
+
+	// cache answers the followers of a large group woken by one append from one read of its log
+	// (sourcecache.go). It lives here because its freshness is this notifier's channels: a fill
+	// is current while the channel of its conversation it took is the one a follower takes.
+	cache *sourceCache
 }
 
 // logKey names a log of a shard: a user's (or a sub-log's), or a conversation's. User and
@@ -32,7 +37,9 @@ type logKey struct {
 	id   string
 }
 
-func newNotifier() *notifier { return &notifier{ch: map[raftstore.ShardID]map[logKey]chan struct{}{}} }
+func newNotifier() *notifier {
+	return &notifier{ch: map[raftstore.ShardID]map[logKey]chan struct{}{}, cache: newSourceCache()}
+}
 
 // wait returns a channel that is closed at the next notify of uid's log (or of its whole shard).
 func (n *notifier) wait(shard raftstore.ShardID, uid string) <-chan struct{} {

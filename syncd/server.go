@@ -151,6 +151,7 @@ func NewServer(cfg Config) (*Server, error) {
 	s.metrics = newMetrics(reg, s.node, s.conns.Load, s.fan)
 	registerDiskMetrics(reg, s.node.DiskSpace)
 	registerAnswerMetrics(reg, s.answers.held.Load)
+	registerSourceCacheMetrics(reg, s.notes.cache)
 	s.admin, err = admin.Start(admin.Config{Addr: cfg.AdminAddr, Token: s.adminToken,
 		MaxTokenLifetime: cfg.MaxTokenLifetime,
 		MetricsAuth:      cfg.AdminMetricsAuth, Node: s.node, Routing: s.slots, Fanout: s.fan,

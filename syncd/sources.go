@@ -275,8 +275,9 @@ func sourcesNeedUpgrade(user string) *proto.Error {
 
 // readSource reads src's conversation log from from, up to the period's last position (0: no
 // end known) and short of the removal of the user, which ends the period (recorded with
-// sourceSet.ended), into batch. A local replica is read at once, woken by the notifier; a remote
-// one waits up to wait, as readUserLog's.
+// sourceSet.ended), into batch. A local replica is read at once, woken by the notifier, through
+// the node's source cache; a remote one waits up to wait, as readUserLog's. The entries read may
+// be the cache's, shared with other followers: they are cut by re-slicing, never modified.
 func (ss *session) readSource(rd shardReader, shard raftstore.ShardID, sl *subLog, epoch log.Epoch, from, last log.Position, lim log.Limit, wait time.Duration, batch *syncBatch) (userRead, error) {
 	var out userRead
 	var res log.Read
@@ -295,7 +296,9 @@ func (ss *session) readSource(rd shardReader, shard raftstore.ShardID, sl *subLo
 			return userRead{}, err
 		}
 		out.leaseCh = leaseCh
-		res, err = rd.ReadConv(sl.id, epoch, from, lim)
+		// The followers of the group on this node woken by the same append share one read of it
+		// (sourcecache.go): the cache's freshness is checked against out.wake, taken above.
+		res, err = ss.s.notes.cache.read(rd, shard, sl.id, epoch, from, lim, out.wake)
 	}
 	if err != nil {
 		return userRead{}, err

@@ -295,8 +295,13 @@ func measureGroup(ctx context.Context, o options, g groupFlags, n groupNode, m g
 	r.direct = &d
 	progress("%s, %d: direct push p50 %v p99 %v (append → arrival p50 %v p99 %v); CPU cores: node %.2f, syncbench %.2f, other %.2f", m.name, size,
 		d.SendP50, d.SendP99, d.PushP50, d.PushP99, r.directCPU.server, r.directCPU.self, r.directCPU.other)
-	progress("%s, %d: push to %d live members' devices, %d messages/s for %v", m.name, size, live, g.rate, o.duration)
-	cfg := bench.GroupPushConfig{Conv: conv, Sender: owner, Live: members[:live], Rate: g.rate, D: o.duration, Body: o.body}
+	acks := "every batch"
+	if every := sourceAckEvery(); every > 0 {
+		acks = "at most every " + every.String()
+	}
+	progress("%s, %d: push to %d live members' devices, %d messages/s for %v, source acks %s", m.name, size, live, g.rate, o.duration, acks)
+	cfg := bench.GroupPushConfig{Conv: conv, Sender: owner, Live: members[:live], Rate: g.rate, D: o.duration, Body: o.body,
+		SourceAckEvery: sourceAckEvery()}
 	var profiled chan struct{}
 	if profileDir != "" {
 		// CPU profiles over the timed sends (the devices are connected and caught up): the
@@ -615,4 +620,21 @@ func thousands(n int) string {
 		s = s[:i] + "," + s[i:]
 	}
 	return s
+}
+
+// sourceAckEvery is how the push's devices ack a source (bench.GroupPushConfig.SourceAckEvery):
+// SYNCBENCH_SOURCE_ACK_EVERY, a duration ("250ms"); unset or 0, every batch, as the SDK does.
+// An environment variable rather than a flag while main.go, which holds the flags, is being
+// edited elsewhere; a bad value is reported and ignored.
+func sourceAckEvery() time.Duration {
+	v := os.Getenv("SYNCBENCH_SOURCE_ACK_EVERY")
+	if v == "" {
+		return 0
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d < 0 {
+		progress("SYNCBENCH_SOURCE_ACK_EVERY=%q is not a duration ≥ 0: acking every batch", v)
+		return 0
+	}
+	return d
 }

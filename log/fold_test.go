@@ -185,17 +185,7 @@ func TestFoldAfterMove(t *testing.T) {
 	dm := ident.DirectConv("ann", "bob")
 	w.do(Append{Conv: dm, Sender: "ann", ClientMsgID: "m1", Kind: KindMessage, Body: []byte("hi"), Members: []string{"ann", "bob"}})
 	w.do(Append{Conv: dm, Sender: "bob", ClientMsgID: "r1", Kind: KindReceipt, ReadUpTo: 1})
-	dst := newMemShard(t, 5)
-	var idx uint64
-	at := func() Stamp { idx++; return Stamp{Index: idx, Time: int64(1000 + idx)} }
-	mustApply(t, dst, at(), func(tx *Tx) error { return tx.BeginMoveIn(move, "bob") })
-	mustApply(t, w.s, w.at(), func(tx *Tx) error { return tx.FenceUser(move, "bob") })
-	var recs []Record
-	if _, _, done, err := w.s.ExportUser("bob", 0, 0, func(r Record) error { recs = append(recs, r); return nil }); err != nil || !done {
-		t.Fatalf("export: done %v, %v", done, err)
-	}
-	mustApply(t, dst, at(), func(tx *Tx) error { return tx.StageUser(move, "bob", recs) })
-	mustApply(t, dst, at(), func(tx *Tx) error { _, err := tx.ActivateUser(at(), move, "bob", false); return err })
+	dst, at := w.moveUser(move, "bob")
 	mustApply(t, w.s, w.at(), func(tx *Tx) error { return tx.DropUser(move, "bob") })
 	if n := countTable(t, w.s, tagFold); n != 1 { // ann's index of bob's receipt stays
 		t.Errorf("the source holds %d fold records after the drop, want 1", n)

@@ -222,6 +222,25 @@ func (s *Shard) mustHead(t *testing.T, conv string) Position {
 	return info.Head
 }
 
+// moveUser moves uid's log from w's shard to a new shard under move, up to its activation there
+// (the source keeps its copy until a DropUser), and returns the destination and its stamps.
+func (w *largeWorld) moveUser(move MoveID, uid string) (*Shard, func() Stamp) {
+	t := w.t
+	t.Helper()
+	dst := newMemShard(t, 5)
+	var idx uint64
+	at := func() Stamp { idx++; return Stamp{Index: idx, Time: int64(1000 + idx)} }
+	mustApply(t, dst, at(), func(tx *Tx) error { return tx.BeginMoveIn(move, uid) })
+	mustApply(t, w.s, w.at(), func(tx *Tx) error { return tx.FenceUser(move, uid) })
+	var recs []Record
+	if _, _, done, err := w.s.ExportUser(uid, 0, 0, func(r Record) error { recs = append(recs, r); return nil }); err != nil || !done {
+		t.Fatalf("export: done %v, %v", done, err)
+	}
+	mustApply(t, dst, at(), func(tx *Tx) error { return tx.StageUser(move, uid, recs) })
+	mustApply(t, dst, at(), func(tx *Tx) error { _, err := tx.ActivateUser(at(), move, uid, false); return err })
+	return dst, at
+}
+
 // TestMoveUserCarriesFollows: a user's follow records move with its log (and leave nothing
 // behind on the source).
 func TestMoveUserCarriesFollows(t *testing.T) {
@@ -231,17 +250,7 @@ func TestMoveUserCarriesFollows(t *testing.T) {
 	w.do(Append{Conv: "g", Sender: "ann", ClientMsgID: "rm", Kind: KindMemberRemove, Members: []string{"bob"}})
 	w.do(Append{Conv: "g", Sender: "ann", ClientMsgID: "add", Kind: KindMemberAdd, Members: []string{"bob"}})
 	want := w.follows("bob")
-	dst := newMemShard(t, 5)
-	var idx uint64
-	at := func() Stamp { idx++; return Stamp{Index: idx, Time: int64(1000 + idx)} }
-	mustApply(t, dst, at(), func(tx *Tx) error { return tx.BeginMoveIn(move, "bob") })
-	mustApply(t, w.s, w.at(), func(tx *Tx) error { return tx.FenceUser(move, "bob") })
-	var recs []Record
-	if _, _, done, err := w.s.ExportUser("bob", 0, 0, func(r Record) error { recs = append(recs, r); return nil }); err != nil || !done {
-		t.Fatalf("export: done %v, %v", done, err)
-	}
-	mustApply(t, dst, at(), func(tx *Tx) error { return tx.StageUser(move, "bob", recs) })
-	mustApply(t, dst, at(), func(tx *Tx) error { _, err := tx.ActivateUser(at(), move, "bob", false); return err })
+	dst, _ := w.moveUser(move, "bob")
 	got, err := dst.Follows("bob")
 	if err != nil || fmt.Sprint(got) != want {
 		t.Fatalf("bob's follows on the destination: %v, %v; want %s", got, err, want)

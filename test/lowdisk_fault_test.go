@@ -184,41 +184,46 @@ func TestClusterFaultLowDisk(t *testing.T) {
 	})
 }
 
-// moveToSmallDisk stops n, moves its data directory onto a tmpfs mounted on the same path (its
-// size: what n holds now, the watermark, and room to spare), and restarts it with
-// min_free_disk lowDiskWatermark and heartbeats every second; it returns the path of a file to fill
-// that disk with.
+// moveToSmallDisk moves n onto a small disk (moveDataOntoTmpfs) with min_free_disk
+// lowDiskWatermark and heartbeats every second, so that the probe sees many (the default is
+// seconds), and restarts it; it returns the path of a file to fill that disk with.
 func (f *faultRun) moveToSmallDisk(n *clusterNode) string {
 	f.t.Helper()
+	used, size := moveDataOntoTmpfs(f.t, n, "-min-free-disk", strconv.Itoa(lowDiskWatermark), "-heartbeat-interval", "1s")
+	f.restartNode(n)
+	f.tl.add("%s moved onto a tmpfs of %d MiB (its data: %d MiB), min_free_disk %d MiB", n.ID, size>>20, used>>20, lowDiskWatermark>>20)
+	return filepath.Join(n.Dir, "filler")
+}
+
+// moveDataOntoTmpfs stops n and moves its data directory onto a tmpfs mounted on the same path
+// (as root; the test is skipped otherwise), of size what n holds, three lowDiskWatermarks and
+// room to spare, and sets n's flags for its next start: its own -peer-dial map, kept, then args.
+// It returns the bytes n held and the tmpfs's size; the caller restarts n.
+func moveDataOntoTmpfs(t *testing.T, n *clusterNode, args ...string) (used, size int64) {
+	t.Helper()
 	if err := n.Stop(30 * time.Second); err != nil {
-		f.t.Fatal(err)
+		t.Fatal(err)
 	}
 	aside := n.Dir + ".before-tmpfs"
 	if err := os.Rename(n.Dir, aside); err != nil {
-		f.t.Fatal(err)
+		t.Fatal(err)
 	}
 	if err := os.Mkdir(n.Dir, 0o700); err != nil {
-		f.t.Fatal(err)
+		t.Fatal(err)
 	}
-	used := dirBytes(f.t, aside)
-	testkit.TmpfsAt(f.t, n.Dir, used+3*lowDiskWatermark+256<<20)
+	used = dirBytes(t, aside)
+	size = used + 3*lowDiskWatermark + 256<<20
+	testkit.TmpfsAt(t, n.Dir, size)
 	if out, err := exec.Command("cp", "-a", aside+"/.", n.Dir).CombinedOutput(); err != nil {
-		f.t.Fatalf("copy %s's data onto the tmpfs: %v\n%s", n.ID, err, out)
+		t.Fatalf("copy %s's data onto the tmpfs: %v\n%s", n.ID, err, out)
 	}
-	var extra []string // the node's own flags (its -peer-dial map), kept
-	args := n.Args()
-	for i := len(args) - 2; i >= 0; i-- {
-		if args[i] == "-peer-dial" {
-			extra = append(extra, args[i:i+2]...)
-			break
-		}
+	var extra []string
+	if old := n.Args(); slices.Contains(old, "-peer-dial") {
+		i := slices.Index(old, "-peer-dial")
+		extra = append(extra, old[i:i+2]...)
 	}
-	// Heartbeats every second while idle, so that the probe sees many (the default is seconds).
-	n.SetArgs(append(extra, "-min-free-disk", strconv.Itoa(lowDiskWatermark), "-heartbeat-interval", "1s")...)
-	f.restartNode(n)
-	f.tl.add("%s moved onto a tmpfs of %d MiB (its data: %d MiB), min_free_disk %d MiB", n.ID,
-		(used+3*lowDiskWatermark+256<<20)>>20, used>>20, lowDiskWatermark>>20)
-	return filepath.Join(n.Dir, "filler")
+	n.SetArgs(append(extra, args...)...)
+	return used, size
 }
 
 // probePeer returns the i-th user the probe writes to: none of the workload's, whose logs the

@@ -138,7 +138,7 @@ func TestPrometheusAlerts(t *testing.T) {
 	}
 	tl.add("prometheus scrapes the three nodes; no alert fires")
 
-	testkit.Fill(t, filler, smallDiskWatermark/2)
+	testkit.Fill(t, filler, lowDiskWatermark/2)
 	tl.add("%s's disk filled below min_free_disk", low.ID)
 	want := "SyncdDiskLow " + low.ID
 	testkit.Wait(t, 60*time.Second, want, func() (bool, string) {
@@ -256,35 +256,12 @@ func TestAlertRulesUnit(t *testing.T) {
 	}
 }
 
-// smallDiskWatermark is the min_free_disk of a node moved onto a small disk.
-const smallDiskWatermark = 96 << 20
-
-// moveOntoSmallDisk stops n, moves its data directory onto a tmpfs mounted on the same path (as
-// root; the test is skipped otherwise), restarts it with min_free_disk smallDiskWatermark, and
-// returns the path of a file to fill that disk with.
+// moveOntoSmallDisk moves n onto a small disk (moveDataOntoTmpfs) with min_free_disk
+// lowDiskWatermark, restarts it and waits for the cluster to be ready; it returns the path of a
+// file to fill that disk with.
 func moveOntoSmallDisk(t *testing.T, c *testCluster, n *clusterNode) string {
 	t.Helper()
-	if err := n.Stop(30 * time.Second); err != nil {
-		t.Fatal(err)
-	}
-	aside := n.Dir + ".before-tmpfs"
-	if err := os.Rename(n.Dir, aside); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Mkdir(n.Dir, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	size := dirBytes(t, aside) + 3*smallDiskWatermark + 256<<20
-	testkit.TmpfsAt(t, n.Dir, size)
-	if out, err := exec.Command("cp", "-a", aside+"/.", n.Dir).CombinedOutput(); err != nil {
-		t.Fatalf("copy %s's data onto the tmpfs: %v\n%s", n.ID, err, out)
-	}
-	var extra []string // the node's own flags (its -peer-dial map), kept
-	args := n.Args()
-	if i := slices.Index(args, "-peer-dial"); i >= 0 {
-		extra = append(extra, args[i:i+2]...)
-	}
-	n.SetArgs(append(extra, "-min-free-disk", fmt.Sprint(smallDiskWatermark))...)
+	moveDataOntoTmpfs(t, n, "-min-free-disk", fmt.Sprint(lowDiskWatermark))
 	if err := n.Start(); err != nil {
 		t.Fatal(err)
 	}

@@ -106,11 +106,7 @@ var scenarios = []*scenario{
 		correct:    "stores nothing from the source's batch, acknowledges nothing of the source past 4, restarts the sync stream from its stored cursors and gets conv_seq 5 then",
 		waitingFor: "every message of the group, conv_seq 5 included",
 		onServer: func(r *run, st *relayStream, f proto.Frame) []proto.Frame {
-			b, ok := f.(*proto.Batch)
-			if !ok || b.Source == "" || st.role != roleSync || r.s.injected {
-				return nil
-			}
-			i := seqIndex(b, 5)
+			b, i := firstSourceBatchAt(r, st, f, 5)
 			if i < 0 {
 				return nil
 			}
@@ -166,11 +162,7 @@ var scenarios = []*scenario{
 		correct:    "accepts an after other than its cursor only where its log shows why (the entry that started the following at after, or a removal and re-addition); here it shows neither: a gap, so it stores nothing of that batch, restarts from its stored cursors and gets every message",
 		waitingFor: "every message of the group, those before conv_seq 5 included",
 		onServer: func(r *run, st *relayStream, f proto.Frame) []proto.Frame {
-			b, ok := f.(*proto.Batch)
-			if !ok || b.Source == "" || st.role != roleSync || r.s.injected {
-				return nil
-			}
-			i := seqIndex(b, 5)
+			b, i := firstSourceBatchAt(r, st, f, 5)
 			if i <= 0 { // the batch must have entries before 5 to leave out
 				return nil
 			}
@@ -482,6 +474,16 @@ var scenarios = []*scenario{
 
 // retryAfter is the retry_after_ms of the retry_after scenario's close.
 const retryAfter = 3 * time.Second
+
+// firstSourceBatchAt returns f as a source's Batch on a sync stream and the index of its entry at
+// seq, until the run's fault is injected; -1 when f is not such a batch or lacks seq.
+func firstSourceBatchAt(r *run, st *relayStream, f proto.Frame, seq proto.Position) (*proto.Batch, int) {
+	b, ok := f.(*proto.Batch)
+	if !ok || b.Source == "" || st.role != roleSync || r.s.injected {
+		return nil, -1
+	}
+	return b, seqIndex(b, seq)
+}
 
 // seqIndex returns the index of the entry at position seq in b, or -1.
 func seqIndex(b *proto.Batch, seq proto.Position) int {

@@ -21,6 +21,19 @@ import (
 // gentle; after a transfer the next check comes sooner (a tenth of the interval), so a node that
 // leads everything after a restart sheds its excess in seconds rather than one shard per interval.
 
+// startBalancing starts the balance loop, once, unless BalanceInterval disables it: a node of a
+// static cluster of several voters starts it in New, a node of a managed cluster in HostMeta.
+// REQUIRES: the node is not closed, or n.shardsMu is held (Close then waits for the loop).
+func (n *Node) startBalancing() {
+	if n.cfg.BalanceInterval <= 0 {
+		return
+	}
+	n.balancing.Do(func() {
+		n.wg.Add(1)
+		go n.balanceLoop(n.cfg.BalanceInterval, n.stop)
+	})
+}
+
 // balanceLoop runs balanceOnce every interval (with jitter) until stop is closed.
 func (n *Node) balanceLoop(interval time.Duration, stop <-chan struct{}) {
 	defer n.wg.Done()
@@ -69,7 +82,7 @@ func (n *Node) balanceOnce() bool {
 			continue
 		}
 		err := r.transferLeadership(target.ID, target.Addr, v.applied[target.ID][id])
-		if errors.Is(err, errTransferSpent) {
+		if errors.Is(err, ErrTransferSpent) {
 			continue
 		}
 		n.balanceBackoff.record(target.ID, err == nil, time.Now())
@@ -171,8 +184,10 @@ func (v leadershipView) target(r *replica, self string, ok func(Peer) bool) *Pee
 // the leadership by the balancer.
 const balanceMaxLag = 256
 
-// errTransferSpent refuses a leadership transfer that might wedge (see transferLeadership).
-var errTransferSpent = errors.New("raftstore: a leadership transfer failed in this term and its target has not caught up since; waiting")
+// ErrTransferSpent refuses a leadership transfer that might wedge (see transferLeadership).
+// ErrTransferSpent refuses a leadership transfer while an earlier one of the same shard failed
+// in this term and its target has not caught up since (see transferLeadership).
+var ErrTransferSpent = errors.New("raftstore: a leadership transfer failed in this term and its target has not caught up since; waiting")
 
 // failedTransfer records a leadership transfer that failed: in which term, and the leader's last
 // log index then.
@@ -192,7 +207,7 @@ type failedTransfer struct{ term, last uint64 }
 func (r *replica) transferLeadership(id, addr string, targetApplied uint64) error {
 	term := r.raft.CurrentTerm()
 	if f := r.failedTransfer.Load(); f != nil && f.term == term && targetApplied < f.last {
-		return errTransferSpent
+		return ErrTransferSpent
 	}
 	err := r.raft.LeadershipTransferToServer(raft.ServerID(id), raft.ServerAddress(addr)).Error()
 	if err != nil {

@@ -67,13 +67,13 @@ func TestFailedTransferWaitsForCatchUp(t *testing.T) {
 	c.Cut(l, target, true) // the leader can no longer reach the target: the transfer cannot finish
 	c.Cut(target, l, true)
 	term := c.Node(l).CurrentTerm(shard)
-	if err := c.Node(l).TransferLeadership(shard, id, 0); err == nil {
+	if err := c.Node(l).TransferLeadership(shard, id); err == nil {
 		t.Fatal("a transfer to an unreachable voter succeeded")
 	}
 	if c.Node(l).CurrentTerm(shard) != term {
 		t.Skip("the term moved during the transfer; nothing to check")
 	}
-	if err := c.Node(l).TransferLeadership(shard, id, 0); !errors.Is(err, raftstore.ErrTransferSpent) {
+	if err := c.Node(l).TransferLeadership(shard, id); !errors.Is(err, raftstore.ErrTransferSpent) {
 		t.Fatalf("a second transfer in the same term, target not caught up: %v, want ErrTransferSpent", err)
 	}
 	c.Cut(l, target, false)
@@ -83,7 +83,7 @@ func TestFailedTransferWaitsForCatchUp(t *testing.T) {
 	if err != nil || st.AppliedIndex < leaderLast {
 		t.Fatalf("target status %+v, %v; leader's last index %d", st, err, leaderLast)
 	}
-	if err := c.Node(l).TransferLeadership(shard, id, st.AppliedIndex); err != nil {
+	if err := c.Node(l).TransferLeadershipAt(shard, id, st.AppliedIndex); err != nil {
 		t.Fatalf("a transfer to a caught-up target: %v", err)
 	}
 	if got := c.Leader(shard); got != target {

@@ -34,45 +34,6 @@ func sendN(t *testing.T, c *raftstoretest.Cluster, shard raftstore.ShardID, conv
 	return seqs
 }
 
-// checkConv reads conv on every running node hosting shard and checks it holds exactly want entries, at
-// positions 1..want.
-func checkConv(t *testing.T, c *raftstoretest.Cluster, shard raftstore.ShardID, conv string, want int) {
-	t.Helper()
-	for i := range c.Size() {
-		n := c.Node(i)
-		if n == nil {
-			continue
-		}
-		state, err := n.State(shard)
-		if errors.Is(err, raftstore.ErrNoShard) {
-			continue // not a member (any more)
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		var got []log.Entry
-		for from := log.Position(1); ; {
-			r, err := state.ReadConv(conv, 0, from, log.Limit{Count: 100})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if r.Status != log.ReadEntries {
-				break
-			}
-			got = append(got, r.Entries...)
-			from = r.Entries[len(r.Entries)-1].Seq + 1
-		}
-		if len(got) != want {
-			t.Fatalf("node %d: conversation %s has %d entries, want %d", i, conv, len(got), want)
-		}
-		for j, e := range got {
-			if e.Seq != log.Position(j+1) || e.ConvSeq != e.Seq {
-				t.Fatalf("node %d: entry %d at position %d", i, j, e.Seq)
-			}
-		}
-	}
-}
-
 func TestClusterFailoverKeepsPositionsContiguous(t *testing.T) {
 	shards := []raftstore.ShardID{1, 2}
 	c := raftstoretest.NewCluster(t, 3, shards, nil)
@@ -97,7 +58,7 @@ func TestClusterFailoverKeepsPositionsContiguous(t *testing.T) {
 	c.Start(old)
 	c.WaitConverged(1)
 	c.WaitConverged(2)
-	checkConv(t, c, 1, "d:alice:bob", 100)
+	c.CheckConv(t, 1, "d:alice:bob", 100)
 }
 
 func TestClusterMinorityCannotCommit(t *testing.T) {
@@ -124,7 +85,7 @@ func TestClusterMinorityCannotCommit(t *testing.T) {
 	sendN(t, c, 1, "d:alice:bob", "b", 10)
 	c.Heal(leader)
 	c.WaitConverged(1)
-	checkConv(t, c, 1, "d:alice:bob", 20) // the unacked write is gone everywhere
+	c.CheckConv(t, 1, "d:alice:bob", 20) // the unacked write is gone everywhere
 }
 
 func TestClusterFollowerCatchesUpBySnapshot(t *testing.T) {
@@ -147,11 +108,11 @@ func TestClusterFollowerCatchesUpBySnapshot(t *testing.T) {
 	if st.Restores == 0 {
 		t.Fatalf("follower caught up without installing a snapshot: %+v", st)
 	}
-	checkConv(t, c, 1, "d:alice:bob", 200)
+	c.CheckConv(t, 1, "d:alice:bob", 200)
 	// It keeps up from the log afterwards, and survives a restart on restored state.
 	sendN(t, c, 1, "d:alice:bob", "b", 20)
 	c.Stop(follower)
 	c.Start(follower)
 	c.WaitConverged(1)
-	checkConv(t, c, 1, "d:alice:bob", 220)
+	c.CheckConv(t, 1, "d:alice:bob", 220)
 }

@@ -34,7 +34,8 @@ type Config struct {
 	// listener address.
 	AdvertiseAddr string
 	// Shards lists the shards this node hosts from the start. Nil means one shard, 1; an empty
-	// list means none (a node that will be given replicas later, see AddReplica).
+	// list means none (a node that will be given replicas later, see AddReplica, or whose
+	// replicas a control plane places: raftstore/cluster).
 	Shards []ShardID
 	// Peers lists the voters of a static cluster, this node included, identical on every node.
 	// Empty means a single node that is the only voter of every shard (the embedded default).
@@ -64,26 +65,6 @@ type Config struct {
 	// TrailingLogs is how many entries stay in the Raft log after a snapshot, so a follower a
 	// little behind catches up from the log rather than by snapshot. Default 10240.
 	TrailingLogs uint64
-
-	// Managed makes the node a member of a managed cluster: a meta shard holds the cluster map,
-	// and the nodes place ShardCount data shards (numbered 1..ShardCount) themselves, with
-	// ReplicationFactor replicas each, moving replicas as nodes join, leave or die (see
-	// managed.go). Shards must then be nil. On a new cluster's first start, Peers are its first
-	// nodes (nil: this node alone); a node joining an existing cluster sets Join instead.
-	Managed bool
-	// ShardCount is the number of data shards of a managed cluster; the same on every node.
-	ShardCount int
-	// ReplicationFactor is the replicas per data shard of a managed cluster (capped by the number
-	// of nodes). Default 3.
-	ReplicationFactor int
-	// Join is the Raft address of any member of the managed cluster this new node joins.
-	Join string
-	// DeadAfter is how long a node may go unheard before its replicas are placed elsewhere.
-	// Default 30s.
-	DeadAfter time.Duration
-	// ReconcileInterval is how often a managed node compares the cluster map with what it hosts
-	// and what its groups are. Default 500ms.
-	ReconcileInterval time.Duration
 
 	// BalanceInterval is how often the node checks whether it leads more than its share of the
 	// shards and hands one over (see balance.go). Default 5s; negative disables balancing.
@@ -139,10 +120,6 @@ type App interface {
 	// Attrs returns facts about this node that other nodes and operators learn from its status
 	// (NodeStatus.Attrs): syncd returns its client and admin addresses.
 	Attrs() map[string]string
-	// DeviceRevoked is called with every device revocation the meta shard applies (and with
-	// each one a snapshot installed on this node holds), on the meta shard's apply goroutine: it
-	// must not block. syncd closes the device's sessions on this node.
-	DeviceRevoked(r Revocation)
 }
 
 // Timing holds the Raft timeouts. The defaults suit a LAN or one machine: a follower that hears
@@ -176,8 +153,8 @@ func DefaultTiming() Timing {
 // DefaultConfig returns what the zero fields of a Config stand for, in the style of
 // hashicorp/raft's DefaultConfig; each field's comment names its default. It is the one place
 // those defaults are written: a Config field left zero and the same field copied from
-// DefaultConfig give the same Node. NodeID, Dir, Peers, Join and the callbacks have no default.
-// Shards stays nil, since its default depends on Managed (see Config.Shards); Logger stays nil,
+// DefaultConfig give the same Node. NodeID, Dir, Peers and the callbacks have no default.
+// Shards stays nil, since nil and empty differ (see Config.Shards); Logger stays nil,
 // meaning slog.Default() as of New, so that a later slog.SetDefault still applies.
 func DefaultConfig() Config {
 	return Config{
@@ -186,9 +163,6 @@ func DefaultConfig() Config {
 		SnapshotThreshold: 16384,
 		SnapshotInterval:  30 * time.Second,
 		TrailingLogs:      10240,
-		ReplicationFactor: 3,
-		DeadAfter:         30 * time.Second,
-		ReconcileInterval: 500 * time.Millisecond,
 		BalanceInterval:   5 * time.Second,
 		CacheSize:         128 << 20,
 		MinFreeDisk:       256 << 20,
@@ -202,7 +176,7 @@ func DefaultConfig() Config {
 func (c Config) withDefaults() Config {
 	d := DefaultConfig()
 	c.RaftAddr = cmp.Or(c.RaftAddr, d.RaftAddr)
-	if c.Shards == nil && !c.Managed {
+	if c.Shards == nil {
 		c.Shards = []ShardID{1}
 	}
 	c.Timing.HeartbeatTimeout = cmp.Or(c.Timing.HeartbeatTimeout, d.Timing.HeartbeatTimeout)
@@ -215,9 +189,6 @@ func (c Config) withDefaults() Config {
 	c.SnapshotThreshold = cmp.Or(c.SnapshotThreshold, d.SnapshotThreshold)
 	c.SnapshotInterval = cmp.Or(c.SnapshotInterval, d.SnapshotInterval)
 	c.TrailingLogs = cmp.Or(c.TrailingLogs, d.TrailingLogs)
-	c.ReplicationFactor = cmp.Or(c.ReplicationFactor, d.ReplicationFactor)
-	c.DeadAfter = cmp.Or(c.DeadAfter, d.DeadAfter)
-	c.ReconcileInterval = cmp.Or(c.ReconcileInterval, d.ReconcileInterval)
 	c.BalanceInterval = cmp.Or(c.BalanceInterval, d.BalanceInterval)
 	c.CacheSize = cmp.Or(c.CacheSize, d.CacheSize)
 	c.MinFreeDisk = cmp.Or(c.MinFreeDisk, d.MinFreeDisk)
@@ -241,9 +212,6 @@ func (c Config) Validate() error {
 	if c.Dir == "" {
 		errs = append(errs, errors.New("raftstore: Dir is required"))
 	}
-	if c.Managed && (c.Shards != nil || c.ShardCount < 1) {
-		errs = append(errs, errors.New("raftstore: a managed node needs ShardCount ≥ 1 and no Shards list"))
-	}
 	switch {
 	case c.TLS == nil && !c.Insecure:
 		errs = append(errs, errors.New("raftstore: TLS is required (mutual TLS on the node plane); set Insecure to run it in plain TCP"))
@@ -253,9 +221,6 @@ func (c Config) Validate() error {
 		if err := c.TLS.validate(c.NodeID); err != nil {
 			errs = append(errs, err)
 		}
-	}
-	if c.Join != "" && c.Peers != nil {
-		errs = append(errs, errors.New("raftstore: Join and Peers exclude each other: join an existing cluster, or start a new one"))
 	}
 	seen := map[ShardID]bool{}
 	for _, s := range c.Shards {
@@ -273,7 +238,7 @@ func (c Config) Validate() error {
 			ids[p.ID] = true
 			self = self || p.ID == c.NodeID
 		}
-		if !self && (c.Managed || len(c.Shards) > 0) {
+		if !self && len(c.Shards) > 0 {
 			// Peers are the voters of the shards bootstrapped here; a node that starts with no
 			// shards (it joins later) is not among them.
 			errs = append(errs, fmt.Errorf("raftstore: Peers must include this node (%q)", c.NodeID))
@@ -283,7 +248,7 @@ func (c Config) Validate() error {
 	for _, d := range []struct {
 		name string
 		v    time.Duration
-	}{{"SnapshotInterval", c.SnapshotInterval}, {"DeadAfter", c.DeadAfter}, {"ReconcileInterval", c.ReconcileInterval}} {
+	}{{"SnapshotInterval", c.SnapshotInterval}} {
 		if d.v < 0 {
 			errs = append(errs, fmt.Errorf("raftstore: %s %v must not be negative (0 means the default)", d.name, d.v))
 		}

@@ -12,8 +12,7 @@ import (
 // must have a default there, so a new knob cannot get its default written somewhere else.
 var noDefault = map[string]bool{
 	"NodeID": true, "Dir": true, "AdvertiseAddr": true, "Shards": true, "Peers": true,
-	"PeerAddr": true, "App": true, "Managed": true, "ShardCount": true,
-	"Join": true, "Logger": true,
+	"PeerAddr": true, "App": true, "Logger": true,
 	"TLS": true, "Insecure": true, // no default: one of them must be chosen (Validate)
 }
 
@@ -39,9 +38,9 @@ func TestConfigDefaultsComeFromDefaultConfig(t *testing.T) {
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("Config{}.withDefaults() =\n%+v\nwant DefaultConfig()\n%+v", got, want)
 	}
-	// A managed node gets no Shards list: the cluster map places its shards.
-	if got := (Config{Managed: true}).withDefaults(); got.Shards != nil {
-		t.Errorf("managed Shards = %v, want nil", got.Shards)
+	// An empty Shards list stays empty: a control plane places the node's shards.
+	if got := (Config{Shards: []ShardID{}}).withDefaults(); got.Shards == nil || len(got.Shards) != 0 {
+		t.Errorf("empty Shards = %v, want empty", got.Shards)
 	}
 	// Set fields are kept.
 	set := Config{SnapshotThreshold: 7, Timing: Timing{CommitTimeout: time.Millisecond}, CacheSize: 1 << 20}.withDefaults()
@@ -52,8 +51,8 @@ func TestConfigDefaultsComeFromDefaultConfig(t *testing.T) {
 }
 
 func TestConfigValidateReportsAll(t *testing.T) {
-	err := Config{NodeID: "n1", Dir: t.TempDir(), DeadAfter: -time.Second, ReconcileInterval: -1, CacheSize: -1}.Validate()
-	for _, want := range []string{"DeadAfter -1s must not be negative", "ReconcileInterval -1ns", "CacheSize -1", "TLS is required"} {
+	err := Config{NodeID: "n1", Dir: t.TempDir(), SnapshotInterval: -time.Second, CacheSize: -1}.Validate()
+	for _, want := range []string{"SnapshotInterval -1s must not be negative", "CacheSize -1", "TLS is required"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("Validate() = %v, want it to contain %q", err, want)
 		}

@@ -117,7 +117,7 @@ func TestLowDiskRefusesNewWritesOnly(t *testing.T) {
 		r.Entries[0].MsgID != acked.Append.MsgID || string(r.Entries[0].Body) != "before" {
 		t.Fatalf("conversation while low on disk: %+v %v", r, err)
 	}
-	fanOut(t, ctx, func(c raftstore.Command) (raftstore.Result, error) { return n.Propose(ctx, 1, c) }, state)
+	raftstoretest.DeliverOutbox(t, ctx, n, 1)
 	r, err := state.ReadUser("bob", 0, 1, log.Limit{})
 	if err != nil || len(r.Entries) != 1 {
 		t.Fatalf("bob's log after a delivery while low on disk: %+v %v", r, err)

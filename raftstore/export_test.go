@@ -7,24 +7,11 @@ import (
 	"time"
 )
 
-// TransferLeadership hands this node's leadership of shard to voter id, whose replica has applied
-// targetApplied, through the guard the balancer and the membership loop use (for tests in
-// package raftstore_test).
-func (n *Node) TransferLeadership(shard ShardID, id string, targetApplied uint64) error {
-	r, ok := n.replica(shard)
-	if !ok {
-		return ErrNoShard
-	}
-	for _, v := range r.voters() {
-		if v.ID == id {
-			return r.transferLeadership(v.ID, v.Addr, targetApplied)
-		}
-	}
-	return ErrNoShard
+// TransferLeadershipAt is TransferLeadership to a target whose replica has applied
+// targetApplied (for tests of the guard in transferLeadership).
+func (n *Node) TransferLeadershipAt(shard ShardID, id string, targetApplied uint64) error {
+	return n.transferTo(shard, id, targetApplied)
 }
-
-// ErrTransferSpent is errTransferSpent, for tests.
-var ErrTransferSpent = errTransferSpent
 
 // CurrentTerm returns the Raft term of this node's replica of shard (for tests).
 func (n *Node) CurrentTerm(shard ShardID) uint64 {
@@ -76,6 +63,3 @@ func (n *Node) FlushStore() error {
 
 // NoSpaceRetry is how often Pebble retries a write that failed for lack of space (for tests).
 const NoSpaceRetry = noSpaceRetry
-
-// AddShardCommand is the meta command AddShard proposes for shard id, for tests that resend it.
-func AddShardCommand(id ShardID) metaCommand { return metaCommand{Op: "add-shard", Shard: id} }

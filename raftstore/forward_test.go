@@ -58,7 +58,7 @@ func TestProposeOnFollowerForwards(t *testing.T) {
 		t.Fatalf("forwarded batches: %+v %v", m, err)
 	}
 	c.WaitConverged(shard)
-	checkConv(t, c, shard, "d:alice:bob", 1)
+	c.CheckConv(t, shard, "d:alice:bob", 1)
 }
 
 // TestForwardFollowsLeaderChange: proposals keep being accepted through a follower while the
@@ -92,7 +92,7 @@ func TestForwardFollowsLeaderChange(t *testing.T) {
 	}
 	c.Start(leader)
 	c.WaitConverged(shard)
-	checkConv(t, c, shard, "d:alice:bob", 10)
+	c.CheckConv(t, shard, "d:alice:bob", 10)
 }
 
 // TestForwardUnreachableLeader: when a follower cannot reach the leader (its own connections
@@ -129,7 +129,7 @@ func TestForwardUnreachableLeader(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	c.WaitConverged(shard)
-	checkConv(t, c, shard, "d:alice:bob", 1)
+	c.CheckConv(t, shard, "d:alice:bob", 1)
 }
 
 // TestClusterStatus: any node gathers every node's status over the forwarding connections,
@@ -201,7 +201,6 @@ type testApp struct {
 
 func (testApp) Applied(raftstore.ShardID, uint64)          {}
 func (testApp) LogsChanged(raftstore.ShardID, log.Touched) {}
-func (testApp) DeviceRevoked(raftstore.Revocation)         {}
 func (a testApp) Attrs() map[string]string                 { return a.attrs }
 func (a testApp) Serve(ctx context.Context, method string, payload []byte) ([]byte, error) {
 	if a.serve == nil {

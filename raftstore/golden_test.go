@@ -1,9 +1,10 @@
 // Golden tests pin every persisted and replicated format of this package: the Raft command
 // envelope of every op (command.go, which is what sits in the Raft log of a data shard), the
-// value a Raft log entry is stored as and the keys it is stored under (raftlog.go), the
-// forwarding protocol's requests and answers (forward_codec.go), and the meta shard's commands
-// and snapshot (meta.go). The payloads inside the commands are package log's requests, whose
-// own golden bytes are in log/testdata/golden; here they are only carried.
+// value a Raft log entry is stored as and the keys it is stored under (raftlog.go), and the
+// forwarding protocol's requests and answers (forward_codec.go). The payloads inside the
+// commands are package log's requests, whose own golden bytes are in log/testdata/golden; here
+// they are only carried. The meta shard's commands (which a forwarded proposal carries as opaque
+// bytes) and its snapshot are pinned in package cluster, raftstore/cluster/testdata/golden.
 //
 // For each fixture (every field non-zero, recognisable values) the current encoder must produce
 // exactly the bytes in testdata/golden, and the decoder must read those bytes back into the
@@ -12,19 +13,17 @@
 // After an intended change, run `go test ./raftstore -run TestGolden -update` and review the
 // diff. A format that may still sit in a Raft log, a snapshot or on disk, or that a node of the
 // previous release may send, must stay decodable: bump the version byte (commandV1, logFormatV1,
-// fwdVersion, metaCommandV1, checksumV1), keep the old golden file and its decoder, and add a
-// file for the new version. Operation codes and answer kinds are persisted: never renumber them.
+// fwdVersion, checksumV1), keep the old golden file and its decoder, and add a file for the new
+// version. Operation codes and answer kinds are persisted: never renumber them.
 package raftstore
 
 import (
 	"bytes"
 	"encoding/binary"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -245,105 +244,8 @@ func fwdGoldenRequests() []struct {
 	}
 }
 
-// Meta fixtures.
-var (
-	goldenClusterMap = ClusterMap{
-		Index: 1 << 33, Shards: 3, RF: 2,
-		Nodes: map[string]NodeInfo{
-			"n1": {ID: "n1", RaftAddr: "10.0.0.1:7000", Attrs: map[string]string{"zone": "a"}},
-			"n2": {ID: "n2", RaftAddr: "10.0.0.2:7000", Attrs: map[string]string{"zone": "b"}, Removing: true},
-		},
-		Replicas:      map[ShardID][]string{1: {"n1", "n2"}, 2: {"n1"}, 3: {"n2"}},
-		Slots:         []SlotRange{{First: 0, Last: 99, Shard: 1}, {First: 100, Last: 2047, Shard: 2}, {First: 2048, Last: 4095, Shard: 3}},
-		Creating:      map[ShardID][]string{3: {"n2"}},
-		Overrides:     map[string]ShardID{"alice": 2},
-		ConvOverrides: map[string]ShardID{"g1": 3},
-		Moves: map[uint64]*MoveInfo{
-			41: {ID: 41, User: "bob", Subs: 4, From: 1, To: 3, Step: StepCutover, Cutovers: map[ShardID]uint64{1: 9, 2: 1 << 40}, Started: goldenTime},
-			42: {ID: 42, Conv: "g2", Slots: &log.SlotSpan{First: 0, Last: 7}, From: 2, To: 3, Step: StepFence, Started: goldenTime + 1},
-		},
-		Splits: map[string]SplitInfo{"bot": {Subs: 4, Gate: 258, Epoch: uint64(goldenTime)}},
-	}
-	goldenRevoked = []Revocation{
-		{User: "alice", Device: "phone", Before: 1_700_000_000, Until: 1_700_086_400},
-		{User: "bob", Device: "laptop", Before: 1_700_000_100, Until: 1_700_086_500},
-	}
-)
-
-// metaGoldenCommands is one meta command of each op, with every field it uses set.
-func metaGoldenCommands() []struct {
-	name string
-	cmd  metaCommand
-} {
-	m := goldenClusterMap.Clone()
-	return []struct {
-		name string
-		cmd  metaCommand
-	}{
-		{"meta_init", metaCommand{Op: "init", Map: &m}},
-		{"meta_join", metaCommand{Op: "join", Node: &NodeInfo{ID: "n3", RaftAddr: "10.0.0.3:7000", Attrs: map[string]string{"zone": "c"}}}},
-		{"meta_remove", metaCommand{Op: "remove", ID: "n2"}},
-		{"meta_forget", metaCommand{Op: "forget", ID: "n2", IfIndex: 1 << 33}},
-		{"meta_place", metaCommand{Op: "place", Replicas: map[ShardID][]string{1: {"n1", "n3"}, 2: {"n3"}}, IfIndex: 1 << 33}},
-		{"meta_add_shard", metaCommand{Op: "add-shard", Shard: 4}},
-		{"meta_created", metaCommand{Op: "created", Shard: 4}},
-		{"meta_revoke", metaCommand{Op: "revoke", Revoke: &Revocation{User: "alice", Device: "phone", Before: 1_700_000_000, Until: 1_700_086_400}}},
-		{"meta_move_start", metaCommand{Op: "move-start", Move: &MoveInfo{User: "bob", Subs: 4, From: 1, To: 3, Started: goldenTime}}},
-		{"meta_move_step", metaCommand{Op: "move-step", MoveID: 41, Step: StepFence, Cutovers: map[ShardID]uint64{1: 9, 2: 1 << 40}}},
-		{"meta_move_switch", metaCommand{Op: "move-switch", MoveID: 41, Split: &SplitInfo{Subs: 4, Gate: 258, Epoch: uint64(goldenTime)}}},
-		{"meta_move_cancel", metaCommand{Op: "move-cancel", MoveID: 41}},
-		{"meta_move_end", metaCommand{Op: "move-end", MoveID: 41}},
-	}
-}
-
-// encodeMetaCommand encodes c as ProposeMeta does.
-func encodeMetaCommand(c metaCommand) []byte {
-	c.V = metaCommandV1
-	b, err := json.Marshal(c)
-	if err != nil {
-		panic(err)
-	}
-	return b
-}
-
-// encodeGoldenMetaSnapshot is the meta shard's snapshot of the fixture state, as Persist writes it.
-func encodeGoldenMetaSnapshot() []byte {
-	f := newMetaFSM()
-	f.m = goldenClusterMap.Clone()
-	for _, r := range goldenRevoked {
-		f.revoked[revKey(r.User, r.Device)] = r
-	}
-	s, err := f.Snapshot()
-	if err != nil {
-		panic(err)
-	}
-	var buf bytes.Buffer
-	if err := s.Persist(sink{&buf}); err != nil {
-		panic(err)
-	}
-	return buf.Bytes()
-}
-
-// goldenMetaState is what a restored meta state machine holds.
-type goldenMetaState struct {
-	Map     ClusterMap
-	Revoked map[string]Revocation
-}
-
-func decodeGoldenMetaSnapshot(b []byte) (any, error) {
-	f := newMetaFSM()
-	if err := f.Restore(io.NopCloser(bytes.NewReader(b))); err != nil {
-		return nil, err
-	}
-	if f.slots.Load() == nil {
-		return nil, errors.New("restored map has no slot table")
-	}
-	return goldenMetaState{Map: f.snapshot(), Revoked: f.revoked}, nil
-}
-
 type goldenCase struct {
-	name   string // file name without extension: <name>.v<N>
-	ext    string // "hex", or "json" for the JSON formats (written as they are, for review)
+	name   string // file name without extension: <name>.v<N>; the file is <name>.v<N>.hex
 	encode func() []byte
 	decode func([]byte) (any, error)
 	want   any
@@ -355,7 +257,7 @@ func goldenCases() []goldenCase {
 		cmd := c.cmd
 		cmd.Time = goldenTime
 		want := goldenCommand{Op: cmd.op, Time: goldenTime, Payload: c.want}
-		cases = append(cases, goldenCase{c.name + ".v1", "hex", func() []byte {
+		cases = append(cases, goldenCase{c.name + ".v1", func() []byte {
 			b, err := cmd.encode()
 			if err != nil {
 				panic(err)
@@ -363,12 +265,12 @@ func goldenCases() []goldenCase {
 			return b
 		}, decodeGoldenCommand, want})
 	}
-	cases = append(cases, goldenCase{"raft_log_entry.v1", "hex",
+	cases = append(cases, goldenCase{"raft_log_entry.v1",
 		func() []byte { return encodeLog(nil, &goldenRaftLog) },
 		func(b []byte) (any, error) { var e raft.Log; err := decodeLog(b, &e); return e, err }, goldenRaftLog})
 	for _, c := range fwdGoldenRequests() {
 		req := c.req
-		cases = append(cases, goldenCase{c.name + ".v1", "hex", req.encode, decodeFwdFrame(func(body []byte) (any, error) {
+		cases = append(cases, goldenCase{c.name + ".v1", req.encode, decodeFwdFrame(func(body []byte) (any, error) {
 			return decodeFwdRequest(body)
 		}), req})
 	}
@@ -376,23 +278,11 @@ func goldenCases() []goldenCase {
 		resp := c.resp
 		want := fwdView(resp)
 		want.Err = c.wantErr
-		cases = append(cases, goldenCase{c.name + ".v1", "hex", resp.encode, decodeFwdFrame(func(body []byte) (any, error) {
+		cases = append(cases, goldenCase{c.name + ".v1", resp.encode, decodeFwdFrame(func(body []byte) (any, error) {
 			r, err := decodeFwdResponse(body)
 			return fwdView(r), err
 		}), want})
 	}
-	for _, c := range metaGoldenCommands() {
-		want := c.cmd
-		want.V = metaCommandV1
-		cases = append(cases, goldenCase{c.name + ".v1", "json", func() []byte { return encodeMetaCommand(c.cmd) },
-			func(b []byte) (any, error) { var m metaCommand; err := json.Unmarshal(b, &m); return m, err }, want})
-	}
-	wantRevoked := map[string]Revocation{}
-	for _, r := range goldenRevoked {
-		wantRevoked[revKey(r.User, r.Device)] = r
-	}
-	cases = append(cases, goldenCase{"meta_snapshot.v1", "json", encodeGoldenMetaSnapshot, decodeGoldenMetaSnapshot,
-		goldenMetaState{Map: goldenClusterMap, Revoked: wantRevoked}})
 	return cases
 }
 
@@ -416,7 +306,7 @@ func TestGolden(t *testing.T) {
 				t.Fatalf("two golden cases named %s", c.name)
 			}
 			seen[c.name] = true
-			path := filepath.Join("testdata", "golden", c.name+"."+c.ext)
+			path := goldenPath(c.name)
 			got := c.encode()
 			if *update {
 				writeGolden(t, path, c.name, got)
@@ -446,7 +336,6 @@ func TestGoldenVersionBytes(t *testing.T) {
 		{"command version", commandV1, 1},
 		{"raft log value version", int(logFormatV1), 1},
 		{"forwarding version", fwdVersion, 1},
-		{"meta command version", metaCommandV1, 1},
 		{"checksum request version", checksumV1, 1},
 		{"op append", int(opAppend), 1}, {"op deliver", int(opDeliver), 2}, {"op cursor", int(opCursor), 3},
 		{"op trim", int(opTrim), 4}, {"op dead letter", int(opDeadLetter), 5}, {"op drop dead letter", int(opDropDeadLetter), 6},
@@ -481,15 +370,6 @@ func TestGoldenVersionBytes(t *testing.T) {
 	if err := decodeChecksumRequest([]byte{checksumV1 + 1}); err == nil {
 		t.Error("checksum request of the next version decoded")
 	}
-	f := newMetaFSM()
-	if res := f.Apply(&raft.Log{Type: raft.LogCommand, Index: 1, Data: []byte(`{"v":2,"op":"remove","id":"n1"}`)}); !errors.Is(asError(res), ErrMetaRefused) {
-		t.Errorf("meta command of version 2: %v, want ErrMetaRefused", res)
-	}
-}
-
-func asError(v any) error {
-	err, _ := v.(error)
-	return err
 }
 
 // TestGoldenRaftKeys pins the key layout of the Raft log and stable store (raftlog.go) for shard
@@ -539,7 +419,7 @@ func goldenSeeds(tb testing.TB, prefix string, body bool) [][]byte {
 		if !strings.HasPrefix(c.name, prefix) {
 			continue
 		}
-		b := readGolden(tb, filepath.Join("testdata", "golden", c.name+"."+c.ext))
+		b := readGolden(tb, goldenPath(c.name))
 		if body && len(b) >= 4 {
 			b = b[4:]
 		}
@@ -548,16 +428,12 @@ func goldenSeeds(tb testing.TB, prefix string, body bool) [][]byte {
 	return out
 }
 
+func goldenPath(name string) string { return filepath.Join("testdata", "golden", name+".hex") }
+
 func writeGolden(t *testing.T, path, name string, b []byte) {
 	t.Helper()
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		t.Fatal(err)
-	}
-	if strings.HasSuffix(path, ".json") {
-		if err := os.WriteFile(path, b, 0o644); err != nil { // exactly the bytes
-			t.Fatal(err)
-		}
-		return
 	}
 	var s strings.Builder
 	fmt.Fprintf(&s, "# %s: %d bytes (golden; regenerate with -update, see golden_test.go)\n", name, len(b))
@@ -578,9 +454,6 @@ func readGolden(tb testing.TB, path string) []byte {
 	if err != nil {
 		tb.Fatalf("%v (run with -update to create it)", err)
 	}
-	if strings.HasSuffix(path, ".json") {
-		return data
-	}
 	var h strings.Builder
 	for _, line := range strings.Split(string(data), "\n") {
 		if line = strings.TrimSpace(line); line != "" && !strings.HasPrefix(line, "#") {
@@ -592,58 +465,6 @@ func readGolden(tb testing.TB, path string) []byte {
 		tb.Fatalf("%s: %v", path, err)
 	}
 	return b
-}
-
-// TestGoldenMetaSnapshotBeforeSlots: a meta snapshot written before the slot table and the
-// revocations were part of it (meta_snapshot.v1-before-slots.json, written by hand from that
-// release's fields) still restores, to the even slot table every node used then and no
-// revocations.
-func TestGoldenMetaSnapshotBeforeSlots(t *testing.T) {
-	v, err := decodeGoldenMetaSnapshot(readGolden(t, filepath.Join("testdata", "golden", "meta_snapshot.v1-before-slots.json")))
-	if err != nil {
-		t.Fatalf("an old meta snapshot no longer restores: %v", err)
-	}
-	st := v.(goldenMetaState)
-	want := ClusterMap{Index: 12, Shards: 2, RF: 1, Nodes: map[string]NodeInfo{"n1": {ID: "n1", RaftAddr: "10.0.0.1:7000"}},
-		Replicas: map[ShardID][]string{1: {"n1"}, 2: {"n1"}}, Slots: EvenSlots(2)}
-	if !reflect.DeepEqual(st.Map, want) || len(st.Revoked) != 0 {
-		t.Fatalf("old meta snapshot restores to\n%+v\nwant\n%+v", st, want)
-	}
-}
-
-// FuzzMetaRestore feeds arbitrary bytes to the meta shard's snapshot restore (a snapshot comes
-// from the leader over the network): it must refuse garbage with an error, never panic, and a
-// state it accepts must snapshot and restore again to the same state.
-func FuzzMetaRestore(f *testing.F) {
-	for _, b := range goldenSeeds(f, "meta_snapshot", false) {
-		f.Add(b)
-		f.Add(b[:len(b)/2])
-	}
-	f.Add([]byte(`{"shards":1}`))
-	f.Add([]byte(`{"shards":2,"slots":[{"first":0,"last":4095,"shard":3}]}`))
-	f.Add([]byte(`null`))
-	f.Fuzz(func(t *testing.T, data []byte) {
-		first, err := decodeGoldenMetaSnapshot(data)
-		if err != nil {
-			return
-		}
-		st := first.(goldenMetaState)
-		g := newMetaFSM()
-		g.m = st.Map
-		g.revoked = st.Revoked
-		s, err := g.Snapshot()
-		if err != nil {
-			t.Fatalf("a restored state does not snapshot: %v", err)
-		}
-		var buf bytes.Buffer
-		if err := s.Persist(sink{&buf}); err != nil {
-			t.Fatal(err)
-		}
-		again, err := decodeGoldenMetaSnapshot(buf.Bytes())
-		if err != nil || !reflect.DeepEqual(again, first) {
-			t.Fatalf("snapshot of a restored state restores to\n%+v (%v)\nwant\n%+v", again, err, first)
-		}
-	})
 }
 
 // FuzzCommandEnvelope: whatever the command decoder accepts re-encodes, with the same op, time and

@@ -32,8 +32,8 @@ func (n *Node) HandOver(ctx context.Context) (handed int, err error) {
 			leading = append(leading, group{fmt.Sprintf("shard %d", r.id), r.raft})
 		}
 	}
-	if n.meta != nil && leadsWithPeers(n.meta.raft) {
-		leading = append(leading, group{"the meta group", n.meta.raft})
+	if g := n.meta.Load(); g != nil && leadsWithPeers(g.rg.raft) {
+		leading = append(leading, group{"the meta group", g.rg.raft})
 	}
 	if len(leading) == 0 {
 		return 0, nil

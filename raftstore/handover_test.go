@@ -26,7 +26,7 @@ func TestHandOver(t *testing.T) {
 		if counts[0] > 0 {
 			return true
 		}
-		_ = c.Node(c.Leader(1)).TransferLeadership(1, c.Config(0).NodeID, 0)
+		_ = c.Node(c.Leader(1)).TransferLeadership(1, c.Config(0).NodeID)
 		return false
 	})
 	led, _ := leaderCounts(c, shards)

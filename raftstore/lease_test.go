@@ -137,7 +137,7 @@ func TestLeaseLapsesOnACutOffFollowerAndReturns(t *testing.T) {
 		t.Fatalf("proposal through the healed node: %v", err)
 	}
 	c.WaitConverged(1)
-	checkConv(t, c, 1, "d:alice:bob", 7) // the refused proposal is nowhere
+	c.CheckConv(t, 1, "d:alice:bob", 7) // the refused proposal is nowhere
 }
 
 // An isolated leader steps down (hashicorp/raft's leader lease), then its replica's lease lapses
@@ -158,7 +158,7 @@ func TestLeaseLapsesOnAnIsolatedLeader(t *testing.T) {
 	c.Heal(leader)
 	waitHeld(t, c, 0, 1, 2)
 	c.WaitConverged(1)
-	checkConv(t, c, 1, "d:alice:bob", 6)
+	c.CheckConv(t, 1, "d:alice:bob", 6)
 }
 
 // A follower's links go silent (held by the relays, not refused): a proposal it forwarded on its
@@ -197,7 +197,7 @@ func TestForwardedProposalGivesUpWhenTheLeaseLapses(t *testing.T) {
 		t.Fatalf("resend after the heal: %v", err)
 	}
 	c.WaitConverged(1)
-	checkConv(t, c, 1, "d:alice:bob", 2)
+	c.CheckConv(t, 1, "d:alice:bob", 2)
 	t.Logf("resend: %+v", res.Append)
 }
 
@@ -231,7 +231,7 @@ func TestLeaseLapsesWhenTheReplicaCannotApply(t *testing.T) {
 	sendN(t, c, 1, "d:alice:bob", "a", 3)
 	leader := c.Leader(1)
 	if c.Node(leader).ID() == "n3" {
-		if err := c.Node(leader).TransferLeadership(1, "n1", 0); err != nil {
+		if err := c.Node(leader).TransferLeadership(1, "n1"); err != nil {
 			t.Fatal(err)
 		}
 		leader = c.Leader(1)

@@ -28,6 +28,45 @@ func (n *Node) AddReplica(shard ShardID) error {
 	return n.addReplica(shard, nil)
 }
 
+// BootstrapReplica starts hosting shard as one of the first members of a new group: without
+// earlier state on this node, it bootstraps the group with peers as voters (every member given the
+// same peers does the same, so they agree on its first configuration); with state, it restarts
+// the replica as it was. If this node already hosts shard, nothing happens.
+func (n *Node) BootstrapReplica(shard ShardID, peers []Peer) error {
+	if n.closed.Load() {
+		return ErrShutdown
+	}
+	if peers == nil {
+		peers = []Peer{}
+	}
+	return n.addReplica(shard, peers)
+}
+
+// ShardsOnDisk lists the shards with Raft state in the store (the meta group's included): the
+// replicas this node held when it last stopped.
+func (n *Node) ShardsOnDisk() ([]ShardID, error) { return raftShardsOnDisk(n.db) }
+
+// TransferLeadership hands the leadership of shard, which this node leads, to its voter id.
+// After a transfer of the shard failed in this term, it fails with ErrTransferSpent until the
+// target has caught up or a new term begins (see transferLeadership).
+func (n *Node) TransferLeadership(shard ShardID, id string) error {
+	return n.transferTo(shard, id, 0)
+}
+
+// transferTo is TransferLeadership to a target whose replica has applied targetApplied.
+func (n *Node) transferTo(shard ShardID, id string, targetApplied uint64) error {
+	r, ok := n.replica(shard)
+	if !ok {
+		return ErrNoShard
+	}
+	for _, v := range r.voters() {
+		if v.ID == id {
+			return r.transferLeadership(v.ID, v.Addr, targetApplied)
+		}
+	}
+	return fmt.Errorf("raftstore: shard %d has no voter %q to hand its leadership to", shard, id)
+}
+
 // RemoveReplica stops hosting shard and deletes this node's copy of it: state, Raft log and
 // snapshots. Call it once the shard's group no longer counts this node as a member; removing a
 // voter's replica behind the group's back costs the group a member until it is re-added.

@@ -92,6 +92,6 @@ func TestMoveReplica(t *testing.T) {
 	close(stop)
 	sent := <-done
 	c.WaitConverged(shard)
-	checkConv(t, c, shard, "d:alice:bob", sent)
+	c.CheckConv(t, shard, "d:alice:bob", sent)
 	t.Logf("%d entries sent during the move; %s left, n4 joined", sent, id)
 }

@@ -33,13 +33,12 @@ type Node struct {
 
 	// shards maps the shards this node hosts to their replicas. The map is copied on write
 	// (under shardsMu) and read without a lock.
-	shards     atomic.Pointer[map[ShardID]*replica]
-	shardsMu   sync.Mutex
-	meta       *metaReplica  // the meta shard's replica, in a managed cluster
-	metaStart  uint64        // the last index of the meta replica's Raft log at start (MetaCurrent)
-	manageKick chan struct{} // wakes the management loop (managed.go)
-	fwd        *forwarder    // proposals this node forwards to leaders elsewhere
-	fwdSrv     *fwdServer    // proposals other nodes forward to this one
+	shards    atomic.Pointer[map[ShardID]*replica]
+	shardsMu  sync.Mutex
+	meta      atomic.Pointer[MetaGroup] // the meta group's member, in a managed cluster (HostMeta)
+	balancing sync.Once                 // starts the leader balancing loop once (startBalancing)
+	fwd       *forwarder                // proposals this node forwards to leaders elsewhere
+	fwdSrv    *fwdServer                // proposals other nodes forward to this one
 	// leaderHints maps a shard hosted elsewhere to its leader (a nodeAt) as last reached.
 	leaderHints sync.Map
 
@@ -84,7 +83,7 @@ func New(cfg Config) (*Node, error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	n := &Node{cfg: cfg, logger: cfg.Logger.With("node", cfg.NodeID), stop: make(chan struct{}), manageKick: make(chan struct{}, 1)}
+	n := &Node{cfg: cfg, logger: cfg.Logger.With("node", cfg.NodeID), stop: make(chan struct{})}
 	n.shards.Store(&map[ShardID]*replica{})
 	n.stopCtx, n.cancelCtx = context.WithCancel(context.Background())
 	n.checksums = newChecksummer(n.stopCtx)
@@ -119,12 +118,6 @@ func New(cfg Config) (*Node, error) {
 	if n.addr == "" {
 		n.addr = ln.Addr().String()
 	}
-	if cfg.Managed {
-		if err := n.startManaged(); err != nil {
-			n.Close()
-			return nil, err
-		}
-	}
 	peers := cfg.Peers
 	if peers == nil {
 		peers = []Peer{} // bootstrap this node alone
@@ -138,9 +131,8 @@ func New(cfg Config) (*Node, error) {
 	n.mux.handleForward(n.fwdSrv.serve)
 	n.wg.Add(1)
 	go n.leaseLoop()
-	if cfg.BalanceInterval > 0 && (cfg.Managed || len(cfg.Peers) > 1) {
-		n.wg.Add(1)
-		go n.balanceLoop(cfg.BalanceInterval, n.stop)
+	if len(cfg.Peers) > 1 {
+		n.startBalancing()
 	}
 	n.wg.Add(1)
 	go func() {
@@ -301,7 +293,7 @@ func restoreIfInterrupted(state *log.Shard, snaps raft.SnapshotStore, logger *sl
 	return state.Restore(rc)
 }
 
-// knownAddr returns the Raft address of node id from the configured peers or the cluster map,
+// knownAddr returns the Raft address of node id from the configured peers or the meta group,
 // or "" if neither names it.
 func (n *Node) knownAddr(id string) string {
 	if id == n.cfg.NodeID {
@@ -312,12 +304,19 @@ func (n *Node) knownAddr(id string) string {
 			return p.Addr
 		}
 	}
-	if n.meta != nil {
-		if node, ok := n.meta.fsm.snapshot().Nodes[id]; ok {
-			return node.RaftAddr
-		}
+	if g := n.meta.Load(); g != nil {
+		return g.fsm.Nodes()[id]
 	}
 	return ""
+}
+
+// Placed returns the nodes the meta group places shard on (MetaFSM.Placed): where a replica of
+// it should be. None for a node without a meta group.
+func (n *Node) Placed(shard ShardID) []Peer {
+	if g := n.meta.Load(); g != nil {
+		return g.fsm.Placed(shard)
+	}
+	return nil
 }
 
 // dialAddr returns the address to dial peer id at: Config.PeerAddr's override, else addr (its
@@ -408,10 +407,10 @@ func (n *Node) Propose(ctx context.Context, shard ShardID, cmd Command) (Result,
 }
 
 // proposeElsewhere forwards cmd for a shard this node hosts no replica of to the nodes the
-// cluster map places it on, following their leader hints, and remembers where the leader was.
+// meta group places it on, following their leader hints, and remembers where the leader was.
 func (n *Node) proposeElsewhere(ctx context.Context, shard ShardID, cmd Command) (Result, error) {
-	m, ok := n.ClusterMap()
-	if !ok || len(m.Replicas[shard]) == 0 {
+	placed := n.Placed(shard)
+	if len(placed) == 0 {
 		return Result{}, ErrNoShard
 	}
 	data, err := forwardable(cmd)
@@ -422,11 +421,11 @@ func (n *Node) proposeElsewhere(ctx context.Context, shard ShardID, cmd Command)
 	if hint, ok := n.leaderHints.Load(shard); ok {
 		tries = append(tries, hint.(nodeAt))
 	}
-	for _, id := range m.Replicas[shard] {
-		tries = append(tries, nodeAt{id, n.dialAddr(id, m.Nodes[id].RaftAddr)})
+	for _, p := range placed {
+		tries = append(tries, nodeAt{p.ID, n.dialAddr(p.ID, p.Addr)})
 	}
 	last := error(ErrNoShard)
-	for i := 0; i < len(tries) && i < len(m.Replicas[shard])+fwdMaxHops; i++ {
+	for i := 0; i < len(tries) && i < len(placed)+fwdMaxHops; i++ {
 		to := tries[i]
 		res, err := n.fwd.propose(ctx, to, shard, data)
 		var nl *NotLeaderError
@@ -461,7 +460,11 @@ func (n *Node) proposeForwarded(req fwdRequest) (Result, error) {
 		defer cancel()
 	}
 	if req.shard == MetaShard {
-		return Result{}, n.proposeMetaLocal(ctx, req.command)
+		g := n.meta.Load()
+		if g == nil {
+			return Result{}, ErrNoShard
+		}
+		return Result{}, g.applyLocal(ctx, req.command)
 	}
 	r, ok := n.replica(req.shard)
 	if !ok {
@@ -575,7 +578,9 @@ func (n *Node) mapRaftError(r *replica, err error) error {
 // It is safe to call more than once.
 func (n *Node) Close() error {
 	n.closeOnce.Do(func() {
+		n.shardsMu.Lock() // HostMeta, under it, starts no goroutine once closed is set
 		n.closed.Store(true)
+		n.shardsMu.Unlock()
 		close(n.stop)
 		n.cancelCtx()
 		n.wg.Wait()
@@ -588,11 +593,8 @@ func (n *Node) Close() error {
 			r.trans.CloseStreams()
 			errs = append(errs, r.trans.Close())
 		}
-		if n.meta != nil {
-			errs = append(errs, n.meta.raft.Shutdown().Error())
-			n.meta.logs.closed.Store(true)
-			n.meta.trans.CloseStreams()
-			errs = append(errs, n.meta.trans.Close())
+		if g := n.meta.Load(); g != nil {
+			errs = append(errs, g.shutdown()...)
 		}
 		if n.fwd != nil {
 			n.fwd.close()

@@ -65,34 +65,6 @@ func propose(t *testing.T, n *raftstore.Node, cmd raftstore.Command) raftstore.R
 	return res
 }
 
-// fanOut delivers the shard's whole outbox into its own user logs, as the fan-out worker does
-// when conversation and users share a shard.
-func fanOut(t *testing.T, ctx context.Context, propose func(raftstore.Command) (raftstore.Result, error), state *log.Shard) {
-	t.Helper()
-	mark, err := state.SourceMark(state.ID())
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		items, err := state.ReadOutbox(mark+1, 100)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(items) == 0 {
-			return
-		}
-		b := &log.DeliveryBatch{Source: state.ID(), Prev: mark, Last: items[len(items)-1].Pos}
-		for _, it := range items {
-			b.Items = append(b.Items, log.Delivery{Pos: it.Pos, Users: it.Recipients, Entry: it.Entry})
-		}
-		res, err := propose(raftstore.DeliverCommand(b))
-		if err != nil {
-			t.Fatal(err)
-		}
-		mark = res.Deliver.Mark
-	}
-}
-
 func TestSingleNodeSendDedupDeliverRead(t *testing.T) {
 	n := startSingle(t, t.TempDir(), nil)
 	defer n.Close()
@@ -121,7 +93,7 @@ func TestSingleNodeSendDedupDeliverRead(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fanOut(t, ctx, func(c raftstore.Command) (raftstore.Result, error) { return n.Propose(ctx, 1, c) }, state)
+	raftstoretest.DeliverOutbox(t, ctx, n, 1)
 	for _, uid := range []string{"alice", "bob"} {
 		r, err := state.ReadUser(uid, 0, 1, log.Limit{})
 		if err != nil {

@@ -523,3 +523,28 @@ func (d *logDecoder) bytes(field string) []byte {
 	d.buf = d.buf[n:]
 	return b
 }
+
+// raftShardsOnDisk lists the shards with a Raft keyspace in db: the replicas this node held when
+// it stopped.
+func raftShardsOnDisk(db *pebble.DB) ([]ShardID, error) {
+	it, err := db.NewIter(&pebble.IterOptions{LowerBound: []byte{raftKeyspace}, UpperBound: []byte{raftKeyspace + 1}})
+	if err != nil {
+		return nil, err
+	}
+	defer it.Close()
+	var out []ShardID
+	for ok := it.First(); ok; {
+		k := it.Key()
+		if len(k) < 5 {
+			ok = it.Next()
+			continue
+		}
+		id := binary.BigEndian.Uint32(k[1:5])
+		out = append(out, ShardID(id))
+		if id == ^uint32(0) {
+			break
+		}
+		ok = it.SeekGE(binary.BigEndian.AppendUint32([]byte{raftKeyspace}, id+1))
+	}
+	return out, it.Error()
+}

@@ -125,7 +125,7 @@ func (n *Node) CheckReplicas(ctx context.Context, shards []ShardID) []ReplicaChe
 		if len(ask) == 0 {
 			break // every member of every shard has its answer
 		}
-		sts := n.statusOf(ctx, ask)
+		sts := n.StatusOf(ctx, ask)
 		for _, c := range checks {
 			c.update(sts, ctx.Err() != nil)
 		}
@@ -210,19 +210,15 @@ type memberCheck struct {
 }
 
 // candidates seeds c with the nodes that may hold the shard: the members this node's replica
-// knows (authoritative if it leads), else those the cluster map places it on.
+// knows (authoritative if it leads), else those the meta group places it on.
 func (n *Node) candidates(c *shardCheck) {
 	if r, ok := n.replica(c.Shard); ok {
 		st := r.status()
 		c.setMembers(st)
 		c.leaderView = st.State == "leader"
 	}
-	if m, ok := n.ClusterMap(); ok {
-		for _, id := range m.Replicas[c.Shard] {
-			if node, ok := m.Nodes[id]; ok {
-				c.addrs[id] = node.RaftAddr
-			}
-		}
+	for _, p := range n.Placed(c.Shard) {
+		c.addrs[p.ID] = p.Addr
 	}
 }
 

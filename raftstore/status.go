@@ -55,11 +55,15 @@ type NodeStatus struct {
 
 // NodeStatus returns this node's status.
 func (n *Node) NodeStatus() NodeStatus {
-	st := NodeStatus{ID: n.cfg.NodeID, RaftAddr: n.addr, Shards: n.Status(), DiskLow: n.disk.low()}
-	if n.cfg.App != nil {
-		st.Attrs = n.cfg.App.Attrs()
+	return NodeStatus{ID: n.cfg.NodeID, RaftAddr: n.addr, Attrs: n.Attrs(), Shards: n.Status(), DiskLow: n.disk.low()}
+}
+
+// Attrs returns the attributes the application gives this node (App.Attrs), nil without one.
+func (n *Node) Attrs() map[string]string {
+	if n.cfg.App == nil {
+		return nil
 	}
-	return st
+	return n.cfg.App.Attrs()
 }
 
 // PeerStatus is one node's answer to Node.ClusterStatus: its status, or why it could not be had.
@@ -71,11 +75,13 @@ type PeerStatus struct {
 }
 
 // ClusterStatus asks every node named in the Raft configuration of a shard this node hosts (or,
-// in a managed cluster, in the cluster map) for its status (this node answers for itself), in
+// in a managed cluster, known to the meta group) for its status (this node answers for itself), in
 // parallel within ctx, and returns the answers by node id.
 func (n *Node) ClusterStatus(ctx context.Context) []PeerStatus {
-	if m, ok := n.ClusterMap(); ok && len(m.Nodes) > 0 {
-		return n.ClusterStatusOf(ctx, m)
+	if g := n.meta.Load(); g != nil {
+		if nodes := g.fsm.Nodes(); len(nodes) > 0 {
+			return n.StatusOf(ctx, nodes)
+		}
 	}
 	peers := map[string]string{n.cfg.NodeID: n.addr}
 	for _, st := range n.Status() {
@@ -85,11 +91,12 @@ func (n *Node) ClusterStatus(ctx context.Context) []PeerStatus {
 			}
 		}
 	}
-	return n.statusOf(ctx, peers)
+	return n.StatusOf(ctx, peers)
 }
 
-// statusOf asks the nodes of peers (id → Raft address) for their status, in parallel.
-func (n *Node) statusOf(ctx context.Context, peers map[string]string) []PeerStatus {
+// StatusOf asks the nodes of peers (id → Raft address) for their status, in parallel within
+// ctx (this node answers for itself), and returns the answers sorted by node id.
+func (n *Node) StatusOf(ctx context.Context, peers map[string]string) []PeerStatus {
 	out := make([]PeerStatus, 0, len(peers))
 	for id, addr := range peers {
 		out = append(out, PeerStatus{ID: id, Addr: addr})

@@ -182,7 +182,7 @@ func (s *Server) handshake(ctx context.Context, conn transport.Conn, streams *sy
 	s.sessions.add(ss)
 	// A revocation applied since checkToken found no session to end: look again, now that a
 	// revocation applied from here on finds this one.
-	if r, ok := s.node.Revocation(ss.user, ss.device); ok && revokes(r, claims.Issued) {
+	if r, ok := s.cluster.Revocation(ss.user, ss.device); ok && revokes(r, claims.Issued) {
 		s.sessions.remove(ss)
 		s.userConns.leave(ss.user)
 		return nil, s.refuse(conn, st, revokedError(r))

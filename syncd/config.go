@@ -17,8 +17,8 @@ import (
 	"github.com/syncd-dev/syncd/log"
 	"github.com/syncd-dev/syncd/proto"
 	"github.com/syncd-dev/syncd/raftstore"
+	"github.com/syncd-dev/syncd/raftstore/cluster"
 	"github.com/syncd-dev/syncd/syncd/adminapi"
-	"github.com/syncd-dev/syncd/syncd/routing"
 	"github.com/syncd-dev/syncd/syncd/transport"
 )
 
@@ -241,7 +241,7 @@ func DefaultConfig() Config {
 		NodeID:            "n1",
 		RaftAddr:          "127.0.0.1:7400",
 		Shards:            8,
-		ReplicationFactor: raftstore.DefaultConfig().ReplicationFactor,
+		ReplicationFactor: cluster.DefaultConfig().ReplicationFactor,
 		Limits:            proto.Limits{}.WithDefaults(),
 		DedupWindow:       time.Duration(log.DefaultDedupWindow),
 		RecallWindow:      time.Duration(log.DefaultRecallWindow),
@@ -338,8 +338,8 @@ func (c Config) withDefaults() Config {
 func (c Config) Validate() error {
 	c = c.withDefaults()
 	var errs []error
-	if c.Shards < 1 || c.Shards > routing.NumSlots {
-		errs = append(errs, fmt.Errorf("syncd: Shards %d must be between 1 and %d", c.Shards, routing.NumSlots))
+	if c.Shards < 1 || c.Shards > cluster.NumSlots {
+		errs = append(errs, fmt.Errorf("syncd: Shards %d must be between 1 and %d", c.Shards, cluster.NumSlots))
 	}
 	if c.Join != "" && len(c.Peers) > 0 {
 		errs = append(errs, errors.New("syncd: Join and Peers exclude each other: join an existing cluster, or start a new one with Peers"))

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/syncd-dev/syncd/proto"
-	"github.com/syncd-dev/syncd/raftstore"
+	"github.com/syncd-dev/syncd/raftstore/cluster"
 	"github.com/syncd-dev/syncd/syncd/auth"
 	"github.com/syncd-dev/syncd/syncd/transport"
 )
@@ -190,7 +190,7 @@ func (s *Server) checkToken(token string, now time.Time) (auth.TokenClaims, erro
 		return claims, proto.Errorf(proto.CodeUnauthenticated, "the token is valid for %v, longer than this server's maximum token lifetime %v: mint tokens that expire sooner",
 			life, s.cfg.MaxTokenLifetime)
 	}
-	if r, ok := s.node.Revocation(claims.User, claims.Device); ok && revokes(r, claims.Issued) {
+	if r, ok := s.cluster.Revocation(claims.User, claims.Device); ok && revokes(r, claims.Issued) {
 		return claims, revokedError(r)
 	}
 	return claims, nil
@@ -200,12 +200,12 @@ func (s *Server) checkToken(token string, now time.Time) (auth.TokenClaims, erro
 // plus auth.MaxClockSkew, since until the revocation a server accepted tokens issued that far
 // ahead of its clock (a token service whose clock runs fast); a token minted for the device
 // after that is accepted. The admin plane keeps r that much longer too (admin.RevokeDevice).
-func revokes(r raftstore.Revocation, issued time.Time) bool {
+func revokes(r cluster.Revocation, issued time.Time) bool {
 	return issued.Unix() <= r.Before+int64(auth.MaxClockSkew/time.Second)
 }
 
 // revokedError is the answer to a token of a revoked device, and the end of its sessions.
-func revokedError(r raftstore.Revocation) *proto.Error {
+func revokedError(r cluster.Revocation) *proto.Error {
 	return proto.Errorf(proto.CodeUnauthenticated, "device %s of user %s was revoked by an operator: its tokens issued up to %s are refused; get a new token",
 		r.Device, r.User, time.Unix(r.Before, 0).Add(auth.MaxClockSkew).UTC().Format(time.RFC3339))
 }
@@ -251,7 +251,7 @@ func (ss *sessions) of(user, device string) []*session {
 // deviceRevoked ends this node's sessions of r's device whose token r covers. It runs on the
 // meta shard's apply goroutine, which must not wait for a client: each session ends on a timer
 // goroutine of its own.
-func (s *Server) deviceRevoked(r raftstore.Revocation) {
+func (s *Server) deviceRevoked(r cluster.Revocation) {
 	n := 0
 	for _, ss := range s.sessions.of(r.User, r.Device) {
 		ss.ctl.mu.Lock()

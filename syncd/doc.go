@@ -1,6 +1,6 @@
 // Package syncd is the syncd server: a node that serves devices over QUIC (docs/PROTOCOL.md) on
 // top of the node's shards (raftstore). It authenticates connections (syncd/auth), answers
-// requests by proposing to the conversation's home shard (routing by syncd/routing), streams each
+// requests by proposing to the conversation's home shard (routing by raftstore/cluster), streams each
 // device's user log from its cursor and pushes new entries as they are applied, and runs the
 // fan-out (syncd/fanout), the admin HTTP server (syncd/admin) and the node-to-node reads of
 // shards hosted elsewhere (syncd/peer).

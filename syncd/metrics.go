@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/syncd-dev/syncd/raftstore"
+	"github.com/syncd-dev/syncd/raftstore/cluster"
 	"github.com/syncd-dev/syncd/syncd/buildinfo"
 	"github.com/syncd-dev/syncd/syncd/transport"
 )
@@ -103,9 +104,9 @@ type metrics struct {
 // newMetrics registers the server's metrics on reg, which must be private to this server (a
 // fresh prometheus.NewRegistry). Values that already live elsewhere are read at scrape time:
 // conns returns the number of open client connections, fan supplies the fan-out's counters, and
-// node supplies per-shard Raft state, outbox positions and dead-letter counts. It panics if reg
-// already holds these metrics.
-func newMetrics(reg *prometheus.Registry, node metricsNode, conns func() int64, fan fanoutStats) *metrics {
+// node supplies per-shard Raft state, outbox positions and dead-letter counts, and the cluster
+// (nil for a node of none) the moves in progress. It panics if reg already holds these metrics.
+func newMetrics(reg *prometheus.Registry, node metricsNode, cl *cluster.Cluster, conns func() int64, fan fanoutStats) *metrics {
 	sendAck := prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Namespace: "syncd", Subsystem: "send", Name: "ack_seconds",
 		Help:                        "Time from receiving a send request to writing its answer, by result (ok, duplicate, refused, error).",
@@ -198,7 +199,7 @@ func newMetrics(reg *prometheus.Registry, node metricsNode, conns func() int64, 
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Namespace: "syncd", Name: "moves_in_progress",
 			Help: "Moves of users' logs between shards in progress in the cluster map.",
-		}, func() float64 { cm, _ := node.ClusterMap(); return float64(len(cm.Moves)) }),
+		}, func() float64 { cm, _ := cl.Map(); return float64(len(cm.Moves)) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Namespace: "syncd", Name: "connections",
 			Help: "Open client connections.",
@@ -260,7 +261,6 @@ func registerAnswerMetrics(reg *prometheus.Registry, held func() int64) {
 type metricsNode interface {
 	nodeShards
 	WatchLease(shard raftstore.ShardID) (raftstore.Lease, <-chan struct{}, error)
-	ClusterMap() (raftstore.ClusterMap, bool)
 	ChecksumMismatches() uint64 // replica checks that found replicas differing (raftstore.Node)
 }
 

@@ -15,11 +15,11 @@ import (
 
 	"github.com/syncd-dev/syncd/log"
 	"github.com/syncd-dev/syncd/raftstore"
+	"github.com/syncd-dev/syncd/raftstore/cluster"
 	"github.com/syncd-dev/syncd/raftstore/raftstoretest"
 	"github.com/syncd-dev/syncd/syncd/admin"
 	"github.com/syncd-dev/syncd/syncd/adminapi"
 	"github.com/syncd-dev/syncd/syncd/peer"
-	"github.com/syncd-dev/syncd/syncd/routing"
 	"github.com/syncd-dev/syncd/test/testkit"
 )
 
@@ -69,7 +69,7 @@ func TestAdminServesMetricsHealthReadinessAndPprof(t *testing.T) {
 	var conns atomic.Int64
 	conns.Store(3)
 	reg := prometheus.NewRegistry()
-	m := newMetrics(reg, node, conns.Load, stubFanout{delivered: 7, failures: 2, deadLettered: 1})
+	m := newMetrics(reg, node, nil, conns.Load, stubFanout{delivered: 7, failures: 2, deadLettered: 1})
 	m.observeSend(3*time.Millisecond, sendOK)
 	m.observeSend(time.Millisecond, sendDuplicate)
 	m.observeSend(time.Second, "bogus") // counted as error: the label set stays fixed
@@ -93,7 +93,7 @@ func TestAdminServesMetricsHealthReadinessAndPprof(t *testing.T) {
 	}
 	token := strings.Repeat("t", adminapi.MinTokenLen)
 	adm, err := admin.Start(admin.Config{Addr: "127.0.0.1:0", Token: token, Node: node,
-		Routing: routing.Even(2), Peer: peer.New(node), Registry: reg, Ready: ready, Logger: logger})
+		Routing: cluster.Even(2), Peer: peer.New(node), Registry: reg, Ready: ready, Logger: logger})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -201,8 +201,8 @@ func TestAdminServesMetricsHealthReadinessAndPprof(t *testing.T) {
 func TestMetricsTwoServersInOneProcess(t *testing.T) {
 	node := startMetricsNode(t)
 	regA, regB := prometheus.NewRegistry(), prometheus.NewRegistry()
-	a := newMetrics(regA, node, func() int64 { return 0 }, stubFanout{})
-	b := newMetrics(regB, node, func() int64 { return 0 }, stubFanout{})
+	a := newMetrics(regA, node, nil, func() int64 { return 0 }, stubFanout{})
+	b := newMetrics(regB, node, nil, func() int64 { return 0 }, stubFanout{})
 	a.clientGap()
 	a.clientGap()
 	b.clientGap()
@@ -244,7 +244,7 @@ func TestAdminLeadersReady(t *testing.T) {
 		t.Fatalf("leadersReady with leaders: %v", err)
 	}
 	reg := prometheus.NewRegistry()
-	newMetrics(reg, node, func() int64 { return 0 }, stubFanout{})
+	newMetrics(reg, node, nil, func() int64 { return 0 }, stubFanout{})
 	if err := node.Close(); err != nil {
 		t.Fatal(err)
 	}

@@ -20,9 +20,6 @@ type nodeApp struct {
 	fan   atomic.Pointer[fanout.Fanout]
 	peer  atomic.Pointer[peer.Peer]
 	attrs atomic.Pointer[map[string]string] // client and admin addresses, once bound
-	// revoked ends the sessions of a revoked device (Server.deviceRevoked); set before the node
-	// starts, as a revocation may be applied (replayed) as soon as it does.
-	revoked func(raftstore.Revocation)
 }
 
 func (a *nodeApp) Applied(shard raftstore.ShardID, _ uint64) {
@@ -34,8 +31,6 @@ func (a *nodeApp) Applied(shard raftstore.ShardID, _ uint64) {
 func (a *nodeApp) LogsChanged(shard raftstore.ShardID, logs log.Touched) {
 	a.notes.notify(shard, logs)
 }
-
-func (a *nodeApp) DeviceRevoked(r raftstore.Revocation) { a.revoked(r) }
 
 func (a *nodeApp) Serve(ctx context.Context, method string, payload []byte) ([]byte, error) {
 	if p := a.peer.Load(); p != nil {

@@ -74,6 +74,11 @@ func (sb *syncBatch) take(res *log.Read, room int) {
 	res.Entries = nil
 }
 
+// userLogReader reads user logs: every replica does.
+type userLogReader interface {
+	ReadUser(uid string, epoch log.Epoch, from log.Position, lim log.Limit) (log.Read, error)
+}
+
 // userScanner is a local replica, which can hand a read's entries over one at a time.
 type userScanner interface {
 	ScanUser(sc *log.Scan, uid string, epoch log.Epoch, from log.Position, lim log.Limit, fn func(*log.Entry) bool) (log.Read, error)
@@ -82,7 +87,7 @@ type userScanner interface {
 // readInto reads uid's log from from with rd and adds the entries read to the batch, which it
 // resets first: a local replica's are scanned in, a remote one's answer is added entry by entry.
 // The answer's Entries are nil either way; with Status ReadEntries, the batch holds at least one.
-func (sb *syncBatch) readInto(rd shardReader, uid string, epoch log.Epoch, from log.Position, lim log.Limit, room int) (log.Read, error) {
+func (sb *syncBatch) readInto(rd userLogReader, uid string, epoch log.Epoch, from log.Position, lim log.Limit, room int) (log.Read, error) {
 	if sc, ok := rd.(userScanner); ok {
 		sb.reset(room)
 		return sc.ScanUser(&sb.scan, uid, epoch, from, lim, sb.add)

@@ -306,7 +306,7 @@ func fillUserLog(t testing.TB, n int, kind func(pos uint64) log.Kind, size func(
 }
 
 // readOnly hides a replica's ScanUser: the path of a remote replica's answer (syncBatch.take).
-type readOnly struct{ shardReader }
+type readOnly struct{ userLogReader }
 
 // TestSyncBatchFramesAsBefore: a sync stream's batches, encoded entry by entry into a buffer kept
 // from batch to batch (syncBatch), are byte for byte the frames the server sent before it had
@@ -318,7 +318,7 @@ func TestSyncBatchFramesAsBefore(t *testing.T) {
 	st, info := userLog(t, 300)
 	room := 6_000 // some batches are cut by the room, some by the count
 	lim := log.Limit{Count: 20, Bytes: room}
-	for _, rd := range []shardReader{st, readOnly{st}} {
+	for _, rd := range []userLogReader{st, readOnly{st}} {
 		var sb syncBatch
 		batches := 0
 		for pos := log.Position(0); pos < info.Head; batches++ {

@@ -92,13 +92,7 @@ func (ss *session) logHead(ctx context.Context, id string) (log.LogInfo, error) 
 	if err != nil {
 		return log.LogInfo{}, err
 	}
-	var info log.LogInfo
-	var lease raftstore.Lease
-	if r, ok := state.(*remoteReader); ok {
-		info, lease, err = r.userInfoLeased(id)
-	} else if lease, _, err = ss.s.node.WatchLease(shard); err == nil {
-		info, err = state.UserInfo(id)
-	}
+	info, lease, err := state.userInfoLeased(id)
 	if err != nil {
 		return log.LogInfo{}, err
 	}

@@ -16,8 +16,12 @@ import (
 // replica on another node, through the call plane (syncd/peer), the same way they read a local
 // one — prefix-consistent reads of a replica, so contiguity and the G3 answers hold unchanged.
 
-// shardReader is the read side of one shard: a local *log.Shard, or a remote replica.
-type shardReader interface {
+// replica is one shard's replica as sessions read it, wherever it is: this node's (localReplica)
+// or another node's, through the call plane (remoteReader). It answers every read alike. The
+// reads that also say how current the replica is, and how a caught-up reader waits for more —
+// where a local and a remote replica differ — are answered here, so that no caller asks which
+// one it holds.
+type replica interface {
 	UserInfo(uid string) (log.LogInfo, error)
 	Conversation(conv, uid string) (log.ConvState, error)
 	UserConvs(uid, after string, limit int) ([]string, error)
@@ -29,19 +33,78 @@ type shardReader interface {
 	ReadConv(conv string, epoch log.Epoch, from log.Position, lim log.Limit) (log.Read, error)
 	ReadUser(uid string, epoch log.Epoch, from log.Position, lim log.Limit) (log.Read, error)
 	Follows(uid string) ([]log.Follow, error)
+
+	// userInfoLeased returns user log uid's info and the answering replica's lease.
+	userInfoLeased(uid string) (log.LogInfo, raftstore.Lease, error)
+	// followUser reads user log uid from from into batch (at most room bytes), for a sync
+	// stream: a local replica at once, a remote one as a long poll of up to wait. The answer
+	// says how current the replica was and when to read again (liveRead).
+	followUser(uid string, epoch log.Epoch, from log.Position, lim log.Limit, wait time.Duration, batch *syncBatch, room int) (liveRead, error)
+	// followConv reads conversation log conv from from, for a sync stream following it as a
+	// source, as followUser does; the entries are the caller's to cut and add to its batch.
+	followConv(conv string, epoch log.Epoch, from log.Position, lim log.Limit, wait time.Duration) (liveRead, error)
+}
+
+// liveRead is one read of a log by a sync stream, with how current the replica read is.
+type liveRead struct {
+	res     log.Read
+	lease   raftstore.Lease // of the replica read, as of just before the read
+	wake    <-chan struct{} // closed when the log may have grown since
+	leaseCh <-chan struct{} // closed when the lease may have changed since (nil: see wake)
 }
 
 // reader returns shard's local replica if this node hosts one, else a reader of a replica on a
 // node that does.
-func (s *Server) reader(ctx context.Context, shard raftstore.ShardID) (shardReader, error) {
+func (s *Server) reader(ctx context.Context, shard raftstore.ShardID) (replica, error) {
 	state, err := s.node.State(shard)
 	if err == nil {
-		return state, nil
+		return &localReplica{Shard: state, s: s, shard: shard}, nil
 	}
 	if !errors.Is(err, raftstore.ErrNoShard) {
 		return nil, err
 	}
 	return &remoteReader{peer: s.peer, ctx: ctx, shard: shard}, nil
+}
+
+// localReplica is this node's replica of a shard: its reads are the state's own. A follower's
+// wake comes from the notifier and its lease from the replica (raftstore.Node.WatchLease), both
+// taken before the read, so that a change after it wakes the stream.
+type localReplica struct {
+	*log.Shard
+	s     *Server
+	shard raftstore.ShardID
+}
+
+func (r *localReplica) userInfoLeased(uid string) (log.LogInfo, raftstore.Lease, error) {
+	l, _, err := r.s.node.WatchLease(r.shard)
+	if err != nil {
+		return log.LogInfo{}, l, err
+	}
+	info, err := r.UserInfo(uid)
+	return info, l, err
+}
+
+func (r *localReplica) followUser(uid string, epoch log.Epoch, from log.Position, lim log.Limit, _ time.Duration, batch *syncBatch, room int) (liveRead, error) {
+	wake := r.s.notes.wait(r.shard, uid) // before reading, so an append after the read wakes us
+	l, leaseCh, err := r.s.node.WatchLease(r.shard)
+	if err != nil {
+		return liveRead{}, err // the replica went away (moved): the device resyncs elsewhere
+	}
+	res, err := batch.readInto(r, uid, epoch, from, lim, room)
+	return liveRead{res: res, lease: l, wake: wake, leaseCh: leaseCh}, err
+}
+
+// followConv reads through the node's source cache: the followers of the group on this node
+// woken by the same append share one read of it (sourcecache.go), whose freshness is checked
+// against the wake channel taken here.
+func (r *localReplica) followConv(conv string, epoch log.Epoch, from log.Position, lim log.Limit, _ time.Duration) (liveRead, error) {
+	out := liveRead{wake: r.s.notes.waitConv(r.shard, conv)} // before reading, so an append after the read wakes us
+	var err error
+	if out.lease, out.leaseCh, err = r.s.node.WatchLease(r.shard); err != nil {
+		return liveRead{}, err
+	}
+	out.res, err = r.s.notes.cache.read(r, r.shard, conv, epoch, from, lim, out.wake)
+	return out, err
 }
 
 // remoteReader reads a shard through the nodes that host it, as the cluster map lists them.
@@ -157,6 +220,43 @@ func (r *remoteReader) readUserWait(uid string, epoch log.Epoch, from log.Positi
 // as a source.
 func (r *remoteReader) readConvWait(conv string, epoch log.Epoch, from log.Position, lim log.Limit, wait time.Duration) (rd log.Read, l raftstore.Lease, reached bool, err error) {
 	return r.readWait(peer.OpReadConvWait, peer.ReadArgs{Conv: conv, Epoch: uint64(epoch), Pos: uint64(from), WaitMS: wait.Milliseconds()}.WithLimit(lim))
+}
+
+// followUser is a long poll (readUserWait): the answer comes with the replica's lease, and
+// there is nothing to wait for before asking again, unless no replica could be reached: then the
+// next try waits a little (up to a second), so that a stream does not ask again in a loop.
+func (r *remoteReader) followUser(uid string, epoch log.Epoch, from log.Position, lim log.Limit, wait time.Duration, batch *syncBatch, room int) (liveRead, error) {
+	res, l, reached, err := r.readUserWait(uid, epoch, from, lim, wait)
+	batch.take(&res, room)
+	return liveRead{res: res, lease: l, wake: r.nextTry(reached, wait)}, err
+}
+
+func (r *remoteReader) followConv(conv string, epoch log.Epoch, from log.Position, lim log.Limit, wait time.Duration) (liveRead, error) {
+	res, l, reached, err := r.readConvWait(conv, epoch, from, lim, wait)
+	return liveRead{res: res, lease: l, wake: r.nextTry(reached, wait)}, err
+}
+
+// nextTry returns when a follower of a remote replica reads again: at once after a long poll
+// that reached a replica, else after up to a second.
+func (r *remoteReader) nextTry(reached bool, wait time.Duration) <-chan struct{} {
+	if reached {
+		return closedChan
+	}
+	return after(min(wait, time.Second))
+}
+
+// closedChan is a closed channel: a wait on it returns at once.
+var closedChan = func() chan struct{} {
+	ch := make(chan struct{})
+	close(ch)
+	return ch
+}()
+
+// after returns a channel closed once d has passed, without a goroutine.
+func after(d time.Duration) <-chan struct{} {
+	ch := make(chan struct{})
+	time.AfterFunc(d, func() { close(ch) })
+	return ch
 }
 
 func (r *remoteReader) readWait(op peer.Op, args peer.ReadArgs) (rd log.Read, l raftstore.Lease, reached bool, err error) {

@@ -17,13 +17,12 @@ import (
 
 	"github.com/syncd-dev/syncd/proto"
 	"github.com/syncd-dev/syncd/raftstore"
+	"github.com/syncd-dev/syncd/raftstore/cluster"
 	"github.com/syncd-dev/syncd/syncd/admin"
 	"github.com/syncd-dev/syncd/syncd/adminapi"
 	"github.com/syncd-dev/syncd/syncd/auth"
 	"github.com/syncd-dev/syncd/syncd/fanout"
-	"github.com/syncd-dev/syncd/syncd/moves"
 	"github.com/syncd-dev/syncd/syncd/peer"
-	"github.com/syncd-dev/syncd/syncd/routing"
 	"github.com/syncd-dev/syncd/syncd/transport"
 )
 
@@ -33,10 +32,11 @@ import (
 type Server struct {
 	cfg         Config
 	logger      *slog.Logger
-	node        *raftstore.Node
-	slots       *routing.Table
+	cluster     *cluster.Cluster // the node's part of the cluster: the map, moves, revocations
+	node        *raftstore.Node  // the cluster's node: the shards
+	slots       *cluster.Routing
 	fan         *fanout.Fanout
-	mover       *moves.Driver
+	mover       *cluster.Driver
 	peer        *peer.Peer
 	notes       *notifier
 	srcMarks    sourceMarks   // acks of large groups' logs, for their delivered marks (sourcemarks.go)
@@ -127,49 +127,53 @@ func NewServer(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s.app = &nodeApp{notes: s.notes, revoked: s.deviceRevoked}
-	s.node, err = raftstore.New(raftstore.Config{
-		NodeID: cfg.NodeID, Dir: cfg.Dir, RaftAddr: cfg.RaftAddr, Peers: cfg.Peers, Join: cfg.Join,
-		PeerAddr: cfg.peerAddr(), Logger: cfg.Logger, TLS: nodeTLS, Insecure: nodeTLS == nil,
-		Managed: true, ShardCount: cfg.Shards, ReplicationFactor: cfg.ReplicationFactor,
-		MinFreeDisk: cfg.MinFreeDisk, App: s.app,
+	s.app = &nodeApp{notes: s.notes}
+	s.cluster, err = cluster.Start(cluster.Config{
+		Node: raftstore.Config{
+			NodeID: cfg.NodeID, Dir: cfg.Dir, RaftAddr: cfg.RaftAddr, Peers: cfg.Peers,
+			PeerAddr: cfg.peerAddr(), Logger: cfg.Logger, TLS: nodeTLS, Insecure: nodeTLS == nil,
+			MinFreeDisk: cfg.MinFreeDisk, App: s.app,
+		},
+		Join: cfg.Join, ShardCount: cfg.Shards, ReplicationFactor: cfg.ReplicationFactor,
+		DeviceRevoked: s.deviceRevoked,
 	})
 	if err != nil {
 		return nil, err
 	}
-	s.slots = routing.Cluster(s.node.SlotTable)
+	s.node = s.cluster.Node()
+	s.slots = s.cluster.Routing()
 	// s.metrics is set below, before the fan-out runs.
 	s.fan = fanout.New(s.node, s.slots, fanout.Config{Logger: cfg.Logger, Observe: func(d time.Duration) { s.metrics.observeFanout(d) }})
 	s.app.fan.Store(s.fan)
-	s.mover = moves.New(s.node, moves.Config{
+	s.mover = s.cluster.Driver(cluster.DriverConfig{
 		Logger: cfg.Logger, Drained: s.fan.Drained,
 		Observe: func(pause time.Duration, copied int64) { s.metrics.observeMove(pause, copied) },
 	})
 	s.peer = peer.New(s.node)
 	s.handleReads(s.peer)
 	reg := prometheus.NewRegistry()
-	s.metrics = newMetrics(reg, s.node, s.conns.Load, s.fan)
+	s.metrics = newMetrics(reg, s.node, s.cluster, s.conns.Load, s.fan)
 	registerDiskMetrics(reg, s.node.DiskSpace)
 	registerAnswerMetrics(reg, s.answers.held.Load)
 	registerSourceCacheMetrics(reg, s.notes.cache)
 	s.admin, err = admin.Start(admin.Config{Addr: cfg.AdminAddr, Token: s.adminToken,
 		MaxTokenLifetime: cfg.MaxTokenLifetime,
-		MetricsAuth:      cfg.AdminMetricsAuth, Node: s.node, Routing: s.slots, Fanout: s.fan,
+		MetricsAuth:      cfg.AdminMetricsAuth, Node: s.node, Cluster: s.cluster, Routing: s.slots, Fanout: s.fan,
 		Peer: s.peer, Registry: reg, Ready: s.Ready, BrowserCerts: s.BrowserCerts, Logger: s.logger})
 	if err != nil {
-		s.node.Close()
+		s.cluster.Close()
 		return nil, err
 	}
 	s.app.peer.Store(s.peer)
 	if err := s.listen(auth.ServerTLSConfig(cert, proto.ALPN)); err != nil {
 		s.admin.Close(context.Background())
-		s.node.Close()
+		s.cluster.Close()
 		return nil, fmt.Errorf("syncd: listen for clients on %s (is another syncd running? pick another -listen): %w", cfg.ListenAddr, err)
 	}
 	if err := s.listenWeb(cert); err != nil {
 		s.closeListener()
 		s.admin.Close(context.Background())
-		s.node.Close()
+		s.cluster.Close()
 		return nil, err
 	}
 	s.app.attrs.Store(&map[string]string{adminapi.AttrClient: s.ln.Addr().String(), adminapi.AttrAdmin: s.admin.Addr().String()})
@@ -180,14 +184,14 @@ func NewServer(cfg Config) (*Server, error) {
 // a leader for every shard it hosts, was not removed from the cluster, and has the free disk
 // space Config.MinFreeDisk asks for (it refuses new writes otherwise).
 func (s *Server) Ready() error {
-	if s.node.Removed() {
+	if s.cluster.Removed() {
 		return errors.New("not ready: this node was removed from the cluster; stop it")
 	}
 	if d := s.node.DiskSpace(); d.Low {
 		return fmt.Errorf("not ready: disk space low: %v; reads and syncs go on. Free space on that disk "+
 			"(see docs/OPERATIONS.md, \"Disk space\")", d)
 	}
-	if s.node.SlotTable() == nil {
+	if s.cluster.SlotTable() == nil {
 		return errors.New("not ready: waiting for the cluster map (joining, or the cluster's first election)")
 	}
 	return admin.LeadersReady(s.node)
@@ -212,6 +216,9 @@ func (s *Server) AdminToken() string { return s.adminToken }
 
 // Node returns the server's storage node (status pages, tests).
 func (s *Server) Node() *raftstore.Node { return s.node }
+
+// Cluster returns the server's part of the cluster: the map, moves, revocations (tests, tools).
+func (s *Server) Cluster() *cluster.Cluster { return s.cluster }
 
 // Run serves clients and runs the fan-out until ctx ends, then shuts down gracefully: it stops
 // accepting, closes client connections, waits for every goroutine, and closes the store.
@@ -274,7 +281,7 @@ func (s *Server) Run(ctx context.Context) error {
 	s.markRemoved() // releases the context; nothing watches it any more
 	closeCtx, done := context.WithTimeout(context.Background(), 5*time.Second)
 	defer done()
-	return errors.Join(s.admin.Close(closeCtx), s.node.Close()) // admin first: scrapes read the store
+	return errors.Join(s.admin.Close(closeCtx), s.cluster.Close()) // admin first: scrapes read the store
 }
 
 // handOverTimeout bounds how long a stopping node waits for its groups' new leaders: a
@@ -305,7 +312,7 @@ func (s *Server) awaitClusterMap(ctx context.Context) error {
 	defer tick.Stop()
 	slow := time.NewTimer(10 * time.Second)
 	defer slow.Stop()
-	for s.node.SlotTable() == nil {
+	for s.cluster.SlotTable() == nil {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
@@ -316,7 +323,7 @@ func (s *Server) awaitClusterMap(ctx context.Context) error {
 	}
 	// A restarted node replays its meta log only once it hears the commit index: until then its
 	// revocations may be older than before the restart, and a revoked device would get in.
-	for wait := time.Now().Add(10 * time.Second); !s.node.MetaCurrent(); {
+	for wait := time.Now().Add(10 * time.Second); !s.cluster.Current(); {
 		if time.Now().After(wait) {
 			s.logger.Warn("serving with the cluster map not yet caught up with this node's log: device revocations made while it was down may take effect late")
 			break
@@ -327,7 +334,7 @@ func (s *Server) awaitClusterMap(ctx context.Context) error {
 		case <-tick.C:
 		}
 	}
-	if m, _ := s.node.ClusterMap(); m.Shards != s.cfg.Shards {
+	if m, _ := s.cluster.Map(); m.Shards != s.cfg.Shards {
 		s.logger.Info("the cluster's shard count is fixed when it is created: following the cluster map",
 			"cluster_shards", m.Shards, "configured_shards", s.cfg.Shards)
 	}
@@ -368,7 +375,7 @@ func (s *Server) watchRemoval(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		if s.node.Removed() {
+		if s.cluster.Removed() {
 			s.logger.Warn("this node was removed from the cluster: closing client connections; it hosts nothing and can be stopped")
 			s.markRemoved()
 			return

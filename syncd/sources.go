@@ -9,7 +9,6 @@ import (
 
 	"github.com/syncd-dev/syncd/log"
 	"github.com/syncd-dev/syncd/proto"
-	"github.com/syncd-dev/syncd/raftstore"
 )
 
 // Sources on the sync stream (docs/PROTOCOL.md, "Sources: large groups"). A large group's
@@ -275,34 +274,14 @@ func sourcesNeedUpgrade(user string) *proto.Error {
 
 // readSource reads src's conversation log from from, up to the period's last position (0: no
 // end known) and short of the removal of the user, which ends the period (recorded with
-// sourceSet.ended), into batch. A local replica is read at once, woken by the notifier, through
-// the node's source cache; a remote one waits up to wait, as readUserLog's. The entries read may
-// be the cache's, shared with other followers: they are cut by re-slicing, never modified.
-func (ss *session) readSource(rd shardReader, shard raftstore.ShardID, sl *subLog, epoch log.Epoch, from, last log.Position, lim log.Limit, wait time.Duration, batch *syncBatch) (userRead, error) {
-	var out userRead
-	var res log.Read
-	var err error
-	if remote, ok := rd.(*remoteReader); ok {
-		var reached bool
-		res, out.lease, reached, err = remote.readConvWait(sl.id, epoch, from, lim, wait)
-		out.wake = closedChan
-		if !reached {
-			out.wake = after(min(wait, time.Second))
-		}
-	} else {
-		out.wake = ss.s.notes.waitConv(shard, sl.id) // before reading, so an append after the read wakes us
-		var leaseCh <-chan struct{}
-		if out.lease, leaseCh, err = ss.s.node.WatchLease(shard); err != nil {
-			return userRead{}, err
-		}
-		out.leaseCh = leaseCh
-		// The followers of the group on this node woken by the same append share one read of it
-		// (sourcecache.go): the cache's freshness is checked against out.wake, taken above.
-		res, err = ss.s.notes.cache.read(rd, shard, sl.id, epoch, from, lim, out.wake)
-	}
+// sourceSet.ended), into batch, from rd wherever it is (replica.followConv). The entries read may
+// be the source cache's, shared with other followers: they are cut by re-slicing, never modified.
+func (ss *session) readSource(rd replica, sl *subLog, epoch log.Epoch, from, last log.Position, lim log.Limit, wait time.Duration, batch *syncBatch) (liveRead, error) {
+	out, err := rd.followConv(sl.id, epoch, from, lim, wait)
 	if err != nil {
-		return userRead{}, err
+		return liveRead{}, err
 	}
+	res := out.res
 	if last != 0 {
 		res.Info.Head = min(res.Info.Head, last)
 	}

@@ -8,7 +8,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/syncd-dev/syncd/log"
 	"github.com/syncd-dev/syncd/proto"
 	"github.com/syncd-dev/syncd/syncd/transport"
 )
@@ -206,97 +205,6 @@ func (r *syncStreams) release(key string, s *liveSync) {
 	defer r.mu.Unlock()
 	if r.m[key] == s {
 		delete(r.m, key)
-	}
-}
-
-// ackBound is the newest cursor a device may acknowledge on its sync stream: the SyncStart's,
-// then the last entry the stream sent. It is raised before a batch is written, so an ack that
-// overtakes the return of the write is not refused. Safe for concurrent use.
-type ackBound struct {
-	mu sync.Mutex
-	c  log.Cursor
-}
-
-func (b *ackBound) set(c log.Cursor) {
-	b.mu.Lock()
-	b.c = c
-	b.mu.Unlock()
-}
-
-func (b *ackBound) get() log.Cursor {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.c
-}
-
-// checkAck refuses a cursor ack that claims more than the stream delivered: a zero epoch or
-// position, a sub-log the stream does not have, another epoch than the sub-log's on the stream,
-// or a position beyond the last entry of it sent (PROTOCOL §6, CursorAck). Such a cursor could
-// not be true, and storing it would tell operators and retention that the device has entries it
-// never got.
-func checkAck(ca *proto.CursorAck, subs *subLogSet) error {
-	if err := ca.Validate(); err != nil {
-		return err
-	}
-	if ca.Source != "" {
-		src := subs.sources.get(ca.Source)
-		if src == nil {
-			return proto.Errorf(proto.CodeInvalidArgument, "cursor ack of source %s: this stream does not serve it", ca.Source)
-		}
-		return checkBound(ca, src.bound.get())
-	}
-	sl := subs.get(int(ca.Sub))
-	if sl == nil {
-		return proto.Errorf(proto.CodeInvalidArgument, "cursor ack of sub-log %d: this stream has %d", ca.Sub, subs.len())
-	}
-	return checkBound(ca, sl.bound.get())
-}
-
-// checkBound refuses an ack beyond bound, the last a log of the stream sent.
-func checkBound(ca *proto.CursorAck, bound log.Cursor) error {
-	if log.Epoch(ca.Epoch) != bound.Epoch || log.Position(ca.Pos) > bound.Pos {
-		return proto.Errorf(proto.CodeInvalidArgument, "cursor ack %d (epoch %d) is beyond what this stream sent: %d (epoch %d)",
-			ca.Pos, ca.Epoch, bound.Pos, bound.Epoch)
-	}
-	return nil
-}
-
-// readUpstream reads what the client sends on its sync stream after SyncStart — cursor acks,
-// stored coalesced — and answers everything else (PROTOCOL §3 and §6): a bad cursor ack gets
-// invalid_argument and the stream goes on; malformed and unknown frames are skipped with their
-// Error; any other frame (a request, a second SyncStart) gets unexpected_frame and resets the
-// stream. It returns why the sync ends: a *resetCause, or nil when the client ended its side,
-// the stream failed or the connection is closing.
-func (ss *session) readUpstream(r *proto.Reader, w *streamWriter, subs *subLogSet) error {
-	for {
-		f, err := r.Next()
-		code, what := classify(err)
-		var msg string
-		if err != nil {
-			msg = err.Error()
-		} else if ca, ok := f.(*proto.CursorAck); ok {
-			if err := checkAck(ca, subs); err != nil {
-				w.send(wireError(ss.s.logger, 0, err))
-				continue
-			}
-			if ca.Source != "" {
-				if !ss.s.cfg.DisableDeliveryReports {
-					ss.s.srcMarks.ack(ca.Source, ss.user, log.Position(ca.Pos))
-				}
-				continue
-			}
-			subs.get(int(ca.Sub)).cursors.ack(log.Cursor{Epoch: log.Epoch(ca.Epoch), Pos: log.Position(ca.Pos)})
-			continue
-		} else {
-			code, what, msg = proto.CodeUnexpectedFrame, faultReset, "a sync stream carries only cursor acks after sync_start, got "+f.FrameType().String()
-		}
-		switch ss.onFault(w, code, what, msg) {
-		case faultSkip:
-			continue
-		case faultReset:
-			return &resetCause{code: code}
-		}
-		return nil
 	}
 }
 

@@ -7,7 +7,7 @@ import (
 
 	"github.com/syncd-dev/syncd/log"
 	"github.com/syncd-dev/syncd/proto"
-	"github.com/syncd-dev/syncd/raftstore"
+	"github.com/syncd-dev/syncd/raftstore/cluster"
 )
 
 // Sub-logs on the sync stream (docs/PROTOCOL.md, "Sub-logs"). A user whose stream an operator
@@ -18,7 +18,7 @@ import (
 //
 // The gate: a conversation's entries before the split are in the user's own log, its later ones
 // in its sub-log. So that they reach the device in order, no sub-log but the first sends
-// anything before the stream has sent the own log up to the split's gate (raftstore.SplitInfo),
+// anything before the stream has sent the own log up to the split's gate (cluster.SplitInfo),
 // where every entry routed there before the split is.
 
 // subLog is one sub-log of the user's stream as a sync stream serves it: a user log of its own
@@ -29,9 +29,9 @@ type subLog struct {
 	from    log.Cursor
 	bound   *ackBound
 	cursors *cursorStore
-	own     *ownProgress         // how far the stream has sent sub-log 0: reported by it, waited on behind a gate
-	sent    *ownProgress         // how far the stream has sent this log (own, for sub-log 0): the gates of sources wait on it
-	gate    *raftstore.SplitInfo // the split's gate, for every sub-log but the first; nil: none
+	own     *ownProgress       // how far the stream has sent sub-log 0: reported by it, waited on behind a gate
+	sent    *ownProgress       // how far the stream has sent this log (own, for sub-log 0): the gates of sources wait on it
+	gate    *cluster.SplitInfo // the split's gate, for every sub-log but the first; nil: none
 	// set is the stream's sources (sources.go): a sub-log tells it the entries marked Source it
 	// sends. src, for a large group's conversation log the stream follows as a source, is the
 	// user's periods there; nil for a sub-log.
@@ -80,7 +80,7 @@ func (p *ownProgress) report(epoch log.Epoch, pos log.Position) {
 // wait waits until the stream has sent the own log up to gate (or the log is of another epoch
 // than the gate's: reset since, nothing is behind the gate), and reports false if ctx ended
 // first.
-func (p *ownProgress) wait(ctx context.Context, gate raftstore.SplitInfo) bool {
+func (p *ownProgress) wait(ctx context.Context, gate cluster.SplitInfo) bool {
 	if gate.Gate == 0 { // nothing was before the split
 		return true
 	}
@@ -141,7 +141,7 @@ func (s *subLogSet) len() int {
 
 // grow adds the sub-logs from the stream's count up to split's, from no cursor (a sub-log a
 // client has not heard of has given it nothing), and returns them.
-func (s *subLogSet) grow(ss *session, split raftstore.SplitInfo) []*subLog {
+func (s *subLogSet) grow(ss *session, split cluster.SplitInfo) []*subLog {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var added []*subLog
@@ -217,64 +217,4 @@ func (ss *session) subLogs(start *proto.SyncStart) (*subLogSet, proto.Frame) {
 func (ss *session) needsUpgrade(n int) *proto.Error {
 	return &proto.Error{Code: proto.CodeNeedsUpgrade, Message: fmt.Sprintf(
 		"user %s's stream is split into %d sub-logs: sync them with a vector cursor (sync_start subs, protocol revision 3)", ss.user, n)}
-}
-
-// syncSubLogs serves every sub-log of the stream at once, each as syncLog does, on the one
-// stream: sub-log 0 on this goroutine (a user whose stream is not split costs no more), each
-// other on one of its own; the first to end the stream (a final frame, a failed write, ctx) ends
-// them all. A split of the user's stream made meanwhile adds its sub-logs to the stream (behind
-// the gate), or, for a client without a vector cursor, ends it with needs_upgrade. It returns the
-// frame that ends the stream, if one does.
-func (ss *session) syncSubLogs(ctx context.Context, w *streamWriter, start *proto.SyncStart, subs *subLogSet) proto.Frame {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var (
-		mu    sync.Mutex
-		final proto.Frame
-		wg    sync.WaitGroup
-	)
-	end := func(f proto.Frame) {
-		mu.Lock()
-		if final == nil && ctx.Err() == nil {
-			final = f
-		}
-		mu.Unlock()
-		cancel()
-	}
-	serve := func(sl *subLog) { wg.Go(func() { end(ss.syncLog(ctx, w, sl, start)) }) }
-	// A source's follower ends on its own when the user has nothing more there (SourceEnd);
-	// only a final frame or a failed write ends the stream.
-	subs.sources.spawn = func(sl *subLog) {
-		wg.Go(func() {
-			if f := ss.syncLog(ctx, w, sl, start); f != nil || w.failed() {
-				end(f)
-			}
-		})
-	}
-	if f := ss.startSources(ctx, w, start, subs); f != nil {
-		end(f)
-		wg.Wait()
-		return final
-	}
-	own := subs.get(0)
-	own.regroup = func() proto.Frame {
-		own.mapChanged = ss.s.slots.Replaced() // before the split is read again
-		split, ok := ss.s.slots.Split(ss.user)
-		switch {
-		case !ok || split.Subs <= subs.len():
-		case start.Subs == nil:
-			return ss.needsUpgrade(split.Subs)
-		default:
-			for _, sl := range subs.grow(ss, split) {
-				serve(sl)
-			}
-		}
-		return nil
-	}
-	for i := 1; i < subs.len(); i++ {
-		serve(subs.get(i))
-	}
-	end(ss.syncLog(ctx, w, own, start))
-	wg.Wait()
-	return final
 }

@@ -11,10 +11,10 @@ import (
 
 	"github.com/syncd-dev/syncd/log"
 	"github.com/syncd-dev/syncd/raftstore"
+	"github.com/syncd-dev/syncd/raftstore/cluster"
 	"github.com/syncd-dev/syncd/syncd"
 	"github.com/syncd-dev/syncd/syncd/adminapi"
 	"github.com/syncd-dev/syncd/syncd/peer"
-	"github.com/syncd-dev/syncd/syncd/routing"
 	"github.com/syncd-dev/syncd/syncd/syncdtest"
 	"github.com/syncd-dev/syncd/test/testkit"
 )
@@ -26,8 +26,8 @@ import (
 // group's home shard, which it lists (as every node does), replays and drops.
 func TestAdminAnyNode(t *testing.T) {
 	c := syncdtest.StartCluster(t, 4, func(_ int, cfg *syncd.Config) { cfg.ReplicationFactor = 3 })
-	m, _ := c.Server(0).Node().ClusterMap()
-	slots := routing.Even(m.Shards)
+	m, _ := c.Server(0).Cluster().Map()
+	slots := cluster.Even(m.Shards)
 	ids := []string{"n1", "n2", "n3", "n4"}
 
 	// The group's home shard, the node that does not host it (the one the operator asks), bob

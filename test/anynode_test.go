@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/syncd-dev/syncd/syncd/routing"
+	"github.com/syncd-dev/syncd/raftstore/cluster"
 	"github.com/syncd-dev/syncd/syncd/syncdtest"
 	"github.com/syncd-dev/syncd/test/testkit"
 )
@@ -51,8 +51,8 @@ func TestDevicesOnDifferentNodes(t *testing.T) {
 	}
 	sameEverywhere(t, conv, want, devices...)
 
-	m, _ := c.Server(0).Node().ClusterMap()
-	home := routing.Even(m.Shards).ConvShard(conv)
+	m, _ := c.Server(0).Cluster().Map()
+	home := cluster.Even(m.Shards).ConvShard(conv)
 	down := c.LeaderOf(home)
 	if down < 0 {
 		t.Fatal("no leader for the group's home shard")
@@ -111,8 +111,8 @@ func sameEverywhere(t *testing.T, conv string, want []string, devices ...*device
 // in the same order.
 func TestManagedClusterServesFromAnyNode(t *testing.T) {
 	c := syncdtest.StartCluster(t, 4, nil)
-	m, _ := c.Server(0).Node().ClusterMap()
-	slots := routing.Even(m.Shards)
+	m, _ := c.Server(0).Cluster().Map()
+	slots := cluster.Even(m.Shards)
 	users := []string{"alice", "bob", "carol", "dave"}
 	devices := make([]*device, len(users))
 	on := make([]int, len(users)) // the node each device is connected to
@@ -153,7 +153,7 @@ func TestManagedClusterServesFromAnyNode(t *testing.T) {
 	}
 	sameEverywhere(t, conv, want, devices...)
 	testkit.WaitTrue(t, 60*time.Second, "n5 to hold replicas", func() bool {
-		m, _ := c.Server(0).Node().ClusterMap()
+		m, _ := c.Server(0).Cluster().Map()
 		placed := 0
 		for _, r := range m.Replicas {
 			if slices.Contains(r, "n5") {
@@ -178,7 +178,7 @@ func TestManagedClusterServesFromAnyNode(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	testkit.WaitTrue(t, 60*time.Second, "n4 to hold nothing and leave the map", func() bool {
-		m, _ := c.Server(0).Node().ClusterMap()
+		m, _ := c.Server(0).Cluster().Map()
 		_, still := m.Nodes["n4"]
 		return !still && len(c.Server(3).Node().Shards()) == 0
 	})

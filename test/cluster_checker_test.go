@@ -34,7 +34,7 @@ import (
 	"github.com/syncd-dev/syncd/log"
 	"github.com/syncd-dev/syncd/proto"
 	"github.com/syncd-dev/syncd/raftstore"
-	"github.com/syncd-dev/syncd/syncd/routing"
+	"github.com/syncd-dev/syncd/raftstore/cluster"
 	"github.com/syncd-dev/syncd/test/testkit"
 )
 
@@ -426,7 +426,7 @@ type shardReplica struct {
 func (w *workload) checkStores() {
 	t := w.t
 	t.Helper()
-	slots := routing.Even(clusterShards) // the servers' routing: a new cluster's even slot table
+	slots := cluster.Even(clusterShards) // the servers' routing: a new cluster's even slot table
 	replicas := map[raftstore.ShardID]map[string]shardReplica{}
 	userEntries, convEntries := 0, 0
 	for _, n := range w.c.nodes {

@@ -26,8 +26,8 @@ import (
 
 	"github.com/syncd-dev/syncd/log"
 	"github.com/syncd-dev/syncd/raftstore"
+	"github.com/syncd-dev/syncd/raftstore/cluster"
 	"github.com/syncd-dev/syncd/syncd/adminapi"
-	"github.com/syncd-dev/syncd/syncd/routing"
 	"github.com/syncd-dev/syncd/test/testkit"
 )
 
@@ -359,7 +359,7 @@ func TestClusterFaultMoves(t *testing.T) {
 	skipShort(t)
 	runFault(t, true, func(f *faultRun) {
 		f.w.moved, f.w.movedConvs = map[string]raftstore.ShardID{}, map[string]raftstore.ShardID{}
-		slots := routing.Even(clusterShards)
+		slots := cluster.Even(clusterShards)
 		owner := map[int]raftstore.ShardID{} // the slot table as the moves changed it
 		for i := range log.NumSlots {
 			owner[i] = slots.SlotShard(i)
@@ -513,7 +513,7 @@ func TestClusterFaultSplits(t *testing.T) {
 	skipShort(t)
 	runFault(t, true, func(f *faultRun) {
 		f.w.split = map[string]int{}
-		slots := routing.Even(clusterShards)
+		slots := cluster.Even(clusterShards)
 		for round := range f.rounds(1, 3) {
 			user, subs := wlUserName(round%len(f.w.devs)), 2+round%3
 			from := slots.UserShard(user)

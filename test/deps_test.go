@@ -40,10 +40,13 @@ var serverOnly = []string{hashicorp, webtrans, websocket}
 // wait helper every tier's tests share, so it imports nothing here) and test/proccluster (the
 // process harness, which talks to nodes over their admin API).
 var rules = map[string]rule{
-	"proto/ident":             {outside: []string{}},
-	"proto":                   {repo: []string{"proto/ident"}, outside: []string{msgpack}},
-	"log":                     {repo: []string{"proto/ident"}, deny: []string{msgpack, hashicorp, quic}},
+	"proto/ident": {outside: []string{}},
+	"proto":       {repo: []string{"proto/ident"}, outside: []string{msgpack}},
+	"log":         {repo: []string{"proto/ident"}, deny: []string{msgpack, hashicorp, quic}},
+	// raftstore replicates; what the cluster looks like (the map, users' and conversations'
+	// placement, moves, revocations) is the control plane's, above it: raftstore never imports it.
 	"raftstore":               {repo: []string{"proto/ident", "log"}, deny: []string{msgpack, quic}},
+	"raftstore/cluster":       {repo: []string{"proto/ident", "log", "raftstore"}, deny: []string{msgpack, quic}},
 	"raftstore/raftstoretest": {repo: []string{"proto/ident", "log", "proto", "raftstore", "syncd/adminapi", "syncd/auth", "test/testkit"}},
 	"proto/prototest":         {repo: []string{"proto/ident", "proto", "test/testkit"}, deny: serverOnly},
 	"client":                  {repo: []string{"proto/ident", "proto", "client/internal/store"}, deny: serverOnly},
@@ -56,20 +59,18 @@ var rules = map[string]rule{
 	"syncd/adminapi":                  {outside: []string{}},
 	"syncd/buildinfo":                 {outside: []string{}}, // the build's version: syncd and syncctl print it
 	"syncd/auth":                      {repo: []string{"proto/ident", "proto", "syncd/adminapi"}, outside: []string{msgpack}},
-	"syncd/routing":                   {repo: []string{"proto/ident", "log", "raftstore"}},
 	"syncd/peer":                      {repo: []string{"proto/ident", "log", "proto", "raftstore", "syncd/adminapi"}},
 	"syncd/fanout":                    {repo: []string{"proto/ident", "log", "raftstore", "syncd/adminapi"}},
-	"syncd/moves":                     {repo: []string{"proto/ident", "log", "raftstore"}},
 	"syncd/transport":                 {repo: []string{"proto/ident", "proto"}, deny: []string{hashicorp}},
-	"syncd/admin": {repo: []string{"proto/ident", "log", "proto", "raftstore", "syncd/adminapi", "syncd/fanout", "syncd/peer",
-		"syncd/routing"}},
-	"syncd": {repo: []string{"proto/ident", "log", "proto", "raftstore", "syncd/admin", "syncd/adminapi", "syncd/auth", "syncd/buildinfo",
-		"syncd/fanout", "syncd/moves", "syncd/peer", "syncd/routing", "syncd/transport"}},
+	"syncd/admin": {repo: []string{"proto/ident", "log", "proto", "raftstore", "raftstore/cluster", "syncd/adminapi", "syncd/fanout",
+		"syncd/peer"}},
+	"syncd": {repo: []string{"proto/ident", "log", "proto", "raftstore", "raftstore/cluster", "syncd/admin", "syncd/adminapi", "syncd/auth", "syncd/buildinfo",
+		"syncd/fanout", "syncd/peer", "syncd/transport"}},
 	// The conformance kit embeds a whole server and sits beside it: only commands and tests import it.
-	"syncd/conformance": {repo: []string{"proto/ident", "log", "proto", "raftstore", "syncd", "syncd/admin", "syncd/adminapi",
-		"syncd/auth", "syncd/buildinfo", "syncd/fanout", "syncd/moves", "syncd/peer", "syncd/routing", "syncd/transport"}},
-	"syncd/syncdtest": {repo: []string{"proto/ident", "log", "proto", "raftstore", "syncd", "syncd/admin", "syncd/adminapi",
-		"syncd/auth", "syncd/buildinfo", "syncd/fanout", "syncd/moves", "syncd/peer", "syncd/routing", "syncd/transport", "test/testkit"}},
+	"syncd/conformance": {repo: []string{"proto/ident", "log", "proto", "raftstore", "raftstore/cluster", "syncd", "syncd/admin", "syncd/adminapi",
+		"syncd/auth", "syncd/buildinfo", "syncd/fanout", "syncd/peer", "syncd/transport"}},
+	"syncd/syncdtest": {repo: []string{"proto/ident", "log", "proto", "raftstore", "raftstore/cluster", "syncd", "syncd/admin", "syncd/adminapi",
+		"syncd/auth", "syncd/buildinfo", "syncd/fanout", "syncd/peer", "syncd/transport", "test/testkit"}},
 	"test/testkit":     {outside: []string{}},
 	"test/browser":     {repo: []string{}, outside: []string{}}, // runs the TypeScript SDK's journeys with Node
 	"test/proccluster": {repo: []string{"proto/ident", "proto", "raftstore", "log", "syncd/adminapi", "syncd/auth", "test/testkit"}},

@@ -8,7 +8,7 @@ import (
 
 	"github.com/syncd-dev/syncd/client"
 	"github.com/syncd-dev/syncd/raftstore"
-	"github.com/syncd-dev/syncd/syncd/routing"
+	"github.com/syncd-dev/syncd/raftstore/cluster"
 )
 
 // TestFanoutShardWithoutQuorumInAProcessCluster: four syncd processes, each shard on three of
@@ -53,7 +53,7 @@ func TestFanoutShardWithoutQuorumInAProcessCluster(t *testing.T) {
 		}
 		return 2*left > len(voters[s])
 	}
-	slots := routing.Even(clusterShards)
+	slots := cluster.Even(clusterShards)
 	pick := func(prefix string, ok func(raftstore.ShardID) bool) string {
 		for i := range 10000 {
 			if id := fmt.Sprint(prefix, i); ok(slots.UserShard(id)) {

@@ -18,7 +18,7 @@ import (
 	"github.com/syncd-dev/syncd/proto"
 	"github.com/syncd-dev/syncd/proto/prototest"
 	"github.com/syncd-dev/syncd/raftstore"
-	"github.com/syncd-dev/syncd/syncd/routing"
+	"github.com/syncd-dev/syncd/raftstore/cluster"
 	"github.com/syncd-dev/syncd/test/testkit"
 )
 
@@ -70,7 +70,7 @@ func TestClusterFaultLowDisk(t *testing.T) {
 			return prototest.Connect(f.t, n.ClientAddr, fp, tok, "probe", device)
 		}
 		sender := connect(healthy, "sender")
-		slots := routing.Even(clusterShards)
+		slots := cluster.Even(clusterShards)
 		type sent struct {
 			req *proto.Send
 			ack *proto.Ack

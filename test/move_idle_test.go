@@ -9,9 +9,9 @@ import (
 
 	"github.com/syncd-dev/syncd/log"
 	"github.com/syncd-dev/syncd/raftstore"
+	"github.com/syncd-dev/syncd/raftstore/cluster"
 	"github.com/syncd-dev/syncd/syncd"
 	"github.com/syncd-dev/syncd/syncd/adminapi"
-	"github.com/syncd-dev/syncd/syncd/routing"
 	"github.com/syncd-dev/syncd/test/testkit"
 )
 
@@ -30,8 +30,8 @@ const moveBound = 20 * time.Second
 // cutover positions the move waits for.
 func TestMovesFinishWhileShardsIdle(t *testing.T) {
 	srv := startServer(t)
-	m, _ := srv.Node().ClusterMap()
-	table := routing.Even(m.Shards)
+	m, _ := srv.Cluster().Map()
+	table := cluster.Even(m.Shards)
 
 	// Traffic homed on every shard: alice writes to one peer per shard, then everything is silent.
 	alice := dialDevice(t, srv, "alice", "phone", t.TempDir())
@@ -86,7 +86,7 @@ func TestMovesFinishWhileShardsIdle(t *testing.T) {
 	if err := json.Unmarshal([]byte(body), &added); err != nil || code != http.StatusOK {
 		t.Fatalf("POST /v1/shards: HTTP %d %s", code, body)
 	}
-	m, _ = srv.Node().ClusterMap()
+	m, _ = srv.Cluster().Map()
 	r := m.Slots[0]
 	startMoveAndWait(t, srv, fmt.Sprintf("/v1/moves?slots=%d-%d&to=%d", r.First, r.First+(r.Last-r.First)/2, added.Shard))
 	waitOutboxesTrimmed(t, srv)
@@ -103,7 +103,7 @@ func startMoveAndWait(t *testing.T, srv *syncd.Server, path string) adminapi.Mov
 		t.Fatalf("POST %s: HTTP %d %s", path, code, body)
 	}
 	testkit.Wait(t, moveBound, fmt.Sprintf("move %d (%s) to finish", started.ID, path), func() (bool, string) {
-		m, _ := srv.Node().ClusterMap()
+		m, _ := srv.Cluster().Map()
 		mv := m.Moves[started.ID]
 		if mv == nil {
 			return true, ""
@@ -118,7 +118,7 @@ func startMoveAndWait(t *testing.T, srv *syncd.Server, path string) adminapi.Mov
 func waitOutboxesTrimmed(t *testing.T, srv *syncd.Server) {
 	t.Helper()
 	testkit.Wait(t, 20*time.Second, "every outbox trimmed to its head", func() (bool, string) {
-		m, _ := srv.Node().ClusterMap()
+		m, _ := srv.Cluster().Map()
 		for _, sh := range m.DataShards() {
 			st, err := srv.Node().State(sh)
 			if err != nil {
@@ -141,8 +141,8 @@ func waitOutboxesTrimmed(t *testing.T, srv *syncd.Server) {
 // (the new shard refused it: "her entries go to" the range's destination).
 func TestSlotMoveLeavesPinnedUsersBehind(t *testing.T) {
 	srv := startServer(t)
-	m, _ := srv.Node().ClusterMap()
-	table := routing.Even(m.Shards)
+	m, _ := srv.Cluster().Map()
+	table := cluster.Even(m.Shards)
 	fay, eve := dialDevice(t, srv, "fay", "phone", t.TempDir()), dialDevice(t, srv, "eve", "phone", t.TempDir())
 	defer fay.Close()
 	defer eve.Close()

@@ -15,9 +15,9 @@ import (
 	"github.com/syncd-dev/syncd/proto"
 	"github.com/syncd-dev/syncd/proto/prototest"
 	"github.com/syncd-dev/syncd/raftstore"
+	"github.com/syncd-dev/syncd/raftstore/cluster"
 	"github.com/syncd-dev/syncd/syncd"
 	"github.com/syncd-dev/syncd/syncd/adminapi"
-	"github.com/syncd-dev/syncd/syncd/routing"
 	"github.com/syncd-dev/syncd/syncd/syncdtest"
 	"github.com/syncd-dev/syncd/test/testkit"
 )
@@ -40,8 +40,8 @@ func TestMoveUserUnderTraffic(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitMember(t, group, bob, carol)
-	m, _ := c.Server(0).Node().ClusterMap()
-	from := routing.Even(m.Shards).UserShard("bob")
+	m, _ := c.Server(0).Cluster().Map()
+	from := cluster.Even(m.Shards).UserShard("bob")
 
 	var mu sync.Mutex
 	var sentDirect, sentGroup []string
@@ -64,7 +64,7 @@ func TestMoveUserUnderTraffic(t *testing.T) {
 	}
 	to := raftstore.ShardID(started.To)
 	testkit.WaitTrue(t, 60*time.Second, "the move to finish", func() bool {
-		m, _ := c.Server(2).Node().ClusterMap()
+		m, _ := c.Server(2).Cluster().Map()
 		return len(m.Moves) == 0 && m.Overrides["bob"] == to
 	})
 	sentAt := count()
@@ -213,8 +213,8 @@ func TestMoveConvUnderTraffic(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitMember(t, group, alice, bob, carol)
-	m, _ := c.Server(0).Node().ClusterMap()
-	from := routing.Even(m.Shards).ConvShard(group)
+	m, _ := c.Server(0).Cluster().Map()
+	from := cluster.Even(m.Shards).ConvShard(group)
 
 	var mu sync.Mutex
 	var sent []string            // in the order the sends were queued; each sender's are in its order
@@ -241,7 +241,7 @@ func TestMoveConvUnderTraffic(t *testing.T) {
 	}
 	to := raftstore.ShardID(started.To)
 	testkit.WaitTrue(t, 60*time.Second, "the move to finish", func() bool {
-		m, _ := c.Server(2).Node().ClusterMap()
+		m, _ := c.Server(2).Cluster().Map()
 		return len(m.Moves) == 0 && m.ConvOverrides[group] == to
 	})
 	sentAt := count()
@@ -353,8 +353,8 @@ func TestMoveConvWhileDeliveriesHeld(t *testing.T) {
 	}
 	send("before")
 	waitBodies(t, group, want, alice, bob)
-	m, _ := c.Server(0).Node().ClusterMap()
-	from := routing.Even(m.Shards).ConvShard(group)
+	m, _ := c.Server(0).Cluster().Map()
+	from := cluster.Even(m.Shards).ConvShard(group)
 
 	// Hold back the old home's deliveries of the group.
 	release := make(chan struct{})
@@ -380,9 +380,9 @@ func TestMoveConvWhileDeliveriesHeld(t *testing.T) {
 		t.Fatalf("POST /v1/moves: HTTP %d %s", code, body)
 	}
 	testkit.WaitTrue(t, 30*time.Second, "the switch, while the old home's deliveries are held", func() bool {
-		m, _ := c.Server(1).Node().ClusterMap()
+		m, _ := c.Server(1).Cluster().Map()
 		mv := m.Moves[started.ID]
-		return m.ConvOverrides[group] == raftstore.ShardID(started.To) && mv != nil && mv.Step == raftstore.StepDrop
+		return m.ConvOverrides[group] == raftstore.ShardID(started.To) && mv != nil && mv.Step == cluster.PhaseDrop
 	})
 	for i := range 3 { // acknowledged by the new home; their deliveries wait behind the held ones
 		send(fmt.Sprint("after ", i))
@@ -390,14 +390,14 @@ func TestMoveConvWhileDeliveriesHeld(t *testing.T) {
 	if got := bodies(t, bob, group); !slices.Equal(got, want[:1]) {
 		t.Fatalf("bob stores %v before the old home's deliveries were released, want %v", got, want[:1])
 	}
-	if m, _ := c.Server(1).Node().ClusterMap(); m.Moves[started.ID] == nil {
+	if m, _ := c.Server(1).Cluster().Map(); m.Moves[started.ID] == nil {
 		t.Fatal("the move ended before the old home had delivered its last messages")
 	}
 
 	unhold()
 	waitBodies(t, group, want, alice, bob)
 	testkit.WaitTrue(t, 30*time.Second, "the move to end once the old home has delivered", func() bool {
-		m, _ := c.Server(2).Node().ClusterMap()
+		m, _ := c.Server(2).Cluster().Map()
 		return len(m.Moves) == 0
 	})
 	checkMoveMetrics(t, c)
@@ -416,8 +416,8 @@ func TestMovingConvOnTheWire(t *testing.T) {
 	alice := prototest.Connect(t, srv.Addr().String(), srv.Fingerprint(), token, "alice", "phone")
 	const conv = "d:alice:bob"
 	first := alice.Ack(&proto.Send{ID: alice.ID(), Conv: conv, ClientMsgID: "m1", Body: []byte("hi"), Peer: "bob"})
-	m, _ := srv.Node().ClusterMap()
-	shard := routing.Even(m.Shards).ConvShard(conv)
+	m, _ := srv.Cluster().Map()
+	shard := cluster.Even(m.Shards).ConvShard(conv)
 	if _, err := srv.Node().Propose(t.Context(), shard, raftstore.MoveCommand(&log.MoveStep{Op: log.MoveFence, Move: 7, Conv: conv})); err != nil {
 		t.Fatal(err)
 	}
@@ -473,7 +473,7 @@ func cancelMidCopy(t *testing.T, srv *syncd.Server, user string, started adminap
 		t.Fatalf("cancel while copying: HTTP %d %s", code, body)
 	}
 	testkit.WaitTrue(t, 30*time.Second, "the canceled move to end", func() bool {
-		m, _ := node.ClusterMap()
+		m, _ := srv.Cluster().Map()
 		return len(m.Moves) == 0
 	})
 }
@@ -485,9 +485,9 @@ func cancelMidCopy(t *testing.T, srv *syncd.Server, user string, started adminap
 func TestMoveCancelWhileCopying(t *testing.T) {
 	srv := syncdtest.Start(t, nil)
 	node := srv.Node()
-	m, _ := node.ClusterMap()
+	m, _ := srv.Cluster().Map()
 	const user = "big"
-	from := routing.Even(m.Shards).UserShard(user)
+	from := cluster.Even(m.Shards).UserShard(user)
 	const entries = 200_000
 	fillLog(t, node, from, user, entries)
 	admin := "http://" + srv.AdminAddr().String()
@@ -498,7 +498,7 @@ func TestMoveCancelWhileCopying(t *testing.T) {
 		t.Fatalf("POST /v1/moves: HTTP %d %s", code, body)
 	}
 	cancelMidCopy(t, srv, user, started)
-	if m, _ := node.ClusterMap(); len(m.Overrides) != 0 {
+	if m, _ := srv.Cluster().Map(); len(m.Overrides) != 0 {
 		t.Fatalf("a canceled move pinned the user: %v", m.Overrides)
 	}
 	src, _ := node.State(from)
@@ -515,7 +515,7 @@ func TestMoveCancelWhileCopying(t *testing.T) {
 		t.Fatalf("the second move: HTTP %d %s", code, body)
 	}
 	testkit.WaitTrue(t, 60*time.Second, "the second move to end", func() bool {
-		m, _ := node.ClusterMap()
+		m, _ := srv.Cluster().Map()
 		return len(m.Moves) == 0 && m.Overrides[user] == raftstore.ShardID(started.To)
 	})
 	if info, err := dst.UserInfo(user); err != nil || info.Head != entries {

@@ -17,7 +17,6 @@ import (
 	"github.com/syncd-dev/syncd/proto/ident"
 	"github.com/syncd-dev/syncd/raftstore"
 	"github.com/syncd-dev/syncd/syncd"
-	"github.com/syncd-dev/syncd/syncd/routing"
 	"github.com/syncd-dev/syncd/syncd/syncdtest"
 	"github.com/syncd-dev/syncd/test/testkit"
 )
@@ -94,8 +93,8 @@ func TestOperatorActionsRandomized(t *testing.T) {
 	for i := range actions {
 		// Traffic on the conversations homed on up to two random shards: the others stay idle,
 		// some of them for several actions in a row.
-		m, _ := servers[0].Node().ClusterMap()
-		table := routing.Cluster(servers[0].Node().SlotTable)
+		m, _ := servers[0].Cluster().Map()
+		table := servers[0].Cluster().Routing()
 		shards := m.DataShards()
 		busy := map[raftstore.ShardID]bool{}
 		for range rng.IntN(3) {
@@ -205,8 +204,8 @@ type operator struct {
 // and describes it.
 func (o *operator) act() string {
 	srv := o.servers[o.rng.IntN(len(o.servers))]
-	m, _ := srv.Node().ClusterMap()
-	table := routing.Cluster(srv.Node().SlotTable)
+	m, _ := srv.Cluster().Map()
+	table := srv.Cluster().Routing()
 	shards := m.DataShards()
 	other := func(not raftstore.ShardID) raftstore.ShardID {
 		for {
@@ -228,7 +227,7 @@ func (o *operator) act() string {
 				o.t.Fatalf("POST /v1/shards: HTTP %d %s", code, body)
 			}
 			testkit.WaitTrue(o.t, moveBound, "the new shard to have a leader", func() bool {
-				m, _ := srv.Node().ClusterMap()
+				m, _ := srv.Cluster().Map()
 				return len(m.Creating) == 0
 			})
 			return "shard added: " + strings.TrimSpace(body)

@@ -10,8 +10,8 @@ import (
 	"github.com/syncd-dev/syncd/proto"
 	"github.com/syncd-dev/syncd/proto/prototest"
 	"github.com/syncd-dev/syncd/raftstore"
+	"github.com/syncd-dev/syncd/raftstore/cluster"
 	"github.com/syncd-dev/syncd/syncd"
-	"github.com/syncd-dev/syncd/syncd/routing"
 	"github.com/syncd-dev/syncd/syncd/syncdtest"
 )
 
@@ -20,11 +20,11 @@ import (
 func TestGroupsPerUserAcrossNodes(t *testing.T) {
 	c := syncdtest.StartCluster(t, 4, func(_ int, cfg *syncd.Config) { cfg.MaxGroupsPerUser = 1 })
 	srv := c.Server(0)
-	m, ok := srv.Node().ClusterMap()
+	m, ok := srv.Cluster().Map()
 	if !ok {
 		t.Fatal("node 0 has no cluster map")
 	}
-	slots := routing.Even(m.Shards)
+	slots := cluster.Even(m.Shards)
 	var victim string
 	for i := 0; victim == "" && i < 10000; i++ {
 		if id := fmt.Sprint("victim", i); !hosts(srv, slots.UserShard(id)) {

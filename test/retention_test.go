@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/syncd-dev/syncd/log"
+	"github.com/syncd-dev/syncd/raftstore/cluster"
 	"github.com/syncd-dev/syncd/syncd"
-	"github.com/syncd-dev/syncd/syncd/routing"
 	"github.com/syncd-dev/syncd/test/testkit"
 )
 
@@ -31,7 +31,7 @@ func TestTooOldCursorRebases(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	state, err := srv.Node().State(routing.Even(len(srv.Node().Shards())).UserShard("bob"))
+	state, err := srv.Node().State(cluster.Even(len(srv.Node().Shards())).UserShard("bob"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,7 +87,7 @@ func TestEpochChangeResyncs(t *testing.T) {
 		}
 	}
 	waitBodies(t, "d:alice:bob", []string{"m0", "m1", "m2"}, bob)
-	state, err := srv.Node().State(routing.Even(len(srv.Node().Shards())).UserShard("bob"))
+	state, err := srv.Node().State(cluster.Even(len(srv.Node().Shards())).UserShard("bob"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,7 +19,7 @@ func TestJoinerRoutesByTheClusterMap(t *testing.T) {
 	j := c.Join(func(cfg *syncd.Config) { cfg.Shards = 8 })
 	joiner := c.Server(j)
 	testkit.WaitTrue(t, 30*time.Second, "the joiner to be ready", func() bool { return joiner.Ready() == nil })
-	if got, want := joiner.Node().SlotTable().Ranges(), c.Server(0).Node().SlotTable().Ranges(); !slices.Equal(got, want) {
+	if got, want := joiner.Cluster().SlotTable().Ranges(), c.Server(0).Cluster().SlotTable().Ranges(); !slices.Equal(got, want) {
 		t.Fatalf("the joiner routes by %v, the cluster by %v", got, want)
 	}
 
@@ -62,8 +62,8 @@ func TestRestartWithOtherShardCountKeepsRouting(t *testing.T) {
 	c.StartWith(0, func(cfg *syncd.Config) { cfg.Shards = 2 })
 	srv := c.Server(0)
 	testkit.WaitTrue(t, 20*time.Second, "the restarted node to be ready", func() bool { return srv.Ready() == nil })
-	if m, _ := srv.Node().ClusterMap(); m.Shards != 4 || len(srv.Node().SlotTable().Shards()) != 4 {
-		t.Fatalf("after a restart with -shards 2 the cluster has %d shards, routing names %v", m.Shards, srv.Node().SlotTable().Shards())
+	if m, _ := srv.Cluster().Map(); m.Shards != 4 || len(srv.Cluster().SlotTable().Shards()) != 4 {
+		t.Fatalf("after a restart with -shards 2 the cluster has %d shards, routing names %v", m.Shards, srv.Cluster().SlotTable().Shards())
 	}
 	bob := dialDevice(t, srv, "bob", "laptop", t.TempDir()) // a new device: all of bob's history
 	defer bob.Close()

@@ -15,6 +15,7 @@ import (
 	"github.com/syncd-dev/syncd/proto"
 	"github.com/syncd-dev/syncd/proto/prototest"
 	"github.com/syncd-dev/syncd/raftstore"
+	"github.com/syncd-dev/syncd/raftstore/cluster"
 	"github.com/syncd-dev/syncd/syncd/adminapi"
 	"github.com/syncd-dev/syncd/syncd/syncdtest"
 	"github.com/syncd-dev/syncd/test/testkit"
@@ -31,7 +32,7 @@ func TestSplitShardUnderTraffic(t *testing.T) {
 	// Delivery reports off: the moved user's acks would add delivered entries to his log and the
 	// group's, and the heads this test expects on the new shard must not depend on when they come.
 	c := syncdtest.StartCluster(t, 3, noDeliveryReports)
-	m, _ := c.Server(0).Node().ClusterMap()
+	m, _ := c.Server(0).Cluster().Map()
 	from := m.Slots[0].Shard
 	upper := log.SlotSpan{First: m.Slots[0].First + (m.Slots[0].Last-m.Slots[0].First+1)/2, Last: m.Slots[0].Last}
 	lower := log.SlotSpan{First: m.Slots[0].First, Last: upper.First - 1}
@@ -72,9 +73,9 @@ func TestSplitShardUnderTraffic(t *testing.T) {
 	}
 	to := raftstore.ShardID(started.To)
 	testkit.WaitTrue(t, 90*time.Second, "the split to finish", func() bool {
-		m, _ := c.Server(2).Node().ClusterMap()
-		return len(m.Moves) == 0 && m.Slots[0] == raftstore.SlotRange{First: lower.First, Last: lower.Last, Shard: from} &&
-			m.Slots[1] == raftstore.SlotRange{First: upper.First, Last: upper.Last, Shard: to}
+		m, _ := c.Server(2).Cluster().Map()
+		return len(m.Moves) == 0 && m.Slots[0] == cluster.SlotRange{First: lower.First, Last: lower.Last, Shard: from} &&
+			m.Slots[1] == cluster.SlotRange{First: upper.First, Last: upper.Last, Shard: to}
 	})
 	sentAt := count()
 	testkit.WaitTrue(t, 20*time.Second, "traffic after the split", func() bool { return count() >= sentAt+40 })
@@ -147,7 +148,7 @@ func TestMovingSlotsOnTheWire(t *testing.T) {
 		t.Fatal(err)
 	}
 	alice := prototest.Connect(t, srv.Addr().String(), srv.Fingerprint(), token, "alice", "phone")
-	m, _ := srv.Node().ClusterMap()
+	m, _ := srv.Cluster().Map()
 	r := m.Slots[0] // shard 1's range
 	span := log.SlotSpan{First: r.First, Last: r.First + (r.Last-r.First)/2}
 	pick := func(prefix string, in bool) string {
@@ -189,7 +190,7 @@ func TestSlotMoveCancelWhileCopying(t *testing.T) {
 	node := srv.Node()
 	const user = "big"
 	slot := log.UserSlot(user)
-	m, _ := node.ClusterMap()
+	m, _ := srv.Cluster().Map()
 	from := raftstore.ShardID(0)
 	for _, r := range m.Slots {
 		if r.First <= slot && slot <= r.Last {
@@ -208,7 +209,7 @@ func TestSlotMoveCancelWhileCopying(t *testing.T) {
 	}
 	to := raftstore.ShardID(started.To)
 	cancelMidCopy(t, srv, user, started)
-	if m, _ := node.ClusterMap(); slotOwner(m, slot) != from {
+	if m, _ := srv.Cluster().Map(); slotOwner(m, slot) != from {
 		t.Fatalf("after the cancel, slot %d is shard %d's, not %d's", slot, slotOwner(m, slot), from)
 	}
 	src, _ := node.State(from)
@@ -225,7 +226,7 @@ func TestSlotMoveCancelWhileCopying(t *testing.T) {
 		t.Fatalf("the second move: HTTP %d %s", code, body)
 	}
 	testkit.WaitTrue(t, 60*time.Second, "the second move to end", func() bool {
-		m, _ := node.ClusterMap()
+		m, _ := srv.Cluster().Map()
 		return len(m.Moves) == 0 && slotOwner(m, slot) == to
 	})
 	if info, err := dst.UserInfo(user); err != nil || info.Head != entries {
@@ -237,7 +238,7 @@ func TestSlotMoveCancelWhileCopying(t *testing.T) {
 }
 
 // slotOwner returns the shard m's slot table gives slot.
-func slotOwner(m raftstore.ClusterMap, slot int) raftstore.ShardID {
+func slotOwner(m cluster.ClusterMap, slot int) raftstore.ShardID {
 	for _, r := range m.Slots {
 		if r.First <= slot && slot <= r.Last {
 			return r.Shard

@@ -18,8 +18,8 @@ import (
 	"github.com/syncd-dev/syncd/proto"
 	"github.com/syncd-dev/syncd/proto/prototest"
 	"github.com/syncd-dev/syncd/raftstore"
+	"github.com/syncd-dev/syncd/raftstore/cluster"
 	"github.com/syncd-dev/syncd/syncd"
-	"github.com/syncd-dev/syncd/syncd/routing"
 	"github.com/syncd-dev/syncd/syncd/syncdtest"
 	"github.com/syncd-dev/syncd/test/testkit"
 )
@@ -387,8 +387,8 @@ func TestIsolatedNodeSaysStaleAndFailsFast(t *testing.T) {
 func TestStaleReplicaOnAnotherNode(t *testing.T) {
 	c := syncdtest.StartClusterThroughRelays(t, 4, nil)
 	mesh := c.Mesh()
-	m, _ := c.Server(0).Node().ClusterMap()
-	slots := routing.Even(m.Shards)
+	m, _ := c.Server(0).Cluster().Map()
+	slots := cluster.Even(m.Shards)
 	ids := []string{"n1", "n2", "n3", "n4"}
 	home := m.Replicas[slots.UserShard("alice")]
 	far := slices.IndexFunc(ids, func(id string) bool { return !slices.Contains(home, id) })

@@ -13,7 +13,7 @@ import (
 	"github.com/syncd-dev/syncd/log"
 	"github.com/syncd-dev/syncd/proto"
 	"github.com/syncd-dev/syncd/proto/prototest"
-	"github.com/syncd-dev/syncd/raftstore"
+	"github.com/syncd-dev/syncd/raftstore/cluster"
 	"github.com/syncd-dev/syncd/syncd"
 	"github.com/syncd-dev/syncd/syncd/adminapi"
 	"github.com/syncd-dev/syncd/syncd/syncdtest"
@@ -34,7 +34,7 @@ func groupsOnSubLogs(prefix string, subs int) []string {
 
 // splitUser asks srv's admin server to split uid's stream into subs sub-logs and waits until
 // every node of nodes has the split in its map.
-func splitUser(t *testing.T, srv *syncd.Server, uid string, subs int, nodes ...*raftstore.Node) raftstore.SplitInfo {
+func splitUser(t *testing.T, srv *syncd.Server, uid string, subs int, others ...*syncd.Server) cluster.SplitInfo {
 	t.Helper()
 	url := fmt.Sprintf("http://%s/v1/users/%s/split?subs=%d", srv.AdminAddr(), uid, subs)
 	code, body := testkit.HTTP(t, http.MethodPost, url, testkit.Bearer(srv.AdminToken()))
@@ -42,10 +42,10 @@ func splitUser(t *testing.T, srv *syncd.Server, uid string, subs int, nodes ...*
 	if err := json.Unmarshal([]byte(body), &started); err != nil || code != http.StatusOK || started.Subs != subs || started.User != uid {
 		t.Fatalf("POST %s: HTTP %d %s", url, code, body)
 	}
-	var split raftstore.SplitInfo
-	for _, n := range append(nodes, srv.Node()) {
+	var split cluster.SplitInfo
+	for _, n := range append(others, srv) {
 		testkit.WaitTrue(t, 30*time.Second, uid+"'s split to be done", func() bool {
-			m, _ := n.ClusterMap()
+			m, _ := n.Cluster().Map()
 			split = m.Splits[uid]
 			return len(m.Moves) == 0 && split.Subs == subs
 		})
@@ -169,8 +169,8 @@ func TestSplitUserOnTheWire(t *testing.T) {
 	}
 
 	// The acks were stored per sub-log: each sub-log's device cursor is where the device got.
-	m, _ := srv.Node().ClusterMap()
-	table, err := raftstore.NewSlotTable(m.Slots)
+	m, _ := srv.Cluster().Map()
+	table, err := cluster.NewSlotTable(m.Slots)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -290,7 +290,7 @@ func TestSplitUserUnderTraffic(t *testing.T) {
 		return n
 	}
 	testkit.WaitTrue(t, 20*time.Second, "traffic before the split", func() bool { return count() >= 40 })
-	split := splitUser(t, c.Server(2), "bob", subs, c.Server(0).Node(), c.Server(1).Node())
+	split := splitUser(t, c.Server(2), "bob", subs, c.Server(0), c.Server(1))
 	sentAt := count()
 	testkit.WaitTrue(t, 20*time.Second, "traffic after the split", func() bool { return count() >= sentAt+20 })
 	// A sub-log moves to a shard of its own like any user's log, under the same traffic.
@@ -300,7 +300,7 @@ func TestSplitUserUnderTraffic(t *testing.T) {
 		t.Fatalf("move of %s: HTTP %d %s", moved, code, body)
 	}
 	testkit.WaitTrue(t, 30*time.Second, "the move of "+moved, func() bool {
-		m, _ := c.Server(0).Node().ClusterMap()
+		m, _ := c.Server(0).Cluster().Map()
 		return len(m.Moves) == 0 && m.Overrides[moved] != 0
 	})
 	testkit.WaitTrue(t, 20*time.Second, "traffic after the sub-log's move", func() bool { return count() >= sentAt+40 })
@@ -333,8 +333,8 @@ func TestSplitUserUnderTraffic(t *testing.T) {
 	// Every entry is in exactly one of bob's logs: his own holds everything before the split and
 	// his sub-log 0 conversations' later entries, each sub-log its conversations' later ones.
 	node := c.Server(0).Node()
-	m, _ := node.ClusterMap()
-	table, err := raftstore.NewSlotTable(m.Slots)
+	m, _ := c.Server(0).Cluster().Map()
+	table, err := cluster.NewSlotTable(m.Slots)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/syncd-dev/syncd/bench"
 	"github.com/syncd-dev/syncd/log"
 	"github.com/syncd-dev/syncd/raftstore"
+	"github.com/syncd-dev/syncd/raftstore/cluster"
 	"github.com/syncd-dev/syncd/syncd/adminapi"
 )
 
@@ -59,7 +60,7 @@ func runHot(ctx context.Context, o options) error {
 		// A name whose slot is in the upper half of its shard's range, which the split moves.
 		for i := 0; ; i++ {
 			name := fmt.Sprint(key, "-", i)
-			for _, r := range raftstore.EvenSlots(o.shards) {
+			for _, r := range cluster.EvenSlots(o.shards) {
 				if s := slot(name); s >= r.First+(r.Last-r.First+1)/2 && s <= r.Last {
 					key, splitShard = name, r.Shard
 				}

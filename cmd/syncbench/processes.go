@@ -15,7 +15,7 @@ import (
 	"github.com/syncd-dev/syncd/bench"
 	"github.com/syncd-dev/syncd/bench/procstat"
 	"github.com/syncd-dev/syncd/raftstore"
-	"github.com/syncd-dev/syncd/syncd/routing"
+	"github.com/syncd-dev/syncd/raftstore/cluster"
 	"github.com/syncd-dev/syncd/test/proccluster"
 )
 
@@ -31,7 +31,7 @@ const (
 // except that Kill, Restart and Close must not overlap for the same node.
 type procCluster struct {
 	pc    *proccluster.Cluster
-	slots *routing.Table // a new cluster's routing, to find a key's shard
+	slots *cluster.Routing // a new cluster's routing, to find a key's shard
 }
 
 // startProcCluster starts nodes syncd processes of bin with shards shards in dir and returns once
@@ -46,7 +46,7 @@ func startProcCluster(ctx context.Context, bin, dir string, nodes, shards int, e
 	if err != nil {
 		return nil, err
 	}
-	c := &procCluster{pc: pc, slots: routing.Even(pc.Shards())}
+	c := &procCluster{pc: pc, slots: cluster.Even(pc.Shards())}
 	if err := pc.Start(); err != nil {
 		return nil, errors.Join(err, c.Close())
 	}

@@ -10,7 +10,7 @@ import (
 	"github.com/syncd-dev/syncd/log"
 	"github.com/syncd-dev/syncd/proto"
 	"github.com/syncd-dev/syncd/proto/prototest"
-	"github.com/syncd-dev/syncd/raftstore"
+	"github.com/syncd-dev/syncd/raftstore/cluster"
 	"github.com/syncd-dev/syncd/syncd/adminapi"
 	"github.com/syncd-dev/syncd/syncd/syncdtest"
 	"github.com/syncd-dev/syncd/test/testkit"
@@ -39,7 +39,7 @@ func TestSyncctlClusterStatus(t *testing.T) {
 		t.Fatalf("view: %+v", view)
 	}
 	for _, s := range view.Shards {
-		if s.Leader == "" || len(s.Voters) != 3 || len(s.Replicas) != 3 || s.Slots != raftstore.NumSlots/4 {
+		if s.Leader == "" || len(s.Voters) != 3 || len(s.Replicas) != 3 || s.Slots != cluster.NumSlots/4 {
 			t.Fatalf("shard %d: %+v", s.Shard, s)
 		}
 	}
@@ -81,7 +81,7 @@ func TestSyncctlShardAdd(t *testing.T) {
 		return len(view.Shards) == 5 && view.Shards[4].Leader != "" && !view.Shards[4].Creating
 	})
 	for _, s := range view.Shards {
-		want := raftstore.NumSlots / 4
+		want := cluster.NumSlots / 4
 		if s.Shard == 5 {
 			want = 0
 		}
@@ -276,7 +276,7 @@ func TestSyncctlSplitUser(t *testing.T) {
 		t.Fatalf("split-user: exit %d: %s %s", code, out, errOut)
 	}
 	testkit.WaitTrue(t, 20*time.Second, "the split to be done", func() bool {
-		m, _ := srv.Node().ClusterMap()
+		m, _ := srv.Cluster().Map()
 		return m.Splits["bot"].Subs == 4 && len(m.Moves) == 0
 	})
 	if code, _, errOut := syncctl(t, append([]string{"split-user", "-user", "bot", "-subs", "2"}, admin...)...); code != exitFail || !strings.Contains(errOut, "split into 4 sub-logs already") {
@@ -325,7 +325,7 @@ func TestSyncctlRefusedMoveAddsNoShard(t *testing.T) {
 	if n := shards(); n != 4 {
 		t.Fatalf("%d shards at start, want 4", n)
 	}
-	quarter := raftstore.NumSlots / 4 // shard 1 owns 0 to quarter-1, shard 2 the next quarter
+	quarter := cluster.NumSlots / 4 // shard 1 owns 0 to quarter-1, shard 2 the next quarter
 	span := fmt.Sprintf("%d-%d", quarter-10, quarter+10)
 	code, _, errOut := syncctl(t, append([]string{"slots", "move", span, "-new-shard"}, admin...)...)
 	if code != exitFail || !strings.Contains(errOut, "move a range one shard owns") {

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/syncd-dev/syncd/raftstore/cluster"
 	"github.com/syncd-dev/syncd/syncd/adminapi"
-	"github.com/syncd-dev/syncd/syncd/routing"
 )
 
 // TestSyncctlCursorAndTrace: a group of three whose logs live on both shards; bob's phone syncs
@@ -19,7 +19,7 @@ func TestSyncctlCursorAndTrace(t *testing.T) {
 	t.Setenv("SYNCD_ADMIN_TOKEN", "")
 	srv, dataDir := startServer(t)
 	admin := []string{"-admin", srv.AdminAddr().String(), "-data-dir", dataDir} // the admin token is in the data dir
-	slots := routing.Even(len(srv.Node().Shards()))
+	slots := cluster.Even(len(srv.Node().Shards()))
 	if slots.UserShard("bob") == slots.UserShard("dave") {
 		t.Fatal("bob and dave share a shard: pick users on different shards")
 	}

@@ -18,9 +18,9 @@ import (
 	"github.com/syncd-dev/syncd/log"
 	"github.com/syncd-dev/syncd/proto"
 	"github.com/syncd-dev/syncd/raftstore"
+	"github.com/syncd-dev/syncd/raftstore/cluster"
 	"github.com/syncd-dev/syncd/syncd"
 	"github.com/syncd-dev/syncd/syncd/auth"
-	"github.com/syncd-dev/syncd/syncd/routing"
 )
 
 // fileConfig is everything an operator sets, as the config file spells it; the table settings
@@ -264,8 +264,8 @@ func (o options) toConfig(logOut io.Writer) (syncd.Config, error) {
 	if !log.ValidID(s.NodeID) || strings.ContainsAny(s.NodeID, "=,") {
 		bad("node-id", "%q must be 1-%d printable ASCII characters, no space, '=' or ','", s.NodeID, log.MaxIDLen)
 	}
-	if s.Shards < 1 || s.Shards > routing.NumSlots {
-		bad("shards", "must be between 1 and %d", routing.NumSlots)
+	if s.Shards < 1 || s.Shards > cluster.NumSlots {
+		bad("shards", "must be between 1 and %d", cluster.NumSlots)
 	}
 	cfg := syncd.Config{
 		Dir: s.DataDir, ListenAddr: s.Listen, AdminAddr: s.Admin, NodeID: s.NodeID, RaftAddr: s.RaftAddr,

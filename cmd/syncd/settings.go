@@ -14,10 +14,10 @@ import (
 
 	"github.com/syncd-dev/syncd/log"
 	"github.com/syncd-dev/syncd/proto"
+	"github.com/syncd-dev/syncd/raftstore/cluster"
 	"github.com/syncd-dev/syncd/syncd"
 	"github.com/syncd-dev/syncd/syncd/adminapi"
 	"github.com/syncd-dev/syncd/syncd/auth"
-	"github.com/syncd-dev/syncd/syncd/routing"
 )
 
 // Defaults of the two settings that are cmd/syncd's own: they build the Logger, which
@@ -157,7 +157,7 @@ var settings = []setting{
 	{key: "shards", section: "Cluster", field: func(c *fileConfig) any { return &c.Shards },
 		usage: "number of shards (Raft groups) of a new cluster; a joining or restarting node follows the cluster map",
 		doc: fmt.Sprintf("Number of shards (Raft groups) of a new cluster, 1 to %d, fixed when the cluster "+
-			"is created: a node joining a cluster or restarting on its data follows the cluster map instead.", routing.NumSlots)},
+			"is created: a node joining a cluster or restarting on its data follows the cluster map instead.", cluster.NumSlots)},
 	{key: "peers", field: func(c *fileConfig) any { return &c.Peers },
 		usage: "static cluster: comma-separated `id=host:port` (Raft addresses) of every node, this one included",
 		doc: "A new cluster's first nodes: \"id=host:port\" (Raft address) of each of them, this one " +

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"path/filepath"
 	"testing"
@@ -22,8 +23,11 @@ type Cluster struct {
 	t     testing.TB
 	cfgs  []raftstore.Config
 	nodes []*raftstore.Node // nil while stopped
-	ids   []string          // node ids, n1…
-	mesh  *testkit.Mesh     // relay (ids[i], ids[j]) carries i's connections to j
+	// open opens node i from its config and returns what closes it (Opener); nil: raftstore.New.
+	open    Opener
+	closers []io.Closer
+	ids     []string      // node ids, n1…
+	mesh    *testkit.Mesh // relay (ids[i], ids[j]) carries i's connections to j
 	// certDir holds the cluster CA (certDir/ca) and the nodes' certificates (certDir/<id>).
 	certDir string
 }
@@ -32,7 +36,18 @@ type Cluster struct {
 // tweak, if not nil, adjusts each node's config before start. Everything is stopped at test end.
 func NewCluster(t testing.TB, n int, shards []raftstore.ShardID, tweak func(*raftstore.Config)) *Cluster {
 	t.Helper()
-	c := &Cluster{t: t, nodes: make([]*raftstore.Node, n), ids: make([]string, n)}
+	return NewClusterWith(t, n, shards, tweak, nil)
+}
+
+// Opener opens node i of a cluster from cfg and returns it and what closes it: a layer above
+// raftstore that opens its nodes itself (the control plane, raftstore/cluster) plugs in here.
+type Opener func(i int, cfg raftstore.Config) (*raftstore.Node, io.Closer, error)
+
+// NewClusterWith is NewCluster whose nodes open (at start and at every Start) through open; nil
+// means raftstore.New.
+func NewClusterWith(t testing.TB, n int, shards []raftstore.ShardID, tweak func(*raftstore.Config), open Opener) *Cluster {
+	t.Helper()
+	c := &Cluster{t: t, nodes: make([]*raftstore.Node, n), ids: make([]string, n), open: open, closers: make([]io.Closer, n)}
 	dir := t.TempDir()
 	peers := make([]raftstore.Peer, n)
 	addrs := map[string]string{}
@@ -94,11 +109,19 @@ func (c *Cluster) Start(i int) {
 	if c.nodes[i] != nil {
 		return
 	}
-	n, err := raftstore.New(c.cfgs[i])
+	var n *raftstore.Node
+	var closer io.Closer
+	var err error
+	if c.open != nil {
+		n, closer, err = c.open(i, c.cfgs[i])
+	} else {
+		n, err = raftstore.New(c.cfgs[i])
+		closer = n
+	}
 	if err != nil {
 		c.t.Fatalf("start node %d: %v", i, err)
 	}
-	c.nodes[i] = n
+	c.nodes[i], c.closers[i] = n, closer
 }
 
 // Stop shuts node i down (gracefully; crash tests use real processes).
@@ -107,10 +130,10 @@ func (c *Cluster) Stop(i int) {
 	if c.nodes[i] == nil {
 		return
 	}
-	if err := c.nodes[i].Close(); err != nil {
+	if err := c.closers[i].Close(); err != nil {
 		c.t.Errorf("stop node %d: %v", i, err)
 	}
-	c.nodes[i] = nil
+	c.nodes[i], c.closers[i] = nil, nil
 }
 
 // Partition cuts node i off from every other node (both directions); Heal restores it.
@@ -254,4 +277,73 @@ type testWriter struct{ t testing.TB }
 func (w testWriter) Write(p []byte) (int, error) {
 	w.t.Log(string(p))
 	return len(p), nil
+}
+
+// CheckConv reads conv on every running node hosting shard and checks that it holds exactly want
+// entries, at positions 1..want.
+func (c *Cluster) CheckConv(t testing.TB, shard raftstore.ShardID, conv string, want int) {
+	t.Helper()
+	for i := range c.Size() {
+		n := c.Node(i)
+		if n == nil {
+			continue
+		}
+		state, err := n.State(shard)
+		if errors.Is(err, raftstore.ErrNoShard) {
+			continue // not a member (any more)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []log.Entry
+		for from := log.Position(1); ; {
+			r, err := state.ReadConv(conv, 0, from, log.Limit{Count: 100})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.Status != log.ReadEntries {
+				break
+			}
+			got = append(got, r.Entries...)
+			from = r.Entries[len(r.Entries)-1].Seq + 1
+		}
+		if len(got) != want {
+			t.Fatalf("node %d: conversation %s has %d entries, want %d", i, conv, len(got), want)
+		}
+		for j, e := range got {
+			if e.Seq != log.Position(j+1) || e.ConvSeq != e.Seq {
+				t.Fatalf("node %d: entry %d at position %d", i, j, e.Seq)
+			}
+		}
+	}
+}
+
+// DeliverOutbox delivers shard's whole outbox on node n into the shard's own user logs, as the
+// fan-out does when a conversation and its members share a shard.
+func DeliverOutbox(t testing.TB, ctx context.Context, n *raftstore.Node, shard raftstore.ShardID) {
+	t.Helper()
+	state, err := n.State(shard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		mark, err := state.SourceMark(state.ID())
+		if err != nil {
+			t.Fatal(err)
+		}
+		items, err := state.ReadOutbox(mark+1, 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(items) == 0 {
+			return
+		}
+		b := &log.DeliveryBatch{Source: state.ID(), Prev: mark, Last: items[len(items)-1].Pos}
+		for _, it := range items {
+			b.Items = append(b.Items, log.Delivery{Pos: it.Pos, Users: it.Recipients, Entry: it.Entry})
+		}
+		if _, err := n.Propose(ctx, shard, raftstore.DeliverCommand(b)); err != nil {
+			t.Fatal(err)
+		}
+	}
 }

@@ -22,11 +22,11 @@ import (
 // shard's Raft log and makes every replica read its whole state once.
 func (s *Server) checkRoutes(mux *http.ServeMux) {
 	mux.HandleFunc("POST /v1/shards/check", func(w http.ResponseWriter, r *http.Request) {
-		m, _ := s.node.ClusterMap()
+		m, _ := s.cluster.Map()
 		s.checkShards(w, r, m.DataShards())
 	})
 	mux.HandleFunc("POST /v1/shards/{id}/check", func(w http.ResponseWriter, r *http.Request) {
-		m, _ := s.node.ClusterMap()
+		m, _ := s.cluster.Map()
 		id, err := strconv.ParseUint(r.PathValue("id"), 10, 32)
 		if err != nil || id == 0 || id > uint64(m.Shards) {
 			writeOpsError(w, http.StatusNotFound, "not_found", fmt.Sprintf("no data shard %q (the cluster has shards 1 to %d)", r.PathValue("id"), m.Shards),

@@ -16,7 +16,6 @@ import (
 	"github.com/syncd-dev/syncd/raftstore/raftstoretest"
 	"github.com/syncd-dev/syncd/syncd"
 	"github.com/syncd-dev/syncd/syncd/adminapi"
-	"github.com/syncd-dev/syncd/syncd/routing"
 	"github.com/syncd-dev/syncd/syncd/syncdtest"
 	"github.com/syncd-dev/syncd/test/testkit"
 )
@@ -48,7 +47,7 @@ func TestReplicaCheckEndpoint(t *testing.T) {
 	// Traffic through node 0, which stays up: sends in direct conversations whose homes and
 	// members are spread over the shards.
 	node := c.Server(0).Node()
-	slots := routing.Cluster(node.SlotTable)
+	slots := c.Server(0).Cluster().Routing()
 	var acked atomic.Int64
 	stop := make(chan struct{})
 	var wg sync.WaitGroup

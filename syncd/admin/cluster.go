@@ -11,13 +11,14 @@ import (
 
 	"github.com/syncd-dev/syncd/log"
 	"github.com/syncd-dev/syncd/raftstore"
+	"github.com/syncd-dev/syncd/raftstore/cluster"
 	"github.com/syncd-dev/syncd/syncd/adminapi"
 )
 
 // Cluster gathers the cluster view from every node named in this node's shard configurations.
 func (s *Server) Cluster(ctx context.Context) adminapi.ClusterView {
 	view := adminapi.ClusterView{Node: s.node.ID()}
-	m, _ := s.node.ClusterMap()
+	m, _ := s.cluster.Map()
 	view.RF, view.MapIndex = m.RF, m.Index
 	for _, mv := range m.Moves {
 		v := adminapi.MoveView{ID: mv.ID, User: mv.User, Conv: mv.Conv, Subs: mv.Subs, From: uint32(mv.From), To: uint32(mv.To),
@@ -119,7 +120,7 @@ func (s *Server) clusterRoutes(mux *http.ServeMux) {
 		}
 		ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
 		defer cancel()
-		if err := s.node.AddNode(ctx, id, addr); err != nil {
+		if err := s.cluster.AddNode(ctx, id, addr); err != nil {
 			writeProposeError(w, err, "")
 			return
 		}
@@ -129,7 +130,7 @@ func (s *Server) clusterRoutes(mux *http.ServeMux) {
 		id := r.PathValue("id")
 		ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
 		defer cancel()
-		if err := s.node.RemoveNode(ctx, id); err != nil {
+		if err := s.cluster.RemoveNode(ctx, id); err != nil {
 			writeProposeError(w, err, "")
 			return
 		}
@@ -139,7 +140,7 @@ func (s *Server) clusterRoutes(mux *http.ServeMux) {
 	mux.HandleFunc("POST /v1/shards", func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
 		defer cancel()
-		id, err := s.node.AddShard(ctx)
+		id, err := s.cluster.AddShard(ctx)
 		if err != nil {
 			writeProposeError(w, err, "")
 			return
@@ -158,7 +159,7 @@ func (s *Server) clusterRoutes(mux *http.ServeMux) {
 		}
 		ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
 		defer cancel()
-		if err := s.node.CancelMove(ctx, id); err != nil {
+		if err := s.cluster.CancelMove(ctx, id); err != nil {
 			writeProposeError(w, err, "only a move that is still copying can be canceled; syncctl cluster status shows its step")
 			return
 		}
@@ -203,7 +204,7 @@ func (s *Server) startMove(w http.ResponseWriter, r *http.Request) {
 			"syncctl move user <uid> -to <shard>, or -new-shard for a shard of its own")
 		return
 	}
-	req := raftstore.MoveInfo{User: user, Conv: conv, Started: time.Now().UnixNano()}
+	req := cluster.MoveInfo{User: user, Conv: conv, Started: time.Now().UnixNano()}
 	switch {
 	case slotsArg != "":
 		if span, err = log.ParseSlotSpan(slotsArg); err != nil {
@@ -223,8 +224,8 @@ func (s *Server) startMove(w http.ResponseWriter, r *http.Request) {
 // largest slot range (its only one, for a shard that has never given slots away).
 func (s *Server) splitShard(w http.ResponseWriter, r *http.Request) {
 	id, err := strconv.ParseUint(r.PathValue("id"), 10, 32)
-	m, _ := s.node.ClusterMap()
-	var largest *raftstore.SlotRange
+	m, _ := s.cluster.Map()
+	var largest *cluster.SlotRange
 	for i, sr := range m.Slots {
 		if err == nil && uint64(sr.Shard) == id && (largest == nil || sr.Last-sr.First > largest.Last-largest.First) {
 			largest = &m.Slots[i]
@@ -241,7 +242,7 @@ func (s *Server) splitShard(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	span := log.SlotSpan{First: largest.First + (largest.Last-largest.First+1)/2, Last: largest.Last}
-	s.move(w, r, raftstore.MoveInfo{Slots: &span, From: largest.Shard, Started: time.Now().UnixNano()}, 0, true)
+	s.move(w, r, cluster.MoveInfo{Slots: &span, From: largest.Shard, Started: time.Now().UnixNano()}, 0, true)
 }
 
 // splitUser serves POST /v1/users/{uid}/split?subs=k: the user's stream is split into k
@@ -255,21 +256,21 @@ func (s *Server) splitUser(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	from := s.slots.UserShard(uid)
-	s.move(w, r, raftstore.MoveInfo{User: uid, Subs: subs, From: from, Started: time.Now().UnixNano()}, from, false)
+	s.move(w, r, cluster.MoveInfo{User: uid, Subs: subs, From: from, Started: time.Now().UnixNano()}, from, false)
 }
 
 // move starts req, to shard to or, with fresh, to a shard added for it, and answers with the
 // move started.
-func (s *Server) move(w http.ResponseWriter, r *http.Request, req raftstore.MoveInfo, to raftstore.ShardID, fresh bool) {
+func (s *Server) move(w http.ResponseWriter, r *http.Request, req cluster.MoveInfo, to raftstore.ShardID, fresh bool) {
 	ctx, cancel := context.WithTimeout(r.Context(), 20*time.Second)
 	defer cancel()
 	if fresh {
 		// Checked first: a move the map refuses must not leave behind the shard added for it.
-		if err := s.node.CheckMove(req); err != nil {
+		if err := s.cluster.CheckMove(req); err != nil {
 			writeProposeError(w, err, "syncctl cluster status shows the shards and the moves in progress")
 			return
 		}
-		id, err := s.node.AddShard(ctx)
+		id, err := s.cluster.AddShard(ctx)
 		if err != nil {
 			writeProposeError(w, err, "")
 			return
@@ -277,7 +278,7 @@ func (s *Server) move(w http.ResponseWriter, r *http.Request, req raftstore.Move
 		to = id
 	}
 	req.To = to
-	id, err := s.node.StartMove(ctx, req)
+	id, err := s.cluster.StartMove(ctx, req)
 	if err != nil {
 		writeProposeError(w, err, "syncctl cluster status shows the shards and the moves in progress")
 		return

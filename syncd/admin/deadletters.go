@@ -11,6 +11,7 @@ import (
 
 	"github.com/syncd-dev/syncd/log"
 	"github.com/syncd-dev/syncd/raftstore"
+	"github.com/syncd-dev/syncd/raftstore/cluster"
 	"github.com/syncd-dev/syncd/syncd/adminapi"
 	"github.com/syncd-dev/syncd/syncd/peer"
 )
@@ -171,7 +172,7 @@ func writeProposeError(w http.ResponseWriter, err error, refusedHint string) {
 	switch {
 	case errors.Is(err, log.ErrNoDeadLetter):
 		writeOpsError(w, http.StatusNotFound, "not_found", err.Error(), "list the current ones with syncctl dlq list")
-	case log.Rejected(err), errors.Is(err, raftstore.ErrMetaRefused):
+	case log.Rejected(err), errors.Is(err, cluster.ErrMetaRefused):
 		writeOpsError(w, http.StatusConflict, "refused", err.Error(), refusedHint)
 	case errors.Is(err, raftstore.ErrNoShard):
 		writeOpsError(w, http.StatusServiceUnavailable, "no_shard", err.Error(),

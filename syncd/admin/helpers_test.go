@@ -6,8 +6,8 @@ import (
 	"time"
 
 	"github.com/syncd-dev/syncd/proto/prototest"
+	"github.com/syncd-dev/syncd/raftstore/cluster"
 	"github.com/syncd-dev/syncd/syncd"
-	"github.com/syncd-dev/syncd/syncd/routing"
 	"github.com/syncd-dev/syncd/syncd/syncdtest"
 	"github.com/syncd-dev/syncd/test/testkit"
 )
@@ -18,13 +18,13 @@ import (
 // testServer is a running server with its routing, to know where users and conversations live.
 type testServer struct {
 	*syncd.Server
-	slots *routing.Table
+	slots *cluster.Routing
 }
 
 func startServer(t *testing.T, tweak func(*syncd.Config)) *testServer {
 	t.Helper()
 	srv := syncdtest.Start(t, tweak)
-	return &testServer{Server: srv, slots: routing.Cluster(srv.Node().SlotTable)}
+	return &testServer{Server: srv, slots: srv.Cluster().Routing()}
 }
 
 // connect authenticates uid's device on ts and opens a request stream.

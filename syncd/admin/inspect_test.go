@@ -15,10 +15,10 @@ import (
 
 	"github.com/syncd-dev/syncd/log"
 	"github.com/syncd-dev/syncd/raftstore"
+	"github.com/syncd-dev/syncd/raftstore/cluster"
 	"github.com/syncd-dev/syncd/raftstore/raftstoretest"
 	"github.com/syncd-dev/syncd/syncd/adminapi"
 	"github.com/syncd-dev/syncd/syncd/peer"
-	"github.com/syncd-dev/syncd/syncd/routing"
 	"github.com/syncd-dev/syncd/test/testkit"
 )
 
@@ -28,7 +28,7 @@ import (
 func newInspector(t testing.TB) (*Server, *raftstore.Node) {
 	t.Helper()
 	node := raftstoretest.NewCluster(t, 1, []raftstore.ShardID{1, 2}, nil).Node(0)
-	s := &Server{node: node, slots: routing.Even(3), peer: peer.New(node), logger: slog.New(slog.DiscardHandler)}
+	s := &Server{node: node, slots: cluster.Even(3), peer: peer.New(node), logger: slog.New(slog.DiscardHandler)}
 	s.handleInspections(s.peer)
 	return s, node
 }

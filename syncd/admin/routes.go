@@ -25,7 +25,7 @@ func (s *Server) routes(mux *http.ServeMux) {
 		writeJSON(w, http.StatusOK, adminapi.BrowserCerts{Certs: certs})
 	})
 	mux.HandleFunc("/v1/", func(w http.ResponseWriter, r *http.Request) {
-		if s.node.SlotTable() == nil {
+		if s.cluster.SlotTable() == nil {
 			writeOpsError(w, http.StatusServiceUnavailable, "unavailable", "this node does not have the cluster map yet",
 				"retry in a few seconds; if this lasts, check that the node can reach the cluster (its -join address or -peers)")
 			return

@@ -17,10 +17,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/syncd-dev/syncd/raftstore"
+	"github.com/syncd-dev/syncd/raftstore/cluster"
 	"github.com/syncd-dev/syncd/syncd/adminapi"
 	"github.com/syncd-dev/syncd/syncd/fanout"
 	"github.com/syncd-dev/syncd/syncd/peer"
-	"github.com/syncd-dev/syncd/syncd/routing"
 )
 
 // Config is what the admin server serves. Every field but MetricsAuth and Logger is required.
@@ -32,10 +32,12 @@ type Config struct {
 	Token string
 	// MetricsAuth makes /metrics need Token too. Default false: Prometheus scrapes without it.
 	MetricsAuth bool
-	// Node is this node's raftstore node: cluster views, membership, proposals.
+	// Node is this node's raftstore node: shard status, proposals, replica checks.
 	Node *raftstore.Node
+	// Cluster is this node's part of the cluster: the map, nodes, shards, moves, revocations.
+	Cluster *cluster.Cluster
 	// Routing routes users and conversations to shards.
-	Routing *routing.Table
+	Routing *cluster.Routing
 	// Fanout replays and drops dead letters.
 	Fanout *fanout.Fanout
 	// Peer runs the operator views' per-shard parts on a replica wherever one is. Start registers
@@ -90,11 +92,12 @@ const (
 
 // Server is a running admin HTTP server. Create it with Start; stop it with Close.
 type Server struct {
-	node   *raftstore.Node
-	slots  *routing.Table
-	fan    *fanout.Fanout
-	peer   *peer.Peer
-	logger *slog.Logger
+	node    *raftstore.Node
+	cluster *cluster.Cluster
+	slots   *cluster.Routing
+	fan     *fanout.Fanout
+	peer    *peer.Peer
+	logger  *slog.Logger
 
 	maxTokenLifetime time.Duration
 	browserCerts     func() []adminapi.BrowserCert
@@ -116,7 +119,7 @@ func Start(cfg Config) (*Server, error) {
 		logger = slog.Default()
 	}
 	logger = logger.With("component", "admin")
-	s := &Server{node: cfg.Node, slots: cfg.Routing, fan: cfg.Fanout, peer: cfg.Peer, logger: logger, browserCerts: cfg.BrowserCerts,
+	s := &Server{node: cfg.Node, cluster: cfg.Cluster, slots: cfg.Routing, fan: cfg.Fanout, peer: cfg.Peer, logger: logger, browserCerts: cfg.BrowserCerts,
 		maxTokenLifetime: cfg.MaxTokenLifetime, done: make(chan struct{})}
 	s.handleInspections(cfg.Peer)
 	mux := newHandler(cfg.Registry, cfg.Ready)

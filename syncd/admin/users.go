@@ -9,6 +9,7 @@ import (
 
 	"github.com/syncd-dev/syncd/log"
 	"github.com/syncd-dev/syncd/raftstore"
+	"github.com/syncd-dev/syncd/raftstore/cluster"
 	"github.com/syncd-dev/syncd/syncd/adminapi"
 )
 
@@ -53,9 +54,9 @@ func (s *Server) RevokeDevice(ctx context.Context, uid, device string) (adminapi
 		return adminapi.Revocation{}, fmt.Errorf("%w: bad user or device id %q/%q", log.ErrInvalid, uid, device)
 	}
 	now := time.Now().Unix()
-	r := raftstore.Revocation{User: uid, Device: device, Before: now,
+	r := cluster.Revocation{User: uid, Device: device, Before: now,
 		Until: now + int64((s.maxTokenLifetime+tokenClockSkew+time.Second-1)/time.Second)}
-	if err := s.node.RevokeDevice(ctx, r); err != nil {
+	if err := s.cluster.RevokeDevice(ctx, r); err != nil {
 		return adminapi.Revocation{}, err
 	}
 	return adminapi.Revocation{User: r.User, Device: r.Device, Before: r.Before, Until: r.Until}, nil

@@ -72,7 +72,7 @@ type Shards interface {
 }
 
 // Router says where users live: the shard of a user's log, and every data shard (the possible
-// destinations). *routing.Table provides it.
+// destinations). *cluster.Routing provides it.
 type Router interface {
 	UserShard(uid string) raftstore.ShardID
 	Shards() []raftstore.ShardID
@@ -180,7 +180,7 @@ func (f *Fanout) Delivered() uint64 { return f.delivered.Load() }
 // applied every record meant for it, as this node's drainer of src knows from the answers; ok is
 // false unless this node drains src as its leader and has finished a round. A conversation's
 // move waits for it to pass the position where the conversation was fenced before it lifts the
-// barrier its new home's deliveries wait behind (syncd/moves): then none of its records is left
+// barrier its new home's deliveries wait behind (raftstore/cluster, the move driver): then none of its records is left
 // to deliver from src. The value is never ahead of the truth: a
 // destination's mark is learned from its answers, and positions it holds nothing in count only
 // once read.
@@ -346,7 +346,7 @@ type dest struct {
 	// stores, which mark is not (round raises mark to the outbox's first position minus one
 	// without asking). A destination that has heard less than the head of an idle outbox is
 	// told the rest with an empty batch (round), so the marks it stores reach the head: a
-	// move's cutover waits for them (syncd/moves), and an idle source would otherwise never
+	// move's cutover waits for them (raftstore/cluster, the move driver), and an idle source would otherwise never
 	// send one.
 	heard uint64
 	// below is set when the destination answered a mark below the outbox's first position: a

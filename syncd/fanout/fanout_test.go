@@ -15,8 +15,8 @@ import (
 
 	"github.com/syncd-dev/syncd/log"
 	"github.com/syncd-dev/syncd/raftstore"
+	"github.com/syncd-dev/syncd/raftstore/cluster"
 	"github.com/syncd-dev/syncd/raftstore/raftstoretest"
-	"github.com/syncd-dev/syncd/syncd/routing"
 	"github.com/syncd-dev/syncd/test/testkit"
 )
 
@@ -24,7 +24,7 @@ import (
 type fanoutNode struct {
 	node   *raftstoretest.Local
 	fan    *Fanout
-	slots  *routing.Table
+	slots  *cluster.Routing
 	cancel context.CancelFunc
 	done   chan struct{}
 }
@@ -33,7 +33,7 @@ func startFanoutNode(t *testing.T, dir string) *fanoutNode {
 	t.Helper()
 	logger := slog.New(slog.NewTextHandler(testLog{t}, &slog.HandlerOptions{Level: slog.LevelError}))
 	node := raftstoretest.OpenLocal(t, dir, 8)
-	slots := routing.Even(len(node.Shards()))
+	slots := cluster.Even(len(node.Shards()))
 	fan := New(node, slots, Config{Batch: 64, Logger: logger}) // default IdleLag
 	node.OnApplied(fan.Notify)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -510,7 +510,7 @@ func TestSourceReadKeepsRecentRecords(t *testing.T) {
 			t.Error(err)
 		}
 	}()
-	slots := routing.Even(2)
+	slots := cluster.Even(2)
 	var conv string
 	for i := 0; conv == ""; i++ {
 		if c := fmt.Sprintf("g%d", i); slots.ConvShard(c) == 1 {
@@ -592,7 +592,7 @@ func positions(items []log.OutboxItem) []uint64 {
 // growingRouter routes users over the first shards of a Local, and, once grown, pins one user to
 // a shard that was never routed to before (a shard added online, a user moved there).
 type growingRouter struct {
-	base  *routing.Table
+	base  *cluster.Routing
 	mu    sync.Mutex
 	user  string
 	shard raftstore.ShardID
@@ -625,7 +625,7 @@ func TestFanoutToAShardThatJoinedLater(t *testing.T) {
 	logger := slog.New(slog.NewTextHandler(testLog{t}, &slog.HandlerOptions{Level: slog.LevelError}))
 	node := raftstoretest.OpenLocal(t, t.TempDir(), 8)
 	defer node.Close()
-	router := &growingRouter{base: routing.Even(4)}
+	router := &growingRouter{base: cluster.Even(4)}
 	fan := New(node, router, Config{Batch: 64, Logger: logger})
 	node.OnApplied(fan.Notify)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -677,7 +677,7 @@ func TestFanoutRoutesCachedRecordsByTheirCutover(t *testing.T) {
 	logger := slog.New(slog.NewTextHandler(testLog{t}, &slog.HandlerOptions{Level: slog.LevelError}))
 	node := raftstoretest.OpenLocal(t, t.TempDir(), 4)
 	defer node.Close()
-	base := routing.Even(4)
+	base := cluster.Even(4)
 	const group = "g"
 	home := base.ConvShard(group)
 	// mover lives on shard a, and moves to shard b, where bee lives (its stream will lag).

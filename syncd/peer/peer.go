@@ -11,12 +11,12 @@ import (
 )
 
 // Node is what the call plane needs of this node's raftstore node (*raftstore.Node): its
-// replicas, the cluster map saying where the others are, and calls to other nodes.
+// replicas, where the others are placed, and calls to other nodes.
 type Node interface {
 	ID() string
 	State(shard raftstore.ShardID) (*log.Shard, error)
 	ShardStatus(shard raftstore.ShardID) (raftstore.ShardStatus, error)
-	ClusterMap() (raftstore.ClusterMap, bool)
+	Placed(shard raftstore.ShardID) []raftstore.Peer
 	Call(ctx context.Context, id, method string, payload []byte) ([]byte, error)
 }
 
@@ -147,11 +147,12 @@ func (p *Peer) Remote(ctx context.Context, shard raftstore.ShardID, op Op, args,
 // raftstore.ErrNoShard when the map places the shard on no other node or this node is not part of
 // a managed cluster.
 func (p *Peer) call(ctx context.Context, shard raftstore.ShardID, payload []byte, first string) ([]byte, string, error) {
-	m, ok := p.node.ClusterMap()
-	if !ok {
-		return nil, "", raftstore.ErrNoShard
+	var nodes []string
+	for _, n := range p.node.Placed(shard) {
+		if n.ID != p.node.ID() {
+			nodes = append(nodes, n.ID)
+		}
 	}
-	nodes := slices.DeleteFunc(slices.Clone(m.Replicas[shard]), func(id string) bool { return id == p.node.ID() })
 	if i := slices.Index(nodes, first); i > 0 {
 		nodes[0], nodes[i] = nodes[i], nodes[0]
 	}

@@ -108,7 +108,7 @@ func startCluster(t testing.TB, n int, tweak func(i int, c *syncd.Config), relay
 	}
 	testkit.WaitTrue(t, 30*time.Second, "every node to have the cluster map", func() bool {
 		for _, srv := range c.servers {
-			if m, _ := srv.Node().ClusterMap(); m.Shards == 0 || len(m.Nodes) != n {
+			if m, _ := srv.Cluster().Map(); m.Shards == 0 || len(m.Nodes) != n {
 				return false
 			}
 		}

@@ -1,21 +1,19 @@
-package routing
+package cluster
 
 import (
 	"fmt"
 	"testing"
-
-	"github.com/syncd-dev/syncd/raftstore"
 )
 
 // The slot table spreads keys over every shard, keeps users and conversations apart, and never
 // changes its answer for a key.
 func TestSlotTableSpreadsAndIsStable(t *testing.T) {
-	shards := []raftstore.ShardID{1, 2, 3, 4, 5, 6, 7, 8}
+	shards := []ShardID{1, 2, 3, 4, 5, 6, 7, 8}
 	st := Even(len(shards))
 	if got := st.Shards(); fmt.Sprint(got) != fmt.Sprint(shards) {
 		t.Fatalf("Shards() = %v, want %v", got, shards)
 	}
-	counts := map[raftstore.ShardID]int{}
+	counts := map[ShardID]int{}
 	for i := 0; i < 8000; i++ {
 		uid := fmt.Sprintf("user-%d", i)
 		s := st.UserShard(uid)

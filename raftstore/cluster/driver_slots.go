@@ -1,11 +1,10 @@
-package moves
+package cluster
 
 import (
 	"context"
 	"time"
 
 	"github.com/syncd-dev/syncd/log"
-	"github.com/syncd-dev/syncd/raftstore"
 )
 
 // Moving a range of hash slots (docs/MOVES.md, "Slot moves, shard add, split"): the steps of a
@@ -60,7 +59,7 @@ func (r *slotRun) copyStep(ctx context.Context) error {
 			break
 		}
 	}
-	return r.advance(ctx, raftstore.StepCutover, nil)
+	return r.advance(ctx, PhaseCutover, nil)
 }
 
 // maxCopyPasses bounds the copy step's passes over a range whose keys grow as fast as they are
@@ -144,8 +143,8 @@ func (r *slotRun) copyPass(ctx context.Context, final *log.MoveStep) (entries in
 // cutoverStep switches every shard's outbox to send the range's users' later records to the
 // destination, and records where each switched. The users of the range the map pins to other
 // shards stay where they are (log.MoveStep.Pinned): no user move runs while the range moves
-// (raftstore.MoveInfo conflicts), so the map's pins hold for every shard's cutover.
-func (r *slotRun) cutoverStep(ctx context.Context, m raftstore.ClusterMap) error {
+// (MoveInfo conflicts), so the map's pins hold for every shard's cutover.
+func (r *slotRun) cutoverStep(ctx context.Context, m ClusterMap) error {
 	step := r.step(log.MoveCutover)
 	for uid, at := range m.Overrides {
 		if at != r.from && r.span.Contains(log.UserSlot(uid)) {
@@ -162,7 +161,7 @@ func (r *slotRun) cutoverStep(ctx context.Context, m raftstore.ClusterMap) error
 // fences the range, copies the rest with the activation (which carries the fence's position, the
 // barrier the range's conversations wait behind at every destination) and switches the map: the
 // range's writes pause from the fence to the switch.
-func (r *slotRun) fenceStep(ctx context.Context, mv *raftstore.MoveInfo) error {
+func (r *slotRun) fenceStep(ctx context.Context, mv *MoveInfo) error {
 	if err := r.waitCutovers(ctx, mv); err != nil {
 		return err
 	}
@@ -179,7 +178,7 @@ func (r *slotRun) fenceStep(ctx context.Context, mv *raftstore.MoveInfo) error {
 	if _, err := r.copyPass(ctx, activate); err != nil {
 		return err
 	}
-	if err := r.advance(ctx, raftstore.StepDrop, nil); err != nil {
+	if err := r.advance(ctx, PhaseDrop, nil); err != nil {
 		return err
 	}
 	r.switched(fenced)
@@ -206,7 +205,7 @@ func (r *slotRun) dropStep(ctx context.Context) error {
 }
 
 // eachKeyBatch proposes op to shard for the range's keys the source holds, dropKeys at a time.
-func (r *slotRun) eachKeyBatch(ctx context.Context, op log.MoveOp, shard raftstore.ShardID) error {
+func (r *slotRun) eachKeyBatch(ctx context.Context, op log.MoveOp, shard ShardID) error {
 	state, err := r.d.node.State(r.from)
 	if err != nil {
 		return err

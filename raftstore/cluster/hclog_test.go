@@ -1,4 +1,4 @@
-package raftstore_test
+package cluster_test
 
 import (
 	"context"
@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/syncd-dev/syncd/raftstore"
-	"github.com/syncd-dev/syncd/raftstore/raftstoretest"
 	"github.com/syncd-dev/syncd/test/testkit"
 )
 
@@ -18,27 +17,18 @@ import (
 // node stops; raft logs no ERROR line through it all. Real raft, real TLS transport, real Pebble.
 func TestRaftQuietThroughRoutineMembership(t *testing.T) {
 	var out testkit.Buffer
-	c := raftstoretest.NewCluster(t, 4, nil, func(cfg *raftstore.Config) {
-		peers := cfg.Peers
-		cfg.Shards = nil
-		cfg.Managed, cfg.ShardCount, cfg.ReplicationFactor = true, managedShards, 3
-		cfg.ReconcileInterval, cfg.DeadAfter, cfg.BalanceInterval = 100*time.Millisecond, 2*time.Second, 200*time.Millisecond
-		if cfg.NodeID == "n4" {
-			cfg.Peers, cfg.Join = nil, cfg.PeerAddr(peers[0].ID)
-		} else {
-			cfg.Peers = peers[:3]
-		}
+	c := managedCluster(t, 4, 3, func(cfg *raftstore.Config) {
 		// What an operator sees at the default level, with the node named as syncd names it.
 		cfg.Logger = slog.New(slog.NewTextHandler(&out, &slog.HandlerOptions{Level: slog.LevelInfo})).With("node", cfg.NodeID)
 	})
 	placementSettled(t, c, "n4 to join and take its share")
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := c.Node(3).RemoveNode(ctx, "n1"); err != nil {
+	if err := c.Member(3).RemoveNode(ctx, "n1"); err != nil {
 		t.Fatal(err)
 	}
 	testkit.WaitTrue(t, 60*time.Second, "n1 to be forgotten and to host nothing", func() bool {
-		m, _ := c.Node(1).ClusterMap()
+		m, _ := c.Member(1).Map()
 		_, still := m.Nodes["n1"]
 		return !still && len(c.Node(0).Shards()) == 0
 	})

@@ -1,53 +1,88 @@
-package raftstore_test
+package cluster_test
 
 import (
 	"context"
 	"fmt"
+	"io"
 	"slices"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/syncd-dev/syncd/log"
 	"github.com/syncd-dev/syncd/raftstore"
+	"github.com/syncd-dev/syncd/raftstore/cluster"
 	"github.com/syncd-dev/syncd/raftstore/raftstoretest"
 	"github.com/syncd-dev/syncd/test/testkit"
 )
 
 const managedShards = 4
 
+// message is alice's message to bob with client id cmid.
+func message(cmid string) raftstore.Command {
+	return raftstore.AppendCommand(&log.Append{Conv: "d:alice:bob", Sender: "alice", ClientMsgID: cmid,
+		Kind: log.KindMessage, Body: []byte("x"), Members: []string{"alice", "bob"}})
+}
+
+// managedNodes is a managed cluster of test nodes: the raftstore harness (relays, certificates,
+// stop and start) with a cluster.Cluster per running node.
+type managedNodes struct {
+	*raftstoretest.Cluster
+	members []*cluster.Cluster // nil while stopped
+}
+
+// Member returns node i's part of the cluster, nil while it is stopped.
+func (c *managedNodes) Member(i int) *cluster.Cluster {
+	if c.Node(i) == nil {
+		return nil
+	}
+	return c.members[i]
+}
+
 // managedCluster starts n nodes of a managed cluster; the first `first` of them create it (their
-// Peers), the others join it through the first node.
-func managedCluster(t *testing.T, n, first int) *raftstoretest.Cluster {
+// Peers), the others join it through the first node. tweak, if set, changes each node's config.
+func managedCluster(t *testing.T, n, first int, tweak func(*raftstore.Config)) *managedNodes {
 	t.Helper()
+	c := &managedNodes{members: make([]*cluster.Cluster, n)}
 	var joinAddr string
-	return raftstoretest.NewCluster(t, n, nil, func(cfg *raftstore.Config) {
-		peers := cfg.Peers
-		cfg.Shards = nil
-		cfg.Managed, cfg.ShardCount, cfg.ReplicationFactor = true, managedShards, 3
-		cfg.ReconcileInterval, cfg.DeadAfter, cfg.BalanceInterval = 100*time.Millisecond, 2*time.Second, 200*time.Millisecond
-		if joinAddr == "" {
-			joinAddr = peers[0].Addr
-		}
-		i := slices.IndexFunc(peers, func(p raftstore.Peer) bool { return p.ID == cfg.NodeID })
+	open := func(i int, cfg raftstore.Config) (*raftstore.Node, io.Closer, error) {
+		ccfg := cluster.Config{Node: cfg, ShardCount: managedShards, ReplicationFactor: 3,
+			ReconcileInterval: 100 * time.Millisecond, DeadAfter: 2 * time.Second}
 		if i < first {
-			cfg.Peers = peers[:first]
+			ccfg.Node.Peers = cfg.Peers[:first]
 		} else {
-			cfg.Peers, cfg.Join = nil, cfg.PeerAddr(peers[0].ID) // through the relay, like all traffic
+			ccfg.Node.Peers, ccfg.Join = nil, joinAddr
 		}
-	})
+		m, err := cluster.Start(ccfg)
+		if err != nil {
+			return nil, nil, err
+		}
+		c.members[i] = m
+		return m.Node(), m, nil
+	}
+	c.Cluster = raftstoretest.NewClusterWith(t, n, nil, func(cfg *raftstore.Config) {
+		if joinAddr == "" {
+			joinAddr = cfg.PeerAddr(cfg.Peers[0].ID) // through the relay, like all traffic
+		}
+		cfg.Shards, cfg.BalanceInterval = nil, 200*time.Millisecond
+		if tweak != nil {
+			tweak(cfg)
+		}
+	}, open)
+	return c
 }
 
 // placementSettled waits until the cluster map is the same on every running node, every data
 // shard has exactly the map's members as voters, and each running node's load is within one of
 // the others', and returns the map.
-func placementSettled(t *testing.T, c *raftstoretest.Cluster, what string) raftstore.ClusterMap {
+func placementSettled(t *testing.T, c *managedNodes, what string) cluster.ClusterMap {
 	t.Helper()
-	var m raftstore.ClusterMap
+	var m cluster.ClusterMap
 	testkit.WaitTrue(t, 60*time.Second, what, func() bool {
-		var maps []raftstore.ClusterMap
+		var maps []cluster.ClusterMap
 		for i := range c.Size() {
-			if n := c.Node(i); n != nil {
-				mm, _ := n.ClusterMap()
+			if n := c.Member(i); n != nil {
+				mm, _ := n.Map()
 				maps = append(maps, mm)
 			}
 		}
@@ -108,7 +143,7 @@ func placementSettled(t *testing.T, c *raftstoretest.Cluster, what string) rafts
 // under traffic, taking its share of replicas (one move at a time); then a first node is removed
 // and its replicas move to the others. Every acknowledged entry is on every replica exactly once.
 func TestManagedClusterJoinAndRemove(t *testing.T) {
-	c := managedCluster(t, 4, 3)
+	c := managedCluster(t, 4, 3, nil)
 
 	var mu sync.Mutex
 	sent := map[raftstore.ShardID]int{}
@@ -131,7 +166,7 @@ func TestManagedClusterJoinAndRemove(t *testing.T) {
 					return
 				default:
 				}
-				if _, err := c.Propose(ctx, s, send("d:alice:bob", "alice", fmt.Sprint("m", i), "x", "alice", "bob")); err != nil {
+				if _, err := c.Propose(ctx, s, message(fmt.Sprint("m", i))); err != nil {
 					t.Errorf("shard %d send %d: %v", s, i, err)
 					return
 				}
@@ -155,11 +190,11 @@ func TestManagedClusterJoinAndRemove(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := c.Node(3).RemoveNode(ctx, "n1"); err != nil { // asked through another node
+	if err := c.Member(3).RemoveNode(ctx, "n1"); err != nil { // asked through another node
 		t.Fatal(err)
 	}
 	testkit.WaitTrue(t, 60*time.Second, "n1 to be forgotten and to host nothing", func() bool {
-		m, _ := c.Node(1).ClusterMap()
+		m, _ := c.Member(1).Map()
 		_, still := m.Nodes["n1"]
 		return !still && len(c.Node(0).Shards()) == 0
 	})
@@ -168,7 +203,7 @@ func TestManagedClusterJoinAndRemove(t *testing.T) {
 	wg.Wait()
 	for _, s := range m.DataShards() {
 		c.WaitConverged(s)
-		checkConv(t, c, s, "d:alice:bob", sent[s])
+		c.CheckConv(t, s, "d:alice:bob", sent[s])
 	}
 	t.Logf("final placement %v; sent %v", m.Replicas, sent)
 }
@@ -177,7 +212,7 @@ func TestManagedClusterJoinAndRemove(t *testing.T) {
 // the three others after DeadAfter; when it comes back, its stale replicas are dropped and it
 // takes its share again.
 func TestManagedClusterDeadNode(t *testing.T) {
-	c := managedCluster(t, 4, 4)
+	c := managedCluster(t, 4, 4, nil)
 	placementSettled(t, c, "the first placement")
 	c.Stop(3)
 	m := placementSettled(t, c, "n4's replicas placed elsewhere")
@@ -207,18 +242,18 @@ func TestManagedClusterDeadNode(t *testing.T) {
 // taken off the list of shards being created, takes writes, and survives its members' restart;
 // the slot table is unchanged (the new shard owns no slot until slots are moved to it).
 func TestManagedClusterAddShard(t *testing.T) {
-	c := managedCluster(t, 4, 4)
+	c := managedCluster(t, 4, 4, nil)
 	before := placementSettled(t, c, "the first placement")
 	asker := 0
 	for i := range c.Size() {
-		if st, err := c.Node(i).ShardStatus(raftstore.MetaShard); err == nil && st.State != "leader" {
+		if !c.Member(i).LeadsMeta() {
 			asker = i
 			break
 		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	id, err := c.Node(asker).AddShard(ctx)
+	id, err := c.Member(asker).AddShard(ctx)
 	if err != nil || id != managedShards+1 {
 		t.Fatalf("AddShard: shard %d, %v; want %d", id, err, managedShards+1)
 	}
@@ -227,19 +262,19 @@ func TestManagedClusterAddShard(t *testing.T) {
 		t.Fatalf("after adding shard %d: %d shards, members %v, slots changed %v", id, m.Shards, m.Replicas[id], !slices.Equal(m.Slots, before.Slots))
 	}
 	// Asking again for the same id (a resent request) adds nothing.
-	if err := c.Node(asker).ProposeMeta(ctx, raftstore.AddShardCommand(id)); err != nil {
+	if err := c.Member(asker).ResendAddShard(ctx, id); err != nil {
 		t.Fatal(err)
 	}
-	if m2, _ := c.Node(asker).ClusterMap(); m2.Shards != managedShards+1 {
+	if m2, _ := c.Member(asker).Map(); m2.Shards != managedShards+1 {
 		t.Fatalf("a resent add-shard made %d shards", m2.Shards)
 	}
 	for i := range 20 {
-		if _, err := c.Propose(ctx, id, send("d:alice:bob", "alice", fmt.Sprint("m", i), "x", "alice", "bob")); err != nil {
+		if _, err := c.Propose(ctx, id, message(fmt.Sprint("m", i))); err != nil {
 			t.Fatalf("send %d to the new shard: %v", i, err)
 		}
 	}
 	c.WaitConverged(id)
-	checkConv(t, c, id, "d:alice:bob", 20)
+	c.CheckConv(t, id, "d:alice:bob", 20)
 	for _, member := range m.Replicas[id] { // every member restarts: the group is on disk, not recreated
 		i := -1
 		for j := range c.Size() {
@@ -251,9 +286,9 @@ func TestManagedClusterAddShard(t *testing.T) {
 		c.Start(i)
 	}
 	placementSettled(t, c, "the new shard after its members restarted")
-	if _, err := c.Propose(ctx, id, send("d:alice:bob", "alice", "m20", "x", "alice", "bob")); err != nil {
+	if _, err := c.Propose(ctx, id, message("m20")); err != nil {
 		t.Fatalf("send after the restarts: %v", err)
 	}
 	c.WaitConverged(id)
-	checkConv(t, c, id, "d:alice:bob", 21)
+	c.CheckConv(t, id, "d:alice:bob", 21)
 }

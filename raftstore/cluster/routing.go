@@ -1,44 +1,37 @@
-// Package routing maps users and conversations to the shards that hold them: a key hashes to one
-// of a fixed number of slots, and the cluster map's slot table names the shard owning each slot.
-// Every node routes by the same table, so a device may use any node.
-package routing
+package cluster
 
 import (
 	"github.com/syncd-dev/syncd/log"
-	"github.com/syncd-dev/syncd/raftstore"
 )
 
-// NumSlots is the fixed number of hash slots keys map to (raftstore.NumSlots).
-const NumSlots = raftstore.NumSlots
-
-// Table maps users and conversations to shards: a key hashes to a slot, and the cluster
-// map's slot table (raftstore.SlotTable) names the shard owning the slot. A server's table
+// Routing maps users and conversations to shards — "which shard holds X?" in one call: a key
+// hashes to a slot, and the cluster map's slot table (SlotTable) names the shard owning the slot. A server's table
 // follows the cluster map, so every node routes alike whatever its own -shards says. A moved
 // user or conversation is pinned to its shard by an override in the map, which a move sets
-// once the key's state is there (raftstore/moves.go).
+// once the key's state is there (moves.go).
 //
-// A Table is safe for concurrent use.
-type Table struct {
-	table func() *raftstore.SlotTable
+// A Routing is safe for concurrent use.
+type Routing struct {
+	table func() *SlotTable
 }
 
 // Even returns the routing of a cluster whose slots are spread evenly over shards 1..shards, as
 // a new cluster's are: for tools and tests that route like the servers.
-func Even(shards int) *Table {
-	t, err := raftstore.NewSlotTable(raftstore.EvenSlots(shards))
+func Even(shards int) *Routing {
+	t, err := NewSlotTable(EvenSlots(shards))
 	if err != nil {
 		panic(err) // EvenSlots always covers every slot
 	}
-	return &Table{table: func() *raftstore.SlotTable { return t }}
+	return &Routing{table: func() *SlotTable { return t }}
 }
 
-// Cluster routes by the slot table of the cluster map current returns; the server waits for the
-// map before it routes, so a nil table at routing time is a bug and panics.
-func Cluster(current func() *raftstore.SlotTable) *Table {
-	return &Table{table: func() *raftstore.SlotTable {
-		t := current()
+// Routing routes by the slot table of this node's cluster map; the server waits for the map
+// before it routes, so a nil table at routing time is a bug and panics.
+func (c *Cluster) Routing() *Routing {
+	return &Routing{table: func() *SlotTable {
+		t := c.SlotTable()
 		if t == nil {
-			panic("routing: a key was routed before the cluster map was known")
+			panic("cluster: a key was routed before the cluster map was known")
 		}
 		return t
 	}}
@@ -46,7 +39,7 @@ func Cluster(current func() *raftstore.SlotTable) *Table {
 
 // UserShard returns the shard holding user uid's log: the shard the cluster map's overrides pin a
 // moved user to, else the one owning the user's slot.
-func (t *Table) UserShard(uid string) raftstore.ShardID {
+func (t *Routing) UserShard(uid string) ShardID {
 	st := t.table()
 	if s, ok := st.UserOverride(uid); ok {
 		return s
@@ -56,7 +49,7 @@ func (t *Table) UserShard(uid string) raftstore.ShardID {
 
 // ConvShard returns the home shard of conversation conv, where its order is decided: the shard
 // the cluster map's overrides pin a moved conversation to, else the one owning its slot.
-func (t *Table) ConvShard(conv string) raftstore.ShardID {
+func (t *Routing) ConvShard(conv string) ShardID {
 	st := t.table()
 	if s, ok := st.ConvOverride(conv); ok {
 		return s
@@ -66,15 +59,15 @@ func (t *Table) ConvShard(conv string) raftstore.ShardID {
 
 // Replaced returns a channel closed once the cluster map changes after this call: take it before
 // reading the table, and no change is missed.
-func (t *Table) Replaced() <-chan struct{} { return t.table().Replaced() }
+func (t *Routing) Replaced() <-chan struct{} { return t.table().Replaced() }
 
 // Split returns how user uid's stream is split into sub-logs, if the cluster map says it is:
 // sub-log i is the user log log.SubLog(uid, i), routed by UserShard like any user's.
-func (t *Table) Split(uid string) (raftstore.SplitInfo, bool) { return t.table().Split(uid) }
+func (t *Routing) Split(uid string) (SplitInfo, bool) { return t.table().Split(uid) }
 
 // Logs returns the user logs holding uid's stream: uid's own, then, if the stream is split, each
 // other sub-log's (log.SubLog), in sub-log order.
-func (t *Table) Logs(uid string) []string {
+func (t *Routing) Logs(uid string) []string {
 	logs := []string{uid}
 	if split, ok := t.Split(uid); ok {
 		for i := 1; i < split.Subs; i++ {
@@ -85,8 +78,8 @@ func (t *Table) Logs(uid string) []string {
 }
 
 // SlotShard returns the shard owning hash slot slot in the slot table.
-func (t *Table) SlotShard(slot int) raftstore.ShardID { return t.table().Shard(slot) }
+func (t *Routing) SlotShard(slot int) ShardID { return t.table().Shard(slot) }
 
 // Shards returns every shard a key may route to (it owns a slot, holds a moved user or receives
 // one), ascending. The slice is shared: do not modify it.
-func (t *Table) Shards() []raftstore.ShardID { return t.table().Shards() }
+func (t *Routing) Shards() []ShardID { return t.table().Shards() }

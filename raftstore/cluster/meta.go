@@ -1,4 +1,4 @@
-package raftstore
+package cluster
 
 import (
 	"encoding/json"
@@ -43,14 +43,11 @@ import (
 
 // Besides the map, the meta shard holds device revocations: every node hosts it, so every node
 // learns of a revocation by applying it (and closes the device's sessions, through
-// App.DeviceRevoked), and checks tokens against its own replica without asking anyone. A
+// Config.DeviceRevoked), and checks tokens against its own replica without asking anyone. A
 // revocation is kept until no token it covers can be valid any more (Revocation.Until), so the
 // set stays as small as the revocations of one maximum token lifetime. Revocations are not part
 // of ClusterMap (they neither change its Index nor wake the management loop); snapshots carry
 // them under "revoked" next to the map's fields.
-
-// MetaShard is the id of the meta shard. Data shards are numbered from 1.
-const MetaShard ShardID = 0
 
 // ClusterMap is the cluster's layout as the meta shard holds it.
 type ClusterMap struct {
@@ -121,10 +118,6 @@ func (m ClusterMap) Clone() ClusterMap {
 // DataShards returns the ids of the data shards, 1..Shards.
 func (m ClusterMap) DataShards() []ShardID { return shardRange(m.Shards) }
 
-// ErrMetaRefused reports a cluster-map change that was refused (an unknown node, a node that
-// still holds replicas, …). The error's text says why.
-var ErrMetaRefused = errors.New("raftstore: cluster map change refused")
-
 const metaCommandV1 = 1
 
 type metaCommand struct {
@@ -139,7 +132,7 @@ type metaCommand struct {
 	Shard    ShardID              `json:"shard,omitempty"`
 	Move     *MoveInfo            `json:"move,omitempty"`
 	MoveID   uint64               `json:"move_id,omitempty"`
-	Step     MoveStep             `json:"step,omitempty"`
+	Step     Phase                `json:"step,omitempty"`
 	Cutovers map[ShardID]uint64   `json:"cutovers,omitempty"`
 	Split    *SplitInfo           `json:"split,omitempty"`
 }
@@ -209,6 +202,30 @@ func (f *metaFSM) applyRevokeLocked(r *Revocation) error {
 	}
 	f.revoked[k] = *r
 	return nil
+}
+
+// Nodes implements raftstore.MetaFSM: the map's nodes, id → Raft address.
+func (f *metaFSM) Nodes() map[string]string {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	out := make(map[string]string, len(f.m.Nodes))
+	for id, node := range f.m.Nodes {
+		out[id] = node.RaftAddr
+	}
+	return out
+}
+
+// Placed implements raftstore.MetaFSM: the nodes the map places shard on.
+func (f *metaFSM) Placed(shard ShardID) []Peer {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	var out []Peer
+	for _, id := range f.m.Replicas[shard] {
+		if node, ok := f.m.Nodes[id]; ok {
+			out = append(out, Peer{ID: id, Addr: node.RaftAddr})
+		}
+	}
+	return out
 }
 
 // snapshot returns a copy of the map.

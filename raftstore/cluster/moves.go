@@ -1,4 +1,4 @@
-package raftstore
+package cluster
 
 import (
 	"context"
@@ -13,7 +13,7 @@ import (
 // Moves of users and conversations between shards, as the cluster map records them
 // (docs/MOVES.md). The map holds every move in progress with the step it has reached, and the
 // overrides that pin moved users and conversations to their shard; the steps themselves are Raft commands of the shards involved (MoveCommand), run by
-// a driver above this package (syncd/moves) on the node leading the move's source shard. Because
+// the move driver (driver.go) on the node leading the move's source shard. Because
 // the step is in the map and every shard's step is idempotent per move, a driver that starts
 // after a crash or a leader change resumes where the map says.
 //
@@ -29,31 +29,32 @@ import (
 //	{"v":1, "op":"move-end",    "move_id":41}    forget the move
 //	{"v":1, "op":"move-cancel", "move_id":41}    during the copy only: the step becomes canceled
 
-// MoveStep names how far a move has come. Steps only move forward, in this order.
-type MoveStep string
+// Phase names how far a move has come, as the map records it (log.MoveStep is the data-shard
+// command that carries a phase out). Phases only move forward, in this order.
+type Phase string
 
 // The steps of a move, in order.
 const (
-	// StepCopy: the destination copies the user's log (or the conversation) from the source
+	// PhaseCopy: the destination copies the user's log (or the conversation) from the source
 	// while it keeps serving.
-	StepCopy MoveStep = "copy"
-	// StepCutover: every shard's outbox switches the user's later records to the destination.
+	PhaseCopy Phase = "copy"
+	// PhaseCutover: every shard's outbox switches the user's later records to the destination.
 	// A conversation's move skips it.
-	StepCutover MoveStep = "cutover"
-	// StepFence: the source waits for every record routed to it, fences the user, and the
+	PhaseCutover Phase = "cutover"
+	// PhaseFence: the source waits for every record routed to it, fences the user, and the
 	// destination takes the rest of the log and activates it; then the map switches. For a
 	// conversation: the source fences it, and the destination takes the rest and activates it
 	// behind the source's fence (its deliveries wait for the source's); then the map switches.
-	StepFence MoveStep = "fence"
-	// StepDrop: the map routes the user to the destination; the source drops its copy (for a
+	PhaseFence Phase = "fence"
+	// PhaseDrop: the map routes the user to the destination; the source drops its copy (for a
 	// conversation, once its fan-out has delivered up to the fence and the barrier is lifted).
-	StepDrop MoveStep = "drop"
-	// StepCanceled: an operator canceled the move during its copy; the destination drops what
+	PhaseDrop Phase = "drop"
+	// PhaseCanceled: an operator canceled the move during its copy; the destination drops what
 	// was copied, then the move is forgotten.
-	StepCanceled MoveStep = "canceled"
+	PhaseCanceled Phase = "canceled"
 )
 
-var moveSteps = []MoveStep{StepCopy, StepCutover, StepFence, StepDrop}
+var phases = []Phase{PhaseCopy, PhaseCutover, PhaseFence, PhaseDrop}
 
 // MoveInfo is one move in progress in the cluster map: of a user's log (User), of a
 // conversation (Conv) or of a range of hash slots (Slots: every key of the range From holds),
@@ -71,7 +72,7 @@ type MoveInfo struct {
 	Subs  int           `json:"subs,omitempty"` // a split's sub-logs
 	From  ShardID       `json:"from"`
 	To    ShardID       `json:"to"`
-	Step  MoveStep      `json:"step"`
+	Step  Phase         `json:"step"`
 	// Cutovers holds, once the step is past cutover, every shard's outbox position after which
 	// its records of the user go to To.
 	Cutovers map[ShardID]uint64 `json:"cutovers,omitempty"`
@@ -208,7 +209,7 @@ func (f *metaFSM) applyMove(m *ClusterMap, c *metaCommand, index uint64) error {
 		if err := checkMoveStart(m, mv); err != nil {
 			return err
 		}
-		n := &MoveInfo{ID: index, User: mv.User, Conv: mv.Conv, Slots: mv.Slots, Subs: mv.Subs, From: mv.From, To: mv.To, Step: StepCopy, Started: mv.Started}
+		n := &MoveInfo{ID: index, User: mv.User, Conv: mv.Conv, Slots: mv.Slots, Subs: mv.Subs, From: mv.From, To: mv.To, Step: PhaseCopy, Started: mv.Started}
 		if m.Moves == nil {
 			m.Moves = map[uint64]*MoveInfo{}
 		}
@@ -218,20 +219,20 @@ func (f *metaFSM) applyMove(m *ClusterMap, c *metaCommand, index uint64) error {
 		if mv == nil {
 			return fmt.Errorf("%w: no move %d", ErrMetaRefused, c.MoveID)
 		}
-		if mv.Step == StepCanceled {
+		if mv.Step == PhaseCanceled {
 			return fmt.Errorf("%w: move %d was canceled", ErrMetaRefused, c.MoveID)
 		}
-		step := slices.Index(moveSteps, c.Step)
-		if step < 0 || c.Step == StepDrop {
+		step := slices.Index(phases, c.Step)
+		if step < 0 || c.Step == PhaseDrop {
 			return fmt.Errorf("%w: move-step to %q (the drop step comes with move-switch)", ErrMetaRefused, c.Step)
 		}
-		if mv.Conv != "" && c.Step == StepCutover {
+		if mv.Conv != "" && c.Step == PhaseCutover {
 			return fmt.Errorf("%w: move %d moves a conversation, which has no cutover step", ErrMetaRefused, c.MoveID)
 		}
-		if step <= slices.Index(moveSteps, mv.Step) {
+		if step <= slices.Index(phases, mv.Step) {
 			return nil // a step already reached (a driver that was behind): nothing to do
 		}
-		if mv.Subs != 0 && c.Step == StepFence {
+		if mv.Subs != 0 && c.Step == PhaseFence {
 			// Every shard must route the user's later records to the sub-logs, a shard added
 			// since the cutover step ran included: its driver runs the step again.
 			for _, x := range m.DataShards() {
@@ -248,10 +249,10 @@ func (f *metaFSM) applyMove(m *ClusterMap, c *metaCommand, index uint64) error {
 		m.Moves[c.MoveID] = mv
 	case "move-switch":
 		mv := m.Moves[c.MoveID]
-		if mv == nil || mv.Step == StepDrop {
+		if mv == nil || mv.Step == PhaseDrop {
 			return nil // switched before
 		}
-		if mv.Step != StepFence {
+		if mv.Step != PhaseFence {
 			return fmt.Errorf("%w: move %d is at step %s, not fence", ErrMetaRefused, c.MoveID, mv.Step)
 		}
 		if mv.Slots != nil { // first: a refusal leaves the map as it was
@@ -263,7 +264,7 @@ func (f *metaFSM) applyMove(m *ClusterMap, c *metaCommand, index uint64) error {
 			return fmt.Errorf("%w: the switch of the %s must say where its gate is", ErrMetaRefused, mv.Key())
 		}
 		mv = mv.clone()
-		mv.Step = StepDrop
+		mv.Step = PhaseDrop
 		m.Moves[c.MoveID] = mv
 		if mv.Subs != 0 {
 			if m.Splits == nil {
@@ -287,7 +288,7 @@ func (f *metaFSM) applyMove(m *ClusterMap, c *metaCommand, index uint64) error {
 		}
 		m.Overrides[mv.User] = mv.To
 	case "move-end":
-		if mv := m.Moves[c.MoveID]; mv != nil && mv.Step != StepDrop && mv.Step != StepCanceled {
+		if mv := m.Moves[c.MoveID]; mv != nil && mv.Step != PhaseDrop && mv.Step != PhaseCanceled {
 			return fmt.Errorf("%w: move %d is at step %s; only a switched or canceled move ends", ErrMetaRefused, c.MoveID, mv.Step)
 		}
 		delete(m.Moves, c.MoveID)
@@ -296,13 +297,13 @@ func (f *metaFSM) applyMove(m *ClusterMap, c *metaCommand, index uint64) error {
 		switch {
 		case mv == nil:
 			return fmt.Errorf("%w: no move %d in progress", ErrMetaRefused, c.MoveID)
-		case mv.Step == StepCanceled:
+		case mv.Step == PhaseCanceled:
 			return nil
-		case mv.Step != StepCopy:
+		case mv.Step != PhaseCopy:
 			return fmt.Errorf("%w: move %d is at step %s: a move can be canceled only while it copies (the sources have cut over since)", ErrMetaRefused, c.MoveID, mv.Step)
 		}
 		mv = mv.clone()
-		mv.Step = StepCanceled
+		mv.Step = PhaseCanceled
 		m.Moves[c.MoveID] = mv
 	}
 	return f.setSlots(m)
@@ -337,14 +338,14 @@ func switchSlots(m *ClusterMap, mv *MoveInfo) error {
 
 // StartMove asks for the user's log or the conversation req names (User or Conv) to move from
 // shard req.From to req.To, asked for at req.Started, and returns the move's id. The driver on
-// the node leading From carries it out (syncd/moves).
-func (n *Node) StartMove(ctx context.Context, req MoveInfo) (uint64, error) {
-	if err := n.ProposeMeta(ctx, metaCommand{Op: "move-start", Move: &req}); err != nil {
+// the node leading From carries it out (Driver).
+func (c *Cluster) StartMove(ctx context.Context, req MoveInfo) (uint64, error) {
+	if err := c.propose(ctx, metaCommand{Op: "move-start", Move: &req}); err != nil {
 		return 0, err
 	}
 	// Committed; this node's replica of the map applies it soon after, if it is not the leader.
 	var id uint64
-	err := n.WaitMap(ctx, func(m ClusterMap) bool {
+	err := c.WaitMap(ctx, func(m ClusterMap) bool {
 		for _, mv := range m.Moves {
 			if mv.sameKey(&req) {
 				id = mv.ID
@@ -354,7 +355,7 @@ func (n *Node) StartMove(ctx context.Context, req MoveInfo) (uint64, error) {
 		return false
 	})
 	if err != nil {
-		return 0, fmt.Errorf("raftstore: the move of %s was recorded, but this node's map has not shown it yet (%w): see the cluster's status", req.Key(), err)
+		return 0, fmt.Errorf("cluster: the move of %s was recorded, but this node's map has not shown it yet (%w): see the cluster's status", req.Key(), err)
 	}
 	return id, nil
 }
@@ -364,8 +365,8 @@ func (n *Node) StartMove(ctx context.Context, req MoveInfo) (uint64, error) {
 // operator's move to a new shard checks first, so that a refused move adds no empty shard. The
 // map may change before StartMove's command applies (another move of the same key started
 // meanwhile), which can still refuse it.
-func (n *Node) CheckMove(req MoveInfo) error {
-	m, ok := n.ClusterMap()
+func (c *Cluster) CheckMove(req MoveInfo) error {
+	m, ok := c.Map()
 	if !ok || m.Shards == 0 {
 		return fmt.Errorf("%w: this node does not have the cluster map yet; retry", ErrMetaRefused)
 	}
@@ -379,9 +380,9 @@ func (n *Node) CheckMove(req MoveInfo) error {
 // WaitMap waits until this node's replica of the cluster map satisfies cond, or ctx ends: for
 // a change this node proposed, which a replica that is not the meta leader applies a little
 // after the proposal returned.
-func (n *Node) WaitMap(ctx context.Context, cond func(ClusterMap) bool) error {
+func (c *Cluster) WaitMap(ctx context.Context, cond func(ClusterMap) bool) error {
 	for {
-		if m, _ := n.ClusterMap(); cond(m) {
+		if m, _ := c.Map(); cond(m) {
 			return nil
 		}
 		select {
@@ -393,27 +394,27 @@ func (n *Node) WaitMap(ctx context.Context, cond func(ClusterMap) bool) error {
 }
 
 // AdvanceMove records that move id reached step (cutovers: every shard's cutover position, set
-// with StepFence). A step already reached is not recorded again.
-func (n *Node) AdvanceMove(ctx context.Context, id uint64, step MoveStep, cutovers map[ShardID]uint64) error {
-	return n.ProposeMeta(ctx, metaCommand{Op: "move-step", MoveID: id, Step: step, Cutovers: cutovers})
+// with PhaseFence). A step already reached is not recorded again.
+func (c *Cluster) AdvanceMove(ctx context.Context, id uint64, step Phase, cutovers map[ShardID]uint64) error {
+	return c.propose(ctx, metaCommand{Op: "move-step", MoveID: id, Step: step, Cutovers: cutovers})
 }
 
 // SwitchMove routes the user of move id to its destination (an override) and moves it to
-// StepDrop; it is for once the destination serves the user. The switch of a split records it,
+// PhaseDrop; it is for once the destination serves the user. The switch of a split records it,
 // with split saying where its gate is; nil for the other moves.
-func (n *Node) SwitchMove(ctx context.Context, id uint64, split *SplitInfo) error {
-	return n.ProposeMeta(ctx, metaCommand{Op: "move-switch", MoveID: id, Split: split})
+func (c *Cluster) SwitchMove(ctx context.Context, id uint64, split *SplitInfo) error {
+	return c.propose(ctx, metaCommand{Op: "move-switch", MoveID: id, Split: split})
 }
 
 // CancelMove cancels move id while it is still copying; the destination then drops what was
 // copied and the move is forgotten. Once the sources have cut over it is refused: the move only
 // goes forward from there.
-func (n *Node) CancelMove(ctx context.Context, id uint64) error {
-	return n.ProposeMeta(ctx, metaCommand{Op: "move-cancel", MoveID: id})
+func (c *Cluster) CancelMove(ctx context.Context, id uint64) error {
+	return c.propose(ctx, metaCommand{Op: "move-cancel", MoveID: id})
 }
 
 // EndMove forgets move id, once the source has dropped its copy (or the destination has
 // dropped a canceled move's).
-func (n *Node) EndMove(ctx context.Context, id uint64) error {
-	return n.ProposeMeta(ctx, metaCommand{Op: "move-end", MoveID: id})
+func (c *Cluster) EndMove(ctx context.Context, id uint64) error {
+	return c.propose(ctx, metaCommand{Op: "move-end", MoveID: id})
 }

@@ -1,11 +1,4 @@
-// Package moves carries out the moves of users' logs and of conversations between shards that
-// the cluster map records (raftstore/moves.go; the protocol is docs/MOVES.md). Every node runs a
-// Driver; it acts on the moves whose source shard this node leads, so the source's state is read
-// locally, and a new leader of the source resumes a move from the step the map holds. Every step
-// is a Raft command that is idempotent per move, so a step that two drivers run at once (a leader
-// that has not noticed its loss yet), or that is run again after a crash, changes nothing the
-// second time.
-package moves
+package cluster
 
 import (
 	"context"
@@ -19,20 +12,29 @@ import (
 	"github.com/syncd-dev/syncd/raftstore"
 )
 
-// Node is what the driver needs of the node: *raftstore.Node provides it.
-type Node interface {
-	ClusterMap() (raftstore.ClusterMap, bool)
-	ShardStatus(shard raftstore.ShardID) (raftstore.ShardStatus, error)
-	State(shard raftstore.ShardID) (*log.Shard, error)
-	Propose(ctx context.Context, shard raftstore.ShardID, cmd raftstore.Command) (raftstore.Result, error)
-	AdvanceMove(ctx context.Context, id uint64, step raftstore.MoveStep, cutovers map[raftstore.ShardID]uint64) error
-	SwitchMove(ctx context.Context, id uint64, split *raftstore.SplitInfo) error
+// The move driver carries out the moves of users' logs and of conversations between shards that
+// the cluster map records (moves.go; the protocol is docs/MOVES.md). Every node runs a
+// Driver; it acts on the moves whose source shard this node leads, so the source's state is read
+// locally, and a new leader of the source resumes a move from the step the map holds. Every step
+// is a Raft command that is idempotent per move, so a step that two drivers run at once (a leader
+// that has not noticed its loss yet), or that is run again after a crash, changes nothing the
+// second time.
+
+// driverHost is what the driver needs: the cluster map and its moves (a Cluster) and the data
+// shards (its node), as host provides them.
+type driverHost interface {
+	Map() (ClusterMap, bool)
+	ShardStatus(shard ShardID) (raftstore.ShardStatus, error)
+	State(shard ShardID) (*log.Shard, error)
+	Propose(ctx context.Context, shard ShardID, cmd raftstore.Command) (raftstore.Result, error)
+	AdvanceMove(ctx context.Context, id uint64, step Phase, cutovers map[ShardID]uint64) error
+	SwitchMove(ctx context.Context, id uint64, split *SplitInfo) error
 	EndMove(ctx context.Context, id uint64) error
-	WaitMap(ctx context.Context, cond func(raftstore.ClusterMap) bool) error
+	WaitMap(ctx context.Context, cond func(ClusterMap) bool) error
 }
 
-// Config tunes the driver. Zero fields take the defaults.
-type Config struct {
+// DriverConfig tunes the move driver. Zero fields take the defaults.
+type DriverConfig struct {
 	// Chunk is how many log entries one copy command carries. Default 1000.
 	Chunk int
 	// Poll is how often the driver looks at the map for moves to run, and at the source's marks
@@ -42,7 +44,7 @@ type Config struct {
 	// delivered everything (fanout.Fanout.Drained, on this node). A conversation's move, once
 	// switched, waits for it to pass the conversation's fence before it lifts the barrier its
 	// deliveries from the new home wait behind; without it conversations cannot move.
-	Drained func(src raftstore.ShardID) (uint64, bool)
+	Drained func(src ShardID) (uint64, bool)
 	// Observe, if set, is called once per move that switched, with how long the key's writes
 	// were paused (fence to switch) and the bytes copied.
 	Observe func(pause time.Duration, copied int64)
@@ -52,16 +54,24 @@ type Config struct {
 
 // Driver runs the moves this node is the source leader of. It is safe for concurrent use.
 type Driver struct {
-	node Node
-	cfg  Config
+	node driverHost
+	cfg  DriverConfig
 
 	mu      sync.Mutex
 	running map[uint64]bool
 	wg      sync.WaitGroup
 }
 
-// New returns a driver for node.
-func New(node Node, cfg Config) *Driver {
+// host is a Cluster with its node's shard operations.
+type host struct {
+	*Cluster
+	*raftstore.Node
+}
+
+// Driver returns a move driver for this node (run it with Run).
+func (c *Cluster) Driver(cfg DriverConfig) *Driver { return newDriver(host{c, c.node}, cfg) }
+
+func newDriver(node driverHost, cfg DriverConfig) *Driver {
 	if cfg.Chunk <= 0 {
 		cfg.Chunk = 1000
 	}
@@ -80,7 +90,7 @@ func (d *Driver) Run(ctx context.Context) {
 	tick := time.NewTicker(d.cfg.Poll)
 	defer tick.Stop()
 	for {
-		if m, ok := d.node.ClusterMap(); ok {
+		if m, ok := d.node.Map(); ok {
 			for _, mv := range m.Moves {
 				d.maybeStart(ctx, mv)
 			}
@@ -95,7 +105,7 @@ func (d *Driver) Run(ctx context.Context) {
 }
 
 // maybeStart starts carrying out mv if this node leads its source and no goroutine runs it yet.
-func (d *Driver) maybeStart(ctx context.Context, mv *raftstore.MoveInfo) {
+func (d *Driver) maybeStart(ctx context.Context, mv *MoveInfo) {
 	if !d.leads(mv.From) {
 		return
 	}
@@ -126,7 +136,7 @@ func (d *Driver) maybeStart(ctx context.Context, mv *raftstore.MoveInfo) {
 	})
 }
 
-func (d *Driver) leads(shard raftstore.ShardID) bool {
+func (d *Driver) leads(shard ShardID) bool {
 	st, err := d.node.ShardStatus(shard)
 	return err == nil && st.State == "leader"
 }
@@ -138,7 +148,7 @@ type run struct {
 	user     string // the user whose log moves, or
 	conv     string // the conversation that moves
 	key      string // what moves, for logs
-	from, to raftstore.ShardID
+	from, to ShardID
 	copied   log.Position // the highest log position staged on the destination (by this run, or kept)
 	bytes    int64        // bytes of records staged by this run
 	hasLog   bool         // the source holds a log of the user (an export found one)
@@ -146,19 +156,19 @@ type run struct {
 	// answer was that an earlier run activated the key there, so nothing is left to copy and
 	// only the switch remains.
 	resumed, activated bool
-	epoch              log.Epoch            // the epoch of the log this run copies (0: none seen yet)
-	gate               *raftstore.SplitInfo // a split's, for its switch
+	epoch              log.Epoch  // the epoch of the log this run copies (0: none seen yet)
+	gate               *SplitInfo // a split's, for its switch
 }
 
 // errNotLeader ends a run whose node no longer leads the source: the new leader takes over.
-var errNotLeader = errors.New("moves: this node no longer leads the move's source shard")
+var errNotLeader = errors.New("cluster: this node no longer leads the move's source shard")
 
 // steps is what one kind of move does at each step the map holds: run's for a user or a
 // conversation, slotRun's for a range of slots, splitRun's for a split.
 type steps interface {
 	copyStep(ctx context.Context) error
-	cutoverStep(ctx context.Context, m raftstore.ClusterMap) error
-	fenceStep(ctx context.Context, mv *raftstore.MoveInfo) error
+	cutoverStep(ctx context.Context, m ClusterMap) error
+	fenceStep(ctx context.Context, mv *MoveInfo) error
 	dropStep(ctx context.Context) error
 	cancelStep(ctx context.Context) error
 }
@@ -166,7 +176,7 @@ type steps interface {
 // carryOut runs the move's steps, as s makes them, from the one the map holds until it is done.
 func (r *run) carryOut(ctx context.Context, s steps) error {
 	for ctx.Err() == nil {
-		m, _ := r.d.node.ClusterMap()
+		m, _ := r.d.node.Map()
 		mv := m.Moves[r.id]
 		if mv == nil {
 			return nil // done (or done by another driver)
@@ -176,18 +186,18 @@ func (r *run) carryOut(ctx context.Context, s steps) error {
 		}
 		var err error
 		switch mv.Step {
-		case raftstore.StepCopy:
+		case PhaseCopy:
 			err = s.copyStep(ctx)
-		case raftstore.StepCutover:
+		case PhaseCutover:
 			err = s.cutoverStep(ctx, m)
-		case raftstore.StepFence:
+		case PhaseFence:
 			err = s.fenceStep(ctx, mv)
-		case raftstore.StepDrop:
+		case PhaseDrop:
 			err = s.dropStep(ctx)
-		case raftstore.StepCanceled:
+		case PhaseCanceled:
 			err = s.cancelStep(ctx)
 		default:
-			err = fmt.Errorf("moves: move %d at unknown step %q (a newer build's?)", r.id, mv.Step)
+			err = fmt.Errorf("cluster: move %d at unknown step %q (a newer build's?)", r.id, mv.Step)
 		}
 		if err != nil {
 			return err
@@ -200,7 +210,7 @@ func (r *run) step(op log.MoveOp) *log.MoveStep {
 	return &log.MoveStep{Op: op, Move: log.MoveID(r.id), User: r.user, Conv: r.conv, From: r.from, To: r.to}
 }
 
-func (r *run) propose(ctx context.Context, shard raftstore.ShardID, s *log.MoveStep) (raftstore.Result, error) {
+func (r *run) propose(ctx context.Context, shard ShardID, s *log.MoveStep) (raftstore.Result, error) {
 	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	res, err := r.d.node.Propose(pctx, shard, raftstore.MoveCommand(s))
@@ -221,9 +231,9 @@ func (r *run) copyStep(ctx context.Context) error {
 		return err
 	}
 	if r.conv != "" {
-		return r.advance(ctx, raftstore.StepFence, nil)
+		return r.advance(ctx, PhaseFence, nil)
 	}
-	return r.advance(ctx, raftstore.StepCutover, nil)
+	return r.advance(ctx, PhaseCutover, nil)
 }
 
 // begin makes the destination ready for the keys moving in: the move's first step there, which
@@ -232,8 +242,8 @@ func (r *run) copyStep(ctx context.Context) error {
 func (r *run) begin(ctx context.Context, step *log.MoveStep) error {
 	// A destination added for this move (-new-shard) has no leader for an election timeout or so;
 	// wait for the map to say its group is up rather than fail, warn and retry against it.
-	var m raftstore.ClusterMap
-	err := r.d.node.WaitMap(ctx, func(cm raftstore.ClusterMap) bool {
+	var m ClusterMap
+	err := r.d.node.WaitMap(ctx, func(cm ClusterMap) bool {
 		_, creating := cm.Creating[r.to]
 		m = cm
 		return !creating
@@ -247,7 +257,7 @@ func (r *run) begin(ctx context.Context, step *log.MoveStep) error {
 }
 
 // splitsOf returns the users m splits into sub-logs, or is splitting, with their sub-logs.
-func splitsOf(m raftstore.ClusterMap) map[string]int {
+func splitsOf(m ClusterMap) map[string]int {
 	var out map[string]int
 	add := func(uid string, subs int) {
 		if out == nil {
@@ -268,9 +278,9 @@ func splitsOf(m raftstore.ClusterMap) map[string]int {
 
 // advance records that the move reached step, then waits until this node's map shows it, so
 // that the next step is not taken from a map that is behind (it would repeat this one).
-func (r *run) advance(ctx context.Context, step raftstore.MoveStep, cutovers map[raftstore.ShardID]uint64) error {
+func (r *run) advance(ctx context.Context, step Phase, cutovers map[ShardID]uint64) error {
 	var err error
-	if step == raftstore.StepDrop {
+	if step == PhaseDrop {
 		err = r.d.node.SwitchMove(ctx, r.id, r.gate)
 	} else {
 		err = r.d.node.AdvanceMove(ctx, r.id, step, cutovers)
@@ -278,7 +288,7 @@ func (r *run) advance(ctx context.Context, step raftstore.MoveStep, cutovers map
 	if err != nil {
 		return err
 	}
-	return r.d.node.WaitMap(ctx, func(m raftstore.ClusterMap) bool {
+	return r.d.node.WaitMap(ctx, func(m ClusterMap) bool {
 		mv := m.Moves[r.id]
 		return mv == nil || mv.Step == step
 	})
@@ -376,14 +386,14 @@ func (r *run) resume(ctx context.Context, epoch log.Epoch) error {
 
 // cutoverStep switches every shard's outbox to send the user's later records to the destination,
 // and records where each switched.
-func (r *run) cutoverStep(ctx context.Context, m raftstore.ClusterMap) error {
+func (r *run) cutoverStep(ctx context.Context, m ClusterMap) error {
 	return r.cutover(ctx, m, r.step(log.MoveCutover))
 }
 
 // cutover proposes the cutover step to every data shard of m and records, with the move's next
 // step, where each switched.
-func (r *run) cutover(ctx context.Context, m raftstore.ClusterMap, step *log.MoveStep) error {
-	cut := map[raftstore.ShardID]uint64{}
+func (r *run) cutover(ctx context.Context, m ClusterMap, step *log.MoveStep) error {
+	cut := map[ShardID]uint64{}
 	for _, x := range m.DataShards() {
 		res, err := r.propose(ctx, x, step)
 		if err != nil {
@@ -391,12 +401,12 @@ func (r *run) cutover(ctx context.Context, m raftstore.ClusterMap, step *log.Mov
 		}
 		cut[x] = res.Move
 	}
-	return r.advance(ctx, raftstore.StepFence, cut)
+	return r.advance(ctx, PhaseFence, cut)
 }
 
 // waitCutovers waits until the source's mark for every shard has reached that shard's cutover
 // position: the source has every record routed to it.
-func (r *run) waitCutovers(ctx context.Context, mv *raftstore.MoveInfo) error {
+func (r *run) waitCutovers(ctx context.Context, mv *MoveInfo) error {
 	state, err := r.d.node.State(r.from)
 	if err != nil {
 		return err
@@ -420,7 +430,7 @@ func (r *run) waitCutovers(ctx context.Context, mv *raftstore.MoveInfo) error {
 // activation carries the fence's position, the barrier its deliveries from the destination wait
 // behind at every destination (log.Barrier): the writers never wait for the source's fan-out,
 // which the drop step does. A run that found the key activated already only switches.
-func (r *run) fenceStep(ctx context.Context, mv *raftstore.MoveInfo) error {
+func (r *run) fenceStep(ctx context.Context, mv *MoveInfo) error {
 	if err := r.waitCutovers(ctx, mv); err != nil {
 		return err
 	}
@@ -441,7 +451,7 @@ func (r *run) fenceStep(ctx context.Context, mv *raftstore.MoveInfo) error {
 			return err
 		}
 	}
-	if err := r.advance(ctx, raftstore.StepDrop, nil); err != nil {
+	if err := r.advance(ctx, PhaseDrop, nil); err != nil {
 		return err
 	}
 	r.switched(fenced)
@@ -465,7 +475,7 @@ func (r *run) switched(fenced time.Time) {
 // and settle lifts the barrier.
 func (r *run) settle(ctx context.Context, fence, settle *log.MoveStep) error {
 	if r.d.cfg.Drained == nil {
-		return errors.New("moves: this node's driver has no fan-out to wait for (Config.Drained)")
+		return errors.New("cluster: this node's driver has no fan-out to wait for (DriverConfig.Drained)")
 	}
 	res, err := r.propose(ctx, r.from, fence)
 	if err != nil {

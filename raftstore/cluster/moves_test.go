@@ -1,4 +1,4 @@
-package raftstore
+package cluster
 
 import (
 	"encoding/json"
@@ -42,7 +42,7 @@ func TestMetaMoves(t *testing.T) {
 	for _, c := range []metaCommand{
 		{Op: "move-switch", MoveID: id},                 // still copying
 		{Op: "move-end", MoveID: id},                    // not switched
-		{Op: "move-step", MoveID: id, Step: StepDrop},   // the drop comes with the switch
+		{Op: "move-step", MoveID: id, Step: PhaseDrop},  // the drop comes with the switch
 		{Op: "move-step", MoveID: id, Step: "sideways"}, // no such step
 		{Op: "move-cancel", MoveID: id + 100},           // no such move
 	} {
@@ -50,16 +50,16 @@ func TestMetaMoves(t *testing.T) {
 			t.Errorf("%s %s: %v, want refused", c.Op, c.Step, err)
 		}
 	}
-	if err := apply(metaCommand{Op: "move-step", MoveID: id, Step: StepCutover}); err != nil {
+	if err := apply(metaCommand{Op: "move-step", MoveID: id, Step: PhaseCutover}); err != nil {
 		t.Fatal(err)
 	}
-	if err := apply(metaCommand{Op: "move-step", MoveID: id, Step: StepCopy}); err != nil || f.snapshot().Moves[id].Step != StepCutover {
+	if err := apply(metaCommand{Op: "move-step", MoveID: id, Step: PhaseCopy}); err != nil || f.snapshot().Moves[id].Step != PhaseCutover {
 		t.Fatalf("a step back: %v, step %s", err, f.snapshot().Moves[id].Step)
 	}
 	if err := apply(metaCommand{Op: "move-cancel", MoveID: id}); !errors.Is(err, ErrMetaRefused) {
 		t.Fatalf("a cancel after the cutover: %v", err)
 	}
-	if err := apply(metaCommand{Op: "move-step", MoveID: id, Step: StepFence, Cutovers: map[ShardID]uint64{1: 9}}); err != nil {
+	if err := apply(metaCommand{Op: "move-step", MoveID: id, Step: PhaseFence, Cutovers: map[ShardID]uint64{1: 9}}); err != nil {
 		t.Fatal(err)
 	}
 	if err := apply(metaCommand{Op: "move-switch", MoveID: id}); err != nil {
@@ -77,10 +77,10 @@ func TestMetaMoves(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := apply(metaCommand{Op: "move-cancel", MoveID: id2}); err != nil || f.snapshot().Moves[id2].Step != StepCanceled {
+	if err := apply(metaCommand{Op: "move-cancel", MoveID: id2}); err != nil || f.snapshot().Moves[id2].Step != PhaseCanceled {
 		t.Fatalf("cancel: %v", err)
 	}
-	if err := apply(metaCommand{Op: "move-step", MoveID: id2, Step: StepCutover}); !errors.Is(err, ErrMetaRefused) {
+	if err := apply(metaCommand{Op: "move-step", MoveID: id2, Step: PhaseCutover}); !errors.Is(err, ErrMetaRefused) {
 		t.Fatalf("a canceled move went on: %v", err)
 	}
 	if err := apply(metaCommand{Op: "move-end", MoveID: id2}); err != nil {
@@ -105,10 +105,10 @@ func TestMetaMoves(t *testing.T) {
 	if _, err := start("g", 1, 2); err != nil { // the user g is another key
 		t.Fatalf("moving user g while conversation g moves: %v", err)
 	}
-	if err := apply(metaCommand{Op: "move-step", MoveID: id3, Step: StepCutover}); !errors.Is(err, ErrMetaRefused) {
+	if err := apply(metaCommand{Op: "move-step", MoveID: id3, Step: PhaseCutover}); !errors.Is(err, ErrMetaRefused) {
 		t.Fatalf("a cutover of a conversation's move: %v", err)
 	}
-	for _, c := range []metaCommand{{Op: "move-step", MoveID: id3, Step: StepFence}, {Op: "move-switch", MoveID: id3}} {
+	for _, c := range []metaCommand{{Op: "move-step", MoveID: id3, Step: PhaseFence}, {Op: "move-switch", MoveID: id3}} {
 		if err := apply(c); err != nil {
 			t.Fatal(err)
 		}
@@ -157,13 +157,13 @@ func TestMetaSlotMoves(t *testing.T) {
 	}{{pinnedHere, 1, 3}, {pinnedAway, 1, 2}} {
 		must(metaCommand{Op: "move-start", Move: &MoveInfo{User: u.uid, From: u.from, To: u.to}})
 		id := a.index
-		must(metaCommand{Op: "move-step", MoveID: id, Step: StepFence})
+		must(metaCommand{Op: "move-step", MoveID: id, Step: PhaseFence})
 		must(metaCommand{Op: "move-switch", MoveID: id})
 		must(metaCommand{Op: "move-end", MoveID: id})
 	}
 	must(metaCommand{Op: "move-start", Move: &MoveInfo{User: pinnedHere, From: 3, To: 1}}) // back to 1
 	back := a.index
-	must(metaCommand{Op: "move-step", MoveID: back, Step: StepFence})
+	must(metaCommand{Op: "move-step", MoveID: back, Step: PhaseFence})
 	must(metaCommand{Op: "move-switch", MoveID: back})
 	must(metaCommand{Op: "move-end", MoveID: back})
 	// A user of the range moving on its own.
@@ -192,8 +192,8 @@ func TestMetaSlotMoves(t *testing.T) {
 	if got := f.slots.Load().Shard(1000); got != 1 {
 		t.Fatalf("slot 1000 routes to %d before the switch, want 1", got)
 	}
-	must(metaCommand{Op: "move-step", MoveID: id, Step: StepCutover})
-	must(metaCommand{Op: "move-step", MoveID: id, Step: StepFence, Cutovers: map[ShardID]uint64{1: 5, 2: 6, 3: 7}})
+	must(metaCommand{Op: "move-step", MoveID: id, Step: PhaseCutover})
+	must(metaCommand{Op: "move-step", MoveID: id, Step: PhaseFence, Cutovers: map[ShardID]uint64{1: 5, 2: 6, 3: 7}})
 	must(metaCommand{Op: "move-switch", MoveID: id})
 	must(metaCommand{Op: "move-end", MoveID: id})
 	m := f.snapshot()
@@ -252,9 +252,9 @@ func TestMetaSplits(t *testing.T) {
 	must(metaCommand{Op: "move-cancel", MoveID: carol})
 	must(metaCommand{Op: "move-end", MoveID: carol})
 
-	must(metaCommand{Op: "move-step", MoveID: split, Step: StepCutover})
-	refused("a fence without every shard cut over", metaCommand{Op: "move-step", MoveID: split, Step: StepFence, Cutovers: map[ShardID]uint64{1: 5, 2: 7}})
-	must(metaCommand{Op: "move-step", MoveID: split, Step: StepFence, Cutovers: map[ShardID]uint64{1: 5, 2: 7, 3: 0}})
+	must(metaCommand{Op: "move-step", MoveID: split, Step: PhaseCutover})
+	refused("a fence without every shard cut over", metaCommand{Op: "move-step", MoveID: split, Step: PhaseFence, Cutovers: map[ShardID]uint64{1: 5, 2: 7}})
+	must(metaCommand{Op: "move-step", MoveID: split, Step: PhaseFence, Cutovers: map[ShardID]uint64{1: 5, 2: 7, 3: 0}})
 	refused("a switch without the gate", metaCommand{Op: "move-switch", MoveID: split})
 	gate := SplitInfo{Subs: 4, Gate: 40, Epoch: 99}
 	must(metaCommand{Op: "move-switch", MoveID: split, Split: &gate})

@@ -4,32 +4,19 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"os"
-	"os/exec"
 	"runtime"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/syncd-dev/syncd/client"
-	"github.com/syncd-dev/syncd/syncd/auth"
 	"github.com/syncd-dev/syncd/test/proccluster"
 	"github.com/syncd-dev/syncd/test/testkit"
 )
 
-// serverProcess runs cmd/syncd as a real process, so a crash is a real SIGKILL.
-type serverProcess struct {
-	t                   *testing.T
-	bin, dir            string
-	listen, raft, admin string
-	cmd                 *exec.Cmd
-	stderr              *strings.Builder
-}
-
 // buildServer builds cmd/syncd into a temporary directory (proccluster.Build) and returns the
-// binary's path.
+// binary's path, for proccluster.Config.Syncd.
 func buildServer(t *testing.T) string {
 	t.Helper()
 	bins, err := proccluster.Build(t.Context(), proccluster.BuildConfig{Dir: t.TempDir()})
@@ -57,75 +44,48 @@ func freeTCP(t *testing.T) string {
 	return l.Addr().String()
 }
 
-func (p *serverProcess) start() {
-	p.t.Helper()
-	p.stderr = &strings.Builder{}
-	p.cmd = exec.Command(p.bin, "-data-dir", p.dir, "-listen", p.listen, "-web-listen", "off", "-raft-addr", p.raft, "-admin", p.admin, "-shards", "4")
-	p.cmd.Stderr = p.stderr
-	if err := p.cmd.Start(); err != nil {
-		p.t.Fatal(err)
-	}
-}
-
-func (p *serverProcess) kill() {
-	p.cmd.Process.Signal(syscall.SIGKILL)
-	p.cmd.Wait()
-}
-
 // TestServerKill9UnderTraffic: two devices send to each other continuously while the server
-// process is killed with SIGKILL three times and restarted on its data. Every message ends up in
-// both users' stores exactly once, in the order each sender queued it: nothing acked is lost, and
-// the outbox's retries (same client_msg_id) never duplicate.
+// process (a one-node proccluster) is killed with SIGKILL three times and restarted on its data.
+// Every message ends up in both users' stores exactly once, in the order each sender queued it:
+// nothing acked is lost, and the outbox's retries (same client_msg_id) never duplicate.
 func TestServerKill9UnderTraffic(t *testing.T) {
 	skipShort(t)
 	if runtime.GOOS != "linux" {
 		t.Skip("needs SIGKILL semantics of Linux")
 	}
-	dir := t.TempDir()
-	secret, err := auth.LoadOrCreateSecret(dir) // what the server will find on its first start
+	c, err := proccluster.New(proccluster.Config{Syncd: buildServer(t), Dir: t.TempDir(), Nodes: 1, Shards: 4})
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, fingerprint, err := auth.SelfSignedCert(dir, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &serverProcess{t: t, bin: buildServer(t), dir: dir, listen: freeUDP(t), raft: freeTCP(t), admin: freeTCP(t)}
-	p.start()
-	defer func() {
-		p.cmd.Process.Signal(syscall.SIGTERM)
-		if err := p.cmd.Wait(); err != nil {
-			t.Errorf("server exit after SIGTERM: %v\n%s", err, p.stderr)
+	node := c.Node(0)
+	// Cleanups run after the deferred client Closes: the server outlives its clients, then must
+	// exit cleanly on SIGTERM.
+	t.Cleanup(func() {
+		if err := c.Stop(10 * time.Second); err != nil {
+			t.Errorf("server exit after SIGTERM: %v", err)
 		}
-	}()
+		if t.Failed() {
+			t.Logf("%s's log:\n%s", node.ID, node.LogTail(100))
+		}
+	})
+	if err := node.Start(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	if err := c.WaitReady(ctx, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
 
 	devices := map[string]*device{}
 	for _, user := range []string{"alice", "bob"} {
-		token, err := auth.MintToken(secret, auth.TokenClaims{User: user, Device: "phone", Expires: time.Now().Add(time.Hour)})
+		token, err := c.Token(user, "phone", time.Hour)
 		if err != nil {
 			t.Fatal(err)
 		}
-		var c *client.Client
-		store := t.TempDir()
-		testkit.Wait(t, 20*time.Second, "dial "+user, func() (bool, string) {
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-			defer cancel()
-			c, err = client.Dial(ctx, client.Config{Addr: p.listen, Token: token, Device: "phone", Fingerprint: fingerprint,
-				StoreDir: store, Logger: quiet(t)})
-			if err != nil {
-				return false, fmt.Sprintf("%v\n%s", err, p.stderr)
-			}
-			return true, ""
-		})
-		d := &device{Client: c, statuses: make(chan client.StatusEvent, 4096), rebases: make(chan client.RebaseEvent, 16)}
-		go func() {
-			for e := range c.Events() {
-				if s, ok := e.(client.StatusEvent); ok && (s.Status == client.StatusSent || s.Status == client.StatusFailed) {
-					d.statuses <- s // the outbox's outcomes; delivered and read steps are not this test's
-				}
-			}
-		}()
-		defer c.Close()
+		d := dialDeviceWith(t, client.Config{Addr: node.ClientAddr, Token: token, Device: "phone", Fingerprint: c.Fingerprint(),
+			StoreDir: t.TempDir(), Logger: quiet(t)})
+		defer d.Close()
 		devices[user] = d
 	}
 
@@ -153,20 +113,24 @@ func TestServerKill9UnderTraffic(t *testing.T) {
 	}
 	for range 3 { // kill -9 in the middle of the traffic, restart on the same data and ports
 		time.Sleep(400 * time.Millisecond)
-		p.kill()
-		p.start()
+		if err := node.Kill(); err != nil {
+			t.Fatal(err)
+		}
+		if err := node.Start(); err != nil {
+			t.Fatal(err)
+		}
 	}
 	wg.Wait()
 
 	for _, d := range devices {
-		for range 2 * perSender / 2 { // every queued message of this device gets Sent, none Failed
+		for range perSender { // every queued message of this device gets Sent, none Failed
 			select {
 			case s := <-d.statuses:
 				if s.Status != client.StatusSent {
 					t.Fatalf("%s: %+v", d.User(), s)
 				}
 			case <-time.After(60 * time.Second):
-				t.Fatalf("%s: messages still unsent\n%s", d.User(), p.stderr)
+				t.Fatalf("%s: messages still unsent", d.User())
 			}
 		}
 	}
@@ -179,9 +143,6 @@ func TestServerKill9UnderTraffic(t *testing.T) {
 		}
 		return true, ""
 	})
-	if t.Failed() {
-		fmt.Fprintln(os.Stderr, p.stderr)
-	}
 }
 
 // sameMessages reports whether got holds exactly the messages of want, each once, with each

@@ -76,7 +76,7 @@ func TestClientKill9MidSend(t *testing.T) {
 	}
 	var queued []string
 	sc := bufio.NewScanner(out)
-	for sc.Scan() && len(queued) < 40 {
+	for len(queued) < 40 && sc.Scan() { // in this order: a Scan past the 40th line would drop a QUEUED line
 		line := sc.Text()
 		if strings.HasPrefix(line, "ERR") {
 			t.Fatalf("child: %s", line)

@@ -118,8 +118,20 @@ func (c *countWriter) Write(p []byte) (int, error) {
 // it on the next start and the caller restores again; if the stream is damaged, Restore returns
 // an error wrapping ErrCorrupt and the marker stays.
 func (s *Shard) Restore(r io.Reader) error {
-	clear(s.metas) // every cached meta is about to be replaced
 	fail := func(err error) error { return fmt.Errorf("log: restore shard %d: %w", s.id, err) }
+	// The header first: a stream that is not a snapshot of this version (a later build's, in a
+	// mixed cluster during an upgrade) is refused before anything of the state is touched.
+	br := &hashingReader{r: bufio.NewReaderSize(r, 256<<10), crc: crc32.New(castagnoli)}
+	hdr := make([]byte, len(snapMagic)+5)
+	if _, err := io.ReadFull(br, hdr); err != nil {
+		return corruptf("snapshot header: %v", err)
+	}
+	if string(hdr[:len(snapMagic)]) != snapMagic || hdr[len(snapMagic)] != snapVersion {
+		return corruptf("not a version %d syncd snapshot (version %d): refused, the state is unchanged; "+
+			"a node receives a later version only from a newer leader: upgrade this node", snapVersion, hdr[len(snapMagic)])
+	}
+
+	clear(s.metas) // every cached meta is about to be replaced
 	lower, upper := s.k.shardBounds()
 	start := s.db.NewBatch()
 	err := errors.Join(start.DeleteRange(lower, upper, nil), start.Set(s.k.meta(metaRestoring), encodeUint(1), nil))
@@ -128,15 +140,6 @@ func (s *Shard) Restore(r io.Reader) error {
 	}
 	if err = errors.Join(err, start.Close()); err != nil {
 		return fail(err)
-	}
-
-	br := &hashingReader{r: bufio.NewReaderSize(r, 256<<10), crc: crc32.New(castagnoli)}
-	hdr := make([]byte, len(snapMagic)+5)
-	if _, err := io.ReadFull(br, hdr); err != nil {
-		return corruptf("snapshot header: %v", err)
-	}
-	if string(hdr[:len(snapMagic)]) != snapMagic || hdr[len(snapMagic)] != snapVersion {
-		return corruptf("not a version %d syncd snapshot", snapVersion)
 	}
 	var count uint64
 	b := s.db.NewBatch()

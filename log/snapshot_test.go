@@ -310,13 +310,28 @@ func TestRestoreRejectsDamage(t *testing.T) {
 	defer func() { db.Close() }()
 	otherScript().run(t, dst, 1)
 
+	// A stream refused by its header (too short for one, not a snapshot, another version) leaves
+	// the state as it was; one refused past it leaves the shard marked incomplete.
 	refuse := func(what string, bad []byte) {
 		t.Helper()
-		err := restore(t, dst, bad)
+		inHeader := len(bad) < hdr || !bytes.Equal(bad[:len(snapMagic)+1], data[:len(snapMagic)+1]) // short, or magic or version
+		wasIncomplete, err := dst.NeedsRestore()
+		if err != nil {
+			t.Fatal(err)
+		}
+		sumBefore := stateSum(t, dst)
+		err = restore(t, dst, bad)
 		if !errors.Is(err, ErrCorrupt) {
 			t.Fatalf("%s: Restore = %v, want ErrCorrupt", what, err)
 		}
-		checkNeedsRestore(t, dst, true)
+		if !inHeader {
+			checkNeedsRestore(t, dst, true)
+			return
+		}
+		checkNeedsRestore(t, dst, wasIncomplete)
+		if stateSum(t, dst) != sumBefore {
+			t.Fatalf("%s: refused by its header, yet the state changed", what)
+		}
 	}
 	good := func() {
 		t.Helper()
@@ -359,6 +374,19 @@ func TestRestoreRejectsDamage(t *testing.T) {
 	}
 	refuse("not a snapshot", []byte("hello, world, this is not a snapshot"))
 	good()
+
+	// A later version (a newer leader's, during a rolling upgrade) is refused whole: the state
+	// stays complete and as it was, and the error says to upgrade.
+	later := bytes.Clone(data)
+	later[len(snapMagic)] = snapVersion + 1
+	refuse("a later version", later)
+	checkNeedsRestore(t, dst, false)
+	if err := restore(t, dst, later); err == nil || !strings.Contains(err.Error(), "upgrade this node") {
+		t.Fatalf("a later version: %v, want an error that says to upgrade", err)
+	}
+	if view(t, dst) != wantView {
+		t.Fatal("a refused later version changed what the shard serves")
+	}
 }
 
 // An empty shard snapshots and restores too (format key only).

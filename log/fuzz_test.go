@@ -225,15 +225,29 @@ func FuzzRestore(f *testing.F) {
 	shard := recycledShard(f)
 	f.Fuzz(func(t *testing.T, data []byte) {
 		s := shard()
-		err := s.Restore(bytes.NewReader(data))
+		neededBefore, nerr := s.NeedsRestore()
+		if nerr != nil {
+			t.Fatalf("NeedsRestore: %v", nerr)
+		}
+		sumBefore, _, err := s.StateChecksum()
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = s.Restore(bytes.NewReader(data))
 		needs, nerr := s.NeedsRestore()
+		// A failed restore either leaves the shard marked incomplete, or, refused by its header
+		// before anything was touched, leaves it exactly as it was.
+		untouched := func() bool {
+			sum, _, serr := s.StateChecksum()
+			return serr == nil && sum == sumBefore && needs == neededBefore
+		}
 		switch {
 		case nerr != nil:
 			t.Fatalf("NeedsRestore: %v", nerr)
 		case err == nil && needs:
 			t.Fatal("successful restore left NeedsRestore set")
-		case err != nil && !needs:
-			t.Fatalf("failed restore (%v) cleared NeedsRestore", err)
+		case err != nil && !needs && !untouched():
+			t.Fatalf("failed restore (%v) cleared NeedsRestore and changed the state", err)
 		case err != nil && !errors.Is(err, ErrCorrupt):
 			t.Fatalf("restore error %v does not wrap ErrCorrupt", err)
 		}

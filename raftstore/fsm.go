@@ -5,9 +5,11 @@ import (
 	"fmt"
 	"io"
 	"sync/atomic"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/hashicorp/raft"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/syncd-dev/syncd/log"
 )
@@ -25,6 +27,8 @@ import (
 type fsm struct {
 	shard *log.Shard
 	db    *pebble.DB
+	// applyTime, if set, records each ApplyBatch (the node's latencies; set before raft starts).
+	applyTime prometheus.Histogram
 
 	applied atomic.Uint64 // last index applied (or skipped as already applied)
 	// applies counts commands actually applied; skips counts entries skipped because the stored
@@ -68,6 +72,9 @@ func (f *fsm) Apply(l *raft.Log) any { return f.ApplyBatch([]*raft.Log{l})[0] }
 // committed first, the state is captured there, and the rest of the batch goes into a new Pebble
 // batch.
 func (f *fsm) ApplyBatch(logs []*raft.Log) []any {
+	if f.applyTime != nil {
+		defer since(f.applyTime, time.Now())
+	}
 	out := make([]any, len(logs))
 	applied := f.applied.Load()
 	tx := f.shard.Begin()

@@ -69,6 +69,7 @@ func (n *Node) HostMeta(fsm MetaFSM, peers []Peer) (*MetaGroup, error) {
 	if err != nil {
 		return nil, err
 	}
+	logs.writeTime = n.lat.logWrite
 	g := &MetaGroup{n: n, logs: logs, fsm: fsm, start: logs.last.Load(), fresh: logs.last.Load() == 0}
 	if list, err := snaps.List(); err != nil || len(list) > 0 {
 		g.fresh = false

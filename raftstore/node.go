@@ -43,6 +43,7 @@ type Node struct {
 	leaderHints sync.Map
 
 	disk *diskGuard // free space of the store's disk; refuses new writes below the watermark
+	lat  *latencies // where writes' time goes (latency.go)
 
 	// balanceBackoff holds the nodes the balancer does not pick as targets for now, after
 	// transfers to them failed (balance.go). Only the balance loop uses it.
@@ -83,7 +84,7 @@ func New(cfg Config) (*Node, error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	n := &Node{cfg: cfg, logger: cfg.Logger.With("node", cfg.NodeID), stop: make(chan struct{})}
+	n := &Node{cfg: cfg, logger: cfg.Logger.With("node", cfg.NodeID), stop: make(chan struct{}), lat: newLatencies()}
 	n.shards.Store(&map[ShardID]*replica{})
 	n.stopCtx, n.cancelCtx = context.WithCancel(context.Background())
 	n.checksums = newChecksummer(n.stopCtx)
@@ -190,6 +191,7 @@ func (n *Node) startReplica(id ShardID, peers []Peer) (*replica, error) {
 	if err != nil {
 		return nil, err
 	}
+	logs.writeTime, f.applyTime = n.lat.logWrite, n.lat.apply
 	f.checksums = newReplicaChecksums(id, n.checksums, logger)
 	if app := cfg.App; app != nil {
 		f.onApply = func(index uint64) { app.Applied(id, index) }
@@ -547,10 +549,12 @@ func (n *Node) proposeLocal(ctx context.Context, r *replica, cmd Command) (Resul
 	if err := ctx.Err(); err != nil {
 		return Result{}, fmt.Errorf("%w: %v", ErrTimeout, err)
 	}
+	start := time.Now()
 	f := r.raft.Apply(data, timeout)
 	if err := f.Error(); err != nil {
 		return Result{}, n.mapRaftError(r, err)
 	}
+	since(n.lat.commit, start)
 	res, ok := f.Response().(applyResult)
 	if !ok {
 		return Result{}, fmt.Errorf("raftstore: shard %d: unexpected apply response %T", r.id, f.Response())

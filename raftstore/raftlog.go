@@ -11,6 +11,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/hashicorp/raft"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Key layout of the raft keyspace inside the node's shared Pebble DB.
@@ -79,6 +80,8 @@ var errStoreClosed = errors.New("raftstore: raft log closed")
 type raftLog struct {
 	db    *pebble.DB
 	shard ShardID
+	// writeTime, if set, records each StoreLogs (the node's latencies; set before raft starts).
+	writeTime prometheus.Histogram
 
 	// writeMu serialises StoreLogs, DeleteRange and dropAll so that the
 	// index caches below always describe the latest applied write.
@@ -161,6 +164,9 @@ func (l *raftLog) StoreLogs(entries []*raft.Log) error {
 	}
 	l.writeMu.Lock()
 	defer l.writeMu.Unlock()
+	if l.writeTime != nil {
+		defer since(l.writeTime, time.Now())
+	}
 
 	b := l.db.NewBatch()
 	defer b.Close()

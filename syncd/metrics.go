@@ -85,6 +85,7 @@ const (
 type metrics struct {
 	sendAck     [len(sendResults)]prometheus.Observer
 	delivery    prometheus.Histogram
+	deviceAck   prometheus.Histogram
 	fanout      prometheus.Histogram
 	syncStreams prometheus.Gauge
 	staleTurns  prometheus.Counter
@@ -117,6 +118,12 @@ func newMetrics(reg *prometheus.Registry, node metricsNode, cl *cluster.Cluster,
 		delivery: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Namespace: "syncd", Name: "delivery_seconds",
 			Help:                        "Time from a conversation entry's append (its entry time) to its push on a device's sync stream; the commit-to-device latency.",
+			Buckets:                     latencyBuckets,
+			NativeHistogramBucketFactor: nativeBucketFactor, NativeHistogramMaxBucketNumber: nativeMaxBuckets,
+		}),
+		deviceAck: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: "syncd", Name: "device_ack_seconds",
+			Help:                        "Time from a conversation entry's append to the cursor ack of the device it was pushed to live: the device has stored it (the delivered-to-a-device stage).",
 			Buckets:                     latencyBuckets,
 			NativeHistogramBucketFactor: nativeBucketFactor, NativeHistogramMaxBucketNumber: nativeMaxBuckets,
 		}),
@@ -192,8 +199,9 @@ func newMetrics(reg *prometheus.Registry, node metricsNode, cl *cluster.Cluster,
 	})
 	buildInfo.Set(1)
 	reg.MustRegister(buildInfo)
+	reg.MustRegister(node.Collectors()...)
 	reg.MustRegister(
-		sendAck, m.delivery, m.fanout, m.syncStreams, m.staleTurns, m.clientGaps, m.mismatches, refused, m.validated,
+		sendAck, m.delivery, m.deviceAck, m.fanout, m.syncStreams, m.staleTurns, m.clientGaps, m.mismatches, refused, m.validated,
 		reqRefused, m.writeStalls, sessions, webRefused, reports,
 		m.movePause, m.moveCopied,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
@@ -261,7 +269,8 @@ func registerAnswerMetrics(reg *prometheus.Registry, held func() int64) {
 type metricsNode interface {
 	nodeShards
 	WatchLease(shard raftstore.ShardID) (raftstore.Lease, <-chan struct{}, error)
-	ChecksumMismatches() uint64 // replica checks that found replicas differing (raftstore.Node)
+	Collectors() []prometheus.Collector // the node's latency histograms (raftstore.Node)
+	ChecksumMismatches() uint64         // replica checks that found replicas differing (raftstore.Node)
 }
 
 // fanoutStats are the fan-out counters the metrics read at scrape time (*Fanout).
@@ -295,6 +304,15 @@ func (m *metrics) observeDelivery(d time.Duration) {
 		return
 	}
 	m.delivery.Observe(max(d, 0).Seconds())
+}
+
+// observeDeviceAck records the append→device-ack latency of one entry pushed live (ackClock).
+// Clock skew counts as zero, as in observeDelivery.
+func (m *metrics) observeDeviceAck(d time.Duration) {
+	if m == nil {
+		return
+	}
+	m.deviceAck.Observe(max(d, 0).Seconds())
 }
 
 // observeFanout records the append→delivered latency of one entry the fan-out delivered (a

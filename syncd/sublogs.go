@@ -29,6 +29,7 @@ type subLog struct {
 	from    log.Cursor
 	bound   *ackBound
 	cursors *cursorStore
+	clock   *ackClock          // when the entries pushed live were appended, until the device acks them
 	own     *ownProgress       // how far the stream has sent sub-log 0: reported by it, waited on behind a gate
 	sent    *ownProgress       // how far the stream has sent this log (own, for sub-log 0): the gates of sources wait on it
 	gate    *cluster.SplitInfo // the split's gate, for every sub-log but the first; nil: none
@@ -170,7 +171,8 @@ func (ss *session) newSubLog(i int, from log.Cursor, own *ownProgress) *subLog {
 	if i > 0 {
 		sent = &ownProgress{}
 	}
-	return &subLog{id: id, sub: uint32(i), from: from, bound: &ackBound{c: from}, cursors: &cursorStore{ss: ss, log: id}, own: own, sent: sent}
+	return &subLog{id: id, sub: uint32(i), from: from, bound: &ackBound{c: from}, cursors: &cursorStore{ss: ss, log: id},
+		clock: &ackClock{}, own: own, sent: sent}
 }
 
 // subLogs returns the sub-logs a sync stream from start serves: the user's own log, or for a

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -238,6 +239,9 @@ func (ss *session) syncLog(ctx context.Context, w *streamWriter, sl *subLog, sta
 			if live {
 				for _, t := range batch.times {
 					ss.s.metrics.observeDelivery(time.Since(time.Unix(0, t)))
+				}
+				if sl.src == nil {
+					sl.clock.sent(pos+1, batch.times)
 				}
 			}
 			prev := pos
@@ -474,7 +478,11 @@ func (ss *session) readUpstream(r *proto.Reader, w *streamWriter, subs *subLogSe
 				}
 				continue
 			}
-			subs.get(int(ca.Sub)).cursors.ack(log.Cursor{Epoch: log.Epoch(ca.Epoch), Pos: log.Position(ca.Pos)})
+			sl := subs.get(int(ca.Sub))
+			sl.cursors.ack(log.Cursor{Epoch: log.Epoch(ca.Epoch), Pos: log.Position(ca.Pos)})
+			for _, t := range sl.clock.acked(log.Position(ca.Pos)) {
+				ss.s.metrics.observeDeviceAck(time.Since(time.Unix(0, t)))
+			}
 			continue
 		} else {
 			code, what, msg = proto.CodeUnexpectedFrame, faultReset, "a sync stream carries only cursor acks after sync_start, got "+f.FrameType().String()
@@ -552,4 +560,47 @@ func (c *cursorStore) close() {
 	c.mu.Unlock()
 	c.flushes.Wait()
 	c.flush(2 * time.Second)
+}
+
+// ackClock remembers the append times of the entries a sync stream pushed live on one of its
+// logs, by position, until the device acknowledges them: the time from an append to a device's
+// ack of it is the "delivered to a device" stage of a message (syncd_device_ack_seconds), which
+// the server sees without asking the client. Catch-up batches are not timed (their entries are
+// old by design), and a device that does not ack costs at most ackClockMax entries, the oldest
+// forgotten first. Safe for concurrent use: the stream's loop adds, its upstream reader takes.
+type ackClock struct {
+	mu    sync.Mutex
+	first log.Position // the position of times[0]
+	times []int64      // append times of first, first+1, …
+}
+
+// ackClockMax bounds what one stream's clock holds.
+const ackClockMax = 4096
+
+// sent records the append times of the entries at first, first+1, … just pushed.
+func (c *ackClock) sent(first log.Position, times []int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.times) == 0 || c.first+log.Position(len(c.times)) != first {
+		c.first, c.times = first, c.times[:0] // not contiguous with what is held: start over
+	}
+	c.times = append(c.times, times...)
+	if over := len(c.times) - ackClockMax; over > 0 {
+		c.times = append(c.times[:0], c.times[over:]...)
+		c.first += log.Position(over)
+	}
+}
+
+// acked returns the append times of the held entries up to pos, and forgets them.
+func (c *ackClock) acked(pos log.Position) []int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.times) == 0 || pos < c.first {
+		return nil
+	}
+	n := min(int(pos-c.first)+1, len(c.times))
+	out := slices.Clone(c.times[:n])
+	c.times = append(c.times[:0], c.times[n:]...)
+	c.first += log.Position(n)
+	return out
 }

@@ -21,8 +21,8 @@ import (
 
 // Config describes a cluster for New. Zero fields take the documented defaults.
 type Config struct {
-	// Syncd is the syncd binary every node runs (see Build): a path, or a name looked up in PATH
-	// as exec.Command does. Required.
+	// Syncd is the syncd binary the nodes run (see Build): a path, or a name looked up in PATH
+	// as exec.Command does. Required. Node.SetSyncd gives one node another, for a rolling upgrade.
 	Syncd string
 	// Dir holds the token secret (token.key), the admin token (admin.token), the certificate
 	// (tls.crt, tls.key), the node plane's cluster CA (ca.crt, ca.key) with each node's

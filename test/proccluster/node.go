@@ -34,6 +34,7 @@ type Node struct {
 
 	mu       sync.Mutex
 	extra    []string      // flags after the cluster's, from SetArgs
+	syncd    string        // the binary of the next start, from SetSyncd; "": Config.Syncd
 	cmd      *exec.Cmd     // the current (or last) run; nil before the first start
 	done     chan struct{} // closed once cmd has been waited for (and OnExit has returned)
 	exitErr  error         // cmd's Wait error, once done is closed
@@ -49,6 +50,14 @@ func (n *Node) SetArgs(args ...string) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.extra = slices.Clone(args)
+}
+
+// SetSyncd sets the binary n's next start runs, for a rolling upgrade (a node stopped and
+// started again on a new build); "" means the cluster's (Config.Syncd).
+func (n *Node) SetSyncd(path string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.syncd = path
 }
 
 // Args returns the flags n's next start runs syncd with. The caller owns the slice.
@@ -86,6 +95,10 @@ func (n *Node) Start() error {
 		return fmt.Errorf("proccluster: %s is already running", n.ID)
 	}
 	args := n.argsLocked()
+	bin := n.c.cfg.Syncd
+	if n.syncd != "" {
+		bin = n.syncd
+	}
 	logf, err := os.OpenFile(n.Log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return err
@@ -93,8 +106,8 @@ func (n *Node) Start() error {
 	defer logf.Close() // the child has its own descriptor
 	n.starts++
 	fmt.Fprintf(logf, "=== proccluster: start #%d of %s at %s: %s %s\n", n.starts, n.ID, time.Now().Format(time.RFC3339Nano),
-		n.c.cfg.Syncd, strings.Join(args, " "))
-	cmd := exec.Command(n.c.cfg.Syncd, args...)
+		bin, strings.Join(args, " "))
+	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = procAttr()
 	if err := cmd.Start(); err != nil {

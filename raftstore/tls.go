@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+
+	"github.com/syncd-dev/syncd/raftstore/nodecert"
 )
 
 // Mutual TLS on the node plane.
@@ -28,6 +30,9 @@ import (
 // cluster map. The one exception is a joining node's Config.Join, an address only: any node of
 // the cluster will do there, since it only relays the join to the meta leader.
 //
+// A certificate names its node as package nodecert defines (nodecert.ID: one syncd://node/<id>
+// URI SAN); nodecert also makes and loads the certificates, for syncd, syncctl and the tests.
+//
 // On accept, the connection's claim is its certificate: any holder of a node certificate of the
 // cluster CA is a node of the cluster (docs/DECISIONS.md says why the accept side does not also
 // check the id against the membership).
@@ -39,15 +44,12 @@ type TLS struct {
 	Cert tls.Certificate
 	// CAs are the cluster CA certificates; a peer's certificate must chain to one of them.
 	CAs *x509.CertPool
-	// NodeID returns the node id a certificate names, or an error if it names none (syncd passes
-	// auth.NodeID).
-	NodeID func(cert *x509.Certificate) (string, error)
 }
 
 // validate reports what is missing from t, or a certificate that does not name nodeID.
 func (t *TLS) validate(nodeID string) error {
-	if len(t.Cert.Certificate) == 0 || t.CAs == nil || t.NodeID == nil {
-		return errors.New("raftstore: TLS needs Cert, CAs and NodeID")
+	if len(t.Cert.Certificate) == 0 || t.CAs == nil {
+		return errors.New("raftstore: TLS needs Cert and CAs")
 	}
 	leaf := t.Cert.Leaf
 	if leaf == nil {
@@ -56,7 +58,7 @@ func (t *TLS) validate(nodeID string) error {
 			return fmt.Errorf("raftstore: TLS.Cert: %w", err)
 		}
 	}
-	id, err := t.NodeID(leaf)
+	id, err := nodecert.ID(leaf)
 	if err != nil {
 		return fmt.Errorf("raftstore: TLS.Cert: %w", err)
 	}
@@ -75,7 +77,7 @@ func (t *TLS) serverConfig() *tls.Config {
 		ClientAuth:   tls.RequireAndVerifyClientCert,
 		ClientCAs:    t.CAs,
 		VerifyConnection: func(cs tls.ConnectionState) error {
-			_, err := t.NodeID(cs.PeerCertificates[0]) // verified and non-empty under RequireAndVerifyClientCert
+			_, err := nodecert.ID(cs.PeerCertificates[0]) // verified and non-empty under RequireAndVerifyClientCert
 			return err
 		},
 	}
@@ -109,7 +111,7 @@ func (t *TLS) verifyServer(cs tls.ConnectionState, want string) error {
 		KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}); err != nil {
 		return fmt.Errorf("raftstore: the peer's certificate is not one of the cluster CA: %w", err)
 	}
-	id, err := t.NodeID(leaf)
+	id, err := nodecert.ID(leaf)
 	if err != nil {
 		return fmt.Errorf("raftstore: the peer's certificate: %w", err)
 	}
@@ -146,7 +148,7 @@ func peerNodeID(conn net.Conn, t *TLS) string {
 	if !cs.HandshakeComplete || len(cs.PeerCertificates) == 0 {
 		return ""
 	}
-	id, _ := t.NodeID(cs.PeerCertificates[0])
+	id, _ := nodecert.ID(cs.PeerCertificates[0])
 	return id
 }
 

@@ -9,7 +9,7 @@ import (
 
 	"github.com/hashicorp/raft"
 
-	"github.com/syncd-dev/syncd/syncd/auth"
+	"github.com/syncd-dev/syncd/raftstore/nodecert"
 )
 
 // testTLS creates a cluster CA in dir and returns the TLS configuration of each of ids, with
@@ -17,20 +17,20 @@ import (
 func testTLS(t *testing.T, dir string, ids ...string) map[string]*TLS {
 	t.Helper()
 	ca := filepath.Join(dir, "ca")
-	if err := auth.CreateCA(ca); err != nil {
+	if err := nodecert.CreateCA(ca); err != nil {
 		t.Fatal(err)
 	}
 	out := map[string]*TLS{}
 	for _, id := range ids {
 		d := filepath.Join(dir, id)
-		if err := auth.CreateNodeCert(d, filepath.Join(ca, auth.NodeCAFile), filepath.Join(ca, auth.NodeCAKeyFile), id, nil); err != nil {
+		if err := nodecert.Create(d, filepath.Join(ca, nodecert.CAFile), filepath.Join(ca, nodecert.CAKeyFile), id, nil); err != nil {
 			t.Fatal(err)
 		}
-		c, err := auth.LoadNodeCerts(filepath.Join(d, auth.NodeCAFile), filepath.Join(d, auth.NodeCertFile), filepath.Join(d, auth.NodeKeyFile))
+		c, err := nodecert.Load(filepath.Join(d, nodecert.CAFile), filepath.Join(d, nodecert.CertFile), filepath.Join(d, nodecert.KeyFile))
 		if err != nil {
 			t.Fatal(err)
 		}
-		out[id] = &TLS{Cert: c.Cert, CAs: c.CAs, NodeID: auth.NodeID}
+		out[id] = &TLS{Cert: c.Cert, CAs: c.CAs}
 	}
 	return out
 }
@@ -121,7 +121,7 @@ func TestConfigTLS(t *testing.T) {
 		{Config{NodeID: "n1", Dir: dir, TLS: certs["n1"]}, ""},
 		{Config{NodeID: "n2", Dir: dir, TLS: certs["n1"]}, `TLS.Cert names node "n1", but this node is "n2"`},
 		{Config{NodeID: "n1", Dir: dir, TLS: certs["n1"], Insecure: true}, "exclude each other"},
-		{Config{NodeID: "n1", Dir: dir, TLS: &TLS{CAs: certs["n1"].CAs}}, "TLS needs Cert, CAs and NodeID"},
+		{Config{NodeID: "n1", Dir: dir, TLS: &TLS{CAs: certs["n1"].CAs}}, "TLS needs Cert and CAs"},
 	} {
 		err := tc.cfg.Validate()
 		if tc.want == "" && err != nil || tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)) {

@@ -92,7 +92,7 @@ type Config struct {
 	// NodeCAFile, NodeCertFile and NodeKeyFile secure the node plane (Raft, forwarded proposals,
 	// calls: everything on RaftAddr) with mutual TLS 1.3: the cluster CA's certificate, and this
 	// node's certificate (issued by that CA, naming NodeID) and key; all three or none. Default:
-	// auth.NodeCAFile, auth.NodeCertFile and auth.NodeKeyFile in Dir. A node with no other peer
+	// nodecert.CAFile, nodecert.CertFile and nodecert.KeyFile in Dir. A node with no other peer
 	// and no Join creates a CA and its certificate there on first start; a node of a cluster must
 	// be given them (syncctl cert create-ca, create-node), as every node shares one CA.
 	NodeCAFile, NodeCertFile, NodeKeyFile string

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/syncd-dev/syncd/raftstore"
-	"github.com/syncd-dev/syncd/syncd/auth"
+	"github.com/syncd-dev/syncd/raftstore/nodecert"
 )
 
 // certExpiryWarning is how long before its node certificate expires a node starts warning.
@@ -27,23 +27,23 @@ func nodeTLS(cfg Config) (*raftstore.TLS, error) {
 		return nil, nil
 	}
 	var (
-		certs auth.NodeCerts
+		certs nodecert.Certs
 		err   error
 	)
 	if cfg.NodeCAFile != "" {
-		certs, err = auth.LoadNodeCerts(cfg.NodeCAFile, cfg.NodeCertFile, cfg.NodeKeyFile)
+		certs, err = nodecert.Load(cfg.NodeCAFile, cfg.NodeCertFile, cfg.NodeKeyFile)
 	} else {
 		alone := cfg.Join == ""
 		for _, p := range cfg.Peers {
 			alone = alone && p.ID == cfg.NodeID
 		}
-		certs, _, err = auth.LoadOrCreateNodeCerts(cfg.Dir, cfg.NodeID, alone)
+		certs, _, err = nodecert.LoadOrCreate(cfg.Dir, cfg.NodeID, alone)
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil, fmt.Errorf("syncd: this node is part of a cluster (peers or join), whose nodes must share one CA, "+
 				"and has no node certificates: no -node-ca/-node-cert/-node-key, and no %s, %s and %s in %s. Create the "+
 				"cluster's CA once (syncctl cert create-ca -dir ./ca) and a certificate for each node (syncctl cert "+
 				"create-node -dir %s -ca ./ca/ca.crt -ca-key ./ca/ca.key -node-id %s), then start again",
-				auth.NodeCAFile, auth.NodeCertFile, auth.NodeKeyFile, cfg.Dir, cfg.Dir, cfg.NodeID)
+				nodecert.CAFile, nodecert.CertFile, nodecert.KeyFile, cfg.Dir, cfg.Dir, cfg.NodeID)
 		}
 	}
 	if err != nil {
@@ -58,7 +58,7 @@ func nodeTLS(cfg Config) (*raftstore.TLS, error) {
 			"(docs/OPERATIONS.md, rotating certificates)", "cert", nodeCertPath(cfg),
 			"expires", certs.Cert.Leaf.NotAfter.UTC().Format(time.RFC3339), slog.Duration("left", left.Round(time.Second)))
 	}
-	return &raftstore.TLS{Cert: certs.Cert, CAs: certs.CAs, NodeID: auth.NodeID}, nil
+	return &raftstore.TLS{Cert: certs.Cert, CAs: certs.CAs}, nil
 }
 
 // nodeCertPath is the node certificate file cfg uses.
@@ -66,5 +66,5 @@ func nodeCertPath(cfg Config) string {
 	if cfg.NodeCertFile != "" {
 		return cfg.NodeCertFile
 	}
-	return filepath.Join(cfg.Dir, auth.NodeCertFile)
+	return filepath.Join(cfg.Dir, nodecert.CertFile)
 }

@@ -45,9 +45,12 @@ var rules = map[string]rule{
 	"log":         {repo: []string{"proto/ident"}, deny: []string{msgpack, hashicorp, quic}},
 	// raftstore replicates; what the cluster looks like (the map, users' and conversations'
 	// placement, moves, revocations) is the control plane's, above it: raftstore never imports it.
-	"raftstore":               {repo: []string{"proto/ident", "log"}, deny: []string{msgpack, quic}},
-	"raftstore/cluster":       {repo: []string{"proto/ident", "log", "raftstore"}, deny: []string{msgpack, quic}},
-	"raftstore/raftstoretest": {repo: []string{"proto/ident", "log", "proto", "raftstore", "syncd/adminapi", "syncd/auth", "test/testkit"}},
+	"raftstore":         {repo: []string{"proto/ident", "log", "raftstore/nodecert"}, deny: []string{msgpack, quic}},
+	"raftstore/cluster": {repo: []string{"proto/ident", "log", "raftstore", "raftstore/nodecert"}, deny: []string{msgpack, quic}},
+	// The node plane's certificates, beside raftstore's TLS that verifies them: a leaf, so that
+	// syncctl and syncd/auth (which writes its files with its helpers) import it without raftstore.
+	"raftstore/nodecert":      {repo: []string{"proto/ident"}, outside: []string{}},
+	"raftstore/raftstoretest": {repo: []string{"proto/ident", "log", "proto", "raftstore", "raftstore/nodecert", "test/testkit"}},
 	"proto/prototest":         {repo: []string{"proto/ident", "proto", "test/testkit"}, deny: serverOnly},
 	"client":                  {repo: []string{"proto/ident", "proto", "client/internal/store"}, deny: serverOnly},
 	"client/internal/store":   {repo: []string{"proto/ident", "proto"}, deny: append([]string{quic}, serverOnly...)},
@@ -58,25 +61,26 @@ var rules = map[string]rule{
 	"bench":                           {repo: []string{"proto/ident", "client", "client/internal/store", "proto", "test/testkit"}, deny: serverOnly},
 	"syncd/adminapi":                  {outside: []string{}},
 	"syncd/buildinfo":                 {outside: []string{}}, // the build's version: syncd and syncctl print it
-	"syncd/auth":                      {repo: []string{"proto/ident", "proto", "syncd/adminapi"}, outside: []string{msgpack}},
-	"syncd/peer":                      {repo: []string{"proto/ident", "log", "proto", "raftstore", "syncd/adminapi"}},
-	"syncd/fanout":                    {repo: []string{"proto/ident", "log", "raftstore", "syncd/adminapi"}},
+	"syncd/auth":                      {repo: []string{"proto/ident", "proto", "raftstore/nodecert", "syncd/adminapi"}, outside: []string{msgpack}},
+	"syncd/peer":                      {repo: []string{"proto/ident", "log", "proto", "raftstore", "raftstore/nodecert", "syncd/adminapi"}},
+	"syncd/fanout":                    {repo: []string{"proto/ident", "log", "raftstore", "raftstore/nodecert", "syncd/adminapi"}},
 	"syncd/transport":                 {repo: []string{"proto/ident", "proto"}, deny: []string{hashicorp}},
-	"syncd/admin": {repo: []string{"proto/ident", "log", "proto", "raftstore", "raftstore/cluster", "syncd/adminapi", "syncd/fanout",
+	"syncd/admin": {repo: []string{"proto/ident", "log", "proto", "raftstore", "raftstore/cluster", "raftstore/nodecert", "syncd/adminapi", "syncd/fanout",
 		"syncd/peer"}},
-	"syncd": {repo: []string{"proto/ident", "log", "proto", "raftstore", "raftstore/cluster", "syncd/admin", "syncd/adminapi", "syncd/auth", "syncd/buildinfo",
+	"syncd": {repo: []string{"proto/ident", "log", "proto", "raftstore", "raftstore/cluster", "raftstore/nodecert", "syncd/admin", "syncd/adminapi", "syncd/auth", "syncd/buildinfo",
 		"syncd/fanout", "syncd/peer", "syncd/transport"}},
 	// The conformance kit embeds a whole server and sits beside it: only commands and tests import it.
-	"syncd/conformance": {repo: []string{"proto/ident", "log", "proto", "raftstore", "raftstore/cluster", "syncd", "syncd/admin", "syncd/adminapi",
+	"syncd/conformance": {repo: []string{"proto/ident", "log", "proto", "raftstore", "raftstore/cluster", "raftstore/nodecert", "syncd", "syncd/admin", "syncd/adminapi",
 		"syncd/auth", "syncd/buildinfo", "syncd/fanout", "syncd/peer", "syncd/transport"}},
-	"syncd/syncdtest": {repo: []string{"proto/ident", "log", "proto", "raftstore", "raftstore/cluster", "syncd", "syncd/admin", "syncd/adminapi",
+	"syncd/syncdtest": {repo: []string{"proto/ident", "log", "proto", "raftstore", "raftstore/cluster", "raftstore/nodecert", "syncd", "syncd/admin", "syncd/adminapi",
 		"syncd/auth", "syncd/buildinfo", "syncd/fanout", "syncd/peer", "syncd/transport", "test/testkit"}},
 	"test/testkit":     {outside: []string{}},
 	"test/browser":     {repo: []string{}, outside: []string{}}, // runs the TypeScript SDK's journeys with Node
-	"test/proccluster": {repo: []string{"proto/ident", "proto", "raftstore", "log", "syncd/adminapi", "syncd/auth", "test/testkit"}},
+	"test/proccluster": {repo: []string{"proto/ident", "proto", "raftstore", "raftstore/nodecert", "log", "syncd/adminapi", "syncd/auth", "test/testkit"}},
 	// syncctl is a user's and operator's tool: it speaks the protocol (client) and the admin API
-	// (adminapi, auth), and links none of the server, not even the state machine (log).
-	"cmd/syncctl": {repo: []string{"proto/ident", "client", "client/internal/store", "proto", "syncd/adminapi", "syncd/auth", "syncd/buildinfo"},
+	// (adminapi, auth), issues node certificates (raftstore/nodecert, a leaf), and links none of
+	// the server, not even the state machine (log) or raftstore.
+	"cmd/syncctl": {repo: []string{"proto/ident", "client", "client/internal/store", "proto", "raftstore/nodecert", "syncd/adminapi", "syncd/auth", "syncd/buildinfo"},
 		deny: []string{raft}},
 	// Commands, benchmarks' runner and tests put the pieces together: anything.
 	"cmd/syncd":        {repo: []string{"*"}},
@@ -150,6 +154,9 @@ func TestDependencyRulesBite(t *testing.T) {
 		{"cmd/syncctl", module + "raftstore", true},
 		{"cmd/syncctl", module + "log", true},
 		{"cmd/syncctl", module + "syncd/adminapi", false},
+		{"cmd/syncctl", module + "raftstore/nodecert", false},
+		{"raftstore/nodecert", module + "raftstore", true},
+		{"raftstore/nodecert", module + "proto", true},
 		{"syncd/adminapi", "github.com/vmihailenco/msgpack/v5", true},
 		{"syncd/adminapi", "encoding/json", false},
 		{"test", module + "syncd", false},

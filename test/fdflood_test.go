@@ -23,9 +23,9 @@ import (
 	"github.com/syncd-dev/syncd/proto"
 	"github.com/syncd-dev/syncd/proto/prototest"
 	"github.com/syncd-dev/syncd/raftstore"
+	"github.com/syncd-dev/syncd/raftstore/nodecert"
 	"github.com/syncd-dev/syncd/syncd"
 	"github.com/syncd-dev/syncd/syncd/admin"
-	"github.com/syncd-dev/syncd/syncd/auth"
 	"github.com/syncd-dev/syncd/syncd/syncdtest"
 	"github.com/syncd-dev/syncd/test/testkit"
 )
@@ -155,8 +155,8 @@ func TestNodePlaneFloodKeepsLeaderships(t *testing.T) {
 	// any blip of its links: mutual TLS with the other node's certificate (as syncdtest leaves it
 	// in the data directory). Only the server's side is under test, so the client does not check
 	// the node's certificate.
-	peerCerts, err := auth.LoadNodeCerts(filepath.Join(dirs[other], auth.NodeCAFile),
-		filepath.Join(dirs[other], auth.NodeCertFile), filepath.Join(dirs[other], auth.NodeKeyFile))
+	peerCerts, err := nodecert.Load(filepath.Join(dirs[other], nodecert.CAFile),
+		filepath.Join(dirs[other], nodecert.CertFile), filepath.Join(dirs[other], nodecert.KeyFile))
 	if err != nil {
 		t.Fatal(err)
 	}

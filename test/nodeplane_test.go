@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/syncd-dev/syncd/raftstore"
+	"github.com/syncd-dev/syncd/raftstore/nodecert"
 	"github.com/syncd-dev/syncd/raftstore/raftstoretest"
-	"github.com/syncd-dev/syncd/syncd/auth"
 )
 
 // TestNodePlaneOfAProcessCluster: a real three-node cluster (cmd/syncd processes, each given a
@@ -52,19 +52,19 @@ func TestNodePlaneOfAProcessCluster(t *testing.T) {
 
 	// In-process raftstore nodes calling n1 as another node would (Node.Call, over the forwarding
 	// connection): the real client code, with the credentials under test.
-	clusterCA, err := auth.LoadNodeCerts(filepath.Join(dir, auth.NodeCAFile), filepath.Join(dir, "certs", "n1", auth.NodeCertFile),
-		filepath.Join(dir, "certs", "n1", auth.NodeKeyFile))
+	clusterCA, err := nodecert.Load(filepath.Join(dir, nodecert.CAFile), filepath.Join(dir, "certs", "n1", nodecert.CertFile),
+		filepath.Join(dir, "certs", "n1", nodecert.KeyFile))
 	if err != nil {
 		t.Fatal(err)
 	}
 	stranger := raftstoretest.ClusterTLS(t, t.TempDir(), "n9")["n9"]
 	stranger.CAs = clusterCA.CAs // trusts the cluster's CA, holds none of its certificates
 	nineDir := filepath.Join(t.TempDir(), "n9")
-	if err := auth.CreateNodeCert(nineDir, filepath.Join(dir, auth.NodeCAFile), filepath.Join(dir, auth.NodeCAKeyFile), "n9", nil); err != nil {
+	if err := nodecert.Create(nineDir, filepath.Join(dir, nodecert.CAFile), filepath.Join(dir, nodecert.CAKeyFile), "n9", nil); err != nil {
 		t.Fatal(err)
 	}
-	member, err := auth.LoadNodeCerts(filepath.Join(nineDir, auth.NodeCAFile), filepath.Join(nineDir, auth.NodeCertFile),
-		filepath.Join(nineDir, auth.NodeKeyFile))
+	member, err := nodecert.Load(filepath.Join(nineDir, nodecert.CAFile), filepath.Join(nineDir, nodecert.CertFile),
+		filepath.Join(nineDir, nodecert.KeyFile))
 	if err != nil {
 		t.Fatal(err)
 	}

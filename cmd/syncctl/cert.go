@@ -10,13 +10,14 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/syncd-dev/syncd/raftstore/nodecert"
 	"github.com/syncd-dev/syncd/syncd/adminapi"
 	"github.com/syncd-dev/syncd/syncd/auth"
 )
 
 // runCert creates the node plane's certificates: a cluster CA, and a certificate per node issued
 // by it (as CockroachDB's cert create-ca and create-node do). The code that makes them is
-// syncd/auth's, the same syncd runs on a lone node's first start.
+// raftstore/nodecert's, the same syncd runs on a lone node's first start.
 func runCert(_ context.Context, e *env, args []string) int {
 	const cmd = "cert"
 	f := newFlagSet(e, cmd, "create-ca -dir DIR | create-node -dir DIR -ca CA.crt -ca-key CA.key -node-id ID [-host H ...] | create-cluster -dir DIR -nodes ID,ID,...", `
@@ -78,12 +79,12 @@ syncctl cert create-node -dir ./n2 -ca ./ca/ca.crt -ca-key ./ca/ca.key -node-id 
 			e.errorf(cmd+" "+sub, "takes only -dir (-ca, -ca-key, -node-id and -host are for create-node)")
 			return exitUsage
 		}
-		if err := auth.CreateCA(*dir); err != nil {
+		if err := nodecert.CreateCA(*dir); err != nil {
 			e.errorf(cmd+" "+sub, "%v", err)
 			return exitFail
 		}
 		fmt.Fprintf(e.stdout, "created the cluster CA: %s (for every node) and %s (keep it safe, off the nodes)\n",
-			filepath.Join(*dir, auth.NodeCAFile), filepath.Join(*dir, auth.NodeCAKeyFile))
+			filepath.Join(*dir, nodecert.CAFile), filepath.Join(*dir, nodecert.CAKeyFile))
 		// The certificate devices pin, one per cluster: create-node gives it to every node.
 		_, fp, err := auth.SelfSignedCert(*dir, nil)
 		if err != nil {
@@ -97,13 +98,13 @@ syncctl cert create-node -dir ./n2 -ca ./ca/ca.crt -ca-key ./ca/ca.key -node-id 
 			e.errorf(cmd+" "+sub, "-ca, -ca-key and -node-id are required (see -h)")
 			return exitUsage
 		}
-		if err := auth.CreateNodeCert(*dir, *caCert, *caKey, *nodeID, hosts); err != nil {
+		if err := nodecert.Create(*dir, *caCert, *caKey, *nodeID, hosts); err != nil {
 			e.errorf(cmd+" "+sub, "%v", err)
 			return exitFail
 		}
 		fmt.Fprintf(e.stdout, "created a certificate for node %s: %s, %s and %s; start syncd with -node-id %s and "+
 			"-data-dir %s, or pass them as -node-ca, -node-cert and -node-key\n", *nodeID,
-			filepath.Join(*dir, auth.NodeCAFile), filepath.Join(*dir, auth.NodeCertFile), filepath.Join(*dir, auth.NodeKeyFile),
+			filepath.Join(*dir, nodecert.CAFile), filepath.Join(*dir, nodecert.CertFile), filepath.Join(*dir, nodecert.KeyFile),
 			*nodeID, *dir)
 		switch fp, copied, err := auth.ShareCert(filepath.Dir(*caCert), *dir); {
 		case err != nil:
@@ -142,9 +143,9 @@ syncctl cert create-node -dir ./n2 -ca ./ca/ca.crt -ca-key ./ca/ca.key -node-id 
 // directory and dir/shared, never the key that issues nodes.
 func createCluster(e *env, dir string, ids []string, hosts []string) error {
 	caDir := filepath.Join(dir, "ca")
-	caCert, caKey := filepath.Join(caDir, auth.NodeCAFile), filepath.Join(caDir, auth.NodeCAKeyFile)
+	caCert, caKey := filepath.Join(caDir, nodecert.CAFile), filepath.Join(caDir, nodecert.CAKeyFile)
 	if _, err := os.Stat(caCert); errors.Is(err, fs.ErrNotExist) {
-		if err := auth.CreateCA(caDir); err != nil {
+		if err := nodecert.CreateCA(caDir); err != nil {
 			return err
 		}
 		fmt.Fprintf(e.stdout, "created the cluster CA in %s\n", caDir)
@@ -158,8 +159,8 @@ func createCluster(e *env, dir string, ids []string, hosts []string) error {
 	fmt.Fprintf(e.stdout, "the certificate devices pin: %s, fingerprint %s\n", filepath.Join(caDir, auth.TLSCertFile), fp)
 	for _, id := range ids {
 		nodeDir := filepath.Join(dir, id)
-		if _, err := os.Stat(filepath.Join(nodeDir, auth.NodeCertFile)); errors.Is(err, fs.ErrNotExist) {
-			if err := auth.CreateNodeCert(nodeDir, caCert, caKey, id, append(slices.Clone(hosts), id)); err != nil {
+		if _, err := os.Stat(filepath.Join(nodeDir, nodecert.CertFile)); errors.Is(err, fs.ErrNotExist) {
+			if err := nodecert.Create(nodeDir, caCert, caKey, id, append(slices.Clone(hosts), id)); err != nil {
 				return err
 			}
 			fmt.Fprintf(e.stdout, "created node %s's certificate in %s\n", id, nodeDir)

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/syncd-dev/syncd/raftstore/nodecert"
 	"github.com/syncd-dev/syncd/syncd/auth"
 )
 
@@ -20,12 +21,12 @@ func TestCertCreateCAAndNode(t *testing.T) {
 	if code, out, _ := syncctl(t, "cert", "create-ca", "-dir", ca); code != exitOK || !strings.Contains(out, "ca.key") {
 		t.Fatalf("create-ca: exit %d, %q", code, out)
 	}
-	caFlags := []string{"-ca", filepath.Join(ca, auth.NodeCAFile), "-ca-key", filepath.Join(ca, auth.NodeCAKeyFile)}
+	caFlags := []string{"-ca", filepath.Join(ca, nodecert.CAFile), "-ca-key", filepath.Join(ca, nodecert.CAKeyFile)}
 	code, out, _ := syncctl(t, append([]string{"cert", "create-node", "-dir", n1, "-node-id", "n1", "-host", "127.0.0.2,node1.example", "-host", "::1"}, caFlags...)...)
 	if code != exitOK || !strings.Contains(out, "node n1") {
 		t.Fatalf("create-node: exit %d, %q", code, out)
 	}
-	certs, err := auth.LoadNodeCerts(filepath.Join(n1, auth.NodeCAFile), filepath.Join(n1, auth.NodeCertFile), filepath.Join(n1, auth.NodeKeyFile))
+	certs, err := nodecert.Load(filepath.Join(n1, nodecert.CAFile), filepath.Join(n1, nodecert.CertFile), filepath.Join(n1, nodecert.KeyFile))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -38,7 +39,7 @@ func TestCertCreateCAAndNode(t *testing.T) {
 		t.Errorf("certificate valid only %v", leaf.NotAfter.Sub(leaf.NotBefore))
 	}
 	if runtime.GOOS != "windows" {
-		for _, key := range []string{filepath.Join(ca, auth.NodeCAKeyFile), filepath.Join(n1, auth.NodeKeyFile)} {
+		for _, key := range []string{filepath.Join(ca, nodecert.CAKeyFile), filepath.Join(n1, nodecert.KeyFile)} {
 			if fi, err := os.Stat(key); err != nil || fi.Mode().Perm() != 0o600 {
 				t.Errorf("%s: %v, mode %v, want 0600", key, err, fi.Mode().Perm())
 			}
@@ -57,14 +58,14 @@ func TestCertCreateCAAndNode(t *testing.T) {
 	if code, _, _ := syncctl(t, "cert", "create-ca", "-dir", other); code != exitOK {
 		t.Fatal("create-ca other")
 	}
-	code, _, errOut := syncctl(t, "cert", "create-node", "-dir", other, "-node-id", "n2", "-ca", filepath.Join(ca, auth.NodeCAFile),
-		"-ca-key", filepath.Join(ca, auth.NodeCAKeyFile))
+	code, _, errOut := syncctl(t, "cert", "create-node", "-dir", other, "-node-id", "n2", "-ca", filepath.Join(ca, nodecert.CAFile),
+		"-ca-key", filepath.Join(ca, nodecert.CAKeyFile))
 	if code != exitFail || !strings.Contains(errOut, "another CA's") {
 		t.Errorf("create-node into another CA's dir: exit %d, %q", code, errOut)
 	}
 	// A CA key that is not the CA certificate's.
-	code, _, errOut = syncctl(t, "cert", "create-node", "-dir", filepath.Join(dir, "n3"), "-node-id", "n3", "-ca", filepath.Join(ca, auth.NodeCAFile),
-		"-ca-key", filepath.Join(other, auth.NodeCAKeyFile))
+	code, _, errOut = syncctl(t, "cert", "create-node", "-dir", filepath.Join(dir, "n3"), "-node-id", "n3", "-ca", filepath.Join(ca, nodecert.CAFile),
+		"-ca-key", filepath.Join(other, nodecert.CAKeyFile))
 	if code != exitFail || !strings.Contains(errOut, "does not belong") {
 		t.Errorf("mismatched CA key: exit %d, %q", code, errOut)
 	}
@@ -79,7 +80,7 @@ func TestCertCreateCAAndNode(t *testing.T) {
 	} {
 		want := exitUsage
 		if args[len(args)-1] == caFlags[3] {
-			want = exitFail // a bad id is found by auth
+			want = exitFail // a bad id is found by nodecert
 		}
 		if code, _, _ := syncctl(t, args...); code != want {
 			t.Errorf("%q: exit %d, want %d", args, code, want)
@@ -101,7 +102,7 @@ func TestCertOneClientCertificatePerCluster(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	caFlags := []string{"-ca", filepath.Join(ca, auth.NodeCAFile), "-ca-key", filepath.Join(ca, auth.NodeCAKeyFile)}
+	caFlags := []string{"-ca", filepath.Join(ca, nodecert.CAFile), "-ca-key", filepath.Join(ca, nodecert.CAKeyFile)}
 	for _, n := range []string{"n1", "n2", "n3"} {
 		code, out, errOut := syncctl(t, append([]string{"cert", "create-node", "-dir", filepath.Join(dir, n), "-node-id", n}, caFlags...)...)
 		if code != exitOK || !strings.Contains(out, "copied the cluster's certificate") {

@@ -31,6 +31,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/syncd-dev/syncd/raftstore/nodecert"
 	"github.com/syncd-dev/syncd/syncd"
 	"github.com/syncd-dev/syncd/syncd/adminapi"
 	"github.com/syncd-dev/syncd/syncd/auth"
@@ -101,8 +102,8 @@ func serve(ctx context.Context, cfg syncd.Config, s fileConfig) error {
 	files := []struct{ name, path, def string }{{"token_secret", s.TokenSecretFile, auth.TokenKeyFile},
 		{"cert", s.Cert, auth.TLSCertFile}, {"admin_token", s.AdminTokenFile, adminapi.TokenFile}}
 	if !s.InsecureNodePlane {
-		files = append(files, struct{ name, path, def string }{"node_ca", s.NodeCA, auth.NodeCAFile},
-			struct{ name, path, def string }{"node_cert", s.NodeCert, auth.NodeCertFile})
+		files = append(files, struct{ name, path, def string }{"node_ca", s.NodeCA, nodecert.CAFile},
+			struct{ name, path, def string }{"node_cert", s.NodeCert, nodecert.CertFile})
 	}
 	var created []string
 	for i, f := range files {

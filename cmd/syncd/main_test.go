@@ -26,6 +26,7 @@ import (
 
 	"github.com/syncd-dev/syncd/proto"
 	"github.com/syncd-dev/syncd/raftstore"
+	"github.com/syncd-dev/syncd/raftstore/nodecert"
 	"github.com/syncd-dev/syncd/syncd"
 	"github.com/syncd-dev/syncd/syncd/adminapi"
 	"github.com/syncd-dev/syncd/syncd/auth"
@@ -498,7 +499,7 @@ func TestClusterNodeNeedsNodeCerts(t *testing.T) {
 				t.Errorf("%q: error lacks %q:\n%s", cluster, want, stderr.String())
 			}
 		}
-		if _, err := os.Stat(filepath.Join(dir, auth.NodeCAFile)); !errors.Is(err, fs.ErrNotExist) {
+		if _, err := os.Stat(filepath.Join(dir, nodecert.CAFile)); !errors.Is(err, fs.ErrNotExist) {
 			t.Errorf("%q: a cluster node made a CA of its own (%v)", cluster, err)
 		}
 	}
@@ -531,7 +532,7 @@ func TestInsecureNodePlaneIsLoud(t *testing.T) {
 	if !regexp.MustCompile(`level=WARN msg="node plane: TLS is OFF`).MatchString(out) || !strings.Contains(out, `security="plain TCP, INSECURE"`) {
 		t.Errorf("an insecure node plane was not announced loudly:\n%s", out)
 	}
-	if _, err := os.Stat(filepath.Join(dir, auth.NodeCertFile)); !errors.Is(err, fs.ErrNotExist) {
+	if _, err := os.Stat(filepath.Join(dir, nodecert.CertFile)); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("an insecure node made node certificates (%v)", err)
 	}
 }
@@ -641,13 +642,13 @@ func TestFirstStartIsQuiet(t *testing.T) {
 		t.Errorf("admin_token: %v %v, want a file of mode 0600", fi, err)
 	}
 	// The node plane got its CA and certificate, keys private, like the token secret.
-	if nodeCert != filepath.Join(dir, auth.NodeCertFile) || !strings.Contains(security, "mutual") {
-		t.Errorf("node_cert=%s security=%s, want %s under mutual TLS", nodeCert, security, filepath.Join(dir, auth.NodeCertFile))
+	if nodeCert != filepath.Join(dir, nodecert.CertFile) || !strings.Contains(security, "mutual") {
+		t.Errorf("node_cert=%s security=%s, want %s under mutual TLS", nodeCert, security, filepath.Join(dir, nodecert.CertFile))
 	}
-	if _, err := auth.LoadNodeCerts(filepath.Join(dir, auth.NodeCAFile), nodeCert, filepath.Join(dir, auth.NodeKeyFile)); err != nil {
+	if _, err := nodecert.Load(filepath.Join(dir, nodecert.CAFile), nodeCert, filepath.Join(dir, nodecert.KeyFile)); err != nil {
 		t.Errorf("node certificates: %v", err)
 	}
-	for _, key := range []string{auth.NodeKeyFile, auth.NodeCAKeyFile, auth.TokenKeyFile} {
+	for _, key := range []string{nodecert.KeyFile, nodecert.CAKeyFile, auth.TokenKeyFile} {
 		if fi, err := os.Stat(filepath.Join(dir, key)); err != nil || fi.Mode().Perm() != 0o600 {
 			t.Errorf("%s: %v, mode %v, want 0600", key, err, fi.Mode().Perm())
 		}

@@ -15,6 +15,7 @@ import (
 	"github.com/syncd-dev/syncd/log"
 	"github.com/syncd-dev/syncd/proto"
 	"github.com/syncd-dev/syncd/raftstore/cluster"
+	"github.com/syncd-dev/syncd/raftstore/nodecert"
 	"github.com/syncd-dev/syncd/syncd"
 	"github.com/syncd-dev/syncd/syncd/adminapi"
 	"github.com/syncd-dev/syncd/syncd/auth"
@@ -214,15 +215,15 @@ var settings = []setting{
 			"cluster CA: node_ca is the CA's certificate file (syncctl cert create-ca), node_cert and node_key this " +
 			"node's certificate, issued by that CA for node_id (syncctl cert create-node), and its key. All three or none.",
 		means: fmt.Sprintf(": data_dir/%s; a node with no other peer and no join creates a CA and its certificate "+
-			"in data_dir on first start, a node of a cluster must be given its cluster's", auth.NodeCAFile)},
+			"in data_dir on first start, a node of a cluster must be given its cluster's", nodecert.CAFile)},
 	{key: "node_cert", field: func(c *fileConfig) any { return &c.NodeCert },
 		usage: "this node's certificate `file`, issued by -node-ca for -node-id (syncctl cert create-node)",
 		doc:   "This node's node-plane certificate file, with node_ca.",
-		means: fmt.Sprintf(": data_dir/%s", auth.NodeCertFile)},
+		means: fmt.Sprintf(": data_dir/%s", nodecert.CertFile)},
 	{key: "node_key", field: func(c *fileConfig) any { return &c.NodeKey },
 		usage: "the key `file` of -node-cert",
 		doc:   "The key file of node_cert.",
-		means: fmt.Sprintf(": data_dir/%s", auth.NodeKeyFile)},
+		means: fmt.Sprintf(": data_dir/%s", nodecert.KeyFile)},
 	{key: "insecure_node_plane", field: func(c *fileConfig) any { return &c.InsecureNodePlane },
 		usage: "turn the node plane's TLS off: anyone who reaches -raft-addr can propose commands and read every log",
 		doc: "Turns the node plane's TLS off: anyone who can reach raft_addr can then propose any command and read " +

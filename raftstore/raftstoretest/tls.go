@@ -6,18 +6,18 @@ import (
 	"testing"
 
 	"github.com/syncd-dev/syncd/raftstore"
-	"github.com/syncd-dev/syncd/syncd/auth"
+	"github.com/syncd-dev/syncd/raftstore/nodecert"
 )
 
-// Node-plane certificates for in-process nodes, made by syncd/auth as syncctl and syncd make
-// them, so that test clusters run with mutual TLS on like real ones.
+// Node-plane certificates for in-process nodes, made by raftstore/nodecert as syncctl and syncd
+// make them, so that test clusters run with mutual TLS on like real ones.
 
 // TLS returns the mutual-TLS configuration of node id from the certificates in dir, creating a
 // cluster CA and the node's certificate there on first use, exactly as syncd's embedded single
-// node does (auth.LoadOrCreateNodeCerts): for tests of one node, which dials nobody. It takes no
+// node does (nodecert.LoadOrCreate): for tests of one node, which dials nobody. It takes no
 // testing.TB so that a test's child process can call it too.
 func TLS(dir, id string) (*raftstore.TLS, error) {
-	certs, _, err := auth.LoadOrCreateNodeCerts(dir, id, true)
+	certs, _, err := nodecert.LoadOrCreate(dir, id, true)
 	if err != nil {
 		return nil, err
 	}
@@ -29,7 +29,7 @@ func TLS(dir, id string) (*raftstore.TLS, error) {
 // configuration by id.
 func ClusterTLS(t testing.TB, dir string, ids ...string) map[string]*raftstore.TLS {
 	t.Helper()
-	if err := auth.CreateCA(filepath.Join(dir, "ca")); err != nil {
+	if err := nodecert.CreateCA(filepath.Join(dir, "ca")); err != nil {
 		t.Fatal(err)
 	}
 	out := map[string]*raftstore.TLS{}
@@ -40,22 +40,22 @@ func ClusterTLS(t testing.TB, dir string, ids ...string) map[string]*raftstore.T
 }
 
 // issueNodeCert issues a certificate for node id from the CA in dir/ca, into dir/<id>.
-func issueNodeCert(t testing.TB, dir, id string) auth.NodeCerts {
+func issueNodeCert(t testing.TB, dir, id string) nodecert.Certs {
 	t.Helper()
 	ca, d := filepath.Join(dir, "ca"), filepath.Join(dir, id)
-	if err := auth.CreateNodeCert(d, filepath.Join(ca, auth.NodeCAFile), filepath.Join(ca, auth.NodeCAKeyFile), id, nil); err != nil {
+	if err := nodecert.Create(d, filepath.Join(ca, nodecert.CAFile), filepath.Join(ca, nodecert.CAKeyFile), id, nil); err != nil {
 		t.Fatal(err)
 	}
-	certs, err := auth.LoadNodeCerts(filepath.Join(d, auth.NodeCAFile), filepath.Join(d, auth.NodeCertFile), filepath.Join(d, auth.NodeKeyFile))
+	certs, err := nodecert.Load(filepath.Join(d, nodecert.CAFile), filepath.Join(d, nodecert.CertFile), filepath.Join(d, nodecert.KeyFile))
 	if err != nil {
 		t.Fatal(err)
 	}
 	return certs
 }
 
-// FromCerts is the raftstore configuration of certificates loaded by syncd/auth.
-func FromCerts(c auth.NodeCerts) *raftstore.TLS {
-	return &raftstore.TLS{Cert: c.Cert, CAs: c.CAs, NodeID: auth.NodeID}
+// FromCerts is the raftstore configuration of certificates loaded by raftstore/nodecert.
+func FromCerts(c nodecert.Certs) *raftstore.TLS {
+	return &raftstore.TLS{Cert: c.Cert, CAs: c.CAs}
 }
 
 // NodeCert issues a certificate of the cluster's CA for node id (one that need not be a member),

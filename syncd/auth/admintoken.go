@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/syncd-dev/syncd/raftstore/nodecert"
 	"github.com/syncd-dev/syncd/syncd/adminapi"
 )
 
@@ -38,7 +39,7 @@ func LoadOrCreateAdminToken(dir string) (string, error) {
 		return "", fmt.Errorf("syncd: create admin token: %w", err)
 	}
 	tok = hex.EncodeToString(raw)
-	created, err := writeFileAtomic(path, []byte(tok+"\n"), 0o600, true)
+	created, err := nodecert.WriteFileAtomic(path, []byte(tok+"\n"), 0o600, true)
 	if err != nil {
 		return "", fmt.Errorf("syncd: create admin token: %w", err)
 	}

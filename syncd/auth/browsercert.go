@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/syncd-dev/syncd/proto"
+	"github.com/syncd-dev/syncd/raftstore/nodecert"
 	"github.com/syncd-dev/syncd/syncd/adminapi"
 )
 
@@ -71,7 +72,7 @@ func newBrowserCerts(dataDir string, logger *slog.Logger, now func() time.Time) 
 		if err != nil {
 			return nil, fmt.Errorf("syncd: browser certificate %s: %w", path, err)
 		}
-		cert, _, err := keyPair(data, data, path, path)
+		cert, err := nodecert.KeyPair(data, data, path, path)
 		if err != nil {
 			return nil, fmt.Errorf("%w (delete the file: the node makes another)", err)
 		}
@@ -132,16 +133,16 @@ func (b *BrowserCerts) make(now time.Time) (tls.Certificate, error) {
 		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 	}
 	tmpl.NotAfter = tmpl.NotBefore.Add(browserCertValidity)
-	certPEM, keyPEM, err := issue(tmpl, nil, nil)
+	certPEM, keyPEM, err := nodecert.Issue(tmpl, nil, nil)
 	if err != nil {
 		return tls.Certificate{}, err
 	}
 	path := b.path(tmpl.NotBefore)
 	data := append(certPEM, keyPEM...)
-	if _, err := writeFileAtomic(path, data, 0o600, false); err != nil {
+	if _, err := nodecert.WriteFileAtomic(path, data, 0o600, false); err != nil {
 		return tls.Certificate{}, fmt.Errorf("syncd: write browser certificate: %w", err)
 	}
-	cert, _, err := keyPair(data, data, path, path)
+	cert, err := nodecert.KeyPair(data, data, path, path)
 	return cert, err
 }
 

@@ -1,25 +1,16 @@
 package auth
 
 import (
-	"crypto"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
-	"encoding/pem"
-	"errors"
 	"fmt"
-	"io/fs"
-	"math/big"
-	"net"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/syncd-dev/syncd/proto"
+	"github.com/syncd-dev/syncd/raftstore/nodecert"
 )
 
 // TLS for the QUIC listener. Production servers load a certificate and key from files
@@ -59,12 +50,12 @@ var DefaultCertHosts = []string{"127.0.0.1", "localhost", "::1"}
 // the data directory's lock); on different dirs it is safe.
 func SelfSignedCert(dir string, hosts []string) (tls.Certificate, string, error) {
 	certPath, keyPath := filepath.Join(dir, TLSCertFile), filepath.Join(dir, TLSKeyFile)
-	certExists, err := fileExists(certPath)
+	certExists, err := nodecert.FileExists(certPath)
 	if err != nil {
 		return tls.Certificate{}, "", fmt.Errorf("syncd: TLS certificate: %w", err)
 	}
 	if certExists {
-		keyExists, err := fileExists(keyPath)
+		keyExists, err := nodecert.FileExists(keyPath)
 		if err != nil {
 			return tls.Certificate{}, "", fmt.Errorf("syncd: TLS key: %w", err)
 		}
@@ -86,13 +77,13 @@ func SelfSignedCert(dir string, hosts []string) (tls.Certificate, string, error)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return tls.Certificate{}, "", fmt.Errorf("syncd: create TLS certificate: %w", err)
 	}
-	if _, err := writeFileAtomic(keyPath, keyPEM, 0o600, false); err != nil {
+	if _, err := nodecert.WriteFileAtomic(keyPath, keyPEM, 0o600, false); err != nil {
 		return tls.Certificate{}, "", fmt.Errorf("syncd: write TLS key: %w", err)
 	}
-	if _, err := writeFileAtomic(certPath, certPEM, 0o644, false); err != nil {
+	if _, err := nodecert.WriteFileAtomic(certPath, certPEM, 0o644, false); err != nil {
 		return tls.Certificate{}, "", fmt.Errorf("syncd: write TLS certificate: %w", err)
 	}
-	return keyPair(certPEM, keyPEM, certPath, keyPath)
+	return withFingerprint(nodecert.KeyPair(certPEM, keyPEM, certPath, keyPath))
 }
 
 // generateSelfSigned returns the PEM encodings of a new self-signed certificate for hosts and of
@@ -106,75 +97,10 @@ func generateSelfSigned(hosts []string, now time.Time) (certPEM, keyPEM []byte, 
 		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 		BasicConstraintsValid: true,
 	}
-	if err := addHosts(tmpl, hosts); err != nil {
+	if err := nodecert.AddHosts(tmpl, hosts); err != nil {
 		return nil, nil, err
 	}
-	return issue(tmpl, nil, nil)
-}
-
-// addHosts adds hosts to tmpl's subject alternative names: IP addresses as IP SANs, anything
-// else that is a host name as a DNS SAN.
-func addHosts(tmpl *x509.Certificate, hosts []string) error {
-	for _, h := range hosts {
-		h = strings.TrimSuffix(strings.TrimPrefix(strings.TrimSpace(h), "["), "]")
-		if ip := net.ParseIP(h); ip != nil {
-			tmpl.IPAddresses = append(tmpl.IPAddresses, ip)
-		} else if validDNSName(h) {
-			tmpl.DNSNames = append(tmpl.DNSNames, h)
-		} else {
-			return fmt.Errorf("syncd: certificate host %q is neither an IP address nor a DNS name (no port, no scheme)", h)
-		}
-	}
-	return nil
-}
-
-// issue gives tmpl a random serial number and a new ECDSA P-256 key, signs it with parentKey as
-// parent (both nil: self-signed), and returns the PEM encodings of the certificate and its key.
-func issue(tmpl, parent *x509.Certificate, parentKey crypto.Signer) (certPEM, keyPEM []byte, err error) {
-	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127))
-	if err != nil {
-		return nil, nil, fmt.Errorf("syncd: generate certificate serial: %w", err)
-	}
-	tmpl.SerialNumber = serial
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, nil, fmt.Errorf("syncd: generate TLS key: %w", err)
-	}
-	if parent == nil {
-		parent, parentKey = tmpl, key
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, parent, &key.PublicKey, parentKey)
-	if err != nil {
-		return nil, nil, fmt.Errorf("syncd: create certificate: %w", err)
-	}
-	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
-	if err != nil {
-		return nil, nil, fmt.Errorf("syncd: encode TLS key: %w", err)
-	}
-	certPEM = pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
-	keyPEM = pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER})
-	return certPEM, keyPEM, nil
-}
-
-// validDNSName reports whether h looks like a host name: labels of letters, digits, '-' and '_'
-// separated by dots, optionally starting with a "*." wildcard.
-func validDNSName(h string) bool {
-	h = strings.TrimPrefix(h, "*.")
-	if h == "" || len(h) > 253 {
-		return false
-	}
-	for label := range strings.SplitSeq(strings.TrimSuffix(h, "."), ".") {
-		if label == "" || len(label) > 63 {
-			return false
-		}
-		for i := 0; i < len(label); i++ {
-			c := label[i]
-			if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '_') {
-				return false
-			}
-		}
-	}
-	return true
+	return nodecert.Issue(tmpl, nil, nil)
 }
 
 // LoadCert loads a PEM certificate (chain) and its private key, as a production server does from
@@ -182,26 +108,13 @@ func validDNSName(h string) bool {
 // certificate. A missing or unreadable file, or a key that does not match the certificate, is an
 // error naming the file. The returned certificate has Leaf set. Safe to call concurrently.
 func LoadCert(certFile, keyFile string) (tls.Certificate, string, error) {
-	certPEM, err := os.ReadFile(certFile)
-	if err != nil {
-		return tls.Certificate{}, "", fmt.Errorf("syncd: read TLS certificate file: %w", err)
-	}
-	keyPEM, err := os.ReadFile(keyFile)
-	if err != nil {
-		return tls.Certificate{}, "", fmt.Errorf("syncd: read TLS key file: %w", err)
-	}
-	return keyPair(certPEM, keyPEM, certFile, keyFile)
+	return withFingerprint(nodecert.LoadKeyPair(certFile, keyFile))
 }
 
-func keyPair(certPEM, keyPEM []byte, certFile, keyFile string) (tls.Certificate, string, error) {
-	cert, err := tls.X509KeyPair(certPEM, keyPEM)
+// withFingerprint adds the fingerprint of cert's leaf to what loading it returned.
+func withFingerprint(cert tls.Certificate, err error) (tls.Certificate, string, error) {
 	if err != nil {
-		return tls.Certificate{}, "", fmt.Errorf("syncd: TLS certificate %s with key %s: %w", certFile, keyFile, err)
-	}
-	if cert.Leaf == nil { // set by X509KeyPair unless GODEBUG x509keypairleaf=0
-		if cert.Leaf, err = x509.ParseCertificate(cert.Certificate[0]); err != nil {
-			return tls.Certificate{}, "", fmt.Errorf("syncd: TLS certificate %s: %w", certFile, err)
-		}
+		return tls.Certificate{}, "", err
 	}
 	return cert, proto.Fingerprint(cert.Certificate[0]), nil
 }
@@ -215,19 +128,6 @@ func ServerTLSConfig(cert tls.Certificate, alpn string) *tls.Config {
 		Certificates: []tls.Certificate{cert},
 		MinVersion:   tls.VersionTLS13,
 		NextProtos:   []string{alpn},
-	}
-}
-
-// fileExists reports whether path exists; errors other than "does not exist" are returned.
-func fileExists(path string) (bool, error) {
-	_, err := os.Stat(path)
-	switch {
-	case err == nil:
-		return true, nil
-	case errors.Is(err, fs.ErrNotExist):
-		return false, nil
-	default:
-		return false, err
 	}
 }
 
@@ -246,7 +146,7 @@ func fileExists(path string) (bool, error) {
 func ShareCert(from, to string) (fingerprint string, copied bool, err error) {
 	load := func(dir string) (ok bool, certPEM, keyPEM []byte, fp string, err error) {
 		certPath, keyPath := filepath.Join(dir, TLSCertFile), filepath.Join(dir, TLSKeyFile)
-		if ok, err := fileExists(certPath); err != nil || !ok {
+		if ok, err := nodecert.FileExists(certPath); err != nil || !ok {
 			return false, nil, nil, "", err
 		}
 		if _, fp, err = LoadCert(certPath, keyPath); err != nil {
@@ -267,7 +167,7 @@ func ShareCert(from, to string) (fingerprint string, copied bool, err error) {
 	if err := os.MkdirAll(to, 0o700); err != nil {
 		return "", false, fmt.Errorf("syncd: share TLS certificate: %w", err)
 	}
-	if err := writeNew(filepath.Join(to, TLSCertFile), certPEM, filepath.Join(to, TLSKeyFile), keyPEM); err != nil {
+	if err := nodecert.WritePair(filepath.Join(to, TLSCertFile), certPEM, filepath.Join(to, TLSKeyFile), keyPEM); err != nil {
 		return "", false, err
 	}
 	return fp, true, nil

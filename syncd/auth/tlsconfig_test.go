@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/syncd-dev/syncd/proto"
+	"github.com/syncd-dev/syncd/raftstore/nodecert"
 )
 
 func TestCertSelfSignedGeneratesOnce(t *testing.T) {
@@ -295,6 +296,22 @@ func TestCertCAVerifiedTLSHandshake(t *testing.T) {
 	client := &tls.Config{RootCAs: pool, ServerName: "127.0.0.1", NextProtos: []string{proto.ALPN}, MinVersion: tls.VersionTLS13}
 	if _, cerr, serr := handshake(t, cert, client); cerr != nil || serr != nil {
 		t.Errorf("client: %v; server: %v", cerr, serr)
+	}
+}
+
+// The devices' TLS certificate is no node certificate, even if it were signed by the cluster CA:
+// it names no node, so a node never accepts it on the node plane.
+func TestSelfSignedCertNamesNoNode(t *testing.T) {
+	dir := t.TempDir()
+	if _, _, err := SelfSignedCert(dir, nil); err != nil {
+		t.Fatal(err)
+	}
+	cert, _, err := LoadCert(filepath.Join(dir, TLSCertFile), filepath.Join(dir, TLSKeyFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := nodecert.ID(cert.Leaf); err == nil || !strings.Contains(err.Error(), "names no node") {
+		t.Errorf("client certificate as a node's: %v", err)
 	}
 }
 

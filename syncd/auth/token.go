@@ -17,10 +17,10 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/syncd-dev/syncd/proto"
+	"github.com/syncd-dev/syncd/raftstore/nodecert"
 )
 
 // Device tokens authenticate a connection: they name a user, one of its devices, an expiry and
@@ -369,7 +369,7 @@ func LoadOrCreateSecret(dir string) ([]byte, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("syncd: create token secret: %w", err)
 	}
-	created, err := writeFileAtomic(path, []byte(hex.EncodeToString(secret)+"\n"), 0o600, true)
+	created, err := nodecert.WriteFileAtomic(path, []byte(hex.EncodeToString(secret)+"\n"), 0o600, true)
 	if err != nil {
 		return nil, fmt.Errorf("syncd: create token secret: %w", err)
 	}
@@ -413,63 +413,4 @@ func readSecret(path string) ([]byte, error) {
 			path, 2*secretLen, secretLen)
 	}
 	return secret, nil
-}
-
-// writeFileAtomic writes data to path with mode perm so that readers see either no file or the
-// whole content: it writes and fsyncs a temporary file in the same directory, puts it in place
-// and fsyncs the directory.
-//
-// With exclusive, an existing path is left alone and created reports false (the file is put in
-// place with a hard link, which fails if path exists); on a file system without hard links it
-// falls back to a rename, which is atomic but may replace a file created concurrently. Without
-// exclusive, path is replaced by a rename.
-func writeFileAtomic(path string, data []byte, perm os.FileMode, exclusive bool) (created bool, err error) {
-	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return false, err
-	}
-	tmp := f.Name()
-	defer os.Remove(tmp) // after a link or a failure; a no-op after a rename
-	if err := f.Chmod(perm); err != nil {
-		f.Close()
-		return false, err
-	}
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return false, err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return false, err
-	}
-	if err := f.Close(); err != nil {
-		return false, err
-	}
-	if exclusive {
-		err = os.Link(tmp, path)
-		if errors.Is(err, fs.ErrExist) {
-			return false, nil
-		}
-	}
-	if !exclusive || err != nil {
-		if err := os.Rename(tmp, path); err != nil {
-			return false, err
-		}
-	}
-	return true, syncDir(dir)
-}
-
-// syncDir makes a new directory entry durable. File systems that cannot fsync a directory
-// (some refuse with EINVAL, Windows cannot open one for it) are not an error.
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return nil
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil && !errors.Is(err, syscall.EINVAL) && !errors.Is(err, errors.ErrUnsupported) {
-		return err
-	}
-	return nil
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/syncd-dev/syncd/raftstore"
+	"github.com/syncd-dev/syncd/raftstore/nodecert"
 	"github.com/syncd-dev/syncd/syncd"
 	"github.com/syncd-dev/syncd/syncd/auth"
 	"github.com/syncd-dev/syncd/test/testkit"
@@ -69,7 +70,7 @@ func startCluster(t testing.TB, n int, tweak func(i int, c *syncd.Config), relay
 		peers[i] = raftstore.Peer{ID: fmt.Sprintf("n%d", i+1), Addr: testkit.FreeAddr(t)}
 	}
 	c := &Cluster{t: t, caDir: filepath.Join(dir, "ca"), servers: make([]*syncd.Server, n), stops: make([]func(), n)}
-	if err := auth.CreateCA(c.caDir); err != nil {
+	if err := nodecert.CreateCA(c.caDir); err != nil {
 		t.Fatal(err)
 	}
 	if relays {
@@ -146,8 +147,8 @@ func (c *Cluster) Size() int { return len(c.servers) }
 
 func (c *Cluster) create(i int) {
 	cfg := c.cfgs[i]
-	if _, err := os.Stat(filepath.Join(cfg.Dir, auth.NodeCertFile)); errors.Is(err, fs.ErrNotExist) {
-		err := auth.CreateNodeCert(cfg.Dir, filepath.Join(c.caDir, auth.NodeCAFile), filepath.Join(c.caDir, auth.NodeCAKeyFile), cfg.NodeID, nil)
+	if _, err := os.Stat(filepath.Join(cfg.Dir, nodecert.CertFile)); errors.Is(err, fs.ErrNotExist) {
+		err := nodecert.Create(cfg.Dir, filepath.Join(c.caDir, nodecert.CAFile), filepath.Join(c.caDir, nodecert.CAKeyFile), cfg.NodeID, nil)
 		if err != nil {
 			c.t.Fatalf("node %d: %v", i, err)
 		}

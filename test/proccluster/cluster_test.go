@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/syncd-dev/syncd/raftstore"
-	"github.com/syncd-dev/syncd/syncd/auth"
+	"github.com/syncd-dev/syncd/raftstore/nodecert"
 )
 
 // TestNewLayout lays out clusters without starting them: free ports on 127.0.0.1 or the fixed
@@ -64,10 +64,10 @@ func TestNewLayout(t *testing.T) {
 	for _, n := range c.Nodes() {
 		args := strings.Join(n.Args(), " ")
 		certDir := filepath.Join(dir, "certs", n.ID)
-		if !strings.Contains(args, "-node-ca "+filepath.Join(dir, auth.NodeCAFile)+" -node-cert "+filepath.Join(certDir, auth.NodeCertFile)) {
+		if !strings.Contains(args, "-node-ca "+filepath.Join(dir, nodecert.CAFile)+" -node-cert "+filepath.Join(certDir, nodecert.CertFile)) {
 			t.Errorf("%s args lack its node certificate: %s", n.ID, args)
 		}
-		certs, err := auth.LoadNodeCerts(filepath.Join(dir, auth.NodeCAFile), filepath.Join(certDir, auth.NodeCertFile), filepath.Join(certDir, auth.NodeKeyFile))
+		certs, err := nodecert.Load(filepath.Join(dir, nodecert.CAFile), filepath.Join(certDir, nodecert.CertFile), filepath.Join(certDir, nodecert.KeyFile))
 		if err != nil || certs.NodeID != n.ID {
 			t.Errorf("%s: node certificate names %q, %v", n.ID, certs.NodeID, err)
 		}

@@ -16,6 +16,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/syncd-dev/syncd/raftstore/nodecert"
 	"github.com/syncd-dev/syncd/syncd/adminapi"
 	"github.com/syncd-dev/syncd/syncd/auth"
 )
@@ -65,19 +66,19 @@ func nodeCertDir(dir, id string) string { return filepath.Join(dir, "certs", id)
 // ca.crt), naming the node's id and its Raft host; existing ones are reused, so that a later New
 // on the same dir keeps them.
 func createNodeCerts(dir string, nodes []*Node) error {
-	caFile, caKey := filepath.Join(dir, auth.NodeCAFile), filepath.Join(dir, auth.NodeCAKeyFile)
+	caFile, caKey := filepath.Join(dir, nodecert.CAFile), filepath.Join(dir, nodecert.CAKeyFile)
 	if _, err := os.Stat(caFile); errors.Is(err, fs.ErrNotExist) {
-		if err := auth.CreateCA(dir); err != nil {
+		if err := nodecert.CreateCA(dir); err != nil {
 			return err
 		}
 	}
 	for _, n := range nodes {
 		d := nodeCertDir(dir, n.ID)
-		if _, err := os.Stat(filepath.Join(d, auth.NodeCertFile)); !errors.Is(err, fs.ErrNotExist) {
+		if _, err := os.Stat(filepath.Join(d, nodecert.CertFile)); !errors.Is(err, fs.ErrNotExist) {
 			continue
 		}
 		host, _, _ := net.SplitHostPort(n.RaftAddr)
-		if err := auth.CreateNodeCert(d, caFile, caKey, n.ID, []string{host}); err != nil {
+		if err := nodecert.Create(d, caFile, caKey, n.ID, []string{host}); err != nil {
 			return err
 		}
 	}
@@ -87,8 +88,8 @@ func createNodeCerts(dir string, nodes []*Node) error {
 // nodeCertArgs are the flags that give node id its node-plane certificate.
 func (c *Cluster) nodeCertArgs(id string) []string {
 	d := nodeCertDir(c.cfg.Dir, id)
-	return []string{"-node-ca", filepath.Join(c.cfg.Dir, auth.NodeCAFile),
-		"-node-cert", filepath.Join(d, auth.NodeCertFile), "-node-key", filepath.Join(d, auth.NodeKeyFile)}
+	return []string{"-node-ca", filepath.Join(c.cfg.Dir, nodecert.CAFile),
+		"-node-cert", filepath.Join(d, nodecert.CertFile), "-node-key", filepath.Join(d, nodecert.KeyFile)}
 }
 
 // Token mints a token for user's device, valid for ttl from now, signed with the cluster's

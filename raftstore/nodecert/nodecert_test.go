@@ -1,4 +1,4 @@
-package auth
+package nodecert
 
 import (
 	"crypto/x509"
@@ -16,7 +16,7 @@ import (
 
 // A node certificate names exactly one node, in its syncd://node/<id> URI; anything else is not a
 // node certificate.
-func TestNodeID(t *testing.T) {
+func TestID(t *testing.T) {
 	uri := func(s string) *url.URL {
 		u, err := url.Parse(s)
 		if err != nil {
@@ -28,21 +28,21 @@ func TestNodeID(t *testing.T) {
 		uris []*url.URL
 		want string // "" means an error
 	}{
-		{[]*url.URL{NodeURI("n1")}, "n1"},
-		{[]*url.URL{NodeURI("a/b@c")}, "a/b@c"}, // ids are printable ASCII; the path escapes them
-		{[]*url.URL{uri("spiffe://x/y"), NodeURI("n2")}, "n2"},
+		{[]*url.URL{URI("n1")}, "n1"},
+		{[]*url.URL{URI("a/b@c")}, "a/b@c"}, // ids are printable ASCII; the path escapes them
+		{[]*url.URL{uri("spiffe://x/y"), URI("n2")}, "n2"},
 		{nil, ""},
 		{[]*url.URL{uri("spiffe://x/y")}, ""},
-		{[]*url.URL{NodeURI("n1"), NodeURI("n2")}, ""},
-		{[]*url.URL{NodeURI("")}, ""},
-		{[]*url.URL{NodeURI("a b")}, ""},
+		{[]*url.URL{URI("n1"), URI("n2")}, ""},
+		{[]*url.URL{URI("")}, ""},
+		{[]*url.URL{URI("a b")}, ""},
 		{[]*url.URL{uri("syncd://node/n1?x=1")}, ""},
 		{[]*url.URL{uri("syncd://user@node/n1")}, ""},
 	} {
 		// Through DER, as a peer's certificate arrives.
-		got, err := NodeID(parseURIs(t, tc.uris))
+		got, err := ID(parseURIs(t, tc.uris))
 		if tc.want == "" && err == nil || tc.want != "" && (err != nil || got != tc.want) {
-			t.Errorf("%v: NodeID = %q, %v; want %q", tc.uris, got, err, tc.want)
+			t.Errorf("%v: ID = %q, %v; want %q", tc.uris, got, err, tc.want)
 		}
 	}
 }
@@ -50,7 +50,7 @@ func TestNodeID(t *testing.T) {
 // parseURIs issues a certificate with uris as URI SANs and returns it parsed back from DER.
 func parseURIs(t *testing.T, uris []*url.URL) *x509.Certificate {
 	t.Helper()
-	certPEM, _, err := issue(&x509.Certificate{URIs: uris, NotAfter: time.Now().Add(time.Hour)}, nil, nil)
+	certPEM, _, err := Issue(&x509.Certificate{URIs: uris, NotAfter: time.Now().Add(time.Hour)}, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,21 +65,21 @@ func parseURIs(t *testing.T, uris []*url.URL) *x509.Certificate {
 // The embedded node's certificates: made once in the data directory (keys 0600), then loaded as
 // they are; a cluster node (create false) gets fs.ErrNotExist to explain; a partial set is an
 // error naming what is missing; what an interrupted creation leaves is finished.
-func TestLoadOrCreateNodeCerts(t *testing.T) {
+func TestLoadOrCreate(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "data")
-	if _, _, err := LoadOrCreateNodeCerts(dir, "n1", false); !errors.Is(err, fs.ErrNotExist) {
+	if _, _, err := LoadOrCreate(dir, "n1", false); !errors.Is(err, fs.ErrNotExist) {
 		t.Fatalf("no files, no create: %v, want fs.ErrNotExist", err)
 	}
-	first, created, err := LoadOrCreateNodeCerts(dir, "n1", true)
+	first, created, err := LoadOrCreate(dir, "n1", true)
 	if err != nil || !created || first.NodeID != "n1" {
 		t.Fatalf("first start: %+v created %v, %v", first.NodeID, created, err)
 	}
-	again, created, err := LoadOrCreateNodeCerts(dir, "n1", false)
+	again, created, err := LoadOrCreate(dir, "n1", false)
 	if err != nil || created || string(again.Cert.Certificate[0]) != string(first.Cert.Certificate[0]) {
 		t.Fatalf("second start: created %v, %v, same certificate %v", created, err, err == nil && string(again.Cert.Certificate[0]) == string(first.Cert.Certificate[0]))
 	}
 	if runtime.GOOS != "windows" {
-		for file, want := range map[string]fs.FileMode{NodeCAKeyFile: 0o600, NodeKeyFile: 0o600, NodeCAFile: 0o644, NodeCertFile: 0o644} {
+		for file, want := range map[string]fs.FileMode{CAKeyFile: 0o600, KeyFile: 0o600, CAFile: 0o644, CertFile: 0o644} {
 			if fi, err := os.Stat(filepath.Join(dir, file)); err != nil || fi.Mode().Perm() != want {
 				t.Errorf("%s: %v, mode %v, want %v", file, err, fi.Mode().Perm(), want)
 			}
@@ -87,18 +87,18 @@ func TestLoadOrCreateNodeCerts(t *testing.T) {
 	}
 	// The CA in the data dir issues certificates for nodes that join later (growing into a cluster).
 	n2 := filepath.Join(t.TempDir(), "n2")
-	if err := CreateNodeCert(n2, filepath.Join(dir, NodeCAFile), filepath.Join(dir, NodeCAKeyFile), "n2", nil); err != nil {
+	if err := Create(n2, filepath.Join(dir, CAFile), filepath.Join(dir, CAKeyFile), "n2", nil); err != nil {
 		t.Fatal(err)
 	}
-	if c, _, err := LoadOrCreateNodeCerts(n2, "n2", false); err != nil || c.NodeID != "n2" {
+	if c, _, err := LoadOrCreate(n2, "n2", false); err != nil || c.NodeID != "n2" {
 		t.Fatalf("n2: %v %v", c.NodeID, err)
 	}
 
 	// A missing node key is not made up.
-	if err := os.Remove(filepath.Join(n2, NodeKeyFile)); err != nil {
+	if err := os.Remove(filepath.Join(n2, KeyFile)); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := LoadOrCreateNodeCerts(n2, "n2", true); err == nil || !strings.Contains(err.Error(), "but not node.key") {
+	if _, _, err := LoadOrCreate(n2, "n2", true); err == nil || !strings.Contains(err.Error(), "but not node.key") {
 		t.Errorf("missing node.key: %v", err)
 	}
 
@@ -107,57 +107,63 @@ func TestLoadOrCreateNodeCerts(t *testing.T) {
 	if err := os.MkdirAll(crashed, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(crashed, NodeCAKeyFile), []byte("half"), 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(crashed, CAKeyFile), []byte("half"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if c, created, err := LoadOrCreateNodeCerts(crashed, "n1", true); err != nil || !created || c.NodeID != "n1" {
+	if c, created, err := LoadOrCreate(crashed, "n1", true); err != nil || !created || c.NodeID != "n1" {
 		t.Errorf("after an interrupted start: %v created %v, %v", c.NodeID, created, err)
 	}
 }
 
-// LoadNodeCerts refuses a certificate another CA issued, one that is not a node's, and a key
+// Load refuses a certificate another CA issued, one that is not a node's, and a key
 // that is not the certificate's, each naming the file.
-func TestLoadNodeCertsRefuses(t *testing.T) {
+func TestLoadRefuses(t *testing.T) {
 	dir := t.TempDir()
 	a, b := filepath.Join(dir, "a"), filepath.Join(dir, "b")
 	for _, d := range []string{a, b} {
-		if _, _, err := LoadOrCreateNodeCerts(d, "n1", true); err != nil {
+		if _, _, err := LoadOrCreate(d, "n1", true); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, err := LoadNodeCerts(filepath.Join(a, NodeCAFile), filepath.Join(b, NodeCertFile), filepath.Join(b, NodeKeyFile)); err == nil ||
+	if _, err := Load(filepath.Join(a, CAFile), filepath.Join(b, CertFile), filepath.Join(b, KeyFile)); err == nil ||
 		!strings.Contains(err.Error(), "not valid under the cluster CA") {
 		t.Errorf("another CA's certificate: %v", err)
 	}
-	if _, err := LoadNodeCerts(filepath.Join(a, NodeCAFile), filepath.Join(a, NodeCertFile), filepath.Join(b, NodeKeyFile)); err == nil ||
+	if _, err := Load(filepath.Join(a, CAFile), filepath.Join(a, CertFile), filepath.Join(b, KeyFile)); err == nil ||
 		!strings.Contains(err.Error(), "node.key") {
 		t.Errorf("another node's key: %v", err)
 	}
-	if _, err := LoadNodeCerts(filepath.Join(a, NodeCertFile), filepath.Join(a, NodeCertFile), filepath.Join(a, NodeKeyFile)); err == nil ||
+	if _, err := Load(filepath.Join(a, CertFile), filepath.Join(a, CertFile), filepath.Join(a, KeyFile)); err == nil ||
 		!strings.Contains(err.Error(), "not a CA") {
 		t.Errorf("a node certificate as the CA: %v", err)
 	}
-	// The client TLS certificate of the QUIC listener is no node certificate, even if it were
-	// signed by the CA: it names no node.
-	if _, _, err := SelfSignedCert(a, nil); err != nil {
+	// A server certificate naming hosts only (as the devices' TLS certificate does) is no node
+	// certificate, even if it were signed by the CA: it names no node. (syncd/auth's
+	// TestSelfSignedCertNamesNoNode checks the devices' own certificate.)
+	tmpl := &x509.Certificate{NotAfter: time.Now().Add(time.Hour), ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
+	if err := AddHosts(tmpl, []string{"localhost", "127.0.0.1"}); err != nil {
 		t.Fatal(err)
 	}
-	cert, _, err := LoadCert(filepath.Join(a, TLSCertFile), filepath.Join(a, TLSKeyFile))
+	certPEM, keyPEM, err := Issue(tmpl, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := NodeID(cert.Leaf); err == nil || !strings.Contains(err.Error(), "names no node") {
-		t.Errorf("client certificate as a node's: %v", err)
+	cert, err := KeyPair(certPEM, keyPEM, "server.crt", "server.key")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ID(cert.Leaf); err == nil || !strings.Contains(err.Error(), "names no node") {
+		t.Errorf("server certificate as a node's: %v", err)
 	}
 	// A CA file with two CAs (a CA rotation) trusts both.
 	both := filepath.Join(dir, "both.crt")
-	caA, _ := os.ReadFile(filepath.Join(a, NodeCAFile))
-	caB, _ := os.ReadFile(filepath.Join(b, NodeCAFile))
+	caA, _ := os.ReadFile(filepath.Join(a, CAFile))
+	caB, _ := os.ReadFile(filepath.Join(b, CAFile))
 	if err := os.WriteFile(both, append(caA, caB...), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	for _, d := range []string{a, b} {
-		if _, err := LoadNodeCerts(both, filepath.Join(d, NodeCertFile), filepath.Join(d, NodeKeyFile)); err != nil {
+		if _, err := Load(both, filepath.Join(d, CertFile), filepath.Join(d, KeyFile)); err != nil {
 			t.Errorf("rotation bundle, certificate of %s: %v", d, err)
 		}
 	}

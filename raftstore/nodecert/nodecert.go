@@ -1,4 +1,4 @@
-package auth
+package nodecert
 
 import (
 	"crypto"
@@ -14,7 +14,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/syncd-dev/syncd/proto"
+	"github.com/syncd-dev/syncd/proto/ident"
 )
 
 // Certificates of the node plane. Every node's one TCP listener (Raft, forwarded proposals,
@@ -25,22 +25,22 @@ import (
 //
 //	syncd://node/<id>
 //
-// (NodeURI; the id is path-escaped), which is what peers check: a dialer expects the node id it
+// (URI; the id is path-escaped), which is what peers check: a dialer expects the node id it
 // dials. The common name repeats the id for people reading the certificate; it is not checked.
 // Host names and addresses (-host of `syncctl cert create-node`) may be added as SANs for other
 // tools but are not checked by syncd either, so a node keeps its certificate behind NAT, a relay
 // or a new address.
 //
 // The same code issues the certificates for `syncctl cert create-ca` / `create-node`, for the
-// embedded single node's first start (LoadOrCreateNodeCerts) and for the test harnesses.
+// embedded single node's first start (LoadOrCreate) and for the test harnesses.
 
 // Files of the node plane's certificates, PEM encoded, as syncctl writes them and as syncd looks
 // for them in its data directory.
 const (
-	NodeCAFile    = "ca.crt"   // the cluster CA's certificate(s), "CERTIFICATE" blocks
-	NodeCAKeyFile = "ca.key"   // the CA's ECDSA P-256 key, "PRIVATE KEY" (PKCS #8), mode 0600
-	NodeCertFile  = "node.crt" // the node's certificate, issued by the CA
-	NodeKeyFile   = "node.key" // the node's ECDSA P-256 key, "PRIVATE KEY" (PKCS #8), mode 0600
+	CAFile    = "ca.crt"   // the cluster CA's certificate(s), "CERTIFICATE" blocks
+	CAKeyFile = "ca.key"   // the CA's ECDSA P-256 key, "PRIVATE KEY" (PKCS #8), mode 0600
+	CertFile  = "node.crt" // the node's certificate, issued by the CA
+	KeyFile   = "node.key" // the node's ECDSA P-256 key, "PRIVATE KEY" (PKCS #8), mode 0600
 )
 
 // Validity of generated node-plane certificates; a node certificate never outlives its CA.
@@ -55,16 +55,16 @@ const (
 	nodeURIHost   = "node"
 )
 
-// NodeURI returns the URI a certificate for node id names it by: syncd://node/<id>.
-func NodeURI(id string) *url.URL {
+// URI returns the URI a certificate for node id names it by: syncd://node/<id>.
+func URI(id string) *url.URL {
 	return &url.URL{Scheme: nodeURIScheme, Host: nodeURIHost, Path: "/" + id}
 }
 
-// NodeID returns the node id cert names in its syncd://node/<id> URI SAN. A certificate with no
+// ID returns the node id cert names in its syncd://node/<id> URI SAN. A certificate with no
 // such URI, more than one, or one whose id is not 1-128 printable ASCII characters is an error:
-// it is not a node certificate. NodeID checks nothing else (the TLS handshake verifies the
+// it is not a node certificate. ID checks nothing else (the TLS handshake verifies the
 // chain); safe for concurrent use.
-func NodeID(cert *x509.Certificate) (string, error) {
+func ID(cert *x509.Certificate) (string, error) {
 	var id string
 	n := 0
 	for _, u := range cert.URIs {
@@ -73,13 +73,13 @@ func NodeID(cert *x509.Certificate) (string, error) {
 		}
 		n++
 		id = strings.TrimPrefix(u.Path, "/")
-		if u.User != nil || u.Opaque != "" || u.RawQuery != "" || u.Fragment != "" || !strings.HasPrefix(u.Path, "/") || !proto.ValidID(id) {
-			return "", fmt.Errorf("syncd: certificate %q: %s is not a node URI (%s)", cert.Subject.CommonName, u, NodeURI("<id>"))
+		if u.User != nil || u.Opaque != "" || u.RawQuery != "" || u.Fragment != "" || !strings.HasPrefix(u.Path, "/") || !ident.Valid(id) {
+			return "", fmt.Errorf("syncd: certificate %q: %s is not a node URI (%s)", cert.Subject.CommonName, u, URI("<id>"))
 		}
 	}
 	switch n {
 	case 0:
-		return "", fmt.Errorf("syncd: certificate %q names no node (no %s URI): not a syncd node certificate", cert.Subject.CommonName, NodeURI("<id>"))
+		return "", fmt.Errorf("syncd: certificate %q names no node (no %s URI): not a syncd node certificate", cert.Subject.CommonName, URI("<id>"))
 	case 1:
 		return id, nil
 	default:
@@ -87,29 +87,29 @@ func NodeID(cert *x509.Certificate) (string, error) {
 	}
 }
 
-// NodeCerts is what a node proves and trusts on the node plane. Its fields are read-only once
+// Certs is what a node proves and trusts on the node plane. Its fields are read-only once
 // loaded; it is then safe for concurrent use.
-type NodeCerts struct {
+type Certs struct {
 	Cert   tls.Certificate // this node's certificate (Leaf set) and key
 	CAs    *x509.CertPool  // the cluster CA certificates peers' certificates must chain to
 	NodeID string          // the node id Cert names
 }
 
 // CreateCA creates a new cluster CA in dir (created 0700 if missing): a self-signed ECDSA P-256
-// CA certificate valid for 10 years (NodeCAFile, 0644) and its key (NodeCAKeyFile, 0600). It
-// refuses to replace either file: a cluster has one CA, and a new one would not trust the node
-// certificates issued by the old.
+// CA certificate valid for 10 years (CAFile, 0644) and its key (CAKeyFile, 0600). It refuses to
+// replace either file: a cluster has one CA, and a new one would not trust the node certificates
+// issued by the old.
 func CreateCA(dir string) error { return createCA(dir, false) }
 
 // createCA is CreateCA; with replaceKey, a key left without its certificate by an interrupted
 // first start is replaced.
 func createCA(dir string, replaceKey bool) error {
-	certPath, keyPath := filepath.Join(dir, NodeCAFile), filepath.Join(dir, NodeCAKeyFile)
+	certPath, keyPath := filepath.Join(dir, CAFile), filepath.Join(dir, CAKeyFile)
 	for _, p := range []string{certPath, keyPath} {
 		if p == keyPath && replaceKey {
 			continue
 		}
-		if ok, err := fileExists(p); err != nil || ok {
+		if ok, err := FileExists(p); err != nil || ok {
 			return existsErr(p, err, "a cluster has one CA: issue node certificates from it (syncctl cert create-node), or pick another directory")
 		}
 	}
@@ -123,26 +123,26 @@ func createCA(dir string, replaceKey bool) error {
 		IsCA:                  true,
 		MaxPathLenZero:        true, // it signs node certificates only, no intermediate CAs
 	}
-	certPEM, keyPEM, err := issue(tmpl, nil, nil)
+	certPEM, keyPEM, err := Issue(tmpl, nil, nil)
 	if err != nil {
 		return err
 	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("syncd: create CA directory: %w", err)
 	}
-	return writeNew(certPath, certPEM, keyPath, keyPEM)
+	return WritePair(certPath, certPEM, keyPath, keyPEM)
 }
 
-// CreateNodeCert issues a certificate for node id, signed by the CA in caCertFile and caKeyFile,
-// valid for 5 years (never beyond the CA), for server and client authentication, naming id in
-// its URI SAN (NodeURI) and common name and hosts (IP addresses or DNS names, optional) as SANs.
-// It writes the certificate and its new key into dir (created 0700 if missing) as NodeCertFile
-// (0644) and NodeKeyFile (0600), and a copy of the CA certificate as NodeCAFile unless dir has
-// one already, so that dir holds what syncd looks for in a data directory. It refuses to replace
-// a node certificate or key, and to write a certificate that dir's own ca.crt would not trust.
-func CreateNodeCert(dir, caCertFile, caKeyFile, id string, hosts []string) error {
-	if !proto.ValidID(id) || strings.ContainsAny(id, "=,") {
-		return fmt.Errorf("syncd: node id %q must be 1-%d printable ASCII characters, no space, '=' or ','", id, proto.MaxIDLen)
+// Create issues a certificate for node id, signed by the CA in caCertFile and caKeyFile, valid
+// for 5 years (never beyond the CA), for server and client authentication, naming id in its URI
+// SAN (URI) and common name and hosts (IP addresses or DNS names, optional) as SANs. It writes
+// the certificate and its new key into dir (created 0700 if missing) as CertFile (0644) and
+// KeyFile (0600), and a copy of the CA certificate as CAFile unless dir has one already, so that
+// dir holds what syncd looks for in a data directory. It refuses to replace a node certificate or
+// key, and to write a certificate that dir's own ca.crt would not trust.
+func Create(dir, caCertFile, caKeyFile, id string, hosts []string) error {
+	if !ident.Valid(id) || strings.ContainsAny(id, "=,") {
+		return fmt.Errorf("syncd: node id %q must be 1-%d printable ASCII characters, no space, '=' or ','", id, ident.MaxLen)
 	}
 	ca, caPEM, err := readCA(caCertFile)
 	if err != nil {
@@ -155,18 +155,18 @@ func CreateNodeCert(dir, caCertFile, caKeyFile, id string, hosts []string) error
 	if pub, ok := caKey.Public().(interface{ Equal(crypto.PublicKey) bool }); !ok || !pub.Equal(ca.PublicKey) {
 		return fmt.Errorf("syncd: CA key %s does not belong to the CA certificate %s", caKeyFile, caCertFile)
 	}
-	return createNodeCert(dir, ca, caPEM, caKey, id, hosts, false)
+	return createNode(dir, ca, caPEM, caKey, id, hosts, false)
 }
 
-// createNodeCert is CreateNodeCert with the CA read; with replaceKey, a key left without its
-// certificate by an interrupted first start is replaced.
-func createNodeCert(dir string, ca *x509.Certificate, caPEM []byte, caKey crypto.Signer, id string, hosts []string, replaceKey bool) error {
-	certPath, keyPath, dirCA := filepath.Join(dir, NodeCertFile), filepath.Join(dir, NodeKeyFile), filepath.Join(dir, NodeCAFile)
+// createNode is Create with the CA read; with replaceKey, a key left without its certificate by
+// an interrupted first start is replaced.
+func createNode(dir string, ca *x509.Certificate, caPEM []byte, caKey crypto.Signer, id string, hosts []string, replaceKey bool) error {
+	certPath, keyPath, dirCA := filepath.Join(dir, CertFile), filepath.Join(dir, KeyFile), filepath.Join(dir, CAFile)
 	for _, p := range []string{certPath, keyPath} {
 		if p == keyPath && replaceKey {
 			continue
 		}
-		if ok, err := fileExists(p); err != nil || ok {
+		if ok, err := FileExists(p); err != nil || ok {
 			return existsErr(p, err, "delete both node.crt and node.key to issue new ones, or pick another directory")
 		}
 	}
@@ -181,16 +181,16 @@ func createNodeCert(dir string, ca *x509.Certificate, caPEM []byte, caKey crypto
 		NotAfter:    notAfter,
 		KeyUsage:    x509.KeyUsageDigitalSignature,
 		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
-		URIs:        []*url.URL{NodeURI(id)},
+		URIs:        []*url.URL{URI(id)},
 	}
-	if err := addHosts(tmpl, hosts); err != nil {
+	if err := AddHosts(tmpl, hosts); err != nil {
 		return err
 	}
-	certPEM, keyPEM, err := issue(tmpl, ca, caKey)
+	certPEM, keyPEM, err := Issue(tmpl, ca, caKey)
 	if err != nil {
 		return err
 	}
-	haveCA, err := fileExists(dirCA)
+	haveCA, err := FileExists(dirCA)
 	if err != nil {
 		return fmt.Errorf("syncd: %w", err)
 	}
@@ -213,26 +213,26 @@ func createNodeCert(dir string, ca *x509.Certificate, caPEM []byte, caKey crypto
 		return fmt.Errorf("syncd: create certificate directory: %w", err)
 	}
 	if !haveCA {
-		if _, err := writeFileAtomic(dirCA, caPEM, 0o644, true); err != nil {
+		if _, err := WriteFileAtomic(dirCA, caPEM, 0o644, true); err != nil {
 			return fmt.Errorf("syncd: write %s: %w", dirCA, err)
 		}
 	}
-	return writeNew(certPath, certPEM, keyPath, keyPEM)
+	return WritePair(certPath, certPEM, keyPath, keyPEM)
 }
 
-// LoadNodeCerts loads the node plane's files: the cluster CA certificate(s) (every CERTIFICATE
-// block of caFile: during a CA rotation it holds the old and the new CA), this node's certificate
-// and its key. It checks that the key matches, that the certificate chains to one of the CAs for
+// Load loads the node plane's files: the cluster CA certificate(s) (every CERTIFICATE block of
+// caFile: during a CA rotation it holds the old and the new CA), this node's certificate and its
+// key. It checks that the key matches, that the certificate chains to one of the CAs for
 // both server and client authentication, and that it names a node id; every error names the file
 // and what to do. Safe to call concurrently.
-func LoadNodeCerts(caFile, certFile, keyFile string) (NodeCerts, error) {
+func Load(caFile, certFile, keyFile string) (Certs, error) {
 	pool, err := readCAPool(caFile)
 	if err != nil {
-		return NodeCerts{}, err
+		return Certs{}, err
 	}
-	cert, _, err := LoadCert(certFile, keyFile)
+	cert, err := LoadKeyPair(certFile, keyFile)
 	if err != nil {
-		return NodeCerts{}, err
+		return Certs{}, err
 	}
 	inter := x509.NewCertPool()
 	for _, der := range cert.Certificate[1:] {
@@ -242,73 +242,73 @@ func LoadNodeCerts(caFile, certFile, keyFile string) (NodeCerts, error) {
 	}
 	for _, usage := range []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth} {
 		if _, err := cert.Leaf.Verify(x509.VerifyOptions{Roots: pool, Intermediates: inter, KeyUsages: []x509.ExtKeyUsage{usage}}); err != nil {
-			return NodeCerts{}, fmt.Errorf("syncd: node certificate %s is not valid under the cluster CA %s: %w "+
+			return Certs{}, fmt.Errorf("syncd: node certificate %s is not valid under the cluster CA %s: %w "+
 				"(issue one with syncctl cert create-node from that CA)", certFile, caFile, err)
 		}
 	}
-	id, err := NodeID(cert.Leaf)
+	id, err := ID(cert.Leaf)
 	if err != nil {
-		return NodeCerts{}, fmt.Errorf("%w (in %s)", err, certFile)
+		return Certs{}, fmt.Errorf("%w (in %s)", err, certFile)
 	}
-	return NodeCerts{Cert: cert, CAs: pool, NodeID: id}, nil
+	return Certs{Cert: cert, CAs: pool, NodeID: id}, nil
 }
 
-// LoadOrCreateNodeCerts returns the node-plane certificates kept in dir (NodeCAFile, NodeCertFile,
-// NodeKeyFile; NodeCAKeyFile is not needed). If dir holds none of them and create is set, it
-// first creates a cluster CA and a certificate for node id there, as CreateCA and CreateNodeCert
-// do, and reports created; the embedded single node does this on its first start, like the token
-// secret. Without create, a dir holding none of them gives an error matching fs.ErrNotExist (the
-// caller says what to do). A dir holding only some of them is an error naming what is missing.
+// LoadOrCreate returns the node-plane certificates kept in dir (CAFile, CertFile, KeyFile;
+// CAKeyFile is not needed). If dir holds none of them and create is set, it first creates a
+// cluster CA and a certificate for node id there, as CreateCA and Create do, and reports
+// created; the embedded single node does this on its first start, like the token secret. Without
+// create, a dir holding none of them gives an error matching fs.ErrNotExist (the caller says what
+// to do). A dir holding only some of them is an error naming what is missing.
 //
 // Keys without their certificates are what an interrupted creation leaves; with create they are
-// replaced. LoadOrCreateNodeCerts must not run concurrently on the same dir (the server holds the
-// data directory's lock).
-func LoadOrCreateNodeCerts(dir, id string, create bool) (certs NodeCerts, created bool, err error) {
+// replaced. LoadOrCreate must not run concurrently on the same dir (the server holds the data
+// directory's lock).
+func LoadOrCreate(dir, id string, create bool) (certs Certs, created bool, err error) {
 	have := map[string]bool{}
-	for _, f := range []string{NodeCAFile, NodeCAKeyFile, NodeCertFile, NodeKeyFile} {
-		if have[f], err = fileExists(filepath.Join(dir, f)); err != nil {
-			return NodeCerts{}, false, fmt.Errorf("syncd: node certificates: %w", err)
+	for _, f := range []string{CAFile, CAKeyFile, CertFile, KeyFile} {
+		if have[f], err = FileExists(filepath.Join(dir, f)); err != nil {
+			return Certs{}, false, fmt.Errorf("syncd: node certificates: %w", err)
 		}
 	}
-	load := func() (NodeCerts, error) {
-		return LoadNodeCerts(filepath.Join(dir, NodeCAFile), filepath.Join(dir, NodeCertFile), filepath.Join(dir, NodeKeyFile))
+	load := func() (Certs, error) {
+		return Load(filepath.Join(dir, CAFile), filepath.Join(dir, CertFile), filepath.Join(dir, KeyFile))
 	}
 	switch {
-	case have[NodeCAFile] && have[NodeCertFile] && have[NodeKeyFile]:
+	case have[CAFile] && have[CertFile] && have[KeyFile]:
 		certs, err := load()
 		return certs, false, err
-	case !have[NodeCAFile] && !have[NodeCertFile] && !create:
-		return NodeCerts{}, false, fmt.Errorf("syncd: no node certificates in %s: %w", dir, fs.ErrNotExist)
-	case !have[NodeCertFile] && create && (!have[NodeCAFile] || have[NodeCAKeyFile]):
+	case !have[CAFile] && !have[CertFile] && !create:
+		return Certs{}, false, fmt.Errorf("syncd: no node certificates in %s: %w", dir, fs.ErrNotExist)
+	case !have[CertFile] && create && (!have[CAFile] || have[CAKeyFile]):
 		// A first start, or one interrupted after (some of) the CA was written.
-		if !have[NodeCAFile] {
+		if !have[CAFile] {
 			if err := createCA(dir, true); err != nil {
-				return NodeCerts{}, false, err
+				return Certs{}, false, err
 			}
 		}
-		ca, caPEM, err := readCA(filepath.Join(dir, NodeCAFile))
+		ca, caPEM, err := readCA(filepath.Join(dir, CAFile))
 		if err != nil {
-			return NodeCerts{}, false, err
+			return Certs{}, false, err
 		}
-		caKey, err := readSigner(filepath.Join(dir, NodeCAKeyFile))
+		caKey, err := readSigner(filepath.Join(dir, CAKeyFile))
 		if err != nil {
-			return NodeCerts{}, false, err
+			return Certs{}, false, err
 		}
-		if err := createNodeCert(dir, ca, caPEM, caKey, id, nil, true); err != nil {
-			return NodeCerts{}, false, err
+		if err := createNode(dir, ca, caPEM, caKey, id, nil, true); err != nil {
+			return Certs{}, false, err
 		}
 		certs, err := load()
 		return certs, true, err
 	}
 	var present, missing []string
-	for _, f := range []string{NodeCAFile, NodeCertFile, NodeKeyFile} {
+	for _, f := range []string{CAFile, CertFile, KeyFile} {
 		if have[f] {
 			present = append(present, f)
 		} else {
 			missing = append(missing, f)
 		}
 	}
-	return NodeCerts{}, false, fmt.Errorf("syncd: %s holds %s of the node certificates but not %s: restore the missing "+
+	return Certs{}, false, fmt.Errorf("syncd: %s holds %s of the node certificates but not %s: restore the missing "+
 		"files, or issue them (syncctl cert create-node -dir %s -ca <ca.crt> -ca-key <ca.key> -node-id %s)",
 		dir, strings.Join(present, ", "), strings.Join(missing, ", "), dir, id)
 }
@@ -384,22 +384,6 @@ func readSigner(path string) (crypto.Signer, error) {
 		return nil, fmt.Errorf("syncd: key %s cannot sign", path)
 	}
 	return s, nil
-}
-
-// writeNew writes a key (0600), then its certificate (0644), each atomically and only if absent
-// (a key is written over one left by an interrupted creation: the callers checked the rest).
-func writeNew(certPath string, certPEM []byte, keyPath string, keyPEM []byte) error {
-	if _, err := writeFileAtomic(keyPath, keyPEM, 0o600, false); err != nil {
-		return fmt.Errorf("syncd: write %s: %w", keyPath, err)
-	}
-	created, err := writeFileAtomic(certPath, certPEM, 0o644, true)
-	if err != nil {
-		return fmt.Errorf("syncd: write %s: %w", certPath, err)
-	}
-	if !created {
-		return fmt.Errorf("syncd: %s appeared while it was being created (another syncctl or syncd at work?)", certPath)
-	}
-	return nil
 }
 
 // existsErr says that path exists (or could not be checked) and what to do.

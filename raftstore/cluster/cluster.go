@@ -225,7 +225,7 @@ func (c *Cluster) kickManage() {
 	}
 }
 
-// manageLoop runs the management rounds until the node closes.
+// manageLoop runs the management rounds until Close.
 func (c *Cluster) manageLoop() {
 	defer close(c.done)
 	st := &managed{lastSeen: map[string]time.Time{}}

@@ -3,6 +3,7 @@ package syncd
 import (
 	"context"
 	"errors"
+	"time"
 
 	"github.com/syncd-dev/syncd/log"
 	"github.com/syncd-dev/syncd/raftstore"
@@ -92,4 +93,21 @@ func (s *Server) reportLog(ctx context.Context, d log.DeliveryDue) error {
 // shards: the report is retried, not skipped.
 func passing(err error) bool {
 	return errors.Is(err, log.ErrMoving) || errors.Is(err, log.ErrMoved) || errors.Is(err, log.ErrNotYet)
+}
+
+// observeRead records how long after its append the newest message a read receipt marks read
+// was read (syncd_read_after_seconds): the read stage of a message, after sent and delivered.
+// Only when the conversation's home replica is on this node, so that the figure costs one local
+// point read and never a hop to another node; in a cluster where every node holds every shard,
+// that is every receipt.
+func (s *Server) observeRead(home raftstore.ShardID, conv string, upTo log.Position) {
+	state, err := s.node.State(home)
+	if err != nil || upTo == 0 {
+		return
+	}
+	r, err := state.ReadConv(conv, 0, upTo, log.Limit{Count: 1})
+	if err != nil || r.Status != log.ReadEntries || r.Entries[0].Seq != upTo {
+		return // trimmed, or not there
+	}
+	s.metrics.observeReadAfter(time.Since(time.Unix(0, r.Entries[0].Time)))
 }

@@ -81,3 +81,20 @@ func TestAckClockBounds(t *testing.T) {
 		t.Fatalf("after a jump: %v, want only the new entry", got)
 	}
 }
+
+// TestReadAfter: a read receipt records how long after its append the newest message it marks
+// read was read (syncd_read_after_seconds), once: a resent receipt is not counted again.
+func TestReadAfter(t *testing.T) {
+	ts := startServer(t, nil)
+	alice, bob := connect(t, ts, "alice", "phone"), connect(t, ts, "bob", "phone")
+	for _, id := range []string{"m1", "m2"} {
+		alice.Ack(&proto.Send{ID: alice.ID(), Conv: "d:alice:bob", ClientMsgID: id, Body: []byte("hi"), Peer: "bob"})
+	}
+	url := "http://" + ts.AdminAddr().String() + "/metrics"
+	for range 2 { // the second is a resend of the first: a duplicate
+		bob.Ack(&proto.MarkRead{ID: bob.ID(), Conv: "d:alice:bob", ClientMsgID: "r1", UpTo: 2})
+	}
+	if m := scrape(t, url); !strings.Contains(m, "syncd_read_after_seconds_count 1\n") || !strings.Contains(m, `syncd_read_after_seconds_bucket{le="1"} 1`) {
+		t.Fatalf("after one receipt, resent: %s", grepLines(m, "syncd_read_after_seconds"))
+	}
+}

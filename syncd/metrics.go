@@ -86,6 +86,7 @@ type metrics struct {
 	sendAck     [len(sendResults)]prometheus.Observer
 	delivery    prometheus.Histogram
 	deviceAck   prometheus.Histogram
+	readAfter   prometheus.Histogram
 	fanout      prometheus.Histogram
 	syncStreams prometheus.Gauge
 	staleTurns  prometheus.Counter
@@ -126,6 +127,11 @@ func newMetrics(reg *prometheus.Registry, node metricsNode, cl *cluster.Cluster,
 			Help:                        "Time from a conversation entry's append to the cursor ack of the device it was pushed to live: the device has stored it (the delivered-to-a-device stage).",
 			Buckets:                     latencyBuckets,
 			NativeHistogramBucketFactor: nativeBucketFactor, NativeHistogramMaxBucketNumber: nativeMaxBuckets,
+		}),
+		readAfter: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: "syncd", Name: "read_after_seconds",
+			Help:    "Time from a message's append to a read receipt marking it read (the newest message the receipt covers), for receipts made through this node while the conversation's home replica is here: the read stage.",
+			Buckets: []float64{1, 5, 30, 60, 300, 900, 3600, 4 * 3600, 12 * 3600, 24 * 3600, 3 * 24 * 3600, 7 * 24 * 3600},
 		}),
 		fanout: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Namespace: "syncd", Subsystem: "fanout", Name: "delivery_seconds",
@@ -201,7 +207,7 @@ func newMetrics(reg *prometheus.Registry, node metricsNode, cl *cluster.Cluster,
 	reg.MustRegister(buildInfo)
 	reg.MustRegister(node.Collectors()...)
 	reg.MustRegister(
-		sendAck, m.delivery, m.deviceAck, m.fanout, m.syncStreams, m.staleTurns, m.clientGaps, m.mismatches, refused, m.validated,
+		sendAck, m.delivery, m.deviceAck, m.readAfter, m.fanout, m.syncStreams, m.staleTurns, m.clientGaps, m.mismatches, refused, m.validated,
 		reqRefused, m.writeStalls, sessions, webRefused, reports,
 		m.movePause, m.moveCopied,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
@@ -313,6 +319,15 @@ func (m *metrics) observeDeviceAck(d time.Duration) {
 		return
 	}
 	m.deviceAck.Observe(max(d, 0).Seconds())
+}
+
+// observeReadAfter records the append→read time of one message (Server.observeRead). Clock skew
+// counts as zero, as in observeDelivery.
+func (m *metrics) observeReadAfter(d time.Duration) {
+	if m == nil {
+		return
+	}
+	m.readAfter.Observe(max(d, 0).Seconds())
 }
 
 // observeFanout records the append→delivered latency of one entry the fan-out delivered (a

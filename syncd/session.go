@@ -156,7 +156,8 @@ func (ss *session) answer(ctx context.Context, req proto.Request) proto.Frame {
 	ctx, cancel := context.WithTimeout(ctx, ss.s.cfg.RequestTimeout)
 	defer cancel()
 	began := time.Now()
-	res, err := ss.s.node.Propose(ctx, ss.s.slots.ConvShard(app.Conv), raftstore.AppendCommand(app))
+	home := ss.s.slots.ConvShard(app.Conv)
+	res, err := ss.s.node.Propose(ctx, home, raftstore.AppendCommand(app))
 	switch {
 	case log.Rejected(err):
 		ss.s.metrics.observeSend(time.Since(began), sendRefused)
@@ -169,6 +170,9 @@ func (ss *session) answer(ctx context.Context, req proto.Request) proto.Frame {
 	}
 	if err != nil {
 		return wireError(ss.s.logger, id, err)
+	}
+	if app.Kind == log.KindReceipt && !res.Append.Duplicate {
+		ss.s.observeRead(home, app.Conv, app.ReadUpTo)
 	}
 	return wireAck(id, app.Conv, res.Append)
 }

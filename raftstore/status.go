@@ -136,6 +136,13 @@ func (n *Node) Status() []ShardStatus {
 	return out
 }
 
+// Leads reports whether this node's replica of shard leads its group: Raft's own state, without
+// the configuration read ShardStatus makes.
+func (n *Node) Leads(shard ShardID) bool {
+	r, ok := n.replica(shard)
+	return ok && r.raft.State() == raft.Leader
+}
+
 // ShardStatus returns the status of one shard.
 func (n *Node) ShardStatus(shard ShardID) (ShardStatus, error) {
 	r, ok := n.replica(shard)

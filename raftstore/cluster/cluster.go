@@ -312,13 +312,6 @@ func (c *Cluster) reconcile(ctx context.Context, m ClusterMap) {
 		desired := m.Replicas[s]
 		in := slices.Contains(desired, self)
 		hosted := slices.Contains(hostedShards, s)
-		var leads bool
-		var st raftstore.ShardStatus
-		if hosted {
-			var err error
-			st, err = c.node.ShardStatus(s)
-			leads = err == nil && st.State == "leader"
-		}
 		switch {
 		case in && !hosted:
 			var err error
@@ -335,8 +328,11 @@ func (c *Cluster) reconcile(ctx context.Context, m ClusterMap) {
 			if err != nil {
 				c.logger.Warn("starting a replica placed here", "shard", uint32(s), "err", err)
 			}
-		case leads:
-			c.reconcileGroup(ctx, st, desired, m)
+		case hosted && c.node.Leads(s):
+			// The group's members, as the leader knows them, only for a group this node leads.
+			if st, err := c.node.ShardStatus(s); err == nil && st.State == "leader" {
+				c.reconcileGroup(ctx, st, desired, m)
+			}
 		case hosted && !in:
 			c.dropIfRemoved(ctx, s, desired, m)
 		}

@@ -107,8 +107,11 @@ func (n *Node) RemoveReplica(shard ShardID) error {
 	return nil
 }
 
-func (n *Node) snapshotDir(shard ShardID) string {
-	return filepath.Join(n.cfg.Dir, "snapshots", fmt.Sprintf("shard-%d", shard))
+func (n *Node) snapshotDir(shard ShardID) string { return snapshotDir(n.cfg.Dir, shard) }
+
+// snapshotDir is where the node with data directory dir keeps shard's Raft snapshots.
+func snapshotDir(dir string, shard ShardID) string {
+	return filepath.Join(dir, "snapshots", fmt.Sprintf("shard-%d", shard))
 }
 
 // AddNonvoter adds node id (Raft address addr) to shard's group as a non-voter: it receives the

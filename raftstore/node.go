@@ -562,6 +562,26 @@ func (n *Node) proposeLocal(ctx context.Context, r *replica, cmd Command) (Resul
 	return res.res, res.err
 }
 
+// Barrier waits until this node's replica of shard, which must lead it, has applied every entry
+// committed before the call (hashicorp/raft's barrier, an entry of its own through the log), and
+// returns the index it has applied then: a read of the replica's state afterwards sees every
+// write acknowledged before the call, whichever leader acknowledged it. A replica that does not
+// lead gives *NotLeaderError.
+func (n *Node) Barrier(ctx context.Context, shard ShardID) (uint64, error) {
+	r, ok := n.replica(shard)
+	if !ok {
+		return 0, ErrNoShard
+	}
+	timeout := 10 * time.Second
+	if d, ok := ctx.Deadline(); ok {
+		timeout = time.Until(d)
+	}
+	if err := r.raft.Barrier(timeout).Error(); err != nil {
+		return 0, n.mapRaftError(r, err)
+	}
+	return r.fsm.applied.Load(), nil
+}
+
 func (n *Node) mapRaftError(r *replica, err error) error {
 	switch {
 	case errors.Is(err, raft.ErrNotLeader):

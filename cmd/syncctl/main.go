@@ -64,6 +64,7 @@ var commands = []command{
 	{"cursor", "show a user's log and where each device's cursor stands in it (admin HTTP)", runCursor},
 	{"trace", "show where a message went: its entry, fan-out, each member's log and devices (admin HTTP)", runTrace},
 	{"dlq", "list, replay or drop dead letters: deliveries a shard refused (admin HTTP)", runDLQ},
+	{"backup", "back up the whole cluster, online, into a directory (admin HTTP; restore with syncd restore)", runBackup},
 	{"reset-user", "drop a user's log and restart it under a new epoch (admin HTTP)", runResetUser},
 	{"split-user", "split a hot user's stream into sub-logs on several shards, online (admin HTTP)", runSplitUser},
 	{"revoke-device", "close a device's sessions and refuse its tokens issued so far, on every node (admin HTTP)", runRevokeDevice},

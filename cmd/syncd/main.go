@@ -63,6 +63,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == "conformance" {
 		return runConformance(ctx, args[1:], stdout, stderr)
 	}
+	if len(args) > 0 && args[0] == "restore" {
+		return runRestore(args[1:], stdout, stderr)
+	}
 	opts, err := parseArgs(args, stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return 0

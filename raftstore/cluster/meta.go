@@ -414,17 +414,22 @@ type metaState struct {
 
 // Snapshot implements raft.FSM.
 func (f *metaFSM) Snapshot() (raft.FSMSnapshot, error) {
+	b, err := json.Marshal(f.state())
+	if err != nil {
+		return nil, err
+	}
+	return metaSnapshot(b), nil
+}
+
+// state returns a copy of the whole state, as snapshots hold it.
+func (f *metaFSM) state() metaState {
 	f.mu.RLock()
 	st := metaState{ClusterMap: f.m.Clone(), Revoked: slices.Collect(maps.Values(f.revoked))}
 	f.mu.RUnlock()
 	slices.SortFunc(st.Revoked, func(a, b Revocation) int {
 		return strings.Compare(revKey(a.User, a.Device), revKey(b.User, b.Device))
 	})
-	b, err := json.Marshal(st)
-	if err != nil {
-		return nil, err
-	}
-	return metaSnapshot(b), nil
+	return st
 }
 
 // Restore implements raft.FSM.

@@ -16,6 +16,7 @@ func (s *Server) routes(mux *http.ServeMux) {
 	s.userRoutes(ops)
 	s.clusterRoutes(ops)
 	s.checkRoutes(ops)
+	s.backupRoutes(ops)
 	s.inspectRoutes(ops)
 	ops.HandleFunc("GET /v1/webtransport/certs", func(w http.ResponseWriter, r *http.Request) {
 		certs := []adminapi.BrowserCert{}

@@ -1,0 +1,73 @@
+package log
+
+import (
+	"fmt"
+
+	"github.com/cockroachdb/pebble/v2"
+)
+
+// A cluster restored from a backup holds each shard as it was at its own Raft index, taken at
+// slightly different moments, and older than what devices and other shards saw before the
+// cluster was lost. Two things then must not be believed: a device's cursor past a log's restored
+// head (positions after it will be reused by new entries, which the device would skip), and a
+// destination's fan-out mark past its source's restored outbox (new outbox records at those
+// positions would be taken for ones already delivered). RenewEpochs and RaiseOutbox repair the
+// state of a restored shard for both, before it serves; they run on the one replica a restore
+// writes, outside Raft, and followers copy the result with the first snapshot they receive.
+
+// RenewEpochs gives every user and conversation log of the shard a new epoch, the greater of
+// epoch (a time, as the epochs of new logs are) and the log's old epoch plus one, keeping its
+// entries and positions. Every device then hears "epoch changed" on its next sync (G3) and
+// resyncs from the log's start, instead of trusting a cursor that may point past what the
+// restore kept. It returns the number of logs renewed.
+func (s *Shard) RenewEpochs(epoch Epoch) (int, error) {
+	t := s.Begin()
+	defer t.Close()
+	n := 0
+	for _, tag := range []byte{tagUser, tagConv} {
+		lower, upper := s.k.tableBounds(tag)
+		it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
+		if err != nil {
+			return 0, fmt.Errorf("log: read: %w", err)
+		}
+		for ok := it.First(); ok; ok = it.Next() {
+			m, err := decodeLogMeta(it.Value())
+			if err != nil {
+				it.Close()
+				return 0, err
+			}
+			m.Epoch = max(epoch, m.Epoch+1)
+			if err := t.putLogMeta(append([]byte(nil), it.Key()...), m); err != nil {
+				it.Close()
+				return 0, err
+			}
+			n++
+		}
+		if err := it.Close(); err != nil {
+			return 0, err
+		}
+	}
+	if err := t.Commit(true); err != nil {
+		return 0, err
+	}
+	return n, nil
+}
+
+// RaiseOutbox makes the shard's next outbox position greater than floor, the highest mark any
+// destination holds for this shard as a source: outbox positions up to floor are never written
+// again, so no destination can take a new record for one it applied before the restore. The
+// positions skipped hold no record; the fan-out and the trim pass over such gaps. It changes
+// nothing when the outbox is past floor already.
+func (s *Shard) RaiseOutbox(floor uint64) error {
+	t := s.Begin()
+	defer t.Close()
+	info, err := t.outboxInfo()
+	if err != nil {
+		return err
+	}
+	if info.Head >= floor {
+		return nil
+	}
+	t.outboxHead, t.outboxHeadLoaded, t.outboxHeadDirty = floor, true, true
+	return t.Commit(true)
+}

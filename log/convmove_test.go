@@ -349,7 +349,7 @@ func TestMoveMarkersAfterReopen(t *testing.T) {
 		t.Fatalf("a send to the fenced conversation after a reopen: %v, want ErrMoving", err)
 	}
 	if _, err := apply(t, s, Stamp{Index: 5, Time: 1000}, func(tx *Tx) error {
-		return tx.SetCursor("bob", "phone", Cursor{Epoch: 1, Pos: 1})
+		return tx.SetCursor(Stamp{Index: 5, Time: 1000}, "bob", "phone", Cursor{Epoch: 1, Pos: 1})
 	}); !errors.Is(err, ErrMoving) {
 		t.Fatalf("a cursor write of the fenced user after a reopen: %v, want ErrMoving", err)
 	}

@@ -31,9 +31,9 @@
 //	user-info uid | conv-info conv | source-mark source
 //	conv-state conv uid | members conv uid [after] [limit]   a member's view; paged members
 //	outbox from [limit] | trim-outbox [index] upto
-//	trim-user [index] [time] uid [max-count] [max-age] | trim-conv … conv …
+//	trim-user [index] [time] uid [max-count] [max-age] [min-age] [inactive-after] | trim-conv … conv …
 //	reset-user [index] [time] uid
-//	set-cursor [index] uid dev epoch pos | cursors uid
+//	set-cursor [index] [time] uid dev epoch pos | cursors uid     a cursor is seen at its time
 //	checksum uid from to
 //	dead-letter [index] [time] dest pos users reason | drop-dead-letter dest pos
 //	dead-letters [dest pos] [limit]                list after (dest, pos), and the count
@@ -199,6 +199,8 @@ func (r *ddRunner) run(t *testing.T, d *datadriven.TestData) string {
 		var ret Retention
 		d.MaybeScanArgs(t, "max-count", &ret.MaxCount)
 		d.MaybeScanArgs(t, "max-age", &ret.MaxAge)
+		d.MaybeScanArgs(t, "min-age", &ret.MinAge)
+		d.MaybeScanArgs(t, "inactive-after", &ret.InactiveAfter)
 		trim := (*Tx).TrimUser
 		if d.Cmd == "trim-user" {
 			d.ScanArgs(t, "uid", &id)
@@ -225,7 +227,7 @@ func (r *ddRunner) run(t *testing.T, d *datadriven.TestData) string {
 		uid, dev = unquote(t, uid), unquote(t, dev)
 		d.ScanArgs(t, "epoch", &c.Epoch)
 		d.ScanArgs(t, "pos", &c.Pos)
-		return r.tx(t, d, func(tx *Tx, _ Stamp) (string, error) { return "ok", tx.SetCursor(uid, dev, c) }, false)
+		return r.tx(t, d, func(tx *Tx, st Stamp) (string, error) { return "ok", tx.SetCursor(st, uid, dev, c) }, false)
 	case "cursors":
 		var uid string
 		d.ScanArgs(t, "uid", &uid)
@@ -238,7 +240,7 @@ func (r *ddRunner) run(t *testing.T, d *datadriven.TestData) string {
 		}
 		var lines []string
 		for _, c := range cs {
-			lines = append(lines, fmt.Sprintf("%s: pos=%d epoch=%d", c.Device, c.Cursor.Pos, c.Cursor.Epoch))
+			lines = append(lines, fmt.Sprintf("%s: pos=%d epoch=%d seen=%d", c.Device, c.Cursor.Pos, c.Cursor.Epoch, c.Seen))
 		}
 		return strings.Join(lines, "\n")
 	case "checksum":
@@ -259,11 +261,28 @@ func (r *ddRunner) run(t *testing.T, d *datadriven.TestData) string {
 		d.ScanArgs(t, "pos", &req.Pos)
 		d.ScanArgs(t, "users", &users)
 		d.ScanArgs(t, "reason", &req.Reason)
+		d.MaybeScanArgs(t, "code", &req.Code)
+		d.MaybeScanArgs(t, "next", &req.NextTry)
 		req.Users = strings.Split(users, ",")
 		req.Reason = unquote(t, req.Reason)
 		return r.tx(t, d, func(tx *Tx, st Stamp) (string, error) { return "ok", tx.AddDeadLetter(st, &req) }, false)
+	case "attempt-dead-letter":
+		req := DeadLetterAttempt{}
+		d.ScanArgs(t, "dest", &req.Dest)
+		d.ScanArgs(t, "pos", &req.Pos)
+		d.ScanArgs(t, "attempt", &req.Attempt)
+		d.ScanArgs(t, "code", &req.Code)
+		d.ScanArgs(t, "reason", &req.Reason)
+		d.MaybeScanArgs(t, "next", &req.NextTry)
+		req.Reason = unquote(t, req.Reason)
+		return r.tx(t, d, func(tx *Tx, st Stamp) (string, error) { return "ok", tx.AttemptDeadLetter(st, &req) }, false)
+	case "archive-dead-letter":
+		req := DeadLetterArchive{}
+		d.ScanArgs(t, "dest", &req.Dest)
+		d.ScanArgs(t, "pos", &req.Pos)
+		return r.tx(t, d, func(tx *Tx, st Stamp) (string, error) { return "ok", tx.ArchiveDeadLetter(st, &req) }, false)
 	case "drop-dead-letter":
-		req := DeadLetterDrop{}
+		req := DeadLetterDrop{Archived: d.HasArg("archived")}
 		d.ScanArgs(t, "dest", &req.Dest)
 		d.ScanArgs(t, "pos", &req.Pos)
 		return r.tx(t, d, func(tx *Tx, _ Stamp) (string, error) { return "ok", tx.DropDeadLetter(&req) }, false)
@@ -274,20 +293,40 @@ func (r *ddRunner) run(t *testing.T, d *datadriven.TestData) string {
 		d.MaybeScanArgs(t, "dest", &dest)
 		d.MaybeScanArgs(t, "pos", &pos)
 		d.MaybeScanArgs(t, "limit", &limit)
-		dls, err := r.s.DeadLetters(dest, pos, limit)
+		read, count := r.s.DeadLetters, r.s.DeadLetterCount
+		if d.HasArg("archived") {
+			read = r.s.ArchivedDeadLetters
+			count = func() (uint64, error) { st, err := r.s.DeadLetterStats(); return st.Archived, err }
+		}
+		dls, err := read(dest, pos, limit)
 		if err != nil {
 			return fmtErr(err)
 		}
-		n, err := r.s.DeadLetterCount()
+		n, err := count()
 		if err != nil {
 			return fmtErr(err)
 		}
 		lines := []string{fmt.Sprintf("count=%d", n)}
 		for _, dl := range dls {
-			lines = append(lines, fmt.Sprintf("%d/%d to %s at %d: %s %s/%d %q (%s)", dl.Dest, dl.Pos,
-				strings.Join(dl.Users, ","), dl.FailedAt, dl.Entry.MsgID, dl.Entry.Conv, dl.Entry.ConvSeq, dl.Entry.Body, dl.Reason))
+			line := fmt.Sprintf("%d/%d to %s at %d: %s %s/%d %q (%s)", dl.Dest, dl.Pos,
+				strings.Join(dl.Users, ","), dl.FailedAt, dl.Entry.MsgID, dl.Entry.Conv, dl.Entry.ConvSeq, dl.Entry.Body, dl.Reason)
+			if dl.Code != 0 || dl.Attempts != 0 || dl.NextTry != 0 || dl.ArchivedAt != 0 {
+				line += fmt.Sprintf(" class=%s code=%d attempts=%d last=%d next=%d archived=%d gave_up=%v",
+					dl.Class(), dl.Code, dl.Attempts, dl.LastTry, dl.NextTry, dl.ArchivedAt, dl.GaveUp())
+			}
+			lines = append(lines, line)
 		}
 		return strings.Join(lines, "\n")
+	case "dead-letter-stats":
+		st, err := r.s.DeadLetterStats()
+		if err != nil {
+			return fmtErr(err)
+		}
+		var by []string
+		for _, c := range DeadLetterClasses {
+			by = append(by, fmt.Sprintf("%s=%d", c, st.ByClass[c]))
+		}
+		return fmt.Sprintf("held=%d %s gave_up=%d archived=%d", st.Held, strings.Join(by, " "), st.GaveUp, st.Archived)
 	case "redeliver":
 		req := Redelivery{}
 		d.ScanArgs(t, "source", &req.Source)

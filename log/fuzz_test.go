@@ -124,6 +124,23 @@ func FuzzDecodeCursor(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) { roundTrip(t, data, decodeCursor, encodeCursor) })
 }
 
+func FuzzDecodeDeviceCursor(f *testing.F) {
+	addSeeds(f, encodeDeviceCursor(goldenDeviceCursor), encodeDeviceCursor(deviceCursor{Cursor: goldenCursor}),
+		encodeDeviceCursor(deviceCursor{Seen: -1}))
+	f.Fuzz(func(t *testing.T, data []byte) { roundTrip(t, data, decodeDeviceCursor, encodeDeviceCursor) })
+}
+
+func FuzzTrimUnmarshal(f *testing.F) {
+	for _, r := range []Trim{goldenTrim, goldenTrimV2, {}, {Target: TrimOutboxLog, UpTo: 258}} {
+		b, _ := r.MarshalBinary()
+		addSeeds(f, b)
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		roundTrip(t, data, func(b []byte) (Trim, error) { var r Trim; err := r.UnmarshalBinary(b); return r, err },
+			func(r Trim) []byte { b, _ := r.MarshalBinary(); return b })
+	})
+}
+
 func FuzzDecodeMember(f *testing.F) {
 	addSeeds(f, goldenMember.encode(), goldenMemberV2.encode(), goldenMemberV3.encode())
 	f.Fuzz(func(t *testing.T, data []byte) { roundTrip(t, data, decodeMember, member.encode) })
@@ -142,15 +159,16 @@ func FuzzMarkReportedUnmarshal(f *testing.F) {
 }
 
 func FuzzDecodeDeadLetter(f *testing.F) {
-	addSeeds(f, encodeDeadLetter(&goldenDeadLetter), encodeDeadLetter(&DeadLetter{}))
+	addSeeds(f, encodeDeadLetter(&goldenDeadLetter), encodeDeadLetter(&goldenDeadLetterV2), encodeDeadLetter(&DeadLetter{}))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		roundTrip(t, data, decodeDeadLetter, func(dl DeadLetter) []byte { return encodeDeadLetter(&dl) })
 	})
 }
 
-// FuzzDeadLetterRequests feeds each input to the decoders of the three dead-letter commands.
+// FuzzDeadLetterRequests feeds each input to the decoders of the dead-letter commands.
 func FuzzDeadLetterRequests(f *testing.F) {
-	for _, r := range []interface{ MarshalBinary() ([]byte, error) }{&goldenDeadLetterAdd, &goldenDeadLetterDrop, &goldenRedelivery, &Redelivery{}} {
+	for _, r := range []interface{ MarshalBinary() ([]byte, error) }{&goldenDeadLetterAdd, &goldenDeadLetterDrop, &goldenRedelivery, &Redelivery{},
+		&goldenDeadLetterAddV2, &goldenDeadLetterDropV2, &goldenDeadLetterTry, &goldenDeadLetterArch} {
 		b, _ := r.MarshalBinary()
 		addSeeds(f, b)
 	}
@@ -168,6 +186,20 @@ func FuzzDeadLetterRequests(f *testing.F) {
 		roundTrip(t, data,
 			func(b []byte) (Redelivery, error) { var r Redelivery; err := r.UnmarshalBinary(b); return r, err },
 			func(r Redelivery) []byte { b, _ := r.MarshalBinary(); return b })
+		roundTrip(t, data,
+			func(b []byte) (DeadLetterAttempt, error) {
+				var r DeadLetterAttempt
+				err := r.UnmarshalBinary(b)
+				return r, err
+			},
+			func(r DeadLetterAttempt) []byte { b, _ := r.MarshalBinary(); return b })
+		roundTrip(t, data,
+			func(b []byte) (DeadLetterArchive, error) {
+				var r DeadLetterArchive
+				err := r.UnmarshalBinary(b)
+				return r, err
+			},
+			func(r DeadLetterArchive) []byte { b, _ := r.MarshalBinary(); return b })
 	})
 }
 
@@ -371,6 +403,7 @@ func exerciseShard(t *testing.T, s *Shard) {
 		_, _ = s.ReadUser(u, 0, 1, Limit{})
 		_, _ = s.Checksum(u, 1, 2)
 		_, _ = s.Cursors(u)
+		_, _ = s.RetentionDue(TrimUserLog, u, 2000, Retention{MaxCount: 1, MinAge: 1, InactiveAfter: 1})
 	}
 	_, _ = s.ConvInfo("g1")
 	_, _ = s.ReadConv("g1", 0, 1, Limit{})
@@ -391,8 +424,9 @@ func exerciseShard(t *testing.T, s *Shard) {
 	}
 	_, _ = tx.Deliver(st, &DeliveryBatch{Source: 4, Prev: 0, Last: 3, Items: []Delivery{
 		{Pos: 3, Users: []string{"bob"}, Entry: goldenEntry}}})
-	_ = tx.SetCursor("bob", "phone", Cursor{Epoch: 1030, Pos: 1})
+	_ = tx.SetCursor(st, "bob", "phone", Cursor{Epoch: 1030, Pos: 1})
 	_ = tx.TrimOutbox(2)
+	_, _ = tx.TrimUser(st, "bob", Retention{MaxAge: 1 << 40, MinAge: 1, InactiveAfter: 1})
 	_, _ = tx.TrimUser(st, "bob", Retention{MaxCount: 1, MaxAge: 1})
 	_, _ = tx.TrimConv(st, "g1", Retention{MaxCount: 1, MaxAge: 1})
 	// Every step of a slot move over all slots, on whatever markers the state holds.

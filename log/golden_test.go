@@ -80,9 +80,15 @@ var (
 	goldenDeadLetter     = DeadLetter{Users: []string{"b", "c"}, Reason: "refused", FailedAt: 1_700_000_000_000_000_000, Entry: goldenEntry}
 	goldenDeadLetterAdd  = DeadLetterAdd{Dest: 7, Pos: 258, Users: []string{"b", "c"}, Reason: "refused"}
 	goldenDeadLetterDrop = DeadLetterDrop{Dest: 7, Pos: 258}
-	goldenMoveMarker     = moveMarker{move: 1 << 33, role: movingIn, pending: 258}
-	goldenMoveMarkerV2   = moveMarker{move: 1 << 33, role: movingIn, pending: 258, epoch: 1_700_000_000_000_000_000}
-	goldenMoveStep       = MoveStep{Op: MoveStage, Move: 1 << 33, User: "alice", From: 2, To: 70000,
+	goldenDeadLetterV2   = DeadLetter{Users: []string{"b", "c"}, Reason: "refused", FailedAt: 1_700_000_000_000_000_000, Entry: goldenEntry,
+		Code: 15, Attempts: 3, LastTry: 1_700_000_600_000_000_000, NextTry: 1_700_001_000_000_000_000, ArchivedAt: 1_702_592_000_000_000_000}
+	goldenDeadLetterAddV2  = DeadLetterAdd{Dest: 7, Pos: 258, Users: []string{"b", "c"}, Reason: "refused", Code: 15, NextTry: 1_700_000_060_000_000_000}
+	goldenDeadLetterDropV2 = DeadLetterDrop{Dest: 7, Pos: 258, Archived: true}
+	goldenDeadLetterTry    = DeadLetterAttempt{Dest: 7, Pos: 258, Attempt: 3, Code: 1, Reason: "refused again", NextTry: 1_700_001_000_000_000_000}
+	goldenDeadLetterArch   = DeadLetterArchive{Dest: 7, Pos: 258}
+	goldenMoveMarker       = moveMarker{move: 1 << 33, role: movingIn, pending: 258}
+	goldenMoveMarkerV2     = moveMarker{move: 1 << 33, role: movingIn, pending: 258, epoch: 1_700_000_000_000_000_000}
+	goldenMoveStep         = MoveStep{Op: MoveStage, Move: 1 << 33, User: "alice", From: 2, To: 70000,
 		Records: []Record{{Key: []byte{0x20, 'a', 0}, Value: []byte{1, 2}}, {Key: []byte{0x22, 'a', 0, 'p', 0}, Value: []byte{3}}}, SourceEmpty: true}
 	goldenMoveStepConv  = MoveStep{Op: MoveActivate, Move: 1 << 33, Conv: "g", From: 2, To: 70000, SourceEmpty: true, Fence: 258, Epoch: 1_700_000_000_000_000_000}
 	goldenCutover       = cutover{move: 1 << 33, at: 1 << 40, after: 7, steps: []cutoverStep{{upTo: 258, shard: 3}, {upTo: 1 << 40, shard: 5}}}
@@ -96,6 +102,15 @@ var (
 	goldenRangeMarker  = rangeMarker{move: 1 << 33, span: SlotSpan{First: 2048, Last: 4095}, role: rangeIn, from: 2, pending: 258, fence: 1 << 40}
 	goldenRangeCutover = rangeCutover{move: 1 << 33, span: SlotSpan{First: 0, Last: 7}, at: 1 << 40, from: 2, to: 70000}
 	goldenRedelivery   = Redelivery{Source: 3, Item: Delivery{Pos: 258, Users: []string{"b", "c"}, Entry: goldenEntry}}
+)
+
+// Fixtures of retention tied to device cursors: a device cursor with its last sighting, and trims
+// without (version 1) and with (version 2) MinAge and InactiveAfter.
+var (
+	goldenDeviceCursor = deviceCursor{Cursor: goldenCursor, Seen: 1_700_086_400_000_000_000}
+	goldenTrim         = Trim{Target: TrimUserLog, ID: "alice", Retention: Retention{MaxCount: 1000, MaxAge: 30 * 86_400e9}}
+	goldenTrimV2       = Trim{Target: TrimUserLog, ID: "alice", Retention: Retention{MaxCount: 1000, MaxAge: 30 * 86_400e9,
+		MinAge: 7 * 86_400e9, InactiveAfter: 30 * 86_400e9}}
 )
 
 type goldenCase struct {
@@ -171,12 +186,31 @@ func goldenCases() []goldenCase {
 			func(b []byte) (any, error) { return decodeOutboxRecord(b) }, goldenOutbox},
 		{"cursor.v1", func() []byte { return encodeCursor(goldenCursor) },
 			func(b []byte) (any, error) { return decodeCursor(b) }, goldenCursor},
+		// A device cursor without a sighting is written as a v1 cursor (records from before v2).
+		{"device_cursor.v1", func() []byte { return encodeDeviceCursor(deviceCursor{Cursor: goldenCursor}) },
+			func(b []byte) (any, error) { return decodeDeviceCursor(b) }, deviceCursor{Cursor: goldenCursor}},
+		{"device_cursor.v2", func() []byte { return encodeDeviceCursor(goldenDeviceCursor) },
+			func(b []byte) (any, error) { return decodeDeviceCursor(b) }, goldenDeviceCursor},
+		{"trim.v1", func() []byte { return must(goldenTrim.MarshalBinary()) },
+			func(b []byte) (any, error) { var r Trim; err := r.UnmarshalBinary(b); return r, err }, goldenTrim},
+		{"trim.v2", func() []byte { return must(goldenTrimV2.MarshalBinary()) },
+			func(b []byte) (any, error) { var r Trim; err := r.UnmarshalBinary(b); return r, err }, goldenTrimV2},
 		{"dead_letter.v1", func() []byte { return encodeDeadLetter(&goldenDeadLetter) },
 			func(b []byte) (any, error) { return decodeDeadLetter(b) }, goldenDeadLetter},
 		{"dead_letter_add.v1", func() []byte { return must(goldenDeadLetterAdd.MarshalBinary()) },
 			func(b []byte) (any, error) { var r DeadLetterAdd; err := r.UnmarshalBinary(b); return r, err }, goldenDeadLetterAdd},
 		{"dead_letter_drop.v1", func() []byte { return must(goldenDeadLetterDrop.MarshalBinary()) },
 			func(b []byte) (any, error) { var r DeadLetterDrop; err := r.UnmarshalBinary(b); return r, err }, goldenDeadLetterDrop},
+		{"dead_letter.v2", func() []byte { return encodeDeadLetter(&goldenDeadLetterV2) },
+			func(b []byte) (any, error) { return decodeDeadLetter(b) }, goldenDeadLetterV2},
+		{"dead_letter_add.v2", func() []byte { return must(goldenDeadLetterAddV2.MarshalBinary()) },
+			func(b []byte) (any, error) { var r DeadLetterAdd; err := r.UnmarshalBinary(b); return r, err }, goldenDeadLetterAddV2},
+		{"dead_letter_drop.v2", func() []byte { return must(goldenDeadLetterDropV2.MarshalBinary()) },
+			func(b []byte) (any, error) { var r DeadLetterDrop; err := r.UnmarshalBinary(b); return r, err }, goldenDeadLetterDropV2},
+		{"dead_letter_attempt.v1", func() []byte { return must(goldenDeadLetterTry.MarshalBinary()) },
+			func(b []byte) (any, error) { var r DeadLetterAttempt; err := r.UnmarshalBinary(b); return r, err }, goldenDeadLetterTry},
+		{"dead_letter_archive.v1", func() []byte { return must(goldenDeadLetterArch.MarshalBinary()) },
+			func(b []byte) (any, error) { var r DeadLetterArchive; err := r.UnmarshalBinary(b); return r, err }, goldenDeadLetterArch},
 		{"redelivery.v1", func() []byte { return must(goldenRedelivery.MarshalBinary()) },
 			func(b []byte) (any, error) { var r Redelivery; err := r.UnmarshalBinary(b); return r, err }, goldenRedelivery},
 		{"move_marker.v1", goldenMoveMarker.encode,
@@ -264,6 +298,7 @@ func TestGoldenKeys(t *testing.T) {
 		{"source_mark", k.sourceMark(9)},
 		{"dead_letter", k.deadLetter(9, 258)},
 		{"redelivered", k.redelivered(9, 258)},
+		{"dead_letter_archive", k.deadLetterArchive(9, 258)},
 		{"staged", append(k.stagedPrefix(1<<33), k.userEntry("alice", 258)[len(k.prefix):]...)},
 		{"moving", k.moving("alice")},
 		{"pending", k.pending(1<<33, 258)},
@@ -352,7 +387,7 @@ func goldenSnapshotScript(s *Shard) script {
 		send(Append{Conv: "g1", Sender: "alice", ClientMsgID: "c", Kind: KindGroupCreate, Members: []string{"bob"}}),
 		send(Append{Conv: "g1", Sender: "bob", ClientMsgID: "b1", Kind: KindMessage, Body: []byte("hi")}),
 		deliverOwn(s, 0, 2),
-		func(tx *Tx, st Stamp) error { return tx.SetCursor("bob", "phone", Cursor{Epoch: 1030, Pos: 1}) },
+		func(tx *Tx, st Stamp) error { return tx.SetCursor(st, "bob", "phone", Cursor{Epoch: 1030, Pos: 1}) },
 	}
 }
 

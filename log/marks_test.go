@@ -257,7 +257,7 @@ func TestDeliveryDue(t *testing.T) {
 	cursor := func(dev string, pos Position) {
 		t.Helper()
 		st := w.at()
-		mustApply(t, w.s, st, func(tx *Tx) error { return tx.SetCursor("bob", dev, Cursor{Epoch: info.Epoch, Pos: pos}) })
+		mustApply(t, w.s, st, func(tx *Tx) error { return tx.SetCursor(st, "bob", dev, Cursor{Epoch: info.Epoch, Pos: pos}) })
 	}
 	due := func() []DeliveryDue {
 		t.Helper()

@@ -43,7 +43,10 @@ func TestMoveUser(t *testing.T) {
 	appendOK(t, conv, st, Append{Conv: "g", Sender: "ann", ClientMsgID: "create", Kind: KindGroupCreate, Members: []string{"bob"}})
 	send(9)
 	deliver(src, 0, 10)
-	mustApply(t, src, at(src), func(tx *Tx) error { return tx.SetCursor("bob", "phone", Cursor{Epoch: mustInfo(t, src).Epoch, Pos: 5}) })
+	st = at(src)
+	mustApply(t, src, st, func(tx *Tx) error {
+		return tx.SetCursor(st, "bob", "phone", Cursor{Epoch: mustInfo(t, src).Epoch, Pos: 5})
+	})
 
 	// D: begin. A read of bob there is refused, not answered "empty".
 	mustApply(t, dst, at(dst), func(tx *Tx) error { return tx.BeginMoveIn(move, "bob") })
@@ -86,7 +89,7 @@ func TestMoveUser(t *testing.T) {
 	deliver(src, 10, 12)
 	deliverPast(dst, 0, 15, 12)
 	if _, err := apply(t, dst, at(dst), func(tx *Tx) error {
-		return tx.SetCursor("bob", "phone", Cursor{Epoch: 1, Pos: 1})
+		return tx.SetCursor(Stamp{Time: 6000}, "bob", "phone", Cursor{Epoch: 1, Pos: 1})
 	}); !errors.Is(err, ErrMoved) {
 		t.Fatalf("a cursor write to a user moving in: %v, want ErrMoved", err)
 	}
@@ -96,7 +99,7 @@ func TestMoveUser(t *testing.T) {
 	mustApply(t, src, at(src), func(tx *Tx) error { return tx.FenceUser(move, "bob") })
 	epoch := mustInfo(t, src).Epoch
 	for name, op := range map[string]func(*Tx) error{
-		"cursor": func(tx *Tx) error { return tx.SetCursor("bob", "phone", Cursor{Epoch: epoch, Pos: 6}) },
+		"cursor": func(tx *Tx) error { return tx.SetCursor(st, "bob", "phone", Cursor{Epoch: epoch, Pos: 6}) },
 		"reset":  func(tx *Tx) error { _, err := tx.ResetUser(Stamp{Time: 6000}, "bob"); return err },
 		"trim": func(tx *Tx) error {
 			_, err := tx.TrimUser(Stamp{Time: 6000}, "bob", Retention{MaxCount: 1})
@@ -162,7 +165,8 @@ func TestMoveUser(t *testing.T) {
 	if g, err := dst.UserGroups([]string{"bob"}); err != nil || !slices.Equal(g, srcGroups) || g[0] != 1 {
 		t.Fatalf("groups on D %v (%v), on S %v", g, err, srcGroups)
 	}
-	mustApply(t, dst, at(dst), func(tx *Tx) error { return tx.SetCursor("bob", "phone", Cursor{Epoch: info.Epoch, Pos: info.Head}) })
+	st = at(dst)
+	mustApply(t, dst, st, func(tx *Tx) error { return tx.SetCursor(st, "bob", "phone", Cursor{Epoch: info.Epoch, Pos: info.Head}) })
 	if n := countTable(t, dst, tagUserEntry); n != int(info.Head-info.First+1) {
 		t.Errorf("D holds %d entries of bob, want %d: trimmed ones came back", n, info.Head-info.First+1)
 	}

@@ -101,8 +101,9 @@ func TestMoveSlots(t *testing.T) {
 	send(gin, 4)
 	send(gout, 3)
 	deliver(src)
-	mustApply(t, src, at(src), func(tx *Tx) error {
-		return tx.SetCursor(in1, "phone", Cursor{Epoch: userInfo(t, src, in1).Epoch, Pos: 3})
+	st = at(src)
+	mustApply(t, src, st, func(tx *Tx) error {
+		return tx.SetCursor(st, in1, "phone", Cursor{Epoch: userInfo(t, src, in1).Epoch, Pos: 3})
 	})
 
 	// D: begin; the range's keys are not served there, the others are not D's business.
@@ -169,7 +170,7 @@ func TestMoveSlots(t *testing.T) {
 		t.Fatalf("a repeated fence answered %d, then %d", f, again)
 	}
 	for name, op := range map[string]func(*Tx) error{
-		"cursor": func(tx *Tx) error { return tx.SetCursor(in1, "phone", Cursor{Epoch: 1, Pos: 4}) },
+		"cursor": func(tx *Tx) error { return tx.SetCursor(Stamp{Time: 6000}, in1, "phone", Cursor{Epoch: 1, Pos: 4}) },
 		"send": func(tx *Tx) error {
 			_, err := tx.Append(Stamp{Time: 6000}, &Append{Conv: gin, Sender: out, ClientMsgID: "x", Kind: KindMessage, Body: []byte("x")})
 			return err
@@ -273,7 +274,7 @@ func TestMoveSlots(t *testing.T) {
 	if _, err := src.ReadConv(gin, 0, 1, Limit{}); !errors.Is(err, ErrMoved) {
 		t.Fatalf("read of a moved conversation after a reopen: %v, want ErrMoved", err)
 	}
-	if _, err := apply(t, src, at(src), func(tx *Tx) error { return tx.SetCursor(in2, "phone", Cursor{Epoch: 1, Pos: 1}) }); !errors.Is(err, ErrMoved) {
+	if _, err := apply(t, src, at(src), func(tx *Tx) error { return tx.SetCursor(Stamp{Time: 6000}, in2, "phone", Cursor{Epoch: 1, Pos: 1}) }); !errors.Is(err, ErrMoved) {
 		t.Fatalf("a cursor write of a moved user after a reopen: %v, want ErrMoved", err)
 	}
 	if _, e := readAll(t, src, out, false); len(e) == 0 {

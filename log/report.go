@@ -90,7 +90,7 @@ func maxCursor(r pebble.Reader, k keys, uid string, epoch Epoch) (Position, erro
 	defer it.Close()
 	var most Position
 	for ok := it.First(); ok; ok = it.Next() {
-		c, err := decodeCursor(it.Value())
+		c, err := decodeDeviceCursor(it.Value())
 		if err != nil {
 			return 0, err
 		}

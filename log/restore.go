@@ -1,6 +1,7 @@
 package log
 
 import (
+	"encoding/binary"
 	"fmt"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -70,4 +71,44 @@ func (s *Shard) RaiseOutbox(floor uint64) error {
 	}
 	t.outboxHead, t.outboxHeadLoaded, t.outboxHeadDirty = floor, true, true
 	return t.Commit(true)
+}
+
+// FanoutState is what the copies of a backup must agree on across shards: a shard's outbox keeps
+// the records some destination has not applied, so its copy may lack a record (OutboxFirst past
+// it) only if every destination's copy has applied it (its mark for this shard at OutboxFirst-1
+// or beyond). Copies that break this lost the record between them (adminapi.StaleBackupShards).
+type FanoutState struct {
+	// OutboxFirst is the first outbox position the shard retains.
+	OutboxFirst uint64
+	// Marks is, per source shard, the highest outbox position of it this shard has applied.
+	Marks map[ShardID]uint64
+}
+
+// Fanout returns the captured state's FanoutState.
+func (sn *Snapshot) Fanout() (FanoutState, error) { return fanoutState(sn.snap, sn.s.k) }
+
+func fanoutState(r pebble.Reader, k keys) (FanoutState, error) {
+	info, err := outboxInfo(r, k)
+	if err != nil {
+		return FanoutState{}, err
+	}
+	st := FanoutState{OutboxFirst: info.First, Marks: map[ShardID]uint64{}}
+	lower, upper := k.tableBounds(tagSourceMark)
+	it, err := r.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
+	if err != nil {
+		return FanoutState{}, fmt.Errorf("log: read: %w", err)
+	}
+	defer it.Close()
+	for ok := it.First(); ok; ok = it.Next() {
+		key := it.Key()
+		if len(key) != len(lower)+4 {
+			return FanoutState{}, corruptf("source mark key %x", key)
+		}
+		m, err := decodeUint(it.Value())
+		if err != nil {
+			return FanoutState{}, err
+		}
+		st.Marks[ShardID(binary.BigEndian.Uint32(key[len(lower):]))] = m
+	}
+	return st, it.Error()
 }

@@ -78,7 +78,7 @@ func baseScript(s *Shard) script {
 		send(Append{Conv: "g1", Sender: "bob", ClientMsgID: "x1", Kind: KindRecall, Target: MsgID{Shard: s.ID(), Index: 2}}),
 		deliverOwn(s, 0, 5),
 		func(tx *Tx, st Stamp) error { return tx.TrimOutbox(3) },
-		func(tx *Tx, st Stamp) error { return tx.SetCursor("carol", "phone", Cursor{Epoch: 1060, Pos: 2}) },
+		func(tx *Tx, st Stamp) error { return tx.SetCursor(st, "carol", "phone", Cursor{Epoch: 1060, Pos: 2}) },
 		func(tx *Tx, st Stamp) error {
 			_, err := tx.Deliver(st, &DeliveryBatch{Source: 9, Prev: 0, Last: 4, Items: []Delivery{{
 				Pos: 2, Users: []string{"bob"}, Entry: Entry{Kind: KindMessage, MsgID: MsgID{9, 40, 0}, Conv: "z", ConvSeq: 1, Sender: "zed"},
@@ -95,7 +95,7 @@ func moreScript(s *Shard) script {
 		send(Append{Conv: "g1", Sender: "alice", ClientMsgID: "a2", Kind: KindMessage, Body: []byte("later")}),
 		send(Append{Conv: "g1", Sender: "bob", ClientMsgID: "b1", Kind: KindMessage, Body: []byte("hello")}), // resend
 		deliverOwn(s, 5, 7),
-		func(tx *Tx, st Stamp) error { return tx.SetCursor("carol", "phone", Cursor{Epoch: 1060, Pos: 4}) },
+		func(tx *Tx, st Stamp) error { return tx.SetCursor(st, "carol", "phone", Cursor{Epoch: 1060, Pos: 4}) },
 	}
 }
 
@@ -109,7 +109,7 @@ func otherScript() script {
 			}}})
 			return err
 		},
-		func(tx *Tx, st Stamp) error { return tx.SetCursor("old", "pc", Cursor{Epoch: 1020, Pos: 1}) },
+		func(tx *Tx, st Stamp) error { return tx.SetCursor(st, "old", "pc", Cursor{Epoch: 1020, Pos: 1}) },
 	}
 }
 

@@ -48,6 +48,10 @@ const (
 	opMarkReported op = 11
 	// Delivered marks of a large group's members, from their devices' acks (MarkDeliveredCommand).
 	opMarkDelivered op = 12
+	// The dead-letter process (log/deadletter.go): a refused automatic replay, and a move to the
+	// archive. Only proposed by a node with the process on (syncd.Config.DisableDeadLetterProcess).
+	opDeadLetterAttempt op = 13
+	opArchiveDeadLetter op = 14
 )
 
 const commandV1 = 1
@@ -89,6 +93,18 @@ func DeadLetterCommand(r *log.DeadLetterAdd) Command { return Command{op: opDead
 // shard.
 func DropDeadLetterCommand(r *log.DeadLetterDrop) Command {
 	return Command{op: opDropDeadLetter, payload: r}
+}
+
+// DeadLetterAttemptCommand records an automatic replay of a dead letter that the destination
+// refused again ([log.Tx.AttemptDeadLetter]); propose it to the source shard.
+func DeadLetterAttemptCommand(r *log.DeadLetterAttempt) Command {
+	return Command{op: opDeadLetterAttempt, payload: r}
+}
+
+// ArchiveDeadLetterCommand moves a dead letter to the source shard's archive
+// ([log.Tx.ArchiveDeadLetter]); propose it to the source shard.
+func ArchiveDeadLetterCommand(r *log.DeadLetterArchive) Command {
+	return Command{op: opArchiveDeadLetter, payload: r}
 }
 
 // MoveCommand makes one step of moving a user's log between shards ([log.Tx.Move]); each step
@@ -274,7 +290,10 @@ func (c decodedCommand) apply(tx *log.Tx, st log.Stamp) (Result, error) {
 		if err := u.UnmarshalBinary(c.body); err != nil {
 			return Result{}, rejectDecode(err)
 		}
-		return Result{}, tx.SetCursor(u.UID, u.Device, u.Cursor)
+		if !u.Seen {
+			st.Time = 0 // a v1 record, as a build before sightings writes (log.CursorUpdate.Seen)
+		}
+		return Result{}, tx.SetCursor(st, u.UID, u.Device, u.Cursor) // st.Time: the device's last sighting (retention)
 	case opMarkReported:
 		var r log.MarkReported
 		if err := r.UnmarshalBinary(c.body); err != nil {
@@ -307,6 +326,18 @@ func (c decodedCommand) apply(tx *log.Tx, st log.Stamp) (Result, error) {
 			return Result{}, rejectDecode(err)
 		}
 		return Result{}, tx.DropDeadLetter(&r)
+	case opDeadLetterAttempt:
+		var r log.DeadLetterAttempt
+		if err := r.UnmarshalBinary(c.body); err != nil {
+			return Result{}, rejectDecode(err)
+		}
+		return Result{}, tx.AttemptDeadLetter(st, &r)
+	case opArchiveDeadLetter:
+		var r log.DeadLetterArchive
+		if err := r.UnmarshalBinary(c.body); err != nil {
+			return Result{}, rejectDecode(err)
+		}
+		return Result{}, tx.ArchiveDeadLetter(st, &r)
 	case opRedeliver:
 		var r log.Redelivery
 		if err := r.UnmarshalBinary(c.body); err != nil {

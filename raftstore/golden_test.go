@@ -55,9 +55,14 @@ var (
 		{Pos: 1<<33 + 1, Users: []string{"d"}, Entry: goldenEntry},
 	}}
 	goldenCursorUpdate = log.CursorUpdate{UID: "alice", Device: "phone", Cursor: log.Cursor{Epoch: log.Epoch(goldenTime), Pos: 41}}
+	goldenCursorSeen   = log.CursorUpdate{UID: "alice", Device: "phone", Cursor: log.Cursor{Epoch: log.Epoch(goldenTime), Pos: 42}, Seen: true}
 	goldenTrim         = log.Trim{Target: log.TrimOutboxLog, ID: "alice", Retention: log.Retention{MaxCount: 1000, MaxAge: 7 * 24 * 3600 * 1e9}, UpTo: 258}
 	goldenDeadLetter   = log.DeadLetterAdd{Dest: 7, Pos: 258, Users: []string{"b", "c"}, Reason: "refused"}
 	goldenDropDead     = log.DeadLetterDrop{Dest: 7, Pos: 258}
+	goldenDeadLetterV2 = log.DeadLetterAdd{Dest: 7, Pos: 258, Users: []string{"b", "c"}, Reason: "refused", Code: 15, NextTry: goldenTime + 60e9}
+	goldenDropArchived = log.DeadLetterDrop{Dest: 7, Pos: 258, Archived: true}
+	goldenDeadAttempt  = log.DeadLetterAttempt{Dest: 7, Pos: 258, Attempt: 3, Code: 1, Reason: "refused again", NextTry: goldenTime + 240e9}
+	goldenDeadArchive  = log.DeadLetterArchive{Dest: 7, Pos: 258}
 	goldenRedelivery   = log.Redelivery{Source: 3, Item: log.Delivery{Pos: 258, Users: []string{"b", "c"}, Entry: goldenEntry}}
 	goldenMoveStep     = log.MoveStep{Op: log.MoveStage, Move: 1 << 33, User: "alice", From: 2, To: 70000,
 		Records: []log.Record{{Key: []byte{0x20, 'a', 0}, Value: []byte{1, 2}}}, SourceEmpty: true}
@@ -87,10 +92,15 @@ func commandGoldens() []struct {
 		{"command_append", AppendCommand(&goldenAppend), goldenAppend},
 		{"command_deliver", DeliverCommand(&goldenDeliveryBatch), goldenDeliveryBatch},
 		{"command_cursor", CursorCommand(&goldenCursorUpdate), goldenCursorUpdate},
+		{"command_cursor_seen", CursorCommand(&goldenCursorSeen), goldenCursorSeen},
 		{"command_trim", TrimCommand(&goldenTrim), goldenTrim},
 		{"command_dead_letter", DeadLetterCommand(&goldenDeadLetter), goldenDeadLetter},
 		{"command_drop_dead_letter", DropDeadLetterCommand(&goldenDropDead), goldenDropDead},
 		{"command_redeliver", RedeliverCommand(&goldenRedelivery), goldenRedelivery},
+		{"command_dead_letter_coded", DeadLetterCommand(&goldenDeadLetterV2), goldenDeadLetterV2},
+		{"command_drop_dead_letter_archived", DropDeadLetterCommand(&goldenDropArchived), goldenDropArchived},
+		{"command_dead_letter_attempt", DeadLetterAttemptCommand(&goldenDeadAttempt), goldenDeadAttempt},
+		{"command_archive_dead_letter", ArchiveDeadLetterCommand(&goldenDeadArchive), goldenDeadArchive},
 		{"command_deliver_batches", DeliverBatchesCommand([]*log.DeliveryBatch{&goldenDeliveryBatch, &goldenDeliveryBatch2}),
 			[]log.DeliveryBatch{goldenDeliveryBatch, goldenDeliveryBatch2}},
 		{"command_move", MoveCommand(&goldenMoveStep), goldenMoveStep},
@@ -127,6 +137,12 @@ func decodeGoldenCommand(b []byte) (any, error) {
 		err, out.Payload = unmarshal(&p), p
 	case opDropDeadLetter:
 		var p log.DeadLetterDrop
+		err, out.Payload = unmarshal(&p), p
+	case opDeadLetterAttempt:
+		var p log.DeadLetterAttempt
+		err, out.Payload = unmarshal(&p), p
+	case opArchiveDeadLetter:
+		var p log.DeadLetterArchive
 		err, out.Payload = unmarshal(&p), p
 	case opRedeliver:
 		var p log.Redelivery
@@ -341,6 +357,7 @@ func TestGoldenVersionBytes(t *testing.T) {
 		{"op trim", int(opTrim), 4}, {"op dead letter", int(opDeadLetter), 5}, {"op drop dead letter", int(opDropDeadLetter), 6},
 		{"op redeliver", int(opRedeliver), 7}, {"op deliver batches", int(opDeliverBatches), 8}, {"op move", int(opMove), 9},
 		{"op checksum", int(opChecksum), 10}, {"op mark reported", int(opMarkReported), 11}, {"op mark delivered", int(opMarkDelivered), 12},
+		{"op dead letter attempt", int(opDeadLetterAttempt), 13}, {"op archive dead letter", int(opArchiveDeadLetter), 14},
 	} {
 		if c.got != c.want {
 			t.Errorf("%s is %d, was %d: a persisted code changed (see golden_test.go)", c.name, c.got, c.want)

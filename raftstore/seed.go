@@ -23,6 +23,11 @@ import (
 // configuration naming this node alone, so the node starts, elects itself and serves; other nodes
 // join it and receive the state the usual way. Nothing of the old cluster's membership survives.
 
+// SeedIndexGap is how far past its backed-up Raft index a restored data shard's group goes on. A
+// message id names its shard and the Raft index of its append, so an index the lost cluster used
+// after the backup must never be used again: 2^40 entries is more than a shard commits in years.
+const SeedIndexGap = 1 << 40
+
 // SeedShard is one data shard of a backup.
 type SeedShard struct {
 	ID ShardID
@@ -40,7 +45,8 @@ type SeedOptions struct {
 
 // SeedResult reports what Seed wrote.
 type SeedResult struct {
-	// Applied is each data shard's Raft index, as the backup held it.
+	// Applied is each data shard's Raft index, as the backup held it (the restored group goes on
+	// from SeedIndexGap past it).
 	Applied map[ShardID]uint64
 	// Renewed is how many logs got a new epoch.
 	Renewed int
@@ -123,15 +129,14 @@ func seed(cfg Config, db *pebble.DB, addr string, meta []byte, metaIndex uint64,
 	}
 	alone := raft.Configuration{Servers: []raft.Server{{ID: raft.ServerID(cfg.NodeID), Address: raft.ServerAddress(addr)}}}
 	for id, state := range states {
-		// A group's first index is 1: an empty shard's state is as of that index. A data shard's
-		// state machine keeps its own state (NoSnapshotRestoreOnStart), so its applied index must
-		// be the snapshot's.
-		index := max(res.Applied[id], 1)
-		if index != res.Applied[id] {
-			tx := state.Begin()
-			if err := errors.Join(tx.SetApplied(index), tx.Commit(true)); err != nil {
-				return res, err
-			}
+		// A message's id is its shard and Raft index: the lost cluster may have committed entries
+		// past the backup's index, whose ids devices hold, so the restored group goes on far past
+		// them (SeedIndexGap). A data shard's state machine keeps its own state
+		// (NoSnapshotRestoreOnStart), so its applied index must be the snapshot's.
+		index := res.Applied[id] + SeedIndexGap
+		tx := state.Begin()
+		if err := errors.Join(tx.SetApplied(index), tx.Commit(true)); err != nil {
+			return res, err
 		}
 		snap := state.NewSnapshot()
 		err := writeSeedSnapshot(cfg, db, id, index, alone, func(w io.Writer) error { _, err := snap.WriteTo(w); return err })

@@ -13,8 +13,9 @@ import (
 )
 
 // TestSeedFromBackup: the states of two shards, read from a running node as a backup reads them,
-// seed a new data directory; a node started on it leads both shards alone at their backed-up
-// indexes, with their entries, its logs under a new epoch, and shard 1's next outbox record
+// seed a new data directory; a node started on it leads both shards alone, far past their
+// backed-up indexes (a message id is its shard and Raft index: none is given twice), with their
+// entries, its logs under a new epoch, and shard 1's next outbox record
 // past the mark shard 2 held for it (a destination copied later than its source).
 func TestSeedFromBackup(t *testing.T) {
 	shards := []raftstore.ShardID{1, 2}
@@ -79,14 +80,18 @@ func TestSeedFromBackup(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if st.State != "leader" || len(st.Voters) != 1 || st.Voters[0].ID != "n1" || st.AppliedIndex < applied[id] {
+		if st.State != "leader" || len(st.Voters) != 1 || st.Voters[0].ID != "n1" || st.AppliedIndex < applied[id]+raftstore.SeedIndexGap {
 			t.Errorf("shard %d: %s, voters %v, applied %d (backup at %d)", id, st.State, st.Voters, st.AppliedIndex, applied[id])
 		}
 	}
 	if e := convEpoch(t, n, 1, "d:alice:bob"); e <= epochBefore {
 		t.Errorf("the conversation's epoch %d, was %d: not renewed", e, epochBefore)
 	}
-	propose(t, n, send("d:alice:bob", "alice", "m2", "after", "alice", "bob"))
+	// The message ids the lost node could have given after the backup (its Raft indexes) are
+	// never given again.
+	if after := propose(t, n, send("d:alice:bob", "alice", "m2", "after", "alice", "bob")); after.Append.MsgID.Index <= applied[1]+raftstore.SeedIndexGap {
+		t.Errorf("a message after the restore got id %+v, within the lost node's indexes", after.Append.MsgID)
+	}
 	state, err := n.State(1)
 	if err != nil {
 		t.Fatal(err)

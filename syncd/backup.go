@@ -55,6 +55,10 @@ func Restore(cfg Config, dir string, keepEpochs bool) (RestoreReport, error) {
 			return rep, fmt.Errorf("syncd: restore: shard %d: %w", s.Shard, err)
 		}
 	}
+	if stale := adminapi.StaleBackupShards(m.Shards); len(stale) > 0 {
+		return rep, fmt.Errorf("syncd: restore: the copies of shards %v miss deliveries their sources' copies no longer hold: "+
+			"the backup is inconsistent (syncctl backup copies such shards again); take another", stale)
+	}
 	state, err := os.ReadFile(filepath.Join(dir, adminapi.ClusterStateFile))
 	if err != nil {
 		return rep, fmt.Errorf("syncd: restore: %w", err)

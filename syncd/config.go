@@ -19,6 +19,7 @@ import (
 	"github.com/syncd-dev/syncd/raftstore"
 	"github.com/syncd-dev/syncd/raftstore/cluster"
 	"github.com/syncd-dev/syncd/syncd/adminapi"
+	"github.com/syncd-dev/syncd/syncd/tracing"
 	"github.com/syncd-dev/syncd/syncd/transport"
 )
 
@@ -125,7 +126,11 @@ type Config struct {
 	// bounds the wait for a new stream's first frame. Default 5m.
 	RequestIdle time.Duration
 	// Retention bounds every user log; trimmed positions are answered "too old" and devices
-	// rebase. Zero fields mean no bound; the default keeps 30 days.
+	// rebase. Zero fields mean no bound (MinAge: no retention by device cursors); it is taken
+	// as a whole, so setting any field leaves the others zero. The default keeps entries an
+	// active device has not acked up to 30 days (MaxAge), entries every active device has acked
+	// 7 days (MinAge, so that a device added later still finds a week in its log), and a device
+	// unseen for 30 days (InactiveAfter) holds nothing (log.Retention, docs/DECISIONS.md D67).
 	Retention log.Retention
 	// ConvRetention bounds every conversation log (the history History pages, and what a large
 	// group's members follow); trimmed positions are answered "too old", and a device behind
@@ -219,6 +224,32 @@ type Config struct {
 	// why, while reads, syncs, deliveries and trims go on; below half of it the node does not
 	// start. Default 256 MiB; negative turns the watermark off. See raftstore.Config.MinFreeDisk.
 	MinFreeDisk int64
+	// DeadLetterRetryBase is how long after its refusal a retryable dead letter (a destination
+	// that refused for a state that passes, such as a move's fence) is first replayed by its
+	// source shard's leader; each refused replay doubles the wait, up to a day. Default 1m.
+	DeadLetterRetryBase time.Duration
+	// DeadLetterRetryMaxAttempts caps the automatic replays of one dead letter; after the last
+	// refused one it waits for an operator. Negative: no automatic replays. Default 8 (with the
+	// default base, the last about 4 hours after the refusal).
+	DeadLetterRetryMaxAttempts int
+	// DeadLetterArchiveAfter moves a dead letter that is not being retried to its shard's
+	// archive once it is this old, out of the held count and its alerts; archived ones are
+	// listed, replayed and dropped apart, and leave the archive only by an operator's act.
+	// Negative: never. Default 30 days.
+	DeadLetterArchiveAfter time.Duration
+	// DisableDeadLetterProcess records dead letters as before the process (no refusal code, no
+	// automatic replays, no archive). Without it the process still waits, by itself, until every
+	// node of the cluster applies its commands (ops 13 and 14, v2 dead-letter requests: the
+	// format level, formats.go), so a rolling upgrade needs no setting.
+	DisableDeadLetterProcess bool
+	// TraceEndpoint turns tracing on: each message's send, commit, fan-out, delivery, push and
+	// device ack become OpenTelemetry spans posted to this OTLP/HTTP collector URL (http:// or
+	// https://; with no path, /v1/traces), attributes ids only (syncd/tracing). Default "": off,
+	// no exporter and no goroutine. OTEL_EXPORTER_OTLP_ENDPOINT does not turn it on.
+	TraceEndpoint string
+	// TraceSampleRatio is the share of sends traced when TraceEndpoint is set, in (0, 1]; the
+	// later steps of a message follow its send's decision. Default 1.
+	TraceSampleRatio float64
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 }
@@ -228,7 +259,7 @@ type Config struct {
 // written: cmd/syncd derives its flags, config file keys and -print-config output from it, and
 // a Config field left zero and the same field copied from DefaultConfig give the same Server.
 // Peers, Join, PeerDial, TokenSecret, TokenKeys, CertFile, KeyFile, AdminTokenFile, AdminMetricsAuth, the
-// node certificate files and InsecureNodePlane have no default (the zero value is the documented
+// node certificate files, InsecureNodePlane and TraceEndpoint have no default (the zero value is the documented
 // behaviour); Logger stays nil, meaning slog.Default() as of NewServer.
 // The Limits fields announced from other fields (SendRatePerS, SendBurst, QueryRatePerS,
 // QueryBurst, MaxStreams, RequestIdleMs) stay 0: the server always sets them from those.
@@ -248,7 +279,8 @@ func DefaultConfig() Config {
 		MaxConnections:    20000,
 		MaxStreamsPerConn: 16,
 		RequestIdle:       5 * time.Minute,
-		Retention:         log.Retention{MaxAge: int64(30 * 24 * time.Hour)},
+		Retention: log.Retention{MaxAge: int64(30 * 24 * time.Hour), MinAge: int64(7 * 24 * time.Hour),
+			InactiveAfter: int64(30 * 24 * time.Hour)},
 		RetentionInterval: 10 * time.Minute,
 		RequestTimeout:    10 * time.Second,
 		SendRate:          20,
@@ -269,6 +301,11 @@ func DefaultConfig() Config {
 		MembersPerMinute:       2000,
 		MaxGroupsPerUser:       1000,
 		MinFreeDisk:            raftstore.DefaultConfig().MinFreeDisk,
+		TraceSampleRatio:       1,
+
+		DeadLetterRetryBase:        time.Minute,
+		DeadLetterRetryMaxAttempts: 8,
+		DeadLetterArchiveAfter:     30 * 24 * time.Hour,
 
 		MaxHandshakesPerSource: 16,
 
@@ -321,6 +358,10 @@ func (c Config) withDefaults() Config {
 	c.MaxGroupsPerUser = cmp.Or(c.MaxGroupsPerUser, d.MaxGroupsPerUser)
 	c.MaxHandshakes = cmp.Or(c.MaxHandshakes, d.MaxHandshakes)
 	c.MinFreeDisk = cmp.Or(c.MinFreeDisk, d.MinFreeDisk)
+	c.DeadLetterRetryBase = cmp.Or(c.DeadLetterRetryBase, d.DeadLetterRetryBase)
+	c.DeadLetterRetryMaxAttempts = cmp.Or(c.DeadLetterRetryMaxAttempts, d.DeadLetterRetryMaxAttempts)
+	c.DeadLetterArchiveAfter = cmp.Or(c.DeadLetterArchiveAfter, d.DeadLetterArchiveAfter)
+	c.TraceSampleRatio = cmp.Or(c.TraceSampleRatio, d.TraceSampleRatio)
 	c.Limits.SendRatePerS, c.Limits.SendBurst = uint32(c.SendRate), uint32(c.SendBurst)
 	c.Limits.QueryRatePerS, c.Limits.QueryBurst = uint32(c.QueryRate), uint32(c.QueryBurst)
 	c.Limits.MaxStreams = uint32(c.MaxStreamsPerConn)
@@ -393,6 +434,9 @@ func (c Config) Validate() error {
 	if c.MaxHandshakesPerSource < 1 {
 		errs = append(errs, errors.New("syncd: MaxHandshakesPerSource must be ≥ 1"))
 	}
+	if c.DeadLetterRetryBase < 0 {
+		errs = append(errs, errors.New("syncd: DeadLetterRetryBase must be positive"))
+	}
 	if c.DedupWindow < time.Minute {
 		errs = append(errs, errors.New("syncd: DedupWindow below a minute would let app retries duplicate messages"))
 	}
@@ -418,6 +462,12 @@ func (c Config) Validate() error {
 		c.MaxAnswerBytesPerDevice < c.MaxAnswerBytesPerConn || c.MaxAnswerBytesPerUser < c.MaxAnswerBytesPerDevice {
 		errs = append(errs, fmt.Errorf("syncd: MaxAnswerBytesPerConn %d, MaxAnswerBytesPerDevice %d and MaxAnswerBytesPerUser %d must each be at least %d (one page answer of Limits.MaxFrame %d), in that order",
 			c.MaxAnswerBytesPerConn, c.MaxAnswerBytesPerDevice, c.MaxAnswerBytesPerUser, need, c.Limits.MaxFrame))
+	}
+	if err := tracing.CheckEndpoint(c.TraceEndpoint); err != nil {
+		errs = append(errs, fmt.Errorf("syncd: TraceEndpoint: %w", err))
+	}
+	if !(c.TraceSampleRatio > 0 && c.TraceSampleRatio <= 1) {
+		errs = append(errs, fmt.Errorf("syncd: TraceSampleRatio %v must be in (0, 1]", c.TraceSampleRatio))
 	}
 	if c.WriteTimeout < 100*time.Millisecond || c.WriteTimeout > 10*time.Minute {
 		errs = append(errs, fmt.Errorf("syncd: WriteTimeout %v must be between 100ms and 10m", c.WriteTimeout))

@@ -46,6 +46,8 @@ var configNoDefault = map[string]bool{
 	"NodeCAFile": true, "NodeCertFile": true, "NodeKeyFile": true, "InsecureNodePlane": true,
 	// Derived from ListenAddr (withDefaults), or off switches.
 	"WebAddr": true, "DisableWebTransport": true, "DisableWebSocket": true, "DisableDeliveryReports": true,
+	"DisableDeadLetterProcess": true,
+	"TraceEndpoint":            true, // tracing is off unless an operator names a collector
 }
 
 func TestConfigDefaultsComeFromDefaultConfig(t *testing.T) {

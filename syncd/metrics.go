@@ -7,6 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/syncd-dev/syncd/log"
 	"github.com/syncd-dev/syncd/raftstore"
 	"github.com/syncd-dev/syncd/raftstore/cluster"
 	"github.com/syncd-dev/syncd/syncd/buildinfo"
@@ -101,6 +102,10 @@ type metrics struct {
 	sessions    []prometheus.Counter // by transportKinds
 	webRefused  []prometheus.Counter // by webRefusedReasons
 	reports     []prometheus.Counter // by reportResults
+
+	// User-log entries retention trimmed, and stored device cursors those trims passed (retention.go).
+	retentionTrimmed prometheus.Counter
+	retentionPassed  prometheus.Counter
 }
 
 // newMetrics registers the server's metrics on reg, which must be private to this server (a
@@ -164,6 +169,14 @@ func newMetrics(reg *prometheus.Registry, node metricsNode, cl *cluster.Cluster,
 			Namespace: "syncd", Subsystem: "move", Name: "copied_bytes_total",
 			Help: "Bytes of users' logs and conversations copied to other shards by the moves this node drove.",
 		}),
+		retentionTrimmed: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "syncd", Subsystem: "retention", Name: "user_entries_trimmed_total",
+			Help: "Entries the retention passes of the shards this node led trimmed from user logs.",
+		}),
+		retentionPassed: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "syncd", Subsystem: "retention", Name: "cursors_passed_total",
+			Help: "Stored device cursors a retention trim of a user log moved past (the bound reached them, or their device had stopped holding as inactive). A device that syncs from a passed cursor is answered too_old and rebases; one reading a live sync stream may already be further (cursor stores trail it by up to a second).",
+		}),
 	}
 	for i, r := range sendResults { // every result exists from the start, at zero
 		m.sendAck[i] = sendAck.WithLabelValues(r)
@@ -209,7 +222,7 @@ func newMetrics(reg *prometheus.Registry, node metricsNode, cl *cluster.Cluster,
 	reg.MustRegister(
 		sendAck, m.delivery, m.deviceAck, m.readAfter, m.fanout, m.syncStreams, m.staleTurns, m.clientGaps, m.mismatches, refused, m.validated,
 		reqRefused, m.writeStalls, sessions, webRefused, reports,
-		m.movePause, m.moveCopied,
+		m.movePause, m.moveCopied, m.retentionTrimmed, m.retentionPassed,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Namespace: "syncd", Name: "moves_in_progress",
 			Help: "Moves of users' logs between shards in progress in the cluster map.",
@@ -230,6 +243,10 @@ func newMetrics(reg *prometheus.Registry, node metricsNode, cl *cluster.Cluster,
 			Namespace: "syncd", Subsystem: "fanout", Name: "dead_lettered_total",
 			Help: "Deliveries this node's fan-out moved to dead letters because the destination refused them.",
 		}, func() float64 { return float64(fan.DeadLettered()) }),
+		deadLetterProcessCounter("replayed", fan.Compensated),
+		deadLetterProcessCounter("refused", fan.CompensationRefused),
+		deadLetterProcessCounter("gave_up", fan.CompensationGaveUp),
+		deadLetterProcessCounter("archived", fan.Archived),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Namespace: "syncd", Subsystem: "replica", Name: "checksum_mismatches_total",
 			Help: "Replica checks made through this node (syncctl shard check) that found a shard's replicas holding different state at the same Raft index.",
@@ -284,6 +301,22 @@ type fanoutStats interface {
 	Delivered() uint64    // user-log entries written
 	Failures() uint64     // deliveries and rounds that failed and were retried
 	DeadLettered() uint64 // deliveries moved to dead letters
+	// The dead-letter process (fanout/compensate.go).
+	Compensated() uint64         // dead letters replayed automatically
+	CompensationRefused() uint64 // automatic replays refused and scheduled again
+	CompensationGaveUp() uint64  // dead letters given up
+	Archived() uint64            // dead letters archived
+}
+
+// deadLetterProcessCounter is one series of syncd_dead_letter_compensation_total: result is a
+// fixed label value, so the set of series is fixed.
+func deadLetterProcessCounter(result string, read func() uint64) prometheus.CounterFunc {
+	return prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Namespace: "syncd", Name: "dead_letter_compensation_total",
+		Help: "The dead-letter process on this node, by result: replayed (an automatic replay delivered it), refused " +
+			"(refused again, scheduled once more), gave_up (cap of attempts, or a refusal not retried: it waits for an operator), archived.",
+		ConstLabels: prometheus.Labels{"result": result},
+	}, func() float64 { return float64(read()) })
 }
 
 // observeSend records the send→ack latency of one request with its result (one of the send*
@@ -348,6 +381,16 @@ func (m *metrics) observeMove(pause time.Duration, copied int64) {
 	m.moveCopied.Add(float64(copied))
 }
 
+// observeUserTrim records a retention trim of a user log: the entries it dropped and the device
+// cursors it moved past.
+func (m *metrics) observeUserTrim(trimmed, passed int) {
+	if m == nil {
+		return
+	}
+	m.retentionTrimmed.Add(float64(trimmed))
+	m.retentionPassed.Add(float64(passed))
+}
+
 // syncStreamOpened and syncStreamClosed track the open sync streams; call them in pairs.
 func (m *metrics) syncStreamOpened() {
 	if m != nil {
@@ -388,6 +431,8 @@ type shardCollector struct {
 	node                                            metricsNode
 	isLeader, term, commit, applied, last, restores *prometheus.Desc
 	lag, deadLetters, leaseHeld                     *prometheus.Desc
+	deadLettersByReason, deadLettersGaveUp          *prometheus.Desc
+	deadLettersArchived                             *prometheus.Desc
 }
 
 func newShardCollector(node metricsNode) *shardCollector {
@@ -408,11 +453,19 @@ func newShardCollector(node metricsNode) *shardCollector {
 			"1 if this node's replica of the shard holds its lease (it leads, or heard from its leader within the lease), else 0: its sync streams send Stale instead of heartbeats."),
 		deadLetters: desc("syncd_dead_letters",
 			"Dead letters held by the shard (deliveries its fan-out could not complete), as this node's replica sees them; list them with syncctl dlq list."),
+		deadLettersByReason: prometheus.NewDesc("syncd_dead_letters_by_reason",
+			"Dead letters held by the shard by reason class: retryable (replayed automatically with backoff), permanent (waits for an operator), unknown (recorded before classes).",
+			[]string{"shard", "reason"}, nil),
+		deadLettersGaveUp: desc("syncd_dead_letters_gave_up",
+			"Dead letters held by the shard whose automatic replays ended (cap of attempts, or refused for a reason not retried): they wait for an operator."),
+		deadLettersArchived: desc("syncd_dead_letters_archived",
+			"Dead letters in the shard's archive (not retried and older than dead_letter_archive_after); list them with syncctl dlq list -archived."),
 	}
 }
 
 func (c *shardCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.isLeader, c.term, c.commit, c.applied, c.last, c.restores, c.lag, c.deadLetters, c.leaseHeld} {
+	for _, d := range []*prometheus.Desc{c.isLeader, c.term, c.commit, c.applied, c.last, c.restores, c.lag, c.deadLetters, c.leaseHeld,
+		c.deadLettersByReason, c.deadLettersGaveUp, c.deadLettersArchived} {
 		ch <- d
 	}
 }
@@ -454,8 +507,13 @@ func (c *shardCollector) Collect(ch chan<- prometheus.Metric) {
 				}
 				gauge(c.lag, lag, shard)
 			}
-			if n, err := state.DeadLetterCount(); err == nil {
-				gauge(c.deadLetters, n, shard)
+			if st, err := state.DeadLetterStats(); err == nil {
+				gauge(c.deadLetters, st.Held, shard)
+				for _, class := range log.DeadLetterClasses {
+					ch <- prometheus.MustNewConstMetric(c.deadLettersByReason, prometheus.GaugeValue, float64(st.ByClass[class]), shard, class.String())
+				}
+				gauge(c.deadLettersGaveUp, st.GaveUp, shard)
+				gauge(c.deadLettersArchived, st.Archived, shard)
 			}
 		}
 	}

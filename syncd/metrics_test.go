@@ -259,9 +259,13 @@ func TestAdminLeadersReady(t *testing.T) {
 // stubFanout reports fixed fan-out counters.
 type stubFanout struct{ delivered, failures, deadLettered uint64 }
 
-func (s stubFanout) Delivered() uint64    { return s.delivered }
-func (s stubFanout) Failures() uint64     { return s.failures }
-func (s stubFanout) DeadLettered() uint64 { return s.deadLettered }
+func (s stubFanout) Delivered() uint64           { return s.delivered }
+func (s stubFanout) Failures() uint64            { return s.failures }
+func (s stubFanout) DeadLettered() uint64        { return s.deadLettered }
+func (s stubFanout) Compensated() uint64         { return 0 }
+func (s stubFanout) CompensationRefused() uint64 { return 0 }
+func (s stubFanout) CompensationGaveUp() uint64  { return 0 }
+func (s stubFanout) Archived() uint64            { return 0 }
 
 // testLog writes log records to the test log.
 type testLog struct{ t testing.TB }

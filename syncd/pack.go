@@ -38,12 +38,16 @@ type syncBatch struct {
 	last  log.Position // the last entry added
 	times []int64      // the entries' append times, for the delivery metric
 	marks []sourceMark // the entries marked Source added (a user log's: where its sources' periods start and end)
+	// ids are the entries' msg ids when traced is set (tracing on): the push's span. Left
+	// empty otherwise, so that a stream pays nothing for tracing it does not do.
+	traced bool
+	ids    []log.MsgID
 }
 
 // reset starts a batch of entries that take at most room bytes encoded (pageRoom).
 func (sb *syncBatch) reset(room int) {
 	sb.b.Reset(room)
-	sb.last, sb.times, sb.marks = 0, sb.times[:0], sb.marks[:0]
+	sb.last, sb.times, sb.marks, sb.ids = 0, sb.times[:0], sb.marks[:0], sb.ids[:0]
 }
 
 // add converts e and adds it to the batch if it fits (always, when it is the first), and
@@ -55,6 +59,9 @@ func (sb *syncBatch) add(e *log.Entry) bool {
 	if ok {
 		sb.last = e.Seq
 		sb.times = append(sb.times, e.Time)
+		if sb.traced && !e.MsgID.IsZero() {
+			sb.ids = append(sb.ids, e.MsgID)
+		}
 		if e.Source {
 			sb.marks = append(sb.marks, sourceMark{kind: e.Kind, conv: e.Conv, convSeq: e.ConvSeq, seq: e.Seq})
 		}
@@ -113,7 +120,7 @@ func (sb *syncBatch) sourceFrame(epoch log.Epoch, head log.Position, conv string
 func (sb *syncBatch) release() {
 	sb.b.Release()
 	sb.scan = log.Scan{}
-	sb.times, sb.marks = nil, nil
+	sb.times, sb.marks, sb.ids = nil, nil, nil
 }
 
 // packBackward converts the trailing entries of es that fit room (by encoded size) to wire

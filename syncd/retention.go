@@ -20,16 +20,21 @@ type nodeShards interface {
 // retainLoop applies Config.Retention to the user logs and Config.ConvRetention to the
 // conversation logs of every shard this node leads, every RetentionInterval, until ctx ends.
 // Trimming only moves a log's first retained position; devices behind it get "too old" and
-// rebase (G3). Failures are logged and retried next interval.
+// rebase (G3). With Retention.MinAge set, user logs keep what their active devices have not
+// acked, up to the bounds (log.Retention). Failures are logged and retried next interval.
 func (s *Server) retainLoop(ctx context.Context) {
 	s.everyLedShard(ctx, s.cfg.RetentionInterval, func(id raftstore.ShardID) {
-		if err := retainShard(ctx, s.node, id, log.TrimUserLog, s.cfg.Retention); err != nil && ctx.Err() == nil {
+		r := s.cfg.Retention
+		if !s.formats.ready() { // Trim v1: the bounds alone, which every node applies
+			r.MinAge, r.InactiveAfter = 0, 0
+		}
+		if err := retainShard(ctx, s.node, id, log.TrimUserLog, r, s.metrics); err != nil && ctx.Err() == nil {
 			s.logger.Warn("retention pass over user logs failed; retrying next interval", "shard", id, "err", err)
 		}
 		if s.cfg.ConvRetention == (log.Retention{}) {
 			return
 		}
-		if err := retainShard(ctx, s.node, id, log.TrimConvLog, s.cfg.ConvRetention); err != nil && ctx.Err() == nil {
+		if err := retainShard(ctx, s.node, id, log.TrimConvLog, s.cfg.ConvRetention, s.metrics); err != nil && ctx.Err() == nil {
 			s.logger.Warn("retention pass over conversation logs failed; retrying next interval", "shard", id, "err", err)
 		}
 	})
@@ -55,15 +60,17 @@ func (s *Server) everyLedShard(ctx context.Context, interval time.Duration, pass
 }
 
 // retainShard proposes a trim for each log of target's kind (user or conversation logs) of shard
-// that holds more than r allows: over MaxCount entries, or an oldest entry older than MaxAge.
-func retainShard(ctx context.Context, node nodeShards, shard raftstore.ShardID, target log.TrimTarget, r log.Retention) error {
+// that r would shorten now (log.Shard.RetentionDue, on this node's clock; the trim itself decides
+// on the command's, so every replica trims to the same position). Trims of user logs are counted
+// in m.
+func retainShard(ctx context.Context, node nodeShards, shard raftstore.ShardID, target log.TrimTarget, r log.Retention, m *metrics) error {
 	state, err := node.State(shard)
 	if err != nil {
 		return err
 	}
-	page, read := state.Users, state.ReadUser
+	page := state.Users
 	if target == log.TrimConvLog {
-		page, read = state.Convs, state.ReadConv
+		page = state.Convs
 	}
 	for after := ""; ; {
 		ids, infos, err := page(after, 256)
@@ -71,35 +78,42 @@ func retainShard(ctx context.Context, node nodeShards, shard raftstore.ShardID, 
 			return err
 		}
 		for i, id := range ids {
-			if due, err := retentionDue(read, id, infos[i], r); err != nil || !due {
+			if due, err := state.RetentionDue(target, id, time.Now().UnixNano(), r); err != nil || !due {
 				if err != nil {
 					return err
 				}
 				continue
 			}
 			cmd := raftstore.TrimCommand(&log.Trim{Target: target, ID: id, Retention: r})
-			if _, err := node.Propose(ctx, shard, cmd); err != nil {
+			res, err := node.Propose(ctx, shard, cmd)
+			if err != nil {
 				return err
+			}
+			if target == log.TrimUserLog {
+				observeUserTrim(state, m, id, infos[i], log.Position(res.First))
 			}
 		}
 		after = ids[len(ids)-1]
 	}
 }
 
-// retentionDue reports whether the log id, of info, read by read, holds more than r allows.
-func retentionDue(read func(id string, epoch log.Epoch, from log.Position, lim log.Limit) (log.Read, error), id string, info log.LogInfo, r log.Retention) (bool, error) {
-	if info.Head < info.First {
-		return false, nil // empty
+// observeUserTrim counts in m what the trim of uid's log, of info before it, to first dropped:
+// its entries, and the stored device cursors of its epoch it moved past (a device syncing from
+// one is answered too_old and rebases). The cursors are read after the trim, from the leader's
+// replica, which applied it.
+func observeUserTrim(state *log.Shard, m *metrics, uid string, info log.LogInfo, first log.Position) {
+	if m == nil || first <= info.First {
+		return
 	}
-	if r.MaxCount > 0 && uint64(info.Head-info.First+1) > r.MaxCount {
-		return true, nil
+	cs, err := state.Cursors(uid)
+	if err != nil {
+		return // only the count of devices is lost
 	}
-	if r.MaxAge <= 0 {
-		return false, nil
+	passed := 0
+	for _, c := range cs {
+		if next := c.Cursor.Pos + 1; c.Cursor.Epoch == info.Epoch && next >= info.First && next < first {
+			passed++
+		}
 	}
-	oldest, err := read(id, info.Epoch, info.First, log.Limit{Count: 1})
-	if err != nil || oldest.Status != log.ReadEntries {
-		return false, err
-	}
-	return time.Since(time.Unix(0, oldest.Entries[0].Time)) > time.Duration(r.MaxAge), nil
+	m.observeUserTrim(int(first-info.First), passed)
 }

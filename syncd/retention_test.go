@@ -44,7 +44,7 @@ func TestRetainShard(t *testing.T) {
 	deliver("old", 2, now)                   // …but these two
 	deliver("fine", 3, now)                  // within both
 
-	if err := retainShard(ctx, node, shard, log.TrimUserLog, log.Retention{MaxCount: 5, MaxAge: int64(time.Hour)}); err != nil {
+	if err := retainShard(ctx, node, shard, log.TrimUserLog, log.Retention{MaxCount: 5, MaxAge: int64(time.Hour)}, nil); err != nil {
 		t.Fatal(err)
 	}
 	state, _ := node.State(shard)
@@ -54,6 +54,71 @@ func TestRetainShard(t *testing.T) {
 			t.Errorf("%s: first %d head %d (%v), want first %d head %d", uid, info.First, info.Head, err, want[0], want[1])
 		}
 	}
+}
+
+// TestRetainShardFollowsCursors: with MinAge set, a pass trims what every active device of a
+// user has acked and is older than MinAge, keeps what an active device lacks, and lets the bound
+// pass an active device; a device unseen for longer than InactiveAfter holds nothing. Real
+// Pebble shards without Raft (raftstoretest.Local), whose commands carry the proposer's clock.
+func TestRetainShardFollowsCursors(t *testing.T) {
+	node := raftstoretest.OpenLocal(t, t.TempDir(), 1)
+	defer node.Close()
+	ctx := context.Background()
+	const shard = raftstore.ShardID(1)
+	old := time.Now().Add(-2 * time.Hour) // every entry is older than MinAge
+	pos := uint64(0)
+	for _, uid := range []string{"held", "acked", "bound"} {
+		b := &log.DeliveryBatch{Source: 9, Prev: pos}
+		for i := range 6 {
+			pos++
+			b.Items = append(b.Items, log.Delivery{Pos: pos, Users: []string{uid}, Entry: log.Entry{
+				Kind: log.KindMessage, MsgID: log.MsgID{Shard: 9, Index: pos}, Conv: "g:" + uid, ConvSeq: log.Position(i + 1),
+				Sender: "x", Time: old.Add(time.Duration(i) * time.Second).UnixNano(), Body: []byte("x")}})
+		}
+		b.Last = pos
+		if _, err := node.Propose(ctx, shard, raftstore.DeliverCommand(b)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	state, _ := node.State(shard)
+	cursor := func(uid, device string, p log.Position) {
+		t.Helper()
+		info, _ := state.UserInfo(uid)
+		cmd := raftstore.CursorCommand(&log.CursorUpdate{UID: uid, Device: device, Cursor: log.Cursor{Epoch: info.Epoch, Pos: p}})
+		if _, err := node.Propose(ctx, shard, cmd); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cursor("held", "phone", 6)
+	cursor("held", "tablet", 2) // lacks 3..6
+	cursor("acked", "phone", 6)
+	cursor("bound", "phone", 6)
+	cursor("bound", "tablet", 1) // lacks 2..6, but the bound keeps only 3
+	check := func(what string, want map[string]log.Position) {
+		t.Helper()
+		for uid, first := range want {
+			if info, err := state.UserInfo(uid); err != nil || info.First != first || info.Head != 6 {
+				t.Errorf("%s: %s first %d head %d (%v), want first %d head 6", what, uid, info.First, info.Head, err, first)
+			}
+		}
+	}
+	r := log.Retention{MinAge: int64(time.Hour), InactiveAfter: int64(time.Hour)}
+	if err := retainShard(ctx, node, shard, log.TrimUserLog, r, nil); err != nil {
+		t.Fatal(err)
+	}
+	check("without a bound", map[string]log.Position{"held": 3, "acked": 7, "bound": 2})
+	r.MaxCount = 3
+	if err := retainShard(ctx, node, shard, log.TrimUserLog, r, nil); err != nil {
+		t.Fatal(err)
+	}
+	check("keeping at most 3", map[string]log.Position{"held": 4, "acked": 7, "bound": 4})
+	// The tablets were seen a moment ago; with InactiveAfter shorter than that they hold nothing.
+	time.Sleep(10 * time.Millisecond)
+	r.InactiveAfter = int64(time.Millisecond)
+	if err := retainShard(ctx, node, shard, log.TrimUserLog, r, nil); err != nil {
+		t.Fatal(err)
+	}
+	check("inactive tablets", map[string]log.Position{"held": 7, "acked": 7, "bound": 7})
 }
 
 // TestConvRetention: with conversation retention set, each shard leader trims conversation logs

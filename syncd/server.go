@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"net"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -21,8 +22,10 @@ import (
 	"github.com/syncd-dev/syncd/syncd/admin"
 	"github.com/syncd-dev/syncd/syncd/adminapi"
 	"github.com/syncd-dev/syncd/syncd/auth"
+	"github.com/syncd-dev/syncd/syncd/buildinfo"
 	"github.com/syncd-dev/syncd/syncd/fanout"
 	"github.com/syncd-dev/syncd/syncd/peer"
+	"github.com/syncd-dev/syncd/syncd/tracing"
 	"github.com/syncd-dev/syncd/syncd/transport"
 )
 
@@ -35,6 +38,7 @@ type Server struct {
 	cluster     *cluster.Cluster // the node's part of the cluster: the map, moves, revocations
 	node        *raftstore.Node  // the cluster's node: the shards
 	slots       *cluster.Routing
+	formats     formatGate // whether every node reads this build's newest formats (formats.go)
 	fan         *fanout.Fanout
 	mover       *cluster.Driver
 	peer        *peer.Peer
@@ -50,6 +54,9 @@ type Server struct {
 	metrics     *metrics
 	admin       *admin.Server
 	app         *nodeApp // what the node calls up to: applies, calls, attributes
+	// tracer records messages' paths as spans (Config.TraceEndpoint); nil when tracing is off.
+	// Started and stopped by Run, which starts everything that uses it.
+	tracer *tracing.Tracer
 
 	// removed is cancelled once this node has been removed from the cluster: its client
 	// connections are closed, and new ones refused, so devices move to another node.
@@ -142,8 +149,14 @@ func NewServer(cfg Config) (*Server, error) {
 	}
 	s.node = s.cluster.Node()
 	s.slots = s.cluster.Routing()
+	s.formats.cluster = s.cluster
+	// The conversation references in spans are keyed by the token secret, which every node of
+	// the cluster shares, so a conversation has one reference cluster-wide.
+	s.tracer = tracing.New(tracing.Config{Endpoint: cfg.TraceEndpoint, SampleRatio: cfg.TraceSampleRatio,
+		NodeID: cfg.NodeID, Version: buildinfo.Get().Version, ConvKey: secret, Logger: cfg.Logger})
 	// s.metrics is set below, before the fan-out runs.
-	s.fan = fanout.New(s.node, s.slots, fanout.Config{Logger: cfg.Logger, Observe: func(d time.Duration) { s.metrics.observeFanout(d) }})
+	s.fan = fanout.New(s.node, s.slots, fanout.Config{Logger: cfg.Logger, Observe: func(d time.Duration) { s.metrics.observeFanout(d) },
+		Tracer: s.tracer, DeadLetters: deadLetterPolicy(cfg, &s.formats)})
 	s.app.fan.Store(s.fan)
 	s.mover = s.cluster.Driver(cluster.DriverConfig{
 		Logger: cfg.Logger, Drained: s.fan.Drained,
@@ -176,7 +189,8 @@ func NewServer(cfg Config) (*Server, error) {
 		s.cluster.Close()
 		return nil, err
 	}
-	s.app.attrs.Store(&map[string]string{adminapi.AttrClient: s.ln.Addr().String(), adminapi.AttrAdmin: s.admin.Addr().String()})
+	s.app.attrs.Store(&map[string]string{adminapi.AttrClient: s.ln.Addr().String(), adminapi.AttrAdmin: s.admin.Addr().String(),
+		adminapi.AttrFormat: strconv.Itoa(formatLevel)})
 	return s, nil
 }
 
@@ -225,6 +239,9 @@ func (s *Server) Cluster() *cluster.Cluster { return s.cluster }
 func (s *Server) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	if err := s.tracer.Start(); err != nil {
+		s.logger.Error("tracing stays off", "err", err)
+	}
 	var wg sync.WaitGroup
 	if s.awaitClusterMap(ctx) == nil {
 		wg.Add(4)
@@ -251,6 +268,13 @@ func (s *Server) Run(ctx context.Context) error {
 			defer wg.Done()
 			s.retainLoop(ctx)
 		}()
+		if !s.cfg.DisableDeadLetterProcess {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				s.deadLetterLoop(ctx)
+			}()
+		}
 		go func() {
 			defer wg.Done()
 			s.watchRemoval(ctx)
@@ -281,6 +305,9 @@ func (s *Server) Run(ctx context.Context) error {
 	s.markRemoved() // releases the context; nothing watches it any more
 	closeCtx, done := context.WithTimeout(context.Background(), 5*time.Second)
 	defer done()
+	if err := s.tracer.Stop(closeCtx); err != nil { // everything that records spans has stopped
+		s.logger.Warn("tracing: the last spans were not exported", "err", err)
+	}
 	return errors.Join(s.admin.Close(closeCtx), s.cluster.Close()) // admin first: scrapes read the store
 }
 

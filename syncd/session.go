@@ -157,7 +157,12 @@ func (ss *session) answer(ctx context.Context, req proto.Request) proto.Frame {
 	defer cancel()
 	began := time.Now()
 	home := ss.s.slots.ConvShard(app.Conv)
+	// The send's span and its commit's (syncd/tracing; nothing, allocating nothing, when off).
+	ctx, span := ss.s.tracer.StartSend(ctx, app.Kind, app.Conv, home, len(app.Body))
+	commit := ss.s.tracer.StartCommit(ctx, home)
 	res, err := ss.s.node.Propose(ctx, home, raftstore.AppendCommand(app))
+	ss.s.tracer.EndCommit(commit, err)
+	defer ss.s.tracer.EndSend(span, res.Append, err) // once the ack is built
 	switch {
 	case log.Rejected(err):
 		ss.s.metrics.observeSend(time.Since(began), sendRefused)

@@ -8,6 +8,7 @@ import (
 	"github.com/syncd-dev/syncd/log"
 	"github.com/syncd-dev/syncd/proto"
 	"github.com/syncd-dev/syncd/raftstore/cluster"
+	"github.com/syncd-dev/syncd/syncd/tracing"
 )
 
 // Sub-logs on the sync stream (docs/PROTOCOL.md, "Sub-logs"). A user whose stream an operator
@@ -43,6 +44,9 @@ type subLog struct {
 	// a goroutine or a timer per stream. Both nil for the other sub-logs.
 	mapChanged <-chan struct{}
 	regroup    func() proto.Frame
+	// traced holds the traced pushes of this log until the device acks them (syncd/tracing):
+	// the device-ack spans. Empty when tracing is off.
+	traced tracing.Acks
 }
 
 // mapChange is sub-log 0's reaction to a change of the cluster map (nil for the others): the

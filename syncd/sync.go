@@ -11,6 +11,7 @@ import (
 	"github.com/syncd-dev/syncd/log"
 	"github.com/syncd-dev/syncd/proto"
 	"github.com/syncd-dev/syncd/raftstore"
+	"github.com/syncd-dev/syncd/syncd/tracing"
 	"github.com/syncd-dev/syncd/syncd/transport"
 )
 
@@ -176,6 +177,7 @@ func (ss *session) syncLog(ctx context.Context, w *streamWriter, sl *subLog, sta
 	room := ss.s.pageRoom()
 	var batch syncBatch      // each read's entries, encoded into the next Batch frame
 	var movedSince time.Time // when reads first found the log moved, while they do
+	batch.traced = ss.s.tracer.Enabled()
 	for ctx.Err() == nil {
 		if f := sl.mapChange(); f != nil {
 			return f
@@ -260,10 +262,21 @@ func (ss *session) syncLog(ctx context.Context, w *streamWriter, sl *subLog, sta
 			} else {
 				frame = batch.frame(epoch, info.Head, sl.sub)
 			}
+			var pushing time.Time
+			if len(batch.ids) > 0 {
+				pushing = time.Now()
+			}
 			if err := w.sendEncoded(proto.TypeBatch, frame); err != nil {
 				return nil
 			}
 			lastSent = time.Now()
+			if len(batch.ids) > 0 {
+				var acks *tracing.Acks // a source's acks are marks, not the device's cursor
+				if sl.src == nil {
+					acks = &sl.traced
+				}
+				ss.s.tracer.Pushed(acks, shard, batch.ids, pos, live, pushing)
+			}
 			sl.sent.report(epoch, pos)
 			if marks := batch.marks; len(marks) > 0 && sl.src == nil {
 				if ss.proto < 6 {
@@ -480,6 +493,7 @@ func (ss *session) readUpstream(r *proto.Reader, w *streamWriter, subs *subLogSe
 			}
 			sl := subs.get(int(ca.Sub))
 			sl.cursors.ack(log.Cursor{Epoch: log.Epoch(ca.Epoch), Pos: log.Position(ca.Pos)})
+			ss.s.tracer.Acked(&sl.traced, log.Position(ca.Pos))
 			for _, t := range sl.clock.acked(log.Position(ca.Pos)) {
 				ss.s.metrics.observeDeviceAck(time.Since(time.Unix(0, t)))
 			}
@@ -538,7 +552,7 @@ func (c *cursorStore) flush(timeout time.Duration) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	cmd := raftstore.CursorCommand(&log.CursorUpdate{UID: c.log, Device: c.ss.device, Cursor: cur})
+	cmd := raftstore.CursorCommand(&log.CursorUpdate{UID: c.log, Device: c.ss.device, Cursor: cur, Seen: c.ss.s.formats.ready()})
 	// Routed at every store: a user whose log moved to another shard stores it there.
 	if _, err := c.ss.s.node.Propose(ctx, c.ss.s.slots.UserShard(c.log), cmd); err != nil {
 		c.ss.s.logger.Debug("cursor not stored", "log", c.log, "device", c.ss.device, "err", err)

@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -49,54 +48,15 @@ func TestBackupRestore(t *testing.T) {
 	if err := c.WaitReady(ctx, time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	dial := func(c *proccluster.Cluster, user, dev, store string, home int) *device {
-		token, err := c.Token(user, dev, time.Hour)
-		if err != nil {
-			t.Fatal(err)
-		}
-		nodes := c.Nodes()
-		var others []string
-		for i := range nodes {
-			if j := (home + i) % len(nodes); j != home {
-				others = append(others, nodes[j].ClientAddr)
-			}
-		}
-		return dialDeviceWith(t, client.Config{Addr: nodes[home].ClientAddr, Addrs: others, Token: token, Device: dev,
-			Fingerprint: c.Fingerprint(), StoreDir: store, Logger: quiet(t), Retry: upgradeRetry,
-			RequestTimeout: 5 * time.Second, HeadCheck: 5 * time.Second})
-	}
 	senders := []*upgradeSender{{user: "alice", peer: "bob"}, {user: "carol", peer: "dave"}}
 	stores := map[string]string{}
 	for i, s := range senders {
 		stores[s.user], stores[s.peer] = t.TempDir(), t.TempDir()
 		s.conv = proto.DirectConv(s.user, s.peer)
-		s.d, s.to = dial(c, s.user, "phone", stores[s.user], i), dial(c, s.peer, "phone", stores[s.peer], i+1)
-		s.acked = map[string]bool{}
-		s.quit, s.drained = make(chan struct{}), make(chan struct{})
-		go s.drain()
+		s.d, s.to = dialClusterDevice(t, c, s.user, "phone", stores[s.user], i), dialClusterDevice(t, c, s.peer, "phone", stores[s.peer], i+1)
+		s.start()
 	}
-	stop := make(chan struct{})
-	var traffic sync.WaitGroup
-	for _, s := range senders {
-		traffic.Go(func() {
-			for i := 0; ; i++ {
-				select {
-				case <-stop:
-					return
-				case <-time.After(20 * time.Millisecond):
-				}
-				body := fmt.Sprintf("%s-%d", s.user, i)
-				id, err := s.d.Send(s.conv, s.peer, []byte(body))
-				if err != nil {
-					t.Errorf("%s: Send %s: %v", s.user, body, err)
-					return
-				}
-				s.mu.Lock()
-				s.sent, s.ids = append(s.sent, body), append(s.ids, id)
-				s.mu.Unlock()
-			}
-		})
-	}
+	stopTraffic := keepSending(t, senders, 20*time.Millisecond)
 	testkit.WaitTrue(t, 30*time.Second, "the first 50 messages of each sender acked", func() bool {
 		return senders[0].ackCount() >= 50 && senders[1].ackCount() >= 50
 	})
@@ -132,15 +92,13 @@ func TestBackupRestore(t *testing.T) {
 	testkit.WaitTrue(t, 30*time.Second, "more messages acked after the backup", func() bool {
 		return senders[0].ackCount()+senders[1].ackCount() >= acks+40
 	})
-	close(stop)
-	traffic.Wait()
+	stopTraffic()
 
 	// The cluster is lost: processes and data.
 	for _, s := range senders {
 		s.d.Close()
 		s.to.Close()
-		close(s.quit)
-		<-s.drained
+		s.stop()
 	}
 	if err := c.Kill(); err != nil {
 		t.Fatal(err)
@@ -190,7 +148,7 @@ func TestBackupRestore(t *testing.T) {
 
 	// Nothing acknowledged before the backup is missing: new devices of the receivers pull it all.
 	for i, s := range senders {
-		fresh := dial(r, s.peer, "tablet", t.TempDir(), i)
+		fresh := dialClusterDevice(t, r, s.peer, "tablet", t.TempDir(), i)
 		defer fresh.Close()
 		testkit.Wait(t, time.Minute, s.peer+"'s new device to pull the messages acked before the backup", func() (bool, string) {
 			got := bodies(t, fresh, s.conv)
@@ -202,7 +160,7 @@ func TestBackupRestore(t *testing.T) {
 	// and holds every message acked before the backup once.
 	var back []*device
 	for i, s := range senders {
-		back = append(back, dial(r, s.user, "phone", stores[s.user], i), dial(r, s.peer, "phone", stores[s.peer], i))
+		back = append(back, dialClusterDevice(t, r, s.user, "phone", stores[s.user], i), dialClusterDevice(t, r, s.peer, "phone", stores[s.peer], i))
 	}
 	for _, d := range back {
 		defer d.Close()
@@ -221,12 +179,28 @@ func TestBackupRestore(t *testing.T) {
 			})
 		}
 		// The restored cluster takes new messages, and they reach the old device.
-		if _, err := back[2*i].Send(s.conv, s.peer, []byte(s.user+"-after-restore")); err != nil {
+		id, err := back[2*i].Send(s.conv, s.peer, []byte(s.user+"-after-restore"))
+		if err != nil {
 			t.Fatal(err)
+		}
+		var ack *proto.Ack
+		for ack == nil {
+			select {
+			case e := <-back[2*i].statuses:
+				if e.ClientMsgID == id && e.Status == client.StatusSent {
+					ack = e.Ack
+				} else if e.ClientMsgID == id {
+					t.Fatalf("%s's message after the restore: %v", s.user, e.Err)
+				}
+			case <-time.After(time.Minute):
+				t.Fatalf("%s's message after the restore was not acked", s.user)
+			}
 		}
 		testkit.Wait(t, time.Minute, s.peer+"'s phone to get the message sent after the restore", func() (bool, string) {
 			got := bodies(t, back[2*i+1], s.conv)
-			return slices.Contains(got, s.user+"-after-restore"), strings.Join(got[max(0, len(got)-3):], ",")
+			code, trace, _ := r.Node(0).AdminDo(ctx, "GET", "/v1/trace?msg_id="+string(ack.MsgID))
+			return slices.Contains(got, s.user+"-after-restore"), fmt.Sprintf("acked at conv_seq %d; the phone's last: %s; trace (%d): %s",
+				ack.ConvSeq, strings.Join(got[max(0, len(got)-3):], ","), code, trace)
 		})
 	}
 }

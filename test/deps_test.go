@@ -27,11 +27,12 @@ const (
 	quic      = "github.com/quic-go/"
 	webtrans  = "github.com/quic-go/webtransport-go"
 	websocket = "github.com/coder/websocket"
+	otel      = "go.opentelemetry.io/"
 )
 
 // serverOnly are the outside modules only the server side may import. (Prometheus cannot be
 // among them: Pebble, the SDK's store, depends on its client library.)
-var serverOnly = []string{hashicorp, webtrans, websocket}
+var serverOnly = []string{hashicorp, webtrans, websocket, otel}
 
 // rules is the package map of the design (DESIGN §6, STYLE "Layout") as a test: every package of
 // the module must have one, so a new package fails CI until someone decides where it sits. The
@@ -63,17 +64,20 @@ var rules = map[string]rule{
 	"syncd/buildinfo":                 {outside: []string{}}, // the build's version: syncd and syncctl print it
 	"syncd/auth":                      {repo: []string{"proto/ident", "proto", "raftstore/nodecert", "syncd/adminapi"}, outside: []string{msgpack}},
 	"syncd/peer":                      {repo: []string{"proto/ident", "log", "proto", "raftstore", "raftstore/nodecert", "syncd/adminapi"}},
-	"syncd/fanout":                    {repo: []string{"proto/ident", "log", "raftstore", "raftstore/nodecert", "syncd/adminapi"}},
-	"syncd/transport":                 {repo: []string{"proto/ident", "proto"}, deny: []string{hashicorp}},
+	"syncd/fanout":                    {repo: []string{"proto/ident", "log", "raftstore", "raftstore/nodecert", "syncd/adminapi", "syncd/tracing"}},
+	// Tracing glue: spans of a message's steps, exported over OTLP; it knows the stored types
+	// (log) and nothing above them.
+	"syncd/tracing":   {repo: []string{"proto/ident", "log"}, deny: []string{msgpack, hashicorp, quic}},
+	"syncd/transport": {repo: []string{"proto/ident", "proto"}, deny: []string{hashicorp}},
 	"syncd/admin": {repo: []string{"proto/ident", "log", "proto", "raftstore", "raftstore/cluster", "raftstore/nodecert", "syncd/adminapi", "syncd/fanout",
-		"syncd/peer"}},
+		"syncd/peer", "syncd/tracing"}},
 	"syncd": {repo: []string{"proto/ident", "log", "proto", "raftstore", "raftstore/cluster", "raftstore/nodecert", "syncd/admin", "syncd/adminapi", "syncd/auth", "syncd/buildinfo",
-		"syncd/fanout", "syncd/peer", "syncd/transport"}},
+		"syncd/fanout", "syncd/peer", "syncd/tracing", "syncd/transport"}},
 	// The conformance kit embeds a whole server and sits beside it: only commands and tests import it.
 	"syncd/conformance": {repo: []string{"proto/ident", "log", "proto", "raftstore", "raftstore/cluster", "raftstore/nodecert", "syncd", "syncd/admin", "syncd/adminapi",
-		"syncd/auth", "syncd/buildinfo", "syncd/fanout", "syncd/peer", "syncd/transport"}},
+		"syncd/auth", "syncd/buildinfo", "syncd/fanout", "syncd/peer", "syncd/tracing", "syncd/transport"}},
 	"syncd/syncdtest": {repo: []string{"proto/ident", "log", "proto", "raftstore", "raftstore/cluster", "raftstore/nodecert", "syncd", "syncd/admin", "syncd/adminapi",
-		"syncd/auth", "syncd/buildinfo", "syncd/fanout", "syncd/peer", "syncd/transport", "test/testkit"}},
+		"syncd/auth", "syncd/buildinfo", "syncd/fanout", "syncd/peer", "syncd/tracing", "syncd/transport", "test/testkit"}},
 	"test/testkit":     {outside: []string{}},
 	"test/browser":     {repo: []string{}, outside: []string{}}, // runs the TypeScript SDK's journeys with Node
 	"test/proccluster": {repo: []string{"proto/ident", "proto", "raftstore", "raftstore/nodecert", "log", "syncd/adminapi", "syncd/auth", "test/testkit"}},
@@ -81,7 +85,7 @@ var rules = map[string]rule{
 	// (adminapi, auth), issues node certificates (raftstore/nodecert, a leaf), and links none of
 	// the server, not even the state machine (log) or raftstore.
 	"cmd/syncctl": {repo: []string{"proto/ident", "client", "client/internal/store", "proto", "raftstore/nodecert", "syncd/adminapi", "syncd/auth", "syncd/buildinfo"},
-		deny: []string{raft}},
+		deny: []string{raft, otel}},
 	// Commands, benchmarks' runner and tests put the pieces together: anything.
 	"cmd/syncd":        {repo: []string{"*"}},
 	"cmd/syncbench":    {repo: []string{"*"}},
@@ -150,6 +154,10 @@ func TestDependencyRulesBite(t *testing.T) {
 		{"proto", module + "log", true},
 		{"client", "github.com/hashicorp/raft", true},
 		{"client", module + "syncd", true},
+		{"client", "go.opentelemetry.io/otel/trace", true},
+		{"proto", "go.opentelemetry.io/otel", true},
+		{"cmd/syncctl", "go.opentelemetry.io/otel/sdk", true},
+		{"syncd/tracing", module + "raftstore", true},
 		{"cmd/syncctl", "github.com/hashicorp/raft", true},
 		{"cmd/syncctl", module + "raftstore", true},
 		{"cmd/syncctl", module + "log", true},

@@ -130,3 +130,204 @@ func TestEpochChangeResyncs(t *testing.T) {
 		return false
 	})
 }
+
+// bobsCursors returns a function that reads the stored cursor and last sighting of one of bob's
+// devices on srv (position 0 if it has none).
+func bobsCursors(t *testing.T, srv *syncd.Server) (cursor func(dev string) (log.Position, time.Time), info func() log.LogInfo) {
+	t.Helper()
+	state, err := srv.Node().State(cluster.Even(len(srv.Node().Shards())).UserShard("bob"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cursor = func(dev string) (log.Position, time.Time) {
+		cs, err := state.Cursors("bob")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range cs {
+			if c.Device == dev {
+				return c.Cursor.Pos, time.Unix(0, c.Seen)
+			}
+		}
+		return 0, time.Time{}
+	}
+	info = func() log.LogInfo {
+		i, err := state.UserInfo("bob")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return i
+	}
+	return cursor, info
+}
+
+// sendBodies sends m<from>…m<to-1> from alice to bob, and returns every body up to m<to-1>.
+func sendBodies(t *testing.T, alice *device, from, to int) []string {
+	t.Helper()
+	for i := from; i < to; i++ {
+		if _, err := alice.Send("d:alice:bob", "bob", []byte(fmt.Sprint("m", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	all := make([]string, to)
+	for i := range all {
+		all[i] = fmt.Sprint("m", i)
+	}
+	return all
+}
+
+// settled waits until every one of bob's devices named has stored his whole log and retention
+// has dropped it all (MinAge 1 ns), and returns the head. Acks make delivered entries in bob's
+// log too (D60), so positions are read from the log, never counted from the sends.
+func settled(t *testing.T, cursor func(string) (log.Position, time.Time), info func() log.LogInfo, devices ...string) log.Position {
+	t.Helper()
+	var head log.Position
+	testkit.WaitTrue(t, 20*time.Second, fmt.Sprintf("%v to store bob's whole log and the log to be emptied", devices), func() bool {
+		i := info()
+		for _, d := range devices {
+			if p, _ := cursor(d); p != i.Head {
+				return false
+			}
+		}
+		head = i.Head
+		return i.First == i.Head+1
+	})
+	return head
+}
+
+// TestRetentionKeepsWhatActiveDevicesLack: with retention tied to device cursors (log.Retention
+// MinAge), bob's log drops what both his devices stored but keeps what his tablet, offline and
+// recently seen, has not: the tablet comes back and catches up from its cursor, no rebase. Then
+// the count bound passes the tablet's cursor while it is offline: on its return it is told "too
+// old" and rebases (G3, never moved silently), which syncd_retention_cursors_passed_total counts.
+func TestRetentionKeepsWhatActiveDevicesLack(t *testing.T) {
+	const bound = 30
+	srv := startServerWith(t, func(c *syncd.Config) {
+		// MinAge 1 ns: what every active device has acked goes at the next pass.
+		c.Retention = log.Retention{MaxCount: bound, MinAge: 1, InactiveAfter: int64(time.Hour)}
+		c.RetentionInterval = 50 * time.Millisecond
+	})
+	cursor, info := bobsCursors(t, srv)
+	alice := dialDevice(t, srv, "alice", "phone", t.TempDir())
+	defer alice.Close()
+	phone := dialDevice(t, srv, "bob", "phone", t.TempDir())
+	defer phone.Close()
+	tabletDir := t.TempDir()
+	tablet := dialDevice(t, srv, "bob", "tablet", tabletDir)
+
+	waitBodies(t, "d:alice:bob", sendBodies(t, alice, 0, 3), phone, tablet)
+	held := settled(t, cursor, info, "phone", "tablet")
+	tablet.Close()
+
+	all := sendBodies(t, alice, 3, 8)
+	waitBodies(t, "d:alice:bob", all, phone)
+	settledPhone := func() log.LogInfo {
+		var i log.LogInfo
+		testkit.WaitTrue(t, 20*time.Second, "the phone to store bob's whole log", func() bool {
+			i = info()
+			p, _ := cursor("phone")
+			return p == i.Head
+		})
+		return i
+	}
+	settledPhone()
+	// Ten passes with the phone at the head: without the tablet's hold they would empty the log.
+	time.Sleep(10 * 50 * time.Millisecond)
+	if i := info(); i.First != held+1 || i.Head <= held {
+		t.Fatalf("bob's log keeps %d..%d, want %d..: what the active tablet lacks", i.First, i.Head, held+1)
+	}
+
+	tablet = dialDevice(t, srv, "bob", "tablet", tabletDir)
+	waitBodies(t, "d:alice:bob", all, tablet)
+	select {
+	case r := <-tablet.rebases:
+		t.Fatalf("the tablet rebased (%+v) though its entries were kept", r)
+	default:
+	}
+	held = settled(t, cursor, info, "phone", "tablet")
+	tablet.Close()
+
+	// More than the bound while the tablet is away: the bound passes its cursor.
+	all = sendBodies(t, alice, 8, 8+bound+5)
+	waitBodies(t, "d:alice:bob", all, phone)
+	i := settledPhone()
+	testkit.WaitTrue(t, 20*time.Second, "the bound to trim bob's log past the tablet", func() bool {
+		i = info()
+		return i.Head-i.First+1 <= bound && i.First > held+1
+	})
+	// The tablet's cursor, and perhaps the phone's stored one, which trails its stream.
+	if n := testkit.Metric(t, srv.AdminAddr().String(), "syncd_retention_cursors_passed_total"); n == "0" {
+		t.Errorf("syncd_retention_cursors_passed_total %s, want the tablet's cursor counted", n)
+	}
+	tablet = dialDevice(t, srv, "bob", "tablet", tabletDir)
+	defer tablet.Close()
+	select {
+	case r := <-tablet.rebases:
+		if log.Position(r.Head) < i.Head {
+			t.Fatalf("rebase to %d, want the head %d or later", r.Head, i.Head)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a device the bound passed was not told to rebase")
+	}
+	if _, err := alice.Send("d:alice:bob", "bob", []byte("after")); err != nil {
+		t.Fatal(err)
+	}
+	testkit.WaitTrue(t, 20*time.Second, "the rebased tablet to receive what comes next", func() bool {
+		b := bodies(t, tablet, "d:alice:bob")
+		return len(b) > 0 && b[len(b)-1] == "after"
+	})
+}
+
+// TestRetentionReleasesInactiveDevices: a device that stores no cursor for InactiveAfter stops
+// holding bob's log. Until then what it lacks is kept; after, it goes, and the device, back, is
+// told "too old" and rebases.
+func TestRetentionReleasesInactiveDevices(t *testing.T) {
+	const inactive = 6 * time.Second
+	srv := startServerWith(t, func(c *syncd.Config) {
+		c.Retention = log.Retention{MaxCount: 1000, MinAge: 1, InactiveAfter: int64(inactive)}
+		c.RetentionInterval = 50 * time.Millisecond
+	})
+	cursor, info := bobsCursors(t, srv)
+	alice := dialDevice(t, srv, "alice", "phone", t.TempDir())
+	defer alice.Close()
+	phone := dialDevice(t, srv, "bob", "phone", t.TempDir())
+	defer phone.Close()
+	tabletDir := t.TempDir()
+	tablet := dialDevice(t, srv, "bob", "tablet", tabletDir)
+	waitBodies(t, "d:alice:bob", sendBodies(t, alice, 0, 3), phone, tablet)
+	held := settled(t, cursor, info, "phone", "tablet")
+	tablet.Close()
+	_, seen := cursor("tablet") // its last sighting: the store that moved its cursor last
+
+	waitBodies(t, "d:alice:bob", sendBodies(t, alice, 3, 6), phone)
+	testkit.WaitTrue(t, 20*time.Second, "the phone to store bob's whole log", func() bool {
+		p, _ := cursor("phone")
+		return p == info().Head
+	})
+	time.Sleep(5 * 50 * time.Millisecond) // a few passes with the phone at the head
+	i := info()
+	if time.Since(seen) >= inactive {
+		t.Fatalf("the test took %v to get here, past the tablet's inactivity (%v): nothing shown", time.Since(seen), inactive)
+	}
+	if i.First != held+1 || i.Head <= held {
+		t.Fatalf("bob's log keeps %d..%d while the tablet is active, want %d..", i.First, i.Head, held+1)
+	}
+
+	testkit.WaitTrue(t, 20*time.Second, "the inactive tablet to stop holding bob's log", func() bool {
+		i = info()
+		return i.First == i.Head+1
+	})
+	if since := time.Since(seen); since < inactive {
+		t.Fatalf("released %v after the tablet's last cursor store, before %v", since, inactive)
+	}
+	tablet = dialDevice(t, srv, "bob", "tablet", tabletDir)
+	defer tablet.Close()
+	select {
+	case r := <-tablet.rebases:
+		if log.Position(r.Head) < i.Head {
+			t.Fatalf("rebase to %d, want the head %d or later", r.Head, i.Head)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("an inactive device behind retention was not told to rebase")
+	}
+}

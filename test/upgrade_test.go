@@ -176,57 +176,19 @@ func TestRollingUpgrade(t *testing.T) {
 	// Two conversations, each with one sender and one receiver on different nodes; every device
 	// has the other nodes as fallbacks.
 	nodes := c.Nodes()
-	dial := func(user string, home int) *device {
-		token, err := c.Token(user, "phone", time.Hour)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var others []string
-		for i := range nodes {
-			if j := (home + i) % len(nodes); j != home {
-				others = append(others, nodes[j].ClientAddr)
-			}
-		}
-		return dialDeviceWith(t, client.Config{Addr: nodes[home].ClientAddr, Addrs: others, Token: token, Device: "phone",
-			Fingerprint: c.Fingerprint(), StoreDir: t.TempDir(), Logger: quiet(t), Retry: upgradeRetry,
-			RequestTimeout: 5 * time.Second, HeadCheck: 5 * time.Second})
-	}
 	senders := []*upgradeSender{{user: "alice", peer: "bob"}, {user: "carol", peer: "dave"}}
 	for i, s := range senders {
 		s.conv = proto.DirectConv(s.user, s.peer)
-		s.d, s.to = dial(s.user, i), dial(s.peer, i+1) // alice on n1 to bob on n2, carol on n2 to dave on n3
-		s.acked = map[string]bool{}
-		s.quit, s.drained = make(chan struct{}), make(chan struct{})
-		go s.drain()
-		defer func() { close(s.quit); <-s.drained }() // after the Closes below: nothing blocks their event loops
+		// alice on n1 to bob on n2, carol on n2 to dave on n3
+		s.d, s.to = dialClusterDevice(t, c, s.user, "phone", t.TempDir(), i), dialClusterDevice(t, c, s.peer, "phone", t.TempDir(), i+1)
+		s.start()
+		defer s.stop() // after the Closes below: nothing blocks their event loops
 		defer s.to.Close()
 		defer s.d.Close()
 	}
 
 	// Traffic: each sender queues a message every 50 ms until told to stop.
-	stop := make(chan struct{})
-	var traffic sync.WaitGroup
-	for _, s := range senders {
-		traffic.Go(func() {
-			for i := 0; ; i++ {
-				select {
-				case <-stop:
-					return
-				case <-time.After(50 * time.Millisecond):
-				}
-				body := fmt.Sprintf("%s-%d", s.user, i)
-				id, err := s.d.Send(s.conv, s.peer, []byte(body))
-				if err != nil {
-					t.Errorf("%s: Send %s: %v", s.user, body, err)
-					return
-				}
-				s.mu.Lock()
-				s.sent, s.ids = append(s.sent, body), append(s.ids, id)
-				s.mu.Unlock()
-			}
-		})
-	}
-	stopTraffic := sync.OnceFunc(func() { close(stop); traffic.Wait() })
+	stopTraffic := keepSending(t, senders, 50*time.Millisecond)
 	defer stopTraffic()
 
 	// flowing waits until every sender has had 40 more messages acked (2 s of its traffic) than
@@ -349,6 +311,54 @@ var upgradeRetry = func() []time.Duration {
 	return out
 }()
 
+// dialClusterDevice connects user's device to node home of c, with c's other nodes as its
+// fallbacks, its store in store, and a retry schedule patient enough for a node's restart.
+func dialClusterDevice(t *testing.T, c *proccluster.Cluster, user, dev, store string, home int) *device {
+	t.Helper()
+	token, err := c.Token(user, dev, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodes := c.Nodes()
+	var others []string
+	for i := range nodes {
+		if j := (home + i) % len(nodes); j != home {
+			others = append(others, nodes[j].ClientAddr)
+		}
+	}
+	return dialDeviceWith(t, client.Config{Addr: nodes[home%len(nodes)].ClientAddr, Addrs: others, Token: token, Device: dev,
+		Fingerprint: c.Fingerprint(), StoreDir: store, Logger: quiet(t), Retry: upgradeRetry,
+		RequestTimeout: 5 * time.Second, HeadCheck: 5 * time.Second})
+}
+
+// keepSending makes each sender queue a message ("<user>-<n>") every interval until the returned
+// function is called, which waits for them to stop.
+func keepSending(t *testing.T, senders []*upgradeSender, interval time.Duration) (stop func()) {
+	quit := make(chan struct{})
+	var traffic sync.WaitGroup
+	for _, s := range senders {
+		traffic.Go(func() {
+			for i := 0; ; i++ {
+				select {
+				case <-quit:
+					return
+				case <-time.After(interval):
+				}
+				body := fmt.Sprintf("%s-%d", s.user, i)
+				id, err := s.d.Send(s.conv, s.peer, []byte(body))
+				if err != nil {
+					t.Errorf("%s: Send %s: %v", s.user, body, err)
+					return
+				}
+				s.mu.Lock()
+				s.sent, s.ids = append(s.sent, body), append(s.ids, id)
+				s.mu.Unlock()
+			}
+		})
+	}
+	return sync.OnceFunc(func() { close(quit); traffic.Wait() })
+}
+
 // upgradeSender is one conversation of TestRollingUpgrade: d (user) sends to to (peer).
 type upgradeSender struct {
 	user, peer, conv string
@@ -361,6 +371,19 @@ type upgradeSender struct {
 	ids    []string        // their client_msg_ids
 	acked  map[string]bool // client_msg_ids reported Sent
 	failed []string        // Failed ones, described
+}
+
+// start begins draining the devices' events (drain), once d and to are set.
+func (s *upgradeSender) start() {
+	s.acked = map[string]bool{}
+	s.quit, s.drained = make(chan struct{}), make(chan struct{})
+	go s.drain()
+}
+
+// stop stops draining and waits for it.
+func (s *upgradeSender) stop() {
+	close(s.quit)
+	<-s.drained
 }
 
 // drain reads d's outbox outcomes (and its rebase and epoch events, which nothing else reads)

@@ -81,13 +81,48 @@ func backup(ctx context.Context, e *env, admin *adminFlags, dir string) (adminap
 		return m, err
 	}
 	m.MapIndex = index
-	for _, s := range view.Shards {
-		bs, err := backupShard(ctx, admin, view, s, dir)
-		if err != nil {
-			return m, fmt.Errorf("shard %d: %w", s.Shard, err)
+	copied := map[uint32]int{} // shard → its index in m.Shards
+	copyShards := func(shards []adminapi.ShardView) error {
+		for _, s := range shards {
+			bs, err := backupShard(ctx, admin, view, s, dir)
+			if err != nil {
+				return fmt.Errorf("shard %d: %w", s.Shard, err)
+			}
+			fmt.Fprintf(e.stderr, "shard %d: index %d, %d bytes, from %s\n", bs.Shard, bs.Index, bs.Bytes, bs.Node)
+			if i, ok := copied[bs.Shard]; ok {
+				m.Shards[i] = bs
+			} else {
+				copied[bs.Shard] = len(m.Shards)
+				m.Shards = append(m.Shards, bs)
+			}
 		}
-		fmt.Fprintf(e.stderr, "shard %d: index %d, %d bytes, from %s\n", bs.Shard, bs.Index, bs.Bytes, bs.Node)
-		m.Shards = append(m.Shards, bs)
+		return nil
+	}
+	if err := copyShards(view.Shards); err != nil {
+		return m, err
+	}
+	// A message delivered and trimmed from its source's outbox between the copy of one of its
+	// recipients' shards and the copy of the source is in neither: copy those recipients'
+	// shards again, which then hold it. Each round copies later than every copy before it.
+	for round := 0; ; round++ {
+		stale := adminapi.StaleBackupShards(m.Shards)
+		if len(stale) == 0 {
+			break
+		}
+		if round == 5 {
+			return m, &adminError{Message: fmt.Sprintf("shards %v keep missing deliveries their sources trimmed meanwhile", stale),
+				Hint: "run the backup again, at a quieter time"}
+		}
+		fmt.Fprintf(e.stderr, "copying shards %v again: their copies miss deliveries a later copy's outbox no longer holds\n", stale)
+		var again []adminapi.ShardView
+		for _, s := range view.Shards {
+			if slices.Contains(stale, s.Shard) {
+				again = append(again, s)
+			}
+		}
+		if err := copyShards(again); err != nil {
+			return m, err
+		}
 	}
 	// A move started, or a node joined or left, while the shards were copied: the map saved
 	// first may not say where what the shards hold lives.
@@ -172,6 +207,9 @@ func fetchShard(ctx context.Context, admin *adminFlags, base string, bs *adminap
 	defer resp.Body.Close()
 	if bs.Index, err = strconv.ParseUint(resp.Header.Get(adminapi.BackupIndexHeader), 10, 64); err != nil {
 		return fmt.Errorf("the shard's state came without its index (%s)", adminapi.BackupIndexHeader)
+	}
+	if bs.OutboxFirst, bs.Marks, err = adminapi.ParseFanout(resp.Header.Get(adminapi.BackupFanoutHeader)); err != nil {
+		return fmt.Errorf("the shard's state came without its fan-out state (%s): %w", adminapi.BackupFanoutHeader, err)
 	}
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
 	if err != nil {

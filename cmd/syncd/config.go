@@ -21,6 +21,7 @@ import (
 	"github.com/syncd-dev/syncd/raftstore/cluster"
 	"github.com/syncd-dev/syncd/syncd"
 	"github.com/syncd-dev/syncd/syncd/auth"
+	"github.com/syncd-dev/syncd/syncd/tracing"
 )
 
 // fileConfig is everything an operator sets, as the config file spells it; the table settings
@@ -64,6 +65,8 @@ type fileConfig struct {
 	RequestIdle            duration `toml:"request_idle"`
 	RetentionMaxCount      uint64   `toml:"retention_max_count"`
 	RetentionMaxAge        duration `toml:"retention_max_age"`
+	RetentionMinAge        duration `toml:"retention_min_age"`
+	DeviceInactiveAfter    duration `toml:"device_inactive_after"`
 	ConvRetentionMaxCount  uint64   `toml:"conv_retention_max_count"`
 	ConvRetentionMaxAge    duration `toml:"conv_retention_max_age"`
 	RetentionInterval      duration `toml:"retention_interval"`
@@ -84,10 +87,16 @@ type fileConfig struct {
 	MaxGroupSize           int      `toml:"max_group_size"`
 	LargeGroupThreshold    int      `toml:"large_group_threshold"`
 	DeliveryReports        bool     `toml:"delivery_reports"`
+	DeadLetterProcess      bool     `toml:"dead_letter_process"`
+	DeadLetterRetryBase    duration `toml:"dead_letter_retry_base"`
+	DeadLetterRetryMax     int      `toml:"dead_letter_retry_max_attempts"`
+	DeadLetterArchiveAfter duration `toml:"dead_letter_archive_after"`
 	StatusFanoutLimit      int      `toml:"status_fanout_limit"`
 	DeliveryReportInterval duration `toml:"delivery_report_interval"`
 	MembersPerMinute       int      `toml:"members_per_minute"`
 	MaxGroupsPerUser       int      `toml:"max_groups_per_user"`
+	TraceOTLPEndpoint      string   `toml:"trace_otlp_endpoint"`
+	TraceSampleRatio       float64  `toml:"trace_sample_ratio"`
 	MemoryLimit            string   `toml:"memory_limit"`
 	LogLevel               string   `toml:"log_level"`
 	LogFormat              string   `toml:"log_format"`
@@ -278,7 +287,8 @@ func (o options) toConfig(logOut io.Writer) (syncd.Config, error) {
 			HeartbeatMs: uint32(time.Duration(s.HeartbeatInterval) / time.Millisecond)},
 		DedupWindow: time.Duration(s.DedupWindow), RecallWindow: time.Duration(s.RecallWindow),
 		MaxConnections: s.MaxConnections, MaxStreamsPerConn: s.MaxStreamsPerConn, RequestIdle: time.Duration(s.RequestIdle),
-		Retention:         log.Retention{MaxCount: s.RetentionMaxCount, MaxAge: int64(s.RetentionMaxAge)},
+		Retention: log.Retention{MaxCount: s.RetentionMaxCount, MaxAge: int64(s.RetentionMaxAge),
+			MinAge: int64(s.RetentionMinAge), InactiveAfter: int64(s.DeviceInactiveAfter)},
 		ConvRetention:     log.Retention{MaxCount: s.ConvRetentionMaxCount, MaxAge: int64(s.ConvRetentionMaxAge)},
 		RetentionInterval: time.Duration(s.RetentionInterval), RequestTimeout: time.Duration(s.RequestTimeout),
 		SendRate: s.SendRate, SendBurst: s.SendBurst, MaxInFlight: s.MaxInFlight, MaxHandshakes: s.MaxHandshakes,
@@ -290,12 +300,38 @@ func (o options) toConfig(logOut io.Writer) (syncd.Config, error) {
 		MinFreeDisk:            int64(s.MinFreeDisk),
 		MaxAnswerBytesPerConn:  int64(s.MaxAnswerBytesPerConn), MaxAnswerBytesPerDevice: int64(s.MaxAnswerBytesPerDev),
 		MaxAnswerBytesPerUser: int64(s.MaxAnswerBytesPerUser), WriteTimeout: time.Duration(s.WriteTimeout),
+		TraceEndpoint: s.TraceOTLPEndpoint, TraceSampleRatio: s.TraceSampleRatio,
+		DisableDeadLetterProcess: !s.DeadLetterProcess, DeadLetterRetryBase: time.Duration(s.DeadLetterRetryBase),
+		DeadLetterRetryMaxAttempts: s.DeadLetterRetryMax, DeadLetterArchiveAfter: time.Duration(s.DeadLetterArchiveAfter),
+	}
+	if err := tracing.CheckEndpoint(s.TraceOTLPEndpoint); err != nil {
+		bad("trace-otlp-endpoint", "%v", err)
+	}
+	if !(s.TraceSampleRatio > 0 && s.TraceSampleRatio <= 1) { // also NaN
+		bad("trace-sample-ratio", "%v must be in (0, 1]: the share of sends traced", s.TraceSampleRatio)
 	}
 	switch {
 	case s.MinFreeDisk < 0:
 		bad("min-free-disk", "%d must not be negative (0 turns the watermark off)", int64(s.MinFreeDisk))
 	case s.MinFreeDisk == 0:
 		cfg.MinFreeDisk = -1 // off; a zero syncd.Config field would mean the default
+	}
+	// 0 turns automatic replays, or the archive, off; a zero syncd.Config field would mean the
+	// default.
+	if s.DeadLetterRetryBase <= 0 {
+		bad("dead-letter-retry-base", "%v must be positive", time.Duration(s.DeadLetterRetryBase))
+	}
+	switch {
+	case s.DeadLetterRetryMax < 0:
+		bad("dead-letter-retry-max-attempts", "%d must not be negative (0 turns automatic replays off)", s.DeadLetterRetryMax)
+	case s.DeadLetterRetryMax == 0:
+		cfg.DeadLetterRetryMaxAttempts = -1
+	}
+	switch {
+	case s.DeadLetterArchiveAfter < 0:
+		bad("dead-letter-archive-after", "%v must not be negative (0 never archives)", time.Duration(s.DeadLetterArchiveAfter))
+	case s.DeadLetterArchiveAfter == 0:
+		cfg.DeadLetterArchiveAfter = -1
 	}
 
 	ids := map[string]bool{}
@@ -396,6 +432,12 @@ func (o options) toConfig(logOut io.Writer) (syncd.Config, error) {
 	}
 	if s.ConvRetentionMaxAge < 0 {
 		bad("conv-retention-max-age", "%v must not be negative", s.ConvRetentionMaxAge)
+	}
+	if s.RetentionMinAge < 0 {
+		bad("retention-min-age", "%v must not be negative", s.RetentionMinAge)
+	}
+	if s.DeviceInactiveAfter < 0 {
+		bad("device-inactive-after", "%v must not be negative", s.DeviceInactiveAfter)
 	}
 	if s.RetentionMaxAge == 0 && s.RetentionMaxCount == 0 {
 		errs = append(errs, fmt.Errorf("%s and %s are both 0, which means the default (%v), not unbounded: "+

@@ -3,7 +3,9 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -14,7 +16,7 @@ import (
 
 // TestRestoreRefusesBadBackups: syncd restore checks the whole backup before it writes anything:
 // no manifest (an interrupted backup), a manifest of another format, a shard file that does not
-// match its digest; each exits 1 saying why and leaves the data directory without a store. With
+// match its digest, copies of which one lacks a delivery the other trimmed; each exits 1 saying why and leaves the data directory without a store. With
 // no argument it prints its usage and exits 2.
 func TestRestoreRefusesBadBackups(t *testing.T) {
 	var out, errOut bytes.Buffer
@@ -42,10 +44,19 @@ func TestRestoreRefusesBadBackups(t *testing.T) {
 	write(damaged, adminapi.BackupManifestFile, adminapi.BackupManifest{Format: adminapi.BackupFormat,
 		Shards: []adminapi.BackupShard{{Shard: 1, Index: 5, Bytes: 3, SHA256: strings.Repeat("0", 64)}}})
 	write(damaged, adminapi.ShardFile(1), []byte("abc"))
+	// Two copies that each match the manifest, but shard 2's misses what shard 1's trimmed.
+	stale := t.TempDir()
+	sum := fmt.Sprintf("%x", sha256.Sum256([]byte("abc")))
+	write(stale, adminapi.BackupManifestFile, adminapi.BackupManifest{Format: adminapi.BackupFormat, Shards: []adminapi.BackupShard{
+		{Shard: 1, Index: 5, Bytes: 3, SHA256: sum, OutboxFirst: 9},
+		{Shard: 2, Index: 5, Bytes: 3, SHA256: sum, OutboxFirst: 1, Marks: map[uint32]uint64{1: 7}}}})
+	write(stale, adminapi.ShardFile(1), []byte("abc"))
+	write(stale, adminapi.ShardFile(2), []byte("abc"))
 	for _, c := range []struct{ name, dir, want string }{
 		{"no manifest", interrupted, "interrupted backup"},
 		{"another format", otherFormat, "backup format 2"},
 		{"a damaged shard", damaged, "the backup is damaged"},
+		{"copies that lost a delivery between them", stale, "the backup is inconsistent"},
 	} {
 		data := t.TempDir()
 		out.Reset()

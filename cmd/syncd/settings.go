@@ -60,6 +60,7 @@ func fromConfig(cfg syncd.Config) fileConfig {
 		DedupWindow:       duration(cfg.DedupWindow), RecallWindow: duration(cfg.RecallWindow),
 		MaxConnections: cfg.MaxConnections, MaxStreamsPerConn: cfg.MaxStreamsPerConn, RequestIdle: duration(cfg.RequestIdle),
 		RetentionMaxCount: cfg.Retention.MaxCount, RetentionMaxAge: duration(cfg.Retention.MaxAge),
+		RetentionMinAge: duration(cfg.Retention.MinAge), DeviceInactiveAfter: duration(cfg.Retention.InactiveAfter),
 		ConvRetentionMaxCount: cfg.ConvRetention.MaxCount, ConvRetentionMaxAge: duration(cfg.ConvRetention.MaxAge),
 		RetentionInterval: duration(cfg.RetentionInterval), RequestTimeout: duration(cfg.RequestTimeout),
 		SendRate: cfg.SendRate, SendBurst: cfg.SendBurst, MaxInFlight: cfg.MaxInFlight, MaxHandshakes: cfg.MaxHandshakes,
@@ -71,6 +72,10 @@ func fromConfig(cfg syncd.Config) fileConfig {
 		MaxHandshakesPerSource: cfg.MaxHandshakesPerSource,
 		MaxAnswerBytesPerConn:  int(cfg.MaxAnswerBytesPerConn), MaxAnswerBytesPerDev: int(cfg.MaxAnswerBytesPerDevice),
 		MaxAnswerBytesPerUser: int(cfg.MaxAnswerBytesPerUser), WriteTimeout: duration(cfg.WriteTimeout),
+		TraceOTLPEndpoint: cfg.TraceEndpoint, TraceSampleRatio: cfg.TraceSampleRatio,
+		DeadLetterProcess: !cfg.DisableDeadLetterProcess, DeadLetterRetryBase: duration(cfg.DeadLetterRetryBase),
+		DeadLetterRetryMax:     max(cfg.DeadLetterRetryMaxAttempts, 0),       // negative (off) is spelled 0
+		DeadLetterArchiveAfter: duration(max(cfg.DeadLetterArchiveAfter, 0)), // negative (never) is spelled 0
 	}
 	for _, p := range cfg.Peers {
 		c.Peers = append(c.Peers, p.ID+"="+p.Addr)
@@ -259,6 +264,17 @@ var settings = []setting{
 	{key: "retention_max_age", field: func(c *fileConfig) any { return &c.RetentionMaxAge },
 		usage: "drop user log entries older than this `age` (0: no bound by age)",
 		doc:   "Age bound of every user log, with retention_max_count above."},
+	{key: "retention_min_age", field: func(c *fileConfig) any { return &c.RetentionMinAge },
+		usage: "keep user log entries every active device has acked this `age` (0: device cursors hold nothing)",
+		doc: "Retention tied to device cursors: an entry some active device of the user has not acked " +
+			"is kept until retention_max_count or retention_max_age drops it; an entry every active device " +
+			"has acked is kept this long, so that a device added later still finds recent history in the " +
+			"log. \"0s\" turns it off: the bounds alone decide, and devices hold nothing."},
+	{key: "device_inactive_after", field: func(c *fileConfig) any { return &c.DeviceInactiveAfter },
+		usage: "`time` without a cursor store after which a device stops holding user log entries (0: never)",
+		doc: "A device that has stored no new cursor for this long stops holding entries under " +
+			"retention_min_age (when it comes back behind the first retained entry it is told \"too old\" " +
+			"and rebases). \"0s\": devices never stop holding (the bounds still apply)."},
 	{key: "conv_retention_max_count", field: func(c *fileConfig) any { return &c.ConvRetentionMaxCount },
 		usage: "keep at most this many newest entries per conversation log (0: no bound by count)",
 		doc: "Bounds on every conversation log: the history History pages, and what a large group's " +
@@ -352,6 +368,25 @@ var settings = []setting{
 			"kind delivered in their logs, and the delivered counts of groups. A cluster upgrading from a version " +
 			"without it runs with it off until every node runs one that has it (the nodes must all apply its appends).",
 	},
+	{key: "dead_letter_process", field: func(c *fileConfig) any { return &c.DeadLetterProcess },
+		usage: "classify dead letters, replay the retryable ones automatically and archive old ones",
+		doc: "Run dead letters as a process: keep each refusal's class, let each shard's leader replay the retryable " +
+			"ones with backoff and archive the old ones it does not retry. It starts by itself once every node of the " +
+			"cluster runs a build that applies its commands (during a rolling upgrade, when the last node is upgraded).",
+	},
+	{key: "dead_letter_retry_base", field: func(c *fileConfig) any { return &c.DeadLetterRetryBase },
+		usage: "wait before the first automatic replay of a retryable dead letter; each refused replay doubles it",
+		doc: "How long after its refusal a retryable dead letter (refused for a state that passes, such as a move's " +
+			"fence) is first replayed by its shard's leader; each refused replay doubles the wait, up to a day."},
+	{key: "dead_letter_retry_max_attempts", field: func(c *fileConfig) any { return &c.DeadLetterRetryMax },
+		usage: "automatic replays of one dead letter before it waits for an operator (0: none)",
+		doc: "Automatic replays of one dead letter; after the last refused one it waits for an operator " +
+			"(syncctl dlq list shows it as gave up). 0 turns automatic replays off."},
+	{key: "dead_letter_archive_after", field: func(c *fileConfig) any { return &c.DeadLetterArchiveAfter },
+		usage: "age after which a dead letter not being retried moves to the archive (0: never)",
+		doc: "Age after which a dead letter that is not being retried moves to its shard's archive, out of the " +
+			"held count and its alerts; archived ones are listed with syncctl dlq list -archived and replayed or " +
+			"dropped like the others, never lost without an operator. 0 never archives."},
 	{key: "status_fanout_limit", field: func(c *fileConfig) any { return &c.StatusFanoutLimit },
 		usage: "largest group whose delivered steps reach the senders' logs as entries",
 		doc: "Largest group whose delivered steps reach the senders as entries of their logs (kind delivered); in " +
@@ -369,6 +404,20 @@ var settings = []setting{
 		usage: "most groups one user may be a member of",
 		doc: "Most groups one user may be a member of; a creation or addition naming a user already in that many " +
 			"gets TooManyGroups, so nobody can bury another user's conversation list in groups."},
+
+	{key: "trace_otlp_endpoint", section: "Tracing", field: func(c *fileConfig) any { return &c.TraceOTLPEndpoint },
+		usage: "OTLP/HTTP collector `URL` to send message traces to (http:// or https://; \"\": off)",
+		doc: "Turns tracing on: each message's send, Raft commit, fan-out, delivery, push and device ack become " +
+			"OpenTelemetry spans posted to this OTLP/HTTP collector (http:// or https://; with no path, /v1/traces " +
+			"is used). Spans carry ids, shards, positions and sizes, never bodies, user ids or tokens " +
+			"(docs/OPERATIONS.md, \"Tracing\"). OTEL_EXPORTER_OTLP_ENDPOINT does not turn it on; once on, the " +
+			"exporter reads OTEL_EXPORTER_OTLP_HEADERS, _TIMEOUT, _CERTIFICATE and the OTEL_BSP_* batch settings.\n" +
+			`Example: trace_otlp_endpoint = "http://127.0.0.1:4318"`,
+		means: ": off, no exporter"},
+	{key: "trace_sample_ratio", field: func(c *fileConfig) any { return &c.TraceSampleRatio },
+		usage: "share of sends traced, in (0, 1], with -trace-otlp-endpoint",
+		doc: "Share of sends traced when trace_otlp_endpoint is set, more than 0 and at most 1; every later step " +
+			"of a message follows its send's decision, so a message is traced whole or not at all."},
 
 	{key: "memory_limit", section: "Memory", field: func(c *fileConfig) any { return &c.MemoryLimit },
 		usage: "soft memory limit of the Go runtime: auto, off, or a `size` such as 900MiB or 4GiB (GOMEMLIMIT overrides it)",

@@ -119,6 +119,10 @@ type managed struct {
 	lastSeen      map[string]time.Time // when each node last answered the meta leader
 	leaderSince   time.Time            // when this node last became meta leader
 	removedLogged bool                 // the "this node was removed" warning was given
+	// inMap: this node has seen itself in the map since it started. A node joining for the first
+	// time may receive a map without itself first (the meta group's snapshot, older than its
+	// join): that is not a removal.
+	inMap bool
 }
 
 // Start opens the node (raftstore.New), starts its member of the meta group and the data
@@ -257,8 +261,11 @@ func (c *Cluster) manageRound(st *managed) {
 	} else {
 		st.leaderSince = time.Time{}
 	}
-	if _, member := m.Nodes[c.cfg.Node.NodeID]; !member {
-		if m.Shards == 0 && c.cfg.Join != "" {
+	_, member := m.Nodes[c.cfg.Node.NodeID]
+	st.inMap = st.inMap || member
+	if !member {
+		joining := c.cfg.Join != "" && c.meta.Fresh() && !st.inMap
+		if m.Shards == 0 && c.cfg.Join != "" || joining {
 			c.register(ctx, m) // a new node asks to join; the map arrives once it is in the meta group
 		} else if m.Shards > 0 {
 			// The map has been seen, without this node: it was removed. Never re-add it on its

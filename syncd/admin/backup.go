@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/syncd-dev/syncd/log"
 	"github.com/syncd-dev/syncd/raftstore"
 	"github.com/syncd-dev/syncd/raftstore/cluster"
 	"github.com/syncd-dev/syncd/syncd/adminapi"
@@ -72,14 +73,23 @@ func (s *Server) backupRoutes(mux *http.ServeMux) {
 		snap := state.NewSnapshot()
 		defer snap.Close()
 		applied, err := snap.Applied()
+		var fan log.FanoutState
+		if err == nil {
+			fan, err = snap.Fanout()
+		}
 		if err != nil {
 			writeOpsError(w, http.StatusInternalServerError, "internal", err.Error(), "")
 			return
+		}
+		marks := make(map[uint32]uint64, len(fan.Marks))
+		for src, m := range fan.Marks {
+			marks[uint32(src)] = m
 		}
 		// A shard may take longer to stream than other answers: no write deadline but the
 		// client's own (it hangs up, the write fails, the snapshot is released).
 		_ = http.NewResponseController(w).SetWriteDeadline(time.Time{})
 		w.Header().Set(adminapi.BackupIndexHeader, strconv.FormatUint(applied, 10))
+		w.Header().Set(adminapi.BackupFanoutHeader, adminapi.FormatFanout(fan.OutboxFirst, marks))
 		w.Header().Set("Content-Type", "application/octet-stream")
 		w.Header().Set("Cache-Control", "no-store")
 		// The stream's digest follows it as a trailer, so that a stream cut short, which HTTP

@@ -59,6 +59,7 @@ func (s *Server) Cluster(ctx context.Context) adminapi.ClusterView {
 		}
 		if p.Status != nil {
 			n.ClientAddr, n.AdminAddr = p.Status.Attrs[adminapi.AttrClient], p.Status.Attrs[adminapi.AttrAdmin]
+			n.Format = p.Status.Attrs[adminapi.AttrFormat]
 			for _, st := range p.Status.Shards {
 				sv := shards[st.Shard]
 				if sv == nil {

@@ -20,9 +20,9 @@ import (
 // (syncd/fanout); the admin endpoints below list them, replay them once the cause is fixed, or
 // drop them. A dead letter is named "<source>-<destination>-<outbox position>".
 
-// replayDeadLetter reads the dead letter (src, dest, pos) on src's leader replica, wherever it is
-// (so a drop acknowledged before is seen), and replays it (fanout.Fanout.Replay). A dead letter the
-// leader does not hold is log.ErrNoDeadLetter.
+// replayDeadLetter reads the dead letter (src, dest, pos), held or archived, on src's leader
+// replica, wherever it is (so a drop acknowledged before is seen), and replays it
+// (fanout.Fanout.Replay). A dead letter the leader has in neither table is log.ErrNoDeadLetter.
 func (s *Server) replayDeadLetter(ctx context.Context, src, dest raftstore.ShardID, pos uint64) (int, error) {
 	var a peer.DeadLetterAnswer
 	if err := s.peer.Run(ctx, src, peer.OpDeadLetter, true, peer.DeadLetterArgs{Dest: uint32(dest), Pos: pos}, &a); err != nil {
@@ -42,6 +42,9 @@ func (s *Server) opDeadLetter(_ context.Context, state *log.Shard, req peer.Requ
 		return nil, err
 	}
 	dl, ok, err := state.DeadLetter(raftstore.ShardID(a.Dest), a.Pos)
+	if err == nil && !ok {
+		dl, ok, err = state.ArchivedDeadLetter(raftstore.ShardID(a.Dest), a.Pos)
+	}
 	if err != nil || !ok {
 		return peer.DeadLetterAnswer{}, err
 	}
@@ -52,11 +55,12 @@ func (s *Server) opDeadLetter(_ context.Context, state *log.Shard, req peer.Requ
 // replica wherever one is (so any node lists the whole cluster's), and how many they hold in all.
 // It fails when no replica of some shard can be read: a list that silently left a shard out
 // would tell an operator that its dead letters are gone.
-func (s *Server) listDeadLetters(ctx context.Context, limit int) (adminapi.DeadLetterList, error) {
+func (s *Server) listDeadLetters(ctx context.Context, limit int, archived bool) (adminapi.DeadLetterList, error) {
 	out := adminapi.DeadLetterList{Items: []adminapi.DeadLetterView{}}
 	for _, src := range s.slots.Shards() {
 		var a peer.DeadLetters
-		if err := s.peer.Run(ctx, src, peer.OpDeadLetters, false, peer.DeadLettersArgs{Limit: limit - len(out.Items)}, &a); err != nil {
+		args := peer.DeadLettersArgs{Limit: limit - len(out.Items), Archived: archived}
+		if err := s.peer.Run(ctx, src, peer.OpDeadLetters, false, args, &a); err != nil {
 			return out, err
 		}
 		out.Total += a.Count
@@ -75,11 +79,16 @@ func (s *Server) opDeadLetters(_ context.Context, state *log.Shard, req peer.Req
 		return nil, err
 	}
 	var out peer.DeadLetters
-	var err error
-	if out.Count, err = state.DeadLetterCount(); err != nil || out.Count == 0 || a.Limit <= 0 {
+	st, err := state.DeadLetterStats()
+	out.Count = st.Held
+	read := state.DeadLetters
+	if a.Archived {
+		out.Count, read = st.Archived, state.ArchivedDeadLetters
+	}
+	if err != nil || out.Count == 0 || a.Limit <= 0 {
 		return out, err
 	}
-	dls, err := state.DeadLetters(0, 0, min(a.Limit, maxDeadLetterList))
+	dls, err := read(0, 0, min(a.Limit, maxDeadLetterList))
 	if err != nil {
 		return nil, err
 	}
@@ -96,7 +105,16 @@ const maxDeadLetterList = 1000
 // not the body (operators triage by ids and reason, not by reading users' messages).
 func deadLetterView(src raftstore.ShardID, dl peer.DeadLetter) adminapi.DeadLetterView {
 	e := dl.Entry
+	ldl := dl.Log()
+	at := func(ns int64) *time.Time {
+		if ns == 0 {
+			return nil
+		}
+		t := time.Unix(0, ns).UTC()
+		return &t
+	}
 	return adminapi.DeadLetterView{
+		Class: ldl.Class().String(), Attempts: dl.Attempts, NextTry: at(dl.NextTry), GaveUp: ldl.GaveUp(), ArchivedAt: at(dl.ArchivedAt),
 		ID: adminapi.DeadLetterID(uint32(src), dl.Dest, dl.Pos), Source: uint32(src), Dest: dl.Dest, Pos: dl.Pos,
 		Users: dl.Users, Reason: dl.Reason, FailedAt: time.Unix(0, dl.FailedAt).UTC(),
 		MsgID: e.MsgID.Log().String(), Conv: e.Conv, ConvSeq: e.ConvSeq, Kind: log.Kind(e.Kind).String(),
@@ -112,9 +130,9 @@ func deadLetterView(src raftstore.ShardID, dl peer.DeadLetter) adminapi.DeadLett
 // acknowledged, and replaying one just replayed appends nothing (the destination remembers the
 // replay).
 //
-//	GET    /v1/deadletters[?limit=N]      list (adminapi.DeadLetterList), default and maximum limit 1000
-//	POST   /v1/deadletters/{id}/replay    replay one: {"id", "appended"}
-//	DELETE /v1/deadletters/{id}           drop one: {"id", "dropped": true}
+//	GET    /v1/deadletters[?limit=N][&archived=1]  list the held (or archived) ones (adminapi.DeadLetterList), default and maximum limit 1000
+//	POST   /v1/deadletters/{id}/replay    replay one, held or archived: {"id", "appended"}
+//	DELETE /v1/deadletters/{id}           drop one, held or archived: {"id", "dropped": true}
 func (s *Server) deadLetterRoutes(mux *http.ServeMux) {
 	mux.HandleFunc("GET /v1/deadletters", func(w http.ResponseWriter, r *http.Request) {
 		limit := 1000
@@ -126,7 +144,16 @@ func (s *Server) deadLetterRoutes(mux *http.ServeMux) {
 			}
 			limit = min(n, limit)
 		}
-		list, err := s.listDeadLetters(r.Context(), limit)
+		archived := false
+		if v := r.URL.Query().Get("archived"); v != "" {
+			b, err := strconv.ParseBool(v)
+			if err != nil {
+				writeOpsError(w, http.StatusBadRequest, "bad_request", fmt.Sprintf("bad archived %q", v), "pass archived=1 or leave it out")
+				return
+			}
+			archived = b
+		}
+		list, err := s.listDeadLetters(r.Context(), limit, archived)
 		if err != nil {
 			writeProposeError(w, err, "")
 			return
@@ -157,7 +184,12 @@ func (s *Server) deadLetterRoutes(mux *http.ServeMux) {
 		return map[string]any{"id": adminapi.DeadLetterID(uint32(src), uint32(dest), pos), "appended": n}, err
 	})
 	handle("DELETE /v1/deadletters/{id}", func(ctx context.Context, src, dest raftstore.ShardID, pos uint64) (any, error) {
-		return map[string]any{"id": adminapi.DeadLetterID(uint32(src), uint32(dest), pos), "dropped": true}, s.fan.Drop(ctx, src, dest, pos)
+		// A held one is dropped; failing that, an archived one (the two never share an id).
+		err := s.fan.Drop(ctx, src, dest, pos)
+		if errors.Is(err, log.ErrNoDeadLetter) {
+			err = s.fan.DropArchived(ctx, src, dest, pos)
+		}
+		return map[string]any{"id": adminapi.DeadLetterID(uint32(src), uint32(dest), pos), "dropped": true}, err
 	})
 }
 

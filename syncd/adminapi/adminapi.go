@@ -17,6 +17,7 @@ const DefaultAddr = "127.0.0.1:7380"
 const (
 	AttrClient = "client" // QUIC address for devices
 	AttrAdmin  = "admin"  // admin HTTP address
+	AttrFormat = "format" // the level of the replicated formats its build reads (syncd/formats.go)
 )
 
 // ClusterView answers GET /v1/cluster: every node of the cluster as the node asked could reach
@@ -72,11 +73,14 @@ type ClusterNode struct {
 	RaftAddr   string `json:"raft_addr"`
 	ClientAddr string `json:"client_addr,omitempty"`
 	AdminAddr  string `json:"admin_addr,omitempty"`
-	Reachable  bool   `json:"reachable"`
-	Error      string `json:"error,omitempty"`
-	Leads      int    `json:"leads"`              // shards it leads
-	Placed     int    `json:"placed"`             // shards the cluster map places on it
-	Removing   bool   `json:"removing,omitempty"` // being removed: its replicas move away
+	// Format is the level of the replicated formats the node's build reads (AttrFormat); a
+	// cluster writes a level's formats once every node has it.
+	Format    string `json:"format,omitempty"`
+	Reachable bool   `json:"reachable"`
+	Error     string `json:"error,omitempty"`
+	Leads     int    `json:"leads"`              // shards it leads
+	Placed    int    `json:"placed"`             // shards the cluster map places on it
+	Removing  bool   `json:"removing,omitempty"` // being removed: its replicas move away
 }
 
 // ShardView is one shard: its leader, its voters, and each reachable replica's indexes.
@@ -248,11 +252,21 @@ type DeadLetterView struct {
 	Sender    string    `json:"sender"`
 	Time      time.Time `json:"time"`
 	BodyBytes int       `json:"body_bytes"`
+	// Class is the refusal's class: "retryable" (replayed automatically with backoff),
+	// "permanent" (waits for an operator) or "unknown" (recorded before classes were kept).
+	Class    string `json:"class"`
+	Attempts uint32 `json:"attempts"` // automatic replays refused so far
+	// NextTry is when the next automatic replay is due; absent when none is scheduled.
+	NextTry *time.Time `json:"next_try,omitempty"`
+	// GaveUp says the automatic replays ended (the cap, or a refusal not retried).
+	GaveUp bool `json:"gave_up,omitempty"`
+	// ArchivedAt is when it moved to the archive; absent for a held one.
+	ArchivedAt *time.Time `json:"archived_at,omitempty"`
 }
 
-// DeadLetterList is the answer of GET /v1/deadletters.
+// DeadLetterList is the answer of GET /v1/deadletters (?archived=1: of the archive).
 type DeadLetterList struct {
-	Total uint64           `json:"total"` // dead letters held by all the data shards of the cluster
+	Total uint64           `json:"total"` // dead letters held (or archived) by all the data shards of the cluster
 	Items []DeadLetterView `json:"items"` // at most limit of them, in id order per shard, shards in order
 }
 

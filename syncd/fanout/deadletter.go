@@ -29,7 +29,7 @@ func (f *Fanout) SetFault(fault Fault) {
 }
 
 // Replay appends dl, the dead letter (src, dl.Dest, dl.Pos) as a replica of src holds it, to its
-// users' logs on dl.Dest, then drops it. It returns the number of entries appended: 0 when the
+// users' logs on dl.Dest, then drops it (from the archive if dl.Archived). It returns the number of entries appended: 0 when the
 // destination had replayed it already (a repeated replay, say after a crash between the two
 // steps, never duplicates). If the destination refuses again, the dead letter stays and the error
 // says why. Both steps are proposals, which reach the shards' leaders from any node; reading dl is
@@ -47,18 +47,27 @@ func (f *Fanout) Replay(ctx context.Context, src raftstore.ShardID, dl log.DeadL
 		return 0, fmt.Errorf("replay %s: %w", id, err)
 	}
 	f.delivered.Add(uint64(res.Deliver.Appended))
-	if err := f.Drop(ctx, src, dest, pos); err != nil && !errors.Is(err, log.ErrNoDeadLetter) {
+	if err := f.drop(ctx, src, &log.DeadLetterDrop{Dest: dest, Pos: pos, Archived: dl.Archived}); err != nil && !errors.Is(err, log.ErrNoDeadLetter) {
 		return res.Deliver.Appended, err
 	}
 	f.logger.Info("dead letter replayed", "id", id, "appended", res.Deliver.Appended)
 	return res.Deliver.Appended, nil
 }
 
-// Drop deletes the dead letter (src, dest, pos) without delivering it.
+// Drop deletes the held dead letter (src, dest, pos) without delivering it.
 func (f *Fanout) Drop(ctx context.Context, src, dest raftstore.ShardID, pos uint64) error {
-	_, err := f.node.Propose(ctx, src, raftstore.DropDeadLetterCommand(&log.DeadLetterDrop{Dest: dest, Pos: pos}))
+	return f.drop(ctx, src, &log.DeadLetterDrop{Dest: dest, Pos: pos})
+}
+
+// DropArchived deletes the archived dead letter (src, dest, pos) without delivering it.
+func (f *Fanout) DropArchived(ctx context.Context, src, dest raftstore.ShardID, pos uint64) error {
+	return f.drop(ctx, src, &log.DeadLetterDrop{Dest: dest, Pos: pos, Archived: true})
+}
+
+func (f *Fanout) drop(ctx context.Context, src raftstore.ShardID, r *log.DeadLetterDrop) error {
+	_, err := f.node.Propose(ctx, src, raftstore.DropDeadLetterCommand(r))
 	if err != nil {
-		return fmt.Errorf("drop %s: %w", adminapi.DeadLetterID(uint32(src), uint32(dest), pos), err)
+		return fmt.Errorf("drop %s: %w", adminapi.DeadLetterID(uint32(src), uint32(r.Dest), r.Pos), err)
 	}
 	return nil
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/syncd-dev/syncd/log"
 	"github.com/syncd-dev/syncd/raftstore"
 	"github.com/syncd-dev/syncd/syncd/adminapi"
+	"github.com/syncd-dev/syncd/syncd/tracing"
 )
 
 // How it works. Fan-out moves every conversation entry from its home shard's outbox into the user
@@ -99,6 +100,13 @@ type Config struct {
 	// answered, with the time since the entry's append (its entry time): how long the fan-out
 	// took, the part of the push latency before a sync stream is woken (a metric).
 	Observe func(time.Duration)
+	// Tracer, if set, records each batch's fan-out and delivery as spans (tracing.Tracer.Delivered).
+	// Default nil: off.
+	Tracer *tracing.Tracer
+	// DeadLetters configures the dead-letter process (compensate.go): how dead letters are
+	// classified, replayed automatically and archived. The zero value records codes but never
+	// replays or archives.
+	DeadLetters DeadLetterPolicy
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 }
@@ -124,6 +132,10 @@ type Fanout struct {
 	delivered    atomic.Uint64 // user-log entries written by this node's fan-out
 	failures     atomic.Uint64 // deliveries, and rounds of a source, that failed and were retried
 	deadLettered atomic.Uint64 // deliveries this node moved to dead letters
+	compensated  atomic.Uint64 // dead letters this node's compensation replayed
+	compRefused  atomic.Uint64 // automatic replays refused again and scheduled once more
+	gaveUp       atomic.Uint64 // dead letters this node's compensation gave up
+	archived     atomic.Uint64 // dead letters this node's compensation archived
 
 	// fault, when set, may alter a batch's items just before they are proposed to a destination,
 	// as a corrupted or misrouted delivery would arrive. It is the fault injector of the tests
@@ -705,7 +717,16 @@ func (f *Fanout) launch(ctx context.Context, s *source, d *dest, b *log.Delivery
 		defer s.wg.Done()
 		ctx, cancel := context.WithTimeout(ctx, f.cfg.DeliverTimeout)
 		defer cancel()
+		var tm *deliveryTiming
+		if f.cfg.Tracer.Enabled() && len(b.Items) > 0 {
+			tm = &deliveryTiming{began: time.Now()}
+			ctx = context.WithValue(ctx, timingKey{}, tm)
+		}
 		mark, err := f.deliver(ctx, src, id, b)
+		if tm != nil {
+			f.cfg.Tracer.Delivered(tracing.Delivery{Source: src, Dest: id, Items: b.Items, Began: tm.began, Proposed: tm.proposed,
+				Answered: cmp.Or(tm.answered, time.Now()), Batches: tm.batches, Appended: tm.appended, Err: err})
+		}
 		if err == nil && f.cfg.Observe != nil {
 			now := time.Now().UnixNano()
 			for _, it := range b.Items {
@@ -751,6 +772,12 @@ func (f *Fanout) isolate(ctx context.Context, src, dest raftstore.ShardID, b *lo
 			return 0, err
 		}
 		dl := &log.DeadLetterAdd{Dest: dest, Pos: it.Pos, Users: it.Users, Reason: err.Error()}
+		if p := f.cfg.DeadLetters; p.on() {
+			dl.Code, _ = log.RejectionCode(err)
+			if log.ClassOfRejection(dl.Code) == log.ClassRetryable {
+				dl.NextTry = p.nextTry(time.Now(), 0)
+			}
+		}
 		if _, perr := f.node.Propose(ctx, src, raftstore.DeadLetterCommand(dl)); perr != nil {
 			return 0, fmt.Errorf("record dead letter %s: %w", adminapi.DeadLetterID(uint32(src), uint32(dest), it.Pos), perr)
 		}

@@ -40,7 +40,22 @@ type laneReq struct {
 type laneAnswer struct {
 	res log.DeliverResult
 	err error
+	// proposed and answered bound the proposal that carried the batch, with batches in all:
+	// the delivery's span (deliveryTiming).
+	proposed, answered time.Time
+	batches            int
 }
+
+// deliveryTiming is what a traced delivery learns of the proposal that carried its batch, for
+// its spans (tracing.Tracer.Delivered). The fan-out puts it in the delivery's context (timingKey)
+// only when tracing is on; propose fills it in the delivery's own goroutine, from the answer.
+type deliveryTiming struct {
+	began, proposed, answered time.Time
+	batches, appended         int
+}
+
+// timingKey is the context key of a delivery's *deliveryTiming.
+type timingKey struct{}
 
 // lane returns the lane to dest, creating it.
 func (f *Fanout) lane(dest raftstore.ShardID) *lane {
@@ -73,6 +88,9 @@ func (f *Fanout) propose(ctx context.Context, dest raftstore.ShardID, b *log.Del
 	}
 	select {
 	case a := <-r.done:
+		if tm, ok := ctx.Value(timingKey{}).(*deliveryTiming); ok {
+			tm.proposed, tm.answered, tm.batches, tm.appended = a.proposed, a.answered, a.batches, a.res.Appended
+		}
 		return a.res, a.err
 	case <-ctx.Done():
 		// The batch may still be proposed (or be in flight): harmless, the destination applies
@@ -130,9 +148,10 @@ func (f *Fanout) proposeLane(dest raftstore.ShardID, reqs []*laneReq) {
 		})
 		defer stop()
 	}
+	proposed := time.Now()
 	if len(reqs) == 1 {
 		res, err := f.node.Propose(ctx, dest, raftstore.DeliverCommand(reqs[0].batch))
-		reqs[0].done <- laneAnswer{res: res.Deliver, err: err}
+		reqs[0].done <- laneAnswer{res: res.Deliver, err: err, proposed: proposed, answered: time.Now(), batches: 1}
 		return
 	}
 	batches := make([]*log.DeliveryBatch, len(reqs))
@@ -143,11 +162,12 @@ func (f *Fanout) proposeLane(dest raftstore.ShardID, reqs []*laneReq) {
 	if err == nil && len(res.Deliveries) != len(reqs) {
 		err = fmt.Errorf("raftstore: %d outcomes for %d delivery batches", len(res.Deliveries), len(reqs))
 	}
+	answered := time.Now()
 	for i, r := range reqs {
 		if err != nil {
-			r.done <- laneAnswer{err: err}
+			r.done <- laneAnswer{err: err, proposed: proposed, answered: answered, batches: len(reqs)}
 			continue
 		}
-		r.done <- laneAnswer{res: res.Deliveries[i].Result, err: res.Deliveries[i].Err}
+		r.done <- laneAnswer{res: res.Deliveries[i].Result, err: res.Deliveries[i].Err, proposed: proposed, answered: answered, batches: len(reqs)}
 	}
 }

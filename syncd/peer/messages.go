@@ -223,7 +223,8 @@ type TraceUserArgs struct {
 
 // DeadLettersArgs are the arguments of OpDeadLetters: list at most Limit (0: only count them).
 type DeadLettersArgs struct {
-	Limit int `msgpack:"limit"`
+	Limit    int  `msgpack:"limit"`
+	Archived bool `msgpack:"archived,omitempty"` // list (and count) the archive instead of the held ones
 }
 
 // DeadLetters is the result of OpDeadLetters: how many dead letters the shard holds, and the
@@ -240,7 +241,7 @@ type DeadLetterArgs struct {
 }
 
 // DeadLetterAnswer is the result of OpDeadLetter; Found is false when the source shard holds no
-// such dead letter (never recorded, or dropped since).
+// such dead letter (never recorded, or dropped since), neither held nor archived.
 type DeadLetterAnswer struct {
 	Found  bool       `msgpack:"found"`
 	Letter DeadLetter `msgpack:"letter"`
@@ -256,6 +257,13 @@ type DeadLetter struct {
 	FailedAt  int64    `msgpack:"failed_at"`
 	Entry     Entry    `msgpack:"entry"`
 	BodyBytes int      `msgpack:"body_bytes"`
+	// The dead-letter process (log.DeadLetter's fields of the same names).
+	Code       uint8  `msgpack:"code,omitempty"`
+	Attempts   uint32 `msgpack:"attempts,omitempty"`
+	LastTry    int64  `msgpack:"last_try,omitempty"`
+	NextTry    int64  `msgpack:"next_try,omitempty"`
+	ArchivedAt int64  `msgpack:"archived_at,omitempty"`
+	Archived   bool   `msgpack:"archived,omitempty"`
 }
 
 // FromLogInfo converts a log.LogInfo.
@@ -336,7 +344,8 @@ func (e Entry) Log() log.Entry {
 // gives its size).
 func FromDeadLetter(dl *log.DeadLetter, withBody bool) DeadLetter {
 	out := DeadLetter{Dest: uint32(dl.Dest), Pos: dl.Pos, Users: dl.Users, Reason: dl.Reason,
-		FailedAt: dl.FailedAt, Entry: FromEntry(&dl.Entry), BodyBytes: len(dl.Entry.Body)}
+		FailedAt: dl.FailedAt, Entry: FromEntry(&dl.Entry), BodyBytes: len(dl.Entry.Body),
+		Code: dl.Code, Attempts: dl.Attempts, LastTry: dl.LastTry, NextTry: dl.NextTry, ArchivedAt: dl.ArchivedAt, Archived: dl.Archived}
 	if !withBody {
 		out.Entry.Body = nil
 	}
@@ -346,5 +355,6 @@ func FromDeadLetter(dl *log.DeadLetter, withBody bool) DeadLetter {
 // Log converts back to a log.DeadLetter.
 func (dl DeadLetter) Log() log.DeadLetter {
 	return log.DeadLetter{Dest: log.ShardID(dl.Dest), Pos: dl.Pos, Users: dl.Users, Reason: dl.Reason,
-		FailedAt: dl.FailedAt, Entry: dl.Entry.Log()}
+		FailedAt: dl.FailedAt, Entry: dl.Entry.Log(),
+		Code: dl.Code, Attempts: dl.Attempts, LastTry: dl.LastTry, NextTry: dl.NextTry, ArchivedAt: dl.ArchivedAt, Archived: dl.Archived}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"strconv"
 	"sync"
@@ -87,12 +88,30 @@ func attemptAck(ctx context.Context, rs *reqStream, s proto.Send, timeout time.D
 
 // Sends opens devices connections (users u0…u{devices-1}), each with one pipelined request
 // stream, and runs senders goroutines for d: sender i sends body-byte 1:1 messages from
-// u{i mod devices} to the next user, one at a time (send, wait for the Ack, repeat). Shed
-// answers are retried with the same cmid after the server's retry-after.
+// u{i mod devices} to the next user, one at a time (send, wait for the Ack, repeat) — the
+// fixed-peer shape, one conversation per sender. Shed answers are retried with the same cmid
+// after the server's retry-after.
 func Sends(ctx context.Context, t Target, devices, senders int, d time.Duration, body int) (SendResult, error) {
 	if devices < 2 || senders < 1 {
 		return SendResult{}, errors.New("bench: sends needs at least 2 devices and 1 sender")
 	}
+	return sends(ctx, t, devices, senders, 0, d, body)
+}
+
+// SendsSpread is Sends on the peers' spread (issue #27), the shape etcd's and Redis's writers
+// run: senders devices (users s0…), one sender each, each message to a random one of users
+// recipients (r0…, not connected), so that the load is many conversations (one per pair, created
+// by its first message) whose logs spread over every shard.
+func SendsSpread(ctx context.Context, t Target, senders, users int, d time.Duration, body int) (SendResult, error) {
+	if senders < 1 || users < 1 {
+		return SendResult{}, errors.New("bench: sends needs at least 1 sender and 1 recipient")
+	}
+	return sends(ctx, t, senders, senders, users, d, body)
+}
+
+// sends is Sends (spread 0: to the next device's user) and SendsSpread (to one of spread users
+// at random, from senders' own users).
+func sends(ctx context.Context, t Target, devices, senders, spread int, d time.Duration, body int) (SendResult, error) {
 	dl, err := newDialer(t, min(devices, 8))
 	if err != nil {
 		return SendResult{}, err
@@ -101,6 +120,9 @@ func Sends(ctx context.Context, t Target, devices, senders int, d time.Duration,
 	users := make([]string, devices)
 	for i := range users {
 		users[i] = "u" + strconv.Itoa(i)
+		if spread > 0 {
+			users[i] = "s" + strconv.Itoa(i)
+		}
 	}
 	clients, err := dl.connectMany(ctx, users, dialParallel)
 	if err != nil {
@@ -134,10 +156,15 @@ func Sends(ctx context.Context, t Target, devices, senders int, d time.Duration,
 	for i := range senders {
 		wg.Go(func() {
 			from := i % devices
-			to := (from + 1) % devices
+			to := users[(from+1)%devices]
 			rs := streams[from]
-			msg := proto.Send{Conv: proto.DirectConv(users[from], users[to]), Peer: users[to], Body: payload}
+			rng := rand.New(rand.NewPCG(uint64(i), uint64(start.UnixNano())))
+			msg := proto.Send{Conv: proto.DirectConv(users[from], to), Peer: to, Body: payload}
 			for n := 0; time.Now().Before(deadline); n++ {
+				if spread > 0 {
+					to = "r" + strconv.Itoa(rng.IntN(spread))
+					msg.Conv, msg.Peer = proto.DirectConv(users[from], to), to
+				}
 				msg.ClientMsgID = run + "-" + strconv.Itoa(i) + "-" + strconv.Itoa(n)
 				for time.Now().Before(deadline) { // attempts of one message, same cmid
 					t0 := time.Now()

@@ -50,7 +50,7 @@ func clusterScenario(ctx context.Context, o options) ([]row, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reference node: %w", err)
 	}
-	refSends := measureSends(ctx, o, "1 node", ref)
+	refSends := measureSends(ctx, o, "1 node", ref, 0)
 	refDelivery := measureDelivery(ctx, o, "1 node", ref)
 	closeCluster("reference", ref)
 
@@ -62,7 +62,7 @@ func clusterScenario(ctx context.Context, o options) ([]row, error) {
 	defer closeCluster("cluster", cl)
 	progress("settled; cluster clients on %s", strings.Join(cl.Target().Addrs, ", "))
 	name := fmt.Sprintf("%d nodes", cl.Size())
-	clSends := measureSends(ctx, o, name, cl)
+	clSends := measureSends(ctx, o, name, cl, 0)
 	clDelivery := measureDelivery(ctx, o, name, cl)
 
 	var rows []row
@@ -111,14 +111,20 @@ func closeCluster(name string, c *procCluster) {
 // cpuUse is the CPU used during a run, in cores (CPU seconds per second): by the nodes (server),
 // by this process (self, the load generator) and by everything else on the machine (other:
 // whatever else runs there, a sign of a noisy run). serverPerAck is the nodes' CPU per acked
-// send. The run includes connecting its devices (TLS handshakes), not only the timed window.
+// send; entriesPerAck the Raft entries the cluster's shards committed per acked send (each
+// replicated and fsynced on every member); diskPerAck the bytes the nodes wrote to disk per
+// acked send (/proc/<pid>/io write_bytes: WAL, memtable flushes, compactions, Raft snapshots).
+// The run includes connecting its devices (TLS handshakes), not only the timed window.
 type cpuUse struct {
 	server, self, other float64
 	serverPerAck        time.Duration
+	entriesPerAck       float64
+	diskPerAck          int64
 }
 
 func (u cpuUse) String() string {
-	return fmt.Sprintf("CPU cores: nodes %.2f (%v per ack), syncbench %.2f, other %.2f", u.server, u.serverPerAck, u.self, u.other)
+	return fmt.Sprintf("CPU cores: nodes %.2f (%v per ack), syncbench %.2f, other %.2f; %.2f Raft entries and %d disk bytes per ack",
+		u.server, u.serverPerAck, u.self, u.other, u.entriesPerAck, u.diskPerAck)
 }
 
 // sendsRun is one sends run and the CPU it used.
@@ -127,16 +133,27 @@ type sendsRun struct {
 	cpuUse
 }
 
-// measureSends runs the sends scenario o.repeat times on c; with -cpuprofile, the first run is
-// profiled.
-func measureSends(ctx context.Context, o options, name string, c *procCluster) []sendsRun {
+// measureSends runs the sends scenario o.repeat times on c: the fixed-peer shape (spread 0,
+// bench.Sends) or the peers' spread over spread recipients (bench.SendsSpread); with
+// -cpuprofile, the first run is profiled.
+func measureSends(ctx context.Context, o options, name string, c *procCluster, spread int) []sendsRun {
 	var runs []sendsRun
 	for k := range o.repeat {
-		progress("sends on %s (run %d of %d): %d devices, %d senders, %v", name, k+1, o.repeat, o.devices, o.senders, o.duration)
+		shape := fmt.Sprintf("fixed peer, %d devices", o.devices)
+		if spread > 0 {
+			shape = fmt.Sprintf("peers' spread, to a random one of %d users", spread)
+		}
+		progress("sends on %s (run %d of %d): %s, %d senders, %v", name, k+1, o.repeat, shape, o.senders, o.duration)
 		prof := startProfile(ctx, o, k, c, strings.ReplaceAll(name, " ", "")+"-")
-		before := takeCPU(c)
-		r, err := bench.Sends(ctx, c.Target(), o.devices, o.senders, o.duration, o.body)
-		run := sendsRun{res: r, cpuUse: before.since(takeCPU(c), r.Acked)}
+		before := takeCPU(ctx, c)
+		var r bench.SendResult
+		var err error
+		if spread > 0 {
+			r, err = bench.SendsSpread(ctx, c.Target(), o.senders, spread, o.duration, o.body)
+		} else {
+			r, err = bench.Sends(ctx, c.Target(), o.devices, o.senders, o.duration, o.body)
+		}
+		run := sendsRun{res: r, cpuUse: before.since(takeCPU(ctx, c), r.Acked)}
 		prof()
 		if err != nil {
 			progress("sends on %s: %v", name, err)
@@ -166,14 +183,18 @@ func sendsRows(o options, nodes int, ref, cl []sendsRun) []row {
 	}
 }
 
-// cpuSample is the CPU used so far by c's nodes, by this process and by the whole machine.
+// cpuSample is the CPU used so far by c's nodes, by this process and by the whole machine, and
+// the nodes' disk writes and Raft entries so far.
 type cpuSample struct {
 	at               time.Time
 	nodes, self, all time.Duration
+	written          int64
+	entries          uint64
 }
 
-func takeCPU(c *procCluster) cpuSample {
-	return cpuSample{at: time.Now(), nodes: c.CPUTime(), self: procstat.CPU(os.Getpid()), all: machineBusy()}
+func takeCPU(ctx context.Context, c *procCluster) cpuSample {
+	return cpuSample{at: time.Now(), nodes: c.CPUTime(), self: procstat.CPU(os.Getpid()), all: machineBusy(),
+		written: c.WriteBytes(), entries: c.RaftEntries(ctx)}
 }
 
 // since returns the CPU used from s (before) to e (after), acked sends having been acked.
@@ -183,6 +204,8 @@ func (s cpuSample) since(e cpuSample, acked int) cpuUse {
 		other: max(0, ((e.all-s.all)-(e.nodes-s.nodes)-(e.self-s.self)).Seconds()/wall)}
 	if acked > 0 {
 		u.serverPerAck = ((e.nodes - s.nodes) / time.Duration(acked)).Round(time.Microsecond)
+		u.entriesPerAck = float64(e.entries-s.entries) / float64(acked)
+		u.diskPerAck = (e.written - s.written) / int64(acked)
 	}
 	return u
 }
@@ -242,9 +265,9 @@ func measureDelivery(ctx context.Context, o options, name string, c *procCluster
 	var runs []deliveryRun
 	for k := range o.repeat {
 		progress("delivery on %s (run %d of %d): %d sends/s for %v to %d receivers", name, k+1, o.repeat, o.rate, o.duration, o.receivers)
-		before := takeCPU(c)
+		before := takeCPU(ctx, c)
 		r, err := bench.Delivery(ctx, c.Target(), o.rate, o.receivers, o.duration)
-		use := before.since(takeCPU(c), r.Sent)
+		use := before.since(takeCPU(ctx, c), r.Sent)
 		if err != nil {
 			progress("delivery on %s: %v", name, err)
 			continue

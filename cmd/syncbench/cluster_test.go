@@ -41,6 +41,14 @@ func TestClusterScenarios(t *testing.T) {
 	}
 	t.Logf("sends: %.0f acked/s, p50 %v, p99 %v", s.PerSec, s.P50, s.P99)
 
+	// The peers' spread, measured as -scenario peers does: every send is at least its append's
+	// Raft entry and its delivery's, and the nodes wrote to disk for it.
+	spread := measureSends(ctx, options{repeat: 1, senders: 3, duration: time.Second, body: 64}, "3 nodes", c, 50)
+	if len(spread) != 1 || spread[0].res.Acked == 0 || spread[0].entriesPerAck < 1 || spread[0].diskPerAck <= 0 {
+		t.Fatalf("sends on the peers' spread: %+v", spread)
+	}
+	t.Logf("peers' spread: %.0f acked/s; %v", spread[0].res.PerSec, spread[0].cpuUse)
+
 	d, err := bench.Delivery(ctx, c.Target(), 50, 4, time.Second)
 	if err != nil {
 		t.Fatal(err)

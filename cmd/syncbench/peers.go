@@ -101,13 +101,25 @@ func syncdShapes(ctx context.Context, o options, bin, dir string, nodes int) ([]
 	once := o
 	once.repeat = 1
 	var rows []row
-	if runs := measureSends(ctx, once, name, c); len(runs) > 0 {
-		fig.sends = runs[0].res
-		rows = append(rows, row{name: fmt.Sprintf("%s: sends (%d senders)", name, o.senders), value: fmt.Sprintf("%.0f acked/s", fig.sends.PerSec),
-			p50: fig.sends.P50, p99: fig.sends.P99, note: fmt.Sprintf("%d devices; server CPU %v per ack (%.2f cores), syncbench %.2f cores, other %.2f cores",
-				o.devices, runs[0].serverPerAck, runs[0].server, runs[0].self, runs[0].other)})
-	} else {
-		rows = append(rows, row{name: name + ": sends", value: "FAILED", note: "see the progress lines above"})
+	// The peers' spread first: the shape of the peers' writers, which their rows compare with;
+	// then the fixed-peer shape (one conversation per sender), named as such.
+	for _, shape := range []struct {
+		name   string
+		spread int
+	}{{fmt.Sprintf("sends, peers' spread (%d senders, each to a random one of %d users)", o.senders, o.users), o.users},
+		{fmt.Sprintf("sends, fixed peer (%d senders, sender i to i+1 of %d devices)", o.senders, o.devices), 0}} {
+		runs := measureSends(ctx, once, name, c, shape.spread)
+		if len(runs) == 0 {
+			rows = append(rows, row{name: name + ": " + shape.name, value: "FAILED", note: "see the progress lines above"})
+			continue
+		}
+		if shape.spread > 0 {
+			fig.sends = runs[0].res
+		}
+		r := runs[0]
+		rows = append(rows, row{name: name + ": " + shape.name, value: fmt.Sprintf("%.0f acked/s", r.res.PerSec),
+			p50: r.res.P50, p99: r.res.P99, note: fmt.Sprintf("server CPU %v per ack (%.2f cores), %.2f Raft entries and %s written per ack; syncbench %.2f cores, other %.2f cores",
+				r.serverPerAck, r.server, r.entriesPerAck, kib(r.diskPerAck), r.self, r.other)})
 	}
 	if runs := measureDelivery(ctx, once, name, c); len(runs) > 0 {
 		fig.delivery = runs[0].res
@@ -129,6 +141,9 @@ func syncdShapes(ctx context.Context, o options, bin, dir string, nodes int) ([]
 	}
 	return rows, fig
 }
+
+// kib formats a byte count in KiB.
+func kib(n int64) string { return fmt.Sprintf("%.1f KiB", float64(n)/1024) }
 
 // buildPeers builds the peer load generator of the syncd checkout holding the working directory
 // into dir, with the go command found in PATH, and returns the binary's path.

@@ -130,6 +130,44 @@ func (c *procCluster) CPUTime() time.Duration {
 	return total
 }
 
+// WriteBytes returns the bytes the running nodes have caused to be written to disk since they
+// started (/proc/<pid>/io write_bytes; zero elsewhere).
+func (c *procCluster) WriteBytes() int64 {
+	var total int64
+	for _, n := range c.pc.Nodes() {
+		if n.Running() {
+			total += procstat.WriteBytes(n.PID())
+		}
+	}
+	return total
+}
+
+// RaftEntries returns the Raft entries the data shards have committed so far: per shard the
+// highest commit index any running node reports, summed. A node that does not answer counts
+// nothing for its shards.
+func (c *procCluster) RaftEntries(ctx context.Context) uint64 {
+	commit := map[raftstore.ShardID]uint64{}
+	for _, n := range c.pc.Nodes() {
+		if !n.Running() {
+			continue
+		}
+		stats, err := n.Metrics(ctx)
+		if err != nil {
+			continue
+		}
+		for id, st := range stats {
+			if id != raftstore.MetaShard {
+				commit[id] = max(commit[id], st.Commit)
+			}
+		}
+	}
+	var total uint64
+	for _, v := range commit {
+		total += v
+	}
+	return total
+}
+
 // Profile takes a CPU profile of every running node for d (its /debug/pprof/profile) and writes
 // them to dir as <prefix><node id>.pprof, returning the files written.
 func (c *procCluster) Profile(ctx context.Context, d time.Duration, dir, prefix string) ([]string, error) {

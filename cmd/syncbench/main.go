@@ -24,8 +24,9 @@
 //
 //	go run ./cmd/syncbench -scenario cluster-catchup -repeat 5
 //
-// -scenario peers (issue #11) is separate from "all" too: it measures syncd's sends, delivery and
-// catchup on a 1-node and a -nodes syncd (child processes, as for cluster), then the same shapes
+// -scenario peers (issue #11) is separate from "all" too: it measures syncd's sends (on the peers'
+// spread, -senders to random ones of -users users, then the fixed-peer shape; issue #27), delivery
+// and catchup on a 1-node and a -nodes syncd (child processes, as for cluster), then the same shapes
 // on raw Pebble and on the systems syncd's users would pick instead, where they are installed —
 // etcd with one member and with three, Redis streams with appendfsync always — run by the peer
 // load generator bench/peers (a Go module of its own, built here), and reads each peer figure as a

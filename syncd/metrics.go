@@ -74,6 +74,12 @@ var latencyBuckets = []float64{
 	0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5,
 }
 
+// latencyOpts are the options of a latency histogram syncd_<subsystem>_<name> (no subsystem: "").
+func latencyOpts(subsystem, name, help string) prometheus.HistogramOpts {
+	return prometheus.HistogramOpts{Namespace: "syncd", Subsystem: subsystem, Name: name, Help: help, Buckets: latencyBuckets,
+		NativeHistogramBucketFactor: nativeBucketFactor, NativeHistogramMaxBucketNumber: nativeMaxBuckets}
+}
+
 // Native-histogram settings of the latency histograms: at most 160 buckets each (a few KB),
 // halving the resolution rather than growing further.
 const (
@@ -114,36 +120,20 @@ type metrics struct {
 // node supplies per-shard Raft state, outbox positions and dead-letter counts, and the cluster
 // (nil for a node of none) the moves in progress. It panics if reg already holds these metrics.
 func newMetrics(reg *prometheus.Registry, node metricsNode, cl *cluster.Cluster, conns func() int64, fan fanoutStats) *metrics {
-	sendAck := prometheus.NewHistogramVec(prometheus.HistogramOpts{
-		Namespace: "syncd", Subsystem: "send", Name: "ack_seconds",
-		Help:                        "Time from receiving a send request to writing its answer, by result (ok, duplicate, refused, error).",
-		Buckets:                     latencyBuckets,
-		NativeHistogramBucketFactor: nativeBucketFactor, NativeHistogramMaxBucketNumber: nativeMaxBuckets,
-	}, []string{"result"})
+	sendAck := prometheus.NewHistogramVec(latencyOpts("send", "ack_seconds",
+		"Time from receiving a send request to writing its answer, by result (ok, duplicate, refused, error)."), []string{"result"})
 	m := &metrics{
-		delivery: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Namespace: "syncd", Name: "delivery_seconds",
-			Help:                        "Time from a conversation entry's append (its entry time) to its push on a device's sync stream; the commit-to-device latency.",
-			Buckets:                     latencyBuckets,
-			NativeHistogramBucketFactor: nativeBucketFactor, NativeHistogramMaxBucketNumber: nativeMaxBuckets,
-		}),
-		deviceAck: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Namespace: "syncd", Name: "device_ack_seconds",
-			Help:                        "Time from a conversation entry's append to the cursor ack of the device it was pushed to live: the device has stored it (the delivered-to-a-device stage).",
-			Buckets:                     latencyBuckets,
-			NativeHistogramBucketFactor: nativeBucketFactor, NativeHistogramMaxBucketNumber: nativeMaxBuckets,
-		}),
+		delivery: prometheus.NewHistogram(latencyOpts("", "delivery_seconds",
+			"Time from a conversation entry's append (its entry time) to its push on a device's sync stream; the commit-to-device latency.")),
+		deviceAck: prometheus.NewHistogram(latencyOpts("", "device_ack_seconds",
+			"Time from a conversation entry's append to the cursor ack of the device it was pushed to live: the device has stored it (the delivered-to-a-device stage).")),
 		readAfter: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Namespace: "syncd", Name: "read_after_seconds",
 			Help:    "Time from a message's append to a read receipt marking it read (the newest message the receipt covers), for receipts made through this node while the conversation's home replica is here: the read stage.",
 			Buckets: []float64{1, 5, 30, 60, 300, 900, 3600, 4 * 3600, 12 * 3600, 24 * 3600, 3 * 24 * 3600, 7 * 24 * 3600},
 		}),
-		fanout: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Namespace: "syncd", Subsystem: "fanout", Name: "delivery_seconds",
-			Help:                        "Time from a conversation entry's append (its entry time) to the commit of its delivery to a recipient's shard, by this node's fan-out: the part of syncd_delivery_seconds spent before the sync stream is woken.",
-			Buckets:                     latencyBuckets,
-			NativeHistogramBucketFactor: nativeBucketFactor, NativeHistogramMaxBucketNumber: nativeMaxBuckets,
-		}),
+		fanout: prometheus.NewHistogram(latencyOpts("fanout", "delivery_seconds",
+			"Time from a conversation entry's append (its entry time) to the commit of its delivery to a recipient's shard, by this node's fan-out: the part of syncd_delivery_seconds spent before the sync stream is woken.")),
 		syncStreams: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: "syncd", Name: "sync_streams",
 			Help: "Open sync streams.",

@@ -40,6 +40,13 @@ func TestBackupRestore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Stopped if the test ends before it loses the cluster on purpose; its nodes' logs are the
+	// restored cluster's files (same directory), which that one's cleanup shows.
+	t.Cleanup(func() {
+		if err := c.Stop(15 * time.Second); err != nil {
+			t.Errorf("stop the cluster: %v", err)
+		}
+	})
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 	defer cancel()
 	if err := c.Start(); err != nil {
@@ -114,16 +121,7 @@ func TestBackupRestore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		if err := r.Stop(15 * time.Second); err != nil {
-			t.Errorf("stop the restored cluster: %v", err)
-		}
-		if t.Failed() {
-			for _, n := range r.Nodes() {
-				t.Logf("%s's log (%s):\n%s", n.ID, n.Log, n.LogTail(60))
-			}
-		}
-	})
+	stopAtCleanup(t, r, "the restored cluster")
 	first := r.Node(0)
 	out, err = exec.CommandContext(ctx, bins.Syncd, append([]string{"restore", backupDir}, first.Args()...)...).CombinedOutput()
 	if err != nil {

@@ -133,6 +133,37 @@ func TestEpochChangeResyncs(t *testing.T) {
 
 // bobsCursors returns a function that reads the stored cursor and last sighting of one of bob's
 // devices on srv (position 0 if it has none).
+// tabletScene is where both cursor-retention tests start: a server trimming with r every 50 ms,
+// alice's phone and bob's connected, and bob's tablet, which stored bob's first three messages
+// and went offline; held is bob's log's first position then.
+type tabletScene struct {
+	srv          *syncd.Server
+	cursor       func(dev string) (log.Position, time.Time)
+	info         func() log.LogInfo
+	alice, phone *device
+	tabletDir    string
+	held         log.Position
+}
+
+// offlineTablet sets the scene up; the devices close when the test ends.
+func offlineTablet(t *testing.T, r log.Retention) tabletScene {
+	t.Helper()
+	sc := tabletScene{srv: startServerWith(t, func(c *syncd.Config) {
+		c.Retention = r
+		c.RetentionInterval = 50 * time.Millisecond
+	}), tabletDir: t.TempDir()}
+	sc.cursor, sc.info = bobsCursors(t, sc.srv)
+	sc.alice = dialDevice(t, sc.srv, "alice", "phone", t.TempDir())
+	t.Cleanup(func() { sc.alice.Close() })
+	sc.phone = dialDevice(t, sc.srv, "bob", "phone", t.TempDir())
+	t.Cleanup(func() { sc.phone.Close() })
+	tablet := dialDevice(t, sc.srv, "bob", "tablet", sc.tabletDir)
+	waitBodies(t, "d:alice:bob", sendBodies(t, sc.alice, 0, 3), sc.phone, tablet)
+	sc.held = settled(t, sc.cursor, sc.info, "phone", "tablet")
+	tablet.Close()
+	return sc
+}
+
 func bobsCursors(t *testing.T, srv *syncd.Server) (cursor func(dev string) (log.Position, time.Time), info func() log.LogInfo) {
 	t.Helper()
 	state, err := srv.Node().State(cluster.Even(len(srv.Node().Shards())).UserShard("bob"))
@@ -202,22 +233,10 @@ func settled(t *testing.T, cursor func(string) (log.Position, time.Time), info f
 // old" and rebases (G3, never moved silently), which syncd_retention_cursors_passed_total counts.
 func TestRetentionKeepsWhatActiveDevicesLack(t *testing.T) {
 	const bound = 30
-	srv := startServerWith(t, func(c *syncd.Config) {
-		// MinAge 1 ns: what every active device has acked goes at the next pass.
-		c.Retention = log.Retention{MaxCount: bound, MinAge: 1, InactiveAfter: int64(time.Hour)}
-		c.RetentionInterval = 50 * time.Millisecond
-	})
-	cursor, info := bobsCursors(t, srv)
-	alice := dialDevice(t, srv, "alice", "phone", t.TempDir())
-	defer alice.Close()
-	phone := dialDevice(t, srv, "bob", "phone", t.TempDir())
-	defer phone.Close()
-	tabletDir := t.TempDir()
-	tablet := dialDevice(t, srv, "bob", "tablet", tabletDir)
-
-	waitBodies(t, "d:alice:bob", sendBodies(t, alice, 0, 3), phone, tablet)
-	held := settled(t, cursor, info, "phone", "tablet")
-	tablet.Close()
+	// MinAge 1 ns: what every active device has acked goes at the next pass.
+	sc := offlineTablet(t, log.Retention{MaxCount: bound, MinAge: 1, InactiveAfter: int64(time.Hour)})
+	srv, cursor, info, alice, phone, tabletDir, held := sc.srv, sc.cursor, sc.info, sc.alice, sc.phone, sc.tabletDir, sc.held
+	var tablet *device
 
 	all := sendBodies(t, alice, 3, 8)
 	waitBodies(t, "d:alice:bob", all, phone)
@@ -283,20 +302,9 @@ func TestRetentionKeepsWhatActiveDevicesLack(t *testing.T) {
 // told "too old" and rebases.
 func TestRetentionReleasesInactiveDevices(t *testing.T) {
 	const inactive = 6 * time.Second
-	srv := startServerWith(t, func(c *syncd.Config) {
-		c.Retention = log.Retention{MaxCount: 1000, MinAge: 1, InactiveAfter: int64(inactive)}
-		c.RetentionInterval = 50 * time.Millisecond
-	})
-	cursor, info := bobsCursors(t, srv)
-	alice := dialDevice(t, srv, "alice", "phone", t.TempDir())
-	defer alice.Close()
-	phone := dialDevice(t, srv, "bob", "phone", t.TempDir())
-	defer phone.Close()
-	tabletDir := t.TempDir()
-	tablet := dialDevice(t, srv, "bob", "tablet", tabletDir)
-	waitBodies(t, "d:alice:bob", sendBodies(t, alice, 0, 3), phone, tablet)
-	held := settled(t, cursor, info, "phone", "tablet")
-	tablet.Close()
+	sc := offlineTablet(t, log.Retention{MaxCount: 1000, MinAge: 1, InactiveAfter: int64(inactive)})
+	srv, cursor, info, alice, phone, tabletDir, held := sc.srv, sc.cursor, sc.info, sc.alice, sc.phone, sc.tabletDir, sc.held
+	var tablet *device
 	_, seen := cursor("tablet") // its last sighting: the store that moved its cursor last
 
 	waitBodies(t, "d:alice:bob", sendBodies(t, alice, 3, 6), phone)

@@ -147,16 +147,7 @@ func TestRollingUpgrade(t *testing.T) {
 	}
 	// Cleanups run after the deferred client Closes: the nodes outlive their clients, then must
 	// exit cleanly on SIGTERM.
-	t.Cleanup(func() {
-		if err := c.Stop(15 * time.Second); err != nil {
-			t.Errorf("stop the cluster: %v", err)
-		}
-		if t.Failed() {
-			for _, n := range c.Nodes() {
-				t.Logf("%s's log (%s):\n%s", n.ID, n.Log, n.LogTail(60))
-			}
-		}
-	})
+	stopAtCleanup(t, c, "the cluster")
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 	defer cancel()
 	if err := c.Start(); err != nil {
@@ -310,6 +301,21 @@ var upgradeRetry = func() []time.Duration {
 	}
 	return out
 }()
+
+// stopAtCleanup stops c's nodes with SIGTERM when the test ends (what must exit cleanly) and, if
+// the test failed, logs the tail of each node's log.
+func stopAtCleanup(t *testing.T, c *proccluster.Cluster, what string) {
+	t.Cleanup(func() {
+		if err := c.Stop(15 * time.Second); err != nil {
+			t.Errorf("stop %s: %v", what, err)
+		}
+		if t.Failed() {
+			for _, n := range c.Nodes() {
+				t.Logf("%s's log (%s):\n%s", n.ID, n.Log, n.LogTail(60))
+			}
+		}
+	})
+}
 
 // dialClusterDevice connects user's device to node home of c, with c's other nodes as its
 // fallbacks, its store in store, and a retry schedule patient enough for a node's restart.

@@ -34,8 +34,9 @@ type adminFlags struct {
 	tokenFile *string
 
 	resolved bool
-	token    string // "" if none was found
-	source   string // where token came from, for messages
+	token    string       // "" if none was found
+	source   string       // where token came from, for messages
+	streams  *http.Client // get's client, made once: connections are reused across a backup's shards
 }
 
 func (a *adminFlags) register(f *flag.FlagSet) {

@@ -242,9 +242,12 @@ func (a *adminFlags) get(ctx context.Context, base, path string) (*http.Response
 	if a.token != "" {
 		adminapi.Authorize(req, a.token)
 	}
-	tr := http.DefaultTransport.(*http.Transport).Clone()
-	tr.ResponseHeaderTimeout = *a.timeout
-	resp, err := (&http.Client{Transport: tr}).Do(req)
+	if a.streams == nil {
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		tr.ResponseHeaderTimeout = *a.timeout
+		a.streams = &http.Client{Transport: tr}
+	}
+	resp, err := a.streams.Do(req)
 	if err != nil {
 		return nil, &adminError{Message: err.Error(), Hint: fmt.Sprintf("is syncd running with -admin %s?", strings.TrimPrefix(base, "http://"))}
 	}

@@ -114,9 +114,16 @@ func TestSDKOpenedBeforeTheNodeStarts(t *testing.T) {
 	if got := bodies(t, &device{Client: bob}, conv); !slices.Equal(got, want) {
 		t.Fatalf("bob's device stored %q; want %q: each queued message once, in order", got, want)
 	}
-	mu.Lock()
-	got := slices.Clone(reported)
-	mu.Unlock()
+	// The device reports an entry after storing it, and the reader above takes the report a
+	// moment later: wait for as many reports as stored entries, then compare (a duplicate or a
+	// reordering still fails).
+	var got []string
+	testkit.WaitTrue(t, time.Minute, "bob's device to report every stored message", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		got = slices.Clone(reported)
+		return len(got) >= n
+	})
 	if !slices.Equal(got, want) {
 		t.Fatalf("bob's device reported %q; want %q", got, want)
 	}

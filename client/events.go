@@ -88,7 +88,9 @@ type RebaseEvent struct {
 
 // EpochEvent: the user's log was re-created (for example restored from a backup); the SDK
 // resynced it from the start of the new epoch, keeping local history. With Source set, it was
-// that large group's conversation log, resynced from its first retained entry.
+// that large group's conversation log, resynced from its first retained entry. A log restored
+// from a backup that holds everything the device stored is not resynced and raises no event: the
+// cursor takes the new epoch at its position (PROTOCOL §8.4, EpochChanged with continues).
 type EpochEvent struct {
 	Epoch  proto.Epoch
 	Sub    uint32 // the sub-log re-created (0 unless the user's stream is split)

@@ -375,6 +375,22 @@ func (c *Client) syncOnce(ctx context.Context, cn *conn) (restart, progressed bo
 				}
 				return true, true, c.rebase(ctx, cn, f.Sub, f.Epoch, f.Head)
 			case *proto.EpochChanged:
+				if f.Continues {
+					// Restored from a backup that holds everything the device stored: the cursor
+					// holds in the new epoch, nothing to resync (PROTOCOL §8.4).
+					c.cfg.Logger.Info("sync: the log was restored with everything this device stored; continuing in its new epoch",
+						"sub", f.Sub, "source", f.Source, "epoch", f.Epoch)
+					var err error
+					if f.Source != "" {
+						err = c.st.ContinueSourceEpoch(f.Source, f.Epoch)
+					} else {
+						err = c.st.ContinueEpoch(f.Sub, f.Epoch)
+					}
+					if err != nil {
+						return false, progressed, err
+					}
+					return true, true, nil
+				}
 				if f.Source != "" {
 					// The conversation log was re-created: resync it from the new log's first
 					// retained entry (PROTOCOL §8.4), deduplicated by msg_id; a Rebase answer (the

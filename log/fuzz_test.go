@@ -100,7 +100,7 @@ func FuzzDecodeEntry(f *testing.F) {
 }
 
 func FuzzDecodeLogMeta(f *testing.F) {
-	addSeeds(f, goldenLogMeta.encode(), goldenLogMetaV4.encode(), goldenLogMetaV5.encode(), goldenLogMetaV5Large.encode(), logMeta{}.encode())
+	addSeeds(f, goldenLogMeta.encode(), goldenLogMetaV4.encode(), goldenLogMetaV5.encode(), goldenLogMetaV5Large.encode(), goldenLogMetaV6.encode(), logMeta{}.encode())
 	f.Fuzz(func(t *testing.T, data []byte) { roundTrip(t, data, decodeLogMeta, logMeta.encode) })
 }
 

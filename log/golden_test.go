@@ -61,6 +61,7 @@ var (
 		Sender: "alice", Time: 1_700_000_000_000_000_000, Target: MsgID{Shard: 3, Index: 98}, Reaction: "👍", Remove: true,
 		Folded: 300, BodyHash: []byte{0xe3, 0xb0, 0xc4, 0x42}}
 	goldenLogMetaV5Large = logMeta{Kind: ConvGroup, Epoch: 1_700_000_000_000_000_000, First: 4, Head: 1000, MemberCount: 5000, Counted: true, Large: true}
+	goldenLogMetaV6      = logMeta{Epoch: 1_800_000_000_000_000_000, First: 1, Head: 70, Groups: 2, Renewed: 1_700_000_000_000_000_000, Kept: 64}
 	goldenPeriods        = []Period{{From: 12, To: 300, Gate: 7}, {From: 1 << 33, Gate: 1 << 40}}
 	goldenMarkDelivered  = MarkDelivered{Conv: "g", Marks: []MemberMark{{User: "alice", UpTo: 300}, {User: "bob 3", UpTo: 1 << 40}}}
 	goldenReported       = MarkReported{Log: "bob 3", Cursor: Cursor{Epoch: 1_700_000_000_000_000_000, Pos: 41}}
@@ -158,6 +159,8 @@ func goldenCases() []goldenCase {
 			func(b []byte) (any, error) { return decodeEntry(b, 0) }, goldenEntryV4},
 		{"log_meta.v5-large", goldenLogMetaV5Large.encode,
 			func(b []byte) (any, error) { return decodeLogMeta(b) }, goldenLogMetaV5Large},
+		{"log_meta.v6", goldenLogMetaV6.encode,
+			func(b []byte) (any, error) { return decodeLogMeta(b) }, goldenLogMetaV6},
 		{"mark_delivered.v1", func() []byte { return must(goldenMarkDelivered.MarshalBinary()) },
 			func(b []byte) (any, error) { var r MarkDelivered; err := r.UnmarshalBinary(b); return r, err }, goldenMarkDelivered},
 		{"follow.v1", func() []byte { return encodePeriods(goldenPeriods) },

@@ -19,7 +19,8 @@ const (
 	// The reader must rebase; it is never silently moved forward.
 	ReadTooOld
 	// ReadEpochChanged: the log was re-created since the reader's cursor was taken; Info has the
-	// new epoch. The reader must resync from scratch.
+	// new epoch. The reader must resync from scratch — unless Info.Continues says its cursor
+	// holds in the new epoch.
 	ReadEpochChanged
 )
 
@@ -38,6 +39,11 @@ type LogInfo struct {
 	Epoch Epoch
 	First Position
 	Head  Position
+	// Continues is set with ReadEpochChanged when the log was restored from a backup that kept
+	// every position up to the reader's cursor: the cursor's position in the new epoch names the
+	// same entries, so the reader takes the new epoch and goes on from where it is. A cursor
+	// past what the restore kept saw entries the backup lost, whose positions new entries take.
+	Continues bool
 }
 
 // Limit bounds a read. A read returns at most Count entries and stops adding entries once Bytes
@@ -203,6 +209,7 @@ func readMeta(r pebble.Reader, metaKey []byte, epoch Epoch, from Position, lim L
 	info := LogInfo{Epoch: m.Epoch, First: m.First, Head: m.Head}
 	switch {
 	case epoch != 0 && epoch != m.Epoch:
+		info.Continues = m.continues(epoch, from-1)
 		return Read{Status: ReadEpochChanged, Info: info}, m, nil
 	case from < m.First:
 		return Read{Status: ReadTooOld, Info: info}, m, nil

@@ -18,9 +18,13 @@ import (
 
 // RenewEpochs gives every user and conversation log of the shard a new epoch, the greater of
 // epoch (a time, as the epochs of new logs are) and the log's old epoch plus one, keeping its
-// entries and positions. Every device then hears "epoch changed" on its next sync (G3) and
-// resyncs from the log's start, instead of trusting a cursor that may point past what the
-// restore kept. It returns the number of logs renewed.
+// entries and positions, and records the old epoch and the head the restore kept (the restore
+// fence). A device whose cursor is of the old epoch at or below the fence saw only what the
+// backup holds: it is told to go on in the new epoch from where it is (LogInfo.Continues). A
+// device past the fence saw entries the backup lost, whose positions new entries take: it hears
+// "epoch changed" (G3) and resyncs, instead of skipping them. Entries appended after the restore
+// are of the new epoch only, so no cursor of the old epoch can name one. It returns the number
+// of logs renewed.
 func (s *Shard) RenewEpochs(epoch Epoch) (int, error) {
 	t := s.Begin()
 	defer t.Close()
@@ -37,6 +41,7 @@ func (s *Shard) RenewEpochs(epoch Epoch) (int, error) {
 				it.Close()
 				return 0, err
 			}
+			m.Renewed, m.Kept = m.Epoch, m.Head
 			m.Epoch = max(epoch, m.Epoch+1)
 			if err := t.putLogMeta(append([]byte(nil), it.Key()...), m); err != nil {
 				it.Close()
@@ -52,6 +57,12 @@ func (s *Shard) RenewEpochs(epoch Epoch) (int, error) {
 		return 0, err
 	}
 	return n, nil
+}
+
+// continues reports whether a cursor (epoch, pos) of another epoch than the log's holds in the
+// log's epoch: it is of the epoch a restore renewed and within what the restore kept.
+func (m logMeta) continues(epoch Epoch, pos Position) bool {
+	return m.Renewed != 0 && epoch == m.Renewed && pos <= m.Kept
 }
 
 // RaiseOutbox makes the shard's next outbox position greater than floor, the highest mark any

@@ -6,8 +6,9 @@ import (
 )
 
 // TestRenewEpochs: a restored shard's logs, user and conversation, get a new epoch greater than
-// both the one given and their old one; their entries and positions stay, and a cursor of the old
-// epoch is refused as not in the log (the device must resync), while one of the new is taken.
+// both the one given and their old one; their entries and positions stay; a reader of the old
+// epoch is told to continue if its cursor is within what the restore kept (the restore fence),
+// else to resync; a cursor ack of the old epoch is refused, one of the new is taken.
 func TestRenewEpochs(t *testing.T) {
 	s := newMemShard(t, testShardID)
 	const conv = "d:a:b"
@@ -44,6 +45,25 @@ func TestRenewEpochs(t *testing.T) {
 	mustApply(t, s, Stamp{Index: 4, Time: 103}, func(tx *Tx) error {
 		return tx.SetCursor(Stamp{Index: 4, Time: 103}, "b", "phone", Cursor{Epoch: after.Epoch, Pos: 1})
 	})
+	// The restore fence: a cursor of the old epoch at or below the kept head holds in the new one
+	// (the reader is told to continue), one past it does not.
+	for _, c := range []struct {
+		pos       Position
+		continues bool
+	}{{0, true}, {1, true}, {2, false}, {1 << 40, false}} {
+		rd, err := s.ReadUser("b", before.Epoch, c.pos+1, Limit{})
+		if err != nil || rd.Status != ReadEpochChanged || rd.Info.Epoch != after.Epoch || rd.Info.Continues != c.continues {
+			t.Errorf("read from the old epoch's %d: %+v %v; want epoch changed to %d, continues %v", c.pos, rd, err, after.Epoch, c.continues)
+		}
+	}
+	// Entries appended after the restore are of the new epoch: the fence stays where it was.
+	appendOK(t, s, Stamp{Index: 5, Time: 104}, Append{Conv: conv, Sender: "a", ClientMsgID: "2", Kind: KindMessage, Body: []byte("y"), Members: []string{"a", "b"}})
+	if rd, err := s.ReadConv(conv, convBefore.Epoch, 3, Limit{}); err != nil || rd.Status != ReadEpochChanged || rd.Info.Continues {
+		t.Errorf("the conversation read past the fence: %+v %v; want epoch changed, not continuing", rd, err)
+	}
+	if rd, err := s.ReadConv(conv, convBefore.Epoch, 2, Limit{}); err != nil || rd.Status != ReadEpochChanged || !rd.Info.Continues {
+		t.Errorf("the conversation read at the fence: %+v %v; want epoch changed, continuing", rd, err)
+	}
 	if n, err := s.RenewEpochs(Epoch(after.Epoch) + 1000); err != nil || n != 3 {
 		t.Fatalf("second renewal: %d, %v", n, err)
 	}

@@ -19,6 +19,9 @@ const (
 	// valueV5 adds a conversation meta's flags (logMetaCounted) after the v4 fields, and a
 	// member's delivered mark and join position after its v2 role.
 	valueV5 = 5
+	// valueV6 adds a log meta's restore fence (Renewed, Kept) after the v5 flags byte, which a
+	// v6 value always has; written only by a restore (RenewEpochs).
+	valueV6 = 6
 )
 
 // entryV4 is the version byte of an entry with a reaction, a fold or a body hash (entry
@@ -54,6 +57,11 @@ type logMeta struct {
 	// Large is set on a group served by read diffusion (LargeGroupThreshold): its entries are
 	// not copied into members' logs; they follow the conversation log (valueV5 flag).
 	Large bool
+	// Renewed is the epoch the log had before a restore gave it this one, and Kept the head
+	// the restore kept (valueV6; zero in a log never restored): a cursor (Renewed, p) with
+	// p ≤ Kept names the same history as (Epoch, p), so its device continues (LogInfo.Continues).
+	Renewed Epoch
+	Kept    Position
 }
 
 // Flags of a v5 log meta.
@@ -66,6 +74,8 @@ func (m logMeta) encode() []byte {
 	e := encoder{b: make([]byte, 0, 32)}
 	v := versionFor(m.MemberCount != 0)
 	switch {
+	case m.Renewed != 0:
+		v = valueV6
 	case m.Counted || m.Large:
 		v = valueV5
 	case m.Groups > 0:
@@ -85,10 +95,10 @@ func (m logMeta) encode() []byte {
 	switch v {
 	case valueV3:
 		e.uvarint(uint64(m.Groups))
-	case valueV4, valueV5:
+	case valueV4, valueV5, valueV6:
 		e.varint(int64(m.Groups))
 	}
-	if v == valueV5 { // written only with a flag
+	if v >= valueV5 { // written in v5 only with a flag
 		var flags uint8
 		if m.Counted {
 			flags |= logMetaCounted
@@ -97,6 +107,10 @@ func (m logMeta) encode() []byte {
 			flags |= logMetaLarge
 		}
 		e.u8(flags)
+	}
+	if v == valueV6 {
+		e.uvarint(uint64(m.Renewed))
+		e.uvarint(uint64(m.Kept))
 	}
 	return e.b
 }
@@ -111,7 +125,7 @@ func versionFor(v2 bool) uint8 {
 
 func decodeLogMeta(b []byte) (logMeta, error) {
 	d := decoder{b: b}
-	v := d.version("log meta", valueV5)
+	v := d.version("log meta", valueV6)
 	m := logMeta{
 		Kind:  ConvKind(d.u8()),
 		Epoch: Epoch(d.uvarint()),
@@ -125,15 +139,18 @@ func decodeLogMeta(b []byte) (logMeta, error) {
 	switch v {
 	case valueV3:
 		m.Groups = int(d.uvarint())
-	case valueV4, valueV5:
+	case valueV4, valueV5, valueV6:
 		m.Groups = int(d.varint())
 	}
-	if v == valueV5 {
+	if v >= valueV5 {
 		flags := d.u8()
 		if flags&^(logMetaCounted|logMetaLarge) != 0 && d.err == nil {
 			d.err = corruptf("log meta: unknown flags %#x", flags)
 		}
 		m.Counted, m.Large = flags&logMetaCounted != 0, flags&logMetaLarge != 0
+	}
+	if v == valueV6 {
+		m.Renewed, m.Kept = Epoch(d.uvarint()), Position(d.uvarint())
 	}
 	return m, d.done("log meta")
 }

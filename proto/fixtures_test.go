@@ -147,6 +147,8 @@ func fixtureVariants() []namedFrame {
 				BodyHash: fixtureHash("hello, edited")},
 			{Seq: 51, Kind: KindReceipt, MsgID: "3.120.0", Conv: "g1", ConvSeq: 13, Sender: "carol", Time: 1, Folded: 54},
 		}, Head: 54}},
+		// Revision 8: a cursor that holds across a restore.
+		{"epoch_changed.continues", &EpochChanged{Epoch: fixtureBigEpoch + 1, First: 1, Head: 70, Sub: 1, Continues: true}},
 	}
 }
 

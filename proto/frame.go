@@ -28,8 +28,9 @@ const (
 	// PeerDelivered and PeerRead, and the Receipts and Readers queries. Revision 6 adds large
 	// groups as sources of the sync stream: SyncStart.Sources, the Source of the sync frames and
 	// of CursorAck, Batch.After, the SourceEnd frame, Entry.Source and ConvInfo.Source, and
-	// receipts with conv_seq 0 (sources.go).
-	ProtoVersion = 7
+	// receipts with conv_seq 0 (sources.go). Revision 7 adds edits and reactions. Revision 8
+	// adds EpochChanged.Continues: a cursor that holds across a restore from a backup.
+	ProtoVersion = 8
 )
 
 // Limits. The ones a server may lower or raise are announced in [Welcome.Limits].

@@ -190,7 +190,8 @@ func (*TooOld) FrameType() Type { return TypeTooOld }
 
 // EpochChanged answers a SyncStart whose Epoch is not the user log's: the log was re-created
 // and positions from the old epoch mean nothing in it. The client drops its cursor for the old
-// epoch and resyncs under the new one. The server closes the stream after it.
+// epoch and resyncs under the new one — unless Continues says the cursor holds in the new epoch.
+// The server closes the stream after it.
 type EpochChanged struct {
 	Epoch Epoch    `msgpack:"epoch"` // the log's current epoch
 	First Position `msgpack:"first"` // first retained position
@@ -200,6 +201,11 @@ type EpochChanged struct {
 	// the user log and its sub-logs): the positions are then the conversation log's conv_seqs.
 	// The client rebases that source alone, then restarts the stream.
 	Source string `msgpack:"source"`
+	// Continues (revision 8): the log was restored from a backup that holds every position up
+	// to the client's cursor, so the cursor's position names the same entries in the new epoch.
+	// The client keeps what it stored, sets its cursor to (Epoch, its position) and restarts the
+	// stream; no resync. A client that resyncs instead is still correct.
+	Continues bool `msgpack:"continues"`
 }
 
 // FrameType implements Frame.

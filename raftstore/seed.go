@@ -35,20 +35,12 @@ type SeedShard struct {
 	Open func() (io.ReadCloser, error)
 }
 
-// SeedOptions says how Seed repairs the restored state (log/restore.go).
-type SeedOptions struct {
-	// Epoch, when not zero, renews the epoch of every log to at least it (log.Shard.RenewEpochs):
-	// the backup may be older than what devices hold, and a device must be told, not rewound.
-	// Zero keeps the epochs, for a backup known to be the cluster's last state.
-	Epoch log.Epoch
-}
-
 // SeedResult reports what Seed wrote.
 type SeedResult struct {
 	// Applied is each data shard's Raft index, as the backup held it (the restored group goes on
 	// from SeedIndexGap past it).
 	Applied map[ShardID]uint64
-	// Renewed is how many logs got a new epoch.
+	// Renewed is how many logs got a new epoch (every user and conversation log).
 	Renewed int
 }
 
@@ -56,8 +48,10 @@ type SeedResult struct {
 // meta, the meta group's state (bytes its MetaFSM restores from) at Raft index metaIndex. Every
 // group's only member is cfg.NodeID at its advertised address. cfg.Dir must hold no store yet.
 // Destinations' fan-out marks are reconciled with their sources' restored outboxes before the
-// node ever starts (log.Shard.RaiseOutbox).
-func Seed(cfg Config, meta []byte, metaIndex uint64, shards []SeedShard, opts SeedOptions) (SeedResult, error) {
+// node ever starts (log.Shard.RaiseOutbox), and every log gets a new epoch, at least epoch (a
+// time, as a new log's), behind a restore fence (log.Shard.RenewEpochs): the backup may be older
+// than what devices hold, and a device past it must be told, not rewound.
+func Seed(cfg Config, meta []byte, metaIndex uint64, shards []SeedShard, epoch log.Epoch) (SeedResult, error) {
 	cfg = cfg.withDefaults()
 	addr := cmp.Or(cfg.AdvertiseAddr, cfg.RaftAddr)
 	if host, _, err := net.SplitHostPort(addr); err != nil || host == "" || net.ParseIP(host).IsUnspecified() {
@@ -81,11 +75,11 @@ func Seed(cfg Config, meta []byte, metaIndex uint64, shards []SeedShard, opts Se
 	if err != nil {
 		return SeedResult{}, fmt.Errorf("raftstore: seed: open store in %s: %w", cfg.Dir, err)
 	}
-	res, err := seed(cfg, db, addr, meta, metaIndex, shards, opts)
+	res, err := seed(cfg, db, addr, meta, metaIndex, shards, epoch)
 	return res, errors.Join(err, db.Close())
 }
 
-func seed(cfg Config, db *pebble.DB, addr string, meta []byte, metaIndex uint64, shards []SeedShard, opts SeedOptions) (SeedResult, error) {
+func seed(cfg Config, db *pebble.DB, addr string, meta []byte, metaIndex uint64, shards []SeedShard, epoch log.Epoch) (SeedResult, error) {
 	res := SeedResult{Applied: map[ShardID]uint64{}}
 	states := map[ShardID]*log.Shard{}
 	for _, sh := range shards {
@@ -119,13 +113,11 @@ func seed(cfg Config, db *pebble.DB, addr string, meta []byte, metaIndex uint64,
 		if err := state.RaiseOutbox(floor); err != nil {
 			return res, err
 		}
-		if opts.Epoch != 0 {
-			n, err := state.RenewEpochs(opts.Epoch)
-			if err != nil {
-				return res, err
-			}
-			res.Renewed += n
+		n, err := state.RenewEpochs(epoch)
+		if err != nil {
+			return res, err
 		}
+		res.Renewed += n
 	}
 	alone := raft.Configuration{Servers: []raft.Server{{ID: raft.ServerID(cfg.NodeID), Address: raft.ServerAddress(addr)}}}
 	for id, state := range states {

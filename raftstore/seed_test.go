@@ -59,14 +59,14 @@ func TestSeedFromBackup(t *testing.T) {
 		seeds = append(seeds, raftstore.SeedShard{ID: id, Open: func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(backup[id])), nil }})
 	}
 	res, err := raftstore.Seed(raftstore.Config{NodeID: "n1", Dir: dir, RaftAddr: addr, Logger: quietLogger()},
-		[]byte("{}"), 1, seeds, raftstore.SeedOptions{Epoch: log.Epoch(time.Now().UnixNano())})
+		[]byte("{}"), 1, seeds, log.Epoch(time.Now().UnixNano()))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if res.Applied[1] != applied[1] || res.Applied[2] != applied[2] || res.Renewed != 1 {
 		t.Fatalf("seeded %+v, the backup was at %v with one log", res, applied)
 	}
-	if _, err := raftstore.Seed(raftstore.Config{NodeID: "n1", Dir: dir, RaftAddr: addr}, []byte("{}"), 1, seeds, raftstore.SeedOptions{}); err == nil {
+	if _, err := raftstore.Seed(raftstore.Config{NodeID: "n1", Dir: dir, RaftAddr: addr}, []byte("{}"), 1, seeds, 1); err == nil {
 		t.Fatal("a second seed into the same directory was not refused")
 	}
 

@@ -20,7 +20,7 @@ import (
 // RestoreReport says what Restore wrote.
 type RestoreReport struct {
 	Manifest adminapi.BackupManifest
-	// Renewed is how many logs got a new epoch (none with keepEpochs).
+	// Renewed is how many logs got a new epoch (all of them).
 	Renewed int
 }
 
@@ -30,14 +30,14 @@ type RestoreReport struct {
 // nodes join it (-join) and get replicas as the replication factor asks. The backup is checked
 // whole (manifest, digests) before anything is written, and cfg.Dir must hold no store.
 //
-// Every log gets a new epoch, so that each device is told "epoch changed" and resyncs rather
-// than trusting a cursor past what the backup holds (G3). keepEpochs keeps them: only for a
-// backup known to be the cluster's last state (taken after its traffic stopped), whose devices
-// can hold nothing newer.
+// Every log gets a new epoch behind a restore fence at its restored head (log.Shard.RenewEpochs):
+// a device whose cursor is within what the backup holds is told to continue in the new epoch from
+// where it is; one past it saw entries the backup lost and is told "epoch changed" and resyncs,
+// rather than skipping the new entries that take those positions (G3).
 //
 // Secrets are not part of a backup: the new nodes need the old cluster's token secret, else
 // every device's token is refused, and a node plane CA (the old one or a new one).
-func Restore(cfg Config, dir string, keepEpochs bool) (RestoreReport, error) {
+func Restore(cfg Config, dir string) (RestoreReport, error) {
 	var rep RestoreReport
 	b, err := os.ReadFile(filepath.Join(dir, adminapi.BackupManifestFile))
 	if err != nil {
@@ -72,11 +72,8 @@ func Restore(cfg Config, dir string, keepEpochs bool) (RestoreReport, error) {
 		path := filepath.Join(dir, adminapi.ShardFile(s.Shard))
 		shards = append(shards, raftstore.SeedShard{ID: raftstore.ShardID(s.Shard), Open: func() (io.ReadCloser, error) { return os.Open(path) }})
 	}
-	opts := raftstore.SeedOptions{}
-	if !keepEpochs {
-		opts.Epoch = log.Epoch(time.Now().UnixNano()) // what a log created now gets (log.newEpoch)
-	}
-	res, err := raftstore.Seed(raftstore.Config{NodeID: cfg.NodeID, Dir: cfg.Dir, RaftAddr: cfg.RaftAddr, Logger: cfg.Logger}, meta, index, shards, opts)
+	epoch := log.Epoch(time.Now().UnixNano()) // what a log created now gets (log.newEpoch)
+	res, err := raftstore.Seed(raftstore.Config{NodeID: cfg.NodeID, Dir: cfg.Dir, RaftAddr: cfg.RaftAddr, Logger: cfg.Logger}, meta, index, shards, epoch)
 	if err != nil {
 		return rep, fmt.Errorf("syncd: restore: %w", err)
 	}

@@ -287,7 +287,8 @@ func (ss *session) syncLog(ctx context.Context, w *streamWriter, sl *subLog, sta
 		case log.ReadTooOld:
 			return &proto.TooOld{Epoch: proto.Epoch(info.Epoch), First: proto.Position(info.First), Head: proto.Position(info.Head), Sub: sl.sub, Source: source}
 		case log.ReadEpochChanged:
-			return &proto.EpochChanged{Epoch: proto.Epoch(info.Epoch), First: proto.Position(info.First), Head: proto.Position(info.Head), Sub: sl.sub, Source: source}
+			return &proto.EpochChanged{Epoch: proto.Epoch(info.Epoch), First: proto.Position(info.First), Head: proto.Position(info.Head), Sub: sl.sub, Source: source,
+				Continues: info.Continues}
 		case log.ReadCaughtUp:
 			if info.Epoch != 0 {
 				sl.sent.report(info.Epoch, pos)

@@ -25,9 +25,13 @@ import (
 // more nodes join it. Then:
 //   - every message acknowledged before the backup began is in the restored cluster: a new device of
 //     each receiver pulls them all, once each, in order;
-//   - each old device, reconnecting with its store (its cursors point at the lost cluster's logs),
-//     is told "epoch changed" (G3) instead of being rewound silently, resyncs, and ends with every
-//     message acknowledged before the backup once in its store;
+//   - each old device of the senders' conversations, reconnecting with its store (its cursors point
+//     past what the backup holds of its log), is told "epoch changed" (G3) instead of being rewound
+//     silently — the receivers' for sure, as they stored messages acked after the backup; a
+//     sender's may have stored nothing newer and continue — and ends with every message
+//     acknowledged before the backup once in its store;
+//   - a pair whose logs did not move after the backup (erin and frank) continues: no epoch change,
+//     nothing resynced, the admin API says their cursors continue, and a new message follows on;
 //   - the restored cluster takes new messages, which reach the old devices.
 func TestBackupRestore(t *testing.T) {
 	skipShort(t)
@@ -63,6 +67,34 @@ func TestBackupRestore(t *testing.T) {
 		s.d, s.to = dialClusterDevice(t, c, s.user, "phone", stores[s.user], i), dialClusterDevice(t, c, s.peer, "phone", stores[s.peer], i+1)
 		s.start()
 	}
+	// The quiet pair: five messages, all delivered and stored by both devices, then nothing.
+	quiet := &upgradeSender{user: "erin", peer: "frank", conv: proto.DirectConv("erin", "frank")}
+	stores[quiet.user], stores[quiet.peer] = t.TempDir(), t.TempDir()
+	quiet.d, quiet.to = dialClusterDevice(t, c, quiet.user, "phone", stores[quiet.user], 2), dialClusterDevice(t, c, quiet.peer, "phone", stores[quiet.peer], 0)
+	quiet.start()
+	var quietSent, quietIDs []string
+	for i := range 5 {
+		body := fmt.Sprint("erin-", i)
+		id, err := quiet.d.Send(quiet.conv, quiet.peer, []byte(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		quietSent, quietIDs = append(quietSent, body), append(quietIDs, id)
+	}
+	testkit.Wait(t, time.Minute, "erin's messages delivered to frank's phone, and both devices at their logs' heads", func() (bool, string) {
+		for _, id := range quietIDs {
+			if q, _, err := quiet.d.Lookup(id); err != nil || q.Status != client.StatusDelivered {
+				return false, fmt.Sprintf("%s: %s %v", id, q.Status, err)
+			}
+		}
+		for _, u := range []string{quiet.user, quiet.peer} {
+			if rep := cursorReport(ctx, t, c.Node(0), u); len(rep.Devices) != 1 || rep.Devices[0].Behind == nil || *rep.Devices[0].Behind != 0 {
+				return false, fmt.Sprintf("%s's cursors: %+v", u, rep.Devices)
+			}
+		}
+		return true, ""
+	})
+
 	stopTraffic := keepSending(t, senders, 20*time.Millisecond)
 	testkit.WaitTrue(t, 30*time.Second, "the first 50 messages of each sender acked", func() bool {
 		return senders[0].ackCount() >= 50 && senders[1].ackCount() >= 50
@@ -100,9 +132,18 @@ func TestBackupRestore(t *testing.T) {
 		return senders[0].ackCount()+senders[1].ackCount() >= acks+40
 	})
 	stopTraffic()
+	// Each receiver's phone stored messages acked after the backup: its cursor is past what the
+	// backup holds of its log.
+	for _, s := range senders {
+		_, sent := s.queued()
+		testkit.Wait(t, time.Minute, s.peer+"'s phone to store what "+s.user+" sent", func() (bool, string) {
+			got := bodies(t, s.to, s.conv)
+			return hasInOrderOnce(got, sent), storeDiff(got, sent)
+		})
+	}
 
 	// The cluster is lost: processes and data.
-	for _, s := range senders {
+	for _, s := range append(senders, quiet) {
 		s.d.Close()
 		s.to.Close()
 		s.stop()
@@ -154,14 +195,24 @@ func TestBackupRestore(t *testing.T) {
 		})
 	}
 
-	// The old devices come back with their stores: each is told its logs changed epoch, resyncs,
-	// and holds every message acked before the backup once.
+	// The server says the quiet pair's phones continue, before they are back.
+	for _, u := range []string{quiet.user, quiet.peer} {
+		if rep := cursorReport(ctx, t, r.Node(0), u); len(rep.Devices) != 1 || !rep.Devices[0].EpochChanged || !rep.Devices[0].Continues {
+			t.Errorf("%s's cursors after the restore: %+v; want one of the old epoch, continuing", u, rep.Devices)
+		}
+	}
+
+	// The old devices come back with their stores: each receiver is told its log changed epoch
+	// (so may a sender be), resyncs, and holds every message acked before the backup once.
 	var back []*device
 	for i, s := range senders {
 		back = append(back, dialClusterDevice(t, r, s.user, "phone", stores[s.user], i), dialClusterDevice(t, r, s.peer, "phone", stores[s.peer], i))
 	}
-	for _, d := range back {
+	for i, d := range back {
 		defer d.Close()
+		if i%2 == 0 {
+			continue // a sender's phone
+		}
 		select {
 		case e := <-d.epochs:
 			t.Logf("%s's phone: epoch changed (%+v)", d.User(), e)
@@ -201,6 +252,55 @@ func TestBackupRestore(t *testing.T) {
 				ack.ConvSeq, strings.Join(got[max(0, len(got)-3):], ","), code, trace)
 		})
 	}
+
+	// The quiet pair continues: a new message follows on in both stores, nothing is resynced or
+	// stored twice, and neither phone hears of an epoch change; both cursors are of the new epoch.
+	erin, frank := dialClusterDevice(t, r, quiet.user, "phone", stores[quiet.user], 0), dialClusterDevice(t, r, quiet.peer, "phone", stores[quiet.peer], 0)
+	defer erin.Close()
+	defer frank.Close()
+	if _, err := erin.Send(quiet.conv, quiet.peer, []byte("erin-after-restore")); err != nil {
+		t.Fatal(err)
+	}
+	want := append(slices.Clone(quietSent), "erin-after-restore")
+	for _, d := range []*device{erin, frank} {
+		testkit.Wait(t, time.Minute, d.User()+"'s phone to store the message after the restore after the five before", func() (bool, string) {
+			got := bodies(t, d, quiet.conv)
+			return slices.Equal(got, want), storeDiff(got, want)
+		})
+		if got := d.arrivals(quiet.conv); len(got) != 1 {
+			t.Errorf("%s's phone stored conv_seqs %v after the restore; want only the new message's (nothing resynced)", d.User(), got)
+		}
+	}
+	testkit.Wait(t, time.Minute, "both quiet phones to acknowledge a cursor of the new epoch", func() (bool, string) {
+		for _, u := range []string{quiet.user, quiet.peer} {
+			rep := cursorReport(ctx, t, r.Node(0), u)
+			if len(rep.Devices) != 1 || rep.Devices[0].Epoch != rep.Epoch || rep.Devices[0].Behind == nil || *rep.Devices[0].Behind != 0 {
+				return false, fmt.Sprintf("%s: epoch %d, devices %+v", u, rep.Epoch, rep.Devices)
+			}
+		}
+		return true, ""
+	})
+	for _, d := range []*device{erin, frank} {
+		select {
+		case e := <-d.epochs:
+			t.Errorf("%s's phone was told its log changed epoch (%+v); its log did not move after the backup", d.User(), e)
+		default:
+		}
+	}
+}
+
+// cursorReport is GET /v1/cursors for user on n.
+func cursorReport(ctx context.Context, t *testing.T, n *proccluster.Node, user string) adminapi.CursorReport {
+	t.Helper()
+	code, body, err := n.AdminDo(ctx, "GET", "/v1/cursors?user="+user)
+	var rep adminapi.CursorReport
+	if err == nil && code == 200 {
+		err = json.Unmarshal([]byte(body), &rep)
+	}
+	if err != nil || code != 200 {
+		t.Fatalf("cursors of %s: %d %v %s", user, code, err, body)
+	}
+	return rep
 }
 
 // hasInOrderOnce reports whether every body of want is in got exactly once, in want's order.

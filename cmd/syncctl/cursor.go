@@ -52,6 +52,8 @@ syncctl cursor -user alice -json | jq .devices`)
 	fmt.Fprintln(tw, "DEVICE\tCURSOR\tBEHIND")
 	for _, d := range rep.Devices {
 		switch {
+		case d.Continues:
+			fmt.Fprintf(tw, "%s\t%d (epoch %d)\tcontinues in the restored log's new epoch\n", d.Device, d.Pos, d.Epoch)
 		case d.EpochChanged || d.Behind == nil:
 			fmt.Fprintf(tw, "%s\t%d (epoch %d)\tepoch changed\n", d.Device, d.Pos, d.Epoch)
 		default:

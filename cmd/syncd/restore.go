@@ -5,21 +5,20 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"slices"
 
 	"github.com/syncd-dev/syncd/syncd"
 )
 
 // restoreUsage is syncd restore's help.
-const restoreUsage = `usage: syncd restore <backup dir> [-keep-epochs] [syncd flags: -config, -data-dir, -node-id, -raft ...]
+const restoreUsage = `usage: syncd restore <backup dir> [syncd flags: -config, -data-dir, -node-id, -raft ...]
 
 Writes the data directory of the first node of a new cluster from a backup taken with
 syncctl backup, then exits; start syncd with the same flags to serve it, and the other new nodes
 with -join. The node becomes the only member of every shard; the others get replicas as they
-join. The data directory must hold no store. Every log gets a new epoch, so that every device is
-told "epoch changed" and resyncs (it may hold entries newer than the backup); -keep-epochs keeps
-them, for a backup taken after the cluster's traffic stopped. The backup holds no secrets: give
-the node the old cluster's token secret (-token-secret-file), or every device token is refused.
+join. The data directory must hold no store. Every log gets a new epoch: a device that stored
+nothing past what the backup holds continues where it was; one that did (its log moved on after
+the backup) is told "epoch changed" and resyncs. The backup holds no secrets: give the node the
+old cluster's token secret (-token-secret-file), or every device token is refused.
 `
 
 // runRestore is syncd restore: it seeds the data directory the rest of args configure from the
@@ -33,10 +32,6 @@ func runRestore(args []string, stdout, stderr io.Writer) int {
 		return 0
 	}
 	from, rest := args[0], args[1:]
-	keep := false
-	if i := slices.IndexFunc(rest, func(a string) bool { return a == "-keep-epochs" || a == "--keep-epochs" }); i >= 0 {
-		keep, rest = true, slices.Delete(slices.Clone(rest), i, i+1)
-	}
 	opts, err := parseArgs(rest, stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
@@ -50,17 +45,13 @@ func runRestore(args []string, stdout, stderr io.Writer) int {
 		printErr(stderr, err)
 		return 2
 	}
-	rep, err := syncd.Restore(cfg, from, keep)
+	rep, err := syncd.Restore(cfg, from)
 	if err != nil {
 		printErr(stderr, err)
 		return 1
 	}
-	epochs := fmt.Sprintf("%d logs got a new epoch", rep.Renewed)
-	if keep {
-		epochs = "epochs kept"
-	}
-	fmt.Fprintf(stdout, "restored %d shards and the cluster map (version %d) from %s (taken %s) into %s as node %s; %s\n"+
+	fmt.Fprintf(stdout, "restored %d shards and the cluster map (version %d) from %s (taken %s) into %s as node %s; %d logs got a new epoch\n"+
 		"start it with the same flags; other nodes join it with -join %s\n",
-		len(rep.Manifest.Shards), rep.Manifest.MapIndex, from, rep.Manifest.Started.Format("2006-01-02 15:04:05Z"), cfg.Dir, cfg.NodeID, epochs, cfg.RaftAddr)
+		len(rep.Manifest.Shards), rep.Manifest.MapIndex, from, rep.Manifest.Started.Format("2006-01-02 15:04:05Z"), cfg.Dir, cfg.NodeID, rep.Renewed, cfg.RaftAddr)
 	return 0
 }

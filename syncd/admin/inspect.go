@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"slices"
 	"strconv"
@@ -127,6 +128,14 @@ func (s *Server) opCursors(_ context.Context, state *log.Shard, req peer.Request
 			d.Behind = &behind
 		} else {
 			d.EpochChanged = true
+			// Whether the cursor holds across a restore is what a sync from it would be told.
+			if c.Cursor.Pos < math.MaxUint64 {
+				rd, err := state.ReadUser(a.User, c.Cursor.Epoch, c.Cursor.Pos+1, log.Limit{Count: 1})
+				if err != nil {
+					return nil, err
+				}
+				d.Continues = rd.Info.Continues
+			}
 		}
 		rep.Devices = append(rep.Devices, d)
 	}

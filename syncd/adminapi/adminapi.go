@@ -142,13 +142,16 @@ type CursorReport struct {
 
 // DeviceCursor is one device's stored cursor. Behind is Head-Pos when the cursor is of the log's
 // epoch; when it is not (the log was re-created since), Behind is null and EpochChanged is set:
-// the device resyncs from scratch on its next sync.
+// the device resyncs from scratch on its next sync — unless Continues is set too: the log was
+// restored from a backup holding everything up to the cursor, and the device goes on in the new
+// epoch from where it is.
 type DeviceCursor struct {
 	Device       string  `json:"device"`
 	Epoch        uint64  `json:"epoch"`
 	Pos          uint64  `json:"pos"`
 	Behind       *uint64 `json:"behind"`
 	EpochChanged bool    `json:"epoch_changed,omitempty"`
+	Continues    bool    `json:"continues,omitempty"`
 }
 
 // TraceReport answers GET /v1/trace?msg_id=shard.index.sub: where a message lives on its home

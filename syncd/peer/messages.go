@@ -130,9 +130,10 @@ type ReceiptCount struct {
 
 // LogInfo is log.LogInfo on the wire.
 type LogInfo struct {
-	Epoch uint64 `msgpack:"epoch"`
-	First uint64 `msgpack:"first"`
-	Head  uint64 `msgpack:"head"`
+	Epoch     uint64 `msgpack:"epoch"`
+	First     uint64 `msgpack:"first"`
+	Head      uint64 `msgpack:"head"`
+	Continues bool   `msgpack:"continues,omitempty"`
 }
 
 // ConvState is log.ConvState on the wire.
@@ -268,12 +269,12 @@ type DeadLetter struct {
 
 // FromLogInfo converts a log.LogInfo.
 func FromLogInfo(i log.LogInfo) LogInfo {
-	return LogInfo{Epoch: uint64(i.Epoch), First: uint64(i.First), Head: uint64(i.Head)}
+	return LogInfo{Epoch: uint64(i.Epoch), First: uint64(i.First), Head: uint64(i.Head), Continues: i.Continues}
 }
 
 // Log converts back to a log.LogInfo.
 func (i LogInfo) Log() log.LogInfo {
-	return log.LogInfo{Epoch: log.Epoch(i.Epoch), First: log.Position(i.First), Head: log.Position(i.Head)}
+	return log.LogInfo{Epoch: log.Epoch(i.Epoch), First: log.Position(i.First), Head: log.Position(i.Head), Continues: i.Continues}
 }
 
 // FromConvState converts a log.ConvState.

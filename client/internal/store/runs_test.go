@@ -235,3 +235,42 @@ func TestStoreRewindRepairs(t *testing.T) {
 		t.Fatalf("repairing after a rebase: %v, %v", r, err)
 	}
 }
+
+// TestStoreContinueEpoch: an EpochChanged that continues (a restore that kept everything the
+// device stored) moves the cursor of a sub-log or a source to the new epoch at the same position,
+// keeping the stored entries and the run, so the next batch of the new epoch follows on; a cursor
+// of epoch 0 and a source without a cursor stay as they are.
+func TestStoreContinueEpoch(t *testing.T) {
+	dir := t.TempDir()
+	s := stOpen(t, dir)
+	stApply(t, s, 7, stMsg(1, "c", 1, "a", "one"), stMsg(2, "c", 2, "a", "two"))
+	srcApply(t, s, "big", 5, 0, srcMsg("big", 1, "bob", "b1"), srcMsg("big", 2, "bob", "b2"))
+	if err := s.ContinueEpoch(0, 9); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.ContinueSourceEpoch("big", 11); err != nil {
+		t.Fatal(err)
+	}
+	s = stReopen(t, s, dir)
+	stRun(t, s, 0, Run{Epoch: 9, Pos: 2, Base: 1})
+	srcCursor(t, s, "big", true, 11, 2)
+	if got, _ := s.SourceEntries("big", 1, 10); len(got) != 2 {
+		t.Fatalf("the source's entries after continuing: %d, want 2", len(got))
+	}
+	stApply(t, s, 9, stMsg(3, "c", 3, "a", "three"))
+	stRun(t, s, 0, Run{Epoch: 9, Pos: 3, Base: 1})
+	srcApply(t, s, "big", 11, 0, srcMsg("big", 3, "bob", "b3"))
+	srcCursor(t, s, "big", true, 11, 3)
+
+	if err := s.ContinueEpoch(1, 9); err != nil { // sub-log 1 stored nothing
+		t.Fatal(err)
+	}
+	stRun(t, s, 1, Run{Epoch: 0, Pos: 0, Base: 1})
+	if err := s.ContinueSourceEpoch("none", 4); err != nil {
+		t.Fatal(err)
+	}
+	srcCursor(t, s, "none", false, 0, 0)
+	if err := s.ContinueEpoch(0, 0); err == nil {
+		t.Error("continuing in epoch 0: no error")
+	}
+}

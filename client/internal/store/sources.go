@@ -421,6 +421,29 @@ func (s *Store) ResetSourceForEpoch(conv string, epoch proto.Epoch, pos proto.Po
 	return setSourceCursorDropping(db, conv, epoch, pos, true, "reset")
 }
 
+// ContinueSourceEpoch acts on an EpochChanged of source conv that continues: the conversation
+// log was restored from a backup that holds every position up to the stored cursor. It moves the
+// cursor to (epoch, its position), keeping the stored entries. A source without a cursor is left
+// alone.
+func (s *Store) ContinueSourceEpoch(conv string, epoch proto.Epoch) error {
+	if err := checkConv(conv); err != nil {
+		return err
+	}
+	if epoch == 0 {
+		return fmt.Errorf("client: continue source %s in epoch 0", conv)
+	}
+	db, err := s.write()
+	if err != nil {
+		return err
+	}
+	defer s.mu.Unlock()
+	cur, has, err := getSourceCursor(db, conv)
+	if err != nil || !has || cur.Epoch == epoch {
+		return err
+	}
+	return setSourceCursorDropping(db, conv, epoch, cur.Pos, false, "continue")
+}
+
 // SourceEntries returns the stored entries of source conv at conv_seqs from through to,
 // ascending, as they were received; a position with no stored entry is absent. An entry that
 // cannot be decoded fails the read with ErrDamaged.

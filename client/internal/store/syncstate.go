@@ -469,6 +469,37 @@ func (s *Store) ResetForEpoch(sub uint32, epoch proto.Epoch) error {
 	return nil
 }
 
+// ContinueEpoch handles an EpochChanged that continues (PROTOCOL §8.4): sub-log sub was restored
+// from a backup that holds every position up to the stored cursor, so the cursor's position names
+// the same entries in epoch. It moves the cursor to (epoch, its position), keeping the stored
+// entries and the run. A stored cursor of epoch 0 (nothing stored) is left alone.
+func (s *Store) ContinueEpoch(sub uint32, epoch proto.Epoch) error {
+	if epoch == 0 {
+		return errors.New("client: continue in epoch 0")
+	}
+	if err := checkSub(sub); err != nil {
+		return err
+	}
+	db, err := s.write()
+	if err != nil {
+		return err
+	}
+	defer s.mu.Unlock()
+	old, pos, err := getCursor(db, sub)
+	if err != nil || old == 0 || old == epoch {
+		return err
+	}
+	b := db.NewBatch()
+	defer b.Close()
+	if err := setCursor(b, sub, epoch, pos); err != nil {
+		return err
+	}
+	if err := b.Commit(pebble.Sync); err != nil {
+		return fmt.Errorf("client: continue cursor: %w", err)
+	}
+	return nil
+}
+
 // RebaseTo jumps the cursor of sub-log sub to (epoch, head) without entries, after TooOld or
 // Rebase; the caller loads conversation state and recent history separately. Within the stored
 // epoch the cursor never moves back (ErrCursorBackward); moving to another epoch also drops the

@@ -1013,6 +1013,9 @@ export class Client {
         this.emitter.emit("epoch", { sub, epoch, source });
         this.postCursors();
       },
+      continued: () => {
+        this.postCursors();
+      },
       sourceEnd: (source, last) => {
         this.emitter.emit("sourceEnd", { source, last });
         this.tabs?.post({ t: "sourceEnd", source, last });

@@ -104,17 +104,18 @@ export const Role = { Member: 1, Admin: 2, Owner: 3 } as const;
 export const ConvKind = { Direct: 1, Group: 2 } as const;
 
 /**
- * The revision of syncd/1 this SDK speaks (Hello.proto_version, §9): 7, sub-logs (3),
+ * The revision of syncd/1 this SDK speaks (Hello.proto_version, §9): 8, sub-logs (3),
  * reconciliation (4: Digest, Report), delivery states (5: kind 8, Receipts, Readers), large
- * groups as sources of the sync stream (6: SourceEnd, `sources`, `source`, `after`) and edits and
- * reactions (7: Edit, React, kinds 9 and 10, folded entries) included.
+ * groups as sources of the sync stream (6: SourceEnd, `sources`, `source`, `after`), edits and
+ * reactions (7: Edit, React, kinds 9 and 10, folded entries) and cursors that hold across a
+ * restore from a backup (8: EpochChanged's `continues`) included.
  * The connection runs at min(ours, the server's) (Welcome.proto_version): the SDK sends Digest
  * and Report only on a connection of revision 4 or more, Receipts and Readers only on one of
  * revision 5 or more. A client whose store cannot keep sources' cursors announces
  * {@link REVISION_RECEIPTS} instead (a server then refuses to sync a user who follows a large
  * group, `needs_upgrade`, rather than let the device miss its entries).
  */
-export const PROTO_VERSION = 7;
+export const PROTO_VERSION = 8;
 
 /** The first revision with Digest, DigestResult and Report (§9). */
 export const REVISION_DIGEST = 4;
@@ -323,8 +324,12 @@ export interface Batch { type: 21; epoch: bigint; entries: Entry[]; head: number
 export interface Heartbeat { type: 22; epoch: bigint; head: number; serverTime: bigint; sub: number; source: string }
 /** 23 TooOld (S→C). `source` (revision 6): the source it is about. */
 export interface TooOld { type: 23; epoch: bigint; first: number; head: number; sub: number; source: string }
-/** 24 EpochChanged (S→C). `source` (revision 6): the source it is about. */
-export interface EpochChanged { type: 24; epoch: bigint; first: number; head: number; sub: number; source: string }
+/**
+ * 24 EpochChanged (S→C). `source` (revision 6): the source it is about. `continues` (revision 8):
+ * the log was restored from a backup holding every position up to the device's cursor, so the
+ * stored entries and position stay good under the new epoch (§8.4); absent = false.
+ */
+export interface EpochChanged { type: 24; epoch: bigint; first: number; head: number; sub: number; source: string; continues: boolean }
 /** 25 Rebase (S→C). `source` (revision 6): the source it is about. */
 export interface Rebase { type: 25; epoch: bigint; head: number; sub: number; source: string }
 /** 26 CursorAck (C→S). `source` (revision 6): the source acknowledged ("" for the user log and its sub-logs). */
@@ -550,7 +555,7 @@ const schemas: { readonly [T in Frame["type"]]: Schema } = {
   ],
   22: [["epoch", "epoch", "u64"], ["head", "head", "pos"], ["serverTime", "server_time", "i64"], ["sub", "sub", "u32"], ["source", "source", "str"]],
   23: [["epoch", "epoch", "u64"], ["first", "first", "pos"], ["head", "head", "pos"], ["sub", "sub", "u32"], ["source", "source", "str"]],
-  24: [["epoch", "epoch", "u64"], ["first", "first", "pos"], ["head", "head", "pos"], ["sub", "sub", "u32"], ["source", "source", "str"]],
+  24: [["epoch", "epoch", "u64"], ["first", "first", "pos"], ["head", "head", "pos"], ["sub", "sub", "u32"], ["source", "source", "str"], ["continues", "continues", "bool"]],
   25: [["epoch", "epoch", "u64"], ["head", "head", "pos"], ["sub", "sub", "u32"], ["source", "source", "str"]],
   26: [["epoch", "epoch", "u64"], ["pos", "pos", "pos"], ["sub", "sub", "u32"], ["source", "source", "str"]],
   27: [["epoch", "epoch", "u64"], ["head", "head", "pos"], ["unheardMs", "unheard_ms", "pos"], ["sub", "sub", "u32"], ["source", "source", "str"]],

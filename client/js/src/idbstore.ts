@@ -570,8 +570,9 @@ export class IndexedDBStore implements Store {
       const tx = db.transaction(["cursors", "entries"], "readwrite", { durability: "strict" });
       const prev = (await req(tx.objectStore("cursors").get(sub))) as StoredCursor | undefined;
       if (dropEntries) tx.objectStore("entries").delete(IDBKeyRange.bound([sub], [sub, []]));
-      // A cursor that moves without entries starts a new run after it; one that stays keeps its run.
-      const stays = !dropEntries && prev !== undefined && prev.epoch === cursor.epoch && prev.pos === cursor.pos;
+      // A cursor that moves without entries starts a new run after it; one that stays keeps its run,
+      // in another epoch too (an EpochChanged that continues: its positions name the same entries).
+      const stays = !dropEntries && prev !== undefined && prev.pos === cursor.pos;
       const stored: StoredCursor = { epoch: cursor.epoch, pos: cursor.pos, last: dropEntries ? 0 : (prev?.last ?? 0), base: stays ? baseOf(prev) : cursor.pos + 1 };
       tx.objectStore("cursors").put(stored, sub);
       await done(tx);

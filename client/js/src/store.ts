@@ -345,7 +345,8 @@ export interface SourceMethods {
   dropSource(conv: string): Promise<void>;
   /**
    * Moves the cursor of source `conv` to (epoch, head) without entries: a rebase of the source
-   * (its TooOld or Rebase), or of the user log (a large group it loaded). Within the stored epoch
+   * (its TooOld or Rebase), or of the user log (a large group it loaded), or an EpochChanged of
+   * the source that continues (§8.4: to its stored position in the new epoch). Within the stored epoch
    * it never moves back; moving to another epoch drops the source's stored entries. A source
    * without a cursor gets one.
    */
@@ -392,8 +393,10 @@ export interface Store extends Partial<SourceMethods> {
   applyBatch(sub: number, epoch: bigint, entries: readonly Entry[]): Promise<Entry[]>;
   /**
    * Moves sub-log `sub`'s cursor without entries: a rebase (TooOld, Rebase: to the head) or an
-   * epoch change (to `first − 1` of the new epoch). With `dropEntries` the sub-log's stored
-   * entries go (their positions mean nothing in another epoch); the view stays.
+   * epoch change (to `first − 1` of the new epoch), or keeps its position in another epoch (an
+   * EpochChanged that continues, §8.4): the stored entries and their run
+   * ({@link StoredRange.base}) stay. With `dropEntries` the sub-log's stored entries go (their
+   * positions mean nothing in another epoch); the view stays.
    */
   setCursor(sub: number, cursor: SubCursor, dropEntries: boolean): Promise<void>;
   /** Applies conversation-log entries (History, a rebase) to the view, deduplicated by msg_id; no cursor moves. Returns the new ones. */
@@ -990,8 +993,9 @@ export class MemoryStore implements Store {
   setCursor(sub: number, cursor: SubCursor, dropEntries: boolean): Promise<void> {
     if (this.failWrites) return Promise.reject(this.failWrites);
     const prev = this.cursor(sub);
-    // A cursor that moves without entries starts a new run after it; one that stays keeps its run.
-    const stays = !dropEntries && prev.epoch === cursor.epoch && prev.pos === cursor.pos;
+    // A cursor that moves without entries starts a new run after it; one that stays keeps its run,
+    // in another epoch too (an EpochChanged that continues: its positions name the same entries).
+    const stays = !dropEntries && prev.pos === cursor.pos;
     if (dropEntries) this.dropEntries(sub, 1);
     this.table("runs").set(String(sub), { base: stays ? this.run(sub).base : cursor.pos + 1, repairTo: 0 } satisfies RunInfo);
     this.table("cursors").set(String(sub), { ...cursor });

@@ -12,6 +12,11 @@
 // TooOld or Rebase of a source rebases that source alone (its ConvState and recent History, then
 // the cursor to (epoch, head)); an EpochChanged of a source resyncs it from the new log's first
 // retained position. Sources are not in the digest checks, which are about the user's log.
+//
+// An EpochChanged with `continues` (revision 8, §8.4), of a sub-log or a source: the log was
+// restored from a backup holding every position up to the stored cursor, so that position names
+// the same entries in the new epoch. The cursor moves to (new epoch, its position) and the
+// stream restarts from there: nothing is replayed and the app hears nothing (no `epoch` event).
 
 import { Code, ProtoError } from "./codes.js";
 import { FrameReader, encodeFrame } from "./framing.js";
@@ -41,6 +46,12 @@ export interface SyncHooks {
    */
   loadSource(session: Session, conv: string): Promise<SubCursor | null>;
   epoch(sub: number, epoch: bigint, source: string): void;
+  /**
+   * An EpochChanged that continues (§8.4) moved the cursor of sub-log `sub`, or of source
+   * `source`, to `epoch` at the position it had: nothing for the app to hear, but the cursors
+   * moved without entries.
+   */
+  continued(sub: number, epoch: bigint, source: string): void;
   /** The device no longer follows source `source` (SourceEnd): its cursor was dropped. */
   sourceEnd(source: string, last: number): void;
   superseded(): void;
@@ -431,6 +442,22 @@ export class SyncRunner {
           throw new Restart(`${f.type === FrameType.TooOld ? "too old" : "rebase"}: source ${conv}`);
         }
         case FrameType.EpochChanged: {
+          const at = srcOf(conv);
+          // A source without a cursor, or one of no epoch, has no position that could continue:
+          // it resyncs as below.
+          if (f.continues && at.cur && at.cur.epoch !== 0n) {
+            // Restored from a backup holding every position up to the cursor: its position names
+            // the same entries in the new epoch. The store has no call that renames a source's
+            // epoch and keeps its stored entries; rebaseSource to another epoch drops them, which
+            // is acceptable: nothing reads them back (they are a copy of the log) and the view,
+            // every message included, stays. Nothing is replayed.
+            const to: SubCursor = { epoch: f.epoch, pos: at.cur.pos };
+            await store.rebaseSource(conv, to.epoch, to.pos);
+            this.sources.set(conv, to);
+            this.log("info", "a source's log was restored with everything this device stored; continuing in its new epoch", { source: conv, epoch: String(f.epoch), pos: to.pos });
+            this.hooks.continued(0, f.epoch, conv);
+            throw new Restart(`epoch continues: source ${conv}`);
+          }
           // The conversation log was re-created: its positions of the old epoch mean nothing. Keep
           // the messages and resync it from the new log's first retained position (§8.4).
           const to: SubCursor = { epoch: f.epoch, pos: Math.max(f.first - 1, 0) };
@@ -558,7 +585,18 @@ export class SyncRunner {
           throw new Restart(f.type === FrameType.TooOld ? "too old" : "rebase");
         }
         case FrameType.EpochChanged: {
-          subOf(f.sub);
+          const c = subOf(f.sub);
+          // A cursor of no epoch has no position that could continue: it resyncs as below.
+          if (f.continues && c.epoch !== 0n) {
+            // Restored from a backup holding every position up to the cursor: its position names
+            // the same entries in the new epoch, so everything stored stays, the run included.
+            const to: SubCursor = { epoch: f.epoch, pos: c.pos };
+            await this.store.setCursor(f.sub, to, false);
+            this.cursors[f.sub] = to;
+            this.log("info", "the log was restored with everything this device stored; continuing in its new epoch", { sub: f.sub, epoch: String(f.epoch), pos: to.pos });
+            this.hooks.continued(f.sub, f.epoch, "");
+            throw new Restart("epoch continues");
+          }
           // The log was re-created: positions of the old epoch mean nothing. Keep the messages
           // (msg_ids stay unique) and start the new epoch at first − 1 (§8.4).
           const to: SubCursor = { epoch: f.epoch, pos: Math.max(f.first - 1, 0) };

@@ -82,7 +82,7 @@ test("offline start: stored messages are readable and sends are queued durably b
   assert.equal(statuses[0]!.item.status, "sent");
   assert.equal(statuses[0]!.item.ack?.convSeq, 3);
   const hello = node.hellos[0]!;
-  assert.deepEqual(hello.type === FrameType.Hello && [hello.token, hello.device, hello.protoVersion], ["tok-1", "phone", 7]);
+  assert.deepEqual(hello.type === FrameType.Hello && [hello.token, hello.device, hello.protoVersion], ["tok-1", "phone", 8]);
   assert.equal((node.requests[0] as { cmid: string }).cmid, it.cmid);
   assert.equal((await store.load()).outbox[0]!.status, "sent");
   await c.close();
@@ -276,6 +276,35 @@ test("sync: TooOld rebases (ConvList, History) to the head; EpochChanged restart
   const st3 = starts[2]!;
   assert.deepEqual(st3.type === FrameType.SyncStart && [st3.epoch, st3.pos], [11n, 3]);
   assert.equal((await store.messages("g1")).length, 3, "messages kept across the epoch change");
+  await c.close();
+});
+
+test("sync: an EpochChanged that continues keeps everything stored and restarts at (new epoch, stored pos), no epoch event", async (t) => {
+  const store = new MemoryStore();
+  await store.applyBatch(0, 9n, [msg(1), msg(2)]);
+  const starts: Frame[] = [];
+  let stream: ServerStream | null = null;
+  const node = syncNode((s, start) => {
+    starts.push(start);
+    stream = s;
+  });
+  const c = await openFor(t, config(store, [node]));
+  const epochs = record(c, "epoch");
+  await until(() => starts.length === 1, "SyncStart");
+  // Restored from a backup holding positions 1..2 of epoch 9: they are 1..2 of epoch 11 (§8.4).
+  stream!.send(makeFrame(FrameType.EpochChanged, { epoch: 11n, first: 1, head: 5, continues: true }));
+  await until(() => starts.length === 2, "restart after the epoch change");
+  const st = starts[1]!;
+  assert.deepEqual(st.type === FrameType.SyncStart && [st.epoch, st.pos, st.subs], [11n, 2, [{ epoch: 11n, pos: 2 }]], "nothing replayed");
+  assert.deepEqual(epochs, [], "nothing for the app to hear");
+  assert.deepEqual((await store.messages("g1")).map((m) => m.convSeq), [1, 2], "messages kept");
+  // The new epoch goes on from there, and the stored run still starts at 1 (its entries stay checkable).
+  stream!.send(makeFrame(FrameType.Batch, { epoch: 11n, entries: [msg(3)], head: 3 }));
+  assert.deepEqual(await stream!.frame(1), makeFrame(FrameType.CursorAck, { epoch: 11n, pos: 3 }));
+  assert.deepEqual(c.cursor(), [{ epoch: 11n, pos: 3 }]);
+  assert.deepEqual((await store.messages("g1")).map((m) => m.convSeq), [1, 2, 3]);
+  const stored = await store.readEntries(0, 1, 3);
+  assert.deepEqual([stored.cursor, stored.base, stored.entries.map((e) => e.seq)], [{ epoch: 11n, pos: 3 }, 1, [1, 2, 3]]);
   await c.close();
 });
 

@@ -204,7 +204,20 @@ test("golden frames of revision 7 decode as Go wrote them: Edit, React, edits an
   const plain = one(new FrameReader().push(readHex(join(goldenDir, "batch.v1.hex"))));
   if (plain.type !== FrameType.Batch) assert.fail("not a batch");
   assert.ok(plain.entries.every((e) => e.reaction === "" && !e.remove && e.folded === 0 && e.bodyHash.length === 0));
-  assert.equal(PROTO_VERSION, 7);
+});
+
+test("golden frames of revision 8 decode as Go wrote them: EpochChanged continues", () => {
+  const bytes = readHex(join(variantDir, "epoch_changed.continues.v1.hex"));
+  assert.deepEqual(one(new FrameReader().push(bytes)), makeFrame(FrameType.EpochChanged, { epoch: bigEpoch + 1n, first: 1, head: 70, sub: 1, continues: true }));
+  // Our own encoding of the frame is Go's, byte for byte (built from fields, not decoded).
+  assert.equal(toHex(encodeFrame({ type: FrameType.EpochChanged, epoch: bigEpoch + 1n, first: 1, head: 70, sub: 1, continues: true })), toHex(bytes));
+  // An older server's EpochChanged has no key: it does not continue (the client resyncs).
+  const older = one(new FrameReader().push(readHex(join(variantDir, "epoch_changed.source.v1.hex"))));
+  assert.equal(older.type === FrameType.EpochChanged && older.continues, false);
+  assert.equal(makeFrame(FrameType.EpochChanged).continues, false);
+  // continues false is left out, as Go does.
+  assert.ok(!toHex(encodeFrame({ type: FrameType.EpochChanged, epoch: 5n, first: 1, head: 2, continues: false })).includes(toHex(new TextEncoder().encode("continues"))));
+  assert.equal(PROTO_VERSION, 8);
 });
 
 test("PROTOCOL §10 examples", () => {

@@ -131,7 +131,7 @@ test("idb: the cursor and the outbox survive a reopen (a reload); a rebase's cur
   assert.deepEqual(again.cursors, [{ epoch: 7n, pos: 500 }, { epoch: 0n, pos: 0 }, { epoch: 9n, pos: 4 }]);
 });
 
-test("stores: readEntries by sub-log and range, with the cursor and the run's base after rebases and an epoch change (both stores alike)", async (t) => {
+test("stores: readEntries by sub-log and range, with the cursor and the run's base after rebases, an epoch that continues and an epoch change (both stores alike)", async (t) => {
   const factory = new IDBFactory();
   const mark = marker();
   const idb = await openIdb(t, factory, mark);
@@ -157,9 +157,16 @@ test("stores: readEntries by sub-log and range, with the cursor and the run's ba
     // A rebase that does not move the cursor (the head was not ahead) keeps the run.
     await st.setCursor(0, { epoch: 7n, pos: 102 }, false);
     assert.equal((await read(0, 102, 102)).base, 101);
+    // An EpochChanged that continues (§8.4): the same position in another epoch keeps the entries and the run.
+    await st.setCursor(0, { epoch: 8n, pos: 102 }, false);
+    const continued = await read(0, 1, 102);
+    assert.deepEqual([seqs(continued), continued.cursor, continued.base], [[1, 2, 3, 4, 5, 101, 102], { epoch: 8n, pos: 102 }, 101]);
+    await st.applyBatch(0, 8n, [msg(103)]);
+    const next = await read(0, 103, 103);
+    assert.deepEqual([next.cursor, next.base], [{ epoch: 8n, pos: 103 }, 101]);
     // An epoch change drops the sub-log's entries; the new run starts after the new cursor.
-    await st.setCursor(0, { epoch: 8n, pos: 3 }, true);
-    assert.deepEqual(await read(0, 1, 200), { cursor: { epoch: 8n, pos: 3 }, base: 4, entries: [] });
+    await st.setCursor(0, { epoch: 9n, pos: 3 }, true);
+    assert.deepEqual(await read(0, 1, 200), { cursor: { epoch: 9n, pos: 3 }, base: 4, entries: [] });
   }
 });
 

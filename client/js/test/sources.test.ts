@@ -344,7 +344,7 @@ test("client: revision 6; SyncStart names the stored source cursors; a source's 
   const ends = record(c, "sourceEnd");
   await until(() => starts.length === 1, "SyncStart");
   const hello = node.hellos[0];
-  assert.equal(hello?.type === FrameType.Hello && hello.protoVersion, 7, "the current revision (PROTO_VERSION)");
+  assert.equal(hello?.type === FrameType.Hello && hello.protoVersion, 8, "the current revision (PROTO_VERSION)");
   assert.deepEqual(namedIn(starts[0]), [{ conv: "g:old", epoch: 7n, pos: 40 }]);
   // The user log first (the gate): the entry that starts the following of the large group.
   stream().send(makeFrame(FrameType.Batch, { epoch: 9n, entries: [follow(1, Kind.MemberAdd, 7000)], head: 1 }));
@@ -472,6 +472,37 @@ test("client: a source's TooOld rebases it alone (ConvState, History) to the hea
   assert.deepEqual(namedIn(starts[5]), []);
   assert.deepEqual(await store.sourceCursors(), []);
   assert.equal(rebases.length, 2, "the user log's rebase told, not the dropped source's");
+  await c.close();
+});
+
+test("client: a source's EpochChanged that continues moves its cursor to (new epoch, stored pos), nothing replayed, no epoch event; one without a cursor resyncs", async (t) => {
+  const store = new MemoryStore();
+  await store.applyBatch(0, 9n, [follow(1, Kind.MemberAdd, 7000)]);
+  await store.applySource(big, E, 7000, [srcMsg(7001), srcMsg(7002)]);
+  const { node, starts, stream } = syncNode();
+  const c = await openFor(t, config(store, node));
+  const epochs = record(c, "epoch");
+  await until(() => starts.length === 1, "SyncStart");
+  assert.deepEqual(namedIn(starts[0]), [{ conv: big, epoch: E, pos: 7002 }]);
+  // The group's log was restored from a backup holding everything up to 7002 (§8.4).
+  stream().send(makeFrame(FrameType.EpochChanged, { epoch: E + 1n, first: 1, head: 7005, source: big, continues: true }));
+  await until(() => starts.length === 2, "restart after the epoch change");
+  assert.deepEqual(namedIn(starts[1]), [{ conv: big, epoch: E + 1n, pos: 7002 }], "from the stored position, nothing replayed");
+  const st = starts[1];
+  assert.deepEqual(st?.type === FrameType.SyncStart && [st.epoch, st.pos], [9n, 1], "the user log's cursor stays");
+  assert.deepEqual(epochs, [], "nothing for the app to hear");
+  assert.deepEqual(await store.sourceCursors(), [{ conv: big, epoch: E + 1n, pos: 7002 }]);
+  assert.deepEqual((await c.messages(big)).map((m) => m.convSeq), [7001, 7002], "messages kept");
+  // The new epoch goes on from there.
+  stream().send(makeFrame(FrameType.Batch, { epoch: E + 1n, source: big, entries: [srcMsg(7003)], head: 7003 }));
+  assert.deepEqual(await stream().frame(1), makeFrame(FrameType.CursorAck, { epoch: E + 1n, pos: 7003, source: big }));
+  assert.deepEqual(c.sourceCursors(), [{ conv: big, epoch: E + 1n, pos: 7003 }]);
+  assert.deepEqual((await c.messages(big)).map((m) => m.convSeq), [7001, 7002, 7003]);
+  // A source the device has no cursor for has no position to continue from: it resyncs.
+  stream().send(makeFrame(FrameType.EpochChanged, { epoch: 7n, first: 3, head: 9, source: "g:new", continues: true }));
+  await until(() => starts.length === 3, "restart after the other source's epoch change");
+  assert.deepEqual(epochs, [{ sub: 0, epoch: 7n, source: "g:new" }]);
+  assert.deepEqual(namedIn(starts[2]), [{ conv: big, epoch: E + 1n, pos: 7003 }, { conv: "g:new", epoch: 7n, pos: 2 }]);
   await c.close();
 });
 

@@ -10,7 +10,7 @@
 set -euo pipefail
 B=$1 L=$2 P=${3:-27500} DUR=${4:-10s}
 D=$(mktemp -d /tmp/sends-cost.XXXX)
-"$B/syncd" -data-dir "$D" -listen 127.0.0.1:$P -admin 127.0.0.1:$((P+1)) -raft-addr 127.0.0.1:$((P+2)) \
+"$B/syncd" -data-dir "$D" -listen 127.0.0.1:$P -admin 127.0.0.1:$((P+1)) -raft-addr 127.0.0.1:$((P+2)) -web-listen 127.0.0.1:$((P+3)) \
 	-log-level warn -send-rate 100000 -send-burst 100000 >"$D.log" 2>&1 &
 PID=$!
 trap 'kill $PID 2>/dev/null; wait $PID 2>/dev/null; rm -rf "$D" "$D.log"' EXIT

@@ -8,6 +8,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -102,17 +104,43 @@ func TestClusterFollowerCatchesUpBySnapshot(t *testing.T) {
 	if err := c.Node(leader).Snapshot(1); err != nil {
 		t.Fatal(err)
 	}
+	// The snapshot is a marker: the state stays in the store alone (raftstore/snapshots.go).
+	if n := snapshotBodyBytes(t, c.Config(leader).Dir, 1); n != 0 {
+		t.Errorf("the leader's snapshots hold %d bytes of state; want markers only", n)
+	}
+	// More entries after the snapshot: the state the follower gets is past the snapshot's index,
+	// and it skips the entries it then receives up to there.
+	sendN(t, c, 1, "d:alice:bob", "c", 30)
 	c.Start(follower)
 	c.WaitConverged(1)
 	st, _ := c.Node(follower).ShardStatus(1)
 	if st.Restores == 0 {
 		t.Fatalf("follower caught up without installing a snapshot: %+v", st)
 	}
-	c.CheckConv(t, 1, "d:alice:bob", 200)
+	c.CheckConv(t, 1, "d:alice:bob", 230)
 	// It keeps up from the log afterwards, and survives a restart on restored state.
 	sendN(t, c, 1, "d:alice:bob", "b", 20)
 	c.Stop(follower)
 	c.Start(follower)
 	c.WaitConverged(1)
-	c.CheckConv(t, 1, "d:alice:bob", 220)
+	c.CheckConv(t, 1, "d:alice:bob", 250)
+}
+
+// snapshotBodyBytes is the size of the state the snapshots of shard in a node's data directory
+// dir hold (hashicorp/raft's file store: <id>/state.bin).
+func snapshotBodyBytes(t *testing.T, dir string, shard raftstore.ShardID) int64 {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(dir, "snapshots", fmt.Sprintf("shard-%d", shard), "snapshots", "*", "state.bin"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no snapshot of shard %d in %s: %v", shard, dir, err)
+	}
+	var n int64
+	for _, f := range files {
+		fi, err := os.Stat(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n += fi.Size()
+	}
+	return n
 }

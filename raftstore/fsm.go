@@ -1,7 +1,6 @@
 package raftstore
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"sync/atomic"
@@ -153,14 +152,15 @@ func (f *fsm) applyOne(tx *log.Tx, l *raft.Log) (applyResult, int64) {
 	return applyResult{res: res, err: err}, cmd.time
 }
 
-// Snapshot implements raft.FSM. It first makes the applied state durable (a synced write of the
+// Snapshot implements raft.FSM. It makes the applied state durable (a synced write of the
 // shared WAL), because raft may compact the log entries the snapshot covers as soon as the
-// snapshot is stored.
+// snapshot is stored, and returns a marker: the state is in the store, and a follower that needs
+// it gets it streamed from there (markerSnapshots).
 func (f *fsm) Snapshot() (raft.FSMSnapshot, error) {
 	if err := f.db.LogData([]byte("snapshot"), pebble.Sync); err != nil {
 		return nil, fmt.Errorf("raftstore: sync before snapshot: %w", err)
 	}
-	return &fsmSnapshot{snap: f.shard.NewSnapshot()}, nil
+	return markerSnapshot{}, nil
 }
 
 // Restore implements raft.FSM: it replaces the shard's state with a snapshot from the leader.
@@ -184,13 +184,9 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 	return nil
 }
 
-type fsmSnapshot struct{ snap *log.Snapshot }
+// markerSnapshot is a data shard's snapshot: no body (markerSnapshots).
+type markerSnapshot struct{}
 
-func (s *fsmSnapshot) Persist(sink raft.SnapshotSink) error {
-	if _, err := s.snap.WriteTo(sink); err != nil {
-		return errors.Join(err, sink.Cancel()) // Cancel removes the partial snapshot
-	}
-	return sink.Close()
-}
+func (markerSnapshot) Persist(sink raft.SnapshotSink) error { return sink.Close() }
 
-func (s *fsmSnapshot) Release() { s.snap.Close() }
+func (markerSnapshot) Release() {}

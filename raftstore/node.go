@@ -180,11 +180,12 @@ func (n *Node) startReplica(id ShardID, peers []Peer) (*replica, error) {
 	if err != nil {
 		return nil, err
 	}
-	snaps, err := raft.NewFileSnapshotStoreWithLogger(n.snapshotDir(id), 2, newRaftLogger(n.logger, id))
+	files, err := raft.NewFileSnapshotStoreWithLogger(n.snapshotDir(id), 2, newRaftLogger(n.logger, id))
 	if err != nil {
 		return nil, err
 	}
-	if err := restoreIfInterrupted(state, snaps, logger); err != nil {
+	snaps := &markerSnapshots{SnapshotStore: files, state: state}
+	if err := restoreIfInterrupted(state, files, logger); err != nil {
 		return nil, err
 	}
 	f, err := newFSM(state, n.db)
@@ -282,16 +283,19 @@ func restoreIfInterrupted(state *log.Shard, snaps raft.SnapshotStore, logger *sl
 	if err != nil {
 		return err
 	}
-	if len(list) == 0 {
+	// The newest snapshot with a body: the one being restored was received whole before the
+	// restore began (a marker, markerSnapshots, holds no state to restore from).
+	i := slices.IndexFunc(list, func(m *raft.SnapshotMeta) bool { return m.Size > 0 })
+	if i < 0 {
 		return errors.New("an interrupted snapshot restore left the shard incomplete and no snapshot is stored: " +
 			"remove this replica's data and re-add the node to the shard")
 	}
-	_, rc, err := snaps.Open(list[0].ID)
+	_, rc, err := snaps.Open(list[i].ID)
 	if err != nil {
 		return err
 	}
 	defer rc.Close()
-	logger.Warn("finishing interrupted snapshot restore", "snapshot", list[0].ID, "index", list[0].Index)
+	logger.Warn("finishing interrupted snapshot restore", "snapshot", list[i].ID, "index", list[i].Index)
 	return state.Restore(rc)
 }
 

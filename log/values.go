@@ -151,6 +151,9 @@ func decodeLogMeta(b []byte) (logMeta, error) {
 	}
 	if v == valueV6 {
 		m.Renewed, m.Kept = Epoch(d.uvarint()), Position(d.uvarint())
+		if m.Renewed == 0 && d.err == nil { // v6 is written only for a fence, and epoch 0 is never a log's
+			d.err = corruptf("log meta: a restore fence without the epoch it renewed")
+		}
 	}
 	return m, d.done("log meta")
 }

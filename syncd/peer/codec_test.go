@@ -201,9 +201,15 @@ func FuzzDecode(f *testing.F) {
 			if err != nil {
 				t.Fatalf("re-encode %+v: %v", out, err)
 			}
+			// Compared as bytes, not values: an empty list and an absent one ("follows": []) are
+			// the same answer, and the encoder writes neither. A field the decoder dropped would
+			// be missing from the second encoding; one the encoder drops, from the golden bytes.
 			back := reflect.New(reflect.TypeOf(g.answer).Elem()).Interface()
-			if err := DecodeAnswer(again, back); err != nil || !reflect.DeepEqual(back, out) {
-				t.Fatalf("round trip of %+v: %+v, %v", out, back, err)
+			if err := DecodeAnswer(again, back); err != nil {
+				t.Fatalf("round trip of %+v: %v", out, err)
+			}
+			if twice, err := EncodeAnswer(back); err != nil || !bytes.Equal(twice, again) {
+				t.Fatalf("round trip of %+v: %+v encodes to %x, not %x (%v)", out, back, twice, again, err)
 			}
 		}
 		r, err := DecodeRequest(b)

@@ -73,7 +73,9 @@ type Config struct {
 	PeerDial map[string]string
 	// Shards is the number of data shards (Raft groups) of a new cluster, fixed when the cluster
 	// is created: a node joining a cluster or restarting on existing data follows the cluster
-	// map's count and slot table instead. Default 8.
+	// map's count and slot table instead. Default 4: on a node of two cores, four shards sent more
+	// than two or eight (docs/OPERATIONS.md "How many shards", DECISIONS D70); a hot shard splits
+	// later (`syncctl shard split`).
 	Shards int
 	// TokenSecret signs device tokens: the current key of the server's keyring, with which
 	// MintToken signs and whose tokens it accepts. Default: Dir/token.key, created on first start.
@@ -271,7 +273,7 @@ func DefaultConfig() Config {
 		AdminAddr:         adminapi.DefaultAddr,
 		NodeID:            "n1",
 		RaftAddr:          "127.0.0.1:7400",
-		Shards:            8,
+		Shards:            4,
 		ReplicationFactor: cluster.DefaultConfig().ReplicationFactor,
 		Limits:            proto.Limits{}.WithDefaults(),
 		DedupWindow:       time.Duration(log.DefaultDedupWindow),

@@ -29,8 +29,8 @@ const (
 	// write-ahead logs, MANIFEST, OPTIONS and lock files and the Raft snapshots being written.
 	storeFDs = 1000 + 64
 	// nodeLinkFDs is what a node's authenticated node-plane connections take: up to 3 pooled and
-	// one pipelined connection per shard and peer each way (8 × 9 groups × 2 peers = 144 for the
-	// default 8 shards on three nodes), the forwarder's and the calls' pools, and room for more
+	// one pipelined connection per shard and peer each way (8 × 5 groups × 2 peers = 80 for the
+	// default 4 shards on three nodes, 144 for 8), the forwarder's and the calls' pools, and room for more
 	// shards.
 	nodeLinkFDs = 512
 	// processFDs covers the rest of the process.

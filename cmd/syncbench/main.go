@@ -128,7 +128,7 @@ func run(args []string) error {
 	fs.IntVar(&o.idle, "idle", 10000, "idle connections in idle")
 	fs.StringVar(&o.addr, "addr", "", "client address of an external server (with -data-dir); default: run one in-process")
 	fs.StringVar(&o.dataDir, "data-dir", "", "the external server's data directory (token secret, tls.crt/tls.key)")
-	fs.IntVar(&o.shards, "shards", 8, "shards of the in-process server, and of every node of -scenario cluster")
+	fs.IntVar(&o.shards, "shards", syncd.DefaultConfig().Shards, "shards of the in-process server, and of every node of -scenario cluster")
 	fs.StringVar(&o.fingerprint, "fingerprint", "", "internal: certificate fingerprint for -scenario idle-client")
 	fs.IntVar(&o.nodes, "nodes", 3, "cluster, peers: nodes of the cluster")
 	fs.IntVar(&o.repeat, "repeat", 3, "catchup: replays of the backlog; cluster: runs of sends and delivery on each side, and catch-up replays through each node")

@@ -127,6 +127,6 @@ const (
 	defaultBasePort     = 7300
 	adminOffset         = proccluster.AdminPortOffset // admin HTTP port = base port + adminOffset
 	raftOffset          = proccluster.RaftPortOffset  // Raft port = base port + raftOffset
-	defaultShards       = 4 // syncd's default (TestDefaultsFollowSyncd)
+	defaultShards       = 4                           // syncd's default (TestDefaultsFollowSyncd)
 	defaultReadyTimeout = 60 * time.Second
 )

@@ -30,8 +30,8 @@ const (
 	storeFDs = 1000 + 64
 	// nodeLinkFDs is what a node's authenticated node-plane connections take: up to 3 pooled and
 	// one pipelined connection per shard and peer each way (8 × 5 groups × 2 peers = 80 for the
-	// default 4 shards on three nodes, 144 for 8), the forwarder's and the calls' pools, and room for more
-	// shards.
+	// default 4 shards on three nodes, 144 for 8), the forwarder's and the calls' pools, and room
+	// for more shards.
 	nodeLinkFDs = 512
 	// processFDs covers the rest of the process.
 	processFDs = 64

@@ -1,14 +1,16 @@
 #!/bin/bash
-# sends-cost.sh BIN_DIR LABEL [PORT] [DURATION]
+# sends-cost.sh BIN_DIR LABEL [PORT] [DURATION] [syncbench flags…]
 #
 # One `syncbench -scenario sends` run against a fresh external syncd built into BIN_DIR (syncd and
 # syncbench), printing what the run cost the server: acked sends/s, p50/p99, server CPU per acked
 # send (utime+stime of the syncd process over the run) and bytes written to disk per acked send
 # (write_bytes of /proc/<pid>/io, i.e. what reached the block layer: WAL, flushes, compactions).
-# Extra environment (GOGC, …) passes to syncd. The run holds /tmp/bench.lock, so concurrent
+# Extra environment (GOGC, …) passes to syncd; extra arguments to syncbench (`-spread 10000` sends
+# on the peers' spread, issue #27). The run holds /tmp/bench.lock, so concurrent
 # benchmarks on a shared machine take turns. Used for docs/BENCHMARKS.md, "The write path".
 set -euo pipefail
 B=$1 L=$2 P=${3:-27500} DUR=${4:-10s}
+shift $(($# < 4 ? $# : 4))
 D=$(mktemp -d /tmp/sends-cost.XXXX)
 "$B/syncd" -data-dir "$D" -listen 127.0.0.1:$P -admin 127.0.0.1:$((P+1)) -raft-addr 127.0.0.1:$((P+2)) -web-listen 127.0.0.1:$((P+3)) \
 	-log-level warn -send-rate 100000 -send-burst 100000 >"$D.log" 2>&1 &
@@ -21,7 +23,7 @@ done
 cpu() { awk '{print $14+$15}' /proc/$PID/stat; }
 wrote() { awk '/^write_bytes/{print $2}' /proc/$PID/io; }
 c0=$(cpu) w0=$(wrote)
-OUT=$(flock /tmp/bench.lock "$B/syncbench" -scenario sends -addr 127.0.0.1:$P -data-dir "$D" -duration "$DUR" 2>&1 | grep "acked/s, p50")
+OUT=$(flock /tmp/bench.lock "$B/syncbench" -scenario sends -addr 127.0.0.1:$P -data-dir "$D" -duration "$DUR" "$@" 2>&1 | grep "acked/s, p50")
 c1=$(cpu) w1=$(wrote)
 acks=$(echo "$OUT" | sed -E 's/.* ([0-9]+) acked\/s.*/\1/')
 lat=$(echo "$OUT" | sed -E 's/.*acked\/s, (p50 [^,]*, p99 [^,]*),.*/\1/')

@@ -90,6 +90,7 @@ type options struct {
 	duration        time.Duration
 	devices         int
 	senders         int
+	spread          int // sends: to a random one of this many users (the peers' spread), not the next device's
 	overloadSenders int
 	body            int
 	rate            int
@@ -120,6 +121,7 @@ func run(args []string) error {
 	fs.DurationVar(&o.duration, "duration", 10*time.Second, "duration of each timed scenario")
 	fs.IntVar(&o.devices, "devices", 1000, "connected devices in sends and overload")
 	fs.IntVar(&o.senders, "senders", 64, "concurrent senders in sends")
+	fs.IntVar(&o.spread, "spread", 0, "sends: each message to a random one of this many users (the peers' spread, one conversation per pair), not to the next device's user (0)")
 	fs.IntVar(&o.overloadSenders, "overload-senders", 512, "concurrent senders in overload")
 	fs.IntVar(&o.body, "body", 256, "message body bytes in sends and overload")
 	fs.IntVar(&o.rate, "rate", 1000, "sends per second in delivery")
@@ -209,8 +211,15 @@ func run(args []string) error {
 		defer cleanup()
 		var peak float64
 		if want["sends"] {
-			progress("sends: %d devices, %d senders, %d-byte bodies, %v", o.devices, o.senders, o.body, o.duration)
-			r, err := bench.Sends(ctx, target, o.devices, o.senders, o.duration, o.body)
+			var r bench.SendResult
+			var err error
+			if o.spread > 0 {
+				progress("sends: %d senders to a random one of %d users, %d-byte bodies, %v", o.senders, o.spread, o.body, o.duration)
+				r, err = bench.SendsSpread(ctx, target, o.senders, o.spread, o.duration, o.body)
+			} else {
+				progress("sends: %d devices, %d senders, %d-byte bodies, %v", o.devices, o.senders, o.body, o.duration)
+				r, err = bench.Sends(ctx, target, o.devices, o.senders, o.duration, o.body)
+			}
 			if err != nil {
 				progress("sends: %v", err)
 				rows = append(rows, row{name: "sends", value: "FAILED", note: err.Error()})

@@ -86,6 +86,7 @@ func (n *Node) RemoveReplica(shard ShardID) error {
 	r.wakeLeaseWatchers() // they look again and find it gone
 	err := r.raft.Shutdown().Error()
 	r.fsm.checksums.stop() // a scan of a copy being deleted is of no use to anyone
+	r.trans.closeHeartbeats()
 	r.logs.closed.Store(true)
 	r.trans.CloseStreams()
 	if cerr := r.trans.Close(); err == nil {

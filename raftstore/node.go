@@ -66,7 +66,7 @@ type replica struct {
 	id    ShardID
 	raft  *raft.Raft
 	fsm   *fsm
-	trans *raft.NetworkTransport
+	trans *peerTransport
 	logs  *raftLog
 	state *log.Shard
 	// failedTransfer is the last leadership transfer from this replica that failed, if any
@@ -208,7 +208,7 @@ func (n *Node) startReplica(id ShardID, peers []Peer) (*replica, error) {
 // raftGroup is this node's member of one Raft group: its raft instance and transport.
 type raftGroup struct {
 	raft  *raft.Raft
-	trans *raft.NetworkTransport
+	trans *peerTransport
 }
 
 // startRaft starts this node's member of shard id's Raft group over logs and snaps, applying to
@@ -269,7 +269,7 @@ func (n *Node) startRaft(id ShardID, f raft.FSM, persistent bool, snaps raft.Sna
 		trans.Close()
 		return nil, err
 	}
-	return &raftGroup{raft: r, trans: trans}, nil
+	return &raftGroup{raft: r, trans: rt}, nil
 }
 
 // restoreIfInterrupted finishes a snapshot restore that a crash cut short, from the newest
@@ -617,6 +617,7 @@ func (n *Node) Close() error {
 		defer n.shardsMu.Unlock()
 		for _, r := range *n.shards.Load() {
 			errs = append(errs, r.raft.Shutdown().Error())
+			r.trans.closeHeartbeats()
 			r.logs.closed.Store(true)
 			r.trans.CloseStreams()
 			errs = append(errs, r.trans.Close())

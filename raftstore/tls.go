@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -170,10 +171,44 @@ func splitRaftTarget(a raft.ServerAddress) (id, addr string, ok bool) {
 
 // peerTransport is a shard's raft.NetworkTransport as its raft instance sees it: every RPC's
 // target becomes the address to dial the server at (Config.PeerAddr's override, else raft's),
-// tagged with the server's id (raftTarget). Everything else is the NetworkTransport's.
+// tagged with the server's id (raftTarget), and heartbeats pass a gate that shutdown closes
+// (SetHeartbeatHandler). Everything else is the NetworkTransport's.
 type peerTransport struct {
 	*raft.NetworkTransport
 	node *Node
+
+	heartbeats    sync.RWMutex // held shared while raft handles a heartbeat; closeHeartbeats takes it
+	heartbeatsOff bool         // guarded by heartbeats
+}
+
+// SetHeartbeatHandler implements raft.Transport. The NetworkTransport runs raft's heartbeat
+// handler on the connection's goroutine, not raft's: a heartbeat that passed raft's own shutdown
+// check may still be storing a new term (raft's StableStore, the node's store) after Shutdown has
+// returned, and panic on the store the node closes next. The gate makes closeHeartbeats wait for
+// it and turns the later ones away.
+func (t *peerTransport) SetHeartbeatHandler(cb func(rpc raft.RPC)) {
+	if cb == nil {
+		t.NetworkTransport.SetHeartbeatHandler(nil)
+		return
+	}
+	t.NetworkTransport.SetHeartbeatHandler(func(rpc raft.RPC) {
+		t.heartbeats.RLock()
+		defer t.heartbeats.RUnlock()
+		if t.heartbeatsOff {
+			rpc.Respond(nil, raft.ErrRaftShutdown)
+			return
+		}
+		cb(rpc)
+	})
+}
+
+// closeHeartbeats waits for the heartbeats raft is handling and turns away every later one.
+// Called after raft's Shutdown (which ends the waits a heartbeat's handling may have on raft's
+// loops) and before the store closes.
+func (t *peerTransport) closeHeartbeats() {
+	t.heartbeats.Lock()
+	t.heartbeatsOff = true
+	t.heartbeats.Unlock()
 }
 
 func (t *peerTransport) target(id raft.ServerID, addr raft.ServerAddress) raft.ServerAddress {

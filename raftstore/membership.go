@@ -84,14 +84,8 @@ func (n *Node) RemoveReplica(shard ShardID) error {
 	delete(m, shard)
 	n.shards.Store(&m)    // from here on the shard is not hosted: callers get ErrNoShard
 	r.wakeLeaseWatchers() // they look again and find it gone
-	err := r.raft.Shutdown().Error()
+	err := stopRaft(r.raft, r.trans, r.logs)
 	r.fsm.checksums.stop() // a scan of a copy being deleted is of no use to anyone
-	r.trans.closeHeartbeats()
-	r.logs.closed.Store(true)
-	r.trans.CloseStreams()
-	if cerr := r.trans.Close(); err == nil {
-		err = cerr
-	}
 	if err != nil {
 		return fmt.Errorf("raftstore: stop shard %d: %w", shard, err)
 	}

@@ -181,10 +181,4 @@ func (g *MetaGroup) applyLocal(ctx context.Context, data []byte) error {
 }
 
 // shutdown stops the member (Node.Close).
-func (g *MetaGroup) shutdown() []error {
-	errs := []error{g.rg.raft.Shutdown().Error()}
-	g.rg.trans.closeHeartbeats()
-	g.logs.closed.Store(true)
-	g.rg.trans.CloseStreams()
-	return append(errs, g.rg.trans.Close())
-}
+func (g *MetaGroup) shutdown() error { return stopRaft(g.rg.raft, g.rg.trans, g.logs) }

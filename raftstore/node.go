@@ -211,6 +211,17 @@ type raftGroup struct {
 	trans *peerTransport
 }
 
+// stopRaft stops this node's member of a Raft group in the order the node's store needs: raft,
+// then the heartbeats its transport may still be handling on raft's behalf (peerTransport), then
+// its log store, then its connections. The store itself stays open.
+func stopRaft(r *raft.Raft, trans *peerTransport, logs *raftLog) error {
+	err := r.Shutdown().Error()
+	trans.closeHeartbeats()
+	logs.closed.Store(true)
+	trans.CloseStreams()
+	return errors.Join(err, trans.Close())
+}
+
 // startRaft starts this node's member of shard id's Raft group over logs and snaps, applying to
 // f. persistent says f keeps its own state across restarts (the data shards): raft then does not
 // restore the latest snapshot at start. Without existing state, the group is bootstrapped with
@@ -616,14 +627,10 @@ func (n *Node) Close() error {
 		n.shardsMu.Lock() // no replica is added or removed from here on
 		defer n.shardsMu.Unlock()
 		for _, r := range *n.shards.Load() {
-			errs = append(errs, r.raft.Shutdown().Error())
-			r.trans.closeHeartbeats()
-			r.logs.closed.Store(true)
-			r.trans.CloseStreams()
-			errs = append(errs, r.trans.Close())
+			errs = append(errs, stopRaft(r.raft, r.trans, r.logs))
 		}
 		if g := n.meta.Load(); g != nil {
-			errs = append(errs, g.shutdown()...)
+			errs = append(errs, g.shutdown())
 		}
 		if n.fwd != nil {
 			n.fwd.close()

@@ -10,6 +10,7 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -240,7 +241,28 @@ func (t *peerTransport) InstallSnapshot(id raft.ServerID, target raft.ServerAddr
 	return t.NetworkTransport.InstallSnapshot(id, t.target(id, target), args, resp, data)
 }
 
-// TimeoutNow implements raft.Transport.
+// TimeoutNow implements raft.Transport. Unlike the other RPCs, which raft's loops repeat, one
+// failed TimeoutNow fails a whole leadership transfer (and spends it for the term, see
+// transferLeadership). The NetworkTransport sends it on a pooled connection, which may have died
+// since it was last used (a link cut and healed, a peer restarted) and then fails at once: the
+// peer closed it and never read the request (CI saw "EOF" so, right after a partition healed). So
+// a broken connection is retried, until the pool's idle ones are used up and one is dialled
+// fresh. Should a peer have read the request after all, a second one costs it an election more,
+// to the same end.
 func (t *peerTransport) TimeoutNow(id raft.ServerID, target raft.ServerAddress, args *raft.TimeoutNowRequest, resp *raft.TimeoutNowResponse) error {
-	return t.NetworkTransport.TimeoutNow(id, t.target(id, target), args, resp)
+	target = t.target(id, target)
+	var err error
+	for range raftConnPool + 1 {
+		if err = t.NetworkTransport.TimeoutNow(id, target, args, resp); !brokenConn(err) {
+			break
+		}
+	}
+	return err
+}
+
+// brokenConn reports whether err is a connection the peer had closed: it ended before an answer
+// or refused the write. A refused dial or a timeout is not one.
+func brokenConn(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
 }

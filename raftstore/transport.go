@@ -493,8 +493,12 @@ func writeHeader(conn net.Conn, hdr []byte, timeout time.Duration) error {
 	return conn.SetWriteDeadline(time.Time{})
 }
 
+// raftConnPool is how many idle outbound connections a shard's transport
+// keeps per peer.
+const raftConnPool = 3
+
 // newShardTransport wraps a shard's stream layer (from Mux.Layer) in a
-// raft.NetworkTransport with its own connection pool (MaxPool 3, 10 s I/O
+// raft.NetworkTransport with its own connection pool (raftConnPool, 10 s I/O
 // timeout). Log lines are forwarded to logger, tagged with the shard when
 // layer is a mux layer. A node gives raft the transport wrapped in a
 // peerTransport, which picks the address to dial and tags it with the id.
@@ -512,7 +516,7 @@ func newShardTransport(layer raft.StreamLayer, logger *slog.Logger) *raft.Networ
 	}
 	return raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
 		Stream:          layer,
-		MaxPool:         3,
+		MaxPool:         raftConnPool,
 		MaxRPCsInFlight: 16,
 		Timeout:         10 * time.Second,
 		Logger:          hl,

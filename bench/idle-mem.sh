@@ -17,7 +17,7 @@ N=${IDLE:-10000}
 D=$(mktemp -d /tmp/idle-mem.XXXX)
 O=/tmp/idle-mem
 mkdir -p $O
-"$B/syncd" -data-dir "$D" -listen 127.0.0.1:$P -admin 127.0.0.1:$((P+1)) -raft-addr 127.0.0.1:$((P+2)) \
+"$B/syncd" -data-dir "$D" -listen 127.0.0.1:$P -admin 127.0.0.1:$((P+1)) -raft-addr 127.0.0.1:$((P+2)) -web-listen 127.0.0.1:$((P+3)) \
 	-log-level warn -send-rate 100000 -send-burst 100000 ${SYNCD_ARGS:-} >"$D.log" 2>&1 &
 PID=$!
 trap 'kill $PID 2>/dev/null; wait $PID 2>/dev/null; rm -rf "$D" "$D.log" "$D.out"' EXIT

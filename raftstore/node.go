@@ -657,20 +657,21 @@ const MemTableSize = 16 << 20
 // blockSize is the size of the data blocks of the node's store's tables (Pebble's
 // LevelOptions.BlockSize; Pebble's default is 4 KiB, CockroachDB's 32 KiB). A sync stream that
 // catches up reads a log's entries in order, and every block read from a table is a read, a
-// decompression and a block-cache allocation: 32 KiB blocks caught up 35–40% faster from a cold
-// cache and cost sends 8% less CPU (fewer index entries and filters to build in compactions),
-// though a point read that misses the cache now decompresses more (docs/BENCHMARKS.md, "Larger
-// blocks"). Tables written before keep their blocks until compacted.
+// decompression and a block-cache allocation: 32 KiB blocks caught up 28–41% faster from a cold
+// cache and cost sends 6–9% less CPU (flushes and compactions compress, checksum and index an
+// eighth as many blocks), though a point read that misses the cache now decompresses more
+// (docs/BENCHMARKS.md, "Larger blocks"; D71). Tables written before keep their blocks until
+// compacted.
 const blockSize = 32 << 10
 
 // pebbleOptions tunes the node's store for its workload: many point reads that miss (every new
 // message's dedup key), so every level gets a bloom filter; Pebble's default is none. Blocks are
-// blockSize. Memtables are MemTableSize: larger ones write fewer bytes per send (much of what a send writes dies young
-// and never reaches an sstable if its memtable is large enough: 64 MiB wrote a third fewer bytes
-// per acked send than 16, docs/BENCHMARKS.md, "The write path"), but each one's write-ahead log
-// file is preallocated to its size, several at once, and a fresh node with 64 MiB memtables used
-// 422 MiB of disk in two minutes of light load (issue 21): a small volume was full before it held
-// any data. openPebble sets the logger and the event listener.
+// blockSize. Memtables are MemTableSize: larger ones write fewer bytes per send (much of what a
+// send writes dies young and never reaches an sstable if its memtable is large enough: 64 MiB
+// wrote a third fewer bytes per acked send than 16, docs/BENCHMARKS.md, "The write path"), but
+// each one's write-ahead log file is preallocated to its size, several at once, and a fresh node
+// with 64 MiB memtables used 422 MiB of disk in two minutes of light load (issue 21): a small
+// volume was full before it held any data. openPebble sets the logger and the event listener.
 func pebbleOptions(cache *pebble.Cache, fs vfs.FS) *pebble.Options {
 	opts := &pebble.Options{
 		Cache:        cache,

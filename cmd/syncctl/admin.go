@@ -48,8 +48,8 @@ func (a *adminFlags) register(f *flag.FlagSet) {
 		" if -data-dir is given, else $"+adminapi.TokenEnv+", else "+defaultDataDir+"/"+adminapi.TokenFile+")")
 }
 
-// base returns the admin server's URL without a trailing slash.
-func (a *adminFlags) base() string {
+// Base returns the admin server's URL without a trailing slash.
+func (a *adminFlags) Base() string {
 	base := strings.TrimSuffix(*a.addr, "/")
 	if !strings.Contains(base, "://") {
 		base = "http://" + base
@@ -105,7 +105,7 @@ func (a *adminFlags) send(ctx context.Context, method, path string) (int, []byte
 	}
 	ctx, cancel := withTimeout(ctx, *a.timeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, method, a.base()+path, nil)
+	req, err := http.NewRequestWithContext(ctx, method, a.Base()+path, nil)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -124,9 +124,9 @@ func (a *adminFlags) send(ctx context.Context, method, path string) (int, []byte
 	return resp.StatusCode, body, nil
 }
 
-// call sends a body-less request to path on the admin server and decodes a 2xx JSON answer into
+// Call sends a body-less request to path on the admin server and decodes a 2xx JSON answer into
 // out (if not nil). A non-2xx answer becomes an *adminError carrying the server's code and hint.
-func (a *adminFlags) call(ctx context.Context, method, path string, out any) error {
+func (a *adminFlags) Call(ctx context.Context, method, path string, out any) error {
 	status, body, err := a.send(ctx, method, path)
 	if err != nil {
 		return err
@@ -172,6 +172,10 @@ type adminError struct {
 	Hint    string `json:"hint"`
 }
 
+// OpsCode is the server's error code ("" when the server was not reached): adminapi.TakeBackup
+// asks again after an answer that a shard's leader is changing.
+func (e *adminError) OpsCode() string { return e.Code }
+
 func (e *adminError) Error() string {
 	if e.Code != "" {
 		return fmt.Sprintf("%s (HTTP %d): %s", e.Code, e.Status, e.Message)
@@ -179,10 +183,17 @@ func (e *adminError) Error() string {
 	return e.Message
 }
 
-// reportAdmin prints err and, for an admin error with a hint, what to do.
+// reportAdmin prints err and, for an admin error with a hint (a server's answer, or
+// adminapi.TakeBackup's own finding), what to do.
 func (e *env) reportAdmin(cmd string, err error) {
 	e.errorf(cmd, "%v", err)
-	if ae, ok := err.(*adminError); ok && ae.Hint != "" {
-		fmt.Fprintf(e.stderr, "  what to do: %s\n", ae.Hint)
+	var hint string
+	if ae := (*adminError)(nil); errors.As(err, &ae) {
+		hint = ae.Hint
+	} else if oe := (*adminapi.OpsError)(nil); errors.As(err, &oe) {
+		hint = oe.Hint
+	}
+	if hint != "" {
+		fmt.Fprintf(e.stderr, "  what to do: %s\n", hint)
 	}
 }

@@ -29,7 +29,7 @@ func runShardCheck(ctx context.Context, e *env, admin *adminFlags, path string, 
 	// The node answers once the wait is over: the HTTP request must outlast it.
 	*admin.timeout = max(*admin.timeout, wait+10*time.Second)
 	var rep adminapi.ReplicaCheckReport
-	if err := admin.call(ctx, http.MethodPost, path+"?wait="+wait.String(), &rep); err != nil {
+	if err := admin.Call(ctx, http.MethodPost, path+"?wait="+wait.String(), &rep); err != nil {
 		e.reportAdmin(cmd, err)
 		return exitFail
 	}

@@ -37,7 +37,7 @@ syncctl cluster status -admin 127.0.0.1:7381`)
 		return code
 	}
 	var view adminapi.ClusterView
-	if err := admin.call(ctx, http.MethodGet, "/v1/cluster", &view); err != nil {
+	if err := admin.Call(ctx, http.MethodGet, "/v1/cluster", &view); err != nil {
 		e.reportAdmin(cmd, err)
 		return exitFail
 	}

@@ -69,7 +69,7 @@ syncctl cursor -user alice -json | jq .devices`)
 // error (printed with what to do).
 func fetchReport(ctx context.Context, e *env, cmd string, admin *adminFlags, path string, asJSON bool, out any) (code int, done bool) {
 	var raw json.RawMessage
-	if err := admin.call(ctx, http.MethodGet, path, &raw); err != nil {
+	if err := admin.Call(ctx, http.MethodGet, path, &raw); err != nil {
 		e.reportAdmin(cmd, err)
 		return exitFail, true
 	}
@@ -78,7 +78,7 @@ func fetchReport(ctx context.Context, e *env, cmd string, admin *adminFlags, pat
 		return exitOK, true
 	}
 	if err := json.Unmarshal(raw, out); err != nil {
-		e.errorf(cmd, "unexpected answer from %s%s: %v", admin.base(), path, err)
+		e.errorf(cmd, "unexpected answer from %s%s: %v", admin.Base(), path, err)
 		fmt.Fprintln(e.stderr, "  what to do: check that -admin names a syncd admin address, and that syncctl and syncd are the same release")
 		return exitFail, true
 	}

@@ -70,7 +70,7 @@ syncctl dlq drop -all`)
 		if *archived {
 			path += "&archived=1"
 		}
-		err := admin.call(ctx, http.MethodGet, path, &l)
+		err := admin.Call(ctx, http.MethodGet, path, &l)
 		return l, err
 	}
 	switch sub {
@@ -116,9 +116,9 @@ syncctl dlq drop -all`)
 		}
 		var err error
 		if sub == "replay" {
-			err = admin.call(ctx, http.MethodPost, "/v1/deadletters/"+id+"/replay", &res)
+			err = admin.Call(ctx, http.MethodPost, "/v1/deadletters/"+id+"/replay", &res)
 		} else {
-			err = admin.call(ctx, http.MethodDelete, "/v1/deadletters/"+id, nil)
+			err = admin.Call(ctx, http.MethodDelete, "/v1/deadletters/"+id, nil)
 		}
 		switch {
 		case err != nil:

@@ -44,7 +44,7 @@ syncctl move cancel 4711`)
 			fmt.Fprintf(e.stderr, "syncctl move cancel: %q is not a move id (syncctl cluster status lists them)\n", args[1])
 			return exitUsage
 		}
-		if err := admin.call(ctx, http.MethodPost, "/v1/moves/"+args[1]+"/cancel", nil); err != nil {
+		if err := admin.Call(ctx, http.MethodPost, "/v1/moves/"+args[1]+"/cancel", nil); err != nil {
 			e.reportAdmin(cmd+" cancel", err)
 			return exitFail
 		}
@@ -81,7 +81,7 @@ syncctl move cancel 4711`)
 // startMove asks the admin server for the move path names and reports it.
 func startMove(ctx context.Context, e *env, admin *adminFlags, cmd, path string) int {
 	var started adminapi.MoveStarted
-	if err := admin.call(ctx, http.MethodPost, path, &started); err != nil {
+	if err := admin.Call(ctx, http.MethodPost, path, &started); err != nil {
 		e.reportAdmin(cmd, err)
 		return exitFail
 	}

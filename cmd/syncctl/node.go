@@ -50,7 +50,7 @@ syncctl node remove n2`)
 		fmt.Fprintf(e.stderr, "syncctl node: want add <id> <raft host:port> or remove <id>, got %s %v (see -h)\n", sub, pos)
 		return exitUsage
 	}
-	if err := admin.call(ctx, http.MethodPost, path, nil); err != nil {
+	if err := admin.Call(ctx, http.MethodPost, path, nil); err != nil {
 		e.reportAdmin(cmd+" "+sub, err)
 		return exitFail
 	}

@@ -84,7 +84,7 @@ syncctl shard check 2 -wait 30s`)
 		return exitUsage
 	}
 	var added adminapi.ShardAdded
-	if err := admin.call(ctx, http.MethodPost, "/v1/shards", &added); err != nil {
+	if err := admin.Call(ctx, http.MethodPost, "/v1/shards", &added); err != nil {
 		e.reportAdmin(cmd+" "+sub, err)
 		return exitFail
 	}

@@ -35,7 +35,7 @@ syncctl reset-user -user bob -yes`)
 	var res struct {
 		Epoch uint64 `json:"epoch"`
 	}
-	if err := admin.call(ctx, http.MethodPost, "/v1/users/"+url.PathEscape(*user)+"/reset", &res); err != nil {
+	if err := admin.Call(ctx, http.MethodPost, "/v1/users/"+url.PathEscape(*user)+"/reset", &res); err != nil {
 		e.reportAdmin(cmd, err)
 		return exitFail
 	}
@@ -67,7 +67,7 @@ syncctl revoke-device -user alice -device phone`)
 	}
 	var res adminapi.Revocation
 	path := "/v1/users/" + url.PathEscape(*user) + "/devices/" + url.PathEscape(*device) + "/revoke"
-	if err := admin.call(ctx, http.MethodPost, path, &res); err != nil {
+	if err := admin.Call(ctx, http.MethodPost, path, &res); err != nil {
 		e.reportAdmin(cmd, err)
 		return exitFail
 	}

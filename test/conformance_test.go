@@ -9,6 +9,8 @@ import (
 	"net/http"
 	"regexp"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"strings"
 	"testing"
 	"time"
@@ -112,8 +114,12 @@ func driveGoSDK(t *testing.T, info conformance.RunInfo) conformance.Verdict {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	go func() { // nothing waits on events here: drain them
-		for range c.Events() {
+	var epochEvents atomic.Int32
+	go func() { // nothing waits on events here: drain them, counting EpochEvents
+		for ev := range c.Events() {
+			if _, ok := ev.(client.EpochEvent); ok {
+				epochEvents.Add(1)
+			}
 		}
 	}()
 	for _, s := range info.Sends {
@@ -121,7 +127,7 @@ func driveGoSDK(t *testing.T, info conformance.RunInfo) conformance.Verdict {
 			t.Fatal(err)
 		}
 	}
-	return reportUntilJudged(t, info, func() conformance.Report {
+	v := reportUntilJudged(t, info, func() conformance.Report {
 		msgs, err := c.Messages(info.Conv)
 		if err != nil {
 			t.Fatal(err)
@@ -132,6 +138,16 @@ func driveGoSDK(t *testing.T, info conformance.RunInfo) conformance.Verdict {
 		}
 		return conformance.Report{Conversations: []conformance.ReportConv{conv}}
 	})
+	// What the SDK promises beyond the kit's verdict, which also passes a client that resyncs:
+	// after a restore that holds its cursor it continues without an EpochEvent (§8.4), and after
+	// one behind its cursor it resyncs and says so.
+	switch n := epochEvents.Load(); {
+	case info.Scenario == "restore" && n > 0:
+		t.Errorf("the Go SDK emitted %d EpochEvents after a restore that holds its cursor: it resynced instead of continuing", n)
+	case info.Scenario == "restore_behind" && n == 0:
+		t.Errorf("the Go SDK emitted no EpochEvent after a restore behind its cursor")
+	}
+	return v
 }
 
 func TestConformanceGoSDK(t *testing.T) {
@@ -269,4 +285,172 @@ func TestConformanceCatchesABrokenClient(t *testing.T) {
 			}
 		})
 	}
+}
+
+// epochPolicy is what a broken resumer does with EpochChanged.
+type epochPolicy int
+
+const (
+	// byTheSpec continues when told to and resyncs the new epoch from 0 otherwise (§8.4).
+	byTheSpec epochPolicy = iota
+	// continueAlways keeps its cursor's position under the new epoch whether or not the server
+	// says continues: it skips the new messages that take the positions a restore lost.
+	continueAlways
+	// dropOnContinue forgets its stored messages on every EpochChanged, continues or not.
+	dropOnContinue
+)
+
+// driveResumer plays a run with a client written from PROTOCOL.md alone: it stores contiguous
+// batches (each message once by msg_id, a new message replacing a stored one of its conv_seq),
+// acks them, reconnects from its stored cursor when the connection ends, and handles
+// EpochChanged by policy.
+func driveResumer(t *testing.T, info conformance.RunInfo, policy epochPolicy) conformance.Verdict {
+	ctx, cancel := context.WithCancel(context.Background())
+	var mu sync.Mutex
+	var stored []proto.Entry
+	var epoch proto.Epoch
+	var pos proto.Position
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		token := info.Token
+		for ctx.Err() == nil {
+			conn, err := quicgo.DialAddr(ctx, info.Addr, proto.PinnedTLSConfig(info.Fingerprint), &quicgo.Config{})
+			if err != nil {
+				time.Sleep(200 * time.Millisecond)
+				continue
+			}
+			resume := func() error {
+				ctl, err := conn.OpenStreamSync(ctx)
+				if err != nil {
+					return err
+				}
+				if err := proto.WriteFrame(ctl, &proto.Hello{Token: token, Device: info.Device, ProtoVersion: proto.ProtoVersion}); err != nil {
+					return err
+				}
+				if f, err := proto.NewReader(ctl, 0).Next(); err != nil {
+					return err
+				} else if _, ok := f.(*proto.Welcome); !ok {
+					return fmt.Errorf("hello answered with %#v", f)
+				}
+				for ctx.Err() == nil {
+					st, err := conn.OpenStreamSync(ctx)
+					if err != nil {
+						return err
+					}
+					mu.Lock()
+					from := proto.SubCursor{Epoch: epoch, Pos: pos}
+					mu.Unlock()
+					if err := proto.WriteFrame(st, &proto.SyncStart{Epoch: from.Epoch, Pos: from.Pos, Subs: []proto.SubCursor{from}}); err != nil {
+						return err
+					}
+					rd := proto.NewReader(st, proto.MaxFrameLimit)
+				stream:
+					for {
+						f, err := rd.Next()
+						if err != nil {
+							return err
+						}
+						mu.Lock()
+						switch f := f.(type) {
+						case *proto.Batch:
+							if f.Epoch == epoch && f.Follows(pos) || epoch == 0 && pos == 0 {
+								for _, e := range f.Entries {
+									stored = storeOnce(stored, e)
+								}
+								epoch, pos = f.Epoch, f.Entries[len(f.Entries)-1].Seq
+								proto.WriteFrame(st, &proto.CursorAck{Epoch: epoch, Pos: pos})
+							}
+						case *proto.EpochChanged:
+							switch {
+							case policy == dropOnContinue:
+								stored = nil
+							case policy == byTheSpec && !f.Continues:
+								pos = 0
+							}
+							epoch = f.Epoch // continueAlways keeps its position: the broken part
+							mu.Unlock()
+							st.CancelRead(0)
+							st.Close()
+							break stream
+						}
+						mu.Unlock()
+					}
+				}
+				return ctx.Err()
+			}
+			resume()
+			conn.CloseWithError(0, "")
+			var tok struct{ Token string }
+			postJSON(t, info.TokenURL, nil, &tok)
+			token = tok.Token
+			time.Sleep(200 * time.Millisecond)
+		}
+	}()
+	defer func() {
+		cancel()
+		<-done
+	}()
+	return reportUntilJudged(t, info, func() conformance.Report {
+		mu.Lock()
+		defer mu.Unlock()
+		conv := conformance.ReportConv{Conv: info.Conv}
+		for _, e := range stored {
+			if e.Kind == proto.KindMessage {
+				conv.Messages = append(conv.Messages, conformance.ReportMessage{MsgID: string(e.MsgID), ConvSeq: uint64(e.ConvSeq)})
+			}
+		}
+		return conformance.Report{Conversations: []conformance.ReportConv{conv}}
+	})
+}
+
+// TestConformanceCatchesBrokenRestores: a client that keeps its position under every new epoch
+// skips what took the lost positions after a restore behind its cursor, and one that forgets its
+// messages when told to continue loses them; each run fails, saying what is missing.
+func TestConformanceCatchesBrokenRestores(t *testing.T) {
+	k, err := conformance.Start(conformance.Config{Listen: testkit.FreeAddr(t), Control: testkit.FreeAddr(t), Web: "off",
+		RunTimeout: 15 * time.Second, Logger: syncdtest.Logger(t), Out: testWriter{t}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { k.Close() })
+	for _, c := range []struct {
+		scenario string
+		policy   epochPolicy
+		reason   string
+	}{
+		{"restore_behind", continueAlways, `was lost with the restore and is still stored.*2 of 10 messages .* not stored yet \(conv_seq 7, 8\)|2 of 10 messages .* not stored yet \(conv_seq 7, 8\).*was lost with the restore`},
+		{"restore", dropOnContinue, `6 of 10 messages .* not stored yet \(conv_seq 1, 2, 3, 4, 5, 6\)`},
+	} {
+		t.Run(c.scenario, func(t *testing.T) {
+			v := driveResumer(t, startRun(t, k, c.scenario), c.policy)
+			if v.Status != conformance.Failed || !regexp.MustCompile(c.reason).MatchString(fmt.Sprint(v.Reasons)) {
+				t.Errorf("the broken client got %s on %s (%v), want failed because %q", v.Status, c.scenario, v.Reasons, c.reason)
+			}
+		})
+	}
+	// The same client with EpochChanged handled by the spec passes both: the failures above are
+	// its mistakes, not the kit's.
+	for _, sc := range []string{"restore", "restore_behind"} {
+		t.Run(sc+"/by_the_spec", func(t *testing.T) {
+			if v := driveResumer(t, startRun(t, k, sc), byTheSpec); v.Status != conformance.Passed {
+				t.Errorf("a client by the spec got %s on %s: %v", v.Status, sc, v.Reasons)
+			}
+		})
+	}
+}
+
+// storeOnce adds e to stored: once by msg_id, and in place of a stored message of another msg_id
+// at its conv_seq, which a restore lost (§8.4 EpochChanged).
+func storeOnce(stored []proto.Entry, e proto.Entry) []proto.Entry {
+	for i, s := range stored {
+		switch {
+		case s.MsgID == e.MsgID:
+			return stored
+		case e.Kind == proto.KindMessage && s.Kind == proto.KindMessage && s.Conv == e.Conv && s.ConvSeq == e.ConvSeq:
+			stored[i] = e
+			return stored
+		}
+	}
+	return append(stored, e)
 }

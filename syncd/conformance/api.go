@@ -105,6 +105,7 @@ func (k *Kit) judged(r *run, rep *Report) *Verdict {
 	if v.Status != Pending && r.printed.CompareAndSwap(false, true) {
 		fmt.Fprintln(k.cfg.Out, v.summary())
 		k.cfg.Logger.Info("conformance run judged", "run", v.Run, "scenario", v.Scenario, "status", v.Status, "reasons", v.Reasons)
+		r.later(func(*Kit) error { r.retire(); return nil }) // a restored server of the run's own is done
 	}
 	return v
 }

@@ -3,17 +3,19 @@ package conformance
 import (
 	"cmp"
 	"context"
+	"crypto/rand"
 	"crypto/tls"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -62,6 +64,8 @@ type Kit struct {
 	stop    context.CancelFunc
 	ctx     context.Context
 	tmpDir  string
+	dir     string // the kit's data: its server's, the relay's, and the runs' restores
+	secret  []byte // the token secret of all its servers
 	ln      *quic.Listener
 	web     *transport.WebListener
 	webCert *auth.BrowserCerts
@@ -110,28 +114,16 @@ func (k *Kit) start() error {
 		}
 		k.tmpDir, dir = tmp, tmp
 	}
-	srvLog := slog.New(leveled{k.cfg.Logger.Handler(), slog.LevelWarn})
-	srv, err := syncd.NewServer(syncd.Config{
-		Dir: filepath.Join(dir, "server"), ListenAddr: "127.0.0.1:0", WebAddr: "off", AdminAddr: "127.0.0.1:0",
-		RaftAddr: freeTCP(), Shards: 2, Logger: srvLog,
-		Limits: proto.Limits{HeartbeatMs: uint32(heartbeat / time.Millisecond)},
-		// too_old needs retention to trim a log; no other scenario writes 64 entries to one.
-		Retention: log.Retention{MaxCount: 64}, RetentionInterval: 300 * time.Millisecond,
-		// The source scenarios' groups of four are large (read diffusion); the others' direct
-		// conversations are not concerned.
-		LargeGroupThreshold: 3,
-	})
+	k.dir = dir
+	// One token secret for the kit's server and the servers restored for runs (restore.go): a
+	// run's tokens are good on both, as an operator restoring a cluster keeps its token secret.
+	k.secret = make([]byte, 32)
+	rand.Read(k.secret)
+	srv, done, err := k.startServer(k.ctx, k.serverConfig(filepath.Join(dir, "server")))
 	if err != nil {
-		return fmt.Errorf("conformance kit: its server: %w", err)
+		return err
 	}
-	k.srv = srv
-	for deadline := time.Now().Add(20 * time.Second); srv.Ready() != nil; time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			return fmt.Errorf("conformance kit: its server is not ready: %w", srv.Ready())
-		}
-	}
-	k.srvDone = make(chan error, 1)
-	go func() { k.srvDone <- srv.Run(k.ctx) }()
+	k.srv, k.srvDone = srv, done
 
 	relayDir := filepath.Join(dir, "relay")
 	if err := os.MkdirAll(relayDir, 0o700); err != nil {
@@ -163,6 +155,43 @@ func (k *Kit) start() error {
 		k.wg.Go(func() { k.accept(k.web.Accept) })
 	}
 	return nil
+}
+
+// serverConfig is the configuration of the kit's server, and of the servers restored for runs:
+// in dir, on free loopback ports.
+func (k *Kit) serverConfig(dir string) syncd.Config {
+	return syncd.Config{
+		Dir: dir, ListenAddr: "127.0.0.1:0", WebAddr: "off", AdminAddr: "127.0.0.1:0",
+		NodeID: "n1", RaftAddr: freeTCP(), Shards: 2, TokenSecret: k.secret,
+		Logger: slog.New(leveled{k.cfg.Logger.Handler(), slog.LevelWarn}),
+		Limits: proto.Limits{HeartbeatMs: uint32(heartbeat / time.Millisecond)},
+		// too_old needs retention to trim a log; no other scenario writes 64 entries to one.
+		Retention: log.Retention{MaxCount: 64}, RetentionInterval: 300 * time.Millisecond,
+		// The source scenarios' groups of four are large (read diffusion); the others' direct
+		// conversations are not concerned.
+		LargeGroupThreshold: 3,
+	}
+}
+
+// startServer starts a server of cfg, running until ctx ends, and waits until it is ready. done
+// gets what its Run returned.
+func (k *Kit) startServer(ctx context.Context, cfg syncd.Config) (srv *syncd.Server, done chan error, err error) {
+	srv, err = syncd.NewServer(cfg)
+	if err != nil {
+		return nil, nil, fmt.Errorf("conformance kit: its server: %w", err)
+	}
+	for deadline := time.Now().Add(20 * time.Second); srv.Ready() != nil; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			err := fmt.Errorf("conformance kit: its server is not ready: %w", srv.Ready())
+			ended, cancel := context.WithCancel(ctx)
+			cancel()
+			srv.Run(ended) // closes what NewServer opened: a Run that ends at once
+			return nil, nil, err
+		}
+	}
+	done = make(chan error, 1)
+	go func() { done <- srv.Run(ctx) }()
+	return srv, done, nil
 }
 
 // listenWeb serves browsers as a loopback syncd node does (syncd/web.go): the same transports,
@@ -220,10 +249,12 @@ func (k *Kit) Close() error {
 	k.mu.Unlock()
 	k.actions.Wait() // each ends with k.ctx or within peerTimeout
 	k.mu.Lock()
-	for _, r := range k.runs {
-		r.closePeers()
-	}
+	runs := slices.Collect(maps.Values(k.runs))
 	k.mu.Unlock()
+	for _, r := range runs {
+		r.dropPeers()
+		r.retire()
+	}
 	var err error
 	if k.srvDone != nil {
 		if err = <-k.srvDone; errors.Is(err, context.Canceled) {
@@ -483,25 +514,10 @@ func (k *Kit) frameAtLimit(r *run) error {
 // resetUser resets the user's log through the admin API, as `syncctl reset-user` does, and
 // returns the new epoch.
 func (k *Kit) resetUser(uid string) (proto.Epoch, error) {
-	u := "http://" + k.srv.AdminAddr().String() + "/v1/users/" + url.PathEscape(uid) + "/reset"
-	req, err := http.NewRequestWithContext(k.ctx, http.MethodPost, u, nil)
-	if err != nil {
-		return 0, err
-	}
-	req.Header.Set("Authorization", "Bearer "+k.srv.AdminToken())
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return 0, err
-	}
-	defer res.Body.Close()
 	var out struct {
 		Epoch uint64 `json:"epoch"`
 	}
-	if res.StatusCode != http.StatusOK {
-		b, _ := io.ReadAll(io.LimitReader(res.Body, 4096))
-		return 0, fmt.Errorf("reset %s: %s: %s", uid, res.Status, b)
-	}
-	if err := json.NewDecoder(res.Body).Decode(&out); err != nil {
+	if err := k.admin().Call(k.ctx, http.MethodPost, "/v1/users/"+url.PathEscape(uid)+"/reset", &out); err != nil {
 		return 0, err
 	}
 	return proto.Epoch(out.Epoch), nil
@@ -569,11 +585,12 @@ func (r *run) dial(mu *sync.Mutex, p **peer, uid, device string) (*peer, error) 
 	if *p != nil {
 		return *p, nil
 	}
-	tok, err := r.k.srv.MintToken(uid, device, 24*time.Hour)
+	srv := r.server()
+	tok, err := srv.MintToken(uid, device, 24*time.Hour)
 	if err != nil {
 		return nil, err
 	}
-	np, err := dialPeer(r.k.ctx, r.k.srv.Addr().String(), r.k.srv.Fingerprint(), tok, device)
+	np, err := dialPeer(r.k.ctx, srv.Addr().String(), srv.Fingerprint(), tok, device)
 	if err != nil {
 		return nil, err
 	}
@@ -581,11 +598,18 @@ func (r *run) dial(mu *sync.Mutex, p **peer, uid, device string) (*peer, error) 
 	return np, nil
 }
 
-func (r *run) closePeers() {
-	for _, p := range []*peer{r.writerPeer, r.readerPeer} {
-		if p != nil {
-			p.close()
+// dropPeers closes the run's two connections to the server; the next request dials again.
+func (r *run) dropPeers() {
+	for _, p := range []struct {
+		mu *sync.Mutex
+		p  **peer
+	}{{&r.writerMu, &r.writerPeer}, {&r.readerMu, &r.readerPeer}} {
+		p.mu.Lock()
+		if *p.p != nil {
+			(*p.p).close()
+			*p.p = nil
 		}
+		p.mu.Unlock()
 	}
 }
 

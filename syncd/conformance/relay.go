@@ -91,11 +91,16 @@ func (k *Kit) serveConn(ctx context.Context, down transport.Conn) {
 			"conformance kit: not a token of a run; start one with POST /v1/runs and use the token it returns")
 		return
 	}
+	srv := r.upstream()
+	if srv == nil {
+		down.CloseWithError(uint64(proto.CodeUnavailable), "conformance kit: the run's cluster is being restored from a backup; try again shortly")
+		return
+	}
 	c := r.addConn(down)
 	// Every goroutine of the connection is waited for: the kit leaves none behind when it closes.
 	var streams sync.WaitGroup
 	defer streams.Wait()
-	up, err := quic.DialAddr(ctx, k.srv.Addr().String(), proto.PinnedTLSConfig(k.srv.Fingerprint()),
+	up, err := quic.DialAddr(ctx, srv.Addr().String(), proto.PinnedTLSConfig(srv.Fingerprint()),
 		&quic.Config{MaxIdleTimeout: 30 * time.Second, KeepAlivePeriod: 5 * time.Second})
 	if err != nil {
 		down.CloseWithError(uint64(proto.CodeUnavailable), "conformance kit: its server is unreachable: "+err.Error())

@@ -43,6 +43,14 @@ type run struct {
 
 	writerMu, readerMu     sync.Mutex // each serializes one peer's requests
 	writerPeer, readerPeer *peer
+
+	// Of a restore scenario (restore.go), under upMu (not mu: judge holds mu while the kit reads
+	// its server): the run's own server once the kit restored a backup into it; restoring while
+	// the run's cluster is lost (the relay refuses the client); retired once own has stopped.
+	upMu      sync.Mutex
+	own       *ownServer
+	restoring bool
+	retired   bool
 }
 
 // syncStart is a SyncStart the relay saw.
@@ -234,7 +242,9 @@ func (r *run) judge(rep *Report) *Verdict {
 		v.Reasons = []string{"the kit could not read its server: " + err.Error()}
 		return v
 	}
+	rep, stillLost := r.withoutLost(rep)
 	missing, wrong := compare(rep, r.conv, truth, r.sc.suffix)
+	missing = append(missing, stillLost...)
 	missing = append(missing, r.unsent(truth)...)
 	if len(r.failures) > 0 {
 		v.Status, v.Reasons = Failed, slices.Clone(r.failures)

@@ -46,6 +46,10 @@ type scenarioState struct {
 	pos      proto.Position
 	frame    []byte       // max_frame: the bytes of batch, exactly max_frame + 4
 	batch    *proto.Batch // max_frame: positions 1-3 in one batch
+	// restore and restore_behind: an EpochChanged with continues went to the client; the
+	// messages the restore lost (msg_id → conv_seq), which a correct client replaces.
+	continued bool
+	lost      map[string]proto.Position
 }
 
 func (sc *scenario) client(r *run, st *relayStream, f proto.Frame) bool {
@@ -264,6 +268,8 @@ var scenarios = []*scenario{
 			return []string{fmt.Sprintf("no sync stream of the new epoch %d: after EpochChanged a client syncs the new epoch (§8.4)", r.s.epoch)}
 		},
 	},
+	restoreScenario(0),
+	restoreScenario(2),
 	{
 		name: "stale_silence", section: "PROTOCOL §6 (Stale), §8.4 (Stale; no frame for 3 × heartbeat_ms)", seeds: 4,
 		summary:    "once the client has acknowledged position 4, sends Stale instead of the next two heartbeats, then nothing at all on that sync stream, and writes a message",
@@ -474,6 +480,56 @@ var scenarios = []*scenario{
 
 // retryAfter is the retry_after_ms of the retry_after scenario's close.
 const retryAfter = 3 * time.Second
+
+// restoreScenario is a run whose cluster is lost and restored from a backup (restore.go) taken
+// when the client had acknowledged its whole log (6 seeded messages, and any receipt it wrote). With lost 0 the client's
+// cursor is within what the backup holds, so the server tells it to continue (EpochChanged with
+// continues); with lost messages more, written and acknowledged after the backup, its cursor is
+// past it, and the server tells it to resync: the lost messages' conv_seqs are given to new ones.
+func restoreScenario(lost int) *scenario {
+	sc := &scenario{name: "restore", section: "PROTOCOL §1 (backups), §6 (EpochChanged, continues), §8.4 (EpochChanged)", seeds: 6}
+	what := "a cursor ack of the log's head (6 messages and what the client appended), after which the kit backs up its server, loses and restores it, and writes 4 messages"
+	sc.summary = "once the client has acknowledged its whole log (the 6 messages, and any receipt it wrote itself), backs up the server, loses it (closes the client's connection as a node shutting down does and refuses new ones until the restore is done), restores the backup into a new server where every log has a new epoch, and writes 4 messages there"
+	sc.correct = "reconnects, and on EpochChanged with continues keeps its messages and sets its cursor to the new epoch at its stored position (a resync of the new epoch is also correct); ends with all 10 messages once"
+	if lost > 0 {
+		sc.name, sc.section = "restore_behind", "PROTOCOL §1 (backups), §6 (EpochChanged), §8.4 (EpochChanged: conv_seqs given to new messages)"
+		what = fmt.Sprintf("a cursor ack of the log's head, then of the %d messages after the backup, after which the kit loses its server, restores the backup, and writes 4 messages", lost)
+		sc.summary = fmt.Sprintf("once the client has acknowledged its whole log (the 6 messages, and any receipt it wrote itself), backs up the server, then writes %d messages and waits for the client to acknowledge them; loses the server and restores the backup, which does not hold them, into a new server where every log has a new epoch; writes 4 messages there, which take the lost messages' conv_seqs", lost)
+		sc.correct = "reconnects, and on EpochChanged (no continues: its cursor is past what the backup holds) drops its cursor and syncs the new epoch from first-1 (or 0); replaces each lost message with the new one of its conv_seq; ends with the server's 10 messages once"
+	}
+	sc.waitingFor = what
+	sc.onClient = func(r *run, st *relayStream, f proto.Frame) bool {
+		if a, ok := f.(*proto.CursorAck); ok && a.Pos >= 6 && !r.s.injected {
+			r.s.injected = true
+			r.later(func(k *Kit) error { return k.loseAndRestore(r, lost) })
+		}
+		return true
+	}
+	sc.onServer = func(r *run, st *relayStream, f proto.Frame) []proto.Frame {
+		if e, ok := f.(*proto.EpochChanged); ok && e.Sub == 0 && e.Source == "" {
+			r.s.count++
+			r.s.epoch = e.Epoch
+			r.s.continued = r.s.continued || e.Continues
+		}
+		return nil
+	}
+	sc.verify = func(r *run) []string {
+		var why []string
+		switch {
+		case r.s.count == 0:
+			why = append(why, "the server never told the client its epoch changed: it did not resume from its stored cursor (§8.1)")
+		case r.s.count > 3:
+			why = append(why, fmt.Sprintf("synced %d times into EpochChanged: after it a client syncs the new epoch (§8.4 EpochChanged)", r.s.count))
+		case lost == 0 && !r.s.continued:
+			why = append(why, fmt.Sprintf("no EpochChanged with continues reached the client, though the backup holds its log up to %d, past all it had acknowledged: it did not resume from its stored cursor (§8.1)", r.s.pos))
+		}
+		if !slices.ContainsFunc(r.starts, func(s syncStart) bool { return s.epoch == r.s.epoch }) {
+			why = append(why, fmt.Sprintf("no sync stream of the new epoch %d: after EpochChanged a client syncs the new epoch (§8.4)", r.s.epoch))
+		}
+		return why
+	}
+	return sc
+}
 
 // firstSourceBatchAt returns f as a source's Batch on a sync stream and the index of its entry at
 // seq, until the run's fault is injected; -1 when f is not such a batch or lacks seq.

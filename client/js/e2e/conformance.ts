@@ -39,6 +39,18 @@ export interface Verdict {
   logs?: string[];
 }
 
+/**
+ * What the SDK promises beyond the kit's verdict, which also passes a client that resyncs: after a
+ * restore that holds its cursor it continues without telling the app (no `epoch` event, §8.4),
+ * and after one behind its cursor it resyncs and says so.
+ */
+async function brokenPromise(scenario: string, pc: PageClient): Promise<string | undefined> {
+  const epochs = (await pc.events("epoch")).length;
+  if (scenario === "restore" && epochs > 0) return `the SDK emitted ${epochs} epoch event(s) after a restore that holds its cursor: it resynced instead of continuing`;
+  if (scenario === "restore_behind" && epochs === 0) return "the SDK emitted no epoch event after a restore behind its cursor";
+  return undefined;
+}
+
 async function postJSON<T>(url: string, body?: unknown): Promise<T> {
   const res = await fetch(url, { method: "POST", body: body === undefined ? undefined : JSON.stringify(body), headers: { "content-type": "application/json" } });
   const text = await res.text();
@@ -100,7 +112,10 @@ export class Kit {
         const messages = (await pc.messages(info.conv)).map((m) => ({ msg_id: m.msgId, conv_seq: m.convSeq }));
         const v = await postJSON<Verdict>(info.report_url, { conversations: [{ conv: info.conv, messages }] });
         if (v.status === "failed") return { ...v, logs: await pc.logs() };
-        if (v.status !== "pending") return v;
+        if (v.status !== "pending") {
+          const broken = await brokenPromise(scenario, pc);
+          return broken ? { ...v, status: "failed", reasons: [broken], logs: await pc.logs() } : v;
+        }
         if (Date.now() > until) throw new Error(`run ${info.run} still pending after its timeout: ${(v.reasons ?? []).join("; ")}`);
         await new Promise((r) => setTimeout(r, 200));
       }

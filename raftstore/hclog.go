@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
 )
 
 // newRaftLogger returns the hclog.Logger handed to one shard's raft instance
@@ -159,11 +160,12 @@ func routineWarning(msg []byte) bool {
 
 // hangUps are the errors of a connection the other side closed, or that this
 // node's own transport closed as it stops: a peer restarting, stopping or
-// removed, a leader that stepped down and dropped its pipelines. raft dials
-// again on the next attempt, where a peer that is really gone fails to dial
-// (unreachable).
+// removed, a leader that stepped down and dropped its pipelines. A peer whose
+// transport still answers while its raft stops says so ("raft is already
+// shutdown", the error its RPC returns). raft dials again on the next attempt,
+// where a peer that is really gone fails to dial (unreachable).
 var hangUps = []string{"error=EOF", `error="unexpected EOF"`, "broken pipe", "connection reset by peer",
-	"use of closed network connection", "transport shutdown"}
+	"use of closed network connection", "transport shutdown", raft.ErrRaftShutdown.Error()}
 
 // unreachable are the errors of a dial to a peer that does not answer.
 var unreachable = []string{"connection refused", "i/o timeout", "no route to host", "network is unreachable"}

@@ -217,7 +217,6 @@ func (r *run) lose() {
 	r.upMu.Unlock()
 	r.mu.Lock()
 	conns := slices.Clone(r.conns)
-	r.s.at = time.Now()
 	r.mu.Unlock()
 	r.dropPeers()
 	for _, c := range conns {

@@ -50,6 +50,7 @@ type scenarioState struct {
 	// messages the restore lost (msg_id → conv_seq), which a correct client replaces.
 	continued bool
 	lost      map[string]proto.Position
+	reset     bool // request_reset: the request stream of the first History was abandoned
 }
 
 func (sc *scenario) client(r *run, st *relayStream, f proto.Frame) bool {
@@ -209,35 +210,8 @@ var scenarios = []*scenario{
 			return []proto.Frame{&c}
 		},
 	},
-	{
-		name: "too_old", section: "PROTOCOL §6 (TooOld, a new device on a truncated log), §8.4 (TooOld)", seeds: 100, suffix: true,
-		summary:    "has retention trim the client's log (100 entries, 64 kept) before the client first syncs from nothing, then writes 3 messages once the client syncs again",
-		correct:    "rebases on TooOld: loads the conversation list and recent history, sets its cursor to the head TooOld named and syncs from there; it gets the 3 new messages once, and never loops on TooOld",
-		waitingFor: "a SyncStart from the head TooOld named, after which the kit writes 3 messages",
-		setup: func(k *Kit, r *run) error {
-			return k.waitTrimmed(r)
-		},
-		onServer: func(r *run, st *relayStream, f proto.Frame) []proto.Frame {
-			if t, ok := f.(*proto.TooOld); ok {
-				r.s.count++
-				r.s.epoch, r.s.pos = t.Epoch, t.Head
-			}
-			return nil
-		},
-		onClient: func(r *run, st *relayStream, f proto.Frame) bool {
-			if s, ok := f.(*proto.SyncStart); ok && r.s.count > 0 && !r.s.injected && s.Epoch == r.s.epoch && s.Pos >= r.s.pos {
-				r.s.injected = true
-				r.later(func(k *Kit) error { return k.post(r, 3, 0) })
-			}
-			return true
-		},
-		verify: func(r *run) []string {
-			if r.s.count > 3 {
-				return []string{fmt.Sprintf("synced %d times into TooOld: after TooOld a client rebases and syncs from the head it named (§8.4 TooOld)", r.s.count)}
-			}
-			return nil
-		},
-	},
+	tooOldScenario(false),
+	tooOldScenario(true),
 	{
 		name: "epoch_change", section: "PROTOCOL §1 (epochs), §6 (EpochChanged), §8.4 (EpochChanged)", seeds: 6,
 		summary:    "once the client has acknowledged position 6, resets the user's log as an operator would (syncctl reset-user: a new epoch, empty), then writes 4 messages",
@@ -480,6 +454,59 @@ var scenarios = []*scenario{
 
 // retryAfter is the retry_after_ms of the retry_after scenario's close.
 const retryAfter = 3 * time.Second
+
+// tooOldScenario is a run whose client first syncs a log retention has trimmed, and rebases
+// (§8.4 TooOld). With reset the kit also abandons the request stream carrying the client's first
+// History request, as a server does when its write to a client times out (§2: RESET_STREAM and
+// STOP_SENDING with code timeout, no Error): the request gets no answer and must be sent again.
+func tooOldScenario(reset bool) *scenario {
+	sc := &scenario{
+		name: "too_old", section: "PROTOCOL §6 (TooOld, a new device on a truncated log), §8.4 (TooOld)", seeds: 100, suffix: true,
+		summary:    "has retention trim the client's log (100 entries, 64 kept) before the client first syncs from nothing, then writes 3 messages once the client syncs again",
+		correct:    "rebases on TooOld: loads the conversation list and recent history, sets its cursor to the head TooOld named and syncs from there; it gets the 3 new messages once, and never loops on TooOld",
+		waitingFor: "a SyncStart from the head TooOld named, after which the kit writes 3 messages",
+	}
+	if reset {
+		sc.name, sc.section = "request_reset", "PROTOCOL §2 (a client reads what the server sends: an abandoned stream), §8.4 (TooOld)"
+		sc.summary = "as too_old, and abandons the request stream that carries the client's first History request (RESET_STREAM and STOP_SENDING with code timeout, no Error, as a server whose write timed out): the request is never answered"
+		sc.correct = "sends the unanswered History again on another stream (or restarts its rebase), completes the rebase, gets the 3 new messages once, and never loops on TooOld"
+	}
+	sc.setup = func(k *Kit, r *run) error { return k.waitTrimmed(r) }
+	sc.onServer = func(r *run, st *relayStream, f proto.Frame) []proto.Frame {
+		if t, ok := f.(*proto.TooOld); ok {
+			r.s.count++
+			r.s.epoch, r.s.pos = t.Epoch, t.Head
+		}
+		return nil
+	}
+	sc.onClient = func(r *run, st *relayStream, f proto.Frame) bool {
+		if _, ok := f.(*proto.History); ok && reset && st.role == roleRequest && !r.s.reset {
+			r.s.reset = true
+			r.tracef("connection %d: abandons the request stream of the client's first History", st.c.n)
+			st.down.CancelWrite(uint64(proto.CodeTimeout))
+			st.down.CancelRead(uint64(proto.CodeTimeout))
+			st.up.CancelWrite(0)
+			st.up.CancelRead(0)
+			return false
+		}
+		if s, ok := f.(*proto.SyncStart); ok && r.s.count > 0 && !r.s.injected && s.Epoch == r.s.epoch && s.Pos >= r.s.pos {
+			r.s.injected = true
+			r.later(func(k *Kit) error { return k.post(r, 3, 0) })
+		}
+		return true
+	}
+	sc.verify = func(r *run) []string {
+		var why []string
+		if r.s.count > 3 {
+			why = append(why, fmt.Sprintf("synced %d times into TooOld: after TooOld a client rebases and syncs from the head it named (§8.4 TooOld)", r.s.count))
+		}
+		if reset && !r.s.reset {
+			why = append(why, "the client sent no History while it rebased: a rebase loads recent history (§8.4 TooOld)")
+		}
+		return why
+	}
+	return sc
+}
 
 // restoreScenario is a run whose cluster is lost and restored from a backup (restore.go) taken
 // when the client had acknowledged its whole log (6 seeded messages, and any receipt it wrote). With lost 0 the client's

@@ -128,6 +128,7 @@ func (k *Kit) stableBackup(r *run) (string, proto.Position, error) {
 		if after == head {
 			return backup, head, nil
 		}
+		os.RemoveAll(filepath.Dir(backup)) // a backup that may not hold the whole log: not restored
 		if attempt == 4 {
 			return "", 0, fmt.Errorf("the client's log kept growing during %d backups (head %d, then %d)", attempt+1, head, after)
 		}
@@ -234,15 +235,14 @@ func (k *Kit) restoreOwn(r *run, backup string) error {
 	if err != nil {
 		return err
 	}
-	ctx, stop := context.WithCancel(k.ctx)
-	own := &ownServer{stop: stop}
 	k.mu.Lock()
 	closed := k.closed
 	k.mu.Unlock()
 	if closed {
-		stop()
 		return nil
 	}
+	ctx, stop := context.WithCancel(k.ctx)
+	own := &ownServer{stop: stop}
 	if own.srv, own.done, err = k.startServer(ctx, cfg); err != nil {
 		stop()
 		return err
@@ -263,7 +263,7 @@ func (r *run) reopen() {
 }
 
 // upstream is the server the relay connects the run's client to; nil while the run's cluster is
-// lost (between backupAndLose and reopen) and once its own server has stopped.
+// lost (between lose and reopen) and once its own server has stopped.
 func (r *run) upstream() *syncd.Server {
 	r.upMu.Lock()
 	defer r.upMu.Unlock()

@@ -287,7 +287,7 @@ func TestConformanceCatchesABrokenClient(t *testing.T) {
 	}
 }
 
-// epochPolicy is what a broken resumer does with EpochChanged.
+// epochPolicy is what the resumer (driveResumer) does with EpochChanged: by the spec, or wrongly.
 type epochPolicy int
 
 const (
